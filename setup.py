@@ -1,0 +1,75 @@
+"""Build of cyserve's one native extension, cyserve._core.
+
+It compiles the C runtime in src/cyserve/csrc (every .c file, plus the context switch written in
+assembly for this machine's architecture) together with the Cython layer that owns it.
+
+Environment switches (used by the Makefile):
+  CYSERVE_DEBUG=1     -O1 -g, assertions on, CYSERVE_DEBUG defined
+  CYSERVE_SANITIZE=x  add -fsanitize=x (e.g. address,undefined); run with the runtime preloaded
+  CYSERVE_CORO_UCONTEXT=1  use the portable ucontext switch instead of the assembly one
+"""
+
+import os
+import platform
+from glob import glob
+
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PKG = os.path.join("src", "cyserve")
+
+
+def switch_sources():
+    if os.environ.get("CYSERVE_CORO_UCONTEXT") == "1":
+        return [], [("CORO_USE_UCONTEXT", "1")]
+    machine = platform.machine().lower()
+    if machine in ("x86_64", "amd64"):
+        return [os.path.join(PKG, "csrc", "coro_switch_x86_64.S")], []
+    if machine in ("aarch64", "arm64"):
+        return [os.path.join(PKG, "csrc", "coro_switch_aarch64.S")], []
+    return [], [("CORO_USE_UCONTEXT", "1")]
+
+
+class BuildExt(build_ext):
+    """setuptools does not compile .S files by default: teach the compiler the extension."""
+
+    def build_extensions(self):
+        if ".S" not in self.compiler.src_extensions:
+            self.compiler.src_extensions.append(".S")
+        super().build_extensions()
+
+
+def extensions():
+    debug = os.environ.get("CYSERVE_DEBUG") == "1"
+    sanitize = os.environ.get("CYSERVE_SANITIZE", "")
+    asm, macros = switch_sources()
+    cflags = ["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter", "-pthread",
+              "-fno-strict-aliasing"]
+    cflags += ["-O1", "-g", "-DCYSERVE_DEBUG=1", "-UNDEBUG"] if debug else ["-O2", "-g"]
+    ldflags = ["-pthread"]
+    if sanitize:
+        cflags += [f"-fsanitize={sanitize}", "-fno-omit-frame-pointer"]
+        ldflags += [f"-fsanitize={sanitize}"]
+    csrc = sorted(glob(os.path.join(PKG, "csrc", "*.c")))
+    return [
+        Extension(
+            "cyserve._core",
+            sources=[os.path.join(PKG, "_core.pyx")] + csrc + asm,
+            include_dirs=[os.path.join(PKG, "csrc"), os.path.join(PKG, "include")],
+            define_macros=macros,
+            extra_compile_args=cflags,
+            extra_link_args=ldflags,
+        )
+    ]
+
+
+setup(
+    ext_modules=cythonize(
+        extensions(),
+        compiler_directives={"language_level": "3", "embedsignature": True},
+        include_path=[os.path.join(HERE, "src")],
+    ),
+    cmdclass={"build_ext": BuildExt},
+)

@@ -1,0 +1,183 @@
+/* sched.h: the multi-threaded, work-stealing coroutine scheduler and its per-worker event loops.
+ *
+ * Error convention: 0 or -errno. The design essay is at the top of sched.c; the short version:
+ *
+ * - N workers, one pthread each. A worker owns a bounded run queue (runq.h), a stack pool
+ *   (coro.h), an epoll instance, a timer heap and an eventfd used to wake it. Only the worker
+ *   touches its pool, epoll registrations, timers and io states ("home-owned" state).
+ * - Runnable coroutines may be stolen by idle workers. Anything that waits on the event loop
+ *   (an fd, a timer) happens on the coroutine's *home* worker: a stolen coroutine that must wait
+ *   first hops home through the home worker's remote queue. The home of a coroutine is the worker
+ *   it first ran on (or the worker owning the sched_io it waits on).
+ * - Idle workers park in epoll_wait on their own epoll, with the next timer as timeout, and are
+ *   woken by their eventfd when work is injected for them: no fixed sleeps.
+ *
+ * Threads: functions marked "coroutine only" must be called from inside a coroutine run by this
+ * scheduler; "worker only" from a worker thread (a coroutine, or a hook/callback run by a
+ * worker); "any thread" from anywhere, including threads the scheduler does not know. */
+#ifndef CYSERVE_SCHED_H
+#define CYSERVE_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+
+#include "coro.h"
+
+struct sched;
+
+struct sched_config {
+    unsigned workers;       /* 0: the CPUs this process may use (sched_getaffinity) */
+    size_t stack_size;      /* 0: CORO_STACK_DEFAULT */
+    unsigned runq_capacity; /* power of two >= 2; 0: 256. Tests shrink it to force overflow */
+    int randomize;          /* debug: randomise victim choice and push order (Go's trick) */
+    uint64_t seed;          /* seed for randomize and for victim selection; 0: from the clock */
+    int keep_alive;         /* 0: batch mode, sched_run() returns when no coroutine is left;
+                             * 1: server mode, workers run until sched_stop() */
+};
+
+/* Limits checked by sched_new(). */
+#define SCHED_MAX_WORKERS 1024u
+
+/* Create a scheduler. Returns 0, -EINVAL for workers > SCHED_MAX_WORKERS, a stack size outside
+ * [CORO_STACK_MIN, CORO_STACK_MAX] or a runq_capacity that is not a power of two >= 2; -ENOMEM.
+ * Workers are not started yet. Any thread. */
+int sched_new(struct sched **out, const struct sched_config *cfg);
+
+/* Number of workers (after resolving 0 to the CPU count). Any thread. */
+unsigned sched_workers(const struct sched *s);
+
+/* Free a scheduler whose workers are not running (never started, or sched_run()/sched_join()
+ * returned). Coroutines still queued or suspended are cancelled (their deferred calls run) and
+ * freed. Any thread, except a worker of s. */
+void sched_free(struct sched *s);
+
+/* Spawn fn(co, arg) as a new coroutine. From a worker thread it goes on that worker's run queue;
+ * from any other thread on the global inject queue, waking a parked worker. Returns 0,
+ * -ESHUTDOWN once sched_stop() was called, -ENOMEM. Any thread. */
+int sched_spawn(struct sched *s, coro_fn fn, void *arg);
+
+/* Batch mode: start the workers and block until no coroutine is left alive (seed 002's rule:
+ * every worker idle and no coroutine queued, running or suspended) or sched_stop(); then join the
+ * workers. May be called again after spawning more. Returns 0, -EINVAL in server mode, or -errno
+ * from pthread_create. Any thread except a worker of s. */
+int sched_run(struct sched *s);
+
+/* Server mode: start the workers and return at once. Returns 0 or -errno. */
+int sched_start(struct sched *s);
+
+/* Ask every worker to stop: spawning fails from now on, parked workers wake, each worker cancels
+ * the coroutines it still holds and exits its loop. Returns at once; async-signal-safe (it only
+ * stores a flag and writes eventfds). Any thread. */
+void sched_stop(struct sched *s);
+
+/* Wait for the workers started by sched_start() to exit (after sched_stop()). Any thread except
+ * a worker of s. */
+int sched_join(struct sched *s);
+
+/* ---- from inside coroutines ---- */
+
+/* The coroutine running on this thread, or NULL. Any thread. */
+struct coro *sched_current(void);
+
+/* Index of the worker this thread runs, or -1 on a thread that is not a worker. Any thread. */
+int sched_worker_id(void);
+
+/* Put the running coroutine at the back of its worker's run queue and run others first. Returns
+ * 0, or -ECANCELED if the scheduler is stopping (the caller should finish). Coroutine only. */
+int sched_yield(void);
+
+/* Suspend the running coroutine for at least ns nanoseconds. Returns 0, or -ECANCELED if the
+ * scheduler is stopping. Coroutine only. */
+int sched_sleep_ns(uint64_t ns);
+
+/* Suspend the running coroutine until fd is ready for events (EPOLLIN and/or EPOLLOUT), or until
+ * timeout_ns has passed (timeout_ns < 0: no timeout). The fd is registered one-shot on the
+ * coroutine's home worker for the duration of the wait. Returns the ready events (> 0),
+ * -ETIMEDOUT, -ECANCELED if the scheduler is stopping, or -errno from epoll_ctl.
+ * Coroutine only. */
+int sched_wait_fd(int fd, uint32_t events, int64_t timeout_ns);
+
+/* Run fn(arg) on the worker thread's own stack (not the coroutine's), batched with the other
+ * offloaded calls of that worker between the begin/end hooks of sched_set_offload_hooks(), then
+ * resume the coroutine. The HTTP engine runs Python handlers this way: the worker takes the GIL
+ * once per batch, and Python never runs on a coroutine stack. Returns 0 or -ECANCELED.
+ * Coroutine only. */
+int sched_offload(void (*fn)(void *), void *arg);
+
+/* Hooks run by every worker around a batch of offloaded calls. Set before the workers start. */
+void sched_set_offload_hooks(struct sched *s, void (*begin)(void *ud), void (*end)(void *ud),
+                             void *ud);
+
+/* Hooks run by each worker thread when it starts (before its loop) and when it exits (after it
+ * cancelled its coroutines), with the worker index. The HTTP engine opens and closes its
+ * per-worker listening socket there. Set before the workers start. */
+void sched_set_worker_hooks(struct sched *s, void (*start)(struct sched *s, unsigned id, void *ud),
+                            void (*stop)(struct sched *s, unsigned id, void *ud), void *ud);
+
+/* ---- persistent fd registrations, for the HTTP engine ---- */
+
+/* A long-lived edge-triggered registration of an fd in its home worker's epoll. All fields are
+ * private to sched.c except fd and data; the struct is embedded in the caller's connection. */
+struct sched_io {
+    int fd;
+    void *data; /* the caller's */
+    /* private */
+    void (*on_ready)(struct sched_io *io, uint32_t events);
+    struct coro *waiter;
+    uint32_t ready;
+    uint32_t wait_events;
+    int home;
+    int active;
+    uint64_t wait_timer[4];
+};
+
+/* Register fd edge-triggered for EPOLLIN | EPOLLOUT | EPOLLRDHUP on the calling worker, which
+ * becomes io's home. While io is idle, the first event calls on_ready(io, events) on the home
+ * worker's own stack (not in a coroutine) and marks io active; on_ready typically spawns a
+ * coroutine to serve it. While io is active, events only record readiness for sched_io_wait().
+ * Returns 0 or -errno. Worker only. */
+int sched_io_add(struct sched_io *io, int fd, void (*on_ready)(struct sched_io *io,
+                                                               uint32_t events));
+
+/* Wait until io is ready for any of events, consuming that readiness (Go's netpoll rule: read
+ * or write until EAGAIN, then wait). deadline_ns is absolute on sched_now_ns()'s clock, or < 0
+ * for none. Hops to io's home worker first if the coroutine was stolen. Returns the ready events
+ * (> 0), -ETIMEDOUT, or -ECANCELED. Coroutine only. */
+int sched_io_wait(struct sched_io *io, uint32_t events, int64_t deadline_ns);
+
+/* The coroutine serving io is done with it for now. On the home worker (hopping there first):
+ * returns -EAGAIN if readable readiness arrived meanwhile (keep serving), otherwise marks io
+ * idle, so that its next event calls on_ready again, and returns 0. Coroutine only. */
+int sched_io_release(struct sched_io *io);
+
+/* Remove io from its home epoll. Call before closing the fd. Home worker only (hop there with
+ * sched_io_wait semantics: from a coroutine this hops home first). */
+void sched_io_del(struct sched_io *io);
+
+/* ---- timers, for the HTTP engine's idle keep-alive deadline ---- */
+
+struct sched_timer {
+    void (*cb)(struct sched_timer *t); /* runs on the owning worker's stack */
+    void *data;                        /* the caller's */
+    /* private */
+    uint64_t deadline;
+    int64_t heap_index; /* -1 when not armed */
+    int owner;
+};
+
+/* Arm t to fire at deadline_ns (sched_now_ns() clock) on the calling worker; re-arming moves it.
+ * Cancel before freeing t. Worker only, and always the same worker for a given timer. */
+void sched_timer_arm(struct sched_timer *t, uint64_t deadline_ns);
+void sched_timer_cancel(struct sched_timer *t);
+
+/* Monotonic clock in nanoseconds; on a worker, the value cached at the loop's last wake-up. */
+uint64_t sched_now_ns(void);
+
+/* Counters for tests and benchmarks; totals over all workers, approximate while running. */
+struct sched_stats {
+    uint64_t spawned, finished, steals, parks, hops, offloads;
+};
+void sched_get_stats(const struct sched *s, struct sched_stats *out);
+
+#endif

@@ -1,0 +1,1 @@
+# GIL-free handler API (owned by native/server.pyx). Placeholder until the engine lands.

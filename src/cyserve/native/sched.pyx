@@ -1,0 +1,1 @@
+# Scheduler wrappers. Placeholder until the runtime lands.

@@ -1,0 +1,1 @@
+# HTTP engine wrappers. Placeholder until the engine lands.
