@@ -57,7 +57,8 @@ def extensions():
         Extension(
             "cyserve._core",
             sources=[os.path.join(PKG, "_core.pyx")] + csrc + asm,
-            include_dirs=[os.path.join(PKG, "csrc"), os.path.join(PKG, "include")],
+            # csrc/ itself is not on the path: its sched.h would shadow the system <sched.h>.
+            include_dirs=[PKG, os.path.join(PKG, "include")],
             define_macros=macros,
             extra_compile_args=cflags,
             extra_link_args=ldflags,
