@@ -6,3 +6,4 @@ The pieces live in native/*.pyx and are included here because they share C state
 
 include "native/sched.pyx"
 include "native/server.pyx"
+include "native/parser_hook.pyx"

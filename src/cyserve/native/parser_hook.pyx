@@ -1,0 +1,1 @@
+# Test hook for the HTTP parser conformance tests. Placeholder until the parser lands.
