@@ -1,0 +1,93 @@
+/* files.h: the logic of serving static files from a directory (app.files(prefix, directory)).
+ *
+ * Pure logic and syscalls: this module never writes HTTP. The engine asks files_open for the file
+ * behind a request path, then uses the conditional and range helpers to choose between 200, 206,
+ * 304 and 416, and sends the body with sendfile from hit.fd.
+ *
+ * Security rules of files_open (each one tested in tests/c/test_files.c):
+ *   - the relative path is percent-decoded once; an invalid escape ("%zz", "%4") is -EINVAL (400);
+ *     an encoded NUL ("%00") is -EINVAL; an encoded '/' ("%2F", "%2f") is -EINVAL, because a
+ *     slash that is not a segment separator has no meaning on a file system and "..%2f" is a
+ *     classic traversal vector (Apache's AllowEncodedSlashes Off does the same);
+ *   - the decoded path is normalised lexically: empty segments ("//") and "." are dropped, ".."
+ *     removes the previous segment; a ".." that would climb above the root is -EINVAL (400), as
+ *     nginx does;
+ *   - the file is opened beneath the root with openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)
+ *     when the kernel has it (Linux >= 5.6). Symlinks that stay inside the root are followed; one
+ *     that leads outside is -ENOENT (404: the answer does not reveal that the link exists).
+ *     Without openat2 the fallback opens the normalised path relative to the root's fd and then
+ *     checks where the descriptor really is (readlink of /proc/self/fd/N, which the kernel
+ *     resolves) against the root's real path: no check-then-use race, same answers;
+ *   - only regular files are served (opened O_NONBLOCK, so a FIFO cannot block the worker);
+ *     a directory is served by its index.html if that is a regular file, else -ENOENT;
+ *   - a file the server may not read (EACCES/EPERM from open) is -EACCES (403, like nginx).
+ *
+ * Threads: files_open and the helpers are thread-safe (the root is immutable after
+ * files_root_new); every call is a few blocking syscalls on a local file system. */
+#ifndef CYSERVE_FILES_H
+#define CYSERVE_FILES_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+struct files_root;
+
+/* IMF-fixdate "Sun, 06 Nov 1994 08:49:37 GMT" is 29 bytes; FILES_DATE_SIZE counts the NUL. */
+#define FILES_DATE_SIZE 30
+/* A quoted ETag "\"<size hex>-<mtime_ns hex>\"" is at most 1 + 16 + 1 + 16 + 1 bytes. */
+#define FILES_ETAG_SIZE 40
+
+struct files_hit {
+    int fd;                   /* open, O_RDONLY|O_CLOEXEC; the caller closes it */
+    uint64_t size;            /* bytes */
+    time_t mtime;             /* seconds since the epoch */
+    int64_t mtime_ns;         /* nanoseconds since the epoch */
+    char etag[FILES_ETAG_SIZE];   /* strong ETag, quoted, NUL-terminated */
+    size_t etag_len;
+    char last_modified[FILES_DATE_SIZE]; /* IMF-fixdate of mtime, NUL-terminated */
+    const char *content_type; /* static string, e.g. "text/html; charset=utf-8" */
+    size_t content_type_len;
+};
+
+/* Opens the directory path (NUL-terminated) as a root. Returns 0 and *out, -ENOTDIR, -ENOENT,
+ * -EACCES, -ENOMEM or another -errno from open. Build time. */
+int files_root_new(const char *path, struct files_root **out);
+
+/* Closes the root's fd and frees it. NULL is accepted. */
+void files_root_free(struct files_root *root);
+
+/* Opens the file named by rel[0..len) (the request path after the route's prefix, not
+ * percent-decoded, no query; a leading '/' is optional; need not be NUL-terminated) beneath the
+ * root, following the rules above. Returns 0 with *hit filled and hit->fd open; -ENOENT (404);
+ * -EACCES (403); -EINVAL (400). A path longer than PATH_MAX once decoded is -ENOENT. On error no
+ * fd is left open. Thread-safe. */
+int files_open(const struct files_root *root, const char *rel, size_t len, struct files_hit *hit);
+
+/* Whether the engine should answer 304 Not Modified to a GET/HEAD, per RFC 9110 13.2.2: if
+ * If-None-Match is present (inm != NULL), it alone decides: 1 when one of its entity tags matches
+ * hit->etag by weak comparison, or it is "*"; If-Modified-Since (ims != NULL) is then ignored.
+ * Otherwise 1 when If-Modified-Since parses as an IMF-fixdate and mtime <= that date; an
+ * unparseable date is ignored (0). Returns 1 or 0 (a predicate). Thread-safe. */
+int files_not_modified(const struct files_hit *hit, const char *inm, size_t inm_len,
+                       const char *ims, size_t ims_len);
+
+/* Parses a Range header value for a representation of size bytes. Accepts exactly one range:
+ * "bytes=a-b", "bytes=a-" or "bytes=-n" (unit case-insensitive, spaces around '=' and '-' not
+ * allowed, b past the end clamped to size-1). Returns 0 with [*start, *end] (end INCLUSIVE) for a
+ * 206; -ERANGE for a 416 (a syntactically valid single range that is not satisfiable: a >= size,
+ * "bytes=-0", or size == 0); 1 to ignore the header and serve 200 (another unit, several ranges,
+ * anything unparseable, a > b). Thread-safe. */
+int files_parse_range(const char *value, size_t len, uint64_t size, uint64_t *start,
+                      uint64_t *end);
+
+/* Writes t as an IMF-fixdate into out (29 characters plus a NUL). Returns 29, or 0 if t cannot
+ * be represented (out is then ""). Thread-safe (gmtime_r). */
+size_t files_http_date(time_t t, char out[FILES_DATE_SIZE]);
+
+/* Parses an IMF-fixdate (RFC 9110 5.6.7) into *out. Returns 0 or -EINVAL. The obsolete RFC 850
+ * and asctime forms are not accepted (RFC 9110 allows a recipient to ignore what it cannot
+ * parse). Thread-safe. */
+int files_parse_http_date(const char *s, size_t len, time_t *out);
+
+#endif
