@@ -1,0 +1,445 @@
+/* http_write.c: response serialisation, Date cache, byte buffers, the response builder.
+ *
+ * Everything here is single-threaded by construction: buffers and responses belong to one
+ * coroutine, and the Date cache is a thread-local, so no atomics are needed. */
+#include "http_write.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compat.h"
+
+/* ---- wbuf ---- */
+
+void wbuf_init(struct wbuf *b, char *storage, size_t cap)
+{
+    b->ptr = storage;
+    b->len = 0;
+    b->cap = storage ? cap : 0;
+    b->heap = NULL;
+}
+
+int wbuf_reserve(struct wbuf *b, size_t extra)
+{
+    if (LIKELY(b->cap - b->len >= extra))
+        return 0;
+    if (UNLIKELY(extra > SIZE_MAX / 2 - b->len))
+        return -ENOMEM;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap - b->len < extra)
+        cap *= 2;
+    char *p;
+    if (b->heap) {
+        p = realloc(b->heap, cap);
+        if (UNLIKELY(!p))
+            return -ENOMEM;
+    } else {
+        p = malloc(cap);
+        if (UNLIKELY(!p))
+            return -ENOMEM;
+        if (b->len)
+            memcpy(p, b->ptr, b->len);
+    }
+    b->heap = b->ptr = p;
+    b->cap = cap;
+    return 0;
+}
+
+int wbuf_append(struct wbuf *b, const void *data, size_t n)
+{
+    int rc = wbuf_reserve(b, n);
+    if (UNLIKELY(rc))
+        return rc;
+    if (n)
+        memcpy(b->ptr + b->len, data, n);
+    b->len += n;
+    return 0;
+}
+
+void wbuf_free(struct wbuf *b)
+{
+    free(b->heap);
+    b->heap = b->ptr = NULL;
+    b->len = b->cap = 0;
+}
+
+/* ---- arena ---- */
+
+struct resp_arena_block {
+    struct resp_arena_block *next;
+    size_t size;
+    /* 16-byte aligned payload follows */
+    _Alignas(16) unsigned char data[];
+};
+
+void *resp_arena_alloc(struct resp_arena *a, size_t size)
+{
+    /* One block per allocation keeps this trivially correct; handlers that need many small
+     * pieces are rare, and the block is freed when the request ends. */
+    if (UNLIKELY(size > SIZE_MAX - sizeof(struct resp_arena_block)))
+        return NULL;
+    struct resp_arena_block *blk = malloc(sizeof(*blk) + (size ? size : 1));
+    if (UNLIKELY(!blk))
+        return NULL;
+    blk->size = size;
+    blk->next = a->head;
+    a->head = blk;
+    return blk->data;
+}
+
+void resp_arena_reset(struct resp_arena *a)
+{
+    struct resp_arena_block *blk = a->head;
+    while (blk) {
+        struct resp_arena_block *next = blk->next;
+        free(blk);
+        blk = next;
+    }
+    a->head = NULL;
+}
+
+/* ---- response builder ---- */
+
+void resp_init(struct cyserve_response *r)
+{
+    r->status = 200;
+    r->close = 0;
+    r->has_content_type = 0;
+    wbuf_init(&r->headers, r->inline_headers, sizeof(r->inline_headers));
+    wbuf_init(&r->body, r->inline_body, sizeof(r->inline_body));
+    r->arena.head = NULL;
+}
+
+void resp_reset(struct cyserve_response *r)
+{
+    r->status = 200;
+    r->close = 0;
+    r->has_content_type = 0;
+    r->headers.len = 0;
+    r->body.len = 0;
+    resp_arena_reset(&r->arena);
+}
+
+void resp_free(struct cyserve_response *r)
+{
+    wbuf_free(&r->headers);
+    wbuf_free(&r->body);
+    resp_arena_reset(&r->arena);
+}
+
+int resp_set_status(struct cyserve_response *r, int status)
+{
+    if (UNLIKELY(status < 100 || status > 999))
+        return -EINVAL;
+    r->status = status;
+    return 0;
+}
+
+/* RFC 9110 tchar. */
+static int is_tchar(unsigned char c)
+{
+    if (c >= 'a' && c <= 'z')
+        return 1;
+    if (c >= 'A' && c <= 'Z')
+        return 1;
+    if (c >= '0' && c <= '9')
+        return 1;
+    return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+static int name_is(const char *name, size_t nlen, const char *lit)
+{
+    size_t n = strlen(lit);
+    if (nlen != n)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (c >= 'A' && c <= 'Z')
+            c = (unsigned char)(c + 32);
+        if (c != (unsigned char)lit[i])
+            return 0;
+    }
+    return 1;
+}
+
+static int append_line(struct wbuf *b, const char *name, size_t nlen, const char *value,
+                       size_t vlen)
+{
+    int rc = wbuf_reserve(b, nlen + vlen + 4);
+    if (UNLIKELY(rc))
+        return rc;
+    char *p = b->ptr + b->len;
+    memcpy(p, name, nlen);
+    p += nlen;
+    *p++ = ':';
+    *p++ = ' ';
+    if (vlen)
+        memcpy(p, value, vlen);
+    p += vlen;
+    *p++ = '\r';
+    *p++ = '\n';
+    b->len = (size_t)(p - b->ptr);
+    return 0;
+}
+
+int resp_add_header(struct cyserve_response *r, const char *name, size_t nlen, const char *value,
+                    size_t vlen)
+{
+    if (UNLIKELY(nlen == 0 || (vlen && !value) || !name))
+        return -EINVAL;
+    for (size_t i = 0; i < nlen; i++)
+        if (UNLIKELY(!is_tchar((unsigned char)name[i])))
+            return -EINVAL;
+    /* A CR or LF in a value would let a handler inject headers or a second response. */
+    for (size_t i = 0; i < vlen; i++) {
+        unsigned char c = (unsigned char)value[i];
+        if (UNLIKELY(c == '\r' || c == '\n' || c == 0))
+            return -EINVAL;
+    }
+    if (UNLIKELY(name_is(name, nlen, "content-length") || name_is(name, nlen, "transfer-encoding") ||
+                 name_is(name, nlen, "date")))
+        return -EPERM;
+    if (name_is(name, nlen, "connection")) {
+        /* The engine writes the Connection header itself; a handler may only ask to close. */
+        if (vlen == 5 && name_is(value, vlen, "close")) {
+            r->close = 1;
+            return 0;
+        }
+        return -EPERM;
+    }
+    if (name_is(name, nlen, "content-type")) {
+        if (UNLIKELY(r->has_content_type))
+            return -EEXIST;
+        r->has_content_type = 1;
+    }
+    return append_line(&r->headers, name, nlen, value, vlen);
+}
+
+int resp_set_content_type(struct cyserve_response *r, const char *value, size_t vlen)
+{
+    return resp_add_header(r, "Content-Type", 12, value, vlen);
+}
+
+int resp_write(struct cyserve_response *r, const void *data, size_t len)
+{
+    if (UNLIKELY(len && !data))
+        return -EINVAL;
+    return wbuf_append(&r->body, data, len);
+}
+
+/* ---- dates ---- */
+
+static const char wday_names[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+static const char month_names[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                        "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+
+static void put2(char *p, int v)
+{
+    p[0] = (char)('0' + v / 10 % 10);
+    p[1] = (char)('0' + v % 10);
+}
+
+void http_date_format(time_t t, char *out)
+{
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    memcpy(out, wday_names[tm.tm_wday], 3);
+    out[3] = ',';
+    out[4] = ' ';
+    put2(out + 5, tm.tm_mday);
+    out[7] = ' ';
+    memcpy(out + 8, month_names[tm.tm_mon], 3);
+    out[11] = ' ';
+    int year = tm.tm_year + 1900;
+    put2(out + 12, year / 100);
+    put2(out + 14, year % 100);
+    out[16] = ' ';
+    put2(out + 17, tm.tm_hour);
+    out[19] = ':';
+    put2(out + 20, tm.tm_min);
+    out[22] = ':';
+    put2(out + 23, tm.tm_sec);
+    memcpy(out + 25, " GMT", 4);
+}
+
+static int digits(const char *s, int n, int *out)
+{
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+int http_date_parse(const char *s, size_t len, time_t *out)
+{
+    /* Only the IMF-fixdate form: we only ever send that form, so conditional requests that echo
+     * our Last-Modified back always use it. Others are treated as absent (RFC 9110 allows
+     * ignoring an invalid date). */
+    if (len != HTTP_DATE_LEN || s[3] != ',' || s[4] != ' ' || s[7] != ' ' || s[11] != ' ' ||
+        s[16] != ' ' || s[19] != ':' || s[22] != ':' || memcmp(s + 25, " GMT", 4) != 0)
+        return -EINVAL;
+    struct tm tm;
+    memset(&tm, 0, sizeof(tm));
+    int mon = -1;
+    for (int i = 0; i < 12; i++)
+        if (memcmp(s + 8, month_names[i], 3) == 0)
+            mon = i;
+    int day, year, hh, mm, ss;
+    if (mon < 0 || digits(s + 5, 2, &day) || digits(s + 12, 4, &year) ||
+        digits(s + 17, 2, &hh) || digits(s + 20, 2, &mm) || digits(s + 23, 2, &ss))
+        return -EINVAL;
+    if (day < 1 || day > 31 || hh > 23 || mm > 59 || ss > 60 || year < 1970)
+        return -EINVAL;
+    tm.tm_mday = day;
+    tm.tm_mon = mon;
+    tm.tm_year = year - 1900;
+    tm.tm_hour = hh;
+    tm.tm_min = mm;
+    tm.tm_sec = ss;
+    *out = timegm(&tm);
+    return 0;
+}
+
+static _Thread_local time_t date_cache_sec = -1;
+static _Thread_local char date_cache[HTTP_DATE_LEN];
+
+const char *http_date_cached(time_t now_s)
+{
+    if (UNLIKELY(now_s != date_cache_sec)) {
+        http_date_format(now_s, date_cache);
+        date_cache_sec = now_s;
+    }
+    return date_cache;
+}
+
+/* ---- status lines ---- */
+
+const char *http_reason(int status, size_t *len)
+{
+    const char *s;
+    switch (status) {
+    case 100: s = "Continue"; break;
+    case 101: s = "Switching Protocols"; break;
+    case 200: s = "OK"; break;
+    case 201: s = "Created"; break;
+    case 202: s = "Accepted"; break;
+    case 204: s = "No Content"; break;
+    case 206: s = "Partial Content"; break;
+    case 301: s = "Moved Permanently"; break;
+    case 302: s = "Found"; break;
+    case 303: s = "See Other"; break;
+    case 304: s = "Not Modified"; break;
+    case 307: s = "Temporary Redirect"; break;
+    case 308: s = "Permanent Redirect"; break;
+    case 400: s = "Bad Request"; break;
+    case 401: s = "Unauthorized"; break;
+    case 403: s = "Forbidden"; break;
+    case 404: s = "Not Found"; break;
+    case 405: s = "Method Not Allowed"; break;
+    case 408: s = "Request Timeout"; break;
+    case 409: s = "Conflict"; break;
+    case 411: s = "Length Required"; break;
+    case 412: s = "Precondition Failed"; break;
+    case 413: s = "Content Too Large"; break;
+    case 414: s = "URI Too Long"; break;
+    case 415: s = "Unsupported Media Type"; break;
+    case 416: s = "Range Not Satisfiable"; break;
+    case 417: s = "Expectation Failed"; break;
+    case 422: s = "Unprocessable Content"; break;
+    case 429: s = "Too Many Requests"; break;
+    case 431: s = "Request Header Fields Too Large"; break;
+    case 500: s = "Internal Server Error"; break;
+    case 501: s = "Not Implemented"; break;
+    case 502: s = "Bad Gateway"; break;
+    case 503: s = "Service Unavailable"; break;
+    case 504: s = "Gateway Timeout"; break;
+    case 505: s = "HTTP Version Not Supported"; break;
+    default: s = "Unknown"; break;
+    }
+    *len = strlen(s);
+    return s;
+}
+
+static char *put_u64(char *p, uint64_t v)
+{
+    char tmp[20];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n)
+        *p++ = tmp[--n];
+    return p;
+}
+
+static char *put_lit(char *p, const char *s, size_t n)
+{
+    memcpy(p, s, n);
+    return p + n;
+}
+
+#define LIT(s) (s), (sizeof(s) - 1)
+
+int http_write_head(struct wbuf *out, int status, int minor_version, int keep_alive,
+                    uint64_t content_length, const char *extra, size_t extra_len,
+                    const char *date)
+{
+    size_t rlen;
+    const char *reason = http_reason(status, &rlen);
+    /* Fixed parts: status line (<= 13 + reason), Server, Date, Content-Length (<= 38),
+     * Connection (<= 24), CRLF. 160 covers them with room to spare. */
+    int rc = wbuf_reserve(out, 160 + rlen + extra_len);
+    if (UNLIKELY(rc))
+        return rc;
+    char *p = out->ptr + out->len;
+    p = put_lit(p, LIT("HTTP/1.1 "));
+    *p++ = (char)('0' + status / 100 % 10);
+    *p++ = (char)('0' + status / 10 % 10);
+    *p++ = (char)('0' + status % 10);
+    *p++ = ' ';
+    p = put_lit(p, reason, rlen);
+    p = put_lit(p, LIT("\r\nServer: cyserve\r\nDate: "));
+    p = put_lit(p, date, HTTP_DATE_LEN);
+    p = put_lit(p, LIT("\r\n"));
+    /* RFC 9110 8.6: no Content-Length in 1xx and 204; in 304 it would have to be the length
+     * of the 200 response, which we do not know here, so it is left out. */
+    if (status >= 200 && status != 204 && status != 304) {
+        p = put_lit(p, LIT("Content-Length: "));
+        p = put_u64(p, content_length);
+        p = put_lit(p, LIT("\r\n"));
+    }
+    if (!keep_alive)
+        p = put_lit(p, LIT("Connection: close\r\n"));
+    else if (minor_version == 0)
+        p = put_lit(p, LIT("Connection: keep-alive\r\n"));
+    if (extra_len)
+        p = put_lit(p, extra, extra_len);
+    p = put_lit(p, LIT("\r\n"));
+    out->len = (size_t)(p - out->ptr);
+    return 0;
+}
+
+int http_write_error(struct wbuf *out, int status, const char *detail, const char *date)
+{
+    size_t rlen;
+    const char *reason = http_reason(status, &rlen);
+    char body[256];
+    int n = snprintf(body, sizeof(body), "%d %s: %s\n", status, reason,
+                     detail ? detail : "request rejected");
+    if (n < 0)
+        n = 0;
+    if ((size_t)n >= sizeof(body))
+        n = sizeof(body) - 1;
+    static const char ct[] = "Content-Type: text/plain; charset=utf-8\r\n";
+    int rc = http_write_head(out, status, 1, 0, (uint64_t)n, ct, sizeof(ct) - 1, date);
+    if (UNLIKELY(rc))
+        return rc;
+    return wbuf_append(out, body, (size_t)n);
+}

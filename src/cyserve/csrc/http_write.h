@@ -1,0 +1,125 @@
+/* http_write.h: HTTP/1.1 response serialisation, the per-thread Date cache, growable byte
+ * buffers, and the cyserve_response builder that GIL-free and Python handlers fill.
+ *
+ * Error convention of this module: 0 or -errno (-ENOMEM, -EINVAL). Nothing here does I/O: the
+ * engine (server.c) owns the sockets and decides when bytes go out. Nothing here is shared
+ * between threads: a response, its buffers and its arena belong to the coroutine serving the
+ * request, and the Date cache is per thread. */
+#ifndef CYSERVE_HTTP_WRITE_H
+#define CYSERVE_HTTP_WRITE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "cyserve/handler.h"
+
+/* ---- growable byte buffers ---- */
+
+/* A byte buffer that starts in caller-provided storage (often on the coroutine stack) and moves
+ * to the heap when it outgrows it. */
+struct wbuf {
+    char *ptr;
+    size_t len;
+    size_t cap;
+    char *heap; /* == ptr once on the heap, else NULL */
+};
+
+/* Start b empty over storage[0..cap) (storage may be NULL with cap 0). Any thread. */
+void wbuf_init(struct wbuf *b, char *storage, size_t cap);
+
+/* Make room for extra more bytes. Returns 0 or -ENOMEM (b unchanged). */
+int wbuf_reserve(struct wbuf *b, size_t extra);
+
+/* Append n bytes. Returns 0 or -ENOMEM. */
+int wbuf_append(struct wbuf *b, const void *data, size_t n);
+
+/* Free heap storage, if any; b must be wbuf_init()ed again before reuse. */
+void wbuf_free(struct wbuf *b);
+
+/* ---- request-scoped arena ---- */
+
+/* Blocks freed together when the request ends: cyserve_resp_alloc() memory. */
+struct resp_arena {
+    struct resp_arena_block *head;
+};
+
+/* 16-byte aligned memory that lives until resp_arena_reset(). Returns NULL on ENOMEM. */
+void *resp_arena_alloc(struct resp_arena *a, size_t size);
+void resp_arena_reset(struct resp_arena *a);
+
+/* ---- the response builder ---- */
+
+#define RESP_INLINE_HEADERS 256
+#define RESP_INLINE_BODY 1024
+
+/* What a handler fills. Lives in the serving coroutine's frame; handlers see it as the opaque
+ * cyserve_response. Header lines are kept serialised ("Name: value\r\n"), so emitting the
+ * response head is one copy. */
+struct cyserve_response {
+    int status;               /* 200 unless set */
+    int close;                /* the handler asked for Connection: close */
+    int has_content_type;     /* a Content-Type line is in headers */
+    struct wbuf headers;      /* "Name: value\r\n" lines added by the handler */
+    struct wbuf body;
+    struct resp_arena arena;  /* cyserve_resp_alloc() */
+    char inline_headers[RESP_INLINE_HEADERS];
+    char inline_body[RESP_INLINE_BODY];
+};
+
+/* Prepare r for a request (status 200, no headers, empty body). */
+void resp_init(struct cyserve_response *r);
+
+/* Forget the previous response's content but keep heap buffers for the next one. */
+void resp_reset(struct cyserve_response *r);
+
+/* Free everything r holds. */
+void resp_free(struct cyserve_response *r);
+
+/* Set the status: 0, or -EINVAL outside 100..999. */
+int resp_set_status(struct cyserve_response *r, int status);
+
+/* Add a header line. Names are tokens, values have no CR/LF/NUL: -EINVAL otherwise, which is
+ * what stops a handler from splitting the response. Content-Length, Transfer-Encoding, Date and
+ * Connection are managed by the engine: -EPERM. Returns 0, -EINVAL, -EPERM or -ENOMEM. */
+int resp_add_header(struct cyserve_response *r, const char *name, size_t nlen, const char *value,
+                    size_t vlen);
+
+/* Set Content-Type (replacing a previous one set this way is not supported: -EEXIST). */
+int resp_set_content_type(struct cyserve_response *r, const char *value, size_t vlen);
+
+/* Append to the body. Returns 0 or -ENOMEM. */
+int resp_write(struct cyserve_response *r, const void *data, size_t len);
+
+/* ---- serialisation ---- */
+
+#define HTTP_DATE_LEN 29 /* "Sun, 06 Nov 1994 08:49:37 GMT" */
+
+/* Format t as an IMF-fixdate (RFC 9110 5.6.7) into out[0..29). Any thread. */
+void http_date_format(time_t t, char *out);
+
+/* Parse an IMF-fixdate; returns 0 and sets *out, or -EINVAL. */
+int http_date_parse(const char *s, size_t len, time_t *out);
+
+/* This thread's cached Date value for wall-clock second now_s: formatted at most once a second
+ * per thread. Returns a pointer to HTTP_DATE_LEN bytes, valid until the next call on this
+ * thread. */
+const char *http_date_cached(time_t now_s);
+
+/* The reason phrase of status ("Unknown" for codes not listed). Sets *len. */
+const char *http_reason(int status, size_t *len);
+
+/* Append a response head to out: status line, Server, Date, Content-Length (omitted for 1xx,
+ * 204 and 304), Connection: close when !keep_alive (and keep-alive for HTTP/1.0 clients that
+ * asked for it), the extra lines (already "Name: value\r\n" serialised, may be NULL), and the
+ * empty line. minor_version is the request's (the status line always says HTTP/1.1).
+ * Returns 0 or -ENOMEM. */
+int http_write_head(struct wbuf *out, int status, int minor_version, int keep_alive,
+                    uint64_t content_length, const char *extra, size_t extra_len,
+                    const char *date);
+
+/* Append a complete error response (text/plain body "<status> <reason>: <detail>\n") with
+ * Connection: close. Returns 0 or -ENOMEM. */
+int http_write_error(struct wbuf *out, int status, const char *detail, const char *date);
+
+#endif
