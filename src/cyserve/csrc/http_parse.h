@@ -6,7 +6,27 @@
  * as the buffer is. They keep no hidden state between calls on the head, so a head split at any
  * byte gives the same result once complete. On -1, req->status says which HTTP status to answer
  * (400, 414, 431, 501, 505) and req->error names the rule that was broken, for logs and tests.
- * Thread-safe: no global state. */
+ * Thread-safe: no global state.
+ *
+ * Decisions where RFC 9112 leaves a choice (each has a conformance case in tests/http/):
+ *  - A bare LF as a line terminator is rejected with 400 (RFC 9112 2.2 allows a recipient to
+ *    accept it; rejecting it removes a class of request-smuggling disagreements with proxies
+ *    that do not). A bare CR anywhere is 400, as 2.2 requires.
+ *  - Empty lines (CRLF) before the request line are skipped, as 2.2 recommends, so a client that
+ *    sends a stray CRLF after a body keeps its connection. They count toward max_header_bytes
+ *    and are part of the bytes consumed.
+ *  - Decisions are made in the order the bytes arrive: the first rule broken, scanning from the
+ *    start, gives the status. Field-level framing errors (a bad or differing Content-Length, a
+ *    second Host, a repeated "chunked") are decided at the end of their field line; rules that
+ *    need the whole head (Content-Length with Transfer-Encoding, chunked not last, a missing
+ *    Host) at its end. A prefix of a request therefore returns -2 or the same -1 as the whole.
+ *  - 431 and 414 are decided as soon as the bytes seen prove them, before the head is complete:
+ *    431 when more than max_header_bytes have arrived without a complete head, or when a field
+ *    line begins after max_headers fields; 414 when max_target_bytes + 1 target bytes arrived.
+ *  - Transfer-Encoding: only "chunked" is implemented. Codings other than chunked, when chunked
+ *    is last, give 501; chunked not last (or absent from a Transfer-Encoding field) gives 400.
+ *  - Expect: only "100-continue" (HTTP/1.1) sets expect_continue; other expectations are
+ *    ignored (RFC 9110 10.1.1 allows 417; ignoring them is what most servers do). */
 #ifndef CYSERVE_HTTP_PARSE_H
 #define CYSERVE_HTTP_PARSE_H
 
@@ -39,24 +59,28 @@ struct http_request {
     enum http_method method_id;
     const char *target;     /* the whole request-target */
     size_t target_len;
-    const char *path;       /* target up to '?' (not decoded) */
+    /* origin-form: the target up to '?' (not decoded). absolute-form: the path after the
+     * authority, up to '?' (may be empty). authority-form (CONNECT) and asterisk-form
+     * (OPTIONS *): the whole target. Always a view inside the target. */
+    const char *path;
     size_t path_len;
     const char *query;      /* after '?', without it; NULL if none */
     size_t query_len;
     int minor_version;      /* 0 or 1 */
-    /* header fields: the caller provides the array and its capacity in num_headers */
+    /* header fields: the caller provides the array and its capacity in num_headers; on success
+     * num_headers is the number of fields found */
     struct http_header *headers;
     size_t num_headers;
     /* framing and connection semantics, derived from the fields */
     int64_t content_length; /* -1 if absent */
     int chunked;            /* Transfer-Encoding ends in chunked */
     int keep_alive;         /* 1.1 unless "Connection: close"; 1.0 only with keep-alive */
-    int expect_continue;    /* Expect: 100-continue */
+    int expect_continue;    /* Expect: 100-continue (HTTP/1.1 only, RFC 9110 10.1.1) */
     int upgrade;            /* Connection: upgrade with an Upgrade field */
     const char *host;       /* Host field value, NULL if absent */
     size_t host_len;
     /* on -1 */
-    int status;             /* 400, 413, 414, 431, 501 or 505 */
+    int status;             /* 400, 414, 431, 501 or 505 */
     const char *error;      /* static string naming the rule, e.g. "content-length with transfer-encoding" */
 };
 
@@ -64,25 +88,33 @@ struct http_request {
 void http_limits_default(struct http_limits *lim);
 
 /* Parse one request head (request line + fields + empty line) at buf[0..len). req->headers and
- * req->num_headers (capacity) must be set by the caller. Returns bytes consumed, -1 or -2 (see
- * above). A head that is still incomplete but already over a limit returns -1 with 431/414 at
- * once, so a client cannot make the server buffer without bound. */
+ * req->num_headers (capacity) must be set by the caller; the effective field limit is the smaller
+ * of that capacity and lim->max_headers. Returns bytes consumed, -1 or -2 (see above). A head
+ * that is still incomplete but already over a limit returns -1 with 431/414 at once, so a client
+ * cannot make the server buffer without bound. Reads only buf[0..len). Any thread. */
 int http_parse_request(const char *buf, size_t len, struct http_request *req,
                        const struct http_limits *lim);
 
 /* Incremental chunked-body decoder, state kept in struct http_chunked (zero it to start). */
 struct http_chunked {
-    uint64_t remaining; /* bytes left in the current chunk */
+    uint64_t remaining; /* bytes left in the current chunk; the size being read in size lines */
     int state;          /* private */
     uint64_t total;     /* decoded body bytes so far */
     size_t trailer_bytes;
+    unsigned aux;       /* private: hex digits or chunk-extension bytes of the current line */
 };
+
+/* Longest chunk-extension part of one chunk-size line, in bytes; longer: -1. Extensions are
+ * accepted and skipped, and this bound keeps a client from streaming an endless size line. */
+#define HTTP_CHUNK_EXT_MAX 1024
 
 /* Decode chunked data in place: buf[0..*len) holds raw bytes from the wire; on return buf[0..*len)
  * holds the decoded body bytes found in them. Returns the number of raw bytes left after the end
  * of the body (>= 0, the start of the next pipelined request, moved to follow the decoded bytes
  * directly: they start at buf + *len), -2 if the body has not ended yet (all input consumed), or
- * -1 if invalid (bad size, size overflow, missing CRLF, trailer over max_trailer_bytes). */
+ * -1 if invalid (bad size, more than 16 hex digits, missing CRLF, bare LF, malformed extension,
+ * malformed trailer field, trailer section over max_trailer_bytes). The input may be split at
+ * any byte between calls. After -1 the state is undefined. Any thread, one stream per state. */
 int64_t http_chunked_decode(struct http_chunked *st, char *buf, size_t *len,
                             size_t max_trailer_bytes);
 
