@@ -1,0 +1,3 @@
+module cyserve.local/bench/coro
+
+go 1.26
