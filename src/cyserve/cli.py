@@ -1,0 +1,177 @@
+"""The ``cyserve`` command (and ``python -m cyserve``).
+
+    cyserve module:app [--host H] [--port P] [--threads N] [--graceful-timeout S] ...
+
+Every failure is one line on stderr, ``cyserve: <what is wrong>``, and a non-zero exit status:
+2 for a usage or configuration mistake (a bad option, an app path that does not import or has no
+such attribute), 1 for a failure at run time (the port is in use, the engine is missing). The one
+exception is an error raised by the application's own code while it is imported: its traceback is
+printed first, because the one line alone would not say where the bug is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from . import __version__
+from .app import App
+from .config import LOG_LEVELS, Config
+from .errors import AppLoadError, ConfigError, CyserveError, ListenError, RouteError
+
+__all__ = ["main", "load_app", "build_parser", "EXIT_RUNTIME", "EXIT_USAGE"]
+
+EXIT_RUNTIME = 1
+EXIT_USAGE = 2
+
+# The options taken from the command line: (flag, Config field, parse). Values are parsed here
+# rather than by argparse so that a bad value gets the same message as a bad keyword to run().
+_INT_OPTIONS = ("port", "threads", "backlog", "max_header_bytes", "max_target_bytes",
+                "max_headers", "max_body_bytes")
+_FLOAT_OPTIONS = ("keepalive_timeout", "header_timeout", "body_timeout", "graceful_timeout")
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a mistake is one line and exit status 2 instead of usage text."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    defaults = Config()
+    p = _Parser(prog="cyserve", description="Serve a cyserve.App over HTTP/1.1.",
+                epilog="Ctrl-C or SIGTERM stops the server gracefully; a second Ctrl-C forces it.")
+    p.add_argument("app", metavar="MODULE:APP",
+                   help="the App to serve, e.g. examples.demo.app:app")
+    p.add_argument("--host", default=defaults.host, help=f"address to bind (default {defaults.host})")
+    p.add_argument("--port", default=str(defaults.port),
+                   help=f"port to bind, 0 for any free port (default {defaults.port})")
+    p.add_argument("--threads", default=str(defaults.threads),
+                   help="worker threads; 0 = one per CPU available (default 0)")
+    p.add_argument("--backlog", default=str(defaults.backlog), help="listen() backlog")
+    p.add_argument("--max-header-bytes", default=str(defaults.max_header_bytes),
+                   help="largest header block (431 beyond)")
+    p.add_argument("--max-target-bytes", default=str(defaults.max_target_bytes),
+                   help="longest request target (414 beyond)")
+    p.add_argument("--max-headers", default=str(defaults.max_headers),
+                   help="most header fields (431 beyond)")
+    p.add_argument("--max-body-bytes", default=str(defaults.max_body_bytes),
+                   help="largest request body (413 beyond)")
+    p.add_argument("--keepalive-timeout", default=str(defaults.keepalive_timeout),
+                   help="seconds an idle keep-alive connection is kept")
+    p.add_argument("--header-timeout", default=str(defaults.header_timeout),
+                   help="seconds for the whole header block (408 beyond)")
+    p.add_argument("--body-timeout", default=str(defaults.body_timeout),
+                   help="seconds a body may make no progress (408 beyond)")
+    p.add_argument("--graceful-timeout", default=str(defaults.graceful_timeout),
+                   help="seconds in-flight requests get to finish on shutdown")
+    p.add_argument("--log-level", default=defaults.log_level, choices=LOG_LEVELS)
+    p.add_argument("--app-dir", default=".",
+                   help="folder put first on sys.path before importing (default: the current one)")
+    p.add_argument("--version", action="version", version=f"cyserve {__version__}")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    """A validated Config from parsed arguments; ConfigError names the flag's option."""
+    options: dict[str, Any] = {"host": args.host, "log_level": args.log_level}
+    for name in _INT_OPTIONS:
+        raw = getattr(args, name)
+        try:
+            options[name] = int(raw, 10)
+        except ValueError:
+            raise ConfigError(name, raw, "must be an integer") from None
+    for name in _FLOAT_OPTIONS:
+        raw = getattr(args, name)
+        try:
+            options[name] = float(raw)
+        except ValueError:
+            raise ConfigError(name, raw, "must be a number of seconds") from None
+    return Config(**options)
+
+
+def load_app(spec: str, app_dir: str | None = ".") -> App:
+    """Import ``module:attribute`` (the attribute may be dotted) and return the App there.
+
+    AppLoadError when the spec is malformed, the module does not exist or the attribute is
+    missing or is not an App. An exception raised by the module's own code propagates as it is.
+    """
+    if app_dir is not None:
+        folder = os.path.abspath(app_dir)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)  # like uvicorn: `cyserve mymod:app` finds ./mymod.py
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise AppLoadError(f"app must be given as 'module:attribute', got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        # Only a missing module on the path to the one named is the user's typo; a module that
+        # the application itself fails to import is a bug in the application.
+        if exc.name is not None and _is_parent_or_self(exc.name, module_name):
+            raise AppLoadError(f"cannot import {module_name!r}: {exc}") from None
+        raise
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise AppLoadError(f"{module_name!r} has no attribute {attr!r}") from None
+    if not isinstance(obj, App):
+        raise AppLoadError(f"{spec!r} is not a cyserve.App (it is a {type(obj).__name__})")
+    return obj
+
+
+def _is_parent_or_self(missing: str, wanted: str) -> bool:
+    return wanted == missing or wanted.startswith(missing + ".")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; return its exit status."""
+    try:
+        args = build_parser().parse_args(argv)
+        config = config_from_args(args)
+    except _UsageError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    except ConfigError as exc:
+        return _fail(exc.for_cli(), EXIT_USAGE)
+
+    try:
+        app = load_app(args.app, args.app_dir)
+    except AppLoadError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    except Exception as exc:
+        traceback.print_exc()
+        return _fail(f"error while importing {args.app!r}: {type(exc).__name__}: {exc}",
+                     EXIT_RUNTIME)
+
+    from .server import serve
+
+    try:
+        serve(app, config)
+    except (RouteError, ConfigError) as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    except ListenError as exc:
+        return _fail(str(exc), EXIT_RUNTIME)
+    except CyserveError as exc:
+        return _fail(str(exc), EXIT_RUNTIME)
+    except ValueError as exc:  # the engine's own check of a route or an option
+        return _fail(str(exc), EXIT_USAGE)
+    except KeyboardInterrupt:  # only possible before the signal handlers are in place
+        return 130
+    return 0
+
+
+def _fail(message: str, status: int) -> int:
+    print(f"cyserve: {message}", file=sys.stderr, flush=True)
+    return status

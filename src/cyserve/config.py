@@ -1,0 +1,133 @@
+"""The server's options, their defaults and their validation.
+
+One Config object is built from whatever the user gave (keyword arguments to cyserve.run or
+command-line flags) and is validated at once, so that a bad value is reported before anything is
+bound or started, with a message that names the option and the value (see errors.ConfigError).
+
+The defaults are those a user behind a load balancer would expect (issue 4, item 2): an idle
+keep-alive connection is closed after 5 s, the whole header block must arrive within 10 s, and a
+body that makes no progress for 10 s is dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, fields
+from typing import Any
+
+from .errors import ConfigError
+
+__all__ = ["Config", "LOG_LEVELS", "MAX_THREADS", "available_cpus"]
+
+# More workers than this is a typing mistake rather than a machine: every worker owns a thread,
+# an epoll instance and a listening socket.
+MAX_THREADS = 1024
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+# Options whose value is a count or a size: integers of at least 1.
+_LIMITS = ("backlog", "max_header_bytes", "max_target_bytes", "max_headers", "max_body_bytes")
+# Timeouts in seconds: finite and strictly positive.
+_TIMEOUTS = ("keepalive_timeout", "header_timeout", "body_timeout")
+
+
+def available_cpus() -> int:
+    """The number of CPUs this process may run on (its affinity mask, not the machine's count),
+    so that `taskset -c 0 cyserve ...` starts one worker."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux: fall back to the machine's count
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every option of a cyserve server. Construction validates: ConfigError on a bad value."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    threads: int = 0  # 0: one worker per CPU available to the process
+    backlog: int = 1024
+    max_header_bytes: int = 8192  # the whole header block; more gets 431
+    max_target_bytes: int = 8192  # the request target; longer gets 414
+    max_headers: int = 100  # header fields; more gets 431
+    max_body_bytes: int = 1048576  # a larger body gets 413
+    keepalive_timeout: float = 5.0  # an idle keep-alive connection is closed after this
+    header_timeout: float = 10.0  # the whole header block must arrive within this (else 408)
+    body_timeout: float = 10.0  # a body that makes no progress for this long gets 408
+    graceful_timeout: float = 5.0  # on shutdown, in-flight requests get this long to finish
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        self._validate()
+
+    @classmethod
+    def from_options(cls, **options: Any) -> Config:
+        """A Config from keyword options; an unknown name is a ConfigError too, so that a typo
+        such as ``keepalive=3`` is not silently ignored."""
+        known = {f.name for f in fields(cls)}
+        for name in options:
+            if name not in known:
+                raise ConfigError(name, options[name], "unknown option (known: "
+                                  + ", ".join(sorted(known)) + ")")
+        return cls(**options)
+
+    def replace(self, **changes: Any) -> Config:
+        """A copy with some options changed, validated again."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def workers(self) -> int:
+        """The number of worker threads to start: threads, or the CPUs available when 0."""
+        return self.threads if self.threads > 0 else available_cpus()
+
+    def server_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of cyserve._core.Server, minus the routes."""
+        return {
+            "host": self.host,
+            "port": self.port,
+            "threads": self.workers,
+            "backlog": self.backlog,
+            "max_header_bytes": self.max_header_bytes,
+            "max_target_bytes": self.max_target_bytes,
+            "max_headers": self.max_headers,
+            "max_body_bytes": self.max_body_bytes,
+            "keepalive_timeout": float(self.keepalive_timeout),
+            "header_timeout": float(self.header_timeout),
+            "body_timeout": float(self.body_timeout),
+        }
+
+    def _validate(self) -> None:
+        if not isinstance(self.host, str) or not self.host or self.host != self.host.strip():
+            raise ConfigError("host", repr(self.host), "must be a host name or an IP address")
+        _check_int("port", self.port, 0, 65535)
+        _check_int("threads", self.threads, 0, MAX_THREADS)
+        for name in _LIMITS:
+            _check_int(name, getattr(self, name), 1, None)
+        for name in _TIMEOUTS:
+            _check_seconds(name, getattr(self, name), allow_zero=False)
+        # 0 is meaningful here: do not wait for in-flight requests at all.
+        _check_seconds("graceful_timeout", self.graceful_timeout, allow_zero=True)
+        if not isinstance(self.log_level, str) or self.log_level.lower() not in LOG_LEVELS:
+            raise ConfigError("log_level", self.log_level, "must be one of " + ", ".join(LOG_LEVELS))
+
+
+def _check_int(name: str, value: object, low: int, high: int | None) -> None:
+    # bool is an int subclass, but `threads=True` is a mistake, not 1.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(name, repr(value), "must be an integer")
+    if high is None and value < low:
+        raise ConfigError(name, value, f"must be at least {low}")
+    if high is not None and not low <= value <= high:
+        raise ConfigError(name, value, f"must be between {low} and {high}")
+
+
+def _check_seconds(name: str, value: object, *, allow_zero: bool) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(name, repr(value), "must be a number of seconds")
+    if not math.isfinite(value):
+        raise ConfigError(name, value, "must be a finite number of seconds")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(name, value, "must be at least 0" if allow_zero else "must be positive")

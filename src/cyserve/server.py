@@ -1,0 +1,193 @@
+"""cyserve.run: start a server for an App, wait for a signal, stop it gracefully.
+
+The lifecycle, in order:
+
+1. Validate the options (Config) and the routes (App.build) before touching the network, so a
+   mistake is reported as one line and nothing is left half-started.
+2. Install the SIGINT and SIGTERM handlers *before* starting the workers: a signal that arrives
+   while the server starts is then recorded rather than lost or raised as KeyboardInterrupt in the
+   middle of start().
+3. Start the server (bind, listen, start the workers) and print one line saying where it serves.
+4. The main thread waits in short time.sleep() calls. Python runs signal handlers only in the main
+   thread, between bytecodes; a main thread blocked in a long C call (as seed 004's bindings were)
+   would never see Ctrl-C. Sleeping releases the GIL, so the workers are not held back.
+5. On the first signal: print "cyserve: shutting down" and call srv.stop(grace=graceful_timeout):
+   stop accepting, let requests in flight finish within the grace period, then close the rest.
+   stop() runs on a helper thread while the main thread keeps waiting in short sleeps, so that a
+   second Ctrl-C during the grace period is seen and forces srv.stop(grace=0).
+6. Restore the previous signal handlers and return.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Callable
+
+from .app import App
+from .config import Config
+from .errors import CyserveError, ListenError
+
+if TYPE_CHECKING:
+    from ._core import Server
+
+__all__ = ["run", "serve", "format_address"]
+
+log = logging.getLogger("cyserve")
+
+# How often the waiting main thread wakes up. A signal interrupts the sleep at once and its
+# handler runs; PEP 475 then resumes the sleep for what is left of it, so this bounds how long a
+# recorded signal waits to be acted on.
+_POLL_SECONDS = 0.05
+
+
+def run(app: App, host: str = "127.0.0.1", port: int = 8000, threads: int = 0,
+        **options: Any) -> None:
+    """Serve ``app`` until SIGINT or SIGTERM, then stop gracefully and return.
+
+    ``threads=0`` starts one worker per CPU available to the process. Other options are those of
+    cyserve.config.Config (backlog, limits, timeouts, graceful_timeout, log_level). Raises
+    ConfigError for a bad option, RouteError for a bad route, ListenError when the address
+    cannot be bound.
+    """
+    config = Config.from_options(host=host, port=port, threads=threads, **options)
+    serve(app, config)
+
+
+def serve(app: App, config: Config, *, stop_event: threading.Event | None = None,
+          ready: Callable[[Server], None] | None = None) -> None:
+    """Run ``app`` with ``config``: what run() does, for callers holding a Config.
+
+    Outside the main thread no signal handler can be installed: the server then runs until
+    ``stop_event`` is set (setting it once acts like one Ctrl-C). ``ready`` is called with the
+    started Server (its ``port`` is the bound port when config.port is 0).
+    """
+    if not isinstance(app, App):
+        raise TypeError(f"expected a cyserve.App, got {type(app).__name__}")
+    _configure_logging(config.log_level)
+    routes = app.build()
+    server_cls = _server_class()
+    srv = server_cls(routes, **config.server_kwargs())
+    waiter = _Waiter(stop_event)
+    waiter.install()
+    try:
+        try:
+            srv.start()
+        except OSError as exc:
+            raise _listen_error(config.host, config.port, exc) from exc
+        try:
+            workers = config.workers
+            print(f"cyserve: serving on http://{format_address(config.host, srv.port)} with "
+                  f"{workers} thread{'s' if workers != 1 else ''} (pid {os.getpid()})",
+                  flush=True)
+            if ready is not None:
+                ready(srv)
+            waiter.wait_for_request(srv)
+            if srv.running:
+                print("cyserve: shutting down", flush=True)
+                _stop(srv, config.graceful_timeout, waiter)
+        finally:
+            # Whatever went wrong above, never leave workers running behind the caller's back.
+            if srv.running:
+                srv.stop(grace=0.0)
+    finally:
+        waiter.uninstall()
+
+
+def format_address(host: str, port: int) -> str:
+    """HOST:PORT as it appears in a URL: an IPv6 address goes in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class _Waiter:
+    """Counts stop requests: signals (in the main thread) and a stop_event (anywhere)."""
+
+    def __init__(self, stop_event: threading.Event | None) -> None:
+        self.requests = 0
+        self.stop_event = stop_event
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._on_signal)
+
+    def uninstall(self) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous.clear()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # Only count here: printing from a signal handler can re-enter a print the main thread
+        # was in the middle of (RuntimeError: reentrant call), so the main loop does the talking.
+        self.requests += 1
+
+    def pending(self) -> int:
+        if self.stop_event is not None and self.stop_event.is_set():
+            return max(self.requests, 1)
+        return self.requests
+
+    def wait_for_request(self, srv: Server) -> None:
+        """Return when a stop was requested or the server stopped on its own."""
+        while srv.running and self.pending() == 0:
+            time.sleep(_POLL_SECONDS)
+
+
+def _stop(srv: Server, grace: float, waiter: _Waiter) -> None:
+    """srv.stop(grace) on a helper thread; a second stop request forces stop(0)."""
+    failure: list[BaseException] = []
+
+    def graceful() -> None:
+        try:
+            srv.stop(grace=grace)
+        except BaseException as exc:  # handed to the main thread, which re-raises it
+            failure.append(exc)
+
+    stopper = threading.Thread(target=graceful, name="cyserve-stop", daemon=True)
+    stopper.start()
+    forced = False
+    while stopper.is_alive():
+        time.sleep(_POLL_SECONDS)
+        if not forced and waiter.requests > 1:
+            print("cyserve: forcing shutdown", flush=True)
+            forced = True
+            srv.stop(grace=0.0)
+    stopper.join()
+    if failure:
+        raise failure[0]
+
+
+def _server_class() -> type[Server]:
+    try:
+        from ._core import Server
+    except ImportError as exc:
+        raise CyserveError("the native engine (cyserve._core.Server) is not available; "
+                           f"run `make build` ({exc})") from exc
+    return Server
+
+
+def _listen_error(host: str, port: int, exc: OSError) -> ListenError:
+    if exc.errno is not None and exc.errno > 0:
+        reason = os.strerror(exc.errno)
+        reason = reason[:1].lower() + reason[1:]
+    else:  # getaddrinfo errors carry negative EAI codes; their text is already clear
+        reason = exc.strerror or str(exc)
+    err = ListenError(f"cannot listen on {format_address(host, port)}: {reason}")
+    err.errno = exc.errno
+    return err
+
+
+def _configure_logging(level: str) -> None:
+    # Tracebacks of failing handlers and the engine's warnings go through this logger. Give it a
+    # handler only if the application configured none, so that users' logging setups win.
+    log.setLevel(level.upper())
+    if not log.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("cyserve: %(levelname)s: %(message)s"))
+        log.addHandler(handler)

@@ -1,0 +1,106 @@
+"""cyserve.config.Config: defaults, and a ConfigError naming the option and value for each
+kind of bad value."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import pytest
+
+from cyserve.config import MAX_THREADS, Config, available_cpus
+from cyserve.errors import ConfigError
+
+
+def test_defaults_are_those_of_the_issue() -> None:
+    c = Config()
+    assert (c.host, c.port, c.threads, c.backlog) == ("127.0.0.1", 8000, 0, 1024)
+    assert (c.max_header_bytes, c.max_target_bytes, c.max_headers, c.max_body_bytes) == (
+        8192, 8192, 100, 1048576)
+    assert (c.keepalive_timeout, c.header_timeout, c.body_timeout) == (5.0, 10.0, 10.0)
+    assert c.graceful_timeout == 5.0
+    assert c.log_level == "info"
+
+
+def test_server_kwargs_match_the_engine_contract() -> None:
+    c = Config(port=0, threads=3, keepalive_timeout=2)
+    assert c.server_kwargs() == {
+        "host": "127.0.0.1", "port": 0, "threads": 3, "backlog": 1024,
+        "max_header_bytes": 8192, "max_target_bytes": 8192, "max_headers": 100,
+        "max_body_bytes": 1048576, "keepalive_timeout": 2.0, "header_timeout": 10.0,
+        "body_timeout": 10.0,
+    }
+    assert isinstance(c.server_kwargs()["keepalive_timeout"], float)
+
+
+def test_zero_threads_means_the_cpus_this_process_may_use() -> None:
+    assert Config(threads=0).workers == len(os.sched_getaffinity(0)) == available_cpus()
+    assert Config(threads=5).workers == 5
+    assert Config(threads=0).server_kwargs()["threads"] == available_cpus()
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("port", -1, "invalid port -1: must be between 0 and 65535"),
+    ("port", 65536, "invalid port 65536: must be between 0 and 65535"),
+    ("port", "80", "invalid port '80': must be an integer"),
+    ("port", 80.0, "invalid port 80.0: must be an integer"),
+    ("threads", -1, "invalid threads -1: must be between 0 and 1024"),
+    ("threads", MAX_THREADS + 1, "invalid threads 1025: must be between 0 and 1024"),
+    ("threads", True, "invalid threads True: must be an integer"),
+    ("backlog", 0, "invalid backlog 0: must be at least 1"),
+    ("max_header_bytes", 0, "invalid max_header_bytes 0: must be at least 1"),
+    ("max_target_bytes", -5, "invalid max_target_bytes -5: must be at least 1"),
+    ("max_headers", 0, "invalid max_headers 0: must be at least 1"),
+    ("max_body_bytes", 0, "invalid max_body_bytes 0: must be at least 1"),
+    ("keepalive_timeout", 0, "invalid keepalive_timeout 0: must be positive"),
+    ("header_timeout", -1.5, "invalid header_timeout -1.5: must be positive"),
+    ("body_timeout", math.inf, "invalid body_timeout inf: must be a finite number of seconds"),
+    ("body_timeout", math.nan, "invalid body_timeout nan: must be a finite number of seconds"),
+    ("body_timeout", "10", "invalid body_timeout '10': must be a number of seconds"),
+    ("graceful_timeout", -0.1, "invalid graceful_timeout -0.1: must be at least 0"),
+    ("log_level", "loud", "invalid log_level loud: must be one of critical, error, warning, "
+                          "info, debug"),
+    ("host", "", "invalid host '': must be a host name or an IP address"),
+    ("host", " 127.0.0.1", "invalid host ' 127.0.0.1': must be a host name or an IP address"),
+    ("host", None, "invalid host None: must be a host name or an IP address"),
+])
+def test_bad_values_name_the_option_and_the_value(option: str, value: Any, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Config(**{option: value})
+    assert str(info.value) == message
+    assert info.value.option == option
+    assert isinstance(info.value, ValueError)
+
+
+def test_the_cli_spelling_of_an_error() -> None:
+    with pytest.raises(ConfigError) as info:
+        Config(max_body_bytes=0)
+    assert info.value.for_cli() == "invalid --max-body-bytes 0: must be at least 1"
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("port", 0), ("port", 65535), ("threads", 1024), ("graceful_timeout", 0),
+    ("keepalive_timeout", 0.001), ("host", "::1"), ("host", "localhost"), ("log_level", "DEBUG"),
+])
+def test_edge_values_that_are_fine(option: str, value: Any) -> None:
+    assert getattr(Config(**{option: value}), option) == value
+
+
+def test_from_options_rejects_unknown_names() -> None:
+    with pytest.raises(ConfigError, match=r"invalid keepalive 3: unknown option \(known: "):
+        Config.from_options(keepalive=3)
+    assert Config.from_options(port=1, threads=2).port == 1
+
+
+def test_replace_validates_again() -> None:
+    c = Config()
+    assert c.replace(port=9000).port == 9000
+    with pytest.raises(ConfigError, match="invalid port 70000"):
+        c.replace(port=70000)
+
+
+def test_config_is_immutable() -> None:
+    c = Config()
+    with pytest.raises(AttributeError):
+        c.port = 1  # type: ignore[misc]
