@@ -19,6 +19,24 @@
 struct coro;
 struct coro_pool;
 
+/* Scheduler bookkeeping embedded at the start of every coroutine, so that the scheduler needs no
+ * allocation of its own per spawn. sched.c owns these fields; coro.c never reads them. They are
+ * touched only by the thread that currently holds the coroutine (runs it, queues it or parks
+ * it); the queues that hand a coroutine to another thread publish them with release/acquire. */
+struct coro_sched_node {
+    struct coro *next; /* run/inject/remote queue link, or parked-list link */
+    struct coro *prev; /* parked-list link */
+    void *wait;        /* what the coroutine waits for (a record on its own stack) */
+    int32_t home;      /* worker to hop to, see sched.c */
+    uint32_t flags;
+};
+
+/* The node of co. struct coro begins with its node, so this is a cast, not a call. */
+static inline struct coro_sched_node *coro_sched_node(struct coro *co)
+{
+    return (struct coro_sched_node *)(void *)co;
+}
+
 typedef int (*coro_fn)(struct coro *co, void *arg);
 
 /* What coro_resume() returns once the coroutine has run its body to the end. Any other value
@@ -32,8 +50,31 @@ typedef int (*coro_fn)(struct coro *co, void *arg);
 
 /* Create a stack pool handing out stacks of stack_size bytes (rounded up to whole pages), each
  * with a PROT_NONE guard page below it. Returns 0 and sets *out, -EINVAL for a size outside
- * [CORO_STACK_MIN, CORO_STACK_MAX], -ENOMEM. The calling thread becomes the owner. */
+ * [CORO_STACK_MIN, CORO_STACK_MAX], -ENOMEM. The calling thread becomes the owner.
+ *
+ * Guard pages cost two memory mappings per stack and the kernel caps mappings per process
+ * (vm.max_map_count). Past a budget of a quarter of that cap for all guarded stacks of the
+ * process, new stacks are mapped without a guard page and carry a canary instead, checked every
+ * time the coroutine switches out; a smashed canary prints "cyserve: coroutine stack overflow"
+ * and aborts. A one-time warning on stderr says when this fallback starts. Why not -ENOMEM: a
+ * server under a burst would then fail requests that fit in memory; the canary still turns
+ * most overflows into a clean abort, and the budget leaves three quarters of the mappings to
+ * the rest of the process.
+ *
+ * The first pool created on a thread also gives the thread an alternate signal stack, and the
+ * first pool of the process installs a SIGSEGV handler (chained to the previous one) that
+ * recognises a fault on the guard page of the coroutine running on that thread, writes
+ * "cyserve: coroutine stack overflow" to stderr and dies by SIGSEGV. */
 int coro_pool_new(struct coro_pool **out, size_t stack_size);
+
+/* Same as coro_pool_new, but coroutine structs come from the same slab as share's, so that a
+ * coroutine created with one pool may be freed with the other (the scheduler gives one pool to
+ * every worker and one to outside threads). share must stay alive until this call returns;
+ * the slab's memory is released with the last pool that uses it. */
+int coro_pool_new_shared(struct coro_pool **out, size_t stack_size, struct coro_pool *share);
+
+/* The usable size of the pool's stacks, in bytes. */
+size_t coro_pool_stack_size(const struct coro_pool *pool);
 
 /* Unmap every cached stack and free the pool. Coroutines still holding one of its stacks must be
  * finished or freed first. Owner thread only. */
@@ -46,8 +87,11 @@ struct coro *coro_new(struct coro_pool *pool, coro_fn fn, void *arg);
 
 /* Run co until it yields or finishes. On its first resume it takes a stack from pool; when it
  * finishes it runs its deferred calls, frees its arena and gives the stack back to pool. Returns
- * the yielded value (>= 0) or CORO_FINISHED. Resumes nest: a coroutine may resume another one,
- * and each coro_yield() returns to its own resumer. pool must be the calling thread's pool. */
+ * the yielded value (>= 0), CORO_FINISHED, or -ENOMEM if no stack could be mapped for its first
+ * run (co is then untouched and may be resumed again or freed). Resumes nest: a coroutine may
+ * resume another one, and each coro_yield() returns to its own resumer. pool must be the calling
+ * thread's pool. A suspended coroutine may be resumed by another thread than the one that
+ * suspended it, provided the hand-over is ordered (release/acquire) as the run queues do. */
 int coro_resume(struct coro *co, struct coro_pool *pool);
 
 /* Suspend the running coroutine co, returning value (>= 0) from the coro_resume() that ran it.
@@ -71,6 +115,9 @@ void *coro_malloc(struct coro *co, size_t size);
 /* Register fn(arg) to run when co finishes or is freed; deferred calls run last-in first-out.
  * Returns 0 or -ENOMEM. From inside co, or by its resumer. */
 int coro_defer(struct coro *co, void (*fn)(void *), void *arg);
+
+/* Whether co has taken a stack (it has been resumed at least once and has not finished). */
+int coro_is_started(const struct coro *co);
 
 /* The exit value returned by co's body; meaningful once it has finished. */
 int coro_exit_value(const struct coro *co);

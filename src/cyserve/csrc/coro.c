@@ -1,0 +1,781 @@
+/* coro.c: stackful coroutines, their stack pools, slabs of coroutine structs, arenas and defers.
+ *
+ * Memory, and who owns it:
+ * - struct coro comes from a slab: chunks of CORO_SLAB_CHUNK bytes carved into structs. A pool
+ *   keeps a private free list (no locking on the hot path). Structs migrate between pools of the
+ *   same slab (created on one worker, freed on another), so a pool whose free list grows past
+ *   two magazines gives one magazine back to the shared slab (mutex), and a pool that runs dry
+ *   takes a magazine from there before it carves a new chunk. Chunks are freed with the slab,
+ *   when its last pool is freed (reference count).
+ * - Stacks are mmap'd: [guard page][usable stack][struct coro_stack header at the very top].
+ *   A coroutine takes one on its first resume from the resuming thread's pool and gives it back
+ *   to the pool of the thread where it finishes. Each pool caches a bounded number of stacks;
+ *   past that they are unmapped. Stacks are plain mappings, so any pool may unmap any stack.
+ * - The arena is a list of malloc'd chunks owned by the coroutine; defer records live in it.
+ *
+ * Switching: coro_switch_ctx (coro_switch_<arch>.S) saves the callee-saved registers on the
+ * running stack and swaps stack pointers. Under AddressSanitizer every switch is announced with
+ * __sanitizer_start/finish_switch_fiber (ASan must know which stack is live to tell a stack
+ * access from a wild one), and under ThreadSanitizer every coroutine is a TSan fiber, switched
+ * with __tsan_switch_to_fiber, so that a coroutine resumed on another thread keeps its own
+ * happens-before history instead of inheriting the worker's. */
+#include "coro.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "compat.h"
+
+#if defined(CORO_USE_UCONTEXT)
+#include <ucontext.h>
+#endif
+
+#if defined(CYSERVE_ASAN)
+void __sanitizer_start_switch_fiber(void **fake_stack_save, const void *bottom, size_t size);
+void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_old,
+                                     size_t *size_old);
+void __asan_unpoison_memory_region(void const volatile *addr, size_t size);
+#endif
+#if defined(CYSERVE_TSAN)
+void *__tsan_get_current_fiber(void);
+void *__tsan_create_fiber(unsigned flags);
+void __tsan_destroy_fiber(void *fiber);
+void __tsan_switch_to_fiber(void *fiber, unsigned flags);
+#endif
+
+#if !defined(CORO_USE_UCONTEXT)
+/* Defined in coro_switch_<arch>.S. */
+void coro_switch_ctx(void **save_sp, void *load_sp);
+void coro_trampoline(void);
+#endif
+
+enum coro_state { CORO_NEW, CORO_RUNNING, CORO_SUSPENDED, CORO_DONE };
+
+/* Header at the top of every stack mapping. */
+struct coro_stack {
+    struct coro_stack *next; /* pool free list */
+    char *map;               /* start of the mapping (the guard page, if any) */
+    size_t map_size;
+    char *lo;                /* lowest usable byte */
+    char *hi;                /* one past the highest usable byte (this header starts here) */
+    int guarded;
+};
+
+struct coro_arena_chunk {
+    struct coro_arena_chunk *next;
+    size_t used, size;
+    _Alignas(16) unsigned char data[];
+};
+
+struct coro_defer_rec {
+    struct coro_defer_rec *next;
+    void (*fn)(void *);
+    void *arg;
+};
+
+struct coro {
+    struct coro_sched_node node; /* must stay first: see coro_sched_node() */
+#if defined(CORO_USE_UCONTEXT)
+    ucontext_t ctx, caller_ctx;
+#else
+    void *sp;        /* saved stack pointer while suspended */
+    void *caller_sp; /* the resumer's, while running */
+#endif
+    struct coro_stack *stack;
+    coro_fn fn;
+    void *arg;
+    struct coro_arena_chunk *arena;
+    struct coro_defer_rec *defers;
+    void *data;
+    int state;
+    int transfer;     /* value handed across the switch: the yield value or CORO_FINISHED */
+    int resume_value; /* what the next coro_yield() returns */
+    int exit_value;
+    struct coro_stack *prev_running; /* the thread's running stack before this resume */
+#if defined(CYSERVE_ASAN)
+    void *asan_fake;
+    const void *caller_bottom;
+    size_t caller_size;
+#endif
+#if defined(CYSERVE_TSAN)
+    void *tsan_fiber;
+    void *tsan_caller;
+#endif
+};
+
+/* ---- slab of coroutine structs ---- */
+
+/* 1 MiB chunks: large enough that 500,000 spawns carve ~60 chunks, small enough that an idle
+ * server does not reserve much. Magazines of 256 structs bound what a pool hoards. */
+#define CORO_SLAB_CHUNK (1u << 20)
+#define CORO_MAGAZINE 256u
+
+struct coro_slab_chunk {
+    struct coro_slab_chunk *next;
+};
+
+struct coro_magazine {
+    struct coro_magazine *next_mag; /* overlays the first free struct of the magazine */
+};
+
+struct coro_slab {
+    pthread_mutex_t lock;
+    unsigned refs;                  /* pools using this slab; under lock */
+    struct coro_slab_chunk *chunks; /* under lock */
+    struct coro *mags;              /* magazines: lists of CORO_MAGAZINE free structs; under lock */
+};
+
+struct coro_pool {
+    struct coro_slab *slab;
+    struct coro *free_structs; /* linked through node.next */
+    unsigned n_free_structs;
+    char *carve, *carve_end; /* the unused tail of this pool's current chunk */
+    struct coro_stack *free_stacks;
+    unsigned n_free_stacks, max_free_stacks;
+    size_t stack_size; /* usable bytes, page multiple */
+    size_t page;
+    void *altstack; /* the alternate signal stack this pool installed, or NULL */
+    size_t altstack_size;
+};
+
+/* ---- per-thread state for the overflow handler and nesting ---- */
+
+/* The stack of the coroutine running on this thread (NULL on the thread's own stack). Read by
+ * the SIGSEGV handler, which runs on the same thread. */
+static __thread struct coro_stack *coro_tls_running;
+
+/* Process-wide budget of guarded stacks, counted in mappings (two per guarded stack). */
+static long coro_guard_budget = -1; /* set once under coro_once */
+static long coro_guard_used;        /* atomic */
+static int coro_guard_warned;       /* atomic */
+static pthread_once_t coro_once = PTHREAD_ONCE_INIT;
+static struct sigaction coro_old_segv;
+
+static const uint64_t coro_canary = 0x6379736572766521ull; /* "cyserve!" */
+
+static void coro_write_stderr(const char *msg)
+{
+    size_t len = strlen(msg);
+    while (len > 0) {
+        ssize_t n = write(2, msg, len);
+        if (n <= 0)
+            return;
+        msg += n;
+        len -= (size_t)n;
+    }
+}
+
+static void coro_segv_handler(int sig, siginfo_t *info, void *uctx)
+{
+    struct coro_stack *st = coro_tls_running;
+    char *addr = info->si_addr;
+    /* A frame larger than the guard page may jump past it; accept faults up to 64 KiB below
+     * the usable stack, which is still inside (or just below) this stack's reservation. */
+    if (st && st->guarded && addr < st->lo && addr >= st->map - 65536) {
+        coro_write_stderr("cyserve: coroutine stack overflow (fault on the guard page)\n");
+        signal(SIGSEGV, SIG_DFL);
+        return; /* the faulting access repeats and the default action kills the process */
+    }
+    /* Not ours: give the previous handler its fault back by reinstalling it; the access repeats. */
+    sigaction(SIGSEGV, &coro_old_segv, NULL);
+}
+
+static void coro_init_once(void)
+{
+    long max_maps = 65530;
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+    if (f) {
+        if (fscanf(f, "%ld", &max_maps) != 1)
+            max_maps = 65530;
+        fclose(f);
+    }
+    coro_guard_budget = max_maps / 4;
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = coro_segv_handler;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &coro_old_segv);
+}
+
+/* Give this thread an alternate signal stack unless it has one, so that the overflow handler can
+ * run when the coroutine stack is exhausted. Returns the stack we installed, or NULL. */
+static void *coro_install_altstack(size_t *size_out)
+{
+    stack_t cur;
+    if (sigaltstack(NULL, &cur) == 0 && !(cur.ss_flags & SS_DISABLE))
+        return NULL;
+    size_t size = 64 * 1024;
+    void *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (UNLIKELY(mem == MAP_FAILED))
+        return NULL;
+    stack_t ss = {.ss_sp = mem, .ss_size = size, .ss_flags = 0};
+    if (UNLIKELY(sigaltstack(&ss, NULL) != 0)) {
+        munmap(mem, size);
+        return NULL;
+    }
+    *size_out = size;
+    return mem;
+}
+
+/* ---- pools ---- */
+
+static int coro_pool_create(struct coro_pool **out, size_t stack_size, struct coro_slab *slab)
+{
+    if (stack_size < CORO_STACK_MIN || stack_size > CORO_STACK_MAX)
+        return -EINVAL;
+    pthread_once(&coro_once, coro_init_once);
+    struct coro_pool *pool = calloc(1, sizeof(*pool));
+    if (UNLIKELY(!pool))
+        return -ENOMEM;
+    pool->page = (size_t)sysconf(_SC_PAGESIZE);
+    pool->stack_size = (stack_size + pool->page - 1) & ~(pool->page - 1);
+    /* Keep up to 8 MiB of stacks (at least 4) cached: enough to absorb bursts of short
+     * coroutines without a syscall, little enough to matter nothing next to a worker's RSS. */
+    pool->max_free_stacks = (unsigned)((8u << 20) / pool->stack_size);
+    if (pool->max_free_stacks < 4)
+        pool->max_free_stacks = 4;
+    if (slab) {
+        pthread_mutex_lock(&slab->lock);
+        slab->refs++;
+        pthread_mutex_unlock(&slab->lock);
+    } else {
+        slab = calloc(1, sizeof(*slab));
+        if (UNLIKELY(!slab)) {
+            free(pool);
+            return -ENOMEM;
+        }
+        pthread_mutex_init(&slab->lock, NULL);
+        slab->refs = 1;
+    }
+    pool->slab = slab;
+    pool->altstack = coro_install_altstack(&pool->altstack_size);
+    *out = pool;
+    return 0;
+}
+
+int coro_pool_new(struct coro_pool **out, size_t stack_size)
+{
+    return coro_pool_create(out, stack_size, NULL);
+}
+
+int coro_pool_new_shared(struct coro_pool **out, size_t stack_size, struct coro_pool *share)
+{
+    return coro_pool_create(out, stack_size, share->slab);
+}
+
+size_t coro_pool_stack_size(const struct coro_pool *pool)
+{
+    return pool->stack_size;
+}
+
+static void coro_stack_unmap(struct coro_stack *st)
+{
+    if (st->guarded)
+        /* safety: a plain counter of mappings; relaxed is enough for a budget. */
+        __atomic_fetch_sub(&coro_guard_used, 2, __ATOMIC_RELAXED);
+    munmap(st->map, st->map_size);
+}
+
+/* Hand the pool's free structs back to the slab as magazines (the pool is going away). */
+static void coro_pool_return_structs(struct coro_pool *pool)
+{
+    struct coro_slab *slab = pool->slab;
+    while (pool->free_structs) {
+        struct coro *head = pool->free_structs, *cur = head;
+        unsigned n = 1;
+        while (n < CORO_MAGAZINE && cur->node.next) {
+            cur = cur->node.next;
+            n++;
+        }
+        pool->free_structs = cur->node.next;
+        cur->node.next = NULL;
+        pthread_mutex_lock(&slab->lock);
+        head->node.prev = slab->mags; /* magazines are chained through the head's prev */
+        slab->mags = head;
+        pthread_mutex_unlock(&slab->lock);
+    }
+    pool->n_free_structs = 0;
+}
+
+void coro_pool_free(struct coro_pool *pool)
+{
+    if (!pool)
+        return;
+    while (pool->free_stacks) {
+        struct coro_stack *st = pool->free_stacks;
+        pool->free_stacks = st->next;
+        coro_stack_unmap(st);
+    }
+    coro_pool_return_structs(pool);
+    struct coro_slab *slab = pool->slab;
+    pthread_mutex_lock(&slab->lock);
+    unsigned refs = --slab->refs;
+    pthread_mutex_unlock(&slab->lock);
+    if (refs == 0) {
+        while (slab->chunks) {
+            struct coro_slab_chunk *c = slab->chunks;
+            slab->chunks = c->next;
+            munmap(c, CORO_SLAB_CHUNK);
+        }
+        pthread_mutex_destroy(&slab->lock);
+        free(slab);
+    }
+    if (pool->altstack) {
+        stack_t cur;
+        /* Only remove the alternate stack if it is still the one this pool installed. */
+        if (sigaltstack(NULL, &cur) == 0 && cur.ss_sp == pool->altstack) {
+            stack_t off = {.ss_sp = NULL, .ss_size = 0, .ss_flags = SS_DISABLE};
+            sigaltstack(&off, NULL);
+        }
+        munmap(pool->altstack, pool->altstack_size);
+    }
+    free(pool);
+}
+
+static size_t coro_struct_size(void)
+{
+    return (sizeof(struct coro) + 15) & ~(size_t)15;
+}
+
+static NOINLINE struct coro *coro_struct_refill(struct coro_pool *pool)
+{
+    struct coro_slab *slab = pool->slab;
+    size_t sz = coro_struct_size();
+    if ((size_t)(pool->carve_end - pool->carve) >= sz) {
+        struct coro *co = (struct coro *)(void *)pool->carve;
+        pool->carve += sz;
+        return co;
+    }
+    pthread_mutex_lock(&slab->lock);
+    struct coro *mag = slab->mags;
+    if (mag)
+        slab->mags = mag->node.prev;
+    pthread_mutex_unlock(&slab->lock);
+    if (mag) {
+        /* Count exactly: a pool being freed may hand back a short last magazine. */
+        unsigned n = 0;
+        for (struct coro *c = mag->node.next; c; c = c->node.next)
+            n++;
+        pool->free_structs = mag->node.next;
+        pool->n_free_structs = n;
+        return mag;
+    }
+    /* A fresh chunk. mmap rather than malloc: the chunk is page-aligned, zero-filled lazily and
+     * returned to the kernel as a whole when the slab goes away. */
+    void *mem = mmap(NULL, CORO_SLAB_CHUNK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                     -1, 0);
+    if (UNLIKELY(mem == MAP_FAILED))
+        return NULL;
+    struct coro_slab_chunk *chunk = mem;
+    pthread_mutex_lock(&slab->lock);
+    chunk->next = slab->chunks;
+    slab->chunks = chunk;
+    pthread_mutex_unlock(&slab->lock);
+    pool->carve = (char *)mem + 64;
+    pool->carve_end = (char *)mem + CORO_SLAB_CHUNK;
+    struct coro *co = (struct coro *)(void *)pool->carve;
+    pool->carve += sz;
+    return co;
+}
+
+static void coro_struct_put(struct coro_pool *pool, struct coro *co)
+{
+    co->node.next = pool->free_structs;
+    pool->free_structs = co;
+    if (UNLIKELY(++pool->n_free_structs >= 2 * CORO_MAGAZINE)) {
+        /* Give the oldest magazine's worth back: walk CORO_MAGAZINE structs and cut there. */
+        struct coro *cut = pool->free_structs;
+        for (unsigned i = 1; i < CORO_MAGAZINE; i++)
+            cut = cut->node.next;
+        struct coro *mag = cut->node.next;
+        cut->node.next = NULL;
+        struct coro *rest = pool->free_structs;
+        pool->free_structs = mag;
+        pool->n_free_structs -= CORO_MAGAZINE;
+        pthread_mutex_lock(&pool->slab->lock);
+        rest->node.prev = pool->slab->mags;
+        pool->slab->mags = rest;
+        pthread_mutex_unlock(&pool->slab->lock);
+    }
+}
+
+struct coro *coro_new(struct coro_pool *pool, coro_fn fn, void *arg)
+{
+    struct coro *co = pool->free_structs;
+    if (LIKELY(co)) {
+        pool->free_structs = co->node.next;
+        pool->n_free_structs--;
+    } else {
+        co = coro_struct_refill(pool);
+        if (UNLIKELY(!co))
+            return NULL;
+    }
+    /* Field by field rather than memset: the struct is mostly context storage that the first
+     * resume writes anyway, and spawning is the hot path of the 500,000-coroutine benchmark. */
+    co->node.next = NULL;
+    co->node.prev = NULL;
+    co->node.wait = NULL;
+    co->node.home = -1;
+    co->node.flags = 0;
+    co->stack = NULL;
+    co->fn = fn;
+    co->arg = arg;
+    co->arena = NULL;
+    co->defers = NULL;
+    co->data = NULL;
+    co->state = CORO_NEW;
+    co->transfer = 0;
+    co->resume_value = 0;
+    co->exit_value = 0;
+#if defined(CYSERVE_ASAN)
+    co->asan_fake = NULL;
+#endif
+#if defined(CYSERVE_TSAN)
+    co->tsan_fiber = NULL;
+#endif
+    return co;
+}
+
+/* ---- stacks ---- */
+
+static NOINLINE struct coro_stack *coro_stack_map(struct coro_pool *pool)
+{
+    size_t page = pool->page;
+    size_t header = (sizeof(struct coro_stack) + 63) & ~(size_t)63;
+    /* safety: a budget counter; a few stacks over budget in a race are harmless. */
+    long used = __atomic_add_fetch(&coro_guard_used, 2, __ATOMIC_RELAXED);
+    int guarded = used <= coro_guard_budget;
+    if (!guarded) {
+        __atomic_fetch_sub(&coro_guard_used, 2, __ATOMIC_RELAXED);
+        /* safety: exchange makes exactly one thread print the warning. */
+        if (!__atomic_exchange_n(&coro_guard_warned, 1, __ATOMIC_RELAXED))
+            coro_write_stderr("cyserve: warning: guarded coroutine stacks exceed a quarter of "
+                              "vm.max_map_count; new stacks use a canary instead of a guard "
+                              "page\n");
+    }
+    size_t guard = guarded ? page : 0;
+    size_t map_size = guard + pool->stack_size + page; /* + one page for the header */
+    char *map = mmap(NULL, map_size, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (UNLIKELY(map == MAP_FAILED)) {
+        if (guarded)
+            __atomic_fetch_sub(&coro_guard_used, 2, __ATOMIC_RELAXED);
+        return NULL;
+    }
+    if (guarded && UNLIKELY(mprotect(map, page, PROT_NONE) != 0)) {
+        __atomic_fetch_sub(&coro_guard_used, 2, __ATOMIC_RELAXED);
+        munmap(map, map_size);
+        return NULL;
+    }
+    struct coro_stack *st = (struct coro_stack *)(void *)(map + map_size - header);
+    st->next = NULL;
+    st->map = map;
+    st->map_size = map_size;
+    st->lo = map + guard;
+    st->hi = (char *)st;
+    st->guarded = guarded;
+    if (!guarded)
+        memcpy(st->lo, &coro_canary, sizeof(coro_canary));
+    return st;
+}
+
+static struct coro_stack *coro_stack_get(struct coro_pool *pool)
+{
+    struct coro_stack *st = pool->free_stacks;
+    if (LIKELY(st)) {
+        pool->free_stacks = st->next;
+        pool->n_free_stacks--;
+        return st;
+    }
+    return coro_stack_map(pool);
+}
+
+static void coro_stack_put(struct coro_pool *pool, struct coro_stack *st)
+{
+#if defined(CYSERVE_ASAN)
+    /* A cancelled coroutine leaves its frames' redzones poisoned; the next user must not trip on
+     * them. */
+    __asan_unpoison_memory_region(st->lo, (size_t)(st->hi - st->lo));
+#endif
+    if (UNLIKELY(st->map_size - (size_t)(st->lo - st->map) - pool->page != pool->stack_size ||
+                 pool->n_free_stacks >= pool->max_free_stacks)) {
+        /* A stack of another size (a pool of another scheduler) or a full cache. */
+        coro_stack_unmap(st);
+        return;
+    }
+    st->next = pool->free_stacks;
+    pool->free_stacks = st;
+    pool->n_free_stacks++;
+}
+
+static void coro_check_canary(struct coro *co)
+{
+    if (LIKELY(co->stack->guarded))
+        return;
+    if (UNLIKELY(memcmp(co->stack->lo, &coro_canary, sizeof(coro_canary)) != 0)) {
+        coro_write_stderr("cyserve: coroutine stack overflow (canary smashed)\n");
+        abort();
+    }
+}
+
+/* ---- switching ---- */
+
+static void coro_main(struct coro *co);
+
+#if defined(CORO_USE_UCONTEXT)
+static void coro_ucontext_entry(unsigned hi, unsigned lo)
+{
+    coro_main((struct coro *)(((uintptr_t)hi << 32) | (uintptr_t)lo));
+}
+#endif
+
+static void coro_prepare(struct coro *co)
+{
+    char *top = (char *)((uintptr_t)co->stack->hi & ~(uintptr_t)15);
+#if defined(CORO_USE_UCONTEXT)
+    getcontext(&co->ctx);
+    co->ctx.uc_stack.ss_sp = co->stack->lo;
+    co->ctx.uc_stack.ss_size = (size_t)(top - co->stack->lo);
+    co->ctx.uc_link = NULL;
+    uintptr_t p = (uintptr_t)co;
+    makecontext(&co->ctx, (void (*)(void))coro_ucontext_entry, 2, (unsigned)(p >> 32),
+                (unsigned)(p & 0xffffffffu));
+#elif defined(__x86_64__)
+    /* The frame coro_switch_ctx pops (see the table in coro_switch_x86_64.S): MXCSR/x87 word,
+     * r15, r14, r13 = entry, r12 = co, rbx, rbp = 0, return address = trampoline. After the
+     * final ret the stack pointer is `top`, 16-byte aligned. The new coroutine starts with the
+     * floating-point control state of the thread that first resumes it. */
+    uint64_t *f = (uint64_t *)(void *)top - 8;
+    uint32_t mxcsr;
+    uint16_t fpucw;
+    __asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
+    __asm__ volatile("fnstcw %0" : "=m"(fpucw));
+    f[0] = (uint64_t)mxcsr | ((uint64_t)fpucw << 32);
+    f[1] = 0;
+    f[2] = 0;
+    f[3] = (uint64_t)(uintptr_t)coro_main;
+    f[4] = (uint64_t)(uintptr_t)co;
+    f[5] = 0;
+    f[6] = 0;
+    f[7] = (uint64_t)(uintptr_t)coro_trampoline;
+    co->sp = f;
+#elif defined(__aarch64__)
+    /* 176-byte frame (see coro_switch_aarch64.S): x19 = co, x20 = entry, x29 = 0,
+     * x30 = trampoline, d8-d15 = 0, FPCR = the resuming thread's. */
+    uint64_t *f = (uint64_t *)(void *)(top - 176);
+    memset(f, 0, 176);
+    uint64_t fpcr;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
+    f[0] = (uint64_t)(uintptr_t)co;
+    f[1] = (uint64_t)(uintptr_t)coro_main;
+    f[11] = (uint64_t)(uintptr_t)coro_trampoline;
+    f[20] = fpcr;
+    co->sp = f;
+#else
+#error "no context switch for this architecture: build with CORO_USE_UCONTEXT=1"
+#endif
+}
+
+/* Switch from the resumer into co. */
+static ALWAYS_INLINE void coro_switch_in(struct coro *co)
+{
+#if defined(CYSERVE_TSAN)
+    co->tsan_caller = __tsan_get_current_fiber();
+    __tsan_switch_to_fiber(co->tsan_fiber, 0);
+#endif
+#if defined(CYSERVE_ASAN)
+    void *fake = NULL;
+    __sanitizer_start_switch_fiber(&fake, co->stack->lo, (size_t)(co->stack->hi - co->stack->lo));
+#endif
+#if defined(CORO_USE_UCONTEXT)
+    swapcontext(&co->caller_ctx, &co->ctx);
+#else
+    coro_switch_ctx(&co->caller_sp, co->sp);
+#endif
+#if defined(CYSERVE_ASAN)
+    __sanitizer_finish_switch_fiber(fake, NULL, NULL);
+#endif
+}
+
+/* Switch from inside co back to its resumer. finished: co will never run again. */
+static ALWAYS_INLINE void coro_switch_out(struct coro *co, int finished)
+{
+#if defined(CYSERVE_TSAN)
+    __tsan_switch_to_fiber(co->tsan_caller, 0);
+#endif
+#if defined(CYSERVE_ASAN)
+    __sanitizer_start_switch_fiber(finished ? NULL : &co->asan_fake, co->caller_bottom,
+                                   co->caller_size);
+#endif
+#if defined(CORO_USE_UCONTEXT)
+    swapcontext(&co->ctx, &co->caller_ctx);
+#else
+    coro_switch_ctx(&co->sp, co->caller_sp);
+#endif
+#if defined(CYSERVE_ASAN)
+    /* Back inside co, resumed by (perhaps) another thread: learn the new resumer's stack. */
+    __sanitizer_finish_switch_fiber(co->asan_fake, &co->caller_bottom, &co->caller_size);
+#endif
+}
+
+static void coro_main(struct coro *co)
+{
+#if defined(CYSERVE_ASAN)
+    __sanitizer_finish_switch_fiber(NULL, &co->caller_bottom, &co->caller_size);
+#endif
+    co->exit_value = co->fn(co, co->arg);
+    co->state = CORO_DONE;
+    co->transfer = CORO_FINISHED;
+    coro_switch_out(co, 1);
+    /* Not reached: a finished coroutine is never resumed. */
+    abort();
+}
+
+static void coro_run_defers(struct coro *co)
+{
+    /* A deferred call may register another; keep popping until the list is empty. */
+    while (co->defers) {
+        struct coro_defer_rec *d = co->defers;
+        co->defers = d->next;
+        d->fn(d->arg);
+    }
+}
+
+static void coro_free_arena(struct coro *co)
+{
+    while (co->arena) {
+        struct coro_arena_chunk *c = co->arena;
+        co->arena = c->next;
+        free(c);
+    }
+}
+
+/* Run defers, free the arena, give the stack back: co is done with all its resources. */
+static void coro_release(struct coro *co, struct coro_pool *pool)
+{
+    coro_run_defers(co);
+    coro_free_arena(co);
+    if (co->stack) {
+        coro_stack_put(pool, co->stack);
+        co->stack = NULL;
+    }
+#if defined(CYSERVE_TSAN)
+    if (co->tsan_fiber) {
+        __tsan_destroy_fiber(co->tsan_fiber);
+        co->tsan_fiber = NULL;
+    }
+#endif
+}
+
+int coro_resume(struct coro *co, struct coro_pool *pool)
+{
+    if (UNLIKELY(co->state == CORO_NEW)) {
+        co->stack = coro_stack_get(pool);
+        if (UNLIKELY(!co->stack))
+            return -ENOMEM;
+#if defined(CYSERVE_TSAN)
+        co->tsan_fiber = __tsan_create_fiber(0);
+#endif
+        coro_prepare(co);
+    }
+    co->state = CORO_RUNNING;
+    co->prev_running = coro_tls_running;
+    coro_tls_running = co->stack;
+    coro_switch_in(co);
+    coro_tls_running = co->prev_running;
+    coro_check_canary(co);
+    int value = co->transfer;
+    if (value == CORO_FINISHED)
+        coro_release(co, pool);
+    else
+        co->state = CORO_SUSPENDED;
+    return value;
+}
+
+int coro_yield(struct coro *co, int value)
+{
+    co->transfer = value;
+    coro_switch_out(co, 0);
+    int r = co->resume_value;
+    co->resume_value = 0;
+    return r;
+}
+
+void coro_set_resume_value(struct coro *co, int value)
+{
+    co->resume_value = value;
+}
+
+void coro_free(struct coro *co, struct coro_pool *pool)
+{
+    if (!co)
+        return;
+    coro_release(co, pool);
+    coro_struct_put(pool, co);
+}
+
+int coro_is_started(const struct coro *co)
+{
+    return co->state == CORO_RUNNING || co->state == CORO_SUSPENDED;
+}
+
+/* ---- arena and defers ---- */
+
+void *coro_malloc(struct coro *co, size_t size)
+{
+    size = (size + 15) & ~(size_t)15;
+    struct coro_arena_chunk *c = co->arena;
+    if (LIKELY(c && c->size - c->used >= size)) {
+        void *p = c->data + c->used;
+        c->used += size;
+        return p;
+    }
+    /* A new chunk of 4 KiB, or exactly the request if it is bigger; the old chunk's tail is
+     * wasted, which keeps the arena a simple bump allocator. */
+    size_t cap = size > 4096 - sizeof(*c) ? size : 4096 - sizeof(*c);
+    if (UNLIKELY(cap > SIZE_MAX - sizeof(*c)))
+        return NULL;
+    c = malloc(sizeof(*c) + cap);
+    if (UNLIKELY(!c))
+        return NULL;
+    c->size = cap;
+    c->used = size;
+    c->next = co->arena;
+    co->arena = c;
+    return c->data;
+}
+
+int coro_defer(struct coro *co, void (*fn)(void *), void *arg)
+{
+    struct coro_defer_rec *d = coro_malloc(co, sizeof(*d));
+    if (UNLIKELY(!d))
+        return -ENOMEM;
+    d->fn = fn;
+    d->arg = arg;
+    d->next = co->defers;
+    co->defers = d;
+    return 0;
+}
+
+int coro_exit_value(const struct coro *co)
+{
+    return co->exit_value;
+}
+
+void *coro_get_data(const struct coro *co)
+{
+    return co->data;
+}
+
+void coro_set_data(struct coro *co, void *data)
+{
+    co->data = data;
+}

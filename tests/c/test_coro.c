@@ -1,0 +1,416 @@
+/* test_coro.c: unit tests of csrc/coro.c (switching, nesting, defers, arena, stacks, overflow). */
+#include "csrc/coro.c"
+
+#include <sys/wait.h>
+
+#include "tap.h"
+
+static struct coro_pool *pool;
+
+/* ---- switch and values ---- */
+
+static int body_yield_three(struct coro *co, void *arg)
+{
+    int *seen = arg;
+    seen[0] = coro_yield(co, 10);
+    seen[1] = coro_yield(co, 20);
+    seen[2] = coro_yield(co, 30);
+    return 42;
+}
+
+static void test_switch(void)
+{
+    int seen[3] = {-1, -1, -1};
+    struct coro *co = coro_new(pool, body_yield_three, seen);
+    ok(co != NULL, "coro_new");
+    ok(!coro_is_started(co), "not started before the first resume");
+    is_int(coro_resume(co, pool), 10, "first yield value");
+    ok(coro_is_started(co), "started after the first resume");
+    coro_set_resume_value(co, 7);
+    is_int(coro_resume(co, pool), 20, "second yield value");
+    is_int(coro_resume(co, pool), 30, "third yield value");
+    coro_set_resume_value(co, -110);
+    is_int(coro_resume(co, pool), CORO_FINISHED, "finished");
+    is_int(coro_exit_value(co), 42, "exit value");
+    is_int(seen[0], 7, "resume value reaches coro_yield");
+    is_int(seen[1], 0, "resume value resets to 0");
+    is_int(seen[2], -110, "negative resume value");
+    coro_free(co, pool);
+}
+
+/* ---- nesting ---- */
+
+static int body_inner(struct coro *co, void *arg)
+{
+    int *log = arg;
+    log[log[0]++ + 1] = 2;
+    coro_yield(co, 5);
+    log[log[0]++ + 1] = 4;
+    return 0;
+}
+
+static int body_outer(struct coro *co, void *arg)
+{
+    int *log = arg;
+    log[log[0]++ + 1] = 1;
+    struct coro *inner = coro_new(pool, body_inner, log);
+    int v = coro_resume(inner, pool);
+    log[log[0]++ + 1] = 3;
+    coro_yield(co, v * 10); /* must return to main, not to inner */
+    v = coro_resume(inner, pool);
+    log[log[0]++ + 1] = v == CORO_FINISHED ? 5 : -1;
+    coro_free(inner, pool);
+    return 0;
+}
+
+static void test_nested(void)
+{
+    int log[16] = {0};
+    struct coro *co = coro_new(pool, body_outer, log);
+    is_int(coro_resume(co, pool), 50, "outer yields inner's value to main");
+    is_int(coro_resume(co, pool), CORO_FINISHED, "outer finishes");
+    is_int(log[0], 5, "five steps");
+    int in_order = 1;
+    for (int i = 1; i <= 5; i++)
+        in_order &= log[i] == i;
+    ok(in_order, "nested resumes interleave in order");
+    coro_free(co, pool);
+}
+
+/* ---- defers ---- */
+
+struct defer_log {
+    int order[8];
+    int n;
+};
+
+static struct defer_log dlog;
+
+static void record(void *arg)
+{
+    dlog.order[dlog.n++] = (int)(intptr_t)arg;
+}
+
+static void record_and_defer_more(void *arg)
+{
+    record(arg);
+}
+
+static int body_defers(struct coro *co, void *arg)
+{
+    coro_defer(co, record, (void *)1);
+    coro_defer(co, record, (void *)2);
+    coro_defer(co, record_and_defer_more, (void *)3);
+    if (arg)
+        coro_yield(co, 0);
+    return 0;
+}
+
+static void test_defers(void)
+{
+    memset(&dlog, 0, sizeof(dlog));
+    struct coro *co = coro_new(pool, body_defers, NULL);
+    is_int(coro_resume(co, pool), CORO_FINISHED, "defer body finishes");
+    is_int(dlog.n, 3, "three deferred calls ran on finish");
+    ok(dlog.order[0] == 3 && dlog.order[1] == 2 && dlog.order[2] == 1, "defers run LIFO");
+    coro_free(co, pool);
+
+    memset(&dlog, 0, sizeof(dlog));
+    co = coro_new(pool, body_defers, (void *)1);
+    is_int(coro_resume(co, pool), 0, "suspended");
+    is_int(dlog.n, 0, "no defer while suspended");
+    unsigned free_before = pool->n_free_stacks;
+    coro_free(co, pool);
+    is_int(dlog.n, 3, "cancelling a suspended coroutine runs its defers");
+    ok(dlog.order[0] == 3 && dlog.order[2] == 1, "cancel runs defers LIFO");
+    is_int(pool->n_free_stacks, free_before + 1, "cancel gives the stack back");
+
+    memset(&dlog, 0, sizeof(dlog));
+    co = coro_new(pool, body_defers, NULL);
+    coro_defer(co, record, (void *)9);
+    coro_free(co, pool);
+    is_int(dlog.n, 1, "freeing a never-run coroutine runs defers registered by its creator");
+}
+
+/* ---- arena ---- */
+
+static int body_arena(struct coro *co, void *arg)
+{
+    int good = 1;
+    unsigned char *ptrs[64];
+    for (int i = 0; i < 64; i++) {
+        size_t sz = (size_t)(i * 37 % 300) + 1;
+        ptrs[i] = coro_malloc(co, sz);
+        good &= ptrs[i] != NULL && ((uintptr_t)ptrs[i] & 15) == 0;
+        memset(ptrs[i], i, sz);
+    }
+    for (int i = 0; i < 64; i++)
+        good &= ptrs[i][0] == (unsigned char)i;
+    unsigned char *big = coro_malloc(co, 100000);
+    good &= big != NULL;
+    memset(big, 0xab, 100000);
+    good &= big[99999] == 0xab && ptrs[63][0] == 63;
+    *(int *)arg = good;
+    return 0;
+}
+
+static void test_arena(void)
+{
+    int good = 0;
+    struct coro *co = coro_new(pool, body_arena, &good);
+    is_int(coro_resume(co, pool), CORO_FINISHED, "arena body finishes");
+    ok(good, "arena allocations are 16-byte aligned, distinct and usable (ASan checks the rest)");
+    coro_free(co, pool);
+}
+
+/* ---- stacks ---- */
+
+static int body_frame(struct coro *co, void *arg)
+{
+    *(uintptr_t *)arg = (uintptr_t)__builtin_frame_address(0);
+    return 0;
+}
+
+static int body_align(struct coro *co, void *arg)
+{
+    /* A 16-byte aligned local forces the compiler to rely on the ABI's incoming alignment
+     * only when it does not realign; the frame address checks the incoming rule directly. */
+    uintptr_t fp = (uintptr_t)__builtin_frame_address(0);
+    *(int *)arg = (fp & 15) == 0;
+    return 0;
+}
+
+static void test_stacks(void)
+{
+    uintptr_t a = 0, b = 0;
+    struct coro *c1 = coro_new(pool, body_frame, &a);
+    coro_resume(c1, pool);
+    coro_free(c1, pool);
+    struct coro *c2 = coro_new(pool, body_frame, &b);
+    coro_resume(c2, pool);
+    coro_free(c2, pool);
+    ok(a != 0 && a == b, "a finished coroutine's stack is reused by the next one");
+
+    int aligned = 0;
+    struct coro *c3 = coro_new(pool, body_align, &aligned);
+    coro_resume(c3, pool);
+    coro_free(c3, pool);
+    ok(aligned, "frame pointer is 16-byte aligned on entry (ABI stack alignment)");
+
+    /* 20,000 coroutines created before any runs take no stack until they run. */
+    enum { N = 20000 };
+    static struct coro *many[N];
+    unsigned stacks_before = pool->n_free_stacks;
+    for (int i = 0; i < N; i++)
+        many[i] = coro_new(pool, body_frame, &a);
+    is_int(pool->n_free_stacks, stacks_before, "creating coroutines maps no stack");
+    int all = 1;
+    for (int i = 0; i < N; i++)
+        all &= coro_resume(many[i], pool) == CORO_FINISHED;
+    ok(all, "20,000 coroutines ran to the end");
+    for (int i = 0; i < N; i++)
+        coro_free(many[i], pool);
+    is_int(pool->n_free_stacks, stacks_before, "and all shared one cached stack");
+}
+
+/* ---- floating-point control state ---- */
+
+/* The rounding-mode bits of MXCSR / FPCR, read and written directly (libm is not linked). */
+#define ROUND_TOWARDZERO 3
+static int get_round(void)
+{
+#if defined(__x86_64__)
+    uint32_t m;
+    __asm__ volatile("stmxcsr %0" : "=m"(m));
+    return (int)((m >> 13) & 3);
+#elif defined(__aarch64__)
+    uint64_t r;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(r));
+    return (int)((r >> 22) & 3);
+#else
+    return 0;
+#endif
+}
+
+static void set_round_towardzero(void)
+{
+#if defined(__x86_64__)
+    uint32_t m;
+    __asm__ volatile("stmxcsr %0" : "=m"(m));
+    m |= 3u << 13;
+    __asm__ volatile("ldmxcsr %0" : : "m"(m));
+#elif defined(__aarch64__)
+    uint64_t r;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(r));
+    r |= 3ull << 22;
+    __asm__ volatile("msr fpcr, %0" : : "r"(r));
+#endif
+}
+
+static int body_round(struct coro *co, void *arg)
+{
+    set_round_towardzero();
+    coro_yield(co, 0);
+    *(int *)arg = get_round() == ROUND_TOWARDZERO;
+    return 0;
+}
+
+static void test_fpu_state(void)
+{
+    int kept = 0;
+    struct coro *co = coro_new(pool, body_round, &kept);
+    coro_resume(co, pool);
+    is_int(get_round(), 0, "a coroutine's rounding mode does not leak to its resumer");
+    coro_resume(co, pool);
+    ok(kept, "the coroutine gets its own rounding mode back after a yield");
+    coro_free(co, pool);
+}
+
+/* ---- migration between threads ---- */
+
+struct migrate {
+    struct coro *co;
+    int value;
+};
+
+static int body_migrate(struct coro *co, void *arg)
+{
+    int *x = arg;
+    *x = 1;
+    coro_yield(co, 1);
+    *x = 2;
+    return 0;
+}
+
+static void *migrate_thread(void *arg)
+{
+    struct migrate *m = arg;
+    struct coro_pool *p2;
+    if (coro_pool_new_shared(&p2, CORO_STACK_DEFAULT, pool) != 0)
+        return NULL;
+    m->value = coro_resume(m->co, p2);
+    coro_free(m->co, p2); /* the struct goes to p2's free list, the slab is shared */
+    coro_pool_free(p2);
+    return NULL;
+}
+
+static void test_migrate(void)
+{
+    int x = 0;
+    struct migrate m = {.co = coro_new(pool, body_migrate, &x), .value = 99};
+    coro_resume(m.co, pool);
+    pthread_t t;
+    pthread_create(&t, NULL, migrate_thread, &m);
+    pthread_join(t, NULL);
+    is_int(m.value, CORO_FINISHED, "a coroutine suspended on one thread finishes on another");
+    is_int(x, 2, "with its state intact");
+}
+
+/* ---- overflow ---- */
+
+static NOINLINE int recurse(int depth)
+{
+    volatile char buf[512];
+    buf[0] = (char)depth;
+    buf[511] = (char)depth;
+    if (depth > (1 << 30)) /* never true: keeps the compiler from calling this infinite */
+        return 0;
+    return recurse(depth + 1) + buf[0] + buf[511];
+}
+
+static int body_overflow(struct coro *co, void *arg)
+{
+    return recurse(0);
+}
+
+/* Run fn in a child whose stderr is captured; returns its wait status, fills msg. */
+static int run_child(void (*fn)(void), char *msg, size_t msg_size)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return -1;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], 2);
+        fn();
+        _exit(0);
+    }
+    close(fds[1]);
+    size_t len = 0;
+    ssize_t n;
+    while (len + 1 < msg_size && (n = read(fds[0], msg + len, msg_size - 1 - len)) > 0)
+        len += (size_t)n;
+    msg[len] = 0;
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return status;
+}
+
+static void child_overflow(void)
+{
+    struct coro *co = coro_new(pool, body_overflow, NULL);
+    coro_resume(co, pool);
+}
+
+static int body_smash(struct coro *co, void *arg)
+{
+    memset(co->stack->lo, 0, 8); /* what a deep overflow would do to an unguarded stack */
+    coro_yield(co, 0);
+    return 0;
+}
+
+static void child_canary(void)
+{
+    coro_guard_budget = 0; /* no guarded stacks: every new stack gets a canary */
+    struct coro_pool *p;
+    coro_pool_new(&p, CORO_STACK_DEFAULT);
+    struct coro *co = coro_new(p, body_smash, NULL);
+    coro_resume(co, p);
+}
+
+static void test_overflow(void)
+{
+    char msg[4096];
+    int st = run_child(child_overflow, msg, sizeof(msg));
+    ok(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV, "overflowing child dies by SIGSEGV");
+    ok(strstr(msg, "cyserve: coroutine stack overflow") != NULL,
+       "and says it was a coroutine stack overflow");
+    if (!strstr(msg, "cyserve: coroutine stack overflow"))
+        note("child stderr: %s", msg);
+
+    st = run_child(child_canary, msg, sizeof(msg));
+    ok(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "smashed canary aborts");
+    ok(strstr(msg, "cyserve: coroutine stack overflow (canary smashed)") != NULL,
+       "with a clear message");
+    ok(strstr(msg, "vm.max_map_count") != NULL, "after a one-time warning about the budget");
+}
+
+static void test_bad_sizes(void)
+{
+    struct coro_pool *p = NULL;
+    is_int(coro_pool_new(&p, 1024), -EINVAL, "stack below the minimum");
+    is_int(coro_pool_new(&p, (size_t)CORO_STACK_MAX + 1), -EINVAL, "stack above the maximum");
+    is_int(coro_pool_new(&p, CORO_STACK_MIN + 1), 0, "odd size accepted");
+    is_int(coro_pool_stack_size(p), CORO_STACK_MIN + 4096, "rounded up to pages");
+    coro_pool_free(p);
+}
+
+int main(void)
+{
+    if (coro_pool_new(&pool, CORO_STACK_DEFAULT) != 0)
+        return 1;
+    test_switch();
+    test_nested();
+    test_defers();
+    test_arena();
+    test_stacks();
+    test_fpu_state();
+    test_migrate();
+    test_overflow();
+    test_bad_sizes();
+    coro_pool_free(pool);
+    return done_testing();
+}
