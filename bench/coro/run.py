@@ -413,7 +413,9 @@ def fmt_ratio(x: float | None) -> str:
 def render(report: dict[str, Any]) -> str:
     systems = report["systems"]
     n = next(iter(systems.values()))["n"] if systems else 0
-    lines = [f"### {n:,} empty coroutines ({report['method']['runs']} runs each, medians; "
+    runs = report["method"]["runs"]
+    runs_text = f"{runs} run{'s' if runs != 1 else ''}"
+    lines = [f"### {n:,} empty coroutines ({runs_text} each, medians; "
              f"a fresh process per run)", "",
              "| Name | Language | Workers | Spawn (s) | Run (s) | Total (s) | Total min–max (s) "
              "| Total vs go-all | Total vs asyncio |",
@@ -451,8 +453,7 @@ def render(report: dict[str, Any]) -> str:
 
     sc = report.get("scaling")
     if sc:
-        lines += ["", f"### Scaling: {sc['workload']} ({report['method']['runs']} runs, "
-                      f"medians)", "",
+        lines += ["", f"### Scaling: {sc['workload']} ({runs_text} each, medians)", "",
                   "| Workers | cyserve total (s) | cyserve coroutines/s | cyserve speed-up "
                   "| Go total (s) | Go coroutines/s | Go speed-up | cyserve/Go throughput |",
                   "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -470,7 +471,8 @@ def render(report: dict[str, Any]) -> str:
             if not e.get("available"):
                 lines.append(f"\n- {name}: {e['reason']}")
         lines.append("")
-        matched = [name for name, e in sc["systems"].items() if e.get("available")]
+        matched = [{"cyserve": "cyserve", "go": "Go"}[name]
+                   for name, e in sc["systems"].items() if e.get("available")]
         if sc["checksum_ok"]:
             verdict = (f"{' and '.join(matched)} agree{'s' if len(matched) == 1 else ''} with "
                        "it on every run: the loop was not folded away.")
@@ -487,8 +489,10 @@ def render(report: dict[str, Any]) -> str:
     if p:
         lines.append("")
         if p.get("available"):
-            lines.append(f"A parked scheduler burns no CPU: {p['cpu_s'] * 1e3:.2f} ms of CPU "
-                         f"over {p['wall_s']:.2f} s with {p['workers']} workers and no work.")
+            share = p["cpu_s"] / p["wall_s"] * 100 if p["wall_s"] else 0.0
+            lines.append(f"Parked scheduler ({p['workers']} workers, no work): "
+                         f"{p['cpu_s'] * 1e3:.2f} ms of CPU over {p['wall_s']:.2f} s "
+                         f"({share:.3f} % of one CPU; target: none).")
         else:
             lines.append(f"Parked scheduler CPU: {p['reason']}")
 

@@ -49,6 +49,10 @@ func fib(n uint32) uint32 {
 	return a
 }
 
+// finish is the empty goroutine's body. A named function rather than a closure, so that the
+// spawn loop allocates no closure object per goroutine: Go's cheapest way to spawn.
+func finish(wg *sync.WaitGroup) { wg.Done() }
+
 func main() {
 	mode := flag.String("mode", "empty", "empty or fib")
 	n := flag.Int("n", 500000, "number of goroutines")
@@ -69,7 +73,7 @@ func main() {
 		t0 := time.Now()
 		wg.Add(*n)
 		for i := 0; i < *n; i++ {
-			go func() { wg.Done() }()
+			go finish(&wg)
 		}
 		t1 := time.Now()
 		wg.Wait()
