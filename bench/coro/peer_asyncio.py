@@ -9,6 +9,8 @@ What is timed, with time.perf_counter(), to match cyserve's bench_empty:
   run_s    awaiting all of them (asyncio.gather) until every task has finished;
   total_s  from before the event loop is created to after it is closed.
 Each coroutine increments a counter, checked after the run, so the work cannot be skipped.
+Python's cyclic GC stays on, as users run it; it takes most of the spawn time (500,000 Task
+objects trigger repeated full collections), see bench/coro/README.md.
 """
 
 import argparse

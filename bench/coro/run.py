@@ -492,7 +492,7 @@ def render(report: dict[str, Any]) -> str:
             share = p["cpu_s"] / p["wall_s"] * 100 if p["wall_s"] else 0.0
             lines.append(f"Parked scheduler ({p['workers']} workers, no work): "
                          f"{p['cpu_s'] * 1e3:.2f} ms of CPU over {p['wall_s']:.2f} s "
-                         f"({share:.3f} % of one CPU; target: none).")
+                         f"({share:.3f} % of one CPU; the target is none).")
         else:
             lines.append(f"Parked scheduler CPU: {p['reason']}")
 
