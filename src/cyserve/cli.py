@@ -29,8 +29,8 @@ __all__ = ["main", "load_app", "build_parser", "EXIT_RUNTIME", "EXIT_USAGE"]
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
 
-# The options taken from the command line: (flag, Config field, parse). Values are parsed here
-# rather than by argparse so that a bad value gets the same message as a bad keyword to run().
+# Numeric options arrive as text and are converted here rather than by argparse, so that a bad
+# value gets the same "invalid --NAME VALUE: REASON" line as a value Config rejects.
 _INT_OPTIONS = ("port", "threads", "backlog", "max_header_bytes", "max_target_bytes",
                 "max_headers", "max_body_bytes")
 _FLOAT_OPTIONS = ("keepalive_timeout", "header_timeout", "body_timeout", "graceful_timeout")
@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
                 epilog="Ctrl-C or SIGTERM stops the server gracefully; a second Ctrl-C forces it.")
     p.add_argument("app", metavar="MODULE:APP",
                    help="the App to serve, e.g. examples.demo.app:app")
-    p.add_argument("--host", default=defaults.host, help=f"address to bind (default {defaults.host})")
+    p.add_argument("--host", default=defaults.host,
+                   help=f"address to bind (default {defaults.host})")
     p.add_argument("--port", default=str(defaults.port),
                    help=f"port to bind, 0 for any free port (default {defaults.port})")
     p.add_argument("--threads", default=str(defaults.threads),

@@ -111,7 +111,8 @@ class Config:
         # 0 is meaningful here: do not wait for in-flight requests at all.
         _check_seconds("graceful_timeout", self.graceful_timeout, allow_zero=True)
         if not isinstance(self.log_level, str) or self.log_level.lower() not in LOG_LEVELS:
-            raise ConfigError("log_level", self.log_level, "must be one of " + ", ".join(LOG_LEVELS))
+            raise ConfigError("log_level", self.log_level,
+                              "must be one of " + ", ".join(LOG_LEVELS))
 
 
 def _check_int(name: str, value: object, low: int, high: int | None) -> None:

@@ -7,7 +7,8 @@ value that was given, without a trailing period.
 
 from __future__ import annotations
 
-__all__ = ["CyserveError", "ConfigError", "RouteError", "HandlerTypeError", "AppLoadError", "ListenError"]
+__all__ = ["CyserveError", "ConfigError", "RouteError", "HandlerTypeError", "AppLoadError",
+           "ListenError"]
 
 
 class CyserveError(Exception):

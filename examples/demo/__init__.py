@@ -1,0 +1,1 @@
+"""The demo application served by `make run` (see app.py)."""

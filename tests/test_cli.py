@@ -1,0 +1,196 @@
+"""The cyserve command: argument handling in-process, then the real `python -m cyserve` in a
+subprocess, where each failure must be one line on stderr and the documented exit status."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import cyserve
+from cyserve import cli
+from cyserve.errors import AppLoadError
+
+ROOT = Path(__file__).resolve().parent.parent
+_names = itertools.count()
+
+
+@pytest.fixture
+def isolated_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """load_app puts --app-dir on sys.path; undo it after each test."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+
+
+def write_module(folder: Path, source: str) -> str:
+    """A module with a name no other test uses (sys.modules caches imports)."""
+    name = f"cli_mod_{os.getpid()}_{next(_names)}"
+    (folder / f"{name}.py").write_text(textwrap.dedent(source))
+    return name
+
+
+def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    status = cli.main(list(argv))
+    err = capsys.readouterr().err
+    return status, err
+
+
+# ---- in-process: parsing, options and loading the app -------------------------------------
+
+def test_parser_defaults() -> None:
+    args = cli.build_parser().parse_args(["m:app"])
+    config = cli.config_from_args(args)
+    assert config == cyserve.config.Config()
+    assert args.app_dir == "."
+
+
+def test_every_option_reaches_the_config() -> None:
+    args = cli.build_parser().parse_args([
+        "m:app", "--host", "0.0.0.0", "--port", "0", "--threads", "3", "--backlog", "7",
+        "--max-header-bytes", "100", "--max-target-bytes", "101", "--max-headers", "9",
+        "--max-body-bytes", "102", "--keepalive-timeout", "1.5", "--header-timeout", "2",
+        "--body-timeout", "3", "--graceful-timeout", "0", "--log-level", "debug"])
+    c = cli.config_from_args(args)
+    assert (c.host, c.port, c.threads, c.backlog) == ("0.0.0.0", 0, 3, 7)
+    assert (c.max_header_bytes, c.max_target_bytes, c.max_headers, c.max_body_bytes) == (
+        100, 101, 9, 102)
+    assert (c.keepalive_timeout, c.header_timeout, c.body_timeout, c.graceful_timeout) == (
+        1.5, 2.0, 3.0, 0.0)
+    assert c.log_level == "debug"
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["--threads", "-1", "m:app"], "cyserve: invalid --threads -1: must be between 0 and 1024"),
+    (["--port", "70000", "m:app"], "cyserve: invalid --port 70000: must be between 0 and 65535"),
+    (["--port", "http", "m:app"], "cyserve: invalid --port http: must be an integer"),
+    (["--graceful-timeout", "soon", "m:app"],
+     "cyserve: invalid --graceful-timeout soon: must be a number of seconds"),
+    (["--keepalive-timeout", "0", "m:app"],
+     "cyserve: invalid --keepalive-timeout 0.0: must be positive"),
+    (["--max-body-bytes", "0", "m:app"], "cyserve: invalid --max-body-bytes 0: must be at least 1"),
+    (["m:app", "--bogus"], "cyserve: unrecognized arguments: --bogus"),
+    ([], "cyserve: the following arguments are required: MODULE:APP"),
+    (["--log-level", "loud", "m:app"], "cyserve: argument --log-level: invalid choice: 'loud' "),
+])
+def test_usage_and_option_errors_are_one_line_and_exit_2(
+        capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
+    status, err = run_main(capsys, *argv)
+    assert status == cli.EXIT_USAGE == 2
+    assert err.count("\n") == 1
+    assert err.startswith(line)
+
+
+def test_bad_app_spec(capsys: pytest.CaptureFixture[str], isolated_path: None) -> None:
+    status, err = run_main(capsys, "justamodule")
+    assert (status, err) == (2, "cyserve: app must be given as 'module:attribute', "
+                                "got 'justamodule'\n")
+
+
+def test_module_that_does_not_exist(capsys: pytest.CaptureFixture[str],
+                                    isolated_path: None) -> None:
+    status, err = run_main(capsys, "no_such_pkg_xyz.y:app")
+    assert (status, err) == (2, "cyserve: cannot import 'no_such_pkg_xyz.y': "
+                                "No module named 'no_such_pkg_xyz'\n")
+
+
+def test_missing_attribute(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                           isolated_path: None) -> None:
+    name = write_module(tmp_path, "x = 1\n")
+    status, err = run_main(capsys, f"{name}:app", "--app-dir", str(tmp_path))
+    assert (status, err) == (2, f"cyserve: '{name}' has no attribute 'app'\n")
+
+
+def test_attribute_that_is_not_an_app(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                      isolated_path: None) -> None:
+    name = write_module(tmp_path, "app = 42\n")
+    status, err = run_main(capsys, f"{name}:app", "--app-dir", str(tmp_path))
+    assert (status, err) == (2, f"cyserve: '{name}:app' is not a cyserve.App (it is a int)\n")
+
+
+def test_dotted_attribute(tmp_path: Path, isolated_path: None) -> None:
+    name = write_module(tmp_path, """
+        import cyserve
+        class Holder:
+            app = cyserve.App()
+    """)
+    app = cli.load_app(f"{name}:Holder.app", str(tmp_path))
+    assert isinstance(app, cyserve.App)
+
+
+def test_app_dir_defaults_to_the_current_folder(tmp_path: Path, isolated_path: None,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    name = write_module(tmp_path, "import cyserve\napp = cyserve.App()\n")
+    monkeypatch.chdir(tmp_path)
+    assert isinstance(cli.load_app(f"{name}:app"), cyserve.App)
+
+
+def test_an_error_inside_the_application_shows_its_traceback(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, isolated_path: None) -> None:
+    name = write_module(tmp_path, "import cyserve\nraise RuntimeError('boom in app')\n")
+    status, err = run_main(capsys, f"{name}:app", "--app-dir", str(tmp_path))
+    assert status == 1
+    assert "Traceback" in err and f"{name}.py" in err
+    assert err.splitlines()[-1] == (f"cyserve: error while importing '{name}:app': "
+                                    "RuntimeError: boom in app")
+
+
+def test_a_missing_dependency_of_the_app_is_not_reported_as_a_bad_app_path(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, isolated_path: None) -> None:
+    name = write_module(tmp_path, "import no_such_dependency_xyz\n")
+    status, err = run_main(capsys, f"{name}:app", "--app-dir", str(tmp_path))
+    assert status == 1
+    assert err.splitlines()[-1] == (f"cyserve: error while importing '{name}:app': "
+                                    "ModuleNotFoundError: No module named "
+                                    "'no_such_dependency_xyz'")
+
+
+def test_load_app_errors_are_app_load_errors(isolated_path: None) -> None:
+    with pytest.raises(AppLoadError, match="module:attribute"):
+        cli.load_app(":app")
+    with pytest.raises(AppLoadError, match="module:attribute"):
+        cli.load_app("mod:")
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"cyserve {cyserve.__version__}\n"
+
+
+# ---- subprocess: `python -m cyserve` as a user runs it --------------------------------------
+
+def run_cyserve(*args: str, cwd: Path = ROOT,
+                timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cyserve", *args], cwd=cwd, text=True,
+                          capture_output=True, timeout=timeout)
+
+
+def test_subprocess_bad_app_path() -> None:
+    proc = run_cyserve("x.y:app")
+    assert proc.returncode == 2
+    assert proc.stderr == "cyserve: cannot import 'x.y': No module named 'x'\n"
+    assert proc.stdout == ""
+
+
+def test_subprocess_missing_attribute(tmp_path: Path) -> None:
+    (tmp_path / "mod.py").write_text("x = 1\n")
+    proc = run_cyserve("mod:app", cwd=tmp_path)  # the current folder is on the path
+    assert (proc.returncode, proc.stderr) == (2, "cyserve: 'mod' has no attribute 'app'\n")
+
+
+def test_subprocess_bad_option() -> None:
+    proc = run_cyserve("examples.demo.app:app", "--threads", "-1")
+    assert proc.returncode == 2
+    assert proc.stderr == "cyserve: invalid --threads -1: must be between 0 and 1024\n"
+
+
+def test_subprocess_unknown_flag() -> None:
+    proc = run_cyserve("examples.demo.app:app", "--workers", "2")
+    assert proc.returncode == 2
+    assert proc.stderr == "cyserve: unrecognized arguments: --workers 2\n"
