@@ -5,7 +5,7 @@ from libc.string cimport memset
 from libc.stdlib cimport malloc, free
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 
-from .native.includes.http_parse cimport (
+from cyserve.native.includes.http_parse cimport (
     http_header, http_limits, http_request, http_chunked, http_limits_default,
     http_parse_request, http_chunked_decode,
 )
@@ -78,9 +78,9 @@ def _parse_request(bytes data, size_t max_header_bytes=8192, size_t max_target_b
 
 def _decode_chunked(chunks, size_t max_trailer_bytes=4096):
     """Feed the chunked decoder the given bytes objects one after another, as separate reads.
-    Returns (rc, body, rest): rc is the last result (-2 if the body never ended, -1 if invalid,
-    else the count of bytes after the body), body the decoded bytes, rest the bytes after the
-    body (b"" unless rc >= 0)."""
+    Returns (rc, body, rest): rc is -2 if the body never ended, -1 if invalid, else the count of
+    bytes after the body in the whole input; body is the decoded bytes, rest the bytes after the
+    body (those of the read where it ended, then any later reads; b"" unless rc >= 0)."""
     cdef http_chunked st
     cdef size_t n
     cdef long long rc = -2
@@ -89,7 +89,8 @@ def _decode_chunked(chunks, size_t max_trailer_bytes=4096):
     memset(&st, 0, sizeof(st))
     body = bytearray()
     rest = b""
-    for chunk in chunks:
+    chunks = list(chunks)
+    for index, chunk in enumerate(chunks):
         work = bytearray(chunk)
         n = <size_t>len(work)
         p = work
@@ -98,6 +99,8 @@ def _decode_chunked(chunks, size_t max_trailer_bytes=4096):
         if rc == -1:
             return -1, bytes(body), b""
         if rc >= 0:
-            rest = bytes(work[n:n + rc])
-            return rc, bytes(body), rest
+            if bytes(work[n:n + rc]) != bytes(chunk[len(chunk) - rc:]):
+                raise AssertionError("bytes after the body were not moved behind the decoded bytes")
+            rest = bytes(work[n:n + rc]) + b"".join(chunks[index + 1:])
+            return len(rest), bytes(body), rest
     return rc, bytes(body), rest
