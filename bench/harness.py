@@ -1,0 +1,367 @@
+"""The measuring half of the suite: start a server, check its answers, load it, read /proc.
+
+Stdlib only, so the CI smoke test (tests/test_bench_smoke.py) can drive it from cyserve's own venv.
+
+Method (issue 3):
+- wrk with keep-alive and no pipelining (no Lua script at all), `--latency` for p50/p99;
+  hey -n 2000 -c 50 as the second client (seed 001); a small Python client as a fallback where
+  neither is installed (CI), whose figures measure the client more than the server.
+- Server CPU time: utime+stime of every process in the server's tree, read from /proc before and
+  after a run, plus the cutime+cstime of reaped children (a forking server's), so requests per
+  server CPU-second counts every cycle the server spent, in whatever process.
+- Peak RSS: the largest sum of VmRSS over the tree among samples taken every 0.2 s during the run.
+"""
+
+import http.client
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# ---------------------------------------------------------------------------------------------
+# /proc: the process tree, its CPU time and its memory.
+
+def _read_stat(pid):
+    """(ppid, utime+stime, cutime+cstime) in ticks, or None if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: split after the last ')'.
+    fields = data[data.rindex(b")") + 2:].split()
+    # fields[0] is field 3 (state); utime is field 14, stime 15, cutime 16, cstime 17.
+    return int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
+
+
+def process_tree(root):
+    """The pids of root and all its descendants that are alive now."""
+    children = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        st = _read_stat(int(name))
+        if st is not None:
+            children.setdefault(st[0], []).append(int(name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(children.get(pid, ()))
+    return tree
+
+
+def tree_cpu_seconds(root):
+    """CPU seconds (user+system) used so far by root's tree, reaped children included.
+
+    A descendant that exits between two samples takes its time with it unless its parent reaps
+    it (then it moves into the parent's cutime); servers here reap their workers, so the loss is
+    limited to processes that die unreaped, which none of the measured servers leave behind."""
+    total = 0
+    for pid in process_tree(root):
+        st = _read_stat(pid)
+        if st is not None:
+            total += st[1] + st[2]
+    return total / CLK_TCK
+
+
+def tree_rss_kib(root):
+    """Sum of VmRSS over root's tree, in KiB (shared pages counted once per process)."""
+    total = 0
+    for pid in process_tree(root):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+                        break
+        except OSError:
+            pass
+    return total
+
+
+class RssSampler:
+    """Samples tree_rss_kib(root) every `interval` seconds in a thread; .peak is the largest."""
+
+    def __init__(self, root, interval=0.2):
+        self.root, self.interval, self.peak = root, interval, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while True:
+            self.peak = max(self.peak, tree_rss_kib(self.root))
+            if self._stop.wait(self.interval):
+                return
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, tree_rss_kib(self.root))
+
+
+# ---------------------------------------------------------------------------------------------
+# Servers: start, wait, validate, stop.
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, proc, timeout):
+    """True once 127.0.0.1:port accepts a connection; False if proc exits or time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+class Running:
+    """A started server: its Popen (whose pid is the root of the measured tree) and its log."""
+
+    def __init__(self, proc, port, log_path, cleanup=None):
+        self.proc, self.port, self.log_path, self.cleanup = proc, port, log_path, cleanup
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def log_tail(self, n=600):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read()[-n:].decode("utf-8", "replace").strip()
+        except OSError:
+            return ""
+
+    def stop(self, grace=5.0):
+        """Stop by the pid we started: SIGTERM to its process group (it was made a session
+        leader, so workers it forked go too), SIGKILL after `grace` seconds."""
+        if self.proc.poll() is None:
+            for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+                try:
+                    os.killpg(self.proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    self.proc.wait(wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        # Workers that outlived their master (same group) are killed too, still by our pgid.
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self.cleanup:
+            self.cleanup()
+
+
+def start_server(argv, port, log_path, env=None, cwd=None, cpus=None, timeout=20.0, cleanup=None):
+    """Start argv (pinned to `cpus`, e.g. "0", with taskset when given) in its own session.
+
+    Returns a Running once the port accepts connections; raises RuntimeError with the log's tail
+    when it exits or never listens."""
+    if cpus is not None:
+        argv = ["taskset", "-c", cpus] + list(argv)
+    log = open(log_path, "wb")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env=env, cwd=cwd, start_new_session=True)
+    log.close()
+    run = Running(proc, port, log_path, cleanup)
+    if not wait_port(port, proc, timeout):
+        run.stop()
+        why = "exited" if proc.poll() is not None else f"not listening after {timeout:.0f} s"
+        raise RuntimeError(f"{why}: {run.log_tail()}")
+    return run
+
+
+def http_get(port, path, timeout=30.0):
+    """(status, body) of one GET over a fresh connection."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def validate(port, expected, workloads):
+    """{workload: "ok" | "invalid: why"} after one GET of /<workload> each, checked byte for byte."""
+    out = {}
+    for w in workloads:
+        try:
+            status, body = http_get(port, "/" + w)
+        except (OSError, http.client.HTTPException) as e:
+            out[w] = f"invalid: {type(e).__name__}: {e}"
+            continue
+        if status != 200:
+            out[w] = f"invalid: status {status}: {body[:80]!r}"
+        elif body != expected[w]:
+            out[w] = f"invalid: body {body[:60]!r} ({len(body)} bytes), want {expected[w][:60]!r} ({len(expected[w])} bytes)"
+        else:
+            out[w] = "ok"
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Clients. Each returns a dict: rps, p50_ms, p99_ms, requests, errors, non2xx, client, raw.
+
+_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3, "h": 3600e3}
+
+
+def _ms(text):
+    m = re.fullmatch(r"([\d.]+)(us|ms|s|m|h)", text)
+    return float(m.group(1)) * _UNITS[m.group(2)] if m else None
+
+
+def parse_wrk(out):
+    """Figures from `wrk --latency` output (keep-alive, no script)."""
+    res = {"client": "wrk", "rps": 0.0, "p50_ms": None, "p99_ms": None, "requests": 0,
+           "errors": 0, "non2xx": 0}
+    m = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    if m:
+        res["rps"] = float(m.group(1))
+    m = re.search(r"(\d+) requests in", out)
+    if m:
+        res["requests"] = int(m.group(1))
+    for pct, key in (("50", "p50_ms"), ("99", "p99_ms")):
+        m = re.search(rf"^\s+{pct}(?:\.000)?%\s+(\S+)", out, re.M)
+        if m:
+            res[key] = _ms(m.group(1))
+    m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    if m:
+        res["errors"] = sum(int(x) for x in m.groups())
+    m = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if m:
+        res["non2xx"] = int(m.group(1))
+    return res
+
+
+def run_wrk(port, path, duration, connections, threads, cpus=None):
+    argv = ["wrk", "--latency", "-t", str(threads), "-c", str(connections), "-d", f"{duration}s",
+            "--timeout", "4s", f"http://127.0.0.1:{port}{path}"]
+    if cpus is not None:
+        argv = ["taskset", "-c", cpus] + argv
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 30)
+    res = parse_wrk(p.stdout)
+    if p.returncode != 0:
+        res["errors"] += 1
+    res["raw"] = p.stdout[-2000:] + p.stderr[-500:]
+    return res
+
+
+def parse_hey(out):
+    res = {"client": "hey", "rps": 0.0, "p50_ms": None, "p99_ms": None, "requests": 0,
+           "errors": 0, "non2xx": 0}
+    m = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    if m:
+        res["rps"] = float(m.group(1))
+    for pct, key in (("50", "p50_ms"), ("99", "p99_ms")):
+        m = re.search(rf"^\s+{pct}%+ in ([\d.]+) secs", out, re.M)
+        if m:
+            res[key] = float(m.group(1)) * 1e3
+    for code, count in re.findall(r"\[(\d{3})\]\s+(\d+) responses", out):
+        res["requests"] += int(count)
+        if not code.startswith("2"):
+            res["non2xx"] += int(count)
+    m = re.search(r"Error distribution:\n((?:\s+\[\d+\].*\n?)+)", out)
+    if m:
+        res["errors"] = sum(int(x) for x in re.findall(r"\[(\d+)\]", m.group(1)))
+    return res
+
+
+def run_hey(port, path, n=2000, c=50, cpus=None, timeout=120):
+    argv = ["hey", "-n", str(n), "-c", str(c), "-t", "10", f"http://127.0.0.1:{port}{path}"]
+    if cpus is not None:
+        argv = ["taskset", "-c", cpus] + argv
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    res = parse_hey(p.stdout)
+    res["raw"] = p.stdout[-1500:] + p.stderr[-500:]
+    return res
+
+
+def run_python_client(port, path, duration, connections=4):
+    """Fallback load: `connections` threads, each a keep-alive http.client connection, for
+    `duration` seconds. Used where wrk is absent (CI); it measures mostly itself."""
+    stop_at = time.monotonic() + duration
+    lat, lock = [], threading.Lock()
+    errors = [0]
+    non2xx = [0]
+
+    def worker():
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        mine = []
+        while time.monotonic() < stop_at:
+            t0 = time.perf_counter()
+            try:
+                conn.request("GET", path)
+                resp = conn.getresponse()
+                resp.read()
+                if resp.will_close:
+                    conn.close()
+            except (OSError, http.client.HTTPException):
+                errors[0] += 1
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                continue
+            mine.append(time.perf_counter() - t0)
+            if not 200 <= resp.status < 300:
+                non2xx[0] += 1
+        conn.close()
+        with lock:
+            lat.extend(mine)
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=worker) for _ in range(connections)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - t0
+    lat.sort()
+
+    def pct(q):
+        return lat[min(len(lat) - 1, int(q * len(lat)))] * 1e3 if lat else None
+
+    return {"client": "python", "rps": len(lat) / elapsed, "p50_ms": pct(0.50), "p99_ms": pct(0.99),
+            "requests": len(lat), "errors": errors[0], "non2xx": non2xx[0], "raw": ""}
+
+
+def have(tool):
+    return shutil.which(tool) is not None
+
+
+def measure(run, path, duration, connections, client="wrk", client_threads=1, client_cpus=None):
+    """One cell: load `path` on a running server; adds server_cpu_s, rps_per_cpu_s, rss_peak_kib."""
+    cpu0 = tree_cpu_seconds(run.pid)
+    with RssSampler(run.pid) as rss:
+        if client == "wrk":
+            res = run_wrk(run.port, path, duration, connections, client_threads, client_cpus)
+        elif client == "hey":
+            res = run_hey(run.port, path, cpus=client_cpus)
+        else:
+            res = run_python_client(run.port, path, duration)
+    cpu = tree_cpu_seconds(run.pid) - cpu0
+    res["server_cpu_s"] = round(cpu, 3)
+    res["requests_per_cpu_s"] = (res["requests"] / cpu) if cpu > 0 else None
+    res["rss_peak_kib"] = rss.peak
+    return res

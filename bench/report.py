@@ -1,0 +1,293 @@
+"""Summaries, the Markdown report and the plots of a benchmark result (bench/run.py writes it).
+
+summarize() and markdown() are stdlib only (the CI smoke test calls them). plots() needs
+matplotlib, which lives in bench/.venv: write_all() runs this file there as
+`python bench/report.py --plots RESULT.json OUTDIR` when the calling interpreter lacks it.
+
+Ratios are taken within a round (a server's figure divided by nginx's, or fasthttp's, measured in
+the same round and mode), then the median over rounds is reported, so slow drifts of the machine
+between rounds cancel out.
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+REFS = {"pct_nginx": ("nginx", 100.0), "x_fasthttp": ("go-fasthttp", 1.0)}
+MODES = ("pinned", "allcore", "hey")
+
+
+def _stats(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def _mode_runs(result, mode):
+    """The runs of a mode; for allcore only each server's largest thread count (the rest are the
+    scaling points)."""
+    runs = [r for r in result["runs"] if r["mode"] == mode and r["status"] == "ok"]
+    if mode == "allcore":
+        top = {}
+        for r in runs:
+            top[r["server"]] = max(top.get(r["server"], 0), r["threads"])
+        runs = [r for r in runs if r["threads"] == top[r["server"]]]
+    return runs
+
+
+def summarize(result):
+    """{mode: {workload: {server: figures}}, "scaling": {workload: {server: {threads: rps}}}}."""
+    out = {}
+    for mode in MODES:
+        runs = _mode_runs(result, mode)
+        index = {(r["round"], r["workload"], r["server"]): r for r in runs}
+        table = {}
+        for r in runs:
+            table.setdefault(r["workload"], {}).setdefault(r["server"], []).append(r)
+        summary = {}
+        for w, by_server in table.items():
+            summary[w] = {}
+            for name, rs in by_server.items():
+                fig = {
+                    "rps": _stats([r["rps"] for r in rs]),
+                    "requests_per_cpu_s": _stats([r.get("requests_per_cpu_s") for r in rs]),
+                    "p50_ms": _stats([r.get("p50_ms") for r in rs]),
+                    "p99_ms": _stats([r.get("p99_ms") for r in rs]),
+                    "rss_peak_kib": max((r.get("rss_peak_kib") or 0) for r in rs),
+                    "errors": sum(r.get("errors", 0) + r.get("non2xx", 0) for r in rs),
+                    "threads": rs[0]["threads"],
+                }
+                for key, (ref, scale) in REFS.items():
+                    ratios, cpu_ratios = [], []
+                    for r in rs:
+                        base = index.get((r["round"], w, ref))
+                        if base and base["rps"]:
+                            ratios.append(scale * r["rps"] / base["rps"])
+                        if base and base.get("requests_per_cpu_s") and r.get("requests_per_cpu_s"):
+                            cpu_ratios.append(scale * r["requests_per_cpu_s"] / base["requests_per_cpu_s"])
+                    fig[key] = _stats(ratios)
+                    fig[key + "_cpu"] = _stats(cpu_ratios)
+                summary[w][name] = fig
+        out[mode] = summary
+    scaling = {}
+    for r in result["runs"]:
+        if r["mode"] == "allcore" and r["status"] == "ok" and result["servers"].get(r["server"], {}).get("scales") \
+                and r["workload"] in result["config"].get("scaling_workloads", ()):
+            scaling.setdefault(r["workload"], {}).setdefault(r["server"], {}).setdefault(str(r["threads"]), []).append(r["rps"])
+    out["scaling"] = {w: {s: {t: statistics.median(v) for t, v in sorted(ts.items(), key=lambda kv: int(kv[0]))}
+                          for s, ts in by.items()} for w, by in scaling.items()}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Markdown.
+
+def _num(v, fmt="{:,.0f}"):
+    return "" if v is None else fmt.format(v)
+
+
+def _cell(st, fmt="{:,.0f}", spread=True):
+    if not st:
+        return ""
+    s = fmt.format(st["median"])
+    if spread and st["n"] > 1:
+        s += f" ({fmt.format(st['min'])}–{fmt.format(st['max'])})"
+    return s
+
+
+def _status(result, server, workload):
+    info = result["servers"][server]
+    if not info["available"]:
+        return "unavailable"
+    if workload not in info["workloads"]:
+        return "n/a"
+    v = info["validation"].get(workload)
+    if v is None:
+        return "not run"
+    if v != "ok":
+        return "invalid"
+    return "error"
+
+
+def markdown(result):
+    s = result["summary"]
+    m = result["machine"]
+    cfg = result["config"]
+    lines = [
+        f"# cyserve benchmark: {result['mode']} run, {result['started']}",
+        "",
+        f"- Machine: {m['cpu']}, {m['cores']} cores, {m['memory']}, Linux {m['kernel']}, Python {m['python']}",
+        f"- Command: `{result['command']}` (git {result['git']}), {result['elapsed_s']:.0f} s",
+        f"- Client: {cfg['client']} {m['tools'].get('wrk', '')}, keep-alive, {cfg['connections']} connections, "
+        f"no pipelining; {cfg['rounds']} round(s) of {cfg['duration_s']} s cells (warm-up {cfg['warmup_s']} s), "
+        "servers interleaved; median (min–max) over rounds.",
+        "- **pinned** (primary): server on CPU 0 with one worker, wrk on CPU 1. "
+        "**req/CPU-s**: requests served per second of server CPU time (user+system, whole process tree, /proc). "
+        "**% nginx**, **× fasthttp**: ratios within each round. n/a: the server has no such handler; "
+        "invalid: wrong status or body (not measured).",
+        "",
+    ]
+    for mode, title in (("pinned", "Pinned: one server core"),
+                        ("allcore", "All cores (flagged: the client shares the cores with the server)"),
+                        ("hey", f"Second client: {cfg['hey']}")):
+        lines += [f"## {title}", ""]
+        for w in result["workloads"]:
+            rows = s.get(mode, {}).get(w, {})
+            if not rows and mode != "pinned":
+                continue
+            lines += [f"### /{w}", "",
+                      "| server | req/s | req/CPU-s | % nginx | × fasthttp | p50 ms | p99 ms | peak RSS MiB | threads |",
+                      "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            order = sorted(rows, key=lambda n: -(rows[n]["rps"]["median"] if rows[n]["rps"] else 0))
+            for name in order:
+                f = rows[name]
+                err = f" ⚠ {f['errors']} errors" if f["errors"] else ""
+                lines.append(
+                    f"| {result['servers'][name]['label']}{err} | {_cell(f['rps'])} | {_cell(f['requests_per_cpu_s'])} "
+                    f"| {_cell(f['pct_nginx'], '{:.1f}', False)} | {_cell(f['x_fasthttp'], '{:.2f}', False)} "
+                    f"| {_cell(f['p50_ms'], '{:.2f}', False)} | {_cell(f['p99_ms'], '{:.2f}', False)} "
+                    f"| {f['rss_peak_kib'] / 1024:.1f} | {f['threads']} |")
+            if mode == "pinned":
+                missing = [n for n in result["servers"] if n not in rows]
+                for name in missing:
+                    lines.append(f"| {result['servers'][name]['label']} | {_status(result, name, w)} | | | | | | | |")
+            lines.append("")
+    if s.get("scaling"):
+        lines += ["## Scaling: requests/s against worker threads (all-core, flagged)", ""]
+        for w, by in s["scaling"].items():
+            threads = sorted({int(t) for v in by.values() for t in v})
+            lines += [f"### /{w}", "", "| server | " + " | ".join(f"{t} thr" for t in threads) + " |",
+                      "|---|" + "---:|" * len(threads)]
+            for name, pts in by.items():
+                lines.append(f"| {result['servers'][name]['label']} | "
+                             + " | ".join(_num(pts.get(str(t))) for t in threads) + " |")
+            lines.append("")
+    if "coro" in result:
+        lines += ["## Coroutines (seed 002, bench/coro)", ""] + _coro_table(result["coro"]) + [""]
+    lines += ["## Servers", "", "| server | version | status | note |", "|---|---|---|---|"]
+    for name, info in result["servers"].items():
+        status = "ok" if info["available"] else info["reason"]
+        bad = {w: v for w, v in info["validation"].items() if v != "ok"}
+        if bad:
+            status += "; " + "; ".join(f"/{w} {v}" for w, v in bad.items())
+        lines.append(f"| {info['label']} | {info['version']} | {status.replace('|', '/')} | {info['note']} |")
+    if result.get("setup_notes"):
+        lines += ["", "Setup notes:", ""] + [f"- {n}" for n in result["setup_notes"]]
+    plots = [f"plot-{w}.png" for w in result["workloads"] if s.get("pinned", {}).get(w)]
+    if plots:
+        lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
+        if s.get("scaling"):
+            lines.append("![scaling](plot-scaling.png)")
+    return "\n".join(lines) + "\n"
+
+
+def _coro_table(coro):
+    """Render bench/coro's result generically: a list of flat dicts becomes a table."""
+    rows = coro.get("results") if isinstance(coro, dict) else coro
+    if isinstance(rows, dict):
+        rows = [dict(name=k, **v) if isinstance(v, dict) else {"name": k, "value": v} for k, v in rows.items()]
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+        return ["```", json.dumps(coro, indent=1)[:3000], "```"]
+    cols = []
+    for r in rows:
+        cols += [k for k in r if k not in cols and not isinstance(r[k], (dict, list))]
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        out.append("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Plots (matplotlib, from bench/.venv).
+
+def plots(result, outdir):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    s = result["summary"]
+    for w in result["workloads"]:
+        rows = s.get("pinned", {}).get(w)
+        if not rows:
+            continue
+        names = sorted(rows, key=lambda n: rows[n]["rps"]["median"])
+        fig, axes = plt.subplots(1, 2, figsize=(12, 0.35 * len(names) + 1.6), sharey=True)
+        for ax, key, title in ((axes[0], "rps", "requests/s (one server core)"),
+                               (axes[1], "requests_per_cpu_s", "requests per server CPU-second")):
+            vals = [rows[n][key]["median"] if rows[n][key] else 0 for n in names]
+            lo = [v - (rows[n][key]["min"] if rows[n][key] else 0) for n, v in zip(names, vals)]
+            hi = [(rows[n][key]["max"] if rows[n][key] else 0) - v for n, v in zip(names, vals)]
+            colors = ["#d62728" if result["servers"][n]["group"] == "cyserve" else
+                      "#1f77b4" if result["servers"][n]["group"] in ("go", "c") else "#7f7f7f" for n in names]
+            ax.barh(range(len(names)), [max(v, 1e-3) for v in vals], xerr=[lo, hi], color=colors, capsize=2)
+            ax.set_xscale("log")
+            ax.set_title(title, fontsize=10)
+            ax.grid(axis="x", which="both", alpha=0.3)
+        axes[0].set_yticks(range(len(names)))
+        axes[0].set_yticklabels([result["servers"][n]["label"] for n in names], fontsize=8)
+        fig.suptitle(f"/{w} — pinned mode, median and min–max over rounds ({result['started'][:10]})", fontsize=11)
+        fig.tight_layout()
+        path = os.path.join(outdir, f"plot-{w}.png")
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        written.append(path)
+    if s.get("scaling"):
+        ws = list(s["scaling"])
+        fig, axes = plt.subplots(1, len(ws), figsize=(6 * len(ws), 4), squeeze=False)
+        for ax, w in zip(axes[0], ws):
+            for name, pts in s["scaling"][w].items():
+                ts = sorted(pts, key=int)
+                ax.plot([int(t) for t in ts], [pts[t] for t in ts], marker="o", label=result["servers"][name]["label"])
+            ax.set_xlabel("worker threads / processes")
+            ax.set_ylabel("requests/s")
+            ax.set_title(f"/{w}: scaling (all cores; client on the same machine)", fontsize=10)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = os.path.join(outdir, "plot-scaling.png")
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def write_all(result, outdir, plot_python=None):
+    """latest.md, and the plots (through plot_python when this interpreter lacks matplotlib).
+    Returns the paths written; a plot failure is printed, not raised."""
+    md = os.path.join(outdir, "latest.md")
+    with open(md, "w") as f:
+        f.write(markdown(result))
+    written = [os.path.join(outdir, "latest.json"), md]
+    try:
+        import matplotlib  # noqa: F401
+        return written + plots(result, outdir)
+    except ImportError:
+        pass
+    if plot_python and os.path.exists(plot_python):
+        src = os.path.join(outdir, "latest.json")
+        r = subprocess.run([plot_python, os.path.abspath(__file__), "--plots", src, outdir],
+                           capture_output=True, text=True)
+        if r.returncode == 0:
+            return written + [ln for ln in r.stdout.splitlines() if ln.endswith(".png")]
+        print(f"plots failed: {r.stderr.strip()[-500:]}", flush=True)
+    else:
+        print("plots skipped: matplotlib is not installed (it comes with bench/.venv)", flush=True)
+    return written
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--plots":
+        with open(sys.argv[2]) as f:
+            res = json.load(f)
+        for p in plots(res, sys.argv[3]):
+            print(p)
+    elif len(sys.argv) == 2:
+        with open(sys.argv[1]) as f:
+            res = json.load(f)
+        sys.stdout.write(markdown(res))
+    else:
+        sys.exit("usage: report.py RESULT.json | report.py --plots RESULT.json OUTDIR")

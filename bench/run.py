@@ -1,0 +1,494 @@
+"""cyserve's benchmark suite (issue 3): every server, every workload, one run, one command.
+
+    python bench/run.py --quick     a smoke run, about a second per cell (make bench-quick)
+    python bench/run.py --full      the real run: 3 interleaved rounds of 5 s cells (make bench)
+    options: --servers a,b  --workloads x,y  --rounds N  --duration S  --no-setup  --out DIR
+
+It installs what it needs first (wrk, nginx, hey, libev-dev with apt when root and missing; the
+Python peers in bench/.venv from bench/requirements.txt; the Go peers; the nogil Cython app),
+prints one line for each peer that cannot run and why, then measures:
+
+  pinned   the primary mode: the server on CPU 0 (taskset) with one worker, wrk on CPU 1
+           (-t1 -c64), so each figure is what one server core does
+  allcore  the server with one worker per core, wrk unpinned (-t<cores>): flagged, because the
+           client takes CPU from the server on the same machine
+  hey      seed 001's second client, hey -n 2000 -c 50, against the all-core server
+  scaling  requests/s against worker threads (seed 000), on /fib
+
+Servers are interleaved: each round visits every server once, in an order rotated per round, and
+the summary takes medians over rounds with min-max. Results: bench/results/<timestamp>.json and
+latest.json, latest.md and PNG plots (bench/report.py).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+from bench import harness, report  # noqa: E402
+from bench import servers as S  # noqa: E402
+from bench import workloads as W  # noqa: E402
+
+RESULTS = os.path.join(HERE, "results")
+CONNECTIONS = 64
+SERVER_CPU, CLIENT_CPU = "0", "1"
+
+MODES = {
+    # name: rounds, seconds per wrk cell, warm-up seconds, all-core workloads, hey paths, scaling
+    "quick": dict(rounds=1, duration=1, warmup=0, allcore=("plaintext", "fib"), hey=("welcome",),
+                  scaling=("fib",)),
+    "full": dict(rounds=3, duration=5, warmup=1, allcore=tuple(W.WORKLOADS),
+                 hey=("welcome", "plaintext"), scaling=("fib", "plaintext")),
+}
+
+
+def say(msg):
+    print(msg, flush=True)
+
+
+def sh(argv, **kw):
+    return subprocess.run(argv, capture_output=True, text=True, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# Setup: every step reports what it could not do instead of failing the run.
+
+def setup_tools(notes):
+    missing = [p for p, tool in (("wrk", "wrk"), ("nginx", "nginx"), ("hey", "hey"))
+               if not harness.have(tool)]
+    if not os.path.exists("/usr/include/ev.h"):
+        missing.append("libev-dev")  # bjoern's build needs libev's header
+    if missing and os.geteuid() == 0 and harness.have("apt-get"):
+        say(f"setup: apt-get install {' '.join(missing)}")
+        sh(["apt-get", "update", "-qq"])
+        for pkg in missing:
+            r = sh(["apt-get", "install", "-y", "-qq", pkg], env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+            if r.returncode != 0:
+                notes.append(f"apt-get install {pkg} failed: {r.stderr.strip()[-200:]}")
+    if not harness.have("hey") and harness.have("go"):
+        gobin = os.path.join(HERE, ".build")
+        r = sh(["go", "install", "github.com/rakyll/hey@v0.1.4"], env=dict(os.environ, GOBIN=gobin))
+        if r.returncode == 0:
+            os.environ["PATH"] = gobin + os.pathsep + os.environ["PATH"]
+        else:
+            notes.append(f"hey: go install failed: {r.stderr.strip()[-200:]}")
+    for tool in ("wrk", "nginx", "hey"):
+        if not harness.have(tool):
+            notes.append(f"{tool}: not installed (run as root with apt-get, or install it)")
+
+
+def setup_venv(notes):
+    req = os.path.join(HERE, "requirements.txt")
+    stamp = os.path.join(S.VENV, ".req-stamp")
+    if not os.path.exists(S.VENV_PY):
+        say("setup: creating bench/.venv")
+        r = sh([sys.executable, "-m", "venv", S.VENV])
+        if r.returncode != 0:
+            notes.append(f"bench/.venv: venv failed: {r.stderr.strip()[-200:]}")
+            return
+    if not os.path.exists(stamp) or os.path.getmtime(stamp) < os.path.getmtime(req):
+        say("setup: pip install -r bench/requirements.txt (into bench/.venv)")
+        pip = [S.VENV_PY, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        r = sh(pip + ["-r", req])
+        if r.returncode != 0:
+            # Install one by one so that one peer without a wheel does not take the others down.
+            for line in open(req):
+                pkg = line.split("#")[0].strip()
+                if pkg:
+                    r1 = sh(pip + [pkg])
+                    if r1.returncode != 0:
+                        notes.append(f"{pkg}: pip install failed: {r1.stderr.strip().splitlines()[-1:]}")
+        else:
+            open(stamp, "w").close()
+    # cyserve from this checkout, the way the main .venv sees it: src/ on the path.
+    r = sh([S.VENV_PY, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+    if r.returncode == 0:
+        with open(os.path.join(r.stdout.strip(), "cyserve-src.pth"), "w") as f:
+            f.write(os.path.join(ROOT, "src") + "\n")
+
+
+def setup_go(notes):
+    if not harness.have("go"):
+        notes.append("Go peers: `go` is not installed")
+        return
+    src = os.path.join(HERE, "peers", "go")
+    os.makedirs(S.BUILD, exist_ok=True)
+    newest = max(os.path.getmtime(os.path.join(d, f)) for d, _, fs in os.walk(src) for f in fs)
+    for name in ("nethttp", "fasthttp"):
+        out = os.path.join(S.BUILD, f"go-{name}")
+        if os.path.exists(out) and os.path.getmtime(out) >= newest:
+            continue
+        say(f"setup: go build {name}")
+        r = sh(["go", "build", "-o", out, f"./{name}"], cwd=src)
+        if r.returncode != 0:
+            notes.append(f"go-{name}: go build failed: {r.stderr.strip()[-300:]}")
+
+
+def setup_nogil(notes):
+    """Build the nogil app; returns None or why it cannot be built."""
+    r = sh([S.VENV_PY, os.path.join(HERE, "build_nogil.py")], cwd=ROOT, env=S.py_env())
+    if r.returncode != 0:
+        lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()]
+        # Cython's own diagnostic ("file.pyx:12:0: message") says more than its banner line.
+        why = next((ln for ln in lines if ".pyx:" in ln and ": " in ln.split(".pyx:", 1)[1]),
+                   next((ln for ln in lines if "rror" in ln), lines[-1] if lines else "?"))
+        return f"nogil app does not build: {why.strip()[:240]}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Availability and versions.
+
+PROBE = r"""
+import importlib, importlib.metadata as md, json, sys
+out = {}
+for m in sys.argv[1:]:
+    try:
+        importlib.import_module(m)
+        try:
+            out[m] = md.version(m)
+        except md.PackageNotFoundError:
+            out[m] = getattr(sys.modules[m], "__version__", "?")
+    except Exception as e:
+        out[m] = "ERROR " + type(e).__name__ + ": " + str(e).splitlines()[0][:200]
+print(json.dumps(out))
+"""
+
+
+def probe_modules(python, modules, env=None):
+    r = sh([python, "-c", PROBE] + list(modules), env=env or S.py_env(), cwd=ROOT)
+    try:
+        return json.loads(r.stdout)
+    except ValueError:
+        return {m: "ERROR " + (r.stderr.strip().splitlines() or ["no python"])[-1] for m in modules}
+
+
+def availability(servers, nogil_error):
+    """{name: None or reason} and {name: version string}."""
+    reasons, versions = {}, {}
+    have_py = os.path.exists(S.VENV_PY)
+    mods = sorted({m for s in servers for m in s.requires})
+    probe = probe_modules(S.VENV_PY, mods) if have_py else {}
+    cy = {}
+    if have_py and any(s.group == "cyserve" for s in servers):
+        env = S.py_env()
+        env["PYTHONPATH"] += os.pathsep + S.BUILD
+        cy = probe_modules(S.VENV_PY, ["cyserve", "bench.apps.cyserve_py", "bench.apps.cyserve_static_app",
+                                       "bench.apps.cyserve_nogil_app"], env)
+    go_ver = sh(["go", "version"]).stdout.strip() if harness.have("go") else ""
+    go_mods = {}
+    try:
+        for line in open(os.path.join(HERE, "peers", "go", "go.mod")):
+            parts = line.split()
+            if len(parts) >= 2 and parts[0].startswith("github.com/"):
+                go_mods[parts[0]] = parts[1]
+    except OSError:
+        pass
+    for s in servers:
+        why = None
+        if s.group == "cyserve":
+            app_mod = {"cyserve-py": "bench.apps.cyserve_py", "cyserve-static": "bench.apps.cyserve_static_app",
+                       "cyserve-nogil": "bench.apps.cyserve_nogil_app"}[s.name]
+            if not have_py:
+                why = "bench/.venv missing"
+            elif cy.get("cyserve", "").startswith("ERROR"):
+                why = cy["cyserve"][6:]
+            elif s.name == "cyserve-nogil" and nogil_error:
+                why = nogil_error
+            elif cy.get(app_mod, "ERROR ?").startswith("ERROR"):
+                why = cy.get(app_mod, "ERROR ?")[6:]
+            else:
+                why = cyserve_engine_missing()
+            if why:
+                why = f"cyserve: not available yet ({why})"
+            versions[s.name] = f"cyserve {cy.get('cyserve', '?')} ({git_rev()})"
+        elif s.group == "go":
+            exe = os.path.join(S.BUILD, s.name)
+            why = None if os.path.exists(exe) else "Go peer not built (see setup notes)"
+            lib = "github.com/valyala/fasthttp" if s.name == "go-fasthttp" else "net/http"
+            versions[s.name] = f"{go_ver}; {lib} {go_mods.get(lib, '')}".strip()
+        elif s.name == "nginx":
+            why = None if harness.have("nginx") else "nginx not installed"
+            if not why:
+                versions[s.name] = sh(["nginx", "-v"]).stderr.strip()
+        elif s.name == "lwan":
+            why = None if os.environ.get("LWAN_BIN") else "LWAN_BIN is not set (build Lwan yourself and point LWAN_BIN at its `lwan` binary)"
+            versions[s.name] = os.environ.get("LWAN_BIN", "")
+        else:
+            if not have_py:
+                why = "bench/.venv missing"
+            for m in s.requires:
+                v = probe.get(m, "ERROR not probed")
+                if v.startswith("ERROR"):
+                    why = f"{m}: {v[6:]}"
+                    break
+            versions[s.name] = ", ".join(f"{m} {probe.get(m, '?')}" for m in s.requires) or f"Python {platform.python_version()}"
+        reasons[s.name] = why
+    return reasons, versions
+
+
+def cyserve_engine_missing():
+    """Why cyserve cannot serve yet, or None: the CLI needs cyserve._core.Server."""
+    r = sh([S.VENV_PY, "-c", "import cyserve._core as c; c.Server"], env=S.py_env(), cwd=ROOT)
+    if r.returncode != 0:
+        return (r.stderr.strip().splitlines() or ["?"])[-1][:200]
+    return None
+
+
+_rev = None
+
+
+def git_rev():
+    global _rev
+    if _rev is None:
+        r = sh(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"])
+        _rev = r.stdout.strip() or "?"
+    return _rev
+
+
+def machine_info():
+    model = "?"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = "?"
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal"):
+                mem = f"{int(line.split()[1]) / 1048576:.1f} GiB"
+    except OSError:
+        pass
+    tools = {}
+    if harness.have("wrk"):
+        tools["wrk"] = (sh(["wrk", "-v"]).stdout.splitlines() or ["?"])[0].strip()
+    if harness.have("hey"):
+        tools["hey"] = shutil.which("hey")
+    return {"cpu": model, "cores": os.cpu_count(), "memory": mem, "kernel": platform.release(),
+            "os": platform.platform(), "python": platform.python_version(), "tools": tools}
+
+
+# ---------------------------------------------------------------------------------------------
+# Measuring.
+
+class Session:
+    def __init__(self, args, mode, tmp, expected):
+        self.args, self.mode, self.tmp, self.expected = args, mode, tmp, expected
+        self.runs, self.validation = [], {}
+        self.t0 = time.monotonic()
+        self.client = "wrk" if harness.have("wrk") else "python"
+
+    def start(self, server, threads, pinned):
+        port = harness.free_port()
+        argv, env, cleanup = server.command(port, threads, self.tmp)
+        log = os.path.join(self.tmp, f"{server.name}-{threads}-{port}.log")
+        return harness.start_server(argv, port, log, env=env, cwd=ROOT,
+                                    cpus=SERVER_CPU if pinned else None, cleanup=cleanup)
+
+    def wait_idle(self, run, limit=1.0):
+        """True once the server's tree used under 10 ms of CPU in 100 ms (it drained what the
+        last client left queued); False after `limit` seconds."""
+        end = time.monotonic() + limit
+        prev = harness.tree_cpu_seconds(run.pid)
+        while time.monotonic() < end:
+            time.sleep(0.1)
+            cur = harness.tree_cpu_seconds(run.pid)
+            if cur - prev < 0.01:
+                return True
+            prev = cur
+        return False
+
+    def cell(self, run, server, workload, rnd, kind, threads, pinned, client=None):
+        """Measure one cell and record it; returns the (possibly restarted) Running."""
+        client = client or self.client
+        path = "/" + workload
+        cfg = self.mode
+        if client != "hey" and cfg["warmup"]:
+            harness.run_wrk(run.port, path, cfg["warmup"], CONNECTIONS, 1, CLIENT_CPU if pinned else None)
+        if client == "hey":
+            res = harness.measure(run, path, 0, 50, client="hey", client_cpus=None)
+        else:
+            res = harness.measure(run, path, cfg["duration"], CONNECTIONS, client=client,
+                                  client_threads=1 if pinned else (os.cpu_count() or 1),
+                                  client_cpus=CLIENT_CPU if pinned else None)
+        if res.get("requests"):
+            res.pop("raw", None)  # wrk's text is kept only where a cell failed
+        rec = {"round": rnd, "mode": kind, "server": server.name, "workload": workload,
+               "threads": threads, "pinned": pinned, "status": "ok" if res["requests"] else "error"}
+        rec.update(res)
+        self.runs.append(rec)
+        rps = f"{res['rps']:>10.0f} req/s"
+        per = f"{res['requests_per_cpu_s']:>9.0f} req/cpu-s" if res.get("requests_per_cpu_s") else " " * 19
+        p99 = f"p99 {res['p99_ms']:.1f} ms" if res.get("p99_ms") is not None else ""
+        say(f"[{time.monotonic() - self.t0:6.1f}s] r{rnd} {kind:<7} t{threads} {server.name:<17} "
+            f"{workload:<9} {rps} {per} {p99} ({client})")
+        if not self.wait_idle(run):
+            # A slow server still working through the requests the client abandoned would pollute
+            # the next cell: restart it.
+            run.stop()
+            run = self.start(server, threads, pinned)
+        return run
+
+    def validated(self, run, server):
+        if server.name not in self.validation:
+            self.validation[server.name] = harness.validate(run.port, self.expected, server.workloads)
+            bad = {w: v for w, v in self.validation[server.name].items() if v != "ok"}
+            for w, v in bad.items():
+                say(f"  {server.name} /{w}: {v}")
+        return [w for w in self.args.workloads if self.validation[server.name].get(w) == "ok"]
+
+    def visit(self, server, rnd):
+        """One round's visit to one server: pinned cells, then all-core, hey and scaling cells."""
+        cfg, cores = self.mode, os.cpu_count() or 1
+        try:
+            run = self.start(server, 1, pinned=True)
+        except RuntimeError as e:
+            say(f"  {server.name}: failed to start: {e}")
+            self.validation.setdefault(server.name, {w: f"invalid: failed to start: {str(e)[:200]}"
+                                                     for w in server.workloads})
+            return
+        try:
+            for w in self.validated(run, server):
+                run = self.cell(run, server, w, rnd, "pinned", 1, True)
+        finally:
+            run.stop()
+        ok = [w for w in self.args.workloads if self.validation[server.name].get(w) == "ok"]
+        allcore = [w for w in ok if w in cfg["allcore"]]
+        hey = [w for w in ok if w in cfg["hey"] and harness.have("hey")]
+        if allcore or hey:
+            threads = cores if server.scales else 1
+            run = self.start(server, threads, pinned=False)
+            try:
+                for w in allcore:
+                    run = self.cell(run, server, w, rnd, "allcore", threads, False)
+                for w in hey:
+                    run = self.cell(run, server, w, rnd, "hey", threads, False, client="hey")
+            finally:
+                run.stop()
+        # Scaling: the all-core cell above is the point at `cores` threads; add 1..cores-1.
+        scaling = [w for w in ok if w in cfg["scaling"]] if server.scales else []
+        for t in range(1, cores):
+            if not scaling:
+                break
+            run = self.start(server, t, pinned=False)
+            try:
+                for w in scaling:
+                    run = self.cell(run, server, w, rnd, "allcore", t, False)
+            finally:
+                run.stop()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true", help="smoke run: ~1 s per cell, one round")
+    g.add_argument("--full", action="store_true", help="3 rounds of 5 s cells (default)")
+    ap.add_argument("--servers", help="comma-separated server names (default: all)")
+    ap.add_argument("--workloads", help="comma-separated workloads (default: all)")
+    ap.add_argument("--rounds", type=int)
+    ap.add_argument("--duration", type=int, help="seconds per wrk cell")
+    ap.add_argument("--no-setup", action="store_true", help="install and build nothing")
+    ap.add_argument("--out", default=RESULTS, help="results folder (default bench/results)")
+    ap.add_argument("--list", action="store_true", help="list the servers and exit")
+    args = ap.parse_args(argv)
+    if args.list:
+        for s in S.SERVERS:
+            print(f"{s.name:<18} {s.label}  [{', '.join(s.workloads)}]")
+        return 0
+    mode_name = "quick" if args.quick else "full"
+    mode = dict(MODES[mode_name])
+    if args.rounds:
+        mode["rounds"] = args.rounds
+    if args.duration:
+        mode["duration"] = args.duration
+    args.workloads = args.workloads.split(",") if args.workloads else list(W.WORKLOADS)
+    chosen = [S.BY_NAME[n] for n in args.servers.split(",")] if args.servers else list(S.SERVERS)
+
+    notes = []
+    nogil_error = None
+    t_setup = time.monotonic()
+    if not args.no_setup:
+        setup_tools(notes)
+        setup_venv(notes)
+        setup_go(notes)
+    if any(s.name == "cyserve-nogil" for s in chosen):
+        nogil_error = setup_nogil(notes) if os.path.exists(S.VENV_PY) else "bench/.venv missing"
+    for n in notes:
+        say(f"setup: {n}")
+    reasons, versions = availability(chosen, nogil_error)
+    for name, why in reasons.items():
+        if why:
+            say(f"skip {name}: {why}")
+    live = [s for s in chosen if not reasons[s.name]]
+    say(f"setup done in {time.monotonic() - t_setup:.0f} s; measuring {len(live)} servers "
+        f"({mode_name}: {mode['rounds']} round(s), {mode['duration']} s cells, client "
+        f"{'wrk' if harness.have('wrk') else 'python (no wrk: figures measure the client)'})")
+
+    expected = W.expected_bodies()
+    started = datetime.datetime.now(datetime.timezone.utc)
+    with tempfile.TemporaryDirectory(prefix="cyserve-bench-") as tmp:
+        os.chmod(tmp, 0o755)  # nginx's workers (user nobody when run as root) read files below it
+        sess = Session(args, mode, tmp, expected)
+        for rnd in range(mode["rounds"]):
+            order = live[rnd % len(live):] + live[:rnd % len(live)] if live else []
+            for server in order:
+                sess.visit(server, rnd)
+    elapsed = time.monotonic() - sess.t0
+
+    result = {
+        "schema": 1,
+        "started": started.isoformat(timespec="seconds"),
+        "elapsed_s": round(elapsed, 1),
+        "command": " ".join([os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(ROOT)
+                             else sys.executable, "bench/run.py"] + (argv if argv is not None else sys.argv[1:])),
+        "mode": mode_name,
+        "config": {"rounds": mode["rounds"], "duration_s": mode["duration"], "warmup_s": mode["warmup"],
+                   "connections": CONNECTIONS, "server_cpu": SERVER_CPU, "client_cpu": CLIENT_CPU,
+                   "client": sess.client, "allcore_workloads": list(mode["allcore"]),
+                   "hey_workloads": list(mode["hey"]), "scaling_workloads": list(mode["scaling"]),
+                   "hey": "hey -n 2000 -c 50", "pipelining": False},
+        "machine": machine_info(),
+        "git": git_rev(),
+        "workloads": list(W.WORKLOADS),
+        "servers": {s.name: {"label": s.label, "group": s.group, "note": s.note, "scales": s.scales,
+                             "workloads": list(s.workloads), "version": versions.get(s.name, ""),
+                             "available": not reasons[s.name], "reason": reasons[s.name],
+                             "validation": sess.validation.get(s.name, {})}
+                    for s in chosen},
+        "setup_notes": notes,
+        "runs": sess.runs,
+    }
+    result["summary"] = report.summarize(result)
+    coro = os.path.join(RESULTS, "coro-latest.json")
+    if os.path.exists(coro):
+        try:
+            with open(coro) as f:
+                result["coro"] = json.load(f)
+        except ValueError as e:
+            result["coro"] = {"error": f"coro-latest.json unreadable: {e}"}
+    os.makedirs(args.out, exist_ok=True)
+    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    for name in (f"{stamp}.json", "latest.json"):
+        with open(os.path.join(args.out, name), "w") as f:
+            json.dump(result, f, indent=1, sort_keys=False)
+            f.write("\n")
+    written = report.write_all(result, args.out, S.VENV_PY)
+    say(f"done in {elapsed:.0f} s: {', '.join(os.path.relpath(p, ROOT) for p in written)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""The servers of the suite: how to start each, which routes it has, whether it can run here.
+
+A Server's `command(port, threads, tmp)` returns (argv, env, cleanup). `threads` is the number of
+worker threads or processes the server is allowed: 1 in the pinned mode (one CPU), the machine's
+core count in the all-core mode; servers that cannot use more than one core say so with
+scales=False and are run the same way in both modes.
+
+To add a server: write its app (bench/apps/ for Python, bench/peers/ for the rest) answering the
+routes of bench/workloads.py, append a Server(...) to SERVERS below with its command, its routes
+(`workloads`; the others are reported "n/a") and an `available` check that returns None or a
+reason. The runner validates every route before measuring, so a wrong body shows up as "invalid".
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+
+from bench import workloads as W
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+BUILD = os.path.join(HERE, ".build")
+VENV = os.path.join(HERE, ".venv")
+VENV_PY = os.path.join(VENV, "bin", "python")
+ALL = tuple(W.WORKLOADS)
+STATIC = ("plaintext", "welcome", "transfer")
+NOGIL = ("plaintext", "fib", "welcome", "loop", "transfer")
+
+
+def py_env(python=None):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + os.path.join(ROOT, "src")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("PYTHONWARNINGS", None)
+    return env
+
+
+class Server:
+    def __init__(self, name, label, group, command, workloads=ALL, scales=True, requires=(),
+                 note="", python=VENV_PY):
+        self.name, self.label, self.group = name, label, group
+        self._command = command
+        self.workloads = tuple(workloads)
+        self.scales = scales
+        self.requires = requires  # Python modules the app imports (checked in bench/.venv)
+        self.note = note
+        self.python = python
+
+    def command(self, port, threads, tmp):
+        return self._command(self, port, threads, tmp)
+
+    def __repr__(self):
+        return f"Server({self.name})"
+
+
+def _py(module_args):
+    def cmd(s, port, threads, tmp):
+        return [s.python, "-m"] + [a.format(port=port, threads=threads) for a in module_args], py_env(), None
+    return cmd
+
+
+def _go(binary):
+    def cmd(s, port, threads, tmp):
+        return [os.path.join(BUILD, binary), "-addr", f"127.0.0.1:{port}", "-threads", str(threads),
+                "-data", os.path.join(HERE, "data")], None, None
+    return cmd
+
+
+def _nginx(s, port, threads, tmp):
+    prefix = tempfile.mkdtemp(prefix="nginx-", dir=tmp)
+    with open(os.path.join(HERE, "peers", "nginx", "nginx.conf.template")) as f:
+        conf = f.read()
+    for k, v in {"@WORKERS@": str(threads), "@PREFIX@": prefix, "@PORT@": str(port)}.items():
+        conf = conf.replace(k, v)
+    with open(os.path.join(prefix, "nginx.conf"), "w") as f:
+        f.write(conf)
+    # A copy inside the temporary prefix: nginx's workers run as `nobody` when started by root and
+    # must be able to read the file.
+    shutil.copy(W.TRANSFER_PATH, os.path.join(prefix, "transfer.json"))
+    os.chmod(prefix, 0o755)
+    os.chmod(os.path.join(prefix, "transfer.json"), 0o644)
+    return [shutil.which("nginx") or "/usr/sbin/nginx", "-p", prefix, "-c",
+            os.path.join(prefix, "nginx.conf")], None, None
+
+
+def _lwan(s, port, threads, tmp):
+    # Lwan serves a folder of files named after the routes (its own static file handler).
+    root = tempfile.mkdtemp(prefix="lwan-", dir=tmp)
+    bodies = W.expected_bodies()
+    for w in STATIC:
+        with open(os.path.join(root, w), "wb") as f:
+            f.write(bodies[w])
+    os.chmod(root, 0o755)
+    return [os.environ["LWAN_BIN"], "-r", root, "-l", f"127.0.0.1:{port}"], None, None
+
+
+def _cyserve(app_ref):
+    def cmd(s, port, threads, tmp):
+        env = py_env()
+        env["PYTHONPATH"] += os.pathsep + BUILD  # the compiled nogil handlers
+        return [s.python, "-m", "cyserve", app_ref, "--host", "127.0.0.1", "--port", str(port),
+                "--threads", str(threads)], env, None
+    return cmd
+
+
+def _gunicorn(worker):
+    def cmd(s, port, threads, tmp):
+        # gunicorn's documented default for sync workers is 2 x cores + 1; gevent: one per core.
+        n = 2 * threads + 1 if worker == "sync" else threads
+        argv = [s.python, "-m", "gunicorn", "-b", f"127.0.0.1:{port}", "-w", str(n), "-k", worker,
+                "--backlog", "2048", "--log-level", "warning", "bench.apps.wsgi_app:app"]
+        if worker == "gevent":
+            argv[argv.index("-k") + 2:argv.index("-k") + 2] = ["--worker-connections", "1000"]
+        return argv, py_env(), None
+    return cmd
+
+
+SERVERS = [
+    Server("cyserve-nogil", "cyserve (nogil Cython handlers)", "cyserve",
+           _cyserve("bench.apps.cyserve_nogil_app:app"), workloads=NOGIL,
+           note="GIL-free Cython handlers (bench/apps/cyserve_nogil.pyx); /msgpack and /json need "
+                "Python objects and are measured in cyserve-py"),
+    Server("cyserve-static", "cyserve (app.static)", "cyserve",
+           _cyserve("bench.apps.cyserve_static_app:app"), workloads=STATIC,
+           note="responses registered with app.static(): the C core answers alone"),
+    Server("cyserve-py", "cyserve (Python handlers)", "cyserve", _cyserve("bench.apps.cyserve_py:app"),
+           requires=("msgpack",)),
+    Server("go-fasthttp", "Go fasthttp", "go", _go("go-fasthttp")),
+    Server("go-nethttp", "Go net/http", "go", _go("go-nethttp")),
+    Server("nginx", "nginx", "c", _nginx, workloads=STATIC,
+           note="return 200 / a static file; no handler for the computed routes (n/a)"),
+    Server("lwan", "Lwan (LWAN_BIN)", "c", _lwan, workloads=STATIC, scales=False,
+           note="optional: a binary built by the user from Lwan's source, named by LWAN_BIN"),
+    Server("granian-rsgi", "granian RSGI", "python-async",
+           _py(["granian", "--interface", "rsgi", "--host", "127.0.0.1", "--port", "{port}",
+                "--workers", "{threads}", "--log-level", "warning", "bench.apps.rsgi_app:app"]),
+           requires=("granian", "msgpack")),
+    Server("granian-asgi", "granian ASGI", "python-async",
+           _py(["granian", "--interface", "asgi", "--host", "127.0.0.1", "--port", "{port}",
+                "--workers", "{threads}", "--log-level", "warning", "bench.apps.asgi_app:app"]),
+           requires=("granian", "msgpack")),
+    Server("granian-wsgi", "granian WSGI", "python-wsgi",
+           _py(["granian", "--interface", "wsgi", "--host", "127.0.0.1", "--port", "{port}",
+                "--workers", "{threads}", "--log-level", "warning", "bench.apps.wsgi_app:app"]),
+           requires=("granian", "msgpack")),
+    Server("uvicorn", "uvicorn (uvloop, httptools)", "python-async",
+           _py(["uvicorn", "--host", "127.0.0.1", "--port", "{port}", "--workers", "{threads}",
+                "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning",
+                "bench.apps.asgi_app:app"]),
+           requires=("uvicorn", "uvloop", "httptools", "msgpack")),
+    Server("gunicorn-sync", "gunicorn (sync)", "python-wsgi", _gunicorn("sync"),
+           requires=("gunicorn", "msgpack"), note="2 x cores + 1 workers; closes every connection"),
+    Server("gunicorn-gevent", "gunicorn (gevent)", "python-wsgi", _gunicorn("gevent"),
+           requires=("gunicorn", "gevent", "msgpack")),
+    Server("waitress", "waitress", "python-wsgi",
+           _py(["waitress", "--listen=127.0.0.1:{port}", "--threads=4", "--backlog=2048",
+                "bench.apps.wsgi_app:app"]),
+           scales=False, requires=("waitress", "msgpack"), note="one process, 4 threads"),
+    Server("bjoern", "bjoern", "python-wsgi", _py(["bench.apps.bjoern_app", "{port}"]),
+           scales=False, requires=("bjoern", "msgpack"), note="one process, one thread (C event loop)"),
+    Server("socketify", "socketify", "python-async", _py(["bench.apps.socketify_app", "{port}"]),
+           scales=False, requires=("socketify", "msgpack"), note="one process"),
+    Server("stdlib-threading", "http.server ThreadingHTTPServer", "python-minimal",
+           _py(["bench.apps.stdlib_threading", "{port}"]), scales=False, requires=("msgpack",)),
+    Server("min-sequential", "seed 001: sequential", "python-minimal",
+           _py(["bench.apps.minimal", "sequential", "{port}"]), scales=False, requires=("msgpack",),
+           note="one request per connection (Connection: close), as in seed 001"),
+    Server("min-forking", "seed 001: forking", "python-minimal",
+           _py(["bench.apps.minimal", "forking", "{port}"]), scales=False, requires=("msgpack",),
+           note="a process per connection, one request each"),
+    Server("min-threading", "seed 001: threading", "python-minimal",
+           _py(["bench.apps.minimal", "threading", "{port}"]), scales=False, requires=("msgpack",),
+           note="a thread per connection, one request each"),
+    Server("min-asyncio", "seed 001: asyncio", "python-minimal",
+           _py(["bench.apps.minimal", "asyncio", "{port}"]), scales=False, requires=("msgpack",),
+           note="asyncio streams, one request per connection"),
+]
+
+BY_NAME = {s.name: s for s in SERVERS}
+
+
+def stdlib_python():
+    """The interpreter running the harness: the smoke test's stdlib-only peers use it."""
+    return sys.executable
