@@ -521,11 +521,64 @@ out:
     return rc;
 }
 
+/* Whether a repetition operator (*, +, ? or {) directly follows another one, outside bracket
+ * expressions. POSIX leaves "a**" and "a+{2}" undefined; glibc accepts them and, for stacks of
+ * them, builds trees that grow exponentially (the fuzzer found "/a+++...+" exhausting memory in
+ * regcomp). No useful pattern needs them, so router_add refuses them. */
+static bool router__stacked_repetition(const char *p, size_t len)
+{
+    bool after_rep = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = p[i];
+        if (c == '\\') {
+            i++; /* an escaped character is an atom */
+            after_rep = false;
+        } else if (c == '[') {
+            /* Skip the bracket expression: a ']' right after '[' or "[^" is literal, and
+             * "[:alpha:]"-style classes contain no ']' before their ":]". */
+            size_t j = i + 1;
+            if (j < len && p[j] == '^')
+                j++;
+            if (j < len && p[j] == ']')
+                j++;
+            while (j < len && p[j] != ']') {
+                if (p[j] == '[' && j + 1 < len && (p[j + 1] == ':' || p[j + 1] == '.' ||
+                                                   p[j + 1] == '=')) {
+                    const char *close = j + 2 < len ? memchr(p + j + 2, p[j + 1], len - j - 2)
+                                                    : NULL;
+                    j = close ? (size_t)(close - p) + 1 : len;
+                } else {
+                    j++;
+                }
+            }
+            i = j;
+            after_rep = false;
+        } else if (c == '*' || c == '+' || c == '?' || c == '{') {
+            if (after_rep)
+                return true;
+            if (c == '{') {
+                const char *close = memchr(p + i, '}', len - i);
+                i = close ? (size_t)(close - p) : len;
+            }
+            after_rep = true;
+        } else {
+            after_rep = false;
+        }
+    }
+    return false;
+}
+
 static int router__add_regex(struct router *r, struct rentry *e, size_t len, char *err,
                              size_t errlen)
 {
     if (UNLIKELY(memchr(e->pattern, '\0', len) != NULL)) {
         router__errf(err, errlen, "regex contains a NUL byte");
+        return -EINVAL;
+    }
+    if (UNLIKELY(router__stacked_repetition(e->pattern, len))) {
+        router__errf(err, errlen,
+                     "bad regex '%s': a repetition operator follows another (undefined in POSIX)",
+                     e->pattern);
         return -EINVAL;
     }
     for (size_t i = 0; i < r->num_regexes; i++) {
