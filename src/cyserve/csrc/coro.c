@@ -19,6 +19,9 @@
  * access from a wild one), and under ThreadSanitizer every coroutine is a TSan fiber, switched
  * with __tsan_switch_to_fiber, so that a coroutine resumed on another thread keeps its own
  * happens-before history instead of inheriting the worker's. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* MAP_STACK, and so that a test including coro.c then sched.c sees it */
+#endif
 #include "coro.h"
 
 #include <errno.h>

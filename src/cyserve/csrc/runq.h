@@ -104,6 +104,16 @@ static inline unsigned runq_len(struct runq *q)
     return tail - runq_real_of(head);
 }
 
+/* Slots the owner can fill without overflowing: capacity minus the live and being-stolen slots.
+ * It only grows behind the owner's back (thieves free slots), so the owner may rely on it.
+ * Owner only. */
+static inline unsigned runq_free_slots(struct runq *q)
+{
+    /* safety: acquire: a finished steal frees its slots only once we see steal move. */
+    uint64_t head = __atomic_load_n(&q->head, __ATOMIC_ACQUIRE);
+    return q->mask + 1 - (q->tail - runq_steal_of(head));
+}
+
 /* Push co at the back. Returns 1 when queued. Returns 0 when the ring was full: then co and
  * (unless a thief was mid-copy) the older half of the ring were taken out and linked through
  * their node.next, oldest first, into *first .. *last (*n of them), for the caller to put on the

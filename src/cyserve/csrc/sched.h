@@ -84,16 +84,25 @@ struct coro *sched_current(void);
 int sched_worker_id(void);
 
 /* Put the running coroutine at the back of its worker's run queue and run others first. Returns
- * 0, or -ECANCELED if the scheduler is stopping (the caller should finish). Coroutine only. */
-int sched_yield(void);
+ * 0, or -ECANCELED if the scheduler is stopping (the caller should finish). Coroutine only.
+ *
+ * The symbol is sched_yield_coro: a function named sched_yield would interpose POSIX
+ * sched_yield(2) (declared in <sched.h>) for every caller resolved against our object, e.g.
+ * the sanitizers' runtime, which calls it from threads that are not coroutines. The
+ * function-like macro keeps the documented name `sched_yield()` working in C code that includes
+ * this header (it is a pure rename, no control flow); a file that needs the POSIX call as well
+ * must #undef it. */
+int sched_yield_coro(void);
+#define sched_yield() sched_yield_coro()
 
-/* Suspend the running coroutine for at least ns nanoseconds. Returns 0, or -ECANCELED if the
- * scheduler is stopping. Coroutine only. */
+/* Suspend the running coroutine for at least ns nanoseconds (on the timer heap of the worker
+ * running it). Returns 0, or -ECANCELED if the scheduler is stopping. Coroutine only. */
 int sched_sleep_ns(uint64_t ns);
 
 /* Suspend the running coroutine until fd is ready for events (EPOLLIN and/or EPOLLOUT), or until
- * timeout_ns has passed (timeout_ns < 0: no timeout). The fd is registered one-shot on the
- * coroutine's home worker for the duration of the wait. Returns the ready events (> 0),
+ * timeout_ns has passed (timeout_ns < 0: no timeout). The fd is registered one-shot in the epoll
+ * of the worker running the coroutine (which becomes its home) for the duration of the wait;
+ * two coroutines waiting on the same fd at once on one worker get -EEXIST. Returns the ready events (> 0),
  * -ETIMEDOUT, -ECANCELED if the scheduler is stopping, or -errno from epoll_ctl.
  * Coroutine only. */
 int sched_wait_fd(int fd, uint32_t events, int64_t timeout_ns);
@@ -125,18 +134,19 @@ struct sched_io {
     /* private */
     void (*on_ready)(struct sched_io *io, uint32_t events);
     struct coro *waiter;
-    uint32_t ready;
-    uint32_t wait_events;
-    int home;
-    int active;
-    uint64_t wait_timer[4];
+    uint32_t ready;       /* readiness seen and not yet consumed (home worker only) */
+    uint32_t wait_events; /* what the waiter waits for */
+    int home;             /* worker index owning the registration */
+    int active;           /* 1 while a coroutine serves io; 0: idle, the next event calls on_ready */
 };
 
 /* Register fd edge-triggered for EPOLLIN | EPOLLOUT | EPOLLRDHUP on the calling worker, which
- * becomes io's home. While io is idle, the first event calls on_ready(io, events) on the home
- * worker's own stack (not in a coroutine) and marks io active; on_ready typically spawns a
- * coroutine to serve it. While io is active, events only record readiness for sched_io_wait().
- * Returns 0 or -errno. Worker only. */
+ * becomes io's home. While io is idle, the first event that says readable or closed (EPOLLIN,
+ * EPOLLRDHUP, EPOLLHUP, EPOLLERR; a bare EPOLLOUT edge does not) calls on_ready(io, events) on
+ * the home worker's own stack (not in a coroutine) and marks io active; the readable/writable
+ * readiness of that event is handed to on_ready and not kept, so the coroutine it spawns starts
+ * by reading until EAGAIN. While io is active, events only record readiness for sched_io_wait().
+ * Returns 0, -EPERM off a worker, or -errno from epoll_ctl. Worker only. */
 int sched_io_add(struct sched_io *io, int fd, void (*on_ready)(struct sched_io *io,
                                                                uint32_t events));
 
@@ -147,12 +157,15 @@ int sched_io_add(struct sched_io *io, int fd, void (*on_ready)(struct sched_io *
 int sched_io_wait(struct sched_io *io, uint32_t events, int64_t deadline_ns);
 
 /* The coroutine serving io is done with it for now. On the home worker (hopping there first):
- * returns -EAGAIN if readable readiness arrived meanwhile (keep serving), otherwise marks io
- * idle, so that its next event calls on_ready again, and returns 0. Coroutine only. */
+ * returns -EAGAIN if readable readiness arrived meanwhile (keep serving: that readiness is
+ * consumed, so read until EAGAIN again before the next release), -ECANCELED if the scheduler is
+ * stopping, otherwise marks io idle, so that its next event calls on_ready again, and returns 0.
+ * Coroutine only. */
 int sched_io_release(struct sched_io *io);
 
-/* Remove io from its home epoll. Call before closing the fd. Home worker only (hop there with
- * sched_io_wait semantics: from a coroutine this hops home first). */
+/* Remove io from its home epoll. Call before closing the fd. From a coroutine this hops home
+ * first (unless the scheduler is stopping); from a worker's own stack it must be the home worker
+ * (the epoll_ctl itself is safe anywhere, io's private fields are not). Worker only. */
 void sched_io_del(struct sched_io *io);
 
 /* ---- timers, for the HTTP engine's idle keep-alive deadline ---- */
@@ -162,7 +175,8 @@ struct sched_timer {
     void *data;                        /* the caller's */
     /* private */
     uint64_t deadline;
-    int64_t heap_index; /* -1 when not armed */
+    int64_t heap_index; /* 0 when not armed, else 1 + its index in the owner's heap, so that a
+                         * zero-initialised timer is a valid unarmed timer */
     int owner;
 };
 

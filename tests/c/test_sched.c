@@ -1,0 +1,447 @@
+/* test_sched.c: the scheduler end to end (also built under ThreadSanitizer): exact step counts
+ * under many workers, coroutines and yields (also with a tiny run queue and randomised choices),
+ * sleeps, fd waits, the sched_io flow (on_ready, wait, release, hop home), offload, stop. */
+#include "csrc/coro.c"
+#include "csrc/sched.c"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+
+#include "tap.h"
+
+static int add(int *p, int v)
+{
+    /* safety: test counters shared by coroutines on several workers. */
+    return __atomic_add_fetch(p, v, __ATOMIC_SEQ_CST);
+}
+
+static int get(int *p)
+{
+    /* safety: as above. */
+    return __atomic_load_n(p, __ATOMIC_SEQ_CST);
+}
+
+static struct sched *new_sched(unsigned workers, unsigned cap, int randomize, int keep_alive)
+{
+    struct sched_config cfg = {.workers = workers, .runq_capacity = cap,
+                               .randomize = randomize, .keep_alive = keep_alive};
+    struct sched *s = NULL;
+    int err = sched_new(&s, &cfg);
+    if (err)
+        note("sched_new: %d", err);
+    return s;
+}
+
+static void test_config(void)
+{
+    struct sched *s = NULL;
+    struct sched_config cfg = {.workers = SCHED_MAX_WORKERS + 1};
+    is_int(sched_new(&s, &cfg), -EINVAL, "too many workers");
+    cfg = (struct sched_config){.stack_size = 1000};
+    is_int(sched_new(&s, &cfg), -EINVAL, "stack too small");
+    cfg = (struct sched_config){.runq_capacity = 6};
+    is_int(sched_new(&s, &cfg), -EINVAL, "runq capacity not a power of two");
+    cfg = (struct sched_config){0};
+    is_int(sched_new(&s, &cfg), 0, "defaults");
+    ok(sched_workers(s) >= 1, "default worker count from the affinity mask");
+    is_int(sched_run(s), 0, "running with nothing spawned returns at once");
+    sched_free(s);
+}
+
+/* ---- many workers x many coroutines x many yields ---- */
+
+enum { STEPS = 20 };
+static int *steps;
+static int yielders_done;
+
+static int yielder(struct coro *co, void *arg)
+{
+    int *slot = arg;
+    for (int i = 0; i < STEPS; i++) {
+        (*slot)++; /* only this coroutine touches its slot, wherever it runs */
+        if (sched_yield() != 0)
+            return -1;
+    }
+    add(&yielders_done, 1);
+    return 0;
+}
+
+struct tree_arg {
+    struct sched *s;
+    int depth;
+};
+
+static int tree_count;
+static struct tree_arg tree_args[8];
+
+static int tree(struct coro *co, void *arg)
+{
+    struct tree_arg *t = arg;
+    add(&tree_count, 1);
+    if (t->depth < 7) {
+        /* Spawn from inside a coroutine: goes on this worker's queue and may be stolen. */
+        sched_spawn(t->s, tree, &tree_args[t->depth + 1]);
+        sched_spawn(t->s, tree, &tree_args[t->depth + 1]);
+    }
+    return 0;
+}
+
+static void run_yielders(unsigned workers, unsigned cap, int randomize, int n)
+{
+    struct sched *s = new_sched(workers, cap, randomize, 0);
+    steps = calloc((size_t)n, sizeof(*steps));
+    yielders_done = 0;
+    tree_count = 0;
+    for (int i = 0; i < 8; i++)
+        tree_args[i] = (struct tree_arg){.s = s, .depth = i};
+    for (int i = 0; i < n; i++)
+        sched_spawn(s, yielder, &steps[i]);
+    sched_spawn(s, tree, &tree_args[0]);
+    is_int(sched_run(s), 0, "sched_run");
+    int exact = 1;
+    for (int i = 0; i < n; i++)
+        exact &= steps[i] == STEPS;
+    ok(exact, "%u workers, runq %u, randomize %d: each of %d coroutines made exactly %d steps",
+       workers, cap, randomize, n, STEPS);
+    is_int(yielders_done, n, "all yielders finished");
+    is_int(tree_count, 255, "a spawn tree of depth 8 ran every node once");
+    struct sched_stats st;
+    sched_get_stats(s, &st);
+    is_int(st.spawned, n + 255, "stats: spawned");
+    is_int(st.finished, n + 255, "stats: finished");
+    note("steals %llu, parks %llu", (unsigned long long)st.steals, (unsigned long long)st.parks);
+
+    /* The same scheduler runs a second batch. */
+    memset(steps, 0, sizeof(*steps) * (size_t)n);
+    for (int i = 0; i < 10; i++)
+        sched_spawn(s, yielder, &steps[i]);
+    is_int(sched_run(s), 0, "second sched_run");
+    is_int(steps[9], STEPS, "second batch ran");
+    sched_free(s);
+    free(steps);
+}
+
+/* ---- sleep ---- */
+
+static int sleepers_ok;
+
+static int sleeper(struct coro *co, void *arg)
+{
+    uint64_t ns = (uint64_t)(uintptr_t)arg * 1000000u;
+    uint64_t t0 = sched_clock_ns();
+    int r = sched_sleep_ns(ns);
+    if (r == 0 && sched_clock_ns() - t0 >= ns)
+        add(&sleepers_ok, 1);
+    return 0;
+}
+
+static void test_sleep(void)
+{
+    struct sched *s = new_sched(2, 0, 0, 0);
+    sleepers_ok = 0;
+    for (uintptr_t i = 0; i < 30; i++)
+        sched_spawn(s, sleeper, (void *)(1 + i % 5));
+    sched_run(s);
+    is_int(sleepers_ok, 30, "30 sleepers woke, each after at least its duration");
+    sched_free(s);
+}
+
+/* ---- wait_fd ---- */
+
+static int pipefd[2];
+static int fd_result, fd_read, fd_timeout_result;
+
+static int fd_reader(struct coro *co, void *arg)
+{
+    fd_result = sched_wait_fd(pipefd[0], EPOLLIN, -1);
+    char c = 0;
+    if (read(pipefd[0], &c, 1) == 1)
+        fd_read = c;
+    return 0;
+}
+
+static int fd_writer(struct coro *co, void *arg)
+{
+    sched_sleep_ns(2000000);
+    if (write(pipefd[1], "x", 1) != 1)
+        return -1;
+    return 0;
+}
+
+static int fd_timeouter(struct coro *co, void *arg)
+{
+    int *p = arg;
+    fd_timeout_result = sched_wait_fd(p[0], EPOLLIN, 3000000);
+    return 0;
+}
+
+static void test_wait_fd(void)
+{
+    struct sched *s = new_sched(2, 0, 0, 0);
+    int other[2];
+    if (pipe2(pipefd, O_NONBLOCK) != 0 || pipe2(other, O_NONBLOCK) != 0)
+        return;
+    sched_spawn(s, fd_reader, NULL);
+    sched_spawn(s, fd_writer, NULL);
+    sched_spawn(s, fd_timeouter, other);
+    sched_run(s);
+    ok(fd_result > 0 && (fd_result & EPOLLIN), "wait_fd returns the ready events");
+    is_int(fd_read, 'x', "and the data is there");
+    is_int(fd_timeout_result, -ETIMEDOUT, "wait_fd on a silent pipe times out");
+    sched_free(s);
+    close(pipefd[0]);
+    close(pipefd[1]);
+    close(other[0]);
+    close(other[1]);
+}
+
+/* ---- sched_io: on_ready, serve, release, wait with hop ---- */
+
+static struct sched *io_sched;
+static struct sched_io io_conn;
+static int io_sv[2];
+static int io_served, io_bytes, io_server_running, io_on_ready_calls;
+
+static int io_server(struct coro *co, void *arg)
+{
+    struct sched_io *io = arg;
+    add(&io_server_running, 1);
+    for (;;) {
+        char buf[64];
+        ssize_t n;
+        while ((n = read(io->fd, buf, sizeof(buf))) > 0)
+            add(&io_bytes, (int)n);
+        int r = sched_io_release(io);
+        if (r == -EAGAIN)
+            continue; /* more arrived: keep serving */
+        break;
+    }
+    add(&io_server_running, -1);
+    add(&io_served, 1);
+    return 0;
+}
+
+static void io_on_ready(struct sched_io *io, uint32_t events)
+{
+    add(&io_on_ready_calls, 1);
+    ok(sched_current() == NULL, "on_ready runs on the worker's own stack");
+    ok(sched_worker_id() == io->home, "on_ready runs on the home worker");
+    sched_spawn(io_sched, io_server, io);
+}
+
+static int io_driver(struct coro *co, void *arg)
+{
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, io_sv) != 0)
+        return -1;
+    if (sched_io_add(&io_conn, io_sv[0], io_on_ready) != 0)
+        return -1;
+    for (int round = 1; round <= 3; round++) {
+        if (write(io_sv[1], "hello", 5) != 5)
+            return -1;
+        for (int i = 0; i < 5000 && get(&io_served) < round; i++)
+            sched_sleep_ns(200000);
+    }
+    ok(get(&io_server_running) == 0, "an idle connection holds no coroutine");
+    sched_io_del(&io_conn);
+    close(io_sv[0]);
+    close(io_sv[1]);
+    return 0;
+}
+
+static void test_io_flow(void)
+{
+    io_sched = new_sched(2, 0, 0, 0);
+    sched_spawn(io_sched, io_driver, NULL);
+    sched_run(io_sched);
+    is_int(io_served, 3, "three events on an idle connection served by three coroutines");
+    is_int(io_on_ready_calls, 3, "on_ready called once per idle->active transition");
+    is_int(io_bytes, 15, "all bytes read");
+    sched_free(io_sched);
+}
+
+/* Hop: io registered by worker 1's start hook; a coroutine on worker 0 waits on it. */
+static struct sched_io hop_io;
+static int hop_sv[2];
+static int hop_registered, hop_result, hop_home_after;
+
+static int hop_waiter(struct coro *co, void *arg)
+{
+    while (!get(&hop_registered))
+        sched_yield();
+    int before = sched_worker_id();
+    hop_result = sched_io_wait(&hop_io, EPOLLIN, -1);
+    hop_home_after = sched_worker_id() == hop_io.home && before != hop_io.home;
+    sched_io_del(&hop_io);
+    return 0;
+}
+
+static int hop_writer(struct coro *co, void *arg)
+{
+    while (!get(&hop_registered))
+        sched_yield();
+    sched_sleep_ns(2000000);
+    return write(hop_sv[1], "z", 1) == 1 ? 0 : -1;
+}
+
+static void hop_noop(struct sched_io *io, uint32_t ev)
+{
+}
+
+static void hop_start_hook(struct sched *s, unsigned id, void *ud)
+{
+    if (id == 1) {
+        sched_io_add(&hop_io, hop_sv[0], hop_noop);
+        add(&hop_registered, 1);
+        /* Keep worker 1 busy in its hook so that it cannot steal the waiter from worker 0: the
+         * waiter must hop. */
+        usleep(30000);
+    } else if (id == 0) {
+        sched_spawn(s, hop_waiter, NULL);
+        sched_spawn(s, hop_writer, NULL);
+    }
+}
+
+static void test_io_hop(void)
+{
+    struct sched *s = new_sched(2, 0, 0, 0);
+    socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, hop_sv);
+    sched_set_worker_hooks(s, hop_start_hook, NULL, NULL);
+    /* Batch mode needs something alive before the hooks spawn: a placeholder that waits for the
+     * hooks' coroutines to be registered. */
+    sched_spawn(s, hop_writer, NULL);
+    sched_run(s);
+    ok(hop_result > 0 && (hop_result & EPOLLIN), "sched_io_wait after a hop sees the data");
+    ok(hop_home_after, "the waiter hopped from worker 0 to the io's home, worker 1");
+    struct sched_stats st;
+    sched_get_stats(s, &st);
+    ok(st.hops >= 1, "stats count the hop");
+    sched_free(s);
+    close(hop_sv[0]);
+    close(hop_sv[1]);
+}
+
+/* ---- offload ---- */
+
+static int off_calls, off_begin, off_end, off_on_worker_stack;
+
+static void off_fn(void *arg)
+{
+    add(&off_calls, 1);
+    if (sched_current() == NULL && sched_worker_id() >= 0)
+        add(&off_on_worker_stack, 1);
+}
+
+static void off_b(void *ud)
+{
+    add(&off_begin, 1);
+}
+
+static void off_e(void *ud)
+{
+    add(&off_end, 1);
+}
+
+static int offloader(struct coro *co, void *arg)
+{
+    return sched_offload(off_fn, NULL) == 0 ? 0 : -1;
+}
+
+static void test_offload(void)
+{
+    struct sched *s = new_sched(2, 0, 0, 0);
+    sched_set_offload_hooks(s, off_b, off_e, NULL);
+    for (int i = 0; i < 200; i++)
+        sched_spawn(s, offloader, NULL);
+    sched_run(s);
+    is_int(off_calls, 200, "200 offloaded calls ran");
+    is_int(off_on_worker_stack, 200, "each on a worker's own stack");
+    ok(off_begin >= 1 && off_begin == off_end, "begin/end hooks pair up");
+    ok(off_begin < 200, "and calls were batched between them");
+    note("offload batches: %d", off_begin);
+    sched_free(s);
+}
+
+/* ---- stop with coroutines suspended ---- */
+
+static int stop_started, stop_defers, stop_cancelled;
+static int stop_pipe[2];
+
+static void stop_defer(void *arg)
+{
+    add(&stop_defers, 1);
+}
+
+static int stop_sleeper(struct coro *co, void *arg)
+{
+    coro_defer(co, stop_defer, NULL);
+    add(&stop_started, 1);
+    if (sched_sleep_ns(60ull * 1000000000u) == -ECANCELED)
+        add(&stop_cancelled, 1);
+    return 0;
+}
+
+static int stop_fd_waiter(struct coro *co, void *arg)
+{
+    coro_defer(co, stop_defer, NULL);
+    add(&stop_started, 1);
+    if (sched_wait_fd(stop_pipe[0], EPOLLIN, -1) == -ECANCELED)
+        add(&stop_cancelled, 1);
+    return 0;
+}
+
+static int stop_spinner(struct coro *co, void *arg)
+{
+    coro_defer(co, stop_defer, NULL);
+    add(&stop_started, 1);
+    while (sched_yield() == 0)
+        ;
+    add(&stop_cancelled, 1);
+    return 0;
+}
+
+static void test_stop(void)
+{
+    struct sched *s = new_sched(3, 4, 1, 1);
+    pipe2(stop_pipe, O_NONBLOCK);
+    is_int(sched_start(s), 0, "server mode starts");
+    for (int i = 0; i < 50; i++)
+        sched_spawn(s, stop_sleeper, NULL);
+    sched_spawn(s, stop_fd_waiter, NULL);
+    for (int i = 0; i < 5; i++)
+        sched_spawn(s, stop_spinner, NULL);
+    for (int i = 0; i < 20000 && get(&stop_started) < 56; i++)
+        usleep(500);
+    is_int(get(&stop_started), 56, "all started");
+    sched_stop(s);
+    is_int(sched_spawn(s, stop_sleeper, NULL), -ESHUTDOWN, "spawn after stop fails cleanly");
+    is_int(sched_join(s), 0, "join");
+    is_int(stop_defers, 56, "every suspended coroutine ran its defers");
+    is_int(stop_cancelled, 56, "and saw -ECANCELED");
+    sched_free(s);
+    close(stop_pipe[0]);
+    close(stop_pipe[1]);
+
+    /* Never-run coroutines are cancelled by sched_free, defers included. */
+    s = new_sched(1, 0, 0, 0);
+    stop_defers = 0;
+    for (int i = 0; i < 3; i++)
+        sched_spawn(s, stop_sleeper, NULL);
+    sched_free(s);
+    is_int(stop_defers, 0, "defers registered inside a body do not exist before it runs");
+}
+
+int main(void)
+{
+    test_config();
+    run_yielders(1, 0, 0, 500);
+    run_yielders(4, 0, 0, 2000);
+    run_yielders(4, 4, 1, 2000);
+    run_yielders(3, 2, 1, 500);
+    test_sleep();
+    test_wait_fd();
+    test_io_flow();
+    test_io_hop();
+    test_offload();
+    test_stop();
+    return done_testing();
+}
