@@ -20,17 +20,19 @@ def replay_binary():
                           text=True)
     if proc.returncode != 0:
         pytest.fail(f"building the replay binary failed:\n{proc.stdout}\n{proc.stderr}")
-    return FUZZ / "build" / "replay"
+    return FUZZ / "build"
 
 
+@pytest.mark.parametrize("binary", ["replay", "replay-scalar"])
 @pytest.mark.parametrize("folder", ["corpus", "regression"])
-def test_replay(replay_binary, folder):
+def test_replay(replay_binary, binary, folder):
+    """replay-scalar is built with -DHTTP_PARSE_NO_SIMD: the SWAR path gets the same inputs."""
     inputs = [p for p in (FUZZ / folder).iterdir() if p.is_file() and not p.name.startswith(".")]
     assert inputs, f"fuzz/{folder} is empty"
     env = dict(os.environ)
     env["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=0"
     env["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"
-    proc = subprocess.run([str(replay_binary), str(FUZZ / folder)], capture_output=True,
+    proc = subprocess.run([str(replay_binary / binary), str(FUZZ / folder)], capture_output=True,
                           text=True, timeout=240, env=env)
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
     assert f"replayed {len(inputs)} inputs, 0 errors" in proc.stdout, proc.stdout

@@ -4,9 +4,9 @@
  * calls (picohttpparser's model: on -2 the caller calls again with more bytes, from the start).
  * Re-scanning is cheap because heads are small, and it is what lets the parser hand out views
  * without owning any memory. Each byte class (token, request-target, field value) has a 256-entry
- * table; the loops over targets and field values first skip eight ordinary bytes at a time with
- * word-at-a-time (SWAR) tests and fall back to the table for the bytes that end the run. The
- * SWAR loads use memcpy and only happen when eight bytes remain, so nothing is read past `end`
+ * table; the loops over targets and field values first skip runs of ordinary bytes 16 at a time
+ * (SSE2) or eight at a time (SWAR) and fall back to the table for the bytes that end the run.
+ * The wide loads only happen when 16 (8) bytes remain, so nothing is read past `end`
  * (tests/c/test_http_parse.c places every input against a PROT_NONE page to prove it).
  *
  * Limits are enforced by shrinking the scan window: the head is parsed inside
@@ -101,6 +101,56 @@ static ALWAYS_INLINE uint64_t swar_has_byte(uint64_t x, unsigned char b)
     return (y - ONES) & ~y & HIGHS;
 }
 
+/* The run-skipping loops have two implementations. On x86-64, SSE2 is part of the baseline ABI,
+ * so no runtime check is needed: 16 bytes are classified at once with unsigned min/max compares
+ * (SSE2 has no unsigned "less than", but min(x, hi) == x is x <= hi). Elsewhere, or when built
+ * with -DHTTP_PARSE_NO_SIMD (the fuzz replay test builds both, so the scalar path stays tested),
+ * eight bytes at a time with SWAR. Both stop at the first byte that ends the run and leave it to
+ * the exact byte loop, so they differ only in speed. */
+#if defined(__SSE2__) && !defined(HTTP_PARSE_NO_SIMD)
+#include <emmintrin.h>
+#define HTTP_PARSE_SIMD "sse2"
+
+/* Bit i set when byte i of v lies in [lo, hi] (unsigned). */
+static ALWAYS_INLINE unsigned sse_in_range(__m128i v, unsigned char lo, unsigned char hi)
+{
+    __m128i le = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8((char)hi)), v);
+    __m128i ge = _mm_cmpeq_epi8(_mm_max_epu8(v, _mm_set1_epi8((char)lo)), v);
+    return (unsigned)_mm_movemask_epi8(_mm_and_si128(le, ge));
+}
+
+static ALWAYS_INLINE const char *skip_value_fast(const char *p, const char *end)
+{
+    while (end - p >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+        /* valid: 0x20-0x7e or 0x80-0xff, i.e. >= 0x20 and != 0x7f */
+        unsigned ok = sse_in_range(v, 0x20, 0xff) &
+                      ~(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(0x7f)));
+        if (ok != 0xffff)
+            return p + __builtin_ctz(~ok);
+        p += 16;
+    }
+    while (p < end && (unsigned char)*p >= 0x20 && (unsigned char)*p != 0x7f)
+        p++;
+    return p;
+}
+
+static ALWAYS_INLINE const char *skip_target_fast(const char *p, const char *end)
+{
+    while (end - p >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+        unsigned ok = sse_in_range(v, 0x21, 0x7e);
+        if (ok != 0xffff)
+            return p + __builtin_ctz(~ok);
+        p += 16;
+    }
+    while (p < end && is_class((unsigned char)*p, C_TARGET))
+        p++;
+    return p;
+}
+#else
+#define HTTP_PARSE_SIMD "swar"
+
 /* Skips field-value bytes other than HTAB: returns the first position in [p, end) that is not
  * in 0x20-0x7e or 0x80-0xff, or end. HTAB and invalid bytes are left for the caller's table. */
 static ALWAYS_INLINE const char *skip_value_fast(const char *p, const char *end)
@@ -131,6 +181,7 @@ static ALWAYS_INLINE const char *skip_target_fast(const char *p, const char *end
         p++;
     return p;
 }
+#endif
 
 void http_limits_default(struct http_limits *lim)
 {
