@@ -18,6 +18,7 @@
 #ifndef CYSERVE_SCHED_H
 #define CYSERVE_SCHED_H
 
+#include <sched.h> /* before the sched_yield() macro below, so its prototype is not renamed */
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/epoll.h>
