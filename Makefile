@@ -14,7 +14,7 @@ CORE_SOURCES := $(wildcard src/cyserve/*.pyx src/cyserve/*.pxd src/cyserve/nativ
 	src/cyserve/native/*.pxi src/cyserve/native/includes/*.pxd src/cyserve/csrc/*.c \
 	src/cyserve/csrc/*.h src/cyserve/csrc/*.S src/cyserve/include/cyserve/*.h) setup.py
 
-.PHONY: all build run test test-c bench bench-quick bench-coro fuzz clean
+.PHONY: all build run test test-c test-asan bench bench-quick bench-coro fuzz clean
 
 all: build
 
@@ -38,6 +38,27 @@ run: build
 
 test: build
 	$(PY) -m pytest
+	$(MAKE) test-asan
+
+# The Cython layer and the C runtime once more, built with AddressSanitizer and
+# UndefinedBehaviorSanitizer into build/asan/ (a copy of the package), and the tests that drive
+# the native code run against it with the sanitizer runtime preloaded into the interpreter.
+# Leak detection is off: CPython itself keeps memory until exit.
+ASAN_PKG := build/asan/pkg
+ASAN_TESTS ?= $(wildcard tests/test_sched.py tests/test_parser.py tests/test_http11.py \
+	tests/test_static_files.py tests/test_nogil_handlers.py tests/test_concurrency.py)
+$(ASAN_PKG)/.built: $(STAMP) $(CORE_SOURCES)
+	rm -rf $(ASAN_PKG) && mkdir -p $(ASAN_PKG)
+	cp -r src/cyserve $(ASAN_PKG)/cyserve
+	rm -f $(ASAN_PKG)/cyserve/_core*.so $(ASAN_PKG)/cyserve/.built
+	CYSERVE_SANITIZE=address,undefined CYSERVE_DEBUG=1 $(PY) setup.py -q build_ext \
+		--build-lib $(ASAN_PKG) --build-temp build/asan/tmp
+	touch $@
+
+test-asan: $(ASAN_PKG)/.built
+	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	PYTHONPATH=$(ASAN_PKG) CYSERVE_EXPECT_SANITIZED=1 $(PY) -m pytest -p no:cacheprovider $(ASAN_TESTS)
 
 test-c: $(STAMP)
 	$(PY) -m pytest tests/test_c_units.py
