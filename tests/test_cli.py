@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import socket
 import subprocess
 import sys
 import textwrap

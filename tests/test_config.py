@@ -49,7 +49,7 @@ def test_zero_threads_means_the_cpus_this_process_may_use() -> None:
     ("threads", MAX_THREADS + 1, "invalid threads 1025: must be between 0 and 1024"),
     ("threads", True, "invalid threads True: must be an integer"),
     ("backlog", 0, "invalid backlog 0: must be at least 1"),
-    ("max_header_bytes", 0, "invalid max_header_bytes 0: must be at least 1"),
+    ("max_header_bytes", 63, "invalid max_header_bytes 63: must be at least 64"),
     ("max_target_bytes", -5, "invalid max_target_bytes -5: must be at least 1"),
     ("max_headers", 0, "invalid max_headers 0: must be at least 1"),
     ("max_body_bytes", 0, "invalid max_body_bytes 0: must be at least 1"),

@@ -36,7 +36,7 @@ import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union
 
 from .errors import HandlerTypeError, RouteError
 
@@ -45,10 +45,12 @@ if TYPE_CHECKING:
 
 __all__ = ["App", "Handler", "RouteTuple", "METHODS", "NOGIL_CAPSULE_NAME", "is_nogil_capsule"]
 
-HandlerResult = Union[str, bytes, dict, list, "Response", None]
+HandlerResult = Union[str, bytes, dict[str, Any], list[Any], "Response", None]
 Handler = Callable[["Request"], HandlerResult]
 H = TypeVar("H", bound=Callable[..., Any])
-RouteTuple = tuple[str, str, Union[tuple[str, ...], None], str, object]
+Match = Literal["path", "prefix", "regex"]
+Kind = Literal["python", "nogil", "static", "files"]
+RouteTuple = tuple[Match, str, tuple[str, ...] | None, Kind, Any]
 
 NOGIL_CAPSULE_NAME = "cyserve.nogil_handler"
 PARAM_TYPES = ("int", "str", "path")
@@ -69,11 +71,11 @@ _ENGINE_HEADERS = frozenset({"content-length", "transfer-encoding", "connection"
 
 @dataclass
 class _Route:
-    match: str
+    match: Match
     pattern: str
     key: str  # what two routes must share to collide: the pattern with parameter names erased
     methods: tuple[str, ...] | None  # as registered, None for any
-    kind: str
+    kind: Kind
     target: object
     label: str  # how error messages name this route's target
 
@@ -212,7 +214,7 @@ class App:
 
     # ---- Internals ------------------------------------------------------------------------
 
-    def _add(self, match: str, pattern: str, methods: Iterable[str] | str | None,
+    def _add(self, match: Match, pattern: str, methods: Iterable[str] | str | None,
              handler: object, where: str) -> None:
         if is_nogil_capsule(handler):
             self._add_kind(match, pattern, methods, "nogil", handler, "nogil handler", where)
@@ -222,8 +224,8 @@ class App:
             handler, "__qualname__", type(handler).__name__)
         self._add_kind(match, pattern, methods, "python", handler, label, where)
 
-    def _add_kind(self, match: str, pattern: str, methods: Iterable[str] | str | None,
-                  kind: str, target: object, label: str, where: str) -> None:
+    def _add_kind(self, match: Match, pattern: str, methods: Iterable[str] | str | None,
+                  kind: Kind, target: object, label: str, where: str) -> None:
         key = _check_pattern(where, match, pattern)
         new = _Route(match, pattern, key, _check_methods(where, methods), kind, target, label)
         for old in self._routes:

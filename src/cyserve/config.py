@@ -29,6 +29,8 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 # Options whose value is a count or a size: integers of at least 1.
 _LIMITS = ("backlog", "max_header_bytes", "max_target_bytes", "max_headers", "max_body_bytes")
+# The header block holds at least a request line and a Host field; the engine refuses less.
+_LIMIT_MINIMUM = {"max_header_bytes": 64}
 # Timeouts in seconds: finite and strictly positive.
 _TIMEOUTS = ("keepalive_timeout", "header_timeout", "body_timeout")
 
@@ -105,7 +107,7 @@ class Config:
         _check_int("port", self.port, 0, 65535)
         _check_int("threads", self.threads, 0, MAX_THREADS)
         for name in _LIMITS:
-            _check_int(name, getattr(self, name), 1, None)
+            _check_int(name, getattr(self, name), _LIMIT_MINIMUM.get(name, 1), None)
         for name in _TIMEOUTS:
             _check_seconds(name, getattr(self, name), allow_zero=False)
         # 0 is meaningful here: do not wait for in-flight requests at all.

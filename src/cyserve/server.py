@@ -20,14 +20,16 @@ The lifecycle, in order:
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from .app import App
 from .config import Config
@@ -172,11 +174,16 @@ def _server_class() -> type[Server]:
     return Server
 
 
+# For these the C library's text is the whole story ("address already in use"); for anything
+# else (an unknown host name, say) the engine's own sentence says more than strerror would.
+_PLAIN_ERRNOS = frozenset({errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL, errno.EPERM})
+
+
 def _listen_error(host: str, port: int, exc: OSError) -> ListenError:
-    if exc.errno is not None and exc.errno > 0:
+    if exc.errno in _PLAIN_ERRNOS or (exc.errno and not exc.strerror):
         reason = os.strerror(exc.errno)
         reason = reason[:1].lower() + reason[1:]
-    else:  # getaddrinfo errors carry negative EAI codes; their text is already clear
+    else:
         reason = exc.strerror or str(exc)
     err = ListenError(f"cannot listen on {format_address(host, port)}: {reason}")
     err.errno = exc.errno
