@@ -229,6 +229,11 @@ int resp_write(struct cyserve_response *r, const void *data, size_t len)
     return wbuf_append(&r->body, data, len);
 }
 
+void *resp_alloc(struct cyserve_response *r, size_t size)
+{
+    return resp_arena_alloc(&r->arena, size);
+}
+
 /* ---- dates ---- */
 
 static const char wday_names[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};

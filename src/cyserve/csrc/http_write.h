@@ -91,6 +91,10 @@ int resp_set_content_type(struct cyserve_response *r, const char *value, size_t 
 /* Append to the body. Returns 0 or -ENOMEM. */
 int resp_write(struct cyserve_response *r, const void *data, size_t len);
 
+/* Request-scoped memory for a handler (freed when the next request starts or the connection's
+ * coroutine ends; never by the handler). 16-byte aligned; NULL on ENOMEM. */
+void *resp_alloc(struct cyserve_response *r, size_t size);
+
 /* ---- serialisation ---- */
 
 #define HTTP_DATE_LEN 29 /* "Sun, 06 Nov 1994 08:49:37 GMT" */

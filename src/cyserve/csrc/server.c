@@ -1,0 +1,1426 @@
+/* server.c: the HTTP/1.1 engine.
+ *
+ * Design
+ * ------
+ * Workers. The scheduler (sched.h) runs N worker threads. The control thread binds N listening
+ * sockets with SO_REUSEPORT before the workers start (so a port in use is reported at once, and
+ * port 0 resolves to one port for all of them); each worker's start hook registers its own
+ * listener in its own epoll (sched_io_add). The kernel spreads new connections over the
+ * listeners by hash, so accepting needs no lock and no cross-thread hand-off. This is lwan's and
+ * nginx's reuseport layout.
+ *
+ * Accepting. A listener's readiness calls listener_on_ready() on its worker, which spawns a short
+ * accept coroutine: accept4() until EAGAIN (in batches of ACCEPT_BATCH, yielding between
+ * batches so one flood of connections cannot starve the requests of this worker), register each
+ * connection edge-triggered on the worker that runs the accept (it becomes the connection's
+ * home), then sched_io_release() the listener so that its next readiness calls on_ready again.
+ *
+ * Connections. A connection is a struct conn: its sched_io, a read buffer taken from a per-worker
+ * cache only while it has bytes to hold, a lazy idle timer, and list links. When an idle
+ * connection becomes readable, conn_on_ready() (on the home worker, not in a coroutine) marks it
+ * busy and spawns conn_serve(). The coroutine reads, parses, dispatches and writes; pipelined
+ * requests are parsed from the buffer before reading again, and their responses are batched in
+ * one output buffer, flushed when nothing complete is left to parse. When the buffer is empty and
+ * the last read was short (the socket is drained, so no read is spent on EAGAIN), the coroutine
+ * calls sched_io_release(): if readable readiness arrived meanwhile it keeps serving, otherwise
+ * the connection is idle again and the coroutine ends. An idle keep-alive connection therefore
+ * holds no coroutine, no stack and no buffer: only its struct. That is the "1,000 idle
+ * connections" requirement.
+ *
+ * Ownership. Everything about a connection that outlives a request (its list links, busy flag,
+ * timer, free-list slot) is touched only on its home worker: on_ready and timer callbacks run
+ * there, and a coroutine that may have been stolen goes home first through sched_io_release() or
+ * sched_io_del(), both of which hop home. The fields used while serving (buffer, lengths) are
+ * touched only by the one coroutine serving the connection, wherever it runs; on_ready never
+ * spawns a second coroutine for a busy connection because sched only calls on_ready for an idle
+ * sched_io. The only cross-thread state is in struct server: the draining flag and the live
+ * connection counter, both atomics.
+ *
+ * Timeouts. The head of a request must be complete within header_timeout of the moment its first
+ * bytes were seen (absolute deadline, so a slowloris sending a byte a second is cut). A body, and
+ * a response write, must make progress every body_timeout (relative deadline renewed on each
+ * read or write that moves bytes, so a slow but steady upload is never cut). The idle keep-alive
+ * timer is lazy: it is armed once when the connection first goes idle and, when it fires, either
+ * closes the connection, re-arms itself for the remaining time (the connection was busy in
+ * between) or does nothing (the connection is busy now; it re-arms when it goes idle). So the
+ * hot path of a keep-alive request neither cancels nor re-arms a timer.
+ *
+ * Shutdown (server_shutdown). 1. Set the draining flag: every coroutine answers its current
+ * request with Connection: close and closes. 2. Wake every worker through its control eventfd;
+ * on the worker, ctl_on_ready() shuts the listener down (shutdown(SHUT_RD): no new connections,
+ * accept fails) and closes every idle connection at once. 3. Wait up to grace for the live
+ * connection count to reach zero. 4. sched_stop() cancels what is left and the workers are
+ * joined. 5. With no worker running, close the listeners and free every connection.
+ *
+ * Not done on purpose: no per-request heap allocation on the static and nogil paths (the
+ * response builder starts in inline storage, the serving state lives in the coroutine's arena);
+ * no Python anywhere in this file. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/eventfd.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "compat.h"
+#include "coro.h"
+#include "files.h"
+#include "router.h"
+#include "sched.h"
+
+/* Connections accepted before the accept coroutine yields to the requests of its worker. */
+#define ACCEPT_BATCH 64
+/* Read buffer of a connection; grown (up to the limits) only for large heads and bodies. 4 KiB
+ * holds any benchmark request and most browser requests. */
+#define CONN_BUF_INITIAL 4096
+/* Output buffer kept in the serving state; responses of pipelined requests accumulate in it. */
+#define OUT_INLINE 4096
+#define OUT_FLUSH_AT 16384
+/* Bodies up to this size are copied behind the head (one write); larger ones go out by writev
+ * without a copy. */
+#define BODY_COPY_MAX 16384
+/* Per-worker caches of free read buffers and connection structs. */
+#define BUF_CACHE_MAX 256
+#define CONN_CACHE_MAX 1024
+/* Header slots that live in the serving state; a larger configured max_headers uses the arena. */
+#define INLINE_HEADERS 100
+/* Lingering close after an error response: the client's unread bytes would make close() send a
+ * RST that can destroy our response before the client reads it, so read and discard for a
+ * little while first. */
+#define LINGER_NS (500ull * 1000 * 1000)
+#define LINGER_MAX_BYTES (1u << 20)
+
+struct server_worker;
+
+struct conn {
+    struct sched_io io;          /* io.data == this; io.fd is the socket */
+    struct server_worker *home;  /* the worker whose epoll holds io */
+    struct conn *prev, *next;    /* home->conns; home worker only */
+    struct sched_timer idle;     /* lazy keep-alive timer; home worker only */
+    uint64_t idle_since;         /* sched_now_ns() when it last went idle */
+    char *buf;                   /* read buffer, NULL while idle */
+    size_t cap, len;             /* buf size, bytes held */
+    int busy;                    /* a coroutine serves it (or is about to); home worker only */
+    int timer_armed;             /* idle is armed; home worker only */
+};
+
+struct server_worker {
+    struct server *srv;
+    unsigned id;
+    int lfd;                  /* listening socket, opened by the control thread */
+    struct sched_io lio;
+    int lio_added;
+    int ctl_fd;               /* eventfd written by server_shutdown */
+    struct sched_io ctl_io;
+    int ctl_added;
+    struct conn *conns;       /* every live connection homed here */
+    struct conn *free_conns;  /* cache, linked through next */
+    unsigned nfree_conns;
+    char *free_bufs[BUF_CACHE_MAX];
+    unsigned nfree_bufs;
+} CACHE_ALIGNED;
+
+struct server {
+    struct server_config cfg;
+    char *host;
+    const struct router *router;
+    struct sched *sched;
+    struct server_worker *workers;
+    unsigned nworkers;
+    int port;
+    void (*off_begin)(void *);
+    void (*off_end)(void *);
+    void *off_ud;
+    _Atomic int running;
+    _Atomic int draining;
+    _Atomic uint64_t live;
+    _Atomic int stopping;            /* a server_shutdown is in progress or done */
+    _Atomic uint64_t stop_deadline;  /* when the grace period of the shutdown ends */
+};
+
+/* ---- static targets ---- */
+
+int server_target_static(struct server_target *t, int status, const char *headers,
+                         size_t headers_len, const char *body, size_t body_len)
+{
+    if (UNLIKELY(status < 100 || status > 999))
+        return -EINVAL;
+    memset(t, 0, sizeof(*t));
+    t->kind = SERVER_STATIC;
+    struct wbuf h;
+    wbuf_init(&h, NULL, 0);
+    size_t rlen;
+    const char *reason = http_reason(status, &rlen);
+    char line[96];
+    int n = snprintf(line, sizeof(line), "HTTP/1.1 %03d %.*s\r\nServer: cyserve\r\n", status,
+                     (int)rlen, reason);
+    int rc = wbuf_append(&h, line, (size_t)n);
+    if (status >= 200 && status != 204 && status != 304) {
+        n = snprintf(line, sizeof(line), "Content-Length: %zu\r\n", body_len);
+        rc = rc ? rc : wbuf_append(&h, line, (size_t)n);
+    } else {
+        body_len = 0; /* these statuses never carry a body */
+    }
+    rc = rc ? rc : wbuf_append(&h, headers, headers_len);
+    char *b = malloc(body_len ? body_len : 1);
+    if (UNLIKELY(rc || !b)) {
+        wbuf_free(&h);
+        free(b);
+        return -ENOMEM;
+    }
+    if (body_len)
+        memcpy(b, body, body_len);
+    t->static_head = h.ptr;
+    t->static_head_len = h.len;
+    t->static_body = b;
+    t->static_body_len = body_len;
+    return 0;
+}
+
+void server_target_clear(struct server_target *t)
+{
+    if (t->kind == SERVER_STATIC) {
+        free(t->static_head);
+        free(t->static_body);
+    }
+    memset(t, 0, sizeof(*t));
+}
+
+/* ---- configuration and lifetime ---- */
+
+void server_config_default(struct server_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->host = "127.0.0.1";
+    cfg->port = 8000;
+    cfg->threads = 0;
+    cfg->backlog = 1024;
+    http_limits_default(&cfg->limits);
+    cfg->max_body_bytes = 1u << 20;
+    cfg->keepalive_ns = 5000000000ull;
+    cfg->header_timeout_ns = 10000000000ull;
+    cfg->body_timeout_ns = 10000000000ull;
+}
+
+int server_new(struct server **out, const struct server_config *cfg, const struct router *router)
+{
+    if (UNLIKELY(!cfg || !router || cfg->port < 0 || cfg->port > 65535 || cfg->backlog < 1 ||
+                 cfg->limits.max_header_bytes < 64 || cfg->limits.max_headers < 1))
+        return -EINVAL;
+    struct server *s = calloc(1, sizeof(*s));
+    if (UNLIKELY(!s))
+        return -ENOMEM;
+    s->cfg = *cfg;
+    s->host = strdup(cfg->host ? cfg->host : "127.0.0.1");
+    if (UNLIKELY(!s->host)) {
+        free(s);
+        return -ENOMEM;
+    }
+    s->cfg.host = s->host;
+    s->router = router;
+    *out = s;
+    return 0;
+}
+
+void server_set_offload_hooks(struct server *s, void (*begin)(void *), void (*end)(void *),
+                              void *ud)
+{
+    s->off_begin = begin;
+    s->off_end = end;
+    s->off_ud = ud;
+}
+
+int server_port(const struct server *s)
+{
+    return s->port;
+}
+
+int server_running(const struct server *s)
+{
+    /* safety: a plain flag read by any thread; the control thread is its only writer. */
+    return atomic_load_explicit(&s->running, memory_order_acquire);
+}
+
+uint64_t server_live_connections(const struct server *s)
+{
+    /* safety: a counter read for tests; no other memory is published through it. */
+    return atomic_load_explicit(&s->live, memory_order_relaxed);
+}
+
+static int is_draining(const struct server *s)
+{
+    /* safety: the flag only makes coroutines finish sooner; a late observation just serves one
+     * more request, so relaxed ordering is enough. */
+    return atomic_load_explicit(&s->draining, memory_order_relaxed);
+}
+
+/* ---- per-worker caches ---- */
+
+static struct server_worker *current_worker(struct server *s)
+{
+    int id = sched_worker_id();
+    return &s->workers[id < 0 ? 0 : id];
+}
+
+static char *buf_get(struct server_worker *w)
+{
+    if (w->nfree_bufs)
+        return w->free_bufs[--w->nfree_bufs];
+    return malloc(CONN_BUF_INITIAL);
+}
+
+static void buf_put(struct server_worker *w, char *buf, size_t cap)
+{
+    if (cap == CONN_BUF_INITIAL && w->nfree_bufs < BUF_CACHE_MAX)
+        w->free_bufs[w->nfree_bufs++] = buf;
+    else
+        free(buf);
+}
+
+/* ---- connections ---- */
+
+static void conn_on_ready(struct sched_io *io, uint32_t events);
+static void conn_idle_timeout(struct sched_timer *t);
+static int conn_serve(struct coro *co, void *arg);
+
+/* Close and free c. Called on the home worker, or from c's coroutine (sched_io_del hops home
+ * first, so everything after it runs on the home worker). */
+static void conn_destroy(struct conn *c)
+{
+    sched_io_del(&c->io);
+    struct server_worker *w = c->home;
+    if (c->timer_armed) {
+        sched_timer_cancel(&c->idle);
+        c->timer_armed = 0;
+    }
+    close(c->io.fd);
+    if (c->buf)
+        buf_put(w, c->buf, c->cap);
+    c->buf = NULL;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        w->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    if (w->nfree_conns < CONN_CACHE_MAX) {
+        c->next = w->free_conns;
+        w->free_conns = c;
+        w->nfree_conns++;
+    } else {
+        free(c);
+    }
+    /* safety: counts connections for the shutdown wait; the waiter polls it and needs no
+     * ordering with the connection's memory. */
+    atomic_fetch_sub_explicit(&w->srv->live, 1, memory_order_relaxed);
+}
+
+static void conn_open(struct server *s, int fd)
+{
+    struct server_worker *w = current_worker(s);
+    struct conn *c = w->free_conns;
+    if (c) {
+        w->free_conns = c->next;
+        w->nfree_conns--;
+    } else {
+        c = malloc(sizeof(*c));
+        if (UNLIKELY(!c)) {
+            close(fd);
+            return;
+        }
+    }
+    memset(c, 0, sizeof(*c));
+    c->home = w;
+    c->idle.cb = conn_idle_timeout;
+    c->idle.data = c;
+    int one = 1;
+    /* Responses go out in one write; Nagle would only delay them. */
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    int rc = sched_io_add(&c->io, fd, conn_on_ready);
+    if (UNLIKELY(rc < 0)) {
+        close(fd);
+        c->next = w->free_conns;
+        w->free_conns = c;
+        w->nfree_conns++;
+        return;
+    }
+    c->io.data = c;
+    c->next = w->conns;
+    if (w->conns)
+        w->conns->prev = c;
+    w->conns = c;
+    /* safety: see conn_destroy. */
+    atomic_fetch_add_explicit(&s->live, 1, memory_order_relaxed);
+}
+
+/* Home worker, not in a coroutine: the idle connection has bytes (or a hang-up) to look at. */
+static void conn_on_ready(struct sched_io *io, uint32_t events)
+{
+    struct conn *c = io->data;
+    c->busy = 1;
+    int rc = sched_spawn(c->home->srv->sched, conn_serve, c);
+    if (UNLIKELY(rc < 0))
+        conn_destroy(c); /* shutting down or out of memory: drop the connection */
+}
+
+/* Home worker, timer callback. */
+static void conn_idle_timeout(struct sched_timer *t)
+{
+    struct conn *c = t->data;
+    c->timer_armed = 0;
+    if (c->busy)
+        return; /* it re-arms when it goes idle again */
+    uint64_t deadline = c->idle_since + c->home->srv->cfg.keepalive_ns;
+    if (sched_now_ns() < deadline) {
+        sched_timer_arm(&c->idle, deadline);
+        c->timer_armed = 1;
+        return;
+    }
+    conn_destroy(c);
+}
+
+/* ---- accepting ---- */
+
+static int acceptor(struct coro *co, void *arg)
+{
+    struct server_worker *w = arg;
+    struct server *s = w->srv;
+    for (;;) {
+        for (int i = 0; i < ACCEPT_BATCH; i++) {
+            int fd = accept4(w->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (LIKELY(fd >= 0)) {
+                if (UNLIKELY(is_draining(s)))
+                    close(fd);
+                else
+                    conn_open(s, fd);
+                continue;
+            }
+            switch (errno) {
+            case EINTR:
+            case ECONNABORTED:
+            case EPROTO:
+                continue; /* that one connection is gone; the next may be fine */
+            case EAGAIN:
+                goto drained;
+            case EMFILE:
+            case ENFILE:
+            case ENOBUFS:
+            case ENOMEM:
+                /* Out of descriptors or memory: the pending connection stays queued, and the
+                 * edge-triggered registration would not fire again for it, so retry shortly. */
+                if (sched_sleep_ns(10 * 1000 * 1000) < 0)
+                    return 0;
+                continue;
+            default:
+                /* EINVAL/EBADF: the listener was shut down by server_shutdown. Keep the
+                 * registration active so that on_ready is never called again. */
+                return 0;
+            }
+        }
+        if (sched_yield() < 0)
+            return 0;
+        continue;
+    drained:
+        if (sched_io_release(&w->lio) == -EAGAIN)
+            continue;
+        return 0;
+    }
+}
+
+static void listener_on_ready(struct sched_io *io, uint32_t events)
+{
+    struct server_worker *w = io->data;
+    if (UNLIKELY(sched_spawn(w->srv->sched, acceptor, w) < 0))
+        return; /* stopping: nothing more to accept */
+}
+
+/* Home worker, not in a coroutine: server_shutdown wrote our eventfd. One-shot: the io stays
+ * active afterwards, so this never runs twice. */
+static int ctl_rearm(struct coro *co, void *arg)
+{
+    struct server_worker *w = arg;
+    sched_io_release(&w->ctl_io);
+    return 0;
+}
+
+static void ctl_on_ready(struct sched_io *io, uint32_t events)
+{
+    struct server_worker *w = io->data;
+    if (!is_draining(w->srv)) {
+        /* Not a shutdown (an eventfd is always writable, and a scheduler may report that):
+         * make the registration idle again so that the real wake-up calls us. */
+        sched_spawn(w->srv->sched, ctl_rearm, w);
+        return;
+    }
+    /* Stop taking connections here. The descriptor stays open (and registered) until the
+     * workers are joined, so no accept coroutine can ever see a reused fd number. */
+    shutdown(w->lfd, SHUT_RD);
+    struct conn *c = w->conns;
+    while (c) {
+        struct conn *next = c->next;
+        if (!c->busy)
+            conn_destroy(c);
+        c = next;
+    }
+}
+
+static void worker_start(struct sched *sched, unsigned id, void *ud)
+{
+    struct server *s = ud;
+    struct server_worker *w = &s->workers[id];
+    if (sched_io_add(&w->lio, w->lfd, listener_on_ready) == 0) {
+        w->lio.data = w;
+        w->lio_added = 1;
+    }
+    if (sched_io_add(&w->ctl_io, w->ctl_fd, ctl_on_ready) == 0) {
+        w->ctl_io.data = w;
+        w->ctl_added = 1;
+    }
+}
+
+/* ---- the serving coroutine ---- */
+
+struct serve {
+    struct conn *c;
+    struct server *srv;
+    struct http_request req;
+    struct http_header *hdrs;
+    unsigned max_headers;
+    int drained;        /* the last read returned less than asked: the socket is empty */
+    struct cyserve_response resp;
+    struct wbuf out;
+    char out_inline[OUT_INLINE];
+    struct http_header hdr_inline[INLINE_HEADERS];
+};
+
+enum { SERVE_IDLE = 0, SERVE_CLOSE = 1 };
+
+static void serve_cleanup(void *arg)
+{
+    struct serve *sv = arg;
+    resp_free(&sv->resp);
+    wbuf_free(&sv->out);
+}
+
+static const char *date_now(void)
+{
+    return http_date_cached(time(NULL));
+}
+
+/* Make sure c has a read buffer with at least want bytes of capacity. 0 or -ENOMEM. */
+static int conn_reserve(struct serve *sv, size_t want)
+{
+    struct conn *c = sv->c;
+    if (!c->buf) {
+        c->buf = buf_get(current_worker(sv->srv));
+        if (UNLIKELY(!c->buf))
+            return -ENOMEM;
+        c->cap = CONN_BUF_INITIAL;
+        c->len = 0;
+    }
+    if (LIKELY(want <= c->cap))
+        return 0;
+    size_t cap = c->cap;
+    while (cap < want)
+        cap *= 2;
+    char *nb;
+    if (c->cap == CONN_BUF_INITIAL) {
+        /* The initial buffer may belong to the cache: move, do not realloc. */
+        nb = malloc(cap);
+        if (UNLIKELY(!nb))
+            return -ENOMEM;
+        memcpy(nb, c->buf, c->len);
+        buf_put(current_worker(sv->srv), c->buf, c->cap);
+    } else {
+        nb = realloc(c->buf, cap);
+        if (UNLIKELY(!nb))
+            return -ENOMEM;
+    }
+    c->buf = nb;
+    c->cap = cap;
+    return 0;
+}
+
+/* One read into the free space of the buffer. Returns bytes read (> 0), 0 at end of stream,
+ * -EAGAIN, or -errno. */
+static ssize_t conn_read_once(struct serve *sv)
+{
+    struct conn *c = sv->c;
+    if (UNLIKELY(conn_reserve(sv, c->len + 1) < 0))
+        return -ENOMEM;
+    size_t space = c->cap - c->len;
+    for (;;) {
+        ssize_t n = read(c->io.fd, c->buf + c->len, space);
+        if (LIKELY(n > 0)) {
+            c->len += (size_t)n;
+            sv->drained = (size_t)n < space;
+            return n;
+        }
+        if (n == 0)
+            return 0;
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN)
+            sv->drained = 1;
+        return -errno;
+    }
+}
+
+/* Read at least one byte, waiting for readiness until deadline (absolute ns, < 0: none).
+ * Returns > 0, 0 at end of stream, -ETIMEDOUT, -ECANCELED, or -errno. Coroutine only. */
+static ssize_t conn_read_wait(struct serve *sv, int64_t deadline)
+{
+    for (;;) {
+        ssize_t n = conn_read_once(sv);
+        if (n != -EAGAIN)
+            return n;
+        int rc = sched_io_wait(&sv->c->io, EPOLLIN | EPOLLRDHUP, deadline);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+static int64_t deadline_after(uint64_t ns)
+{
+    return (int64_t)(sched_now_ns() + ns);
+}
+
+/* Send iov[0..cnt) completely, waiting for EPOLLOUT as needed; each wait may last body_timeout
+ * (a client that stops reading is dropped). Returns 0 or -errno. Coroutine only. */
+static int conn_sendv(struct serve *sv, struct iovec *iov, int cnt)
+{
+    while (cnt > 0) {
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)cnt};
+        /* MSG_NOSIGNAL: a client that went away must not kill the process with SIGPIPE. */
+        ssize_t n = sendmsg(sv->c->io.fd, &mh, MSG_NOSIGNAL);
+        if (UNLIKELY(n < 0)) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN)
+                return -errno;
+            int rc = sched_io_wait(&sv->c->io, EPOLLOUT,
+                                   deadline_after(sv->srv->cfg.body_timeout_ns));
+            if (rc < 0)
+                return rc;
+            continue;
+        }
+        size_t left = (size_t)n;
+        while (cnt > 0 && left >= iov->iov_len) {
+            left -= iov->iov_len;
+            iov++;
+            cnt--;
+        }
+        if (cnt > 0) {
+            iov->iov_base = (char *)iov->iov_base + left;
+            iov->iov_len -= left;
+        }
+    }
+    return 0;
+}
+
+/* Write the output buffer, then extra[0..extra_len) if any, in one sendmsg when possible. */
+static int flush_with(struct serve *sv, const void *extra, size_t extra_len)
+{
+    struct iovec iov[2];
+    int cnt = 0;
+    if (sv->out.len) {
+        iov[cnt].iov_base = sv->out.ptr;
+        iov[cnt].iov_len = sv->out.len;
+        cnt++;
+    }
+    if (extra_len) {
+        iov[cnt].iov_base = (void *)extra;
+        iov[cnt].iov_len = extra_len;
+        cnt++;
+    }
+    int rc = conn_sendv(sv, iov, cnt);
+    sv->out.len = 0;
+    return rc;
+}
+
+static int flush(struct serve *sv)
+{
+    if (!sv->out.len)
+        return 0;
+    return flush_with(sv, NULL, 0);
+}
+
+/* After an error response: stop writing, read and drop what the client still sends for a short
+ * while, so that close() does not reset the connection before the client read our answer. */
+static void linger_close(struct serve *sv)
+{
+    struct conn *c = sv->c;
+    shutdown(c->io.fd, SHUT_WR);
+    int64_t deadline = deadline_after(LINGER_NS);
+    size_t dropped = 0;
+    char sink[2048];
+    while (dropped < LINGER_MAX_BYTES) {
+        ssize_t n = read(c->io.fd, sink, sizeof(sink));
+        if (n > 0) {
+            dropped += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN) {
+            if (sched_io_wait(&c->io, EPOLLIN | EPOLLRDHUP, deadline) < 0)
+                return;
+            continue;
+        }
+        return; /* end of stream or an error */
+    }
+}
+
+/* Answer status with a short text body naming the problem, then close (the caller returns
+ * SERVE_CLOSE). */
+static int error_close(struct serve *sv, int status, const char *detail)
+{
+    if (http_write_error(&sv->out, status, detail, date_now()) == 0 && flush(sv) == 0)
+        linger_close(sv);
+    return SERVE_CLOSE;
+}
+
+/* A short response that keeps the connection (404, 405, 500 ...). extra: header lines. */
+static int simple_response(struct serve *sv, int status, const char *body, const char *extra,
+                           int keep, int head_only)
+{
+    size_t blen = strlen(body);
+    char lines[256];
+    int n = snprintf(lines, sizeof(lines), "Content-Type: text/plain; charset=utf-8\r\n%s",
+                     extra ? extra : "");
+    if (n < 0 || (size_t)n >= sizeof(lines))
+        n = 0;
+    int rc = http_write_head(&sv->out, status, sv->req.minor_version, keep, blen, lines,
+                             (size_t)n, date_now());
+    if (!rc && !head_only)
+        rc = wbuf_append(&sv->out, body, blen);
+    return rc;
+}
+
+static int send_static(struct serve *sv, const struct server_target *t, int keep, int head_only)
+{
+    struct wbuf *out = &sv->out;
+    int rc = wbuf_reserve(out, t->static_head_len + 64 + HTTP_DATE_LEN);
+    if (UNLIKELY(rc))
+        return rc;
+    char *p = out->ptr + out->len;
+    memcpy(p, t->static_head, t->static_head_len);
+    p += t->static_head_len;
+    memcpy(p, "Date: ", 6);
+    p += 6;
+    memcpy(p, date_now(), HTTP_DATE_LEN);
+    p += HTTP_DATE_LEN;
+    if (!keep) {
+        memcpy(p, "\r\nConnection: close", 19);
+        p += 19;
+    } else if (sv->req.minor_version == 0) {
+        memcpy(p, "\r\nConnection: keep-alive", 24);
+        p += 24;
+    }
+    memcpy(p, "\r\n\r\n", 4);
+    p += 4;
+    out->len = (size_t)(p - out->ptr);
+    if (head_only || !t->static_body_len)
+        return 0;
+    if (t->static_body_len <= BODY_COPY_MAX)
+        return wbuf_append(out, t->static_body, t->static_body_len);
+    return flush_with(sv, t->static_body, t->static_body_len);
+}
+
+/* Serialise the handler's response into the output buffer (or straight out for big bodies). */
+static int send_resp(struct serve *sv, int keep, int head_only)
+{
+    struct cyserve_response *r = &sv->resp;
+    int status = r->status;
+    int bodyless = status < 200 || status == 204 || status == 304;
+    if (r->close)
+        keep = 0;
+    if (!r->has_content_type && r->body.len && !bodyless) {
+        static const char ct[] = "Content-Type: text/plain; charset=utf-8\r\n";
+        if (UNLIKELY(wbuf_append(&r->headers, ct, sizeof(ct) - 1)))
+            return -ENOMEM;
+    }
+    size_t blen = bodyless ? 0 : r->body.len;
+    int rc = http_write_head(&sv->out, status, sv->req.minor_version, keep, blen, r->headers.ptr,
+                             r->headers.len, date_now());
+    if (UNLIKELY(rc))
+        return rc;
+    if (head_only || !blen)
+        return 0;
+    if (blen <= BODY_COPY_MAX)
+        return wbuf_append(&sv->out, r->body.ptr, blen);
+    return flush_with(sv, r->body.ptr, blen);
+}
+
+struct py_job {
+    const struct server_target *t;
+    cyserve_request *req;
+    struct cyserve_response *resp;
+};
+
+static void py_trampoline(void *arg)
+{
+    struct py_job *j = arg;
+    j->t->py_call(j->t->opaque, j->req, j->resp);
+}
+
+static int header_value(const struct serve *sv, const char *name, size_t nlen, const char **v,
+                        size_t *vlen)
+{
+    for (size_t i = 0; i < sv->req.num_headers; i++) {
+        const struct http_header *h = &sv->hdrs[i];
+        if (h->name_len == nlen && strncasecmp(h->name, name, nlen) == 0) {
+            *v = h->value;
+            *vlen = h->value_len;
+            return 1;
+        }
+    }
+    *v = NULL;
+    *vlen = 0;
+    return 0;
+}
+
+/* sendfile count bytes of fd from offset, waiting for EPOLLOUT as needed. */
+static int send_file_range(struct serve *sv, int fd, uint64_t offset, uint64_t count)
+{
+    off_t off = (off_t)offset;
+    while (count > 0) {
+        size_t chunk = count > (1u << 30) ? (1u << 30) : (size_t)count;
+        ssize_t n = sendfile(sv->c->io.fd, fd, &off, chunk);
+        if (n > 0) {
+            count -= (uint64_t)n;
+            continue;
+        }
+        if (n == 0)
+            return -EIO; /* the file shrank under us */
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN)
+            return -errno;
+        int rc = sched_io_wait(&sv->c->io, EPOLLOUT, deadline_after(sv->srv->cfg.body_timeout_ns));
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int serve_files(struct serve *sv, const struct server_target *t,
+                       const struct router_match *m, int keep, int head_only)
+{
+    enum http_method meth = sv->req.method_id;
+    if (meth != HTTP_GET && meth != HTTP_HEAD)
+        return simple_response(sv, 405, "405 Method Not Allowed\n", "Allow: GET, HEAD\r\n", keep,
+                               0);
+    size_t pl = m->prefix_len <= sv->req.path_len ? m->prefix_len : sv->req.path_len;
+    struct files_hit hit;
+    int rc = files_open(t->root, sv->req.path + pl, sv->req.path_len - pl, &hit);
+    if (rc == -EACCES)
+        return simple_response(sv, 403, "403 Forbidden\n", NULL, keep, head_only);
+    if (rc == -EINVAL)
+        return simple_response(sv, 400, "400 Bad Request: invalid path\n", NULL, keep, head_only);
+    if (rc < 0)
+        return simple_response(sv, 404, "404 Not Found\n", NULL, keep, head_only);
+    const char *inm, *ims, *range;
+    size_t inm_len, ims_len, range_len;
+    header_value(sv, "if-none-match", 13, &inm, &inm_len);
+    header_value(sv, "if-modified-since", 17, &ims, &ims_len);
+    header_value(sv, "range", 5, &range, &range_len);
+    char lines[512];
+    int n = snprintf(lines, sizeof(lines), "ETag: %.*s\r\nLast-Modified: %s\r\n",
+                     (int)hit.etag_len, hit.etag, hit.last_modified);
+    if (files_not_modified(&hit, inm, inm_len, ims, ims_len)) {
+        close(hit.fd);
+        return http_write_head(&sv->out, 304, sv->req.minor_version, keep, 0, lines, (size_t)n,
+                               date_now());
+    }
+    int status = 200;
+    uint64_t start = 0, end = hit.size ? hit.size - 1 : 0, count = hit.size;
+    if (range) {
+        int r = files_parse_range(range, range_len, hit.size, &start, &end);
+        if (r == -ERANGE) {
+            close(hit.fd);
+            char cr[96];
+            snprintf(cr, sizeof(cr), "Content-Range: bytes */%llu\r\n",
+                     (unsigned long long)hit.size);
+            return simple_response(sv, 416, "416 Range Not Satisfiable\n", cr, keep, head_only);
+        }
+        if (r == 0) {
+            status = 206;
+            count = end - start + 1;
+            n += snprintf(lines + n, sizeof(lines) - (size_t)n,
+                          "Content-Range: bytes %llu-%llu/%llu\r\n", (unsigned long long)start,
+                          (unsigned long long)end, (unsigned long long)hit.size);
+        }
+    }
+    if (status == 200)
+        start = 0;
+    n += snprintf(lines + n, sizeof(lines) - (size_t)n,
+                  "Content-Type: %.*s\r\nAccept-Ranges: bytes\r\n", (int)hit.content_type_len,
+                  hit.content_type);
+    rc = http_write_head(&sv->out, status, sv->req.minor_version, keep, count, lines, (size_t)n,
+                         date_now());
+    if (!rc && !head_only && count) {
+        rc = flush(sv);
+        if (!rc)
+            rc = send_file_range(sv, hit.fd, start, count);
+    }
+    close(hit.fd);
+    return rc;
+}
+
+/* Route and answer one parsed request whose body is body[0..body_len). Returns 0 or -errno (the
+ * connection must close). */
+static int dispatch(struct serve *sv, const char *body, size_t body_len, int keep)
+{
+    struct http_request *req = &sv->req;
+    int head_only = req->method_id == HTTP_HEAD;
+    struct router_match m;
+    int rc = router_match(sv->srv->router, ROUTER_METHOD_BIT(req->method_id), req->path,
+                          req->path_len, &m);
+    if (rc == -ENOENT)
+        return simple_response(sv, 404, "404 Not Found\n", NULL, keep, head_only);
+    if (rc == -ENOTSUP) {
+        char allow[128], line[160];
+        router_format_allow(m.allow, allow, sizeof(allow));
+        snprintf(line, sizeof(line), "Allow: %s\r\n", allow);
+        return simple_response(sv, 405, "405 Method Not Allowed\n", line, keep, head_only);
+    }
+    if (UNLIKELY(rc < 0))
+        return simple_response(sv, 500, "500 Internal Server Error\n", NULL, keep, head_only);
+    const struct server_target *t = m.target;
+    if (t->kind == SERVER_STATIC)
+        return send_static(sv, t, keep, head_only);
+    if (t->kind == SERVER_FILES)
+        return serve_files(sv, t, &m, keep, head_only);
+
+    /* The header views of the parser and of the public ABI have the same layout (checked below),
+     * so the request is handed over without a copy. */
+    cyserve_request creq = {
+        .method = {req->method, req->method_len},
+        .target = {req->target, req->target_len},
+        .path = {req->path, req->path_len},
+        .query = {req->query ? req->query : "", req->query ? req->query_len : 0},
+        .minor_version = req->minor_version,
+        .headers = (const cyserve_header *)(const void *)sv->hdrs,
+        .num_headers = req->num_headers,
+        .body = {body_len ? body : "", body_len},
+        .params = m.params,
+        .num_params = m.num_params,
+        .engine = sv,
+    };
+    resp_reset(&sv->resp);
+    int hrc;
+    if (t->kind == SERVER_NOGIL) {
+        hrc = t->fn(&creq, &sv->resp, t->ctx);
+    } else {
+        struct py_job job = {t, &creq, &sv->resp};
+        rc = sched_offload(py_trampoline, &job);
+        if (UNLIKELY(rc < 0))
+            return rc; /* cancelled: the server is stopping */
+        hrc = 0;
+    }
+    if (is_draining(sv->srv)) {
+        /* The server started shutting down while the handler ran: this is the last answer on
+         * this connection, and the client is told so. */
+        sv->resp.close = 1;
+        keep = 0;
+    }
+    if (UNLIKELY(hrc != 0)) {
+        int close = sv->resp.close;
+        resp_reset(&sv->resp);
+        sv->resp.close = close;
+        return simple_response(sv, 500, "500 Internal Server Error\n", NULL, keep, head_only);
+    }
+    return send_resp(sv, keep, head_only);
+}
+
+_Static_assert(sizeof(struct http_header) == sizeof(cyserve_header), "header layout");
+_Static_assert(offsetof(struct http_header, name) == offsetof(cyserve_header, name.ptr),
+               "header layout");
+_Static_assert(offsetof(struct http_header, name_len) == offsetof(cyserve_header, name.len),
+               "header layout");
+_Static_assert(offsetof(struct http_header, value) == offsetof(cyserve_header, value.ptr),
+               "header layout");
+_Static_assert(offsetof(struct http_header, value_len) == offsetof(cyserve_header, value.len),
+               "header layout");
+
+static int parse_head(struct serve *sv, size_t off)
+{
+    struct http_limits lim = sv->srv->cfg.limits;
+    sv->req.headers = sv->hdrs;
+    sv->req.num_headers = sv->max_headers;
+    return http_parse_request(sv->c->buf + off, sv->c->len - off, &sv->req, &lim);
+}
+
+static const char continue_line[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
+/* Send 100 Continue if the client asked for it and we have not yet. */
+static int maybe_continue(struct serve *sv, int *sent)
+{
+    if (!sv->req.expect_continue || *sent)
+        return 0;
+    *sent = 1;
+    int rc = flush(sv);
+    if (rc)
+        return rc;
+    return wbuf_append(&sv->out, continue_line, sizeof(continue_line) - 1) ?: flush(sv);
+}
+
+/* Read the body of the request whose head ends at head_end. On success *body, *body_len are set
+ * and *next is where the next request starts; returns 0. Otherwise returns SERVE_CLOSE after
+ * answering (413, 400, 408) or on a dead connection. */
+static int read_body(struct serve *sv, size_t off, size_t head_len, const char **body,
+                     size_t *body_len, size_t *next)
+{
+    struct conn *c = sv->c;
+    struct server *s = sv->srv;
+    size_t head_end = off + head_len;
+    char *old_buf = c->buf;
+    int sent_continue = 0;
+    *body = NULL;
+    *body_len = 0;
+    if (sv->req.chunked) {
+        struct http_chunked st;
+        memset(&st, 0, sizeof(st));
+        size_t dec = 0; /* decoded body bytes at head_end */
+        for (;;) {
+            size_t l = c->len - (head_end + dec);
+            int64_t r = http_chunked_decode(&st, c->buf + head_end + dec, &l,
+                                            s->cfg.limits.max_header_bytes);
+            if (r == -1)
+                return error_close(sv, 400, "invalid chunked body");
+            dec += l;
+            if (dec > s->cfg.max_body_bytes)
+                return error_close(sv, 413, "request body too large");
+            if (r >= 0) {
+                c->len = head_end + dec + (size_t)r;
+                break;
+            }
+            c->len = head_end + dec;
+            if (maybe_continue(sv, &sent_continue))
+                return SERVE_CLOSE;
+            if (conn_reserve(sv, c->len + 4096) < 0)
+                return error_close(sv, 413, "request body too large");
+            ssize_t n = conn_read_wait(sv, deadline_after(s->cfg.body_timeout_ns));
+            if (n == -ETIMEDOUT)
+                return error_close(sv, 408, "request body timed out");
+            if (n <= 0)
+                return SERVE_CLOSE;
+        }
+        *body_len = dec;
+        *next = head_end + dec;
+    } else if (sv->req.content_length > 0) {
+        uint64_t cl = (uint64_t)sv->req.content_length;
+        if (cl > s->cfg.max_body_bytes)
+            return error_close(sv, 413, "request body too large");
+        size_t need = head_end + (size_t)cl;
+        if (c->len < need) {
+            if (maybe_continue(sv, &sent_continue))
+                return SERVE_CLOSE;
+            if (conn_reserve(sv, need) < 0)
+                return error_close(sv, 413, "request body too large");
+            while (c->len < need) {
+                ssize_t n = conn_read_wait(sv, deadline_after(s->cfg.body_timeout_ns));
+                if (n == -ETIMEDOUT)
+                    return error_close(sv, 408, "request body timed out");
+                if (n <= 0)
+                    return SERVE_CLOSE;
+            }
+        }
+        *body_len = (size_t)cl;
+        *next = need;
+    } else {
+        *next = head_end;
+    }
+    if (c->buf != old_buf) {
+        /* The buffer moved while it grew: the head's views must point into the new one. The
+         * head bytes themselves did not change, so this parse gives the same result. */
+        if (parse_head(sv, off) != (int)head_len)
+            return error_close(sv, 400, "request head changed");
+    }
+    if (*body_len)
+        *body = c->buf + head_end;
+    return 0;
+}
+
+/* Go idle: called right after sched_io_release() returned 0, so on the home worker. */
+static void conn_go_idle(struct serve *sv)
+{
+    struct conn *c = sv->c;
+    if (c->buf) {
+        buf_put(c->home, c->buf, c->cap);
+        c->buf = NULL;
+        c->cap = c->len = 0;
+    }
+    c->idle_since = sched_now_ns();
+    c->busy = 0;
+    if (!c->timer_armed) {
+        sched_timer_arm(&c->idle, c->idle_since + sv->srv->cfg.keepalive_ns);
+        c->timer_armed = 1;
+    }
+}
+
+static int serve_loop(struct serve *sv)
+{
+    struct conn *c = sv->c;
+    struct server *s = sv->srv;
+    size_t off = 0;
+    int64_t head_deadline = -1;
+    for (;;) {
+        if (off == c->len) {
+            off = c->len = 0;
+            if (flush(sv) < 0 || is_draining(s))
+                return SERVE_CLOSE;
+            if (sv->drained) {
+                int rc = sched_io_release(&c->io);
+                if (rc == 0) {
+                    conn_go_idle(sv);
+                    return SERVE_IDLE;
+                }
+                if (rc != -EAGAIN)
+                    return SERVE_CLOSE;
+                sv->drained = 0;
+            }
+            ssize_t n = conn_read_once(sv);
+            if (n == -EAGAIN)
+                continue; /* drained is set now: release on the next turn */
+            if (n <= 0)
+                return SERVE_CLOSE;
+        }
+        int n = parse_head(sv, off);
+        if (n == -2) {
+            if (head_deadline < 0)
+                head_deadline = deadline_after(s->cfg.header_timeout_ns);
+            /* Responses to earlier pipelined requests go out before we wait for more. */
+            if (flush(sv) < 0)
+                return SERVE_CLOSE;
+            if (off) {
+                memmove(c->buf, c->buf + off, c->len - off);
+                c->len -= off;
+                off = 0;
+            }
+            if (c->len == c->cap) {
+                /* The parser answers 431/414 before a head outgrows the limits, so growth here
+                 * is bounded by max_header_bytes; the check is a second line of defence. */
+                if (c->cap > s->cfg.limits.max_header_bytes + CONN_BUF_INITIAL)
+                    return error_close(sv, 431, "request head too large");
+                if (conn_reserve(sv, c->cap * 2) < 0)
+                    return SERVE_CLOSE;
+            }
+            ssize_t r = conn_read_wait(sv, head_deadline);
+            if (r == -ETIMEDOUT)
+                return error_close(sv, 408, "request head not received in time");
+            if (r <= 0)
+                return SERVE_CLOSE;
+            continue;
+        }
+        if (n < 0)
+            return error_close(sv, sv->req.status ? sv->req.status : 400,
+                               sv->req.error ? sv->req.error : "malformed request");
+        head_deadline = -1;
+        const char *body = NULL;
+        size_t body_len = 0, next = off;
+        if (read_body(sv, off, (size_t)n, &body, &body_len, &next))
+            return SERVE_CLOSE;
+        int keep = sv->req.keep_alive && !is_draining(s);
+        int rc = dispatch(sv, body, body_len, keep);
+        if (rc < 0)
+            return SERVE_CLOSE;
+        if (sv->resp.close)
+            keep = 0;
+        off = next;
+        if (!keep) {
+            flush(sv);
+            return SERVE_CLOSE;
+        }
+        if (sv->out.len >= OUT_FLUSH_AT && flush(sv) < 0)
+            return SERVE_CLOSE;
+    }
+}
+
+static int conn_serve(struct coro *co, void *arg)
+{
+    struct conn *c = arg;
+    struct server *s = c->home->srv;
+    /* The serving state lives in the coroutine's arena rather than in this frame, so the
+     * deferred cleanup (which also runs when the scheduler cancels us at shutdown) never
+     * touches a dead stack frame. */
+    struct serve *sv = coro_malloc(co, sizeof(*sv));
+    if (UNLIKELY(!sv || coro_defer(co, serve_cleanup, sv) < 0)) {
+        conn_destroy(c);
+        return 0;
+    }
+    sv->c = c;
+    sv->srv = s;
+    sv->drained = 0;
+    resp_init(&sv->resp);
+    wbuf_init(&sv->out, sv->out_inline, sizeof(sv->out_inline));
+    sv->max_headers = s->cfg.limits.max_headers;
+    sv->hdrs = sv->hdr_inline;
+    if (sv->max_headers > INLINE_HEADERS) {
+        sv->hdrs = coro_malloc(co, sizeof(struct http_header) * sv->max_headers);
+        if (UNLIKELY(!sv->hdrs)) {
+            conn_destroy(c);
+            return 0;
+        }
+    }
+    memset(&sv->req, 0, sizeof(sv->req));
+    if (serve_loop(sv) == SERVE_CLOSE)
+        conn_destroy(c);
+    return 0;
+}
+
+/* ---- start and stop ---- */
+
+static int fail(char *errmsg, size_t errlen, int rc, const char *fmt, const char *host, int port)
+{
+    if (errmsg && errlen)
+        snprintf(errmsg, errlen, fmt, host, port, strerror(-rc));
+    return rc;
+}
+
+static int open_listener(const struct addrinfo *ai, int port, int reuseport, int backlog,
+                         int *out)
+{
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0) {
+        int e = -errno;
+        close(fd);
+        return e;
+    }
+    struct sockaddr_storage sa;
+    memcpy(&sa, ai->ai_addr, ai->ai_addrlen);
+    if (ai->ai_family == AF_INET6)
+        ((struct sockaddr_in6 *)&sa)->sin6_port = htons((uint16_t)port);
+    else
+        ((struct sockaddr_in *)&sa)->sin_port = htons((uint16_t)port);
+    if (bind(fd, (struct sockaddr *)&sa, ai->ai_addrlen) < 0 || listen(fd, backlog) < 0) {
+        int e = -errno;
+        close(fd);
+        return e;
+    }
+    *out = fd;
+    return 0;
+}
+
+static int bound_port(int fd)
+{
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof(sa);
+    if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0)
+        return -errno;
+    if (sa.ss_family == AF_INET6)
+        return ntohs(((struct sockaddr_in6 *)&sa)->sin6_port);
+    return ntohs(((struct sockaddr_in *)&sa)->sin_port);
+}
+
+static void close_workers(struct server *s)
+{
+    for (unsigned i = 0; s->workers && i < s->nworkers; i++) {
+        struct server_worker *w = &s->workers[i];
+        if (w->lfd >= 0)
+            close(w->lfd);
+        if (w->ctl_fd >= 0)
+            close(w->ctl_fd);
+        w->lfd = w->ctl_fd = -1;
+        /* No worker runs any more: the connections are plain memory now. */
+        while (w->conns) {
+            struct conn *c = w->conns;
+            w->conns = c->next;
+            close(c->io.fd);
+            free(c->buf);
+            free(c);
+        }
+        while (w->free_conns) {
+            struct conn *c = w->free_conns;
+            w->free_conns = c->next;
+            free(c);
+        }
+        while (w->nfree_bufs)
+            free(w->free_bufs[--w->nfree_bufs]);
+    }
+    free(s->workers);
+    s->workers = NULL;
+    atomic_store_explicit(&s->live, 0, memory_order_relaxed); /* safety: no worker runs */
+}
+
+int server_start(struct server *s, char *errmsg, size_t errlen)
+{
+    if (errmsg && errlen)
+        errmsg[0] = 0;
+    /* safety: the control thread is the only writer of running. */
+    if (atomic_load_explicit(&s->running, memory_order_relaxed) || s->sched)
+        return -EALREADY;
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    int gai = getaddrinfo(s->host, NULL, &hints, &res);
+    if (gai != 0 || !res) {
+        if (errmsg && errlen)
+            snprintf(errmsg, errlen, "cannot resolve host %s: %s", s->host, gai_strerror(gai));
+        return -EINVAL;
+    }
+    /* Probe without SO_REUSEPORT: a reuseport bind would silently join another server's group
+     * on the same port instead of failing, and "address already in use" must be reported. */
+    int probe = -1;
+    int rc = open_listener(res, s->cfg.port, 0, 1, &probe);
+    if (rc < 0) {
+        freeaddrinfo(res);
+        return fail(errmsg, errlen, rc, "cannot listen on %s:%d: %s", s->host, s->cfg.port);
+    }
+    int port = bound_port(probe);
+    close(probe);
+    struct sched_config sc;
+    memset(&sc, 0, sizeof(sc));
+    sc.workers = s->cfg.threads;
+    sc.keep_alive = 1;
+    rc = sched_new(&s->sched, &sc);
+    if (rc < 0) {
+        freeaddrinfo(res);
+        s->sched = NULL;
+        return fail(errmsg, errlen, rc, "cannot start workers for %s:%d: %s", s->host, port);
+    }
+    s->nworkers = sched_workers(s->sched);
+    s->workers = calloc(s->nworkers, sizeof(*s->workers));
+    if (!s->workers) {
+        rc = -ENOMEM;
+        goto fail_sched;
+    }
+    for (unsigned i = 0; i < s->nworkers; i++) {
+        s->workers[i].srv = s;
+        s->workers[i].id = i;
+        s->workers[i].lfd = s->workers[i].ctl_fd = -1;
+    }
+    for (unsigned i = 0; i < s->nworkers; i++) {
+        struct server_worker *w = &s->workers[i];
+        rc = open_listener(res, port, 1, s->cfg.backlog, &w->lfd);
+        if (rc < 0)
+            goto fail_sched;
+        w->ctl_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (w->ctl_fd < 0) {
+            rc = -errno;
+            goto fail_sched;
+        }
+    }
+    freeaddrinfo(res);
+    res = NULL;
+    s->port = port;
+    sched_set_worker_hooks(s->sched, worker_start, NULL, s);
+    if (s->off_begin || s->off_end)
+        sched_set_offload_hooks(s->sched, s->off_begin, s->off_end, s->off_ud);
+    /* safety: workers read draining only after sched_start's thread creation, which orders
+     * this store before them. */
+    atomic_store_explicit(&s->draining, 0, memory_order_relaxed);
+    rc = sched_start(s->sched);
+    if (rc < 0)
+        goto fail_sched;
+    /* safety: release pairs with server_running's acquire. */
+    atomic_store_explicit(&s->running, 1, memory_order_release);
+    return 0;
+
+fail_sched:
+    if (res)
+        freeaddrinfo(res);
+    close_workers(s);
+    sched_free(s->sched);
+    s->sched = NULL;
+    return fail(errmsg, errlen, rc, "cannot listen on %s:%d: %s", s->host, port);
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int server_shutdown(struct server *s, uint64_t grace_ns)
+{
+    uint64_t deadline = mono_ns() + grace_ns;
+    int expected = 0;
+    /* safety: the CAS elects one thread to run the shutdown; a second caller (Ctrl-C pressed
+     * twice: "stop now") only pulls the deadline in and waits for the first to finish. */
+    if (!atomic_compare_exchange_strong_explicit(&s->stopping, &expected, 1, memory_order_acq_rel,
+                                                 memory_order_acquire)) {
+        uint64_t cur = atomic_load_explicit(&s->stop_deadline, memory_order_relaxed);
+        /* safety: min-update of the deadline; the CAS loop only ever lowers it. */
+        while (deadline < cur && !atomic_compare_exchange_weak_explicit(
+                                     &s->stop_deadline, &cur, deadline, memory_order_relaxed,
+                                     memory_order_relaxed))
+            ;
+        while (server_running(s)) {
+            struct timespec ts = {0, 2 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        return 0;
+    }
+    if (!s->sched)
+        return 0;
+    /* safety: read by a concurrent second caller and by the wait loop below only. */
+    atomic_store_explicit(&s->stop_deadline, deadline, memory_order_relaxed);
+    /* safety: see is_draining. */
+    atomic_store_explicit(&s->draining, 1, memory_order_relaxed);
+    for (unsigned i = 0; i < s->nworkers; i++) {
+        uint64_t one = 1;
+        ssize_t n = write(s->workers[i].ctl_fd, &one, sizeof(one));
+        (void)n; /* an eventfd write of 1 only fails on counter overflow, impossible here */
+    }
+    while (server_live_connections(s) > 0 &&
+           mono_ns() < atomic_load_explicit(&s->stop_deadline, memory_order_relaxed)) {
+        struct timespec ts = {0, 2 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    sched_stop(s->sched);
+    sched_join(s->sched);
+    /* The scheduler goes first: freeing it cancels coroutines that may still wait on a
+     * connection's sched_io, which lives inside the connection. */
+    sched_free(s->sched);
+    s->sched = NULL;
+    close_workers(s);
+    /* safety: the workers are joined; release pairs with server_running's acquire. */
+    atomic_store_explicit(&s->running, 0, memory_order_release);
+    return 0;
+}
+
+void server_free(struct server *s)
+{
+    if (!s)
+        return;
+    server_shutdown(s, 0);
+    free(s->host);
+    free(s);
+}
+
+int server_req_header(const cyserve_request *req, const char *name, size_t nlen,
+                      cyserve_str *out)
+{
+    for (size_t i = 0; i < req->num_headers; i++) {
+        const cyserve_header *h = &req->headers[i];
+        if (h->name.len == nlen && strncasecmp(h->name.ptr, name, nlen) == 0) {
+            *out = h->value;
+            return 0;
+        }
+    }
+    return -ENOENT;
+}

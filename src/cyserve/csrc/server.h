@@ -1,0 +1,120 @@
+/* server.h: the HTTP/1.1 engine: per-worker listeners, connections, the request loop.
+ *
+ * Error convention: 0 or -errno. The design essay is at the top of server.c. In short: every
+ * worker of the scheduler (sched.h) owns a SO_REUSEPORT listening socket and the connections it
+ * accepted; a connection is served by a coroutine only while it has bytes to process, and an idle
+ * keep-alive connection holds no coroutine and no stack. The engine knows nothing of Python:
+ * Python handlers are an opaque pointer plus a C callback that the Cython layer supplies, run
+ * through sched_offload() so that the GIL is taken once per batch by the offload hooks.
+ *
+ * Threads: server_new/server_add_target/server_start/server_shutdown/server_free run on one
+ * control thread (the Python thread that owns the Server object), never on a worker. */
+#ifndef CYSERVE_SERVER_H
+#define CYSERVE_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cyserve/handler.h"
+#include "http_parse.h"
+#include "http_write.h"
+
+struct server;
+struct router;
+struct files_root;
+
+enum server_target_kind {
+    SERVER_STATIC = 1, /* a response serialised once at startup, served in C */
+    SERVER_NOGIL,      /* cyserve_nogil_handler called on the worker thread */
+    SERVER_PYTHON,     /* py_call(opaque, req, resp) via sched_offload */
+    SERVER_FILES,      /* files_open + sendfile beneath a root */
+};
+
+/* What a route points at. The router stores a pointer to it; the caller keeps it alive (and
+ * unchanged) until server_free(). Build one with server_target_static() for SERVER_STATIC; fill
+ * the fields by hand for the other kinds. */
+struct server_target {
+    enum server_target_kind kind;
+    /* SERVER_STATIC: "HTTP/1.1 <status> <reason>\r\nServer: cyserve\r\nContent-Length: N\r\n"
+     * plus the user's header lines (owned, malloc'd); Date and the final CRLF are added per
+     * request, then the body. */
+    char *static_head;
+    size_t static_head_len;
+    char *static_body;
+    size_t static_body_len;
+    /* SERVER_NOGIL */
+    cyserve_nogil_handler fn;
+    void *ctx;
+    /* SERVER_PYTHON: called between the offload hooks, on the worker's own stack. It fills resp
+     * (status, headers, body); it must not keep req or resp after returning. */
+    void (*py_call)(void *opaque, cyserve_request *req, struct cyserve_response *resp);
+    void *opaque;
+    /* SERVER_FILES */
+    struct files_root *root;
+};
+
+/* Fill t as SERVER_STATIC: headers are serialised "Name: value\r\n" lines (the caller checked
+ * them; may be NULL/0). Copies everything. Returns 0, -EINVAL (status outside 100..999), -ENOMEM.
+ * Release with server_target_clear(). */
+int server_target_static(struct server_target *t, int status, const char *headers,
+                         size_t headers_len, const char *body, size_t body_len);
+
+/* Free what server_target_static() allocated; leaves t zeroed. */
+void server_target_clear(struct server_target *t);
+
+struct server_config {
+    const char *host;          /* numeric address or name, e.g. "127.0.0.1", "::", "localhost" */
+    int port;                  /* 0: an ephemeral port, the same for every worker */
+    unsigned threads;          /* workers; 0: the CPUs this process may use */
+    int backlog;               /* listen() backlog per worker */
+    struct http_limits limits; /* header block, target, header count */
+    uint64_t max_body_bytes;   /* over it: 413 */
+    uint64_t keepalive_ns;     /* idle keep-alive connection is closed after this */
+    uint64_t header_timeout_ns; /* whole head must arrive within this, from its first byte: 408 */
+    uint64_t body_timeout_ns;   /* a body (or a response write) without progress for this: 408 */
+};
+
+/* Defaults of the brief: keep-alive 5 s, head 10 s, body 10 s, 8 KiB head/target, 100 headers,
+ * 1 MiB body, backlog 1024, host 127.0.0.1, port 8000, threads 0. */
+void server_config_default(struct server_config *cfg);
+
+/* Create a server over router (borrowed, must outlive the server; its targets are
+ * struct server_target *). Copies cfg (host included). Returns 0, -EINVAL, -ENOMEM. */
+int server_new(struct server **out, const struct server_config *cfg, const struct router *router);
+
+/* Hooks around each batch of SERVER_PYTHON calls on a worker (the Cython layer takes and releases
+ * the GIL there). Before server_start. */
+void server_set_offload_hooks(struct server *s, void (*begin)(void *), void (*end)(void *),
+                              void *ud);
+
+/* Bind one listening socket per worker (SO_REUSEPORT, the first one picks the port when port is
+ * 0), then start the workers; returns at once. Returns 0; -EADDRINUSE, -EACCES,
+ * -EADDRNOTAVAIL, -EINVAL (unknown host: errmsg says so) or another -errno; on error nothing is
+ * left open. errmsg (may be NULL) receives a sentence for the user. Control thread. */
+int server_start(struct server *s, char *errmsg, size_t errlen);
+
+/* The bound port (after server_start). Any thread. */
+int server_port(const struct server *s);
+
+/* Whether the workers are running (started and not yet shut down). Any thread. */
+int server_running(const struct server *s);
+
+/* Graceful shutdown: stop accepting, close idle connections at once, let in-flight requests
+ * finish (they are answered with Connection: close) for up to grace_ns, then cancel the rest and
+ * join the workers. Blocks; idempotent. Returns 0. Control thread. */
+int server_shutdown(struct server *s, uint64_t grace_ns);
+
+/* Free a server that is not running (never started, or shut down). */
+void server_free(struct server *s);
+
+/* Live connections (accepted, not yet closed), for tests. Any thread. */
+uint64_t server_live_connections(const struct server *s);
+
+/* ---- the request API behind cyserve._core's nogil functions ---- */
+
+/* Find header name[0..nlen) (case-insensitive) in req; 0 and *out set to the first match, or
+ * -ENOENT. Any thread (req is the caller's). */
+int server_req_header(const cyserve_request *req, const char *name, size_t nlen,
+                      cyserve_str *out);
+
+#endif

@@ -1,0 +1,74 @@
+# cython: language_level=3
+# Extern declarations of csrc/server.h and csrc/http_write.h, for native/server.pyx. Compiled
+# into cyserve._core only (the C symbols live there). Contracts: see the headers.
+#
+# The public types (cyserve_request, cyserve_response) are declared here again under _t names so
+# that this file does not depend on _core.pxd; server.pyx casts between the two spellings, which
+# name the same C types.
+from libc.stdint cimport uint64_t, int64_t
+
+from cyserve.native.includes.http_parse cimport http_limits
+from cyserve.native.includes.router cimport router_t, files_root_t
+
+cdef extern from "cyserve/handler.h" nogil:
+    ctypedef struct req_t "cyserve_request":
+        pass
+    ctypedef struct resp_t "cyserve_response":
+        pass
+
+# Function pointer types of struct server_target's fields (Cython-side names; the C fields are
+# cyserve_nogil_handler and an unnamed pointer type of the same signature).
+ctypedef int (*nogil_fn_t)(req_t *req, resp_t *resp, void *ctx) noexcept nogil
+ctypedef void (*py_call_t)(void *opaque, req_t *req, resp_t *resp) noexcept nogil
+
+cdef extern from "csrc/http_write.h" nogil:
+    void resp_reset(resp_t *r)
+    int resp_set_status(resp_t *r, int status)
+    int resp_add_header(resp_t *r, const char *name, size_t nlen, const char *value, size_t vlen)
+    int resp_set_content_type(resp_t *r, const char *value, size_t vlen)
+    int resp_write(resp_t *r, const void *data, size_t len)
+    void *resp_alloc(resp_t *r, size_t size)
+
+cdef extern from "csrc/server.h" nogil:
+    ctypedef struct server_t "struct server":
+        pass
+
+    enum server_target_kind:
+        SERVER_STATIC
+        SERVER_NOGIL
+        SERVER_PYTHON
+        SERVER_FILES
+
+    ctypedef struct server_target_t "struct server_target":
+        server_target_kind kind
+        nogil_fn_t fn
+        void *ctx
+        py_call_t py_call
+        void *opaque
+        files_root_t *root
+
+    ctypedef struct server_config_t "struct server_config":
+        const char *host
+        int port
+        unsigned threads
+        int backlog
+        http_limits limits
+        uint64_t max_body_bytes
+        uint64_t keepalive_ns
+        uint64_t header_timeout_ns
+        uint64_t body_timeout_ns
+
+    int server_target_static(server_target_t *t, int status, const char *headers,
+                             size_t headers_len, const char *body, size_t body_len)
+    void server_target_clear(server_target_t *t)
+    void server_config_default(server_config_t *cfg)
+    int server_new(server_t **out, const server_config_t *cfg, const router_t *router)
+    void server_set_offload_hooks(server_t *s, void (*begin)(void *) noexcept nogil,
+                                  void (*end)(void *) noexcept nogil, void *ud)
+    int server_start(server_t *s, char *errmsg, size_t errlen)
+    int server_port(const server_t *s)
+    int server_running(const server_t *s)
+    int server_shutdown(server_t *s, uint64_t grace_ns)
+    void server_free(server_t *s)
+    uint64_t server_live_connections(const server_t *s)
+    int server_req_header(const req_t *req, const char *name, size_t nlen, void *out)
