@@ -81,8 +81,9 @@ def main() -> int:
         ext_modules=cythonize(extensions, build_dir=build_dir,
                               include_path=[os.path.dirname(pkg_dir)], quiet=True,
                               compiler_directives={"language_level": "3"}),
-        script_args=["-q", "build_ext", "--inplace", "--build-temp",
-                     os.path.join(build_dir, "tmp")],
+        script_args=["-q", "build_ext", "--inplace",
+                     "--build-temp", os.path.join(build_dir, "tmp"),
+                     "--build-lib", os.path.join(build_dir, "lib")],
     )
     return 0
 
