@@ -131,6 +131,13 @@ static void fuzz_add(enum router_match_kind kind, unsigned method_bit, const uin
         struct router_match m;
         rc = router_match(r, method_bit, path, len, &m);
         check_match(rc, &m, path, len);
+        /* The regex literal prefilter must not change the answer. */
+        if (kind == ROUTER_REGEX) {
+            r->regexes[0].lit_len = 0;
+            struct router_match m2;
+            int rc2 = router_match(r, method_bit, path, len, &m2);
+            check(rc2 == rc, "regex literal prefilter changed the result");
+        }
         /* A pattern without parameters is an exact path: it must match its own text. */
         if (kind == ROUTER_PATH && memchr(pattern, '{', plen) == NULL) {
             rc = router_match(r, method_bit, pattern, plen, &m);

@@ -188,6 +188,19 @@ static void test_regex(void)
     for (size_t i = 0; i < N_ELEMENTS(fine); i++)
         is_int(add(r, ROUTER_REGEX, fine[i], GET, &T_ANY), 0, fine[i]);
 
+    /* The literal prefilter must never reject a path the regex would match. */
+    static const struct {
+        const char *re, *lit;
+    } lits[] = {
+        {"/item/([a-z]+)", "/item/"}, {"^/abc", "/abc"},   {"/abc*", "/ab"},  {"/ab?c", "/a"},
+        {"/ab{2}", "/a"},             {"/ab+", "/ab"},     {"/a|/b", ""},      {"^.*", ""},
+        {"(/x)", ""},                 {"/a\\.b", "/a"},   {"/a[bc]", "/a"},   {"/x$", "/x"},
+    };
+    for (size_t i = 0; i < N_ELEMENTS(lits); i++) {
+        size_t off, n;
+        router__regex_literal(lits[i].re, strlen(lits[i].re), &off, &n);
+        is_mem(lits[i].re + off, n, lits[i].lit, lits[i].re);
+    }
     struct router_match m;
     is_int(match(r, GET, "/item/abc/12", &m), 0, "regex match");
     ok(m.target == &T_REGEX1, "first regex wins (registration order)");
