@@ -869,7 +869,7 @@ static bool router__match_regex(const struct rregex *x, struct rwalk *w)
     for (size_t i = 0; i < groups; i++) {
         cyserve_param *param = &m->params[i];
         param->name.ptr = router__group_names[i];
-        param->name.len = strlen(router__group_names[i]);
+        param->name.len = i < 9 ? 1 : 2; /* "1".."9", then "10".."16" */
         param->ival = 0;
         if (pm[i + 2].rm_so < 0) {
             param->value.ptr = w->path;
