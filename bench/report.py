@@ -132,7 +132,7 @@ def markdown(result):
     ]
     for mode, title in (("pinned", "Pinned: one server core"),
                         ("allcore", "All cores (flagged: the client shares the cores with the server)"),
-                        ("hey", f"Second client: {cfg['hey']}")):
+                        ("hey", f"Second client: {cfg['hey']}, server pinned to one CPU (seed 001)")):
         lines += [f"## {title}", ""]
         for w in result["workloads"]:
             rows = s.get(mode, {}).get(w, {})

@@ -12,7 +12,7 @@ prints one line for each peer that cannot run and why, then measures:
            (-t1 -c64), so each figure is what one server core does
   allcore  the server with one worker per core, wrk unpinned (-t<cores>): flagged, because the
            client takes CPU from the server on the same machine
-  hey      seed 001's second client, hey -n 2000 -c 50, against the all-core server
+  hey      seed 001's second client, hey -n 2000 -c 50 (the pinned server: seed 001's was one CPU)
   scaling  requests/s against worker threads (seed 000), on /fib
 
 Servers are interleaved: each round visits every server once, in an order rotated per round, and
@@ -45,10 +45,12 @@ SERVER_CPU, CLIENT_CPU = "0", "1"
 
 MODES = {
     # name: rounds, seconds per wrk cell, warm-up seconds, all-core workloads, hey paths, scaling
-    "quick": dict(rounds=1, duration=1, warmup=0, allcore=("plaintext", "fib"), hey=("welcome",),
-                  scaling=("fib",)),
-    "full": dict(rounds=3, duration=5, warmup=1, allcore=tuple(W.WORKLOADS),
-                 hey=("welcome", "plaintext"), scaling=("fib", "plaintext")),
+    # quick keeps under 3 minutes: all-core and scaling cells only where they say something.
+    "quick": dict(rounds=1, duration=1, warmup=0, allcore=("plaintext", "fib"), allcore_scalable_only=True,
+                  hey=("welcome",), scaling=("fib",),
+                  scaling_servers=("cyserve-nogil", "cyserve-py", "go-nethttp", "go-fasthttp")),
+    "full": dict(rounds=3, duration=5, warmup=1, allcore=tuple(W.WORKLOADS), allcore_scalable_only=False,
+                 hey=("welcome", "plaintext"), scaling=("fib", "plaintext"), scaling_servers=None),
 }
 
 
@@ -102,8 +104,9 @@ def setup_venv(notes):
         r = sh(pip + ["-r", req])
         if r.returncode != 0:
             # Install one by one so that one peer without a wheel does not take the others down.
-            for line in open(req):
-                pkg = line.split("#")[0].strip()
+            with open(req) as f:
+                pkgs = [ln.split("#")[0].strip() for ln in f]
+            for pkg in pkgs:
                 if pkg:
                     r1 = sh(pip + [pkg])
                     if r1.returncode != 0:
@@ -188,10 +191,11 @@ def availability(servers, nogil_error):
     go_ver = sh(["go", "version"]).stdout.strip() if harness.have("go") else ""
     go_mods = {}
     try:
-        for line in open(os.path.join(HERE, "peers", "go", "go.mod")):
-            parts = line.split()
-            if len(parts) >= 2 and parts[0].startswith("github.com/"):
-                go_mods[parts[0]] = parts[1]
+        with open(os.path.join(HERE, "peers", "go", "go.mod")) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 2 and parts[0].startswith("github.com/"):
+                    go_mods[parts[0]] = parts[1]
     except OSError:
         pass
     for s in servers:
@@ -259,17 +263,15 @@ def git_rev():
 def machine_info():
     model = "?"
     try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+        with open("/proc/cpuinfo") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "?")
     except OSError:
         pass
     mem = "?"
     try:
-        for line in open("/proc/meminfo"):
-            if line.startswith("MemTotal"):
-                mem = f"{int(line.split()[1]) / 1048576:.1f} GiB"
+        with open("/proc/meminfo") as f:
+            kib = next((int(ln.split()[1]) for ln in f if ln.startswith("MemTotal")), 0)
+        mem = f"{kib / 1048576:.1f} GiB"
     except OSError:
         pass
     tools = {}
@@ -319,7 +321,7 @@ class Session:
         if client != "hey" and cfg["warmup"]:
             harness.run_wrk(run.port, path, cfg["warmup"], CONNECTIONS, 1, CLIENT_CPU if pinned else None)
         if client == "hey":
-            res = harness.measure(run, path, 0, 50, client="hey", client_cpus=None)
+            res = harness.measure(run, path, 0, 50, client="hey", client_cpus=CLIENT_CPU if pinned else None)
         else:
             res = harness.measure(run, path, cfg["duration"], CONNECTIONS, client=client,
                                   client_threads=1 if pinned else (os.cpu_count() or 1),
@@ -338,7 +340,7 @@ class Session:
         if not self.wait_idle(run):
             # A slow server still working through the requests the client abandoned would pollute
             # the next cell: restart it.
-            run.stop()
+            run.stop(grace=0.3)
             run = self.start(server, threads, pinned)
         return run
 
@@ -351,7 +353,8 @@ class Session:
         return [w for w in self.args.workloads if self.validation[server.name].get(w) == "ok"]
 
     def visit(self, server, rnd):
-        """One round's visit to one server: pinned cells, then all-core, hey and scaling cells."""
+        """One round's visit to one server: pinned wrk cells and hey (the server on one CPU, like
+        seed 001's one-CPU droplet), then all-core cells, then the scaling points."""
         cfg, cores = self.mode, os.cpu_count() or 1
         try:
             run = self.start(server, 1, pinned=True)
@@ -361,25 +364,27 @@ class Session:
                                                      for w in server.workloads})
             return
         try:
-            for w in self.validated(run, server):
+            ok = self.validated(run, server)
+            for w in ok:
                 run = self.cell(run, server, w, rnd, "pinned", 1, True)
+            if harness.have("hey"):
+                for w in [w for w in ok if w in cfg["hey"]]:
+                    run = self.cell(run, server, w, rnd, "hey", 1, True, client="hey")
         finally:
             run.stop()
-        ok = [w for w in self.args.workloads if self.validation[server.name].get(w) == "ok"]
         allcore = [w for w in ok if w in cfg["allcore"]]
-        hey = [w for w in ok if w in cfg["hey"] and harness.have("hey")]
-        if allcore or hey:
+        if allcore and (server.scales or not cfg["allcore_scalable_only"]):
             threads = cores if server.scales else 1
             run = self.start(server, threads, pinned=False)
             try:
                 for w in allcore:
                     run = self.cell(run, server, w, rnd, "allcore", threads, False)
-                for w in hey:
-                    run = self.cell(run, server, w, rnd, "hey", threads, False, client="hey")
             finally:
                 run.stop()
         # Scaling: the all-core cell above is the point at `cores` threads; add 1..cores-1.
-        scaling = [w for w in ok if w in cfg["scaling"]] if server.scales else []
+        scaling = [w for w in ok if w in cfg["scaling"] and w in cfg["allcore"]] if server.scales else []
+        if cfg["scaling_servers"] is not None and server.name not in cfg["scaling_servers"]:
+            scaling = []
         for t in range(1, cores):
             if not scaling:
                 break
@@ -401,6 +406,7 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int)
     ap.add_argument("--duration", type=int, help="seconds per wrk cell")
     ap.add_argument("--no-setup", action="store_true", help="install and build nothing")
+    ap.add_argument("--client", choices=("wrk", "python"), help="force a client (python: no wrk, no hey)")
     ap.add_argument("--out", default=RESULTS, help="results folder (default bench/results)")
     ap.add_argument("--list", action="store_true", help="list the servers and exit")
     args = ap.parse_args(argv)
@@ -435,13 +441,16 @@ def main(argv=None):
     live = [s for s in chosen if not reasons[s.name]]
     say(f"setup done in {time.monotonic() - t_setup:.0f} s; measuring {len(live)} servers "
         f"({mode_name}: {mode['rounds']} round(s), {mode['duration']} s cells, client "
-        f"{'wrk' if harness.have('wrk') else 'python (no wrk: figures measure the client)'})")
+        f"{'wrk' if harness.have('wrk') and args.client != 'python' else 'python (figures measure the client)'})")
 
     expected = W.expected_bodies()
     started = datetime.datetime.now(datetime.timezone.utc)
     with tempfile.TemporaryDirectory(prefix="cyserve-bench-") as tmp:
         os.chmod(tmp, 0o755)  # nginx's workers (user nobody when run as root) read files below it
         sess = Session(args, mode, tmp, expected)
+        if args.client == "python":
+            sess.client = "python"
+            mode["hey"] = ()
         for rnd in range(mode["rounds"]):
             order = live[rnd % len(live):] + live[:rnd % len(live)] if live else []
             for server in order:

@@ -13,7 +13,6 @@ reason. The runner validates every route before measuring, so a wrong body shows
 
 import os
 import shutil
-import sys
 import tempfile
 
 from bench import workloads as W
@@ -22,7 +21,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BUILD = os.path.join(HERE, ".build")
 VENV = os.path.join(HERE, ".venv")
-VENV_PY = os.path.join(VENV, "bin", "python")
+# CYSERVE_BENCH_PYTHON replaces bench/.venv's interpreter (the CI smoke test runs the stdlib-only
+# peers with cyserve's own venv, which has none of the third-party servers).
+VENV_PY = os.environ.get("CYSERVE_BENCH_PYTHON") or os.path.join(VENV, "bin", "python")
 ALL = tuple(W.WORKLOADS)
 STATIC = ("plaintext", "welcome", "transfer")
 NOGIL = ("plaintext", "fib", "welcome", "loop", "transfer")
@@ -162,24 +163,21 @@ SERVERS = [
     Server("socketify", "socketify", "python-async", _py(["bench.apps.socketify_app", "{port}"]),
            scales=False, requires=("socketify", "msgpack"), note="one process"),
     Server("stdlib-threading", "http.server ThreadingHTTPServer", "python-minimal",
-           _py(["bench.apps.stdlib_threading", "{port}"]), scales=False, requires=("msgpack",)),
+           _py(["bench.apps.stdlib_threading", "{port}"]), scales=False),
     Server("min-sequential", "seed 001: sequential", "python-minimal",
-           _py(["bench.apps.minimal", "sequential", "{port}"]), scales=False, requires=("msgpack",),
+           _py(["bench.apps.minimal", "sequential", "{port}"]), scales=False,
            note="one request per connection (Connection: close), as in seed 001"),
     Server("min-forking", "seed 001: forking", "python-minimal",
-           _py(["bench.apps.minimal", "forking", "{port}"]), scales=False, requires=("msgpack",),
+           _py(["bench.apps.minimal", "forking", "{port}"]), scales=False,
            note="a process per connection, one request each"),
     Server("min-threading", "seed 001: threading", "python-minimal",
-           _py(["bench.apps.minimal", "threading", "{port}"]), scales=False, requires=("msgpack",),
+           _py(["bench.apps.minimal", "threading", "{port}"]), scales=False,
            note="a thread per connection, one request each"),
     Server("min-asyncio", "seed 001: asyncio", "python-minimal",
-           _py(["bench.apps.minimal", "asyncio", "{port}"]), scales=False, requires=("msgpack",),
+           _py(["bench.apps.minimal", "asyncio", "{port}"]), scales=False,
            note="asyncio streams, one request per connection"),
 ]
 
 BY_NAME = {s.name: s for s in SERVERS}
 
 
-def stdlib_python():
-    """The interpreter running the harness: the smoke test's stdlib-only peers use it."""
-    return sys.executable
