@@ -382,6 +382,16 @@ static void test_conditionals(void)
     is_int(files_not_modified(&hit, NULL, 0, INM(after)), 1, "IMS after mtime: 304");
     is_int(files_not_modified(&hit, NULL, 0, INM(before)), 0, "IMS before mtime: 200");
     is_int(files_not_modified(&hit, NULL, 0, INM("yesterday")), 0, "IMS invalid: 200");
+    /* If-Range: strong comparison for tags, exact equality for dates. */
+    is_int(files_if_range(&hit, NULL, 0), 1, "no If-Range: honour Range");
+    is_int(files_if_range(&hit, INM("\"c-abc\"")), 1, "If-Range same tag: honour");
+    is_int(files_if_range(&hit, INM("W/\"c-abc\"")), 0, "If-Range weak tag: ignore Range");
+    is_int(files_if_range(&hit, INM("\"c-abd\"")), 0, "If-Range other tag: ignore Range");
+    is_int(files_if_range(&hit, INM("\"c-abc")), 0, "If-Range unterminated tag");
+    is_int(files_if_range(&hit, INM(now)), 1, "If-Range date == mtime: honour");
+    is_int(files_if_range(&hit, INM(after)), 0, "If-Range later date: ignore Range");
+    is_int(files_if_range(&hit, INM(before)), 0, "If-Range earlier date: ignore Range");
+    is_int(files_if_range(&hit, INM("garbage")), 0, "If-Range garbage: ignore Range");
 #undef INM
 }
 

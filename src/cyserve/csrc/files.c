@@ -449,6 +449,18 @@ int files_not_modified(const struct files_hit *hit, const char *inm, size_t inm_
     return 0;
 }
 
+int files_if_range(const struct files_hit *hit, const char *value, size_t len)
+{
+    if (value == NULL)
+        return 1;
+    if (len > 0 && value[0] == '"')
+        return len == hit->etag_len && memcmp(value, hit->etag, len) == 0;
+    time_t t;
+    if (files_parse_http_date(value, len, &t) < 0)
+        return 0;
+    return t == hit->mtime;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Ranges */
 

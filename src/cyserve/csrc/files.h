@@ -73,6 +73,14 @@ int files_open(const struct files_root *root, const char *rel, size_t len, struc
 int files_not_modified(const struct files_hit *hit, const char *inm, size_t inm_len,
                        const char *ims, size_t ims_len);
 
+/* Whether to honour a Range given with If-Range (RFC 9110 13.1.5), so that a client resuming
+ * a download of a file that changed meanwhile gets the whole new file (200) instead of a piece of
+ * it spliced onto the old one. value == NULL (no If-Range): 1. An entity tag: 1 when it equals
+ * hit->etag by STRONG comparison (a W/ tag never matches). A date: 1 when it is an IMF-fixdate
+ * exactly equal to hit->mtime. Anything else: 0 (ignore Range, serve 200). A predicate.
+ * Thread-safe. */
+int files_if_range(const struct files_hit *hit, const char *value, size_t len);
+
 /* Parses a Range header value for a representation of size bytes. Accepts exactly one range:
  * "bytes=a-b", "bytes=a-" or "bytes=-n" (unit case-insensitive, spaces around '=' and '-' not
  * allowed, b past the end clamped to size-1). Returns 0 with [*start, *end] (end INCLUSIVE) for a

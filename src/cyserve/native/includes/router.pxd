@@ -70,6 +70,7 @@ cdef extern from "csrc/files.h" nogil:
     int files_open(const files_root_t *root, const char *rel, size_t len, files_hit_t *hit)
     int files_not_modified(const files_hit_t *hit, const char *inm, size_t inm_len,
                            const char *ims, size_t ims_len)
+    int files_if_range(const files_hit_t *hit, const char *value, size_t len)
     int files_parse_range(const char *value, size_t len, uint64_t size, uint64_t *start,
                           uint64_t *end)
     size_t files_http_date(time_t t, char *out)
