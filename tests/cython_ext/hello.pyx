@@ -1,0 +1,103 @@
+# cython: language_level=3
+"""A third-party Cython module written against cyserve's public C-level API (STYLE.md 2(c)):
+seed 000's two handlers, plus handlers that exercise the rest of the nogil API for
+tests/test_nogil_handlers.py. It cimports cyserve._core and is built with
+include_dirs=[cyserve.get_include()]."""
+
+from libc.stdio cimport snprintf
+from libc.string cimport memcpy, strlen
+from cpython.pycapsule cimport PyCapsule_New
+
+from cyserve._core cimport (
+    cyserve_handler_capsule, cyserve_request, cyserve_response, cyserve_str, cyserve_str_eq,
+    cyserve_req_header, cyserve_resp_status, cyserve_resp_header, cyserve_resp_write,
+    cyserve_resp_alloc, cyserve_resp_set_content_type,
+)
+
+
+cdef int handle_root(cyserve_request *req, cyserve_response *resp, void *ctx) noexcept nogil:
+    return cyserve_resp_write(resp, b"Hello, World!", 13)
+
+
+cdef unsigned int fibonacci(unsigned int n) noexcept nogil:
+    # uint32 wrap-around on purpose: seed 000 defines the answer by it.
+    cdef unsigned int i, a = 0, b = 1, t
+    for i in range(n):
+        t = a + b
+        a = b
+        b = t
+    return a
+
+
+cdef int handle_fibonacci(cyserve_request *req, cyserve_response *resp,
+                          void *ctx) noexcept nogil:
+    cdef char buf[80]
+    cdef int n = snprintf(buf, sizeof(buf), b"Fibonacci(10^6) = %u (with overflow)\n",
+                          fibonacci(1000000))
+    return cyserve_resp_write(resp, buf, <size_t>n)
+
+
+cdef int put(cyserve_response *resp, const char *label, cyserve_str s) noexcept nogil:
+    cdef int rc = cyserve_resp_write(resp, label, strlen(label))
+    if rc == 0:
+        rc = cyserve_resp_write(resp, s.ptr, s.len)
+    if rc == 0:
+        rc = cyserve_resp_write(resp, b"\n", 1)
+    return rc
+
+
+cdef int handle_inspect(cyserve_request *req, cyserve_response *resp, void *ctx) noexcept nogil:
+    # Everything a handler can read, echoed one field per line.
+    cdef cyserve_str v
+    cdef size_t i
+    cdef char *scratch
+    cdef int n
+    put(resp, b"method=", req.method)
+    put(resp, b"path=", req.path)
+    put(resp, b"query=", req.query)
+    put(resp, b"body=", req.body)
+    if cyserve_req_header(req, b"x-test", 6, &v) == 0:
+        put(resp, b"x-test=", v)
+    else:
+        cyserve_resp_write(resp, b"x-test absent\n", 14)
+    for i in range(req.num_params):
+        put(resp, b"param=", req.params[i].value)
+    # Request-scoped memory: never freed by the handler.
+    scratch = <char *>cyserve_resp_alloc(resp, 64)
+    if scratch == NULL:
+        return -1
+    n = snprintf(scratch, 64, b"headers=%d method-is-post=%d\n", <int>req.num_headers,
+                 <int>cyserve_str_eq(req.method, b"POST", 4))
+    cyserve_resp_write(resp, scratch, <size_t>n)
+    cyserve_resp_status(resp, 201)
+    cyserve_resp_header(resp, b"X-Nogil", 7, b"yes", 3)
+    return cyserve_resp_set_content_type(resp, b"text/x-inspect", 14)
+
+
+cdef int handle_fail(cyserve_request *req, cyserve_response *resp, void *ctx) noexcept nogil:
+    cyserve_resp_write(resp, b"partial", 7)
+    return -1
+
+
+cdef int handle_bad_header(cyserve_request *req, cyserve_response *resp,
+                           void *ctx) noexcept nogil:
+    # The API refuses header injection; the handler reports what it was told.
+    cdef char buf[64]
+    cdef int rc = cyserve_resp_header(resp, b"X-Evil", 6, b"a\r\nSet-Cookie: x", 16)
+    cdef int n = snprintf(buf, sizeof(buf), b"rc=%d", rc)
+    return cyserve_resp_write(resp, buf, <size_t>n)
+
+
+cdef int handle_ctx(cyserve_request *req, cyserve_response *resp, void *ctx) noexcept nogil:
+    cdef const char *s = <const char *>ctx
+    return cyserve_resp_write(resp, s, strlen(s))
+
+
+cdef const char *CTX_TEXT = b"context says hi"
+
+ROOT = cyserve_handler_capsule(handle_root)
+FIBONACCI = cyserve_handler_capsule(handle_fibonacci)
+INSPECT = cyserve_handler_capsule(handle_inspect)
+FAIL = cyserve_handler_capsule(handle_fail)
+BAD_HEADER = cyserve_handler_capsule(handle_bad_header)
+CTX = (cyserve_handler_capsule(handle_ctx), PyCapsule_New(<void *>CTX_TEXT, b"hello.ctx", NULL))

@@ -1,0 +1,125 @@
+"""GIL-free handlers from a separately compiled Cython module: tests/cython_ext/hello.pyx is
+built against the installed package (cimport cyserve._core, include_dirs=[get_include()]) into a
+temporary folder, then served through Server."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import cyserve
+from _rawhttp import Conn, get, request, serving
+
+HERE = Path(__file__).parent
+
+BUILD = textwrap.dedent("""
+    import sys
+    from Cython.Build import cythonize
+    from setuptools import Extension, setup
+    inc, pkg_parent = sys.argv[1], sys.argv[2]
+    setup(name="hello-ext",
+          ext_modules=cythonize([Extension("hello", ["hello.pyx"], include_dirs=[inc])],
+                                include_path=[pkg_parent], quiet=True,
+                                compiler_directives={"language_level": "3"}),
+          script_args=["-q", "build_ext", "--inplace"])
+""")
+
+
+@pytest.fixture(scope="module")
+def hello(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cython_ext")
+    shutil.copy(HERE / "cython_ext" / "hello.pyx", d / "hello.pyx")
+    (d / "build_hello.py").write_text(BUILD)
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(cyserve.__file__)))
+    proc = subprocess.run([sys.executable, "build_hello.py", cyserve.get_include(), pkg_parent],
+                          cwd=d, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, f"building hello.pyx failed:\n{proc.stdout}\n{proc.stderr}"
+    so = next(d.glob("hello*.so"))
+    spec = importlib.util.spec_from_file_location("hello", so)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def port(hello):
+    routes = [
+        ("path", "/", ("GET",), "nogil", hello.ROOT),
+        ("path", "/fibonacci", ("GET",), "nogil", hello.FIBONACCI),
+        ("path", "/inspect/{id:int}", None, "nogil", hello.INSPECT),
+        ("path", "/fail", None, "nogil", hello.FAIL),
+        ("path", "/bad-header", None, "nogil", hello.BAD_HEADER),
+        ("path", "/ctx", None, "nogil", hello.CTX),
+    ]
+    with serving(routes, threads=2) as srv:
+        yield srv.port
+
+
+def test_seed_root(port):
+    r = request(port, get("/"))
+    assert (r.status, r.body) == (200, b"Hello, World!")
+    assert r.header("content-type") == "text/plain; charset=utf-8"
+
+
+def test_seed_fibonacci(port):
+    r = request(port, get("/fibonacci"))
+    assert (r.status, r.body) == (200, b"Fibonacci(10^6) = 1884755131 (with overflow)\n")
+
+
+def test_request_view_and_response_api(port):
+    r = request(port, b"POST /inspect/42?a=b HTTP/1.1\r\nHost: t\r\nX-Test: v1\r\n"
+                      b"Content-Length: 4\r\n\r\nbody")
+    assert r.status == 201
+    assert r.header("x-nogil") == "yes"
+    assert r.header("content-type") == "text/x-inspect"
+    assert r.body.decode().splitlines() == [
+        "method=POST", "path=/inspect/42", "query=a=b", "body=body", "x-test=v1", "param=42",
+        "headers=3 method-is-post=1"]
+
+
+def test_header_lookup_is_case_insensitive_and_absent_is_reported(port):
+    r = request(port, b"GET /inspect/1 HTTP/1.1\r\nHost: t\r\nx-TEST: V\r\n\r\n")
+    assert "x-test=V" in r.body.decode()
+    r = request(port, get("/inspect/1"))
+    assert "x-test absent" in r.body.decode()
+
+
+def test_handler_error_gives_500(port):
+    with Conn(port) as c:
+        c.send(get("/fail") + get("/"))
+        r = c.reply()
+        assert (r.status, r.body) == (500, b"500 Internal Server Error\n")
+        assert c.reply().body == b"Hello, World!"
+
+
+def test_header_injection_refused(port):
+    r = request(port, get("/bad-header"))
+    assert r.body == b"rc=-22"
+    assert r.header("set-cookie") is None
+
+
+def test_context_pointer(port):
+    assert request(port, get("/ctx")).body == b"context says hi"
+
+
+def test_head_on_nogil_route(port):
+    r = request(port, b"HEAD /fibonacci HTTP/1.1\r\nHost: t\r\n\r\n")
+    assert (r.status, r.header("content-length"), r.body) == (200, "45", b"")
+
+
+def test_capsule_with_wrong_name_is_refused():
+    import ctypes
+    PyCapsule_New = ctypes.pythonapi.PyCapsule_New
+    PyCapsule_New.restype = ctypes.py_object
+    PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    cap = PyCapsule_New(1234, b"other.name", None)
+    with pytest.raises(TypeError, match="cyserve.nogil_handler"):
+        cyserve._core.Server([("path", "/", None, "nogil", cap)], host="127.0.0.1", port=0,
+                             threads=1)

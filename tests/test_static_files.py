@@ -1,0 +1,108 @@
+"""Static files through the engine: sendfile bodies, Content-Type, conditional requests (ETag,
+Last-Modified, 304), single ranges (206, 416), HEAD, and no way out of the root."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from _rawhttp import Conn, get, request, serving
+
+BODY = bytes(range(256)) * 600  # 153,600 bytes: larger than one socket write
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    base = tmp_path_factory.mktemp("site")
+    root = base / "root"
+    root.mkdir()
+    (root / "index.html").write_text("<h1>home</h1>")
+    (root / "style.css").write_text("body{}")
+    (root / "big.bin").write_bytes(BODY)
+    (root / "sub").mkdir()
+    (root / "sub" / "a.txt").write_text("sub text")
+    (base / "secret.txt").write_text("do not serve")
+    os.symlink(base / "secret.txt", root / "escape.txt")
+    os.symlink("sub/a.txt", root / "inside.txt")  # relative: stays beneath the root
+    routes = [("prefix", "/files", ("GET", "HEAD"), "files", str(root))]
+    with serving(routes, threads=2) as srv:
+        yield srv.port
+
+
+def test_file_and_content_type(site):
+    r = request(site, get("/files/style.css"))
+    assert (r.status, r.body) == (200, b"body{}")
+    assert r.header("content-type").startswith("text/css")
+    assert r.header("etag") and r.header("last-modified")
+    r = request(site, get("/files/sub/a.txt"))
+    assert r.body == b"sub text" and r.header("content-type").startswith("text/plain")
+
+
+def test_directory_index(site):
+    r = request(site, get("/files/"))
+    assert (r.status, r.body) == (200, b"<h1>home</h1>")
+    assert r.header("content-type").startswith("text/html")
+
+
+def test_large_file_over_keep_alive(site):
+    with Conn(site) as c:
+        for _ in range(3):
+            c.send(get("/files/big.bin"))
+            r = c.reply()
+            assert r.status == 200 and r.body == BODY
+
+
+def test_head_sends_no_body(site):
+    with Conn(site) as c:
+        c.send(b"HEAD /files/big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+        r = c.reply(head_only=True)
+        assert r.header("content-length") == str(len(BODY))
+        c.send(get("/files/style.css"))
+        assert c.reply().body == b"body{}"
+
+
+def test_not_modified(site):
+    first = request(site, get("/files/style.css"))
+    r = request(site, get("/files/style.css", extra=f"If-None-Match: {first.header('etag')}\r\n"))
+    assert (r.status, r.body) == (304, b"")
+    assert r.header("etag") == first.header("etag")
+    r = request(site, get("/files/style.css",
+                          extra=f"If-Modified-Since: {first.header('last-modified')}\r\n"))
+    assert r.status == 304
+    r = request(site, get("/files/style.css", extra='If-None-Match: "other"\r\n'))
+    assert r.status == 200
+
+
+def test_ranges(site):
+    r = request(site, get("/files/big.bin", extra="Range: bytes=10-19\r\n"))
+    assert (r.status, r.body) == (206, BODY[10:20])
+    assert r.header("content-range") == f"bytes 10-19/{len(BODY)}"
+    r = request(site, get("/files/big.bin", extra="Range: bytes=-5\r\n"))
+    assert (r.status, r.body) == (206, BODY[-5:])
+    r = request(site, get("/files/big.bin", extra=f"Range: bytes={len(BODY)}-\r\n"))
+    assert r.status == 416
+    assert r.header("content-range") == f"bytes */{len(BODY)}"
+    r = request(site, get("/files/big.bin", extra="Range: bytes=0-1,5-6\r\n"))
+    assert r.status == 200 and r.body == BODY  # several ranges: ignored, whole file
+
+
+@pytest.mark.parametrize("path", [
+    "/files/../secret.txt", "/files/sub/../../secret.txt", "/files/%2e%2e/secret.txt",
+    "/files/..%2fsecret.txt", "/files/sub/%2E%2E/%2e%2e/secret.txt", "/files/escape.txt",
+    "/files/%00", "/files/nope.txt",
+])
+def test_no_way_out_of_the_root(site, path):
+    r = request(site, get(path))
+    assert r.status in (400, 404), (path, r.status)
+    assert b"do not serve" not in r.body
+
+
+def test_symlink_inside_root_is_followed(site):
+    assert request(site, get("/files/inside.txt")).body == b"sub text"
+
+
+def test_other_methods_refused(site):
+    r = request(site, b"POST /files/style.css HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n")
+    assert r.status == 405
+    assert "GET" in r.header("allow")
