@@ -313,7 +313,7 @@ def bench_empty(int workers, long n, size_t stack_size=65536):
         raise ValueError("n must be >= 0")
     cdef csched.sched *s = NULL
     cdef csched.sched_config cfg
-    cdef double t0, t1, t2, t3, t4
+    cdef double t0 = 0, t1 = 0, t2 = 0, t3 = 0, t4 = 0
     cdef int err = 0
     cdef long i
     cfg.workers = workers
@@ -353,7 +353,7 @@ def bench_fib(int workers, long n, unsigned fib_n):
         raise MemoryError()
     cdef csched.sched *s = NULL
     cdef csched.sched_config cfg
-    cdef double t0, t1, t2, t3, t4
+    cdef double t0 = 0, t1 = 0, t2 = 0, t3 = 0, t4 = 0
     cdef int err = 0
     cdef long i
     cdef uint64_t checksum = 0
@@ -397,7 +397,7 @@ def parked_cpu(int workers, double seconds):
     cdef csched.sched *s = NULL
     cdef csched.sched_config cfg
     cdef int err
-    cdef double c0, c1, w0, w1
+    cdef double c0 = 0, c1 = 0, w0 = 0, w1 = 0
     cdef timespec req
     cfg.workers = workers
     cfg.stack_size = 0

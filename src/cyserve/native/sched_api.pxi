@@ -7,9 +7,15 @@
 # "Coroutine only": call it from inside a coroutine body run by a cyserve scheduler.
 from libc.stdint cimport uint32_t, uint64_t, int64_t
 
-# Opaque handles: a scheduler, and a running coroutine.
-cdef struct cyserve_sched
-cdef struct cyserve_coro
+# Opaque handles: a scheduler, and a running coroutine. Declared in C before any prototype that
+# names them (a forward declaration inside a parameter list would be a different type).
+cdef extern from *:
+    """
+    struct cyserve_sched;
+    struct cyserve_coro;
+    """
+    cdef struct cyserve_sched
+    cdef struct cyserve_coro
 
 # A coroutine body: returns its exit value; runs on a worker thread, without the GIL.
 ctypedef int (*cyserve_coro_fn)(cyserve_coro *co, void *arg) noexcept nogil
