@@ -370,6 +370,61 @@ static void test_many_routes(void)
     router_free(r);
 }
 
+/* Concurrent readers: router_match must not write anything shared (the contract says any number
+ * of threads may match at once). Each thread checks every answer; under TSan (build this file
+ * with -fsanitize=thread) a hidden write would be reported as a race. */
+#include <pthread.h>
+
+static struct router *shared_router;
+
+static void *reader(void *arg)
+{
+    static const struct {
+        const char *path;
+        unsigned method;
+        int rc;
+        const void *target;
+    } cases[] = {
+        {"/plaintext", GET, 0, &T_EXACT},
+        {"/users/42", GET, 0, &T_USERS_INT},
+        {"/users/bob", GET, 0, &T_USERS_STR},
+        {"/item/abc/12", GET, 0, &T_REGEX1},
+        {"/api/x", GET, 0, &T_PREFIX_API},
+        {"/plaintext", POST, -ENOTSUP, NULL},
+        {"/none", GET, -ENOENT, NULL},
+    };
+    long bad = 0;
+    for (int i = 0; i < 20000; i++) {
+        size_t k = (size_t)(i + (intptr_t)arg) % N_ELEMENTS(cases);
+        struct router_match m;
+        int rc = router_match(shared_router, cases[k].method, cases[k].path,
+                              strlen(cases[k].path), &m);
+        bad += rc != cases[k].rc || (rc == 0 && m.target != cases[k].target);
+    }
+    return (void *)bad;
+}
+
+static void test_concurrent_readers(void)
+{
+    router_new(&shared_router);
+    add(shared_router, ROUTER_PATH, "/plaintext", GET, &T_EXACT);
+    add(shared_router, ROUTER_PATH, "/users/{id:int}", GET, &T_USERS_INT);
+    add(shared_router, ROUTER_PATH, "/users/{name}", GET, &T_USERS_STR);
+    add(shared_router, ROUTER_REGEX, "/item/([a-z]+)/([0-9]+)", GET, &T_REGEX1);
+    add(shared_router, ROUTER_PREFIX, "/api", GET, &T_PREFIX_API);
+    pthread_t th[4];
+    for (intptr_t i = 0; i < 4; i++)
+        pthread_create(&th[i], NULL, reader, (void *)i);
+    long bad = 0;
+    for (int i = 0; i < 4; i++) {
+        void *ret;
+        pthread_join(th[i], &ret);
+        bad += (long)ret;
+    }
+    is_int(bad, 0, "4 threads x 20000 concurrent matches all correct");
+    router_free(shared_router);
+}
+
 int main(void)
 {
     test_exact_and_patterns();
@@ -379,5 +434,6 @@ int main(void)
     test_pattern_errors();
     test_format_allow();
     test_many_routes();
+    test_concurrent_readers();
     return done_testing();
 }

@@ -840,11 +840,11 @@ static bool router__match_regex(const struct rregex *x, struct rwalk *w)
     pm[0].rm_so = 0;
     pm[0].rm_eo = (regoff_t)w->len;
     const char *subject = w->path;
-#ifdef CYSERVE_ASAN
-    /* ASan's regexec interceptor checks strlen(subject) + 1 bytes, not knowing REG_STARTEND, and
-     * reports a read past the end of an unterminated path. Under ASan only, hand it a terminated
-     * copy; the copy carries one extra non-NUL byte before the NUL so that the tests still prove
-     * that REG_STARTEND, not the terminator, bounds the match. */
+#if defined(CYSERVE_ASAN) || defined(CYSERVE_TSAN)
+    /* The sanitizers' regexec interceptor checks strlen(subject) + 1 bytes, not knowing
+     * REG_STARTEND, and reports a read past the end of an unterminated path. Under ASan/TSan
+     * only, hand it a terminated copy; the copy carries one extra non-NUL byte before the NUL so
+     * that the tests still prove that REG_STARTEND, not the terminator, bounds the match. */
     char *copy = malloc(w->len + 2);
     if (UNLIKELY(copy == NULL))
         return false;
@@ -854,7 +854,7 @@ static bool router__match_regex(const struct rregex *x, struct rwalk *w)
     subject = copy;
 #endif
     int rc = regexec(&x->re, subject, groups + 2, pm, REG_STARTEND);
-#ifdef CYSERVE_ASAN
+#if defined(CYSERVE_ASAN) || defined(CYSERVE_TSAN)
     free(copy);
 #endif
     if (rc != 0)
