@@ -95,7 +95,7 @@
  * without a copy. */
 #define BODY_COPY_MAX 16384
 /* Per-worker caches of free read buffers and connection structs. */
-#define BUF_CACHE_MAX 256
+#define BUF_CACHE_MAX 64
 #define CONN_CACHE_MAX 1024
 /* Header slots that live in the serving state; a larger configured max_headers uses the arena. */
 #define INLINE_HEADERS 100
