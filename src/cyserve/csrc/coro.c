@@ -124,6 +124,16 @@ struct coro_slab_chunk {
     struct coro_slab_chunk *next;
 };
 
+/* Chunks of freed slabs, kept for the next slab of the process (up to CORO_CHUNK_CACHE of them,
+ * 64 MiB): a process that creates schedulers repeatedly (tests, benchmarks, a server restarted
+ * in-process) reuses memory that is already faulted in instead of having the kernel zero fresh
+ * pages again, which costs more than the spawns themselves. The price is that a process keeps
+ * up to 64 MiB after its largest burst, like any allocator that does not return memory. */
+#define CORO_CHUNK_CACHE 32u
+static pthread_mutex_t coro_chunk_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct coro_slab_chunk *coro_chunk_cache; /* under coro_chunk_lock */
+static unsigned coro_chunk_cached;               /* under coro_chunk_lock */
+
 struct coro_magazine {
     struct coro_magazine *next_mag; /* overlays the first free struct of the magazine */
 };
@@ -327,7 +337,16 @@ void coro_pool_free(struct coro_pool *pool)
         while (slab->chunks) {
             struct coro_slab_chunk *c = slab->chunks;
             slab->chunks = c->next;
-            munmap(c, CORO_SLAB_CHUNK);
+            pthread_mutex_lock(&coro_chunk_lock);
+            if (coro_chunk_cached < CORO_CHUNK_CACHE) {
+                c->next = coro_chunk_cache;
+                coro_chunk_cache = c;
+                coro_chunk_cached++;
+                c = NULL;
+            }
+            pthread_mutex_unlock(&coro_chunk_lock);
+            if (c)
+                munmap(c, CORO_SLAB_CHUNK);
         }
         pthread_mutex_destroy(&slab->lock);
         free(slab);
@@ -347,6 +366,22 @@ void coro_pool_free(struct coro_pool *pool)
 static size_t coro_struct_size(void)
 {
     return (sizeof(struct coro) + 15) & ~(size_t)15;
+}
+
+/* Make mem (a chunk) the pool's carving chunk and carve the first struct. */
+static struct coro *coro_struct_use_chunk(struct coro_pool *pool, char *mem)
+{
+    struct coro_slab *slab = pool->slab;
+    struct coro_slab_chunk *chunk = (struct coro_slab_chunk *)(void *)mem;
+    pthread_mutex_lock(&slab->lock);
+    chunk->next = slab->chunks;
+    slab->chunks = chunk;
+    pthread_mutex_unlock(&slab->lock);
+    pool->carve = mem + 64;
+    pool->carve_end = mem + CORO_SLAB_CHUNK;
+    struct coro *co = (struct coro *)(void *)pool->carve;
+    pool->carve += coro_struct_size();
+    return co;
 }
 
 static NOINLINE struct coro *coro_struct_refill(struct coro_pool *pool)
@@ -374,6 +409,15 @@ static NOINLINE struct coro *coro_struct_refill(struct coro_pool *pool)
     }
     /* A fresh chunk. mmap rather than malloc: the chunk is page-aligned, zero-filled lazily and
      * returned to the kernel as a whole when the slab goes away. */
+    pthread_mutex_lock(&coro_chunk_lock);
+    struct coro_slab_chunk *cached = coro_chunk_cache;
+    if (cached) {
+        coro_chunk_cache = cached->next;
+        coro_chunk_cached--;
+    }
+    pthread_mutex_unlock(&coro_chunk_lock);
+    if (cached)
+        return coro_struct_use_chunk(pool, (char *)cached);
     char *raw = mmap(NULL, 2 * (size_t)CORO_SLAB_CHUNK, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (UNLIKELY(raw == MAP_FAILED))
@@ -387,16 +431,7 @@ static NOINLINE struct coro *coro_struct_refill(struct coro_pool *pool)
                                                (mem + CORO_SLAB_CHUNK)));
     /* A hint: where THP is off, the chunk simply uses 4 KiB pages. */
     madvise(mem, CORO_SLAB_CHUNK, MADV_HUGEPAGE);
-    struct coro_slab_chunk *chunk = (struct coro_slab_chunk *)(void *)mem;
-    pthread_mutex_lock(&slab->lock);
-    chunk->next = slab->chunks;
-    slab->chunks = chunk;
-    pthread_mutex_unlock(&slab->lock);
-    pool->carve = mem + 64;
-    pool->carve_end = mem + CORO_SLAB_CHUNK;
-    struct coro *co = (struct coro *)(void *)pool->carve;
-    pool->carve += sz;
-    return co;
+    return coro_struct_use_chunk(pool, mem);
 }
 
 static void coro_struct_put(struct coro_pool *pool, struct coro *co)
