@@ -370,6 +370,36 @@ def bench_parked(workers: int, seconds: float) -> dict[str, Any]:
 
 # ---- the machine and the report ----
 
+def cpu_busy_share(window_s: float = 2.0) -> float | None:
+    """The share of all CPUs that was busy (not idle or iowait) over window_s, from /proc/stat:
+    what other processes are taking from the machine right now. None where /proc is missing."""
+    def sample() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        return sum(fields[:8]), idle
+    try:
+        total0, idle0 = sample()
+        time.sleep(window_s)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    if total1 == total0:
+        return 0.0
+    return 1.0 - (idle1 - idle0) / (total1 - total0)
+
+
+def wait_until_idle(max_wait_s: float, busy_limit: float = 0.1) -> float | None:
+    """Wait (at most max_wait_s) until other processes use less than busy_limit of the CPUs, so
+    that a shared machine's other work does not land in the figures. Returns the last busy
+    share measured."""
+    deadline = time.monotonic() + max_wait_s
+    busy = cpu_busy_share()
+    while busy is not None and busy >= busy_limit and time.monotonic() < deadline:
+        log(f"waiting for an idle machine: {busy:.0%} of the CPUs busy")
+        busy = cpu_busy_share(5.0)
+    return busy
+
+
 def machine_info() -> dict[str, Any]:
     cpu = platform.processor() or "unknown"
     try:
@@ -497,6 +527,11 @@ def render(report: dict[str, Any]) -> str:
             lines.append(f"Parked scheduler CPU: {p['reason']}")
 
     m = report["machine"]
+    busy = m.get("cpu_busy_before")
+    if busy is not None and busy >= 0.1:
+        lines += ["", f"WARNING: other processes used {busy:.0%} of the CPUs just before the "
+                      "run (and the load average is in the line below): the figures are "
+                      "disturbed; rerun on an idle machine (--wait-idle 600)."]
     lines += ["", f"Machine: {m['cpu']}, {m['cpus_available']} CPUs available, Linux "
                   f"{m['kernel']}, Python {m['python']}, {m['go'] or 'no Go'}; load average "
                   f"{m['loadavg_start'][0]:.2f} at the start, {m['loadavg_end'][0]:.2f} at the "
@@ -544,6 +579,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-install", action="store_true",
                     help="do not create bench/coro/.venv: peers needing it are reported "
                          "unavailable")
+    ap.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
+                    help="first wait up to SECONDS until other processes use < 10%% of the "
+                         "CPUs (default: do not wait, only measure and report it)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the JSON file to write")
     args = ap.parse_args(argv)
 
@@ -569,7 +607,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(exc))
 
     setup: dict[str, Any] = {}
+    busy = wait_until_idle(args.wait_idle) if args.wait_idle > 0 else cpu_busy_share(1.0)
     machine = machine_info()
+    machine["cpu_busy_before"] = busy
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     t0 = time.monotonic()
     failures: list[str] = []
