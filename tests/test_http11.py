@@ -382,6 +382,18 @@ def test_shutdown_lets_in_flight_request_finish_and_closes_idle_at_once():
     srv.stop()  # idempotent
 
 
+@pytest.mark.timeout(60)
+def test_shutdown_cancels_what_outlives_the_grace_period():
+    srv = Server(ROUTES, host="127.0.0.1", port=0, threads=2)
+    srv.start()
+    with Conn(srv.port) as stuck:
+        stuck.send(b"GET /py HTTP/1.1\r\nHost: t\r\n")  # a head that never completes
+        time.sleep(0.1)
+        srv.stop(grace=0.3)  # with a 10 s header timeout, only the cancel ends this request
+        assert not srv.running
+        assert stuck.is_closed()
+
+
 def test_port_in_use_raises_oserror():
     with serving(ROUTES, threads=1) as srv:
         other = Server(ROUTES, host="127.0.0.1", port=srv.port, threads=1)

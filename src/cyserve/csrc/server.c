@@ -304,6 +304,12 @@ static void conn_destroy(struct conn *c)
 {
     sched_io_del(&c->io);
     struct server_worker *w = c->home;
+    if (UNLIKELY(sched_worker_id() != (int)w->id)) {
+        /* Only while the scheduler stops: sched_io_del no longer hops home then, and the home
+         * worker's lists are not ours to touch. close_workers() closes and frees the
+         * connection once every worker has been joined. */
+        return;
+    }
     if (c->timer_armed) {
         sched_timer_cancel(&c->idle);
         c->timer_armed = 0;
