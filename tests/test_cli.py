@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -193,3 +194,16 @@ def test_subprocess_unknown_flag() -> None:
     proc = run_cyserve("examples.demo.app:app", "--workers", "2")
     assert proc.returncode == 2
     assert proc.stderr == "cyserve: unrecognized arguments: --workers 2\n"
+def test_subprocess_port_in_use(tmp_path: Path) -> None:
+    (tmp_path / "tiny.py").write_text(textwrap.dedent("""
+        import cyserve
+        app = cyserve.App()
+        app.static("/", "hi")
+    """))
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        proc = run_cyserve("tiny:app", "--port", str(port), "--threads", "1", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr == f"cyserve: cannot listen on 127.0.0.1:{port}: address already in use\n"

@@ -15,7 +15,11 @@ The lifecycle, in order:
    stop accepting, let requests in flight finish within the grace period, then close the rest.
    stop() runs on a helper thread while the main thread keeps waiting in short sleeps, so that a
    second Ctrl-C during the grace period is seen and forces srv.stop(grace=0).
-6. Restore the previous signal handlers and return.
+6. A forced stop still has to join the workers, and a worker stuck in a handler that does not
+   return cannot be joined. If the forced stop has not finished after _FORCE_WAIT_SECONDS (or on a
+   third signal), the process exits with status 1 (os._exit): the only way out that does not
+   finalise the interpreter under threads still running Python code.
+7. Restore the previous signal handlers and return.
 """
 
 from __future__ import annotations
@@ -46,6 +50,10 @@ log = logging.getLogger("cyserve")
 # handler runs; PEP 475 then resumes the sleep for what is left of it, so this bounds how long a
 # recorded signal waits to be acted on.
 _POLL_SECONDS = 0.05
+# After a forced stop, how long the workers get to leave their handlers before the process is
+# ended under them (a third signal ends it at once). A forced stop cancels every request parked
+# in the engine at once, so only a handler that is still computing can take longer than this.
+_FORCE_WAIT_SECONDS = 2.0
 
 
 def run(app: App, host: str = "127.0.0.1", port: int = 8000, threads: int = 0,
@@ -142,27 +150,46 @@ class _Waiter:
 
 
 def _stop(srv: Server, grace: float, waiter: _Waiter) -> None:
-    """srv.stop(grace) on a helper thread; a second stop request forces stop(0)."""
+    """srv.stop(grace) on a helper thread; a second stop request forces stop(0), and a forced
+    stop that cannot finish ends the process (see _FORCE_WAIT_SECONDS)."""
     failure: list[BaseException] = []
 
-    def graceful() -> None:
+    def stop(grace: float) -> None:
         try:
             srv.stop(grace=grace)
         except BaseException as exc:  # handed to the main thread, which re-raises it
             failure.append(exc)
 
-    stopper = threading.Thread(target=graceful, name="cyserve-stop", daemon=True)
+    # The engine allows a second stop() from another thread while the first waits: the shorter
+    # grace wins (Server.stop's contract). Both run off the main thread, which stays free to see
+    # signals.
+    stopper = threading.Thread(target=stop, args=(grace,), name="cyserve-stop", daemon=True)
     stopper.start()
-    forced = False
+    forced_at: float | None = None
     while stopper.is_alive():
         time.sleep(_POLL_SECONDS)
-        if not forced and waiter.requests > 1:
+        if forced_at is None and waiter.pending() > 1:
             print("cyserve: forcing shutdown", flush=True)
-            forced = True
-            srv.stop(grace=0.0)
+            forced_at = time.monotonic()
+            threading.Thread(target=stop, args=(0.0,), name="cyserve-force-stop",
+                             daemon=True).start()
+        elif forced_at is not None and (waiter.pending() > 2 or
+                                        time.monotonic() - forced_at > _FORCE_WAIT_SECONDS):
+            _abandon_handlers()
     stopper.join()
     if failure:
         raise failure[0]
+
+
+def _abandon_handlers() -> None:
+    # A worker inside a handler that does not return (a Python handler in time.sleep or a loop,
+    # a nogil handler computing) cannot be cancelled, so stop(0) cannot join it. Returning would
+    # be worse than leaving: the interpreter would finalise under threads that still run Python
+    # code. The user asked twice to stop, so end the process; the kernel closes every socket.
+    print("cyserve: handlers still running after the forced stop; exiting without them",
+          flush=True)
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def _server_class() -> type[Server]:

@@ -1,0 +1,206 @@
+"""Stopping `python -m cyserve`: SIGTERM and SIGINT stop it promptly and gracefully (a request
+in flight completes), a second SIGINT forces the stop, and the process exits with status 0.
+
+Each test starts the real command in a subprocess on port 0 and reads the bound port from the
+line it prints. The application's slow handler touches a marker file when it starts, so the
+signal is sent only once the request is really in flight. Timings are printed (pytest -s shows
+them) but only generous timeouts are asserted.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXIT_TIMEOUT = 60.0  # generous: a prompt stop takes well under a second
+
+APP = """
+import os
+import time
+
+import cyserve
+
+app = cyserve.App()
+app.static("/plaintext", "Hello, World!")
+
+
+@app.get("/slow")
+def slow(request):
+    with open(os.environ["CYSERVE_TEST_MARKER"], "w") as f:
+        f.write("started")
+    time.sleep(float(os.environ["CYSERVE_TEST_SLEEP"]))
+    return "slow done"
+"""
+
+LINE = re.compile(r"cyserve: serving on http://127\.0\.0\.1:(\d+) with (\d+) threads? "
+                  r"\(pid (\d+)\)")
+
+
+class ServerProcess:
+    def __init__(self, tmp: Path, *args: str, sleep: float = 1.5) -> None:
+        (tmp / "shutdown_app.py").write_text(textwrap.dedent(APP))
+        self.marker = tmp / "marker"
+        env = dict(os.environ, CYSERVE_TEST_MARKER=str(self.marker),
+                   CYSERVE_TEST_SLEEP=str(sleep), PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cyserve", "shutdown_app:app", "--port", "0", *args],
+            cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.stdout: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        first = self.next_line(EXIT_TIMEOUT)
+        match = LINE.fullmatch(first)
+        assert match, f"unexpected first line {first!r}; stderr: {self._stderr_now()}"
+        self.port = int(match.group(1))
+        assert int(match.group(3)) == self.proc.pid
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.stdout.append(line.rstrip("\n"))
+            self.lines.put(line.rstrip("\n"))
+
+    def _stderr_now(self) -> str:
+        if self.proc.poll() is None:
+            return "(still running)"
+        assert self.proc.stderr is not None
+        return self.proc.stderr.read()
+
+    def next_line(self, timeout: float) -> str:
+        try:
+            return self.lines.get(timeout=timeout)
+        except queue.Empty:
+            pytest.fail(f"no output within {timeout}s; stderr: {self._stderr_now()}")
+
+    def wait_for_marker(self) -> None:
+        deadline = time.monotonic() + EXIT_TIMEOUT
+        while not self.marker.exists():
+            assert time.monotonic() < deadline, "the slow handler never started"
+            time.sleep(0.01)
+
+    def wait(self) -> tuple[int, str]:
+        status = self.proc.wait(timeout=EXIT_TIMEOUT)
+        self._reader.join(timeout=EXIT_TIMEOUT)
+        assert self.proc.stderr is not None
+        return status, self.proc.stderr.read()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[list[ServerProcess]]:
+    started: list[ServerProcess] = []
+    yield started
+    for s in started:  # a failed test must not leave a server behind
+        s.kill()
+
+
+def get(port: int, path: str) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=EXIT_TIMEOUT)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def refuses_connections(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_idle_server_stops_on_signal(tmp_path: Path, servers: list[ServerProcess],
+                                     signum: int) -> None:
+    srv = ServerProcess(tmp_path, "--threads", "2")
+    servers.append(srv)
+    assert get(srv.port, "/plaintext") == (200, b"Hello, World!")
+    t0 = time.monotonic()
+    srv.proc.send_signal(signum)
+    status, stderr = srv.wait()
+    print(f"\n{signal.Signals(signum).name}: idle server exited in "
+          f"{time.monotonic() - t0:.3f}s")
+    assert status == 0, stderr
+    assert srv.stdout[-1] == "cyserve: shutting down"
+    assert "Traceback" not in stderr
+    assert refuses_connections(srv.port)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_request_in_flight_completes(tmp_path: Path, servers: list[ServerProcess],
+                                     signum: int) -> None:
+    srv = ServerProcess(tmp_path, "--threads", "2", "--graceful-timeout", "30", sleep=1.5)
+    servers.append(srv)
+    result: list[tuple[int, bytes]] = []
+    client = threading.Thread(target=lambda: result.append(get(srv.port, "/slow")))
+    client.start()
+    srv.wait_for_marker()
+    t0 = time.monotonic()
+    srv.proc.send_signal(signum)
+    assert srv.next_line(EXIT_TIMEOUT) == "cyserve: shutting down"
+    # Once shutting down, the server accepts no new connection.
+    deadline = time.monotonic() + EXIT_TIMEOUT
+    while not refuses_connections(srv.port):
+        assert time.monotonic() < deadline, "still accepting connections while shutting down"
+        time.sleep(0.05)
+    client.join(timeout=EXIT_TIMEOUT)
+    assert result == [(200, b"slow done")]
+    status, stderr = srv.wait()
+    print(f"\n{signal.Signals(signum).name}: exited {time.monotonic() - t0:.3f}s after the "
+          "signal, with a 1.5 s request in flight")
+    assert status == 0, stderr
+
+
+def test_second_sigint_forces_the_stop(tmp_path: Path, servers: list[ServerProcess]) -> None:
+    # The handler would run for 10 minutes and the grace period is longer still: only the
+    # forced stop can end this within the test's timeout.
+    srv = ServerProcess(tmp_path, "--threads", "2", "--graceful-timeout", "900", sleep=600)
+    servers.append(srv)
+
+    def client() -> None:
+        try:
+            get(srv.port, "/slow")
+        except (OSError, http.client.HTTPException):
+            pass  # the connection is closed under it: that is the point
+
+    threading.Thread(target=client, daemon=True).start()
+    srv.wait_for_marker()
+    srv.proc.send_signal(signal.SIGINT)
+    assert srv.next_line(EXIT_TIMEOUT) == "cyserve: shutting down"
+    t0 = time.monotonic()
+    srv.proc.send_signal(signal.SIGINT)
+    assert srv.next_line(EXIT_TIMEOUT) == "cyserve: forcing shutdown"
+    status, stderr = srv.wait()
+    print(f"\nforced stop: exited {time.monotonic() - t0:.3f}s after the second SIGINT")
+    # The handler cannot be interrupted, so the process leaves without it (status 1).
+    assert srv.stdout[-1] == ("cyserve: handlers still running after the forced stop; "
+                              "exiting without them")
+    assert status == 1, stderr
+    assert "Traceback" not in stderr
+    assert refuses_connections(srv.port)
+
