@@ -164,6 +164,17 @@ struct coro_pool {
  * the SIGSEGV handler, which runs on the same thread. */
 static __thread struct coro_stack *coro_tls_running;
 
+/* The address of this thread's coro_tls_running, computed afresh on every call: a coroutine
+ * that resumes another may itself have moved to another thread since its last call, and a
+ * compiler may otherwise reuse a thread-local address computed before the move (see
+ * sched_self() in sched.c for the full story). */
+static NOINLINE struct coro_stack **coro_tls_running_slot(void)
+{
+    struct coro_stack **slot = &coro_tls_running;
+    __asm__ volatile("" : "+r"(slot));
+    return slot;
+}
+
 /* Process-wide budget of guarded stacks, counted in mappings (two per guarded stack). */
 static long coro_guard_budget = -1; /* set once under coro_once */
 static long coro_guard_used;        /* atomic */
@@ -735,10 +746,11 @@ int coro_resume(struct coro *co, struct coro_pool *pool)
         coro_prepare(co);
     }
     co->state = CORO_RUNNING;
-    struct coro_stack *outer = coro_tls_running; /* resumes nest: restore the outer one */
-    coro_tls_running = co->stack;
+    struct coro_stack **running = coro_tls_running_slot();
+    struct coro_stack *outer = *running; /* resumes nest: restore the outer one */
+    *running = co->stack;
     coro_switch_in(co);
-    coro_tls_running = outer;
+    *running = outer; /* same thread: only co moved while we waited here */
     coro_check_canary(co);
     int value = co->transfer;
     if (value == CORO_FINISHED)

@@ -193,6 +193,19 @@ struct sched {
 
 static __thread struct sched_worker *sched_tls_worker;
 
+/* The worker running the calling thread. Every read of sched_tls_worker goes through here.
+ * Why: a coroutine may suspend on one thread and resume on another, but a compiler assumes the
+ * thread never changes within a function, so it may compute a thread-local address once (the
+ * aarch64 thread pointer, or the result of __tls_get_addr in a shared object) and reuse it after
+ * a switch, reading the old thread's variable. An out-of-line function containing a volatile asm
+ * cannot be inlined, merged or treated as pure, so each call reads this thread's value. */
+static NOINLINE struct sched_worker *sched_self(void)
+{
+    struct sched_worker *w = sched_tls_worker;
+    __asm__ volatile("" : "+r"(w));
+    return w;
+}
+
 /* ---- small helpers ---- */
 
 static uint64_t sched_clock_ns(void)
@@ -521,7 +534,7 @@ static void timer_arm_on(struct sched_worker *w, struct sched_timer *t, uint64_t
 
 void sched_timer_arm(struct sched_timer *t, uint64_t deadline_ns)
 {
-    struct sched_worker *w = sched_tls_worker;
+    struct sched_worker *w = sched_self();
     if (UNLIKELY(!w))
         abort(); /* contract: worker only */
     timer_arm_on(w, t, deadline_ns);
@@ -529,7 +542,7 @@ void sched_timer_arm(struct sched_timer *t, uint64_t deadline_ns)
 
 void sched_timer_cancel(struct sched_timer *t)
 {
-    struct sched_worker *w = sched_tls_worker;
+    struct sched_worker *w = sched_self();
     if (t->heap_index && w)
         heap_remove(w, t);
 }
@@ -549,7 +562,7 @@ static unsigned w_run_timers(struct sched_worker *w)
 
 uint64_t sched_now_ns(void)
 {
-    struct sched_worker *w = sched_tls_worker;
+    struct sched_worker *w = sched_self();
     return w ? w->now : sched_clock_ns();
 }
 
@@ -573,7 +586,7 @@ static void wait_finish(struct sched_worker *w, struct sched_wait *rec, int valu
 static void wait_timer_fired(struct sched_timer *t)
 {
     struct sched_wait *rec = t->data;
-    wait_finish(sched_tls_worker, rec, rec->kind == WAIT_SLEEP ? 0 : -ETIMEDOUT);
+    wait_finish(sched_self(), rec, rec->kind == WAIT_SLEEP ? 0 : -ETIMEDOUT);
 }
 
 /* Readiness bits that stay set until the fd is gone: an error or hang-up is not an edge. */
@@ -1100,7 +1113,7 @@ int sched_spawn(struct sched *s, coro_fn fn, void *arg)
 {
     if (UNLIKELY(sched_is_stopping(s)))
         return -ESHUTDOWN;
-    struct sched_worker *w = sched_tls_worker;
+    struct sched_worker *w = sched_self();
     if (w && w->s == s) {
         struct coro *co = coro_new(w->pool, fn, arg);
         if (UNLIKELY(!co))
@@ -1206,19 +1219,19 @@ int sched_join(struct sched *s)
 
 struct coro *sched_current(void)
 {
-    struct sched_worker *w = sched_tls_worker;
+    struct sched_worker *w = sched_self();
     return w ? w->current : NULL;
 }
 
 int sched_worker_id(void)
 {
-    struct sched_worker *w = sched_tls_worker;
+    struct sched_worker *w = sched_self();
     return w ? (int)w->id : -1;
 }
 
 int sched_yield_coro(void)
 {
-    struct sched_worker *w = sched_tls_worker;
+    struct sched_worker *w = sched_self();
     if (UNLIKELY(sched_is_stopping(w->s)))
         return -ECANCELED;
     return coro_yield(w->current, SCHED_Y_REQUEUE);
@@ -1236,7 +1249,7 @@ static int sched_park(struct sched_worker *w, struct sched_wait *rec)
 
 int sched_sleep_ns(uint64_t ns)
 {
-    struct sched_worker *w = sched_tls_worker;
+    struct sched_worker *w = sched_self();
     if (UNLIKELY(sched_is_stopping(w->s)))
         return -ECANCELED;
     struct sched_wait rec = {.kind = WAIT_SLEEP, .fd = -1};
@@ -1248,7 +1261,7 @@ int sched_sleep_ns(uint64_t ns)
 
 int sched_wait_fd(int fd, uint32_t events, int64_t timeout_ns)
 {
-    struct sched_worker *w = sched_tls_worker;
+    struct sched_worker *w = sched_self();
     if (UNLIKELY(sched_is_stopping(w->s)))
         return -ECANCELED;
     struct sched_wait rec = {.kind = WAIT_FD, .fd = fd};
@@ -1265,7 +1278,7 @@ int sched_wait_fd(int fd, uint32_t events, int64_t timeout_ns)
 
 int sched_offload(void (*fn)(void *), void *arg)
 {
-    struct sched_worker *w = sched_tls_worker;
+    struct sched_worker *w = sched_self();
     if (UNLIKELY(sched_is_stopping(w->s)))
         return -ECANCELED;
     struct sched_offload_rec rec = {.fn = fn, .arg = arg};
@@ -1302,7 +1315,7 @@ static int sched_hop(struct sched_worker **wp, int home)
     struct coro *co = w->current;
     coro_sched_node(co)->home = home;
     coro_yield(co, SCHED_Y_HOP);
-    *wp = sched_tls_worker; /* now the home worker */
+    *wp = sched_self(); /* now the home worker: a fresh read, see sched_self() */
     if (UNLIKELY(sched_is_stopping((*wp)->s)))
         return -ECANCELED;
     return 0;
@@ -1311,7 +1324,7 @@ static int sched_hop(struct sched_worker **wp, int home)
 int sched_io_add(struct sched_io *io, int fd,
                  void (*on_ready)(struct sched_io *io, uint32_t events))
 {
-    struct sched_worker *w = sched_tls_worker;
+    struct sched_worker *w = sched_self();
     if (UNLIKELY(!w))
         return -EPERM;
     io->fd = fd;
@@ -1330,7 +1343,7 @@ int sched_io_add(struct sched_io *io, int fd,
 
 int sched_io_wait(struct sched_io *io, uint32_t events, int64_t deadline_ns)
 {
-    struct sched_worker *w = sched_tls_worker;
+    struct sched_worker *w = sched_self();
     if (UNLIKELY(sched_is_stopping(w->s)))
         return -ECANCELED;
     int err = sched_hop(&w, io->home);
@@ -1354,7 +1367,7 @@ int sched_io_wait(struct sched_io *io, uint32_t events, int64_t deadline_ns)
 
 int sched_io_release(struct sched_io *io)
 {
-    struct sched_worker *w = sched_tls_worker;
+    struct sched_worker *w = sched_self();
     if (UNLIKELY(sched_is_stopping(w->s)))
         return -ECANCELED;
     int err = sched_hop(&w, io->home);
@@ -1370,7 +1383,7 @@ int sched_io_release(struct sched_io *io)
 
 void sched_io_del(struct sched_io *io)
 {
-    struct sched_worker *w = sched_tls_worker;
+    struct sched_worker *w = sched_self();
     if (w && w->current && !sched_is_stopping(w->s))
         sched_hop(&w, io->home);
     epoll_ctl(w ? w->s->w[io->home].epfd : -1, EPOLL_CTL_DEL, io->fd, NULL);
