@@ -3,6 +3,7 @@ subprocess, where each failure must be one line on stderr and the documented exi
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import socket
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import cyserve
-from cyserve import cli
+from cyserve import cli, server
 from cyserve.errors import AppLoadError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -207,3 +208,22 @@ def test_subprocess_port_in_use(tmp_path: Path) -> None:
         proc = run_cyserve("tiny:app", "--port", str(port), "--threads", "1", cwd=tmp_path)
     assert proc.returncode == 1
     assert proc.stderr == f"cyserve: cannot listen on 127.0.0.1:{port}: address already in use\n"
+
+
+@pytest.mark.parametrize(("exc", "message"), [
+    (OSError(errno.EADDRINUSE, "bind: whatever the engine said"), "address already in use"),
+    (OSError(errno.EACCES, "bind: denied"), "permission denied"),
+    (OSError(errno.EADDRNOTAVAIL, ""), "cannot assign requested address"),
+    (OSError(errno.EINVAL, "cannot resolve host nope: Name or service not known"),
+     "cannot resolve host nope: Name or service not known"),
+])
+def test_listen_error_messages(exc: OSError, message: str) -> None:
+    err = server._listen_error("::1", 8000, exc)
+    assert str(err) == f"cannot listen on [::1]:8000: {message}"
+    assert err.errno == exc.errno
+
+
+def test_format_address() -> None:
+    assert server.format_address("127.0.0.1", 80) == "127.0.0.1:80"
+    assert server.format_address("::", 0) == "[::]:0"
+    assert server.format_address("localhost", 1) == "localhost:1"

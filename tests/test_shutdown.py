@@ -9,6 +9,7 @@ them) but only generous timeouts are asserted.
 
 from __future__ import annotations
 
+import errno
 import http.client
 import os
 import queue
@@ -44,6 +45,11 @@ def slow(request):
         f.write("started")
     time.sleep(float(os.environ["CYSERVE_TEST_SLEEP"]))
     return "slow done"
+
+
+@app.get("/boom")
+def boom(request):
+    return 1 // 0
 """
 
 LINE = re.compile(r"cyserve: serving on http://127\.0\.0\.1:(\d+) with (\d+) threads? "
@@ -204,3 +210,79 @@ def test_second_sigint_forces_the_stop(tmp_path: Path, servers: list[ServerProce
     assert "Traceback" not in stderr
     assert refuses_connections(srv.port)
 
+
+
+def test_a_failing_handler_is_logged_and_the_server_keeps_serving(
+        tmp_path: Path, servers: list[ServerProcess]) -> None:
+    srv = ServerProcess(tmp_path, "--threads", "1")
+    servers.append(srv)
+    for _ in range(3):
+        status, _ = get(srv.port, "/boom")
+        assert status == 500
+        assert get(srv.port, "/plaintext") == (200, b"Hello, World!")
+    srv.proc.send_signal(signal.SIGTERM)
+    status, stderr = srv.wait()
+    assert status == 0
+    # run() gives the "cyserve" logger a stderr handler when the application configured none.
+    assert stderr.count("cyserve: ERROR: handler boom failed for GET /boom") == 3
+    assert stderr.count("ZeroDivisionError") == 3
+
+
+def test_log_level_critical_silences_handler_tracebacks(
+        tmp_path: Path, servers: list[ServerProcess]) -> None:
+    srv = ServerProcess(tmp_path, "--threads", "1", "--log-level", "critical")
+    servers.append(srv)
+    assert get(srv.port, "/boom")[0] == 500
+    srv.proc.send_signal(signal.SIGTERM)
+    status, stderr = srv.wait()
+    assert (status, stderr) == (0, "")
+
+
+def test_serve_in_a_thread_stops_on_its_event() -> None:
+    # Outside the main thread no signal handler can be installed; stop_event replaces them.
+    import cyserve
+    from cyserve.config import Config
+    from cyserve.server import serve
+
+    app = cyserve.App()
+    app.static("/plaintext", "Hello, World!")
+    ports: list[int] = []
+    ready = threading.Event()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            serve(app, Config(port=0, threads=1), stop_event=stop,
+                  ready=lambda srv: (ports.append(srv.port), ready.set()))
+        except BaseException as exc:
+            errors.append(exc)
+            ready.set()
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    try:
+        assert ready.wait(EXIT_TIMEOUT) and not errors, errors
+        assert get(ports[0], "/plaintext") == (200, b"Hello, World!")
+    finally:
+        stop.set()
+        thread.join(EXIT_TIMEOUT)
+    assert not thread.is_alive() and not errors, errors
+    assert refuses_connections(ports[0])
+
+
+def test_run_reports_a_port_in_use_as_listen_error() -> None:
+    import cyserve
+    from cyserve.errors import ListenError
+
+    app = cyserve.App()
+    app.static("/", "x")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        with pytest.raises(ListenError) as info:
+            cyserve.run(app, port=port, threads=1)
+    assert str(info.value) == f"cannot listen on 127.0.0.1:{port}: address already in use"
+    assert info.value.errno == errno.EADDRINUSE
+    assert isinstance(info.value, OSError)
