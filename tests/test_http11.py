@@ -335,6 +335,12 @@ def test_idle_keep_alive_connection_is_closed():
         assert _wait_for(lambda: srv.live_connections == 0)
 
 
+def test_silent_connection_is_closed():
+    with serving(ROUTES, threads=1, keepalive_timeout=0.3) as srv:
+        with Conn(srv.port) as c:
+            assert c.is_closed()  # never sent a byte: closed by the keep-alive timer
+
+
 def test_slow_but_steady_body_is_not_cut():
     with serving(ROUTES, threads=1, body_timeout=0.4) as srv:
         with Conn(srv.port) as c:

@@ -366,6 +366,11 @@ static void conn_open(struct server *s, int fd)
         return;
     }
     c->io.data = c;
+    /* A client that connects and never sends a byte is an idle connection too: it gets the
+     * keep-alive timer from the start. */
+    c->idle_since = sched_now_ns();
+    sched_timer_arm(&c->idle, c->idle_since + s->cfg.keepalive_ns);
+    c->timer_armed = 1;
     c->next = w->conns;
     if (w->conns)
         w->conns->prev = c;
