@@ -23,8 +23,16 @@ def replay_binary():
     return FUZZ / "build"
 
 
-@pytest.mark.parametrize("binary", ["replay", "replay-scalar"])
-@pytest.mark.parametrize("folder", ["corpus", "regression"])
+CASES = [
+    ("replay", "corpus"),
+    ("replay", "regression"),
+    ("replay-scalar", "corpus"),
+    ("replay-scalar", "regression"),
+    ("replay-router", "corpus-router"),  # fuzz_router.c: router_add/router_match and files.c
+]
+
+
+@pytest.mark.parametrize("binary,folder", CASES, ids=[f"{b}-{f}" for b, f in CASES])
 def test_replay(replay_binary, binary, folder):
     """replay-scalar is built with -DHTTP_PARSE_NO_SIMD: the SWAR path gets the same inputs."""
     inputs = [p for p in (FUZZ / folder).iterdir() if p.is_file() and not p.name.startswith(".")]
