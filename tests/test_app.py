@@ -202,6 +202,15 @@ def test_nogil_route_takes_a_named_capsule() -> None:
     ]
 
 
+def test_nogil_route_with_a_context_capsule() -> None:
+    app = cyserve.App()
+    cap, ctx = make_capsule(_GOOD_NAME), make_capsule(_BAD_NAME)
+    app.nogil("/c", cap, ctx=ctx)
+    assert app.build() == [("path", "/c", None, "nogil", (cap, ctx))]
+    with pytest.raises(TypeError, match="ctx must be a PyCapsule"):
+        app.nogil("/d", cap, ctx=42)
+
+
 @pytest.mark.parametrize(("make", "message"), [
     (lambda: make_capsule(_BAD_NAME), "got a capsule named 'someone.else'"),
     (lambda: make_capsule(None), "got a capsule named NULL"),

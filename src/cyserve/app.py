@@ -12,7 +12,8 @@ An App is only a list of routes. ``app.build()`` turns it into the plain list th
                       groups become the parameters "1", "2", ...
     methods  a tuple of upper-case method names, or None for any method
     kind     "python" target is a callable taking a Request
-             "nogil"  target is a PyCapsule named "cyserve.nogil_handler"
+             "nogil"  target is a PyCapsule named "cyserve.nogil_handler", or a pair
+                      (that capsule, a capsule holding the handler's ctx pointer)
              "static" target is (status, [(name, value), ...], body bytes), served from C
              "files"  target is the real path of a directory
 
@@ -148,14 +149,24 @@ class App:
         ``pattern`` matches as a whole; its groups reach the handler as parameters "1", "2"..."""
         self._add("regex", pattern, methods, handler, f"app.regex({pattern!r})")
 
-    def nogil(self, path: str, capsule: object,
-              methods: Iterable[str] | str | None = None) -> None:
-        """Register a GIL-free Cython handler (a capsule from ``cyserve_handler_capsule``)."""
+    def nogil(self, path: str, capsule: object, methods: Iterable[str] | str | None = None,
+              ctx: object = None) -> None:
+        """Register a GIL-free Cython handler (a capsule from ``cyserve_handler_capsule``).
+
+        ``ctx``, if given, is a PyCapsule whose pointer the handler receives as its ``ctx``
+        argument; the App keeps it (and so its memory) alive as long as the route exists."""
         where = f"app.nogil({path!r})"
         if not is_nogil_capsule(capsule):
             raise HandlerTypeError(f"{where}: expected a PyCapsule named {NOGIL_CAPSULE_NAME!r} "
-                             f"(made by cyserve_handler_capsule), got {_describe_object(capsule)}")
-        self._add("path", path, methods, capsule, where)
+                                   "(made by cyserve_handler_capsule), got "
+                                   f"{_describe_object(capsule)}")
+        if ctx is None:
+            self._add("path", path, methods, capsule, where)
+            return
+        if type(ctx).__name__ != "PyCapsule":
+            raise HandlerTypeError(f"{where}: ctx must be a PyCapsule (its pointer is passed to "
+                                   f"the handler) or None, got {_describe_object(ctx)}")
+        self._add_kind("path", path, methods, "nogil", (capsule, ctx), "nogil handler", where)
 
     # ---- Responses served from C ----------------------------------------------------------
 
