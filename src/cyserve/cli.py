@@ -55,29 +55,31 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the App to serve, e.g. examples.demo.app:app")
     p.add_argument("--host", default=defaults.host,
                    help=f"address to bind (default {defaults.host})")
-    p.add_argument("--port", default=str(defaults.port),
+    p.add_argument("--port", metavar="PORT", default=str(defaults.port),
                    help=f"port to bind, 0 for any free port (default {defaults.port})")
-    p.add_argument("--threads", default=str(defaults.threads),
+    p.add_argument("--threads", metavar="N", default=str(defaults.threads),
                    help="worker threads; 0 = one per CPU available (default 0)")
-    p.add_argument("--backlog", default=str(defaults.backlog), help="listen() backlog")
-    p.add_argument("--max-header-bytes", default=str(defaults.max_header_bytes),
+    p.add_argument("--backlog", metavar="N", default=str(defaults.backlog), help="listen() backlog")
+    p.add_argument("--max-header-bytes", metavar="BYTES", default=str(defaults.max_header_bytes),
                    help="largest header block (431 beyond)")
-    p.add_argument("--max-target-bytes", default=str(defaults.max_target_bytes),
+    p.add_argument("--max-target-bytes", metavar="BYTES", default=str(defaults.max_target_bytes),
                    help="longest request target (414 beyond)")
-    p.add_argument("--max-headers", default=str(defaults.max_headers),
+    p.add_argument("--max-headers", metavar="N", default=str(defaults.max_headers),
                    help="most header fields (431 beyond)")
-    p.add_argument("--max-body-bytes", default=str(defaults.max_body_bytes),
+    p.add_argument("--max-body-bytes", metavar="BYTES", default=str(defaults.max_body_bytes),
                    help="largest request body (413 beyond)")
-    p.add_argument("--keepalive-timeout", default=str(defaults.keepalive_timeout),
+    p.add_argument("--keepalive-timeout", metavar="SECONDS",
+                   default=str(defaults.keepalive_timeout),
                    help="seconds an idle keep-alive connection is kept")
-    p.add_argument("--header-timeout", default=str(defaults.header_timeout),
+    p.add_argument("--header-timeout", metavar="SECONDS", default=str(defaults.header_timeout),
                    help="seconds for the whole header block (408 beyond)")
-    p.add_argument("--body-timeout", default=str(defaults.body_timeout),
+    p.add_argument("--body-timeout", metavar="SECONDS", default=str(defaults.body_timeout),
                    help="seconds a body may make no progress (408 beyond)")
-    p.add_argument("--graceful-timeout", default=str(defaults.graceful_timeout),
+    p.add_argument("--graceful-timeout", metavar="SECONDS", default=str(defaults.graceful_timeout),
                    help="seconds in-flight requests get to finish on shutdown")
-    p.add_argument("--log-level", default=defaults.log_level, choices=LOG_LEVELS)
-    p.add_argument("--app-dir", default=".",
+    p.add_argument("--log-level", default=defaults.log_level, choices=LOG_LEVELS,
+                   help="level of the cyserve logger (default info)")
+    p.add_argument("--app-dir", metavar="DIR", default=".",
                    help="folder put first on sys.path before importing (default: the current one)")
     p.add_argument("--version", action="version", version=f"cyserve {__version__}")
     return p
