@@ -1198,7 +1198,7 @@ static int conn_serve(struct coro *co, void *arg)
 
 /* ---- start and stop ---- */
 
-static int fail(char *errmsg, size_t errlen, int rc, const char *fmt, const char *host, int port)
+static int start_fail(char *errmsg, size_t errlen, int rc, const char *fmt, const char *host, int port)
 {
     if (errmsg && errlen)
         snprintf(errmsg, errlen, fmt, host, port, strerror(-rc));
@@ -1298,7 +1298,7 @@ int server_start(struct server *s, char *errmsg, size_t errlen)
     int rc = open_listener(res, s->cfg.port, 0, 1, &probe);
     if (rc < 0) {
         freeaddrinfo(res);
-        return fail(errmsg, errlen, rc, "cannot listen on %s:%d: %s", s->host, s->cfg.port);
+        return start_fail(errmsg, errlen, rc, "cannot listen on %s:%d: %s", s->host, s->cfg.port);
     }
     int port = bound_port(probe);
     close(probe);
@@ -1310,7 +1310,7 @@ int server_start(struct server *s, char *errmsg, size_t errlen)
     if (rc < 0) {
         freeaddrinfo(res);
         s->sched = NULL;
-        return fail(errmsg, errlen, rc, "cannot start workers for %s:%d: %s", s->host, port);
+        return start_fail(errmsg, errlen, rc, "cannot start workers for %s:%d: %s", s->host, port);
     }
     s->nworkers = sched_workers(s->sched);
     s->workers = calloc(s->nworkers, sizeof(*s->workers));
@@ -1356,7 +1356,7 @@ fail_sched:
     close_workers(s);
     sched_free(s->sched);
     s->sched = NULL;
-    return fail(errmsg, errlen, rc, "cannot listen on %s:%d: %s", s->host, port);
+    return start_fail(errmsg, errlen, rc, "cannot listen on %s:%d: %s", s->host, port);
 }
 
 static uint64_t mono_ns(void)

@@ -1,0 +1,183 @@
+/* test_server.c: the engine driven from C, with no Python: two workers, a static route and a
+ * GIL-free handler, client threads doing keep-alive and pipelined requests at the same time, a
+ * silent connection, and a graceful shutdown. Built under ASan+UBSan by the Makefile; also meant
+ * to run under TSan (the engine's cross-thread state: draining flag, live counter, hops). */
+#define _GNU_SOURCE
+#include "csrc/coro.c"
+#include "csrc/sched.c"
+#include "csrc/http_parse.c"
+#include "csrc/http_write.c"
+#include "csrc/router.c"
+#include "csrc/files.c"
+#include "csrc/server.c"
+
+#include <arpa/inet.h>
+#include <pthread.h>
+
+#include "tap.h"
+
+#define CLIENTS 4
+#define REQUESTS 200
+
+static int hello(cyserve_request *req, cyserve_response *resp, void *ctx)
+{
+    cyserve_str v;
+    if (server_req_header(req, "x-name", 6, &v) == 0)
+        resp_write(resp, v.ptr, v.len);
+    else
+        resp_write(resp, "anon", 4);
+    return resp_write(resp, ctx, strlen(ctx));
+}
+
+static int connect_to(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        close(fd);
+        return -1;
+    }
+    struct timeval tv = {10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
+/* Read until `count` responses whose bodies end with `suffix` have arrived; returns how many. */
+static int read_responses(int fd, int count, const char *suffix)
+{
+    char buf[65536];
+    size_t len = 0;
+    int got = 0;
+    size_t sl = strlen(suffix);
+    while (got < count) {
+        ssize_t n = read(fd, buf + len, sizeof(buf) - len);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        /* count complete bodies: each response ends with the suffix */
+        char *p = buf;
+        char *end = buf + len;
+        char *hit;
+        while ((hit = memmem(p, (size_t)(end - p), suffix, sl)) != NULL) {
+            got++;
+            p = hit + sl;
+        }
+        memmove(buf, p, (size_t)(end - p));
+        len = (size_t)(end - p);
+    }
+    return got;
+}
+
+struct client {
+    int port;
+    int ok;
+};
+
+static void *client_main(void *arg)
+{
+    struct client *cl = arg;
+    int fd = connect_to(cl->port);
+    if (fd < 0)
+        return NULL;
+    static const char one[] = "GET /hello HTTP/1.1\r\nHost: t\r\nX-Name: c\r\n\r\n";
+    int ok = 0;
+    for (int i = 0; i < REQUESTS / 2; i++) { /* one at a time */
+        if (write(fd, one, sizeof(one) - 1) < 0)
+            break;
+        ok += read_responses(fd, 1, "c!!");
+    }
+    char pipe[10 * 64];
+    size_t pl = 0;
+    for (int i = 0; i < 10; i++) {
+        memcpy(pipe + pl, one, sizeof(one) - 1);
+        pl += sizeof(one) - 1;
+    }
+    for (int i = 0; i < REQUESTS / 20; i++) { /* ten pipelined at a time */
+        if (write(fd, pipe, pl) < 0)
+            break;
+        ok += read_responses(fd, 10, "c!!");
+    }
+    close(fd);
+    cl->ok = ok;
+    return NULL;
+}
+
+int main(void)
+{
+    struct router *r;
+    is_int(router_new(&r), 0, "router");
+    struct server_target st, nt;
+    static const char ct[] = "Content-Type: text/plain\r\n";
+    is_int(server_target_static(&st, 200, ct, sizeof(ct) - 1, "static!", 7), 0, "static target");
+    memset(&nt, 0, sizeof(nt));
+    nt.kind = SERVER_NOGIL;
+    nt.fn = hello;
+    nt.ctx = "!!";
+    is_int(router_add(r, ROUTER_PATH, "/static", 7, 0, &st, NULL, 0), 0, "add /static");
+    is_int(router_add(r, ROUTER_PATH, "/hello", 6, 0, &nt, NULL, 0), 0, "add /hello");
+
+    struct server_config cfg;
+    server_config_default(&cfg);
+    cfg.port = 0;
+    cfg.threads = 2;
+    cfg.keepalive_ns = 200ull * 1000 * 1000;
+    struct server *s;
+    is_int(server_new(&s, &cfg, r), 0, "server_new");
+    char err[128];
+    is_int(server_start(s, err, sizeof(err)), 0, "server_start");
+    int port = server_port(s);
+    ok(port > 0, "bound port %d", port);
+    ok(server_running(s), "running");
+
+    /* A second server on the same port must fail, not silently share it. */
+    struct server *s2;
+    struct server_config cfg2 = cfg;
+    cfg2.port = port;
+    server_new(&s2, &cfg2, r);
+    is_int(server_start(s2, err, sizeof(err)), -EADDRINUSE, "port in use is reported");
+    ok(strstr(err, "in use") != NULL, "message: %s", err);
+    server_free(s2);
+
+    /* static route, with Connection: close */
+    int fd = connect_to(port);
+    static const char sreq[] = "GET /static HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    ok(write(fd, sreq, sizeof(sreq) - 1) > 0, "sent static request");
+    is_int(read_responses(fd, 1, "static!"), 1, "static response");
+    char tail[16];
+    is_int(read(fd, tail, sizeof(tail)), 0, "closed after Connection: close");
+    close(fd);
+
+    /* a silent connection is closed by the keep-alive timer */
+    int silent = connect_to(port);
+    is_int(read(silent, tail, sizeof(tail)), 0, "silent connection closed by the timer");
+    close(silent);
+
+    pthread_t th[CLIENTS];
+    struct client cl[CLIENTS];
+    for (int i = 0; i < CLIENTS; i++) {
+        cl[i].port = port;
+        cl[i].ok = 0;
+        pthread_create(&th[i], NULL, client_main, &cl[i]);
+    }
+    for (int i = 0; i < CLIENTS; i++) {
+        pthread_join(th[i], NULL);
+        is_int(cl[i].ok, REQUESTS, "client answered in full");
+    }
+
+    /* an idle keep-alive connection does not delay the shutdown */
+    int idle = connect_to(port);
+    static const char kreq[] = "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n";
+    ok(write(idle, kreq, sizeof(kreq) - 1) > 0, "sent keep-alive request");
+    is_int(read_responses(idle, 1, "anon!!"), 1, "keep-alive response");
+    is_int(server_shutdown(s, 60ull * 1000 * 1000 * 1000), 0, "shutdown with a 60 s grace");
+    is_int(read(idle, tail, sizeof(tail)), 0, "idle connection closed by the shutdown");
+    close(idle);
+    ok(!server_running(s), "stopped");
+    is_int(server_live_connections(s), 0, "no live connection left");
+    is_int(server_shutdown(s, 0), 0, "shutdown is idempotent");
+    server_free(s);
+    server_target_clear(&st);
+    router_free(r);
+    return done_testing();
+}
