@@ -173,6 +173,28 @@ def test_chunked_upload_byte_by_byte_then_next_request(port):
         assert c.reply().body == b"prefix /pre/next"
 
 
+def test_large_bodies_both_ways():
+    # Bodies far beyond the connection's initial 4 KiB buffer: the buffer grows (moving the
+    # parsed head, whose views must follow) and the response goes out by writev.
+    big = bytes(range(256)) * 2000  # 512,000 bytes
+    routes = ROUTES + [("path", "/big", None, "python", lambda req: big)]
+    with serving(routes, threads=2) as srv:
+        with Conn(srv.port) as c:
+            c.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % len(big))
+            c.send(big)
+            r = c.reply()
+            assert (r.status, r.header("x-method"), r.header("x-len")) == (200, "POST", "512000")
+            assert r.body == big
+            chunks = b"".join(b"%x\r\n%s\r\n" % (len(big[i:i + 7000]), big[i:i + 7000])
+                              for i in range(0, len(big), 7000))
+            c.send(b"PUT /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                   chunks + b"0\r\n\r\n")
+            r = c.reply()
+            assert (r.status, r.header("x-method"), r.body == big) == (200, "PUT", True)
+            c.send(get("/big"))
+            assert c.reply().body == big
+
+
 def test_expect_100_continue(port):
     with Conn(port) as c:
         c.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n"
