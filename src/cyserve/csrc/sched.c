@@ -931,6 +931,8 @@ static void w_loop(struct sched_worker *w)
             co = inject_take(w, 0);
             if (w->parked_head || w->heap_len)
                 w_poll(w, 0);
+            else
+                w->now = sched_clock_ns(); /* keep sched_now_ns() fresh on a busy worker */
         }
         if (!co) {
             remote_drain(w);

@@ -14,7 +14,13 @@
  *
  * Threads: functions marked "coroutine only" must be called from inside a coroutine run by this
  * scheduler; "worker only" from a worker thread (a coroutine, or a hook/callback run by a
- * worker); "any thread" from anywhere, including threads the scheduler does not know. */
+ * worker); "any thread" from anywhere, including threads the scheduler does not know.
+ *
+ * Thread-locals in coroutine bodies: any call below that may suspend (yield, sleep, wait, offload,
+ * sched_io_*) may return on another thread. Do not keep the address of a __thread variable across
+ * such a call, and beware that a compiler may do it for you when the body and the variable are
+ * in one translation unit (it assumes the thread never changes inside a function): read
+ * thread-locals through an out-of-line function, as sched.c does (sched_self()). */
 #ifndef CYSERVE_SCHED_H
 #define CYSERVE_SCHED_H
 
