@@ -53,7 +53,7 @@
  * joined. 5. With no worker running, close the listeners and free every connection.
  *
  * Not done on purpose: no per-request heap allocation on the static and nogil paths (the
- * response builder starts in inline storage, the serving state lives in the coroutine's arena);
+ * response builder starts in inline storage, the serving state lives on the coroutine's stack);
  * no Python anywhere in this file. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -1168,14 +1168,13 @@ static int conn_serve(struct coro *co, void *arg)
 {
     struct conn *c = arg;
     struct server *s = c->home->srv;
-    /* The serving state lives in the coroutine's arena rather than in this frame, so the
-     * deferred cleanup (which also runs when the scheduler cancels us at shutdown) never
-     * touches a dead stack frame. */
-    struct serve *sv = coro_malloc(co, sizeof(*sv));
-    if (UNLIKELY(!sv || coro_defer(co, serve_cleanup, sv) < 0)) {
-        conn_destroy(c);
-        return 0;
-    }
+    /* The serving state lives in this frame: no allocation per coroutine. The scheduler
+     * unwinds a coroutine it cancels by resuming it with -ECANCELED, so the cleanup below runs
+     * then too; only a coroutine freed while never resumed again would leave the heap parts of
+     * its buffers (grown past their inline sizes) behind, and that happens at most once per
+     * connection, at shutdown. */
+    struct serve state;
+    struct serve *sv = &state;
     sv->c = c;
     sv->srv = s;
     sv->drained = 0;
@@ -1191,7 +1190,9 @@ static int conn_serve(struct coro *co, void *arg)
         }
     }
     memset(&sv->req, 0, sizeof(sv->req));
-    if (serve_loop(sv) == SERVE_CLOSE)
+    int rc = serve_loop(sv);
+    serve_cleanup(sv);
+    if (rc == SERVE_CLOSE)
         conn_destroy(c);
     return 0;
 }
