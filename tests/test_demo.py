@@ -59,7 +59,7 @@ def raw_exchange(port: int, data: bytes) -> bytes:
     """Send raw bytes, read until the server closes (the request asks it to)."""
     with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
         s.sendall(data)
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             chunk = s.recv(65536)
             if not chunk:

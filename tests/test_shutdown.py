@@ -242,6 +242,7 @@ def test_log_level_critical_silences_handler_tracebacks(
 def test_serve_in_a_thread_stops_on_its_event() -> None:
     # Outside the main thread no signal handler can be installed; stop_event replaces them.
     import cyserve
+    from cyserve._core import Server
     from cyserve.config import Config
     from cyserve.server import serve
 
@@ -252,10 +253,13 @@ def test_serve_in_a_thread_stops_on_its_event() -> None:
     stop = threading.Event()
     errors: list[BaseException] = []
 
+    def on_ready(srv: Server) -> None:
+        ports.append(srv.port)
+        ready.set()
+
     def target() -> None:
         try:
-            serve(app, Config(port=0, threads=1), stop_event=stop,
-                  ready=lambda srv: (ports.append(srv.port), ready.set()))
+            serve(app, Config(port=0, threads=1), stop_event=stop, ready=on_ready)
         except BaseException as exc:
             errors.append(exc)
             ready.set()
