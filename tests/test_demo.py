@@ -178,3 +178,22 @@ def test_pipelined_requests_are_answered_in_order(port: int) -> None:
     assert reply.count(b"HTTP/1.1 200 ") == 4
     first = reply.index(b"Hello, World!")
     assert first < reply.index(b'"id"') < reply.index(b"Hello, World!", first + 1)
+
+
+def test_the_hello_example() -> None:
+    sys.path.insert(0, str(ROOT))
+    try:
+        from examples import hello
+    finally:
+        sys.path.remove(str(ROOT))
+    from cyserve._core import Server
+
+    srv = Server(hello.app.build(), **Config(port=0, threads=1).server_kwargs())
+    srv.start()
+    try:
+        assert request(srv.port, "GET", "/")[::2] == (200, b"Hello, World!")
+        assert request(srv.port, "GET", "/plaintext")[::2] == (200, b"Hello, World!")
+        status, headers, data = request(srv.port, "GET", "/hello/bob")
+        assert (status, json.loads(data)) == (200, {"hello": "bob"})
+    finally:
+        srv.stop(grace=5.0)
