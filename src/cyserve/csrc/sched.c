@@ -905,6 +905,7 @@ static void w_park(struct sched_worker *w)
     sched_fence();
     if (!w_work_visible(w)) {
         stat_inc(&w->st_parks);
+        w->now = sched_clock_ns(); /* the timeout must count from now, not the last poll */
         w_poll(w, w_next_timeout_ms(w));
     }
     /* safety: take our state back; whatever a waker stored tells us how we were woken. */
@@ -939,6 +940,10 @@ static void w_loop(struct sched_worker *w)
             co = w_next_local(w);
         }
         if (LIKELY(co != NULL)) {
+            /* Woken to spin but found work of our own (an event arrived as we parked): stop
+             * spinning, or submitters would count on us to look for theirs. */
+            if (UNLIKELY(w->spinning))
+                w_spin_stop(w, 1);
             w_run(w, co);
             continue;
         }
