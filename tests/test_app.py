@@ -1,7 +1,7 @@
 """cyserve.App: what build() hands the engine, and every registration mistake it catches.
 
-These tests need no engine: they check the route list and the error messages only. The routes'
-behaviour over HTTP is tested end to end in test_demo.py.
+Most of these tests need no engine: they check the route list and the error messages. The last
+ones check that the engine's router agrees; behaviour over HTTP is tested in test_demo.py.
 """
 
 from __future__ import annotations
@@ -281,6 +281,9 @@ def test_invalid_prefixes(prefix: str) -> None:
     ("[abc", "Unmatched"),
     ("a{2,1}", "Invalid"),
     ("", "empty"),
+    ("/a" + "+" * 40, "a repetition operator follows another"),
+    ("/a*?", "a repetition operator follows another"),
+    ("/a{2}*", "a repetition operator follows another"),
 ])
 def test_invalid_regexes_get_the_c_librarys_message(regex: str, message: str) -> None:
     app = cyserve.App()
@@ -289,10 +292,17 @@ def test_invalid_regexes_get_the_c_librarys_message(regex: str, message: str) ->
     assert repr(regex) in str(info.value)
 
 
-def test_posix_classes_are_valid_regexes() -> None:
-    # Python's re would warn about "[[:"; regcomp accepts it, and so must we.
+@pytest.mark.parametrize("regex", [
+    r"^/x/[[:alpha:]]+$",  # Python's re would warn about "[["; regcomp accepts it, and so must we
+    r"^/x/[*+]+$",  # operators inside brackets are literals
+    r"^/x/[]*]+$",  # a ']' first in a bracket is literal
+    r"^/x\*+$",  # an escaped operator is an atom
+    r"^/(a+)+$",  # a group between two operators
+    r"^/a{1,3}$",
+])
+def test_valid_regexes(regex: str) -> None:
     app = cyserve.App()
-    app.regex(r"^/x/[[:alpha:]]+$", handler)
+    app.regex(regex, handler)
     assert len(app) == 1
 
 
@@ -390,3 +400,45 @@ def test_package_exports() -> None:
         assert name in cyserve.__all__
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         cyserve.nope  # noqa: B018
+
+
+# ---- agreement with the engine's router (csrc/router.c) ------------------------------------
+# The App's checks exist to give clear messages early; the router checks again. These tests
+# hand routes straight to the engine's Server (no start, no socket) to keep the two in step.
+
+VALID_FOR_BOTH = [
+    ("path", "/users/{id:int}"), ("path", "/s/{rest:path}"), ("path", "/a/{x}/b/{y:str}"),
+    ("path", "/trailing/"), ("prefix", "/api/"), ("prefix", "/"),
+    ("regex", r"^/x/[[:alpha:]]+$"), ("regex", r"^/x/[*+]+$"), ("regex", r"^/x/[]*]+$"),
+    ("regex", r"^/x\*+$"), ("regex", r"^/(a+)+$"), ("regex", r"^/a{1,3}$"),
+]
+INVALID_FOR_BOTH = [
+    ("path", "/a/{id"), ("path", "/a/x{id}"), ("path", "/a/{id:float}"),
+    ("path", "/a/{x}/{x:int}"), ("path", "/a/{rest:path}/b"), ("path", "users"),
+    ("regex", "(abc"), ("regex", "/a" + "+" * 40), ("regex", "/a*?"), ("regex", "/a{2}*"),
+]
+
+
+def _engine_accepts(match: str, pattern: str) -> bool:
+    from cyserve._core import Server
+
+    try:
+        Server([(match, pattern, None, "python", handler)], host="127.0.0.1", port=0, threads=1)
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(("match", "pattern"), VALID_FOR_BOTH)
+def test_valid_patterns_are_valid_for_the_engine_too(match: str, pattern: str) -> None:
+    app = cyserve.App()
+    {"path": app.add_route, "prefix": app.prefix, "regex": app.regex}[match](pattern, handler)
+    assert _engine_accepts(match, pattern)
+
+
+@pytest.mark.parametrize(("match", "pattern"), INVALID_FOR_BOTH)
+def test_invalid_patterns_are_invalid_for_the_engine_too(match: str, pattern: str) -> None:
+    app = cyserve.App()
+    with pytest.raises(RouteError):
+        {"path": app.add_route, "prefix": app.prefix, "regex": app.regex}[match](pattern, handler)
+    assert not _engine_accepts(match, pattern)

@@ -31,7 +31,7 @@ prefix (csrc/router.h).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 import inspect
 import os
 import re
@@ -338,6 +338,9 @@ def _check_regex(where: str, pattern: str) -> str:
         raise RouteError(f"{where}: invalid regex {pattern!r}: empty")
     if "\x00" in pattern:
         raise RouteError(f"{where}: invalid regex {pattern!r}: contains NUL")
+    if _stacked_repetition(pattern):
+        raise RouteError(f"{where}: invalid regex {pattern!r}: a repetition operator follows "
+                         "another (undefined in POSIX; write one operator or add a group)")
     error = _posix_regex_error(pattern)
     if error is not None:
         raise RouteError(f"{where}: invalid regex {pattern!r}: {error} "
@@ -353,10 +356,56 @@ _REGEX_T_SIZE = 256
 _REG_EXTENDED = 1
 
 
-def _posix_regex_error(pattern: str) -> str | None:
-    libc_name = ctypes.util.find_library("c")
+def _stacked_repetition(p: str) -> bool:
+    """Whether a repetition operator (*, +, ?, {) directly follows another outside brackets.
+
+    The same rule as the C router's (router__stacked_repetition in csrc/router.c), and checked
+    first for the same reason: glibc's regcomp accepts "a+++...+" and builds a tree that grows
+    exponentially with the stack, so handing such a pattern to regcomp below could exhaust memory
+    in this process."""
+    after_rep = False
+    i, n = 0, len(p)
+    while i < n:
+        c = p[i]
+        if c == "\\":
+            i += 1  # the escaped character is an atom
+            after_rep = False
+        elif c == "[":
+            # A ']' right after '[' or '[^' is literal; [:class:], [.x.] and [=x=] hold no ']'
+            # before their closing ':]', '.]' or '=]'.
+            j = i + 1
+            if j < n and p[j] == "^":
+                j += 1
+            if j < n and p[j] == "]":
+                j += 1
+            while j < n and p[j] != "]":
+                if p[j] == "[" and j + 1 < n and p[j + 1] in ":.=":
+                    close = p.find(p[j + 1], j + 2)
+                    j = close + 1 if close >= 0 else n
+                else:
+                    j += 1
+            i = j
+            after_rep = False
+        elif c in "*+?{":
+            if after_rep:
+                return True
+            if c == "{":
+                close = p.find("}", i)
+                i = close if close >= 0 else n
+            after_rep = True
+        else:
+            after_rep = False
+        i += 1
+    return False
+
+
+@functools.lru_cache(maxsize=1)
+def _libc_regex() -> tuple[Any, Any, Any] | None:
+    # CDLL(None) is the running program's own symbol table, which includes the C library the
+    # interpreter is linked against, with no ldconfig subprocess (ctypes.util.find_library runs
+    # one).
     try:
-        libc = ctypes.CDLL(libc_name)
+        libc = ctypes.CDLL(None)
         regcomp, regerror, regfree = libc.regcomp, libc.regerror, libc.regfree
     except (OSError, AttributeError):  # no C library to ask: the C router will tell
         return None
@@ -366,6 +415,14 @@ def _posix_regex_error(pattern: str) -> str | None:
     regerror.restype = ctypes.c_size_t
     regfree.argtypes = [ctypes.c_void_p]
     regfree.restype = None
+    return regcomp, regerror, regfree
+
+
+def _posix_regex_error(pattern: str) -> str | None:
+    funcs = _libc_regex()
+    if funcs is None:
+        return None
+    regcomp, regerror, regfree = funcs
     buf = ctypes.create_string_buffer(_REGEX_T_SIZE)
     rc = regcomp(buf, pattern.encode("utf-8"), _REG_EXTENDED)
     if rc == 0:
