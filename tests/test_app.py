@@ -422,8 +422,9 @@ INVALID_FOR_BOTH = [
 def _engine_accepts(match: str, pattern: str) -> bool:
     from cyserve._core import Server
 
+    route: Any = (match, pattern, None, "python", handler)
     try:
-        Server([(match, pattern, None, "python", handler)], host="127.0.0.1", port=0, threads=1)
+        Server([route], host="127.0.0.1", port=0, threads=1)
     except ValueError:
         return False
     return True
