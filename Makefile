@@ -24,6 +24,8 @@ $(STAMP): requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements-dev.txt
 	$(PY) -c 'import sysconfig, os; open(os.path.join(sysconfig.get_paths()["purelib"], "cyserve-src.pth"), "w").write(os.path.abspath("src") + "\n")'
+	printf '#!/bin/sh\nexec "$$(dirname "$$0")/python" -m cyserve "$$@"\n' > $(VENV)/bin/cyserve
+	chmod +x $(VENV)/bin/cyserve
 	touch $@
 
 src/cyserve/.built: $(STAMP) $(CORE_SOURCES)
