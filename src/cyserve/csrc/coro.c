@@ -526,10 +526,12 @@ static NOINLINE struct coro_stack *coro_stack_map(struct coro_pool *pool)
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
     if (UNLIKELY(map == MAP_FAILED)) {
         if (guarded)
+            /* safety: undo our reservation in the budget counter. */
             __atomic_fetch_sub(&coro_guard_used, 2, __ATOMIC_RELAXED);
         return NULL;
     }
     if (guarded && UNLIKELY(mprotect(map, page, PROT_NONE) != 0)) {
+        /* safety: undo our reservation in the budget counter. */
         __atomic_fetch_sub(&coro_guard_used, 2, __ATOMIC_RELAXED);
         munmap(map, map_size);
         return NULL;

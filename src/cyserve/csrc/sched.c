@@ -414,6 +414,7 @@ static void sched_wakep(struct sched *s)
         }
     }
     /* Nobody to wake: give the token back. */
+    /* safety: returns the token taken by the CAS above. */
     __atomic_fetch_sub(&s->nspinning, 1, __ATOMIC_SEQ_CST);
 }
 
@@ -885,6 +886,7 @@ static int w_work_visible(struct sched_worker *w)
         return 1;
     if (__atomic_load_n(&s->inj_len, __ATOMIC_SEQ_CST) > 0)
         return 1;
+    /* safety: seq_cst, after the parker's fence: pairs with remote_push's seq_cst CAS. */
     if (__atomic_load_n(&w->remote, __ATOMIC_SEQ_CST))
         return 1;
     if (w->local_head || w->n_off)
@@ -1264,6 +1266,7 @@ static int sched_start_workers(struct sched *s)
             sched_stop(s);
             for (unsigned j = 0; j < i; j++)
                 pthread_join(s->w[j].thread, NULL);
+            /* safety: as in sched_join: the started workers are joined. */
             __atomic_store_n(&s->running, 0, __ATOMIC_RELEASE);
             sched_free_leftovers(s);
             return -err;
@@ -1304,6 +1307,7 @@ int sched_join(struct sched *s)
         return 0;
     for (unsigned i = 0; i < s->n; i++)
         pthread_join(s->w[i].thread, NULL);
+    /* safety: release pairs with sched_spawn's acquire: no wake-ups for joined workers. */
     __atomic_store_n(&s->running, 0, __ATOMIC_RELEASE);
     if (sched_is_stopping(s))
         sched_free_leftovers(s);
