@@ -114,6 +114,39 @@ def test_head_on_nogil_route(port):
     assert (r.status, r.header("content-length"), r.body) == (200, "45", b"")
 
 
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="a worker busy in a CPU-bound handler does not poll its "
+                   "epoll, and no other worker does it for it: the connections homed on it wait "
+                   "until the handler returns (only already runnable coroutines are stolen)")
+def test_cpu_bound_handler_does_not_stall_other_connections_of_its_worker(hello):
+    routes = [("path", "/", None, "nogil", hello.ROOT), ("path", "/hog", None, "nogil", hello.HOG),
+              ("path", "/probe", None, "nogil", hello.PROBE),
+              ("path", "/release", None, "nogil", hello.RELEASE)]
+    with serving(routes, threads=2) as srv:
+        conns = [Conn(srv.port) for _ in range(12)]
+        try:
+            for c in conns:  # every connection registered and idle on its home worker
+                c.send(get("/"))
+                assert c.reply().body == b"Hello, World!"
+            hog = conns[0]
+            hog.send(get("/hog"))  # spins up to 5 s unless released
+            for _ in range(50):  # until the hog is seen spinning (bounded: it stops in 5 s)
+                if request(srv.port, get("/probe")).body == b"spinning":
+                    break
+            # Each probe is answered at once while the hog spins, unless its connection is
+            # homed on the hog's worker: then it waits for the hog to end and says "free".
+            answers = []
+            for c in conns[1:]:
+                c.send(get("/probe"))
+                answers.append(c.reply().body)
+            request(srv.port, get("/release"))
+            assert hog.reply().body == b"hog done"
+            assert answers == [b"spinning"] * len(answers)
+        finally:
+            for c in conns:
+                c.close()
+
+
 def test_capsule_with_wrong_name_is_refused():
     import ctypes
     PyCapsule_New = ctypes.pythonapi.PyCapsule_New

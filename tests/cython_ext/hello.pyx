@@ -93,6 +93,51 @@ cdef int handle_ctx(cyserve_request *req, cyserve_response *resp, void *ctx) noe
     return cyserve_resp_write(resp, s, strlen(s))
 
 
+cdef extern from *:
+    """
+    #include <stdatomic.h>
+    #include <time.h>
+    /* A CPU-bound handler that spins until released (or max_ms), and its probes: shared by
+     * every worker thread, hence atomics. */
+    static atomic_int hello_spinning;
+    static atomic_int hello_release;
+    static void hello_spin(int max_ms)
+    {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        atomic_store(&hello_release, 0);
+        atomic_store(&hello_spinning, 1);
+        while (!atomic_load(&hello_release)) {
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            if ((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 >= max_ms)
+                break;
+        }
+        atomic_store(&hello_spinning, 0);
+    }
+    static int hello_is_spinning(void) { return atomic_load(&hello_spinning); }
+    static void hello_do_release(void) { atomic_store(&hello_release, 1); }
+    """
+    void hello_spin(int max_ms) noexcept nogil
+    int hello_is_spinning() noexcept nogil
+    void hello_do_release() noexcept nogil
+
+
+cdef int handle_hog(cyserve_request *req, cyserve_response *resp, void *ctx) noexcept nogil:
+    hello_spin(5000)
+    return cyserve_resp_write(resp, b"hog done", 8)
+
+
+cdef int handle_probe(cyserve_request *req, cyserve_response *resp, void *ctx) noexcept nogil:
+    if hello_is_spinning():
+        return cyserve_resp_write(resp, b"spinning", 8)
+    return cyserve_resp_write(resp, b"free", 4)
+
+
+cdef int handle_release(cyserve_request *req, cyserve_response *resp, void *ctx) noexcept nogil:
+    hello_do_release()
+    return cyserve_resp_write(resp, b"released", 8)
+
+
 cdef const char *CTX_TEXT = b"context says hi"
 
 ROOT = cyserve_handler_capsule(handle_root)
@@ -100,4 +145,7 @@ FIBONACCI = cyserve_handler_capsule(handle_fibonacci)
 INSPECT = cyserve_handler_capsule(handle_inspect)
 FAIL = cyserve_handler_capsule(handle_fail)
 BAD_HEADER = cyserve_handler_capsule(handle_bad_header)
+HOG = cyserve_handler_capsule(handle_hog)
+PROBE = cyserve_handler_capsule(handle_probe)
+RELEASE = cyserve_handler_capsule(handle_release)
 CTX = (cyserve_handler_capsule(handle_ctx), PyCapsule_New(<void *>CTX_TEXT, b"hello.ctx", NULL))
