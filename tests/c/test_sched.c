@@ -45,6 +45,10 @@ static void test_config(void)
     is_int(sched_new(&s, &cfg), 0, "defaults");
     ok(sched_workers(s) >= 1, "default worker count from the affinity mask");
     is_int(sched_run(s), 0, "running with nothing spawned returns at once");
+    is_int(sched_yield(), -EPERM, "coroutine-only calls refuse off a coroutine: yield");
+    is_int(sched_sleep_ns(1), -EPERM, "sleep");
+    is_int(sched_wait_fd(0, EPOLLIN, 0), -EPERM, "wait_fd");
+    ok(sched_current() == NULL && sched_worker_id() == -1, "no current coroutine or worker");
     sched_free(s);
 }
 

@@ -1331,6 +1331,8 @@ int sched_worker_id(void)
 int sched_yield_coro(void)
 {
     struct sched_worker *w = sched_self();
+    if (UNLIKELY(!w || !w->current))
+        return -EPERM; /* not called from a coroutine: refuse rather than crash */
     if (UNLIKELY(sched_is_stopping(w->s)))
         return -ECANCELED;
     return coro_yield(w->current, SCHED_Y_REQUEUE);
@@ -1349,6 +1351,8 @@ static int sched_park(struct sched_worker *w, struct sched_wait *rec)
 int sched_sleep_ns(uint64_t ns)
 {
     struct sched_worker *w = sched_self();
+    if (UNLIKELY(!w || !w->current))
+        return -EPERM; /* not called from a coroutine: refuse rather than crash */
     if (UNLIKELY(sched_is_stopping(w->s)))
         return -ECANCELED;
     struct sched_wait rec = {.kind = WAIT_SLEEP, .fd = -1};
@@ -1361,6 +1365,8 @@ int sched_sleep_ns(uint64_t ns)
 int sched_wait_fd(int fd, uint32_t events, int64_t timeout_ns)
 {
     struct sched_worker *w = sched_self();
+    if (UNLIKELY(!w || !w->current))
+        return -EPERM; /* not called from a coroutine: refuse rather than crash */
     if (UNLIKELY(sched_is_stopping(w->s)))
         return -ECANCELED;
     struct sched_wait rec = {.kind = WAIT_FD, .fd = fd};
@@ -1378,6 +1384,8 @@ int sched_wait_fd(int fd, uint32_t events, int64_t timeout_ns)
 int sched_offload(void (*fn)(void *), void *arg)
 {
     struct sched_worker *w = sched_self();
+    if (UNLIKELY(!w || !w->current))
+        return -EPERM; /* not called from a coroutine: refuse rather than crash */
     if (UNLIKELY(sched_is_stopping(w->s)))
         return -ECANCELED;
     struct sched_offload_rec rec = {.fn = fn, .arg = arg};
@@ -1443,6 +1451,8 @@ int sched_io_add(struct sched_io *io, int fd,
 int sched_io_wait(struct sched_io *io, uint32_t events, int64_t deadline_ns)
 {
     struct sched_worker *w = sched_self();
+    if (UNLIKELY(!w || !w->current))
+        return -EPERM; /* not called from a coroutine: refuse rather than crash */
     if (UNLIKELY(sched_is_stopping(w->s)))
         return -ECANCELED;
     int err = sched_hop(&w, io->home);
@@ -1467,6 +1477,8 @@ int sched_io_wait(struct sched_io *io, uint32_t events, int64_t deadline_ns)
 int sched_io_release(struct sched_io *io)
 {
     struct sched_worker *w = sched_self();
+    if (UNLIKELY(!w || !w->current))
+        return -EPERM; /* not called from a coroutine: refuse rather than crash */
     if (UNLIKELY(sched_is_stopping(w->s)))
         return -ECANCELED;
     int err = sched_hop(&w, io->home);

@@ -13,7 +13,7 @@
  *   woken by their eventfd when work is injected for them: no fixed sleeps.
  *
  * Threads: functions marked "coroutine only" must be called from inside a coroutine run by this
- * scheduler; "worker only" from a worker thread (a coroutine, or a hook/callback run by a
+ * scheduler (elsewhere they return -EPERM and do nothing); "worker only" from a worker thread (a coroutine, or a hook/callback run by a
  * worker); "any thread" from anywhere, including threads the scheduler does not know.
  *
  * Thread-locals in coroutine bodies: any call below that may suspend (yield, sleep, wait, offload,
