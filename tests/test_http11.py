@@ -422,6 +422,23 @@ def test_shutdown_cancels_what_outlives_the_grace_period():
         assert stuck.is_closed()
 
 
+def test_stop_from_a_handler_is_refused():
+    holder = {}
+
+    def stopper(req):
+        try:
+            holder["srv"].stop()
+        except RuntimeError as exc:
+            return str(exc)
+        return "stopped?"
+
+    with serving([("path", "/stop", None, "python", stopper)], threads=1) as srv:
+        holder["srv"] = srv
+        r = request(srv.port, get("/stop"))
+        assert r.status == 200 and b"cannot be called from a handler" in r.body
+        assert srv.running
+
+
 def test_port_in_use_raises_oserror():
     with serving(ROUTES, threads=1) as srv:
         other = Server(ROUTES, host="127.0.0.1", port=srv.port, threads=1)

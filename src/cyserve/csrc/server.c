@@ -1369,6 +1369,8 @@ static uint64_t mono_ns(void)
 
 int server_shutdown(struct server *s, uint64_t grace_ns)
 {
+    if (UNLIKELY(sched_worker_id() >= 0))
+        return -EDEADLK; /* a handler stopping its own server would wait for itself */
     uint64_t deadline = mono_ns() + grace_ns;
     int expected = 0;
     /* safety: the CAS elects one thread to run the shutdown; a second caller (Ctrl-C pressed

@@ -101,7 +101,9 @@ int server_running(const struct server *s);
 
 /* Graceful shutdown: stop accepting, close idle connections at once, let in-flight requests
  * finish (they are answered with Connection: close) for up to grace_ns, then cancel the rest and
- * join the workers. Blocks; idempotent. Returns 0. Control thread. */
+ * join the workers. Blocks; idempotent; a concurrent second call only shortens the grace period
+ * and waits for the first. Returns 0, or -EDEADLK on a worker thread (a handler cannot stop its
+ * own server). Control thread. */
 int server_shutdown(struct server *s, uint64_t grace_ns);
 
 /* Free a server that is not running (never started, or shut down). */

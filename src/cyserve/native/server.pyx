@@ -555,10 +555,14 @@ cdef class Server:
         finish for up to grace seconds, cancel the rest, join the workers. Idempotent; a second
         call (from another thread) with a shorter grace shortens the wait."""
         cdef uint64_t ns = <uint64_t>(max(0.0, grace) * 1e9)
+        cdef int rc
         if self._srv == NULL:
             return
         with nogil:
-            cs.server_shutdown(self._srv, ns)
+            rc = cs.server_shutdown(self._srv, ns)
+        if rc != 0:
+            raise RuntimeError("Server.stop() cannot be called from a handler of this server; "
+                               "call it from another thread")
         _running_servers.discard(self)
 
     @property
