@@ -151,7 +151,7 @@ class Running:
         except OSError:
             return ""
 
-    def stop(self, grace=2.0):
+    def stop(self, grace=1.0):
         """Stop by the pid we started: SIGTERM to its process group (it was made a session
         leader, so workers it forked go too), SIGKILL after `grace` seconds."""
         if self.proc.poll() is None:

@@ -112,6 +112,31 @@ def _status(result, server, workload):
     return "error"
 
 
+def overview(result):
+    """One matrix for the pinned mode: a row per server, a column per workload, each cell
+    "req/s · req/CPU-s" (medians), or why there is no figure."""
+    s = result["summary"].get("pinned", {})
+    ws = result["workloads"]
+    lines = ["| server (pinned, one core) | " + " | ".join(f"/{w}" for w in ws) + " |",
+             "|---|" + "---:|" * len(ws)]
+
+    def key(name):
+        f = s.get("plaintext", {}).get(name)
+        return -(f["requests_per_cpu_s"]["median"] if f and f["requests_per_cpu_s"] else 0)
+
+    for name in sorted(result["servers"], key=key):
+        cells = []
+        for w in ws:
+            f = s.get(w, {}).get(name)
+            if f and f["rps"]:
+                per = f["requests_per_cpu_s"]["median"] if f["requests_per_cpu_s"] else None
+                cells.append(f"{f['rps']['median']:,.0f} · {_num(per)}")
+            else:
+                cells.append(_status(result, name, w))
+        lines.append(f"| {result['servers'][name]['label']} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def markdown(result):
     s = result["summary"]
     m = result["machine"]
@@ -129,7 +154,9 @@ def markdown(result):
         "**% nginx**, **× fasthttp**: ratios within each round. n/a: the server has no such handler; "
         "invalid: wrong status or body (not measured).",
         "",
-    ]
+        "## Overview: requests/s · requests per server CPU-second (pinned)",
+        "",
+    ] + overview(result) + [""]
     for mode, title in (("pinned", "Pinned: one server core"),
                         ("allcore", "All cores (flagged: the client shares the cores with the server)"),
                         ("hey", f"Second client: {cfg['hey']}, server pinned to one CPU (seed 001)")):

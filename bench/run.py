@@ -42,15 +42,23 @@ from bench import workloads as W  # noqa: E402
 RESULTS = os.path.join(HERE, "results")
 CONNECTIONS = 64
 SERVER_CPU, CLIENT_CPU = "0", "1"
+SLOW = ("fib", "loop")  # a million Python iterations per request: ~80 ms in a Python handler
 
 MODES = {
     # name: rounds, seconds per wrk cell, warm-up seconds, all-core workloads, hey paths, scaling
     # quick keeps under 3 minutes: all-core and scaling cells only where they say something.
+    # (allcore_servers, hey_servers, scaling_servers: None for all)
     "quick": dict(rounds=1, duration=1, warmup=0, allcore=("plaintext", "fib"), allcore_scalable_only=True,
                   hey=("welcome",), scaling=("fib",),
-                  scaling_servers=("cyserve-nogil", "cyserve-py", "go-nethttp", "go-fasthttp")),
+                  allcore_servers=("cyserve-nogil", "go-fasthttp", "go-nethttp", "nginx"),
+                  # seed 001's table: nginx, gunicorn, waitress and the minimal designs (plus ours)
+                  hey_servers=("nginx", "gunicorn-sync", "gunicorn-gevent", "waitress", "min-sequential",
+                               "min-forking", "min-threading", "min-asyncio", "cyserve-nogil",
+                               "cyserve-static", "cyserve-py", "go-fasthttp"),
+                  scaling_servers=("cyserve-nogil", "go-fasthttp")),
     "full": dict(rounds=3, duration=5, warmup=1, allcore=tuple(W.WORKLOADS), allcore_scalable_only=False,
-                 hey=("welcome", "plaintext"), scaling=("fib", "plaintext"), scaling_servers=None),
+                 hey=("welcome", "plaintext"), scaling=("fib", "plaintext"), allcore_servers=None,
+                 hey_servers=None, scaling_servers=None),
 }
 
 
@@ -301,20 +309,21 @@ class Session:
                                     cpus=SERVER_CPU if pinned else None, cleanup=cleanup)
 
     def wait_idle(self, run, limit=1.0):
-        """True once the server's tree used under 10 ms of CPU in 100 ms (it drained what the
+        """True once the server's tree used under 5 ms of CPU in 50 ms (it drained what the
         last client left queued); False after `limit` seconds."""
         end = time.monotonic() + limit
         prev = harness.tree_cpu_seconds(run.pid)
         while time.monotonic() < end:
-            time.sleep(0.1)
+            time.sleep(0.05)
             cur = harness.tree_cpu_seconds(run.pid)
-            if cur - prev < 0.01:
+            if cur - prev < 0.005:
                 return True
             prev = cur
         return False
 
-    def cell(self, run, server, workload, rnd, kind, threads, pinned, client=None):
-        """Measure one cell and record it; returns the (possibly restarted) Running."""
+    def cell(self, run, server, workload, rnd, kind, threads, pinned, client=None, last=False):
+        """Measure one cell and record it; returns the (possibly restarted) Running. `last`: the
+        instance is stopped next, so whatever work is left queued does not matter."""
         client = client or self.client
         path = "/" + workload
         cfg = self.mode
@@ -337,7 +346,7 @@ class Session:
         p99 = f"p99 {res['p99_ms']:.1f} ms" if res.get("p99_ms") is not None else ""
         say(f"[{time.monotonic() - self.t0:6.1f}s] r{rnd} {kind:<7} t{threads} {server.name:<17} "
             f"{workload:<9} {rps} {per} {p99} ({client})")
-        if not self.wait_idle(run):
+        if not last and not self.wait_idle(run):
             # A slow server still working through the requests the client abandoned would pollute
             # the next cell: restart it.
             run.stop(grace=0.3)
@@ -365,20 +374,28 @@ class Session:
             return
         try:
             ok = self.validated(run, server)
-            for w in ok:
-                run = self.cell(run, server, w, rnd, "pinned", 1, True)
-            if harness.have("hey"):
-                for w in [w for w in ok if w in cfg["hey"]]:
-                    run = self.cell(run, server, w, rnd, "hey", 1, True, client="hey")
+            # hey first, then the slow routes last: the cell after a slow one may need a restart
+            # (queued abandoned requests), and the last cell of an instance never does.
+            hey = [w for w in ok if w in cfg["hey"]] if harness.have("hey") and self.client == "wrk" else []
+            if cfg["hey_servers"] is not None and server.name not in cfg["hey_servers"]:
+                hey = []
+            for w in hey:
+                run = self.cell(run, server, w, rnd, "hey", 1, True, client="hey")
+            order = [w for w in ok if w not in SLOW] + [w for w in ok if w in SLOW]
+            for i, w in enumerate(order):
+                run = self.cell(run, server, w, rnd, "pinned", 1, True, last=i == len(order) - 1)
         finally:
             run.stop()
-        allcore = [w for w in ok if w in cfg["allcore"]]
+        allcore = [w for w in ok if w in cfg["allcore"] and (w not in cfg["scaling"] or cfg["scaling_servers"] is None
+                                                            or server.name in cfg["scaling_servers"])]
+        if cfg["allcore_servers"] is not None and server.name not in cfg["allcore_servers"]:
+            allcore = []
         if allcore and (server.scales or not cfg["allcore_scalable_only"]):
             threads = cores if server.scales else 1
             run = self.start(server, threads, pinned=False)
             try:
-                for w in allcore:
-                    run = self.cell(run, server, w, rnd, "allcore", threads, False)
+                for i, w in enumerate(allcore):
+                    run = self.cell(run, server, w, rnd, "allcore", threads, False, last=i == len(allcore) - 1)
             finally:
                 run.stop()
         # Scaling: the all-core cell above is the point at `cores` threads; add 1..cores-1.
@@ -390,8 +407,8 @@ class Session:
                 break
             run = self.start(server, t, pinned=False)
             try:
-                for w in scaling:
-                    run = self.cell(run, server, w, rnd, "allcore", t, False)
+                for i, w in enumerate(scaling):
+                    run = self.cell(run, server, w, rnd, "allcore", t, False, last=i == len(scaling) - 1)
             finally:
                 run.stop()
 
