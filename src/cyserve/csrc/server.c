@@ -128,6 +128,7 @@ struct server_worker {
     int ctl_fd;               /* eventfd written by server_shutdown */
     struct sched_io ctl_io;
     int ctl_added;
+    struct sched_timer ctl_timer; /* closes the idle connections once shutdown begins */
     struct conn *conns;       /* every live connection homed here */
     struct conn *free_conns;  /* cache, linked through next */
     unsigned nfree_conns;
@@ -460,8 +461,6 @@ static void listener_on_ready(struct sched_io *io, uint32_t events)
         return; /* stopping: nothing more to accept */
 }
 
-/* Home worker, not in a coroutine: server_shutdown wrote our eventfd. One-shot: the io stays
- * active afterwards, so this never runs twice. */
 static int ctl_rearm(struct coro *co, void *arg)
 {
     struct server_worker *w = arg;
@@ -469,6 +468,23 @@ static int ctl_rearm(struct coro *co, void *arg)
     return 0;
 }
 
+/* Home worker, timer callback armed by ctl_on_ready: close every idle connection. This runs from
+ * the timer pass, after the poll's batch of events: closing connections from inside the batch
+ * could free a connection whose event is still waiting further down that batch. */
+static void ctl_close_idle(struct sched_timer *t)
+{
+    struct server_worker *w = t->data;
+    struct conn *c = w->conns;
+    while (c) {
+        struct conn *next = c->next;
+        if (!c->busy)
+            conn_destroy(c);
+        c = next;
+    }
+}
+
+/* Home worker, not in a coroutine: server_shutdown wrote our eventfd. One-shot: the io stays
+ * active afterwards, so this never runs twice. */
 static void ctl_on_ready(struct sched_io *io, uint32_t events)
 {
     struct server_worker *w = io->data;
@@ -481,13 +497,9 @@ static void ctl_on_ready(struct sched_io *io, uint32_t events)
     /* Stop taking connections here. The descriptor stays open (and registered) until the
      * workers are joined, so no accept coroutine can ever see a reused fd number. */
     shutdown(w->lfd, SHUT_RD);
-    struct conn *c = w->conns;
-    while (c) {
-        struct conn *next = c->next;
-        if (!c->busy)
-            conn_destroy(c);
-        c = next;
-    }
+    w->ctl_timer.cb = ctl_close_idle;
+    w->ctl_timer.data = w;
+    sched_timer_arm(&w->ctl_timer, 0);
 }
 
 static void worker_start(struct sched *sched, unsigned id, void *ud)
