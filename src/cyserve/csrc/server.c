@@ -48,7 +48,8 @@
  * Shutdown (server_shutdown). 1. Set the draining flag: every coroutine answers its current
  * request with Connection: close and closes. 2. Wake every worker through its control eventfd;
  * on the worker, ctl_on_ready() shuts the listener down (shutdown(SHUT_RD): no new connections,
- * accept fails) and closes every idle connection at once. 3. Wait up to grace for the live
+ * accept fails) and arms a zero-delay timer that closes every idle connection in the same loop
+ * turn (from the timer pass, never from inside the event batch). 3. Wait up to grace for the live
  * connection count to reach zero. 4. sched_stop() cancels what is left and the workers are
  * joined. 5. With no worker running, close the listeners and free every connection.
  *
