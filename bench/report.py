@@ -212,7 +212,17 @@ def markdown(result):
 
 
 def _coro_table(coro):
-    """Render bench/coro's result generically: a list of flat dicts becomes a table."""
+    """bench/coro's own renderer when it can be imported (it knows its result's shape); else a
+    generic rendering: a list of flat dicts becomes a table, anything else a JSON block."""
+    try:
+        from bench.coro.run import render
+        return render(coro).splitlines()
+    except Exception as e:  # its shape may change under us: fall back rather than fail the report
+        note = [f"(bench/coro's renderer failed: {type(e).__name__}: {e}; raw figures below)", ""]
+    return note + _generic_table(coro)
+
+
+def _generic_table(coro):
     rows = coro.get("results") if isinstance(coro, dict) else coro
     if isinstance(rows, dict):
         rows = [dict(name=k, **v) if isinstance(v, dict) else {"name": k, "value": v} for k, v in rows.items()]

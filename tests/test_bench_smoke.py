@@ -133,3 +133,16 @@ def test_runner_writes_results_report_and_marks_cells(tmp_path, bench_python, ca
     md = (tmp_path / "latest.md").read_text()
     assert "seed 001: threading" in md and "/plaintext" in md
     assert report.markdown(result) == md
+
+
+def test_report_embeds_the_coroutine_table_whatever_its_shape():
+    result = {"mode": "quick", "started": "2026-01-01T00:00:00+00:00", "command": "x", "git": "0",
+              "elapsed_s": 1.0, "workloads": ["plaintext"], "runs": [], "servers": {},
+              "machine": {"cpu": "c", "cores": 2, "memory": "1 GiB", "kernel": "k", "python": "3",
+                          "tools": {}},
+              "config": {"client": "wrk", "connections": 64, "rounds": 1, "duration_s": 1, "warmup_s": 0,
+                         "hey": "hey -n 2000 -c 50", "scaling_workloads": []},
+              "coro": {"unexpected": [1, 2]}}
+    result["summary"] = report.summarize(result)
+    md = report.markdown(result)
+    assert "## Coroutines (seed 002, bench/coro)" in md and '"unexpected"' in md
