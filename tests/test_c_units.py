@@ -13,7 +13,7 @@ import pytest
 HERE = Path(__file__).parent
 CDIR = HERE / "c"
 SOURCES = sorted(p.stem for p in CDIR.glob("test_*.c"))
-TSAN_TESTS = {"test_sched", "test_runq", "test_router"}
+TSAN_TESTS = {"test_sched", "test_runq", "test_router", "test_server"}
 
 CASES = [(name, "asan") for name in SOURCES] + [
     (name, "tsan") for name in SOURCES if name in TSAN_TESTS
