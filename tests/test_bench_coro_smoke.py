@@ -33,7 +33,7 @@ def run_harness(tmp_path, env=None):
         [sys.executable, str(RUN), "--n", "2000", "--runs", "1",
          "--systems", "cyserve-1,cyserve-all,asyncio", "--scaling-systems", "cyserve",
          "--fib-n", str(FIB_N), "--fib-coros", str(FIB_COROS), "--parked-seconds", "0.2",
-         "--no-install", "--out", str(out)],
+         "--retries", "0", "--no-install", "--out", str(out)],
         capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
     return proc, out
 
@@ -44,6 +44,8 @@ def assert_measured(entry):
         assert isinstance(value, float) and math.isfinite(value) and value > 0, (key, value)
     assert entry["available"] is True
     assert len(entry["runs"]) == 1
+    assert entry["runs"][0]["attempts"] == 1
+    assert 0 <= entry["others_cpu_share"] <= 1
     for key in FIGURES:
         assert entry["min"][key] == entry["max"][key] == entry[key]
 
