@@ -1,22 +1,16 @@
 /* test_http_write.c: response serialisation, the Date cache and the response builder. */
 #define _GNU_SOURCE
+#include "csrc/http_date.c"
 #include "csrc/http_write.c"
 
 #include "tap.h"
 
-static void test_date(void)
+static void test_date_cache(void)
 {
-    char d[HTTP_DATE_LEN];
-    http_date_format(784111777, d); /* RFC 9110's example */
-    is_mem(d, sizeof(d), "Sun, 06 Nov 1994 08:49:37 GMT", "IMF-fixdate of the RFC example");
-    time_t t = 0;
-    is_int(http_date_parse(d, sizeof(d), &t), 0, "parse our own date");
-    is_int(t, 784111777, "round trip");
-    is_int(http_date_parse("Sunday, 06-Nov-94 08:49:37 GMT", 30, &t), -EINVAL,
-           "RFC 850 form is not accepted");
     const char *a = http_date_cached(784111777);
     const char *b = http_date_cached(784111777);
     ok(a == b, "cache returns the same storage");
+    is_mem(a, HTTP_DATE_LEN, "Sun, 06 Nov 1994 08:49:37 GMT", "cache formats the second");
     is_mem(http_date_cached(784111778), HTTP_DATE_LEN, "Sun, 06 Nov 1994 08:49:38 GMT",
            "cache refreshes when the second changes");
 }
@@ -80,7 +74,7 @@ static void test_resp(void)
 
 int main(void)
 {
-    test_date();
+    test_date_cache();
     test_head();
     test_resp();
     return done_testing();

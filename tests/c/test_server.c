@@ -9,6 +9,7 @@
 #include "csrc/http_write.c"
 #include "csrc/router.c"
 #include "csrc/files.c"
+#include "csrc/http_date.c"
 #include "csrc/server.c"
 
 #include <arpa/inet.h>

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "compat.h"
+#include "http_date.h"
 
 struct files_root {
     int fd;              /* O_PATH|O_DIRECTORY */
@@ -315,92 +316,9 @@ int files_open(const struct files_root *root, const char *rel, size_t len, struc
     int n = snprintf(hit->etag, sizeof(hit->etag), "\"%llx-%llx\"", (unsigned long long)hit->size,
                      (unsigned long long)hit->mtime_ns);
     hit->etag_len = (size_t)n;
-    files_http_date(hit->mtime, hit->last_modified);
+    http_date_format(hit->mtime, hit->last_modified);
     hit->content_type = files__content_type(path);
     hit->content_type_len = strlen(hit->content_type);
-    return 0;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Dates */
-
-static const char files__days[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
-static const char files__months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                                          "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
-
-static void files__put2(char *p, int v)
-{
-    p[0] = (char)('0' + v / 10);
-    p[1] = (char)('0' + v % 10);
-}
-
-size_t files_http_date(time_t t, char out[FILES_DATE_SIZE])
-{
-    /* Built by hand, not with strftime: %a and %b follow LC_TIME, which the Python process
-     * may have set, and HTTP dates are always English. */
-    struct tm tm;
-    if (UNLIKELY(gmtime_r(&t, &tm) == NULL || tm.tm_year + 1900 < 0 ||
-                 tm.tm_year + 1900 > 9999)) {
-        out[0] = '\0';
-        return 0;
-    }
-    int year = tm.tm_year + 1900;
-    memcpy(out, files__days[tm.tm_wday], 3);
-    out[3] = ',';
-    out[4] = ' ';
-    files__put2(out + 5, tm.tm_mday);
-    out[7] = ' ';
-    memcpy(out + 8, files__months[tm.tm_mon], 3);
-    out[11] = ' ';
-    files__put2(out + 12, year / 100);
-    files__put2(out + 14, year % 100);
-    out[16] = ' ';
-    files__put2(out + 17, tm.tm_hour);
-    out[19] = ':';
-    files__put2(out + 20, tm.tm_min);
-    out[22] = ':';
-    files__put2(out + 23, tm.tm_sec);
-    memcpy(out + 25, " GMT", 5);
-    return 29;
-}
-
-static int files__digits(const char *s, size_t n)
-{
-    int v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return -1;
-        v = v * 10 + (s[i] - '0');
-    }
-    return v;
-}
-
-int files_parse_http_date(const char *s, size_t len, time_t *out)
-{
-    /* "Sun, 06 Nov 1994 08:49:37 GMT" */
-    if (len != 29 || s[3] != ',' || s[4] != ' ' || s[7] != ' ' || s[11] != ' ' || s[16] != ' ' ||
-        s[19] != ':' || s[22] != ':' || memcmp(s + 25, " GMT", 4) != 0)
-        return -EINVAL;
-    int wday = -1, mon = -1;
-    for (int i = 0; i < 7; i++)
-        if (memcmp(s, files__days[i], 3) == 0)
-            wday = i;
-    for (int i = 0; i < 12; i++)
-        if (memcmp(s + 8, files__months[i], 3) == 0)
-            mon = i;
-    int mday = files__digits(s + 5, 2), year = files__digits(s + 12, 4);
-    int hour = files__digits(s + 17, 2), min = files__digits(s + 20, 2);
-    int sec = files__digits(s + 23, 2);
-    if (wday < 0 || mon < 0 || mday < 1 || mday > 31 || year < 0 || hour < 0 || hour > 23 ||
-        min < 0 || min > 59 || sec < 0 || sec > 60)
-        return -EINVAL;
-    struct tm tm = {.tm_sec = sec == 60 ? 59 : sec, .tm_min = min, .tm_hour = hour,
-                    .tm_mday = mday, .tm_mon = mon, .tm_year = year - 1900};
-    time_t t = timegm(&tm);
-    /* timegm normalises 31 Feb into March: reject dates that do not exist. */
-    if (tm.tm_mday != mday || tm.tm_mon != mon)
-        return -EINVAL;
-    *out = t;
     return 0;
 }
 
@@ -442,7 +360,7 @@ int files_not_modified(const struct files_hit *hit, const char *inm, size_t inm_
         return files__etag_listed(hit->etag, hit->etag_len, inm, inm_len);
     if (ims != NULL) {
         time_t t;
-        if (files_parse_http_date(ims, ims_len, &t) < 0)
+        if (http_date_parse(ims, ims_len, &t) < 0)
             return 0;
         return hit->mtime <= t;
     }
@@ -456,7 +374,7 @@ int files_if_range(const struct files_hit *hit, const char *value, size_t len)
     if (len > 0 && value[0] == '"')
         return len == hit->etag_len && memcmp(value, hit->etag, len) == 0;
     time_t t;
-    if (files_parse_http_date(value, len, &t) < 0)
+    if (http_date_parse(value, len, &t) < 0)
         return 0;
     return t == hit->mtime;
 }

@@ -31,10 +31,12 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "http_date.h"
+
 struct files_root;
 
 /* IMF-fixdate "Sun, 06 Nov 1994 08:49:37 GMT" is 29 bytes; FILES_DATE_SIZE counts the NUL. */
-#define FILES_DATE_SIZE 30
+#define FILES_DATE_SIZE HTTP_DATE_SIZE
 /* A quoted ETag "\"<size hex>-<mtime_ns hex>\"" is at most 1 + 16 + 1 + 16 + 1 bytes. */
 #define FILES_ETAG_SIZE 40
 
@@ -90,13 +92,5 @@ int files_if_range(const struct files_hit *hit, const char *value, size_t len);
 int files_parse_range(const char *value, size_t len, uint64_t size, uint64_t *start,
                       uint64_t *end);
 
-/* Writes t as an IMF-fixdate into out (29 characters plus a NUL). Returns 29, or 0 if t cannot
- * be represented (out is then ""). Thread-safe (gmtime_r). */
-size_t files_http_date(time_t t, char out[FILES_DATE_SIZE]);
-
-/* Parses an IMF-fixdate (RFC 9110 5.6.7) into *out. Returns 0 or -EINVAL. The obsolete RFC 850
- * and asctime forms are not accepted (RFC 9110 allows a recipient to ignore what it cannot
- * parse). Thread-safe. */
-int files_parse_http_date(const char *s, size_t len, time_t *out);
 
 #endif

@@ -236,83 +236,8 @@ void *resp_alloc(struct cyserve_response *r, size_t size)
 
 /* ---- dates ---- */
 
-static const char wday_names[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
-static const char month_names[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                                        "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
-
-static void put2(char *p, int v)
-{
-    p[0] = (char)('0' + v / 10 % 10);
-    p[1] = (char)('0' + v % 10);
-}
-
-void http_date_format(time_t t, char *out)
-{
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    memcpy(out, wday_names[tm.tm_wday], 3);
-    out[3] = ',';
-    out[4] = ' ';
-    put2(out + 5, tm.tm_mday);
-    out[7] = ' ';
-    memcpy(out + 8, month_names[tm.tm_mon], 3);
-    out[11] = ' ';
-    int year = tm.tm_year + 1900;
-    put2(out + 12, year / 100);
-    put2(out + 14, year % 100);
-    out[16] = ' ';
-    put2(out + 17, tm.tm_hour);
-    out[19] = ':';
-    put2(out + 20, tm.tm_min);
-    out[22] = ':';
-    put2(out + 23, tm.tm_sec);
-    memcpy(out + 25, " GMT", 4);
-}
-
-static int digits(const char *s, int n, int *out)
-{
-    int v = 0;
-    for (int i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return -1;
-        v = v * 10 + (s[i] - '0');
-    }
-    *out = v;
-    return 0;
-}
-
-int http_date_parse(const char *s, size_t len, time_t *out)
-{
-    /* Only the IMF-fixdate form: we only ever send that form, so conditional requests that echo
-     * our Last-Modified back always use it. Others are treated as absent (RFC 9110 allows
-     * ignoring an invalid date). */
-    if (len != HTTP_DATE_LEN || s[3] != ',' || s[4] != ' ' || s[7] != ' ' || s[11] != ' ' ||
-        s[16] != ' ' || s[19] != ':' || s[22] != ':' || memcmp(s + 25, " GMT", 4) != 0)
-        return -EINVAL;
-    struct tm tm;
-    memset(&tm, 0, sizeof(tm));
-    int mon = -1;
-    for (int i = 0; i < 12; i++)
-        if (memcmp(s + 8, month_names[i], 3) == 0)
-            mon = i;
-    int day, year, hh, mm, ss;
-    if (mon < 0 || digits(s + 5, 2, &day) || digits(s + 12, 4, &year) ||
-        digits(s + 17, 2, &hh) || digits(s + 20, 2, &mm) || digits(s + 23, 2, &ss))
-        return -EINVAL;
-    if (day < 1 || day > 31 || hh > 23 || mm > 59 || ss > 60 || year < 1970)
-        return -EINVAL;
-    tm.tm_mday = day;
-    tm.tm_mon = mon;
-    tm.tm_year = year - 1900;
-    tm.tm_hour = hh;
-    tm.tm_min = mm;
-    tm.tm_sec = ss;
-    *out = timegm(&tm);
-    return 0;
-}
-
 static _Thread_local time_t date_cache_sec = -1;
-static _Thread_local char date_cache[HTTP_DATE_LEN];
+static _Thread_local char date_cache[HTTP_DATE_SIZE];
 
 const char *http_date_cached(time_t now_s)
 {

@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "http_date.h"
+
 #include "cyserve/handler.h"
 
 /* ---- growable byte buffers ---- */
@@ -96,14 +98,6 @@ int resp_write(struct cyserve_response *r, const void *data, size_t len);
 void *resp_alloc(struct cyserve_response *r, size_t size);
 
 /* ---- serialisation ---- */
-
-#define HTTP_DATE_LEN 29 /* "Sun, 06 Nov 1994 08:49:37 GMT" */
-
-/* Format t as an IMF-fixdate (RFC 9110 5.6.7) into out[0..29). Any thread. */
-void http_date_format(time_t t, char *out);
-
-/* Parse an IMF-fixdate; returns 0 and sets *out, or -EINVAL. */
-int http_date_parse(const char *s, size_t len, time_t *out);
 
 /* This thread's cached Date value for wall-clock second now_s: formatted at most once a second
  * per thread. Returns a pointer to HTTP_DATE_LEN bytes, valid until the next call on this

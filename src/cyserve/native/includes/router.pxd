@@ -73,5 +73,5 @@ cdef extern from "csrc/files.h" nogil:
     int files_if_range(const files_hit_t *hit, const char *value, size_t len)
     int files_parse_range(const char *value, size_t len, uint64_t size, uint64_t *start,
                           uint64_t *end)
-    size_t files_http_date(time_t t, char *out)
-    int files_parse_http_date(const char *s, size_t len, time_t *out)
+    size_t http_date_format(time_t t, char *out)
+    int http_date_parse(const char *s, size_t len, time_t *out)
