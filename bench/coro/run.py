@@ -39,7 +39,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -185,7 +185,8 @@ def run_json(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, Any
     return out
 
 
-def measure_quietly(what: str, retries: int, fn: Any) -> dict[str, Any]:
+def measure_quietly(what: str, retries: int,
+                    fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """fn() once, and again (at most `retries` more times) while other processes disturbed it;
     the least disturbed attempt is kept, with the number of attempts."""
     best = None
