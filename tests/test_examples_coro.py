@@ -5,48 +5,24 @@ the same way a user would."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
-import cyserve
+from _cython_ext import build_user_module
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
 
-BUILD = textwrap.dedent("""
-    import sys
-    from Cython.Build import cythonize
-    from setuptools import Extension, setup
-    inc, pkg_parent = sys.argv[1], sys.argv[2]
-    setup(name="coro-user",
-          ext_modules=cythonize([Extension("coro_user", ["coro_user.pyx"], include_dirs=[inc])],
-                                include_path=[pkg_parent], quiet=True,
-                                compiler_directives={"language_level": "3"}),
-          script_args=["-q", "build_ext", "--inplace"])
-""")
-
 
 @pytest.fixture(scope="module")
 def coro_user(tmp_path_factory):
-    d = tmp_path_factory.mktemp("coro_ext")
-    shutil.copy(HERE / "cython_ext" / "coro_user.pyx", d / "coro_user.pyx")
-    (d / "build_coro_user.py").write_text(BUILD)
-    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(cyserve.__file__)))
-    proc = subprocess.run([sys.executable, "build_coro_user.py", cyserve.get_include(),
-                           pkg_parent], cwd=d, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, f"building coro_user.pyx failed:\n{proc.stdout}\n{proc.stderr}"
-    so = next(d.glob("coro_user*.so"))
-    spec = importlib.util.spec_from_file_location("coro_user", so)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return build_user_module(HERE / "cython_ext" / "coro_user.pyx",
+                             tmp_path_factory.mktemp("coro_ext"))
 
 
 @pytest.mark.parametrize("workers", [1, 2, 4])

@@ -4,48 +4,21 @@ temporary folder, then served through Server."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import shutil
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 import cyserve
+from _cython_ext import build_user_module
 from _rawhttp import Conn, get, request, serving
 
 HERE = Path(__file__).parent
 
-BUILD = textwrap.dedent("""
-    import sys
-    from Cython.Build import cythonize
-    from setuptools import Extension, setup
-    inc, pkg_parent = sys.argv[1], sys.argv[2]
-    setup(name="hello-ext",
-          ext_modules=cythonize([Extension("hello", ["hello.pyx"], include_dirs=[inc])],
-                                include_path=[pkg_parent], quiet=True,
-                                compiler_directives={"language_level": "3"}),
-          script_args=["-q", "build_ext", "--inplace"])
-""")
-
 
 @pytest.fixture(scope="module")
 def hello(tmp_path_factory):
-    d = tmp_path_factory.mktemp("cython_ext")
-    shutil.copy(HERE / "cython_ext" / "hello.pyx", d / "hello.pyx")
-    (d / "build_hello.py").write_text(BUILD)
-    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(cyserve.__file__)))
-    proc = subprocess.run([sys.executable, "build_hello.py", cyserve.get_include(), pkg_parent],
-                          cwd=d, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, f"building hello.pyx failed:\n{proc.stdout}\n{proc.stderr}"
-    so = next(d.glob("hello*.so"))
-    spec = importlib.util.spec_from_file_location("hello", so)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return build_user_module(HERE / "cython_ext" / "hello.pyx",
+                             tmp_path_factory.mktemp("cython_ext"))
 
 
 @pytest.fixture(scope="module")
