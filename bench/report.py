@@ -316,7 +316,72 @@ def write_all(result, outdir, plot_python=None):
     return written
 
 
+DOCS_START, DOCS_END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+def docs_section(result):
+    """The "Latest results" body of docs/benchmarks.md for a result (plots linked from
+    bench/results/)."""
+    r, m, cfg = result, result["machine"], result["config"]
+    kind = "a full `make bench` run" if r["mode"] == "full" else "a `make bench-quick` run"
+    lines = [
+        f"From {kind}: {r['started']}, git {r['git']}, `{r['command']}`, {r['elapsed_s'] / 60:.0f} min. "
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory']}, Linux {m['kernel']}, Python {m['python']}, "
+        f"{m['tools'].get('wrk', 'no wrk')}; load average {m.get('loadavg_start', '?')} at the start, "
+        f"{m.get('loadavg_end', '?')} at the end. {cfg['rounds']} interleaved round(s) of {cfg['duration_s']} s cells "
+        f"(warm-up {cfg['warmup_s']} s). The whole report, with min–max, p50/p99, peak RSS, % nginx and × fasthttp "
+        "per cell, is [bench/results/latest.md](../bench/results/latest.md); raw figures in "
+        "`bench/results/latest.json`.",
+        "",
+        "### Overview: requests/s · requests per server CPU-second, pinned mode (one server core), medians",
+        "",
+    ] + overview(r) + [
+        "",
+        "error: the cell ran but no request completed in it. n/a: no handler for that route. "
+        "unavailable: see the server table in the report (Lwan needs `LWAN_BIN`).",
+        "",
+    ]
+    hey = r["summary"].get("hey", {})
+    for w, rows in hey.items():
+        lines += [f"### seed 001's client on /{w}: {cfg['hey']}, server pinned to one CPU", "",
+                  "| server | req/s | % nginx | p50 ms | p99 ms |", "|---|---:|---:|---:|---:|"]
+        for n in sorted(rows, key=lambda n: -rows[n]["rps"]["median"]):
+            f = rows[n]
+            lines.append(f"| {r['servers'][n]['label']} | {f['rps']['median']:,.0f} "
+                         f"| {_cell(f['pct_nginx'], '{:.1f}', False)} | {_cell(f['p50_ms'], '{:.2f}', False)} "
+                         f"| {_cell(f['p99_ms'], '{:.2f}', False)} |")
+        lines.append("")
+    if r["summary"].get("scaling"):
+        lines += ["### Scaling (all-core, flagged: the client shares the cores), requests/s", ""]
+        for w, by in r["summary"]["scaling"].items():
+            for n, pts in by.items():
+                lines.append(f"- /{w}, {r['servers'][n]['label']}: "
+                             + ", ".join(f"{t} worker(s) {v:,.0f}" for t, v in pts.items()))
+        lines.append("")
+    lines += [f"![/{w}](../bench/results/plot-{w}.png)" for w in r["workloads"]
+              if r["summary"].get("pinned", {}).get(w)]
+    if r["summary"].get("scaling"):
+        lines.append("![scaling](../bench/results/plot-scaling.png)")
+    lines += ["", "### Versions", "", "| server | version |", "|---|---|"]
+    lines += [f"| {i['label']} | {i['version']} |" for i in r["servers"].values()]
+    return "\n".join(lines) + "\n"
+
+
+def update_docs(result, path):
+    """Replace the text between the results markers of docs/benchmarks.md."""
+    with open(path) as f:
+        doc = f.read()
+    head, rest = doc.split(DOCS_START, 1)
+    _, tail = rest.split(DOCS_END, 1)
+    with open(path, "w") as f:
+        f.write(head + DOCS_START + "\n" + docs_section(result) + DOCS_END + tail)
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--docs":
+        with open(sys.argv[2]) as f:
+            update_docs(json.load(f), sys.argv[3])
+        sys.exit(0)
     if len(sys.argv) == 4 and sys.argv[1] == "--plots":
         with open(sys.argv[2]) as f:
             res = json.load(f)
@@ -327,4 +392,5 @@ if __name__ == "__main__":
             res = json.load(f)
         sys.stdout.write(markdown(res))
     else:
-        sys.exit("usage: report.py RESULT.json | report.py --plots RESULT.json OUTDIR")
+        sys.exit("usage: report.py RESULT.json | report.py --plots RESULT.json OUTDIR"
+                 " | report.py --docs RESULT.json docs/benchmarks.md")

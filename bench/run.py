@@ -464,6 +464,7 @@ def main(argv=None):
         f"{'wrk' if harness.have('wrk') and args.client != 'python' else 'python (figures measure the client)'})")
 
     expected = W.expected_bodies()
+    load_start = [round(x, 2) for x in os.getloadavg()]  # others' load on a shared machine: noise
     started = datetime.datetime.now(datetime.timezone.utc)
     with tempfile.TemporaryDirectory(prefix="cyserve-bench-") as tmp:
         os.chmod(tmp, 0o755)  # nginx's workers (user nobody when run as root) read files below it
@@ -489,7 +490,8 @@ def main(argv=None):
                    "client": sess.client, "allcore_workloads": list(mode["allcore"]),
                    "hey_workloads": list(mode["hey"]), "scaling_workloads": list(mode["scaling"]),
                    "hey": "hey -n 2000 -c 50", "pipelining": False},
-        "machine": machine_info(),
+        "machine": dict(machine_info(), loadavg_start=load_start,
+                        loadavg_end=[round(x, 2) for x in os.getloadavg()]),
         "git": git_rev(),
         "workloads": list(W.WORKLOADS),
         "servers": {s.name: {"label": s.label, "group": s.group, "note": s.note, "scales": s.scales,
