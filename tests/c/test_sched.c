@@ -229,7 +229,7 @@ static void io_on_ready(struct sched_io *io, uint32_t events)
 {
     add(&io_on_ready_calls, 1);
     ok(sched_current() == NULL, "on_ready runs on the worker's own stack");
-    ok(sched_worker_id() == io->home, "on_ready runs on the home worker");
+    ok(sched_home_held() == io->home, "on_ready runs with the home's loop lock");
     sched_spawn(io_sched, io_server, io);
 }
 
