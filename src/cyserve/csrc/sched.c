@@ -19,19 +19,57 @@
  * ---- What can be stolen, what follows a coroutine, who owns what ----
  * A coroutine in a run queue or the inject queue is runnable and may run on any worker: its
  * stack goes with it (stacks are plain memory; the queues' release/acquire hand-over orders
- * every access). Waiting is home-owned: the epoll registration, the timer and the parked-list
- * entry of a waiting coroutine belong to the worker that runs it when it starts to wait, and
- * only that worker touches them. One-shot waits (sched_wait_fd, sched_sleep_ns) simply use the
- * worker the coroutine is on. A sched_io is registered once in its home worker's epoll and its
- * readiness bits live in it (home only), so sched_io_wait/release/del first *hop* home: the
- * coroutine yields, the worker it ran on pushes it on the home's remote queue, the home runs it
- * from its local list (not stealable, so it cannot be stolen again before it waits). Readiness
- * therefore never follows a stolen coroutine: the coroutine follows the readiness. An event on a
- * waiting sched_io wakes the waiter onto the home's run queue, from which it may be stolen
- * again to run its read/write elsewhere.
- * Memory: coroutine structs come from a slab shared by all pools of this scheduler (coro.c);
- * a struct freed on another worker than the one that created it joins that worker's cache.
- * The wait records (struct sched_wait) live on the waiting coroutine's own stack.
+ * every access). Thread-owned (only the worker's own thread touches them): its run queue (the
+ * push side), offload batch, pool, cached clock `now`, counters. Home state of worker W: its
+ * epoll (the events it returns), timer heap, parked list, remote queue (the consumer side) and
+ * local list, and every sched_io / wait record registered on it. Home state is protected by W's
+ * loop lock L(W), not by W's thread; the engine puts its per-home data (connection lists, busy
+ * flags, idle timers) under the same lock.
+ *
+ * ---- Loop locks and rescue (issue 4, item 1) ----
+ * Why: with home state owned by W's thread, a worker running one long coroutine (a CPU-bound
+ * nogil handler) or a long offload batch (a slow Python handler, a wait for the GIL) polled
+ * nobody's events: every connection homed on it stalled until the handler returned.
+ * The lock: W's thread holds L(W) while in its loop (including parked in epoll_wait) and
+ * releases it while it runs coroutine code or offloaded calls (w_run, w_loop_offloads; run_seq
+ * is odd meanwhile). Whoever holds L(W) may run W's loop step: epoll_wait(W.epfd, 0), W's due
+ * timers, the on_ready / timer callbacks, W's local list. Woken and spawned coroutines go to the
+ * run queue of the thread doing it (wait_finish(self, home)), never to W's ring (single
+ * producer).
+ * Rescue: an idle worker T about to park (no local work, nothing to steal) looks at every W
+ * whose run_seq is odd and has not changed for SCHED_RESCUE_NS (a shared sample, watch_seq /
+ * watch_at), try-locks L(W), gives up L(T), runs W's loop step, then takes L(T) back. While any
+ * W runs coroutine code, T parks with a timeout of one threshold, to look again (W's events are
+ * on W's epoll and do not wake T); so a stalled worker's connections wait at most about one
+ * threshold, and an idle worker beside busy ones wakes at most once per threshold.
+ * Home sections: a coroutine touching W's state (sched_io_wait/release/del, sleep and fd waits
+ * on its own worker, sched_home_enter) holds L(W) on whatever thread it runs: try-lock; if that
+ * fails and W is its own worker (held only by a rescuer or another short section) or the
+ * scheduler is stopping, block; otherwise hop: push itself on W's remote queue, and whoever
+ * holds L(W) next (W's loop, or a rescuer) runs it from W's local list with the lock handed
+ * over. A section ends at sched_home_exit(), or when the coroutine suspends or ends: the
+ * scheduler releases the lock after the switch (Go's gopark unlockf), so a wait registered under
+ * the lock cannot be ended, and the coroutine resumed elsewhere, while it is still on this stack.
+ * Sections are short: sched_io_wait finding readiness already there and sched_io_release
+ * returning -EAGAIN drop the lock before returning to user code; sched_io_release returning 0
+ * keeps it for the caller's idle bookkeeping only (contract in sched.h).
+ * Lock rules (no deadlock): a thread blocks on a loop lock only while it holds none (a worker
+ * re-taking its own after a coroutine or a rescue; a coroutine entering its own worker's, or any
+ * while stopping); with one lock held it only try-locks another (the rescuer), and a coroutine
+ * entering a second home drops the first. Every holder keeps a lock for a bounded time, except
+ * W parked in its own epoll_wait, and nobody blocks on L(W) then (W's own thread is the one
+ * parked; while stopping, W is woken and leaves its loop). So the wait-for graph has no cycle.
+ * The lock is a word (CAS acquire, store release), not a pthread mutex: it is taken inside a
+ * coroutine and released by the scheduler after the switch (under TSan, a different fiber).
+ * Costs on the hot path: one uncontended CAS and one release store per coroutine run, two
+ * relaxed stores of run_seq; no syscall.
+ * Not done: nested epoll (W.epfd in T's epoll, armed while W stalls) would wake T at once
+ * instead of within a threshold; rescuers do not run W's runnable coroutines (those are stolen
+ * already). A coroutine that spins while *holding* a loop lock cannot be rescued (by contract
+ * home sections are short). Memory: coroutine structs come from a slab shared by all pools of
+ * this scheduler (coro.c); a struct freed on another worker than the one that created it joins
+ * that worker's cache. The wait records (struct sched_wait) live on the waiting coroutine's own
+ * stack.
  *
  * ---- The worker loop ----
  *   1. every 61st tick, look at the inject queue and poll epoll without blocking first (so
@@ -42,7 +80,9 @@
  *      batch of offloaded calls, poll epoll and timers without blocking;
  *   4. spin: take a batch from the inject queue, then steal from a random victim, then from
  *      the others in turn;
- *   5. park in epoll_wait with the next timer as timeout.
+ *   5. rescue a worker stuck in one coroutine, if any (see above);
+ *   6. park in epoll_wait with the next timer as timeout (at most one rescue threshold while
+ *      another worker runs coroutine code).
  *
  * ---- Spinning and parking (Go's protocol) ----
  * A worker looking for work is "spinning" (nspinning counts them; at most half the busy workers
@@ -90,8 +130,13 @@
  *   same epoll gives one blocking point for both.
  * - Waking a worker per spawn: 500,000 spawns would mean 500,000 syscalls.
  * - Moving epoll registrations with a stolen coroutine: epoll_ctl from two threads on one
- *   registration races with event delivery; hopping home keeps every registration single-
- *   threaded.
+ *   registration races with event delivery; the loop lock keeps each home's event processing
+ *   single-threaded at any moment.
+ * - Processing a home's events without its lock (a rescuer epoll_waits, then locks): an event
+ *   taken from the kernel may name a connection that the lock holder frees meanwhile. Events are
+ *   taken and processed under the same lock hold.
+ * - A pthread mutex as the loop lock, or a dedicated monitor thread (Go's sysmon): see above;
+ *   idle workers are already there and already look for work before they park.
  * - Per-coroutine timers in a global structure: a shared heap would need a lock per sleep. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
@@ -179,7 +224,7 @@ struct sched_worker {
     /* safety (field): a rescuer's sample of run_seq and when it took it; written and read by
      * any rescuer with relaxed atomics; a torn pair only moves one rescue earlier or later. */
     uint64_t watch_seq, watch_at;
-    /* Owner-only from here on. */
+    /* Owner-only (this thread) from here on, except the home state marked "Under L(W)". */
     struct sched *s CACHE_ALIGNED;
     unsigned id;
     pthread_t thread;
@@ -191,10 +236,11 @@ struct sched_worker {
      * runs them), W's parked coroutines, timer heap and epoll events. */
     struct coro *local_head, *local_tail;
     struct coro *parked_head; /* waiting coroutines, doubly linked through node next/prev */
-    struct coro *off_head, *off_tail;
-    unsigned n_off;
     struct sched_timer **heap;
     size_t heap_len, heap_cap;
+    /* This thread's again. */
+    struct coro *off_head, *off_tail;
+    unsigned n_off;
     uint64_t now;
     uint64_t rng;
     uint64_t tick;
@@ -568,7 +614,7 @@ static void remote_push(struct sched *s, struct sched_worker *w, struct coro *co
     sched_wake_worker(s, w);
 }
 
-/* Move the remote stack to the local list, oldest first. Owner only. */
+/* Move the remote stack to the local list, oldest first. Holding w's loop lock. */
 static void remote_drain(struct sched_worker *w)
 {
     /* safety: cheap check first; acquire pairs with the pushers' CAS. */
