@@ -88,9 +88,6 @@ def test_head_on_nogil_route(port):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="a worker busy in a CPU-bound handler does not poll its "
-                   "epoll, and no other worker does it for it: the connections homed on it wait "
-                   "until the handler returns (only already runnable coroutines are stolen)")
 def test_cpu_bound_handler_does_not_stall_other_connections_of_its_worker(hello):
     routes = [("path", "/", None, "nogil", hello.ROOT), ("path", "/hog", None, "nogil", hello.HOG),
               ("path", "/probe", None, "nogil", hello.PROBE),

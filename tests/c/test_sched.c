@@ -229,7 +229,7 @@ static void io_on_ready(struct sched_io *io, uint32_t events)
 {
     add(&io_on_ready_calls, 1);
     ok(sched_current() == NULL, "on_ready runs on the worker's own stack");
-    ok(sched_worker_id() == io->home, "on_ready runs on the home worker");
+    ok(sched_home_held() == io->home, "on_ready runs with the home's loop lock");
     sched_spawn(io_sched, io_server, io);
 }
 
@@ -434,6 +434,120 @@ static void test_stop(void)
     is_int(stop_defers, 0, "defers registered inside a body do not exist before it runs");
 }
 
+/* ---- rescue: a worker stuck in one coroutine has its loop step run by the idle one ---- */
+
+/* The hog registers a sched_io and arms a timer on its own worker (H), then spins without ever
+ * yielding until both were served, by the other worker, while it spun: on_ready, a coroutine
+ * that reads, parks on the io (home H) and is woken again, and the timer callback. The spin is
+ * bounded (10 s) only so that a broken scheduler fails the checks below instead of hanging. */
+static struct sched *rs_sched;
+static struct sched_io rs_io;
+static int rs_sv[2];
+static struct sched_timer rs_timer;
+static int rs_home = -1, rs_spinning, rs_stage, rs_done, rs_timer_fired, rs_hog_over;
+static int rs_ready_ok, rs_timer_ok, rs_ping_ok, rs_pong_ok, rs_served_elsewhere;
+
+static int rs_read4(char *buf)
+{
+    size_t got = 0;
+    while (got < 4) {
+        ssize_t n = read(rs_io.fd, buf + got, 4 - got);
+        if (n > 0) {
+            got += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EAGAIN && sched_io_wait(&rs_io, EPOLLIN, -1) > 0)
+            continue;
+        return -1;
+    }
+    return 0;
+}
+
+static int rs_server(struct coro *co, void *arg)
+{
+    char buf[4];
+    int home = get(&rs_home);
+    add(&rs_served_elsewhere, sched_worker_id() != home);
+    rs_ping_ok = rs_read4(buf) == 0 && memcmp(buf, "ping", 4) == 0;
+    add(&rs_stage, 1); /* the writer sends "pong" now: we wait for it, parked on home's io */
+    rs_pong_ok = rs_read4(buf) == 0 && memcmp(buf, "pong", 4) == 0 && get(&rs_spinning);
+    while (sched_io_release(&rs_io) == -EAGAIN)
+        while (read(rs_io.fd, buf, sizeof(buf)) > 0)
+            ;
+    ok(sched_home_held() == home, "sched_io_release returned 0 inside the home section");
+    add(&rs_done, 1);
+    return 0;
+}
+
+static void rs_on_ready(struct sched_io *io, uint32_t events)
+{
+    int home = get(&rs_home);
+    rs_ready_ok = get(&rs_spinning) && sched_worker_id() != home &&
+                  sched_home_held() == home && sched_current() == NULL;
+    sched_spawn(rs_sched, rs_server, NULL);
+}
+
+static void rs_timer_cb(struct sched_timer *t)
+{
+    int home = get(&rs_home);
+    rs_timer_ok = get(&rs_spinning) && sched_worker_id() != home && sched_home_held() == home;
+    add(&rs_timer_fired, 1);
+}
+
+static int rs_writer(struct coro *co, void *arg)
+{
+    while (!get(&rs_spinning))
+        sched_sleep_ns(1000000);
+    if (write(rs_sv[1], "ping", 4) != 4)
+        return -1;
+    while (get(&rs_stage) < 1) {
+        if (get(&rs_hog_over))
+            return -1; /* nobody served the io while the hog spun: the checks report it */
+        sched_sleep_ns(1000000);
+    }
+    return write(rs_sv[1], "pong", 4) == 4 ? 0 : -1;
+}
+
+static int rs_hog(struct coro *co, void *arg)
+{
+    int home = sched_home_enter(-1);
+    add(&rs_home, home + 1); /* from -1 */
+    rs_io.data = NULL;
+    int rc = sched_io_add(&rs_io, rs_sv[0], rs_on_ready);
+    rs_timer.cb = rs_timer_cb;
+    sched_timer_arm(&rs_timer, sched_now_ns() + 20000000);
+    sched_home_exit();
+    ok(rc == 0 && sched_home_held() == -1, "hog registered its io and timer, then left its home");
+    sched_spawn(rs_sched, rs_writer, NULL);
+    add(&rs_spinning, 1);
+    uint64_t t0 = sched_clock_ns();
+    while (!(get(&rs_timer_fired) && get(&rs_done)) && sched_clock_ns() - t0 < 10000000000ull)
+        cpu_relax();
+    ok(sched_worker_id() == home, "the hog never left its worker (it never yielded)");
+    add(&rs_spinning, -1);
+    sched_io_del(&rs_io);
+    add(&rs_hog_over, 1);
+    return 0;
+}
+
+static void test_rescue(void)
+{
+    rs_sched = new_sched(2, 0, 0, 0);
+    socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, rs_sv);
+    sched_spawn(rs_sched, rs_hog, NULL);
+    sched_run(rs_sched);
+    ok(rs_ready_ok, "on_ready of an io homed on the spinning worker ran on the other one");
+    is_int(rs_served_elsewhere, 1, "its serving coroutine ran on the other worker");
+    ok(rs_ping_ok, "it read the first message");
+    ok(rs_pong_ok, "it parked on the busy home's io and was woken while the hog still spun");
+    is_int(rs_done, 1, "it released the io and finished");
+    is_int(rs_timer_fired, 1, "the busy worker's timer fired once");
+    ok(rs_timer_ok, "on the other worker, with the home's loop lock, while the hog spun");
+    sched_free(rs_sched);
+    close(rs_sv[0]);
+    close(rs_sv[1]);
+}
+
 int main(void)
 {
     test_config();
@@ -447,5 +561,6 @@ int main(void)
     test_io_hop();
     test_offload();
     test_stop();
+    test_rescue();
     return done_testing();
 }

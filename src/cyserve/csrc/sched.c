@@ -19,19 +19,57 @@
  * ---- What can be stolen, what follows a coroutine, who owns what ----
  * A coroutine in a run queue or the inject queue is runnable and may run on any worker: its
  * stack goes with it (stacks are plain memory; the queues' release/acquire hand-over orders
- * every access). Waiting is home-owned: the epoll registration, the timer and the parked-list
- * entry of a waiting coroutine belong to the worker that runs it when it starts to wait, and
- * only that worker touches them. One-shot waits (sched_wait_fd, sched_sleep_ns) simply use the
- * worker the coroutine is on. A sched_io is registered once in its home worker's epoll and its
- * readiness bits live in it (home only), so sched_io_wait/release/del first *hop* home: the
- * coroutine yields, the worker it ran on pushes it on the home's remote queue, the home runs it
- * from its local list (not stealable, so it cannot be stolen again before it waits). Readiness
- * therefore never follows a stolen coroutine: the coroutine follows the readiness. An event on a
- * waiting sched_io wakes the waiter onto the home's run queue, from which it may be stolen
- * again to run its read/write elsewhere.
- * Memory: coroutine structs come from a slab shared by all pools of this scheduler (coro.c);
- * a struct freed on another worker than the one that created it joins that worker's cache.
- * The wait records (struct sched_wait) live on the waiting coroutine's own stack.
+ * every access). Thread-owned (only the worker's own thread touches them): its run queue (the
+ * push side), offload batch, pool, cached clock `now`, counters. Home state of worker W: its
+ * epoll (the events it returns), timer heap, parked list, remote queue (the consumer side) and
+ * local list, and every sched_io / wait record registered on it. Home state is protected by W's
+ * loop lock L(W), not by W's thread; the engine puts its per-home data (connection lists, busy
+ * flags, idle timers) under the same lock.
+ *
+ * ---- Loop locks and rescue (issue 4, item 1) ----
+ * Why: with home state owned by W's thread, a worker running one long coroutine (a CPU-bound
+ * nogil handler) or a long offload batch (a slow Python handler, a wait for the GIL) polled
+ * nobody's events: every connection homed on it stalled until the handler returned.
+ * The lock: W's thread holds L(W) while in its loop (including parked in epoll_wait) and
+ * releases it while it runs coroutine code or offloaded calls (w_run, w_loop_offloads; run_seq
+ * is odd meanwhile). Whoever holds L(W) may run W's loop step: epoll_wait(W.epfd, 0), W's due
+ * timers, the on_ready / timer callbacks, W's local list. Woken and spawned coroutines go to the
+ * run queue of the thread doing it (wait_finish(self, home)), never to W's ring (single
+ * producer).
+ * Rescue: an idle worker T about to park (no local work, nothing to steal) looks at every W
+ * whose run_seq is odd and has not changed for SCHED_RESCUE_NS (a shared sample, watch_seq /
+ * watch_at), try-locks L(W), gives up L(T), runs W's loop step, then takes L(T) back. While any
+ * W runs coroutine code, T parks with a timeout of one threshold, to look again (W's events are
+ * on W's epoll and do not wake T); so a stalled worker's connections wait at most about one
+ * threshold, and an idle worker beside busy ones wakes at most once per threshold.
+ * Home sections: a coroutine touching W's state (sched_io_wait/release/del, sleep and fd waits
+ * on its own worker, sched_home_enter) holds L(W) on whatever thread it runs: try-lock; if that
+ * fails and W is its own worker (held only by a rescuer or another short section) or the
+ * scheduler is stopping, block; otherwise hop: push itself on W's remote queue, and whoever
+ * holds L(W) next (W's loop, or a rescuer) runs it from W's local list with the lock handed
+ * over. A section ends at sched_home_exit(), or when the coroutine suspends or ends: the
+ * scheduler releases the lock after the switch (Go's gopark unlockf), so a wait registered under
+ * the lock cannot be ended, and the coroutine resumed elsewhere, while it is still on this stack.
+ * Sections are short: sched_io_wait finding readiness already there and sched_io_release
+ * returning -EAGAIN drop the lock before returning to user code; sched_io_release returning 0
+ * keeps it for the caller's idle bookkeeping only (contract in sched.h).
+ * Lock rules (no deadlock): a thread blocks on a loop lock only while it holds none (a worker
+ * re-taking its own after a coroutine or a rescue; a coroutine entering its own worker's, or any
+ * while stopping); with one lock held it only try-locks another (the rescuer), and a coroutine
+ * entering a second home drops the first. Every holder keeps a lock for a bounded time, except
+ * W parked in its own epoll_wait, and nobody blocks on L(W) then (W's own thread is the one
+ * parked; while stopping, W is woken and leaves its loop). So the wait-for graph has no cycle.
+ * The lock is a word (CAS acquire, store release), not a pthread mutex: it is taken inside a
+ * coroutine and released by the scheduler after the switch (under TSan, a different fiber).
+ * Costs on the hot path: one uncontended CAS and one release store per coroutine run, two
+ * relaxed stores of run_seq; no syscall.
+ * Not done: nested epoll (W.epfd in T's epoll, armed while W stalls) would wake T at once
+ * instead of within a threshold; rescuers do not run W's runnable coroutines (those are stolen
+ * already). A coroutine that spins while *holding* a loop lock cannot be rescued (by contract
+ * home sections are short). Memory: coroutine structs come from a slab shared by all pools of
+ * this scheduler (coro.c); a struct freed on another worker than the one that created it joins
+ * that worker's cache. The wait records (struct sched_wait) live on the waiting coroutine's own
+ * stack.
  *
  * ---- The worker loop ----
  *   1. every 61st tick, look at the inject queue and poll epoll without blocking first (so
@@ -42,7 +80,9 @@
  *      batch of offloaded calls, poll epoll and timers without blocking;
  *   4. spin: take a batch from the inject queue, then steal from a random victim, then from
  *      the others in turn;
- *   5. park in epoll_wait with the next timer as timeout.
+ *   5. rescue a worker stuck in one coroutine, if any (see above);
+ *   6. park in epoll_wait with the next timer as timeout (at most one rescue threshold while
+ *      another worker runs coroutine code).
  *
  * ---- Spinning and parking (Go's protocol) ----
  * A worker looking for work is "spinning" (nspinning counts them; at most half the busy workers
@@ -90,8 +130,13 @@
  *   same epoll gives one blocking point for both.
  * - Waking a worker per spawn: 500,000 spawns would mean 500,000 syscalls.
  * - Moving epoll registrations with a stolen coroutine: epoll_ctl from two threads on one
- *   registration races with event delivery; hopping home keeps every registration single-
- *   threaded.
+ *   registration races with event delivery; the loop lock keeps each home's event processing
+ *   single-threaded at any moment.
+ * - Processing a home's events without its lock (a rescuer epoll_waits, then locks): an event
+ *   taken from the kernel may name a connection that the lock holder frees meanwhile. Events are
+ *   taken and processed under the same lock hold.
+ * - A pthread mutex as the loop lock, or a dedicated monitor thread (Go's sysmon): see above;
+ *   idle workers are already there and already look for work before they park.
  * - Per-coroutine timers in a global structure: a shared heap would need a lock per sleep. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
@@ -168,19 +213,34 @@ struct sched_worker {
      * the owner with an exchange. */
     struct coro *remote CACHE_ALIGNED;
     int parked CACHE_ALIGNED; /* W_* state; see the recipe above */
-    /* Owner-only from here on. */
+    /* safety (field): the loop lock L(W), 0 free / 1 held; protects W's home state (see "Loop
+     * locks" in the essay). A word, not a pthread mutex: it is taken inside a coroutine and
+     * released by the scheduler after the switch, which a mutex (owned by a thread, and under
+     * TSan by a fiber) does not allow. */
+    int loop_lock CACHE_ALIGNED;
+    /* safety (field): run_seq is written by the owner only (relaxed stores), read by rescuers:
+     * odd while the owner runs coroutine code (or offloaded calls) with L(W) released. */
+    uint64_t run_seq;
+    /* safety (field): a rescuer's sample of run_seq and when it took it; written and read by
+     * any rescuer with relaxed atomics; a torn pair only moves one rescue earlier or later. */
+    uint64_t watch_seq, watch_at;
+    /* Owner-only (this thread) from here on, except the home state marked "Under L(W)". */
     struct sched *s CACHE_ALIGNED;
     unsigned id;
     pthread_t thread;
     int epfd, evfd;
     struct coro_pool *pool;
     struct coro *current;
+    int held; /* the worker whose loop lock this thread holds, or -1 */
+    /* Under L(W): hopped coroutines waiting to run a home section here (whoever holds L(W)
+     * runs them), W's parked coroutines, timer heap and epoll events. */
     struct coro *local_head, *local_tail;
     struct coro *parked_head; /* waiting coroutines, doubly linked through node next/prev */
-    struct coro *off_head, *off_tail;
-    unsigned n_off;
     struct sched_timer **heap;
     size_t heap_len, heap_cap;
+    /* This thread's again. */
+    struct coro *off_head, *off_tail;
+    unsigned n_off;
     uint64_t now;
     uint64_t rng;
     uint64_t tick;
@@ -224,6 +284,78 @@ static NOINLINE struct sched_worker *sched_self(void)
     struct sched_worker *w = sched_tls_worker;
     __asm__ volatile("" : "+r"(w));
     return w;
+}
+
+/* ---- loop locks ---- */
+
+/* Rescue threshold: a worker that has run one coroutine (or one batch of offloaded calls) for
+ * this long gets its loop step run by an idle worker. 1 ms is well above a normal request (a few
+ * microseconds) so rescues never compete with a healthy worker, and small enough that a client
+ * of a stalled worker sees at most about a millisecond more latency. */
+#define SCHED_RESCUE_NS 1000000ull
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
+static int lock_try(struct sched_worker *home)
+{
+    int zero = 0;
+    /* safety: acquire pairs with lock_release: everything the previous holder did to home's
+     * state happens before what we do. The relaxed pre-check keeps a contended word shared. */
+    return __atomic_load_n(&home->loop_lock, __ATOMIC_RELAXED) == 0 &&
+           __atomic_compare_exchange_n(&home->loop_lock, &zero, 1, 0, __ATOMIC_ACQUIRE,
+                                       __ATOMIC_RELAXED);
+}
+
+static void lock_release(struct sched_worker *home)
+{
+    /* safety: release publishes our changes to home's state to the next holder. */
+    __atomic_store_n(&home->loop_lock, 0, __ATOMIC_RELEASE);
+}
+
+/* Blocking acquisition, only ever by a thread that holds no loop lock (see the essay), of a lock
+ * whose holders keep it for a bounded, short time: spin briefly, then give the CPU away (the
+ * holder may be preempted on a crowded machine). */
+static void loop_lock(struct sched_worker *self, struct sched_worker *home)
+{
+    for (unsigned spins = 0; !lock_try(home); spins++) {
+        if (spins < 64)
+            cpu_relax();
+        else
+            (sched_yield)(); /* POSIX sched_yield(2): the parentheses skip our macro */
+    }
+    self->held = (int)home->id;
+}
+
+static int loop_trylock(struct sched_worker *self, struct sched_worker *home)
+{
+    if (!lock_try(home))
+        return 0;
+    self->held = (int)home->id;
+    return 1;
+}
+
+/* Release whatever loop lock self holds (none: no-op). */
+static void loop_unlock(struct sched_worker *self)
+{
+    if (self->held < 0)
+        return;
+    lock_release(&self->s->w[self->held]);
+    self->held = -1;
+}
+
+static void run_seq_bump(struct sched_worker *w)
+{
+    /* safety: only the owner writes run_seq; rescuers read it relaxed as a hint, and the loop
+     * lock, not this counter, orders every access to home state. */
+    __atomic_store_n(&w->run_seq, __atomic_load_n(&w->run_seq, __ATOMIC_RELAXED) + 1,
+                     __ATOMIC_RELAXED);
 }
 
 /* ---- small helpers ---- */
@@ -482,7 +614,7 @@ static void remote_push(struct sched *s, struct sched_worker *w, struct coro *co
     sched_wake_worker(s, w);
 }
 
-/* Move the remote stack to the local list, oldest first. Owner only. */
+/* Move the remote stack to the local list, oldest first. Holding w's loop lock. */
 static void remote_drain(struct sched_worker *w)
 {
     /* safety: cheap check first; acquire pairs with the pushers' CAS. */
@@ -600,28 +732,40 @@ static void timer_arm_on(struct sched_worker *w, struct sched_timer *t, uint64_t
     heap_up(w, w->heap_len - 1);
 }
 
+static int home_enter(struct sched_worker **wp, int home);
+
 void sched_timer_arm(struct sched_timer *t, uint64_t deadline_ns)
 {
     struct sched_worker *w = sched_self();
     if (UNLIKELY(!w))
         abort(); /* contract: worker only */
-    timer_arm_on(w, t, deadline_ns);
+    if (w->held >= 0) {
+        timer_arm_on(&w->s->w[w->held], t, deadline_ns);
+        return;
+    }
+    /* A coroutine outside any home section: arm on the worker running it, under its lock. */
+    if (UNLIKELY(!w->current || home_enter(&w, (int)w->id) < 0))
+        abort(); /* contract: worker only; -ECANCELED cannot happen for the own worker */
+    timer_arm_on(&w->s->w[w->held], t, deadline_ns);
+    loop_unlock(w);
 }
 
 void sched_timer_cancel(struct sched_timer *t)
 {
     struct sched_worker *w = sched_self();
-    if (t->heap_index && w)
-        heap_remove(w, t);
+    if (!t->heap_index || !w)
+        return;
+    /* Contract: the caller holds the owner's loop lock (callbacks, home sections). */
+    heap_remove(&w->s->w[t->owner], t);
 }
 
-/* Fire due timers. Returns how many fired. Owner only. */
-static unsigned w_run_timers(struct sched_worker *w)
+/* Fire home's due timers (by self's clock), with home's loop lock held. Returns how many fired. */
+static unsigned w_run_timers(struct sched_worker *self, struct sched_worker *home)
 {
     unsigned fired = 0;
-    while (w->heap_len > 0 && w->heap[0]->deadline <= w->now) {
-        struct sched_timer *t = w->heap[0];
-        heap_remove(w, t);
+    while (home->heap_len > 0 && home->heap[0]->deadline <= self->now) {
+        struct sched_timer *t = home->heap[0];
+        heap_remove(home, t);
         t->cb(t);
         fired++;
     }
@@ -636,31 +780,35 @@ uint64_t sched_now_ns(void)
 
 /* ---- waking parked coroutines ---- */
 
-/* End co's wait with value: drop its registrations and make it runnable on w. Owner only. */
-static void wait_finish(struct sched_worker *w, struct sched_wait *rec, int value)
+/* End co's wait (parked on home) with value: drop its registrations and make it runnable on
+ * self's run queue. Self's thread, holding home's loop lock. */
+static void wait_finish(struct sched_worker *self, struct sched_worker *home,
+                        struct sched_wait *rec, int value)
 {
     if (rec->timer.heap_index)
-        heap_remove(w, &rec->timer);
+        heap_remove(home, &rec->timer);
     if (rec->kind == WAIT_FD)
-        epoll_ctl(w->epfd, EPOLL_CTL_DEL, rec->fd, NULL);
+        epoll_ctl(home->epfd, EPOLL_CTL_DEL, rec->fd, NULL);
     else if (rec->kind == WAIT_IO)
         rec->io->waiter = NULL;
-    parked_remove(w, rec->co);
+    parked_remove(home, rec->co);
     coro_sched_node(rec->co)->wait = NULL;
     coro_set_resume_value(rec->co, value);
-    w_push(w, rec->co);
+    w_push(self, rec->co);
 }
 
 static void wait_timer_fired(struct sched_timer *t)
 {
     struct sched_wait *rec = t->data;
-    wait_finish(sched_self(), rec, rec->kind == WAIT_SLEEP ? 0 : -ETIMEDOUT);
+    struct sched_worker *self = sched_self();
+    wait_finish(self, &self->s->w[t->owner], rec, rec->kind == WAIT_SLEEP ? 0 : -ETIMEDOUT);
 }
 
 /* Readiness bits that stay set until the fd is gone: an error or hang-up is not an edge. */
 #define SCHED_STICKY (EPOLLERR | EPOLLHUP | EPOLLRDHUP)
 
-static void io_event(struct sched_worker *w, struct sched_io *io, uint32_t ev)
+static void io_event(struct sched_worker *self, struct sched_worker *home, struct sched_io *io,
+                     uint32_t ev)
 {
     io->ready |= ev;
     if (io->waiter) {
@@ -668,7 +816,7 @@ static void io_event(struct sched_worker *w, struct sched_io *io, uint32_t ev)
         uint32_t got = io->ready & (io->wait_events | SCHED_STICKY);
         if (got) {
             io->ready &= ~(got & (EPOLLIN | EPOLLOUT));
-            wait_finish(w, rec, (int)got);
+            wait_finish(self, home, rec, (int)got);
         }
         return;
     }
@@ -679,30 +827,35 @@ static void io_event(struct sched_worker *w, struct sched_io *io, uint32_t ev)
     }
 }
 
-/* Poll w's epoll (timeout_ms: 0 no wait, -1 forever) and fire timers. Returns the number of
- * events and timers handled (eventfd wake-ups excluded). Owner only. */
-static int w_poll(struct sched_worker *w, int timeout_ms)
+/* Run home's loop step on self's thread: poll home's epoll (timeout_ms: 0 no wait, -1 forever)
+ * and fire home's due timers; woken and spawned coroutines go to self's run queue. Holding
+ * home's loop lock (self == home for the owner's own loop, or a rescue). Returns the number of
+ * events and timers handled (eventfd wake-ups excluded). */
+static int w_poll(struct sched_worker *self, struct sched_worker *home, int timeout_ms)
 {
     struct epoll_event evs[SCHED_EVENTS];
-    int n = epoll_wait(w->epfd, evs, SCHED_EVENTS, timeout_ms);
+    int n = epoll_wait(home->epfd, evs, SCHED_EVENTS, timeout_ms);
     int handled = 0;
-    w->now = sched_clock_ns();
+    self->now = sched_clock_ns();
     for (int i = 0; i < n; i++) {
         uintptr_t p = (uintptr_t)evs[i].data.ptr;
         if (p == 0) {
+            /* Drain. A rescuer may drain home's eventfd too: every wake-up it carries was meant
+             * for a park that has ended (home holds its lock while parked) or says stop/done,
+             * which home reads from the flags when its coroutine returns. */
             uint64_t v;
-            ssize_t r = read(w->evfd, &v, sizeof(v)); /* drain; EAGAIN is fine */
+            ssize_t r = read(home->evfd, &v, sizeof(v)); /* EAGAIN is fine */
             (void)r;
         } else if (p & 1) {
-            io_event(w, (struct sched_io *)(p & ~(uintptr_t)1), evs[i].events);
+            io_event(self, home, (struct sched_io *)(p & ~(uintptr_t)1), evs[i].events);
             handled++;
         } else {
             struct sched_wait *rec = (struct sched_wait *)p;
-            wait_finish(w, rec, (int)evs[i].events);
+            wait_finish(self, home, rec, (int)evs[i].events);
             handled++;
         }
     }
-    handled += (int)w_run_timers(w);
+    handled += (int)w_run_timers(self, home);
     return handled;
 }
 
@@ -754,12 +907,31 @@ static void w_finished(struct sched_worker *w, struct coro *co)
     stat_inc(&w->st_finished);
 }
 
-static void w_run(struct sched_worker *w, struct coro *co)
+/* Run co on w's thread. base: the loop lock the caller holds and wants back afterwards (w's
+ * own for its loop, another's during a rescue). An ordinary coroutine runs with no loop lock
+ * held (base is released first); a hopped one (from base's local list, handed=1) runs its home
+ * section with base's lock, handed over. After it switched out, whatever lock it still holds
+ * is released unless it is base (gopark's unlockf: a wait it registered can only be ended by
+ * someone holding that lock, so it cannot be resumed while still on this stack). Returns 1 if
+ * base is held again, 0 if it was lost (rescue only: the own lock is always re-taken). */
+static int w_run(struct sched_worker *w, struct coro *co, struct sched_worker *base, int handed)
 {
+    if (!handed)
+        loop_unlock(w);
     w->current = co;
     w->tick++;
+    run_seq_bump(w); /* odd: running coroutine code */
     int r = coro_resume(co, w->pool);
+    run_seq_bump(w);
     w->current = NULL;
+    int kept = 1;
+    if (w->held != (int)base->id) {
+        loop_unlock(w);
+        if (base == w)
+            loop_lock(w, w); /* holding nothing: blocking is deadlock-free (see the essay) */
+        else
+            kept = 0;
+    }
     switch (r) {
     case CORO_FINISHED:
         w_finished(w, co);
@@ -776,14 +948,14 @@ static void w_run(struct sched_worker *w, struct coro *co)
         break;
     }
     case SCHED_Y_OFFLOAD:
+        /* Queued only: the loop runs the batch (with its lock released), see w_loop. */
         coro_sched_node(co)->next = NULL;
         if (w->off_tail)
             coro_sched_node(w->off_tail)->next = co;
         else
             w->off_head = co;
         w->off_tail = co;
-        if (++w->n_off >= SCHED_OFFLOAD_BATCH)
-            w_run_offloads(w, 0);
+        w->n_off++;
         break;
     default:
         /* -ENOMEM: no stack could be mapped for its first run. It cannot run, so it is
@@ -791,6 +963,18 @@ static void w_run(struct sched_worker *w, struct coro *co)
         w_finished(w, co);
         break;
     }
+    return kept;
+}
+
+/* Run the offload batch on the loop (holding its own lock, given up meanwhile: Python handlers
+ * may run long or wait for the GIL, and the worker can then be rescued like a long coroutine). */
+static void w_loop_offloads(struct sched_worker *w)
+{
+    loop_unlock(w);
+    run_seq_bump(w);
+    w_run_offloads(w, 0);
+    run_seq_bump(w);
+    loop_lock(w, w);
 }
 
 /* Account finished coroutines; in batch mode the last one ends the run. Owner only. */
@@ -809,16 +993,22 @@ static void w_flush_finished(struct sched_worker *w)
     }
 }
 
+/* Take the first hopped coroutine of home's local list. Holding home's loop lock. */
+static struct coro *w_local_pop(struct sched_worker *home)
+{
+    struct coro *co = home->local_head;
+    if (co) {
+        home->local_head = coro_sched_node(co)->next;
+        if (!home->local_head)
+            home->local_tail = NULL;
+    }
+    return co;
+}
+
 static struct coro *w_next_local(struct sched_worker *w)
 {
-    struct coro *co = w->local_head;
-    if (co) {
-        w->local_head = coro_sched_node(co)->next;
-        if (!w->local_head)
-            w->local_tail = NULL;
-        return co;
-    }
-    return runq_pop(&w->rq);
+    struct coro *co = w_local_pop(w);
+    return co ? co : runq_pop(&w->rq);
 }
 
 static struct coro *w_steal(struct sched_worker *w)
@@ -897,7 +1087,62 @@ static int w_work_visible(struct sched_worker *w)
     return 0;
 }
 
-static void w_park(struct sched_worker *w)
+/* Rescue (see the essay): look for workers that have run one coroutine for SCHED_RESCUE_NS
+ * with their loop lock released, and run their loop step here. Called by w's loop, holding its
+ * own lock, before it parks. *watch is set when some worker runs coroutine code now, so that the
+ * park comes back to look again. Returns the events, timers and hopped coroutines handled. */
+static int w_rescue(struct sched_worker *w, int *watch)
+{
+    struct sched *s = w->s;
+    if (s->n < 2 || sched_is_stopping(s))
+        return 0;
+    uint64_t now = sched_clock_ns();
+    w->now = now;
+    int did = 0;
+    for (unsigned i = 0; i < s->n; i++) {
+        struct sched_worker *v = &s->w[i];
+        if (v == w)
+            continue;
+        /* safety: hints; the trylock below decides. */
+        uint64_t seq = __atomic_load_n(&v->run_seq, __ATOMIC_RELAXED);
+        if (!(seq & 1))
+            continue;
+        *watch = 1;
+        /* safety: a sample shared by all rescuers; see the field comment. */
+        if (__atomic_load_n(&v->watch_seq, __ATOMIC_RELAXED) != seq) {
+            __atomic_store_n(&v->watch_seq, seq, __ATOMIC_RELAXED);
+            __atomic_store_n(&v->watch_at, now, __ATOMIC_RELAXED);
+            continue;
+        }
+        /* safety: as above. */
+        if (now - __atomic_load_n(&v->watch_at, __ATOMIC_RELAXED) < SCHED_RESCUE_NS)
+            continue;
+        /* Try-lock only: we hold our own lock (rule: never block on a second loop lock). Failure
+         * means v is back in its loop, or another thread is in v's home state right now. */
+        if (!lock_try(v))
+            continue;
+        /* Give up our own lock while we work for v: a hopped coroutine we resume may leave its
+         * home section and run long, and we must hold at most one loop lock when we do. */
+        lock_release(w);
+        w->held = (int)v->id;
+        /* safety: one rescue per threshold per stalled worker, by whoever comes first. */
+        __atomic_store_n(&v->watch_at, now, __ATOMIC_RELAXED);
+        did += w_poll(w, v, 0);
+        remote_drain(v);
+        int kept = 1;
+        struct coro *co;
+        while (kept && (co = w_local_pop(v)) != NULL) {
+            kept = w_run(w, co, v, 1);
+            did++;
+        }
+        if (kept)
+            loop_unlock(w);
+        loop_lock(w, w); /* holding nothing: blocking is deadlock-free */
+    }
+    return did;
+}
+
+static void w_park(struct sched_worker *w, int watch)
 {
     struct sched *s = w->s;
     w_spin_stop(w, 0);
@@ -908,7 +1153,13 @@ static void w_park(struct sched_worker *w)
     if (!w_work_visible(w)) {
         stat_inc(&w->st_parks);
         w->now = sched_clock_ns(); /* the timeout must count from now, not the last poll */
-        w_poll(w, w_next_timeout_ms(w));
+        int timeout = w_next_timeout_ms(w);
+        /* Another worker runs a coroutine: come back within the threshold to see whether it
+         * still runs the same one (its events would not wake us: they are on its epoll). */
+        int watch_ms = (int)((SCHED_RESCUE_NS + 999999) / 1000000);
+        if (watch && (timeout < 0 || timeout > watch_ms))
+            timeout = watch_ms;
+        w_poll(w, w, timeout);
     }
     /* safety: take our state back; whatever a waker stored tells us how we were woken. */
     int st = __atomic_exchange_n(&w->parked, W_RUNNING, __ATOMIC_SEQ_CST);
@@ -918,6 +1169,8 @@ static void w_park(struct sched_worker *w)
         w->spinning = 1; /* the waker counted us in nspinning and out of nparked */
 }
 
+/* The worker's loop. It holds its own loop lock throughout, except while a coroutine or a batch
+ * of offloaded calls runs (w_run, w_loop_offloads). */
 static void w_loop(struct sched_worker *w)
 {
     struct sched *s = w->s;
@@ -928,61 +1181,76 @@ static void w_loop(struct sched_worker *w)
         if (!s->cfg.keep_alive && __atomic_load_n(&s->done, __ATOMIC_ACQUIRE))
             return;
         struct coro *co = NULL;
+        int handed = 0;
         unsigned interval = s->cfg.randomize ? 1 + sched_rand(w) % 61 : 61;
         if (UNLIKELY(w->tick % interval == 0)) {
             w->tick++;
             co = inject_take(w, 0);
             if (w->parked_head || w->heap_len)
-                w_poll(w, 0);
+                w_poll(w, w, 0);
             else
                 w->now = sched_clock_ns(); /* keep sched_now_ns() fresh on a busy worker */
         }
         if (!co) {
             remote_drain(w);
-            co = w_next_local(w);
+            co = w_local_pop(w);
+            if (co)
+                handed = 1;
+            else
+                co = runq_pop(&w->rq);
         }
         if (LIKELY(co != NULL)) {
             /* Woken to spin but found work of our own (an event arrived as we parked): stop
              * spinning, or submitters would count on us to look for theirs. */
             if (UNLIKELY(w->spinning))
                 w_spin_stop(w, 1);
-            w_run(w, co);
+            w_run(w, co, w, handed);
+            if (UNLIKELY(w->n_off >= SCHED_OFFLOAD_BATCH))
+                w_loop_offloads(w);
             continue;
         }
         w_flush_finished(w);
         if (w->n_off) {
-            w_run_offloads(w, 0);
+            w_loop_offloads(w);
             continue;
         }
-        if ((w->parked_head || w->heap_len) && w_poll(w, 0) > 0)
+        if ((w->parked_head || w->heap_len) && w_poll(w, w, 0) > 0)
             continue;
         co = w_find_work(w);
         if (co) {
-            w_run(w, co);
+            w_run(w, co, w, 0);
             continue;
         }
-        w_park(w);
+        int watch = 0;
+        if (w_rescue(w, &watch) > 0)
+            continue;
+        w_park(w, watch);
     }
 }
 
-/* Step 2 of the stop protocol: finish everything this worker holds. */
+/* Step 2 of the stop protocol: finish everything this worker holds. Holding its own lock. */
 static void w_drain(struct sched_worker *w)
 {
     w_spin_stop(w, 0);
     for (;;) {
         while (w->parked_head) {
             struct coro *co = w->parked_head;
-            wait_finish(w, coro_sched_node(co)->wait, -ECANCELED);
+            wait_finish(w, w, coro_sched_node(co)->wait, -ECANCELED);
         }
         if (w->n_off)
             w_run_offloads(w, 1);
         remote_drain(w);
-        struct coro *co = w_next_local(w);
+        int handed = 0;
+        struct coro *co = w_local_pop(w);
+        if (co)
+            handed = 1;
+        else
+            co = runq_pop(&w->rq);
         if (!co)
             co = inject_take(w, 1);
         if (!co)
             break;
-        w_run(w, co);
+        w_run(w, co, w, handed);
     }
     w_flush_finished(w);
 }
@@ -1003,6 +1271,8 @@ static void *w_main(void *arg)
         sched_tls_worker = NULL;
         return NULL;
     }
+    /* The start and stop hooks run like loop callbacks: with the worker's own loop lock. */
+    loop_lock(w, w);
     if (s->w_start)
         s->w_start(s, w->id, s->w_ud);
     w_loop(w);
@@ -1012,6 +1282,7 @@ static void *w_main(void *arg)
     w_flush_finished(w);
     if (s->w_stop)
         s->w_stop(s, w->id, s->w_ud);
+    loop_unlock(w);
     coro_pool_free(w->pool);
     w->pool = NULL;
     sched_tls_worker = NULL;
@@ -1075,6 +1346,7 @@ int sched_new(struct sched **out, const struct sched_config *cfg)
         w->s = s;
         w->id = i;
         w->epfd = w->evfd = -1;
+        w->held = -1;
         w->rng = c.seed + 0x9E3779B97F4A7C15ull * (i + 1);
         err = runq_init(&w->rq, c.runq_capacity);
         if (!err) {
@@ -1338,13 +1610,14 @@ int sched_yield_coro(void)
     return coro_yield(w->current, SCHED_Y_REQUEUE);
 }
 
-/* Park the running coroutine on its current worker until wait_finish(). */
-static int sched_park(struct sched_worker *w, struct sched_wait *rec)
+/* Park the running coroutine on home (whose loop lock the caller holds) until wait_finish().
+ * The lock is released by the scheduler once the coroutine is off its stack (w_run). */
+static int sched_park(struct sched_worker *w, struct sched_worker *home, struct sched_wait *rec)
 {
     struct coro *co = w->current;
     rec->co = co;
     coro_sched_node(co)->wait = rec;
-    parked_add(w, co);
+    parked_add(home, co);
     return coro_yield(co, SCHED_Y_PARK);
 }
 
@@ -1355,11 +1628,12 @@ int sched_sleep_ns(uint64_t ns)
         return -EPERM; /* not called from a coroutine: refuse rather than crash */
     if (UNLIKELY(sched_is_stopping(w->s)))
         return -ECANCELED;
+    home_enter(&w, (int)w->id); /* the own worker: never hops, never fails */
     struct sched_wait rec = {.kind = WAIT_SLEEP, .fd = -1};
     rec.timer.cb = wait_timer_fired;
     rec.timer.data = &rec;
     timer_arm_on(w, &rec.timer, sched_clock_ns() + ns);
-    return sched_park(w, &rec);
+    return sched_park(w, w, &rec);
 }
 
 int sched_wait_fd(int fd, uint32_t events, int64_t timeout_ns)
@@ -1369,16 +1643,20 @@ int sched_wait_fd(int fd, uint32_t events, int64_t timeout_ns)
         return -EPERM; /* not called from a coroutine: refuse rather than crash */
     if (UNLIKELY(sched_is_stopping(w->s)))
         return -ECANCELED;
+    home_enter(&w, (int)w->id); /* the own worker: never hops, never fails */
     struct sched_wait rec = {.kind = WAIT_FD, .fd = fd};
     struct epoll_event ev = {.events = events | EPOLLONESHOT, .data.ptr = &rec};
-    if (UNLIKELY(epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0))
-        return -errno;
+    if (UNLIKELY(epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)) {
+        int err = -errno;
+        loop_unlock(w);
+        return err;
+    }
     if (timeout_ns >= 0) {
         rec.timer.cb = wait_timer_fired;
         rec.timer.data = &rec;
         timer_arm_on(w, &rec.timer, sched_clock_ns() + (uint64_t)timeout_ns);
     }
-    return sched_park(w, &rec);
+    return sched_park(w, w, &rec);
 }
 
 int sched_offload(void (*fn)(void *), void *arg)
@@ -1409,23 +1687,67 @@ void sched_set_worker_hooks(struct sched *s, void (*start)(struct sched *s, unsi
     s->w_ud = ud;
 }
 
-/* ---- sched_io ---- */
+/* ---- home sections and sched_io ---- */
 
-/* Move the running coroutine to worker home. Returns 0 on it, or -ECANCELED. */
-static int sched_hop(struct sched_worker **wp, int home)
+/* Enter a home section of worker `home` from the running coroutine: on return this thread holds
+ * L(home), and *wp is the worker running the coroutine now (it changes after a hop). Any other
+ * loop lock held is released first (one lock at a time). Returns 0; never fails. */
+static int home_enter(struct sched_worker **wp, int home)
 {
     struct sched_worker *w = *wp;
-    if (LIKELY((int)w->id == home))
+    if (w->held == home)
         return 0;
-    if (UNLIKELY(sched_is_stopping(w->s)))
-        return -ECANCELED;
+    loop_unlock(w);
+    struct sched_worker *h = &w->s->w[home];
+    if (LIKELY(loop_trylock(w, h)))
+        return 0;
+    if (home == (int)w->id || sched_is_stopping(w->s)) {
+        /* Our own worker's lock is held by a rescuer or another home section (both short: our
+         * worker is running us, so it is not parked holding it); while stopping, nobody parks.
+         * We hold nothing, so blocking cannot deadlock. */
+        loop_lock(w, h);
+        return 0;
+    }
+    /* home is in its loop (perhaps parked in epoll_wait) or busy with its lock: hop. Whoever
+     * holds L(home) next (home's loop, or a rescuer) runs us from home's local list and hands
+     * the lock over. */
     struct coro *co = w->current;
     coro_sched_node(co)->home = home;
     coro_yield(co, SCHED_Y_HOP);
-    *wp = sched_self(); /* now the home worker: a fresh read, see sched_self() */
-    if (UNLIKELY(sched_is_stopping((*wp)->s)))
-        return -ECANCELED;
+    *wp = w = sched_self(); /* another thread now: a fresh read, see sched_self() */
+    if (UNLIKELY(w->held != home))
+        abort(); /* a hopped coroutine is only ever resumed with its home's lock */
     return 0;
+}
+
+int sched_home_enter(int home)
+{
+    struct sched_worker *w = sched_self();
+    if (UNLIKELY(!w))
+        return -EPERM;
+    if (home < 0)
+        home = (int)w->id;
+    if (UNLIKELY((unsigned)home >= w->s->n))
+        return -EINVAL;
+    if (w->held == home)
+        return home;
+    if (UNLIKELY(!w->current))
+        return -EPERM; /* a callback holds its loop's lock already, and may not take another */
+    home_enter(&w, home);
+    return home;
+}
+
+void sched_home_exit(void)
+{
+    struct sched_worker *w = sched_self();
+    if (w && w->current)
+        loop_unlock(w);
+}
+
+int sched_home_held(void)
+{
+    struct sched_worker *w = sched_self();
+    return w ? w->held : -1;
 }
 
 int sched_io_add(struct sched_io *io, int fd,
@@ -1434,18 +1756,29 @@ int sched_io_add(struct sched_io *io, int fd,
     struct sched_worker *w = sched_self();
     if (UNLIKELY(!w))
         return -EPERM;
+    int entered = 0;
+    if (w->held < 0) {
+        if (UNLIKELY(!w->current))
+            return -EPERM;
+        home_enter(&w, (int)w->id);
+        entered = 1;
+    }
+    struct sched_worker *home = &w->s->w[w->held];
     io->fd = fd;
     io->on_ready = on_ready;
     io->waiter = NULL;
     io->ready = 0;
     io->wait_events = 0;
-    io->home = (int)w->id;
+    io->home = (int)home->id;
     io->active = 0;
     struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
                              .data.ptr = (void *)((uintptr_t)io | 1)};
-    if (UNLIKELY(epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0))
-        return -errno;
-    return 0;
+    int err = 0;
+    if (UNLIKELY(epoll_ctl(home->epfd, EPOLL_CTL_ADD, fd, &ev) != 0))
+        err = -errno;
+    if (entered)
+        loop_unlock(w);
+    return err;
 }
 
 int sched_io_wait(struct sched_io *io, uint32_t events, int64_t deadline_ns)
@@ -1455,23 +1788,23 @@ int sched_io_wait(struct sched_io *io, uint32_t events, int64_t deadline_ns)
         return -EPERM; /* not called from a coroutine: refuse rather than crash */
     if (UNLIKELY(sched_is_stopping(w->s)))
         return -ECANCELED;
-    int err = sched_hop(&w, io->home);
-    if (UNLIKELY(err))
-        return err;
+    home_enter(&w, io->home);
     uint32_t got = io->ready & (events | SCHED_STICKY);
     if (got) {
         io->ready &= ~(got & (EPOLLIN | EPOLLOUT));
+        loop_unlock(w); /* back to user code: never across its work */
         return (int)got;
     }
+    struct sched_worker *home = &w->s->w[io->home];
     struct sched_wait rec = {.kind = WAIT_IO, .fd = io->fd, .io = io};
     io->waiter = w->current;
     io->wait_events = events;
     if (deadline_ns >= 0) {
         rec.timer.cb = wait_timer_fired;
         rec.timer.data = &rec;
-        timer_arm_on(w, &rec.timer, (uint64_t)deadline_ns);
+        timer_arm_on(home, &rec.timer, (uint64_t)deadline_ns);
     }
-    return sched_park(w, &rec);
+    return sched_park(w, home, &rec);
 }
 
 int sched_io_release(struct sched_io *io)
@@ -1481,22 +1814,21 @@ int sched_io_release(struct sched_io *io)
         return -EPERM; /* not called from a coroutine: refuse rather than crash */
     if (UNLIKELY(sched_is_stopping(w->s)))
         return -ECANCELED;
-    int err = sched_hop(&w, io->home);
-    if (UNLIKELY(err))
-        return err;
+    home_enter(&w, io->home);
     if (io->ready & (EPOLLIN | SCHED_STICKY)) {
         io->ready &= ~(uint32_t)EPOLLIN;
+        loop_unlock(w); /* back to user code: never across its work */
         return -EAGAIN;
     }
     io->active = 0;
-    return 0;
+    return 0; /* still in the home section: see the contract */
 }
 
 void sched_io_del(struct sched_io *io)
 {
     struct sched_worker *w = sched_self();
-    if (w && w->current && !sched_is_stopping(w->s))
-        sched_hop(&w, io->home);
+    if (w && w->current)
+        home_enter(&w, io->home);
     epoll_ctl(w ? w->s->w[io->home].epfd : -1, EPOLL_CTL_DEL, io->fd, NULL);
     io->active = 0;
     io->ready = 0;

@@ -3,12 +3,14 @@
  * Error convention: 0 or -errno. The design essay is at the top of sched.c; the short version:
  *
  * - N workers, one pthread each. A worker owns a bounded run queue (runq.h), a stack pool
- *   (coro.h), an epoll instance, a timer heap and an eventfd used to wake it. Only the worker
- *   touches its pool, epoll registrations, timers and io states ("home-owned" state).
- * - Runnable coroutines may be stolen by idle workers. Anything that waits on the event loop
- *   (an fd, a timer) happens on the coroutine's *home* worker: a stolen coroutine that must wait
- *   first hops home through the home worker's remote queue. The home of a coroutine is the worker
- *   it first ran on (or the worker owning the sched_io it waits on).
+ *   (coro.h), an epoll instance, a timer heap and an eventfd used to wake it. Its epoll
+ *   registrations, timers, parked coroutines and io states ("home state") are protected by its
+ *   loop lock: the worker holds it while in its loop and releases it while it runs coroutine
+ *   code, so that an idle worker can run the loop step of a worker stuck in one long coroutine
+ *   (a "rescue": its connections and timers are served meanwhile).
+ * - Runnable coroutines may be stolen by idle workers. Touching a home's state from a coroutine
+ *   is a "home section": the coroutine takes the home's loop lock where it runs, or, when the
+ *   home is in its loop, hops there. The home of a sched_io is the worker it was added on.
  * - Idle workers park in epoll_wait on their own epoll, with the next timer as timeout, and are
  *   woken by their eventfd when work is injected for them: no fixed sleeps.
  *
@@ -147,10 +149,32 @@ struct sched_io {
     int active;           /* 1 while a coroutine serves io; 0: idle, the next event calls on_ready */
 };
 
-/* Register fd edge-triggered for EPOLLIN | EPOLLOUT | EPOLLRDHUP on the calling worker, which
- * becomes io's home. While io is idle, the first event that says readable or closed (EPOLLIN,
- * EPOLLRDHUP, EPOLLHUP, EPOLLERR; a bare EPOLLOUT edge does not) calls on_ready(io, events) on
- * the home worker's own stack (not in a coroutine) and marks io active; the readable/writable
+/* ---- home sections ---- */
+
+/* Enter a home section of worker `home` (< 0: the worker running the coroutine): on return the
+ * calling thread holds home's loop lock, so that home's state (its sched_io's, timers, and the
+ * caller's own per-home data) may be touched. The coroutine may hop to get it (it then runs on
+ * another thread afterwards). The section ends at sched_home_exit() or at the coroutine's next
+ * suspension or end, whichever comes first; keep it short (no handler, no blocking call) and do
+ * not suspend on purpose inside it. Returns the home's index, -EPERM off a coroutine (a callback
+ * already holds its loop's lock: sched_home_held() says which), -EINVAL for a bad index.
+ * Coroutine only. */
+int sched_home_enter(int home);
+
+/* End the running coroutine's home section, if any. Coroutine only (no-op elsewhere). */
+void sched_home_exit(void);
+
+/* Index of the worker whose loop lock the calling thread holds (in a home section, or in an
+ * on_ready / timer callback or a worker hook), or -1. Any thread. */
+int sched_home_held(void);
+
+/* Register fd edge-triggered for EPOLLIN | EPOLLOUT | EPOLLRDHUP on the worker whose home section
+ * the caller is in (a coroutine outside any: the worker running it), which becomes io's home.
+ * Initialise io->data before: events may be delivered (on another thread) at once.
+ * While io is idle, the first event that says readable or closed (EPOLLIN,
+ * EPOLLRDHUP, EPOLLHUP, EPOLLERR; a bare EPOLLOUT edge does not) calls on_ready(io, events) with
+ * the home's loop lock held, on the home worker's stack or on the stack of an idle worker that
+ * rescues it (never in a coroutine), and marks io active; the readable/writable
  * readiness of that event is handed to on_ready and not kept, so the coroutine it spawns starts
  * by reading until EAGAIN. While io is active, events only record readiness for sched_io_wait().
  * Returns 0, -EPERM off a worker, or -errno from epoll_ctl. Worker only. */
@@ -159,20 +183,21 @@ int sched_io_add(struct sched_io *io, int fd, void (*on_ready)(struct sched_io *
 
 /* Wait until io is ready for any of events, consuming that readiness (Go's netpoll rule: read
  * or write until EAGAIN, then wait). deadline_ns is absolute on sched_now_ns()'s clock, or < 0
- * for none. Hops to io's home worker first if the coroutine was stolen. Returns the ready events
- * (> 0), -ETIMEDOUT, or -ECANCELED. Coroutine only. */
+ * for none. Runs as a home section of io's home (see sched_home_enter), ended when it returns.
+ * Returns the ready events (> 0), -ETIMEDOUT, or -ECANCELED. Coroutine only. */
 int sched_io_wait(struct sched_io *io, uint32_t events, int64_t deadline_ns);
 
-/* The coroutine serving io is done with it for now. On the home worker (hopping there first):
- * returns -EAGAIN if readable readiness arrived meanwhile (keep serving: that readiness is
- * consumed, so read until EAGAIN again before the next release), -ECANCELED if the scheduler is
- * stopping, otherwise marks io idle, so that its next event calls on_ready again, and returns 0.
- * Coroutine only. */
+/* The coroutine serving io is done with it for now. In a home section of io's home: returns
+ * -EAGAIN if readable readiness arrived meanwhile (keep serving: that readiness is consumed, so
+ * read until EAGAIN again before the next release; the section has ended), -ECANCELED if the
+ * scheduler is stopping, otherwise marks io idle, so that its next event calls on_ready again,
+ * and returns 0 STILL IN the home section: the caller may update its per-home bookkeeping for
+ * the idle io, then calls sched_home_exit() or ends. Coroutine only. */
 int sched_io_release(struct sched_io *io);
 
-/* Remove io from its home epoll. Call before closing the fd. From a coroutine this hops home
- * first (unless the scheduler is stopping); from a worker's own stack it must be the home worker
- * (the epoll_ctl itself is safe anywhere, io's private fields are not). Worker only. */
+/* Remove io from its home epoll. Call before closing the fd. From a coroutine this enters a home
+ * section of io's home and stays in it (like sched_io_release's 0); from a callback the caller
+ * must hold the home's loop lock (sched_home_held() == io->home). Worker only. */
 void sched_io_del(struct sched_io *io);
 
 /* ---- timers, for the HTTP engine's idle keep-alive deadline ---- */
@@ -187,12 +212,15 @@ struct sched_timer {
     int owner;
 };
 
-/* Arm t to fire at deadline_ns (sched_now_ns() clock) on the calling worker; re-arming moves it.
- * Cancel before freeing t. Worker only, and always the same worker for a given timer. */
+/* Arm t to fire at deadline_ns (sched_now_ns() clock) on the worker whose loop lock the caller
+ * holds (a callback, a home section; a coroutine outside any: the worker running it); re-arming
+ * moves it. The callback runs with that worker's loop lock held, on its stack or a rescuer's.
+ * Cancel before freeing t, holding the same lock. Worker only, and always the same worker for a
+ * given timer. */
 void sched_timer_arm(struct sched_timer *t, uint64_t deadline_ns);
 void sched_timer_cancel(struct sched_timer *t);
 
-/* Monotonic clock in nanoseconds; on a worker, the value cached at the loop's last wake-up. */
+/* Monotonic clock in nanoseconds; on a worker, the value its thread cached at its last poll. */
 uint64_t sched_now_ns(void);
 
 /* Counters for tests and benchmarks; totals over all workers, approximate while running. */

@@ -28,13 +28,18 @@
  * connections" requirement.
  *
  * Ownership. Everything about a connection that outlives a request (its list links, busy flag,
- * timer, free-list slot) is touched only on its home worker: on_ready and timer callbacks run
- * there, and a coroutine that may have been stolen goes home first through sched_io_release() or
- * sched_io_del(), both of which hop home. The fields used while serving (buffer, lengths) are
- * touched only by the one coroutine serving the connection, wherever it runs; on_ready never
+ * idle_since, timer) is home state: it is touched only with the home worker's loop lock held
+ * (sched.h, "home sections"). on_ready and timer callbacks run with it (on the home worker, or on
+ * an idle worker rescuing a home stuck in a long handler); the serving coroutine gets it from
+ * sched_io_release() returning 0 (conn_go_idle runs inside that home section) or from
+ * sched_io_del() (conn_destroy); the acceptor takes its own worker's with sched_home_enter()
+ * around conn_open(). The per-worker caches of buffers and connection structs are per thread
+ * instead: each is touched only by the worker thread it belongs to (current_worker()), whatever
+ * connection the memory comes from or goes to. The fields used while serving (buffer, lengths)
+ * are touched only by the one coroutine serving the connection, wherever it runs; on_ready never
  * spawns a second coroutine for a busy connection because sched only calls on_ready for an idle
- * sched_io. The only cross-thread state is in struct server: the draining flag and the live
- * connection counter, both atomics.
+ * sched_io. The only other cross-thread state is in struct server: the draining flag and the
+ * live connection counter, both atomics.
  *
  * Timeouts. The head of a request must be complete within header_timeout of the moment its first
  * bytes were seen (absolute deadline, so a slowloris sending a byte a second is cut). A body, and
@@ -120,6 +125,9 @@ struct conn {
     int timer_armed;             /* idle is armed; home worker only */
 };
 
+/* Per worker: the listener, the control eventfd and the list of connections homed here are home
+ * state (under the worker's loop lock); the caches are per thread (touched only by the worker's
+ * own thread, see current_worker()). */
 struct server_worker {
     struct server *srv;
     unsigned id;
@@ -273,6 +281,8 @@ static int is_draining(const struct server *s)
 
 /* ---- per-worker caches ---- */
 
+/* The worker running the calling thread: its caches are this thread's alone. Not the home of
+ * anything: use c->home for home state. */
 static struct server_worker *current_worker(struct server *s)
 {
     int id = sched_worker_id();
@@ -300,16 +310,15 @@ static void conn_on_ready(struct sched_io *io, uint32_t events);
 static void conn_idle_timeout(struct sched_timer *t);
 static int conn_serve(struct coro *co, void *arg);
 
-/* Close and free c. Called on the home worker, or from c's coroutine (sched_io_del hops home
- * first, so everything after it runs on the home worker). */
+/* Close and free c. Called from a callback holding the home's loop lock, or from c's coroutine
+ * (sched_io_del enters the home section, which lasts until the coroutine ends). */
 static void conn_destroy(struct conn *c)
 {
     sched_io_del(&c->io);
     struct server_worker *w = c->home;
-    if (UNLIKELY(sched_worker_id() != (int)w->id)) {
-        /* Only while the scheduler stops: sched_io_del no longer hops home then, and the home
-         * worker's lists are not ours to touch. close_workers() closes and frees the
-         * connection once every worker has been joined. */
+    if (UNLIKELY(sched_home_held() != (int)w->id)) {
+        /* Defensive: without the home's lock its list is not ours to touch. close_workers()
+         * closes and frees the connection once every worker has been joined. */
         return;
     }
     if (c->timer_armed) {
@@ -317,8 +326,9 @@ static void conn_destroy(struct conn *c)
         c->timer_armed = 0;
     }
     close(c->io.fd);
+    struct server_worker *mine = current_worker(w->srv);
     if (c->buf)
-        buf_put(w, c->buf, c->cap);
+        buf_put(mine, c->buf, c->cap);
     c->buf = NULL;
     if (c->prev)
         c->prev->next = c->next;
@@ -326,10 +336,10 @@ static void conn_destroy(struct conn *c)
         w->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
-    if (w->nfree_conns < CONN_CACHE_MAX) {
-        c->next = w->free_conns;
-        w->free_conns = c;
-        w->nfree_conns++;
+    if (mine->nfree_conns < CONN_CACHE_MAX) {
+        c->next = mine->free_conns;
+        mine->free_conns = c;
+        mine->nfree_conns++;
     } else {
         free(c);
     }
@@ -338,9 +348,17 @@ static void conn_destroy(struct conn *c)
     atomic_fetch_sub_explicit(&w->srv->live, 1, memory_order_relaxed);
 }
 
+/* Register an accepted fd on the worker running the acceptor (its home from now on). Acceptor
+ * coroutine, outside any home section: it enters its own worker's for the registration. */
 static void conn_open(struct server *s, int fd)
 {
-    struct server_worker *w = current_worker(s);
+    int home = sched_home_enter(-1);
+    if (UNLIKELY(home < 0)) {
+        close(fd);
+        return;
+    }
+    /* Our own worker, so no hop: its caches are this thread's too. */
+    struct server_worker *w = &s->workers[home];
     struct conn *c = w->free_conns;
     if (c) {
         w->free_conns = c->next;
@@ -348,6 +366,7 @@ static void conn_open(struct server *s, int fd)
     } else {
         c = malloc(sizeof(*c));
         if (UNLIKELY(!c)) {
+            sched_home_exit();
             close(fd);
             return;
         }
@@ -356,18 +375,19 @@ static void conn_open(struct server *s, int fd)
     c->home = w;
     c->idle.cb = conn_idle_timeout;
     c->idle.data = c;
+    c->io.data = c; /* before sched_io_add: its events are delivered from then on */
     int one = 1;
     /* Responses go out in one write; Nagle would only delay them. */
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     int rc = sched_io_add(&c->io, fd, conn_on_ready);
     if (UNLIKELY(rc < 0)) {
+        sched_home_exit();
         close(fd);
         c->next = w->free_conns;
         w->free_conns = c;
         w->nfree_conns++;
         return;
     }
-    c->io.data = c;
     /* A client that connects and never sends a byte is an idle connection too: it gets the
      * keep-alive timer from the start. */
     c->idle_since = sched_now_ns();
@@ -379,9 +399,11 @@ static void conn_open(struct server *s, int fd)
     w->conns = c;
     /* safety: see conn_destroy. */
     atomic_fetch_add_explicit(&s->live, 1, memory_order_relaxed);
+    sched_home_exit();
 }
 
-/* Home worker, not in a coroutine: the idle connection has bytes (or a hang-up) to look at. */
+/* Callback with the home's loop lock (on the home or a rescuer), not in a coroutine: the idle
+ * connection has bytes (or a hang-up) to look at. The coroutine goes on this thread's queue. */
 static void conn_on_ready(struct sched_io *io, uint32_t events)
 {
     struct conn *c = io->data;
@@ -391,7 +413,7 @@ static void conn_on_ready(struct sched_io *io, uint32_t events)
         conn_destroy(c); /* shutting down or out of memory: drop the connection */
 }
 
-/* Home worker, timer callback. */
+/* Timer callback, with the home's loop lock. */
 static void conn_idle_timeout(struct sched_timer *t)
 {
     struct conn *c = t->data;
@@ -469,9 +491,9 @@ static int ctl_rearm(struct coro *co, void *arg)
     return 0;
 }
 
-/* Home worker, timer callback armed by ctl_on_ready: close every idle connection. This runs from
- * the timer pass, after the poll's batch of events: closing connections from inside the batch
- * could free a connection whose event is still waiting further down that batch. */
+/* Timer callback (home's loop lock held) armed by ctl_on_ready: close every idle connection.
+ * This runs from the timer pass, after the poll's batch of events: closing connections from
+ * inside the batch could free a connection whose event is still waiting further down it. */
 static void ctl_close_idle(struct sched_timer *t)
 {
     struct server_worker *w = t->data;
@@ -484,8 +506,8 @@ static void ctl_close_idle(struct sched_timer *t)
     }
 }
 
-/* Home worker, not in a coroutine: server_shutdown wrote our eventfd. One-shot: the io stays
- * active afterwards, so this never runs twice. */
+/* Callback (home's loop lock held), not in a coroutine: server_shutdown wrote our eventfd.
+ * One-shot: the io stays active afterwards, so this never runs twice. */
 static void ctl_on_ready(struct sched_io *io, uint32_t events)
 {
     struct server_worker *w = io->data;
@@ -1082,12 +1104,13 @@ static int read_body(struct serve *sv, size_t off, size_t head_len, const char *
     return 0;
 }
 
-/* Go idle: called right after sched_io_release() returned 0, so on the home worker. */
+/* Go idle: called right after sched_io_release() returned 0, so in the home section (the home's
+ * loop lock is held until the coroutine ends). The buffer goes to this thread's cache. */
 static void conn_go_idle(struct serve *sv)
 {
     struct conn *c = sv->c;
     if (c->buf) {
-        buf_put(c->home, c->buf, c->cap);
+        buf_put(current_worker(sv->srv), c->buf, c->cap);
         c->buf = NULL;
         c->cap = c->len = 0;
     }
