@@ -63,6 +63,10 @@ RUN_TIMEOUT_S = 300
 # machine shared with builds and fuzzers, one busy second can double a 0.5 s figure; 10% is
 # what an idle Linux box with a shell and an editor stays well below.
 DISTURBED_SHARE = 0.10
+# With --wait-idle, every attempt first waits (at most this long) for half a second in which
+# other processes use less than DISTURBED_SHARE of the CPUs: other work on a shared machine is
+# often bursty (a build step, a load test), and a run fits in the gaps.
+GAP_WAIT_S = 30.0
 
 
 class PeerUnavailable(Exception):
@@ -185,12 +189,23 @@ def run_json(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, Any
     return out
 
 
-def measure_quietly(what: str, retries: int,
-                    fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def wait_for_gap(max_wait_s: float) -> None:
+    deadline = time.monotonic() + max_wait_s
+    while time.monotonic() < deadline:
+        busy = cpu_busy_share(0.5)
+        if busy is None or busy < DISTURBED_SHARE:
+            return
+
+
+def measure_quietly(what: str, retries: int, fn: Callable[[], dict[str, Any]],
+                    gap_wait_s: float = 0.0) -> dict[str, Any]:
     """fn() once, and again (at most `retries` more times) while other processes disturbed it;
-    the least disturbed attempt is kept, with the number of attempts."""
+    the least disturbed attempt is kept, with the number of attempts. With gap_wait_s, each
+    attempt first waits that long at most for a quiet moment."""
     best = None
     for attempt in range(1 + retries):
+        if gap_wait_s > 0:
+            wait_for_gap(gap_wait_s)
         out = fn()
         if best is None or out["others_cpu_share"] < best["others_cpu_share"]:
             best = out
@@ -272,7 +287,8 @@ def ratio(a: float | None, b: float | None) -> float | None:
 # ---- the two workloads ----
 
 def bench_empty(systems: list[str], n: int, runs: int, ncpu: int, setup: dict[str, Any],
-                install: bool, retries: int) -> tuple[dict[str, Any], list[str]]:
+                install: bool, retries: int,
+                gap_wait_s: float) -> tuple[dict[str, Any], list[str]]:
     results: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
     problems: dict[str, str] = {}
     failures: list[str] = []
@@ -285,7 +301,8 @@ def bench_empty(systems: list[str], n: int, runs: int, ncpu: int, setup: dict[st
                 continue
             try:
                 results[system].append(measure_quietly(
-                    system, retries, lambda: measure_empty(system, n, ncpu, setup, install)))
+                    system, retries, lambda: measure_empty(system, n, ncpu, setup, install),
+                    gap_wait_s))
             except PeerUnavailable as exc:
                 problems[system] = f"not available: {exc}"
                 log(f"{system}: {problems[system]}")
@@ -337,8 +354,8 @@ def calibrate_fib(systems: list[str], fib_n: int, target_s: float,
 
 
 def bench_scaling(systems: list[str], workers_list: list[int], n: int, fib_n: int, runs: int,
-                  setup: dict[str, Any], how: str,
-                  retries: int) -> tuple[dict[str, Any], list[str]]:
+                  setup: dict[str, Any], how: str, retries: int,
+                  gap_wait_s: float) -> tuple[dict[str, Any], list[str]]:
     expected = n * fib32(fib_n)
     results: dict[str, dict[int, list[dict[str, Any]]]] = {
         s: {k: [] for k in workers_list} for s in systems}
@@ -352,7 +369,8 @@ def bench_scaling(systems: list[str], workers_list: list[int], n: int, fib_n: in
                     continue
                 try:
                     out = measure_quietly(f"scaling {system} on {k} workers", retries,
-                                          lambda: measure_fib(system, k, n, fib_n, setup))
+                                          lambda: measure_fib(system, k, n, fib_n, setup),
+                                          gap_wait_s)
                 except PeerUnavailable as exc:
                     problems[system] = f"not available: {exc}"
                     log(f"scaling {system}: {problems[system]}")
@@ -642,7 +660,8 @@ def main(argv: list[str] | None = None) -> int:
                          "unavailable")
     ap.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
                     help="first wait up to SECONDS until other processes use < 10%% of the "
-                         "CPUs (default: do not wait, only measure and report it)")
+                         "CPUs, then before every run wait up to 30 s for a quiet half second "
+                         "(default: do not wait, only measure and report it)")
     ap.add_argument("--retries", type=int, default=2,
                     help="redo a run at most this many times while other processes took more "
                          "than 10%% of the CPUs during it (default 2)")
@@ -679,7 +698,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     failures: list[str] = []
 
-    empty, fails = bench_empty(systems, n, runs, ncpu, setup, not args.no_install, args.retries)
+    gap_wait_s = GAP_WAIT_S if args.wait_idle > 0 else 0.0
+    empty, fails = bench_empty(systems, n, runs, ncpu, setup, not args.no_install, args.retries,
+                               gap_wait_s)
     failures += fails
     report: dict[str, Any] = {"systems": empty}
 
@@ -689,7 +710,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             fib_coros, how = calibrate_fib(scaling_systems, args.fib_n, target_fib_s, setup)
         report["scaling"], fails = bench_scaling(scaling_systems, workers_list, fib_coros,
-                                                 args.fib_n, runs, setup, how, args.retries)
+                                                 args.fib_n, runs, setup, how, args.retries,
+                                                 gap_wait_s)
         failures += fails
     else:
         report["scaling"] = {}
