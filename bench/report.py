@@ -109,7 +109,7 @@ def _status(result, server, workload):
         return "not run"
     if v != "ok":
         return "invalid"
-    return "error"
+    return "none completed"
 
 
 def overview(result):
@@ -152,7 +152,8 @@ def markdown(result):
         "- **pinned** (primary): server on CPU 0 with one worker, wrk on CPU 1. "
         "**req/CPU-s**: requests served per second of server CPU time (user+system, whole process tree, /proc). "
         "**% nginx**, **× fasthttp**: ratios within each round. n/a: the server has no such handler; "
-        "invalid: wrong status or body (not measured).",
+        "invalid: wrong status or body (not measured); "
+        "none completed: the cell ran but no response came back within it.",
         "",
         "## Overview: requests/s · requests per server CPU-second (pinned)",
         "",
@@ -337,7 +338,8 @@ def docs_section(result):
         "",
     ] + overview(r) + [
         "",
-        "error: the cell ran but no request completed in it. n/a: no handler for that route. "
+        "none completed: the cell ran but no response came back within it (a server that runs every "
+        "queued ~80 ms Python request before answering any). n/a: no handler for that route. "
         "unavailable: see the server table in the report (Lwan needs `LWAN_BIN`).",
         "",
     ]
