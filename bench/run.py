@@ -51,10 +51,11 @@ MODES = {
     # (allcore_servers, hey_servers, scaling_servers: None for all)
     "quick": dict(rounds=1, duration=1, warmup=0, allcore=("plaintext", "fib"), allcore_scalable_only=True,
                   hey=("welcome",), scaling=("fib",),
-                  allcore_servers=("cyserve-nogil", "go-fasthttp", "go-nethttp", "nginx"),
+                  allcore_servers=("cyserve-nogil", "go-fasthttp", "nginx"),
                   # seed 001's table: nginx, gunicorn, waitress and the minimal designs (plus ours)
+                  # (not min-forking: 2,000 requests at ~900/s would take a tenth of the budget)
                   hey_servers=("nginx", "gunicorn-sync", "gunicorn-gevent", "waitress", "min-sequential",
-                               "min-forking", "min-threading", "min-asyncio", "cyserve-nogil",
+                               "min-threading", "min-asyncio", "cyserve-nogil",
                                "cyserve-static", "cyserve-py", "go-fasthttp"),
                   scaling_servers=("cyserve-nogil", "go-fasthttp")),
     # full: every workload pinned; all-core on seed 000's two routes and /json (the all-core figures
