@@ -742,6 +742,7 @@ def main(argv: list[str] | None = None) -> int:
         "disturbance": f"each run records others_cpu_share, the share of the CPUs other "
                        f"processes used during it; a run above {DISTURBED_SHARE:.0%} is redone "
                        f"up to {args.retries} times and the least disturbed attempt kept",
+        "wait_idle_s": args.wait_idle,
         "pinning": "no CPU pinning; workers float over the CPUs available; peer versions "
                    "pinned in bench/coro/requirements.txt, Go from the machine",
         "wall_s": round(time.monotonic() - t0, 1),
