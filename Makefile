@@ -71,8 +71,10 @@ bench: build
 bench-quick: build
 	$(PY) bench/run.py --quick
 
+# e.g. make bench-coro BENCH_CORO_ARGS="--wait-idle 600" on a shared machine
+BENCH_CORO_ARGS ?=
 bench-coro: build
-	$(PY) bench/coro/run.py
+	$(PY) bench/coro/run.py $(BENCH_CORO_ARGS)
 
 fuzz: build
 	$(MAKE) -C fuzz run

@@ -93,7 +93,13 @@ def _lwan(s, port, threads, tmp):
         with open(os.path.join(root, w), "wb") as f:
             f.write(bodies[w])
     os.chmod(root, 0o755)
-    return [os.environ["LWAN_BIN"], "-r", root, "-l", f"127.0.0.1:{port}"], None, None
+    # A configuration file rather than -r/-l: with those, Lwan still looks for ./lwan.conf and
+    # exits when it is missing. Lwan's threads follow the run mode like every other server's.
+    conf = os.path.join(tmp, f"lwan-{port}.conf")
+    with open(conf, "w") as f:
+        f.write(f"threads = {threads}\nlistener 127.0.0.1:{port}\n"
+                f"site {{\n    serve_files / {{\n        path = {root}\n    }}\n}}\n")
+    return [os.environ["LWAN_BIN"], "-c", conf], None, None
 
 
 def _cyserve(app_ref):
