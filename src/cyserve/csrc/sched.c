@@ -941,6 +941,8 @@ static void w_run_offloads(struct sched_worker *w, int cancel)
     struct coro *list = w->off_head;
     w->off_head = w->off_tail = NULL;
     w->n_off = 0;
+    if (UNLIKELY(!list))
+        return;
     if (cancel) {
         w_resume_offloaded(w, list, -ECANCELED);
         return;
