@@ -365,6 +365,134 @@ static void test_offload(void)
     sched_free(s);
 }
 
+/* ---- bounded offload batches ---- */
+
+/* One worker, SLOW_N coroutines each offloading a call that sleeps 20 ms (far above the 1 ms
+ * batch slice). A shared sequence number orders the events: each call's start, and each
+ * coroutine's resumption after its call. Unbounded, every call ran in one batch and every
+ * resumption came after the last call started; bounded, a batch ends after each slow call. */
+enum { SLOW_N = 4 };
+static int bo_seq, bo_call_start[SLOW_N], bo_resumed[SLOW_N], bo_calls, bo_begin, bo_end;
+
+static void bo_b(void *ud)
+{
+    add(&bo_begin, 1);
+}
+
+static void bo_e(void *ud)
+{
+    add(&bo_end, 1);
+}
+
+static void bo_slow_fn(void *arg)
+{
+    int i = (int)(intptr_t)arg;
+    bo_call_start[i] = add(&bo_seq, 1);
+    add(&bo_calls, 1);
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+}
+
+static int bo_slow(struct coro *co, void *arg)
+{
+    int i = (int)(intptr_t)arg;
+    if (sched_offload(bo_slow_fn, arg) != 0)
+        return -1;
+    bo_resumed[i] = add(&bo_seq, 1);
+    return 0;
+}
+
+static void bo_fast_fn(void *arg)
+{
+    add(&bo_calls, 1);
+}
+
+static int bo_fast(struct coro *co, void *arg)
+{
+    return sched_offload(bo_fast_fn, NULL) == 0 ? 0 : -1;
+}
+
+/* A busy run queue must not hold queued calls back until it empties: a coroutine yields 1000
+ * times on one worker (so the run queue is never empty) while another offloads one call. */
+enum { BUSY_YIELDS = 1000 };
+static int bo_busy_progress, bo_busy_seen;
+
+static void bo_busy_fn(void *arg)
+{
+    bo_busy_seen = get(&bo_busy_progress);
+}
+
+static int bo_busy(struct coro *co, void *arg)
+{
+    for (int i = 0; i < BUSY_YIELDS; i++) {
+        add(&bo_busy_progress, 1);
+        if (sched_yield() != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int bo_busy_off(struct coro *co, void *arg)
+{
+    return sched_offload(bo_busy_fn, NULL) == 0 ? 0 : -1;
+}
+
+static void test_offload_bounded(void)
+{
+    struct sched *s;
+    bo_busy_seen = -1;
+    s = new_sched(1, 0, 0, 0);
+    sched_spawn(s, bo_busy, NULL);
+    sched_spawn(s, bo_busy_off, NULL);
+    sched_run(s);
+    ok(bo_busy_seen >= 0 && bo_busy_seen < 10,
+       "a queued call ran after the coroutines queued ahead of it, not when the queue emptied");
+    note("the yielder had yielded %d of %d times when the call ran", bo_busy_seen, BUSY_YIELDS);
+    sched_free(s);
+
+    s = new_sched(1, 0, 0, 0);
+    sched_set_offload_hooks(s, bo_b, bo_e, NULL);
+    for (int i = 0; i < SLOW_N; i++)
+        sched_spawn(s, bo_slow, (void *)(intptr_t)i);
+    sched_run(s);
+    is_int(bo_calls, SLOW_N, "every slow offloaded call ran");
+    int first_resumed = bo_resumed[0], last_start = 0, in_order = 1;
+    for (int i = 0; i < SLOW_N; i++) {
+        if (bo_resumed[i] < first_resumed)
+            first_resumed = bo_resumed[i];
+        if (bo_call_start[i] > last_start)
+            last_start = bo_call_start[i];
+        in_order &= i == 0 || bo_call_start[i] > bo_call_start[i - 1];
+    }
+    ok(first_resumed > 0 && first_resumed < last_start,
+       "the first coroutine was resumed before the last slow call started");
+    ok(in_order, "queued calls ran in the order they were offloaded");
+    for (int i = 0; i < SLOW_N; i++)
+        ok(bo_resumed[i] == bo_call_start[i] + 1,
+           "slow call %d: its coroutine resumed right after it, before the next call", i);
+    is_int(bo_begin, SLOW_N, "a batch ends after a call longer than the slice: one per slow call");
+    is_int(bo_end, bo_begin, "begin/end hooks pair up");
+    sched_free(s);
+
+    /* Fast calls still share batches: 256 coroutines queue their calls on one worker; batches
+     * of at most 64 calls need 4 acquisitions. A preemption longer than the slice may end a
+     * batch early, so the check is loose: on average more than 4 calls per batch. */
+    enum { FAST_N = 256 };
+    bo_calls = bo_begin = bo_end = 0;
+    s = new_sched(1, 0, 0, 0);
+    sched_set_offload_hooks(s, bo_b, bo_e, NULL);
+    for (int i = 0; i < FAST_N; i++)
+        sched_spawn(s, bo_fast, NULL);
+    sched_run(s);
+    is_int(bo_calls, FAST_N, "every fast offloaded call ran");
+    ok(bo_begin >= FAST_N / SCHED_OFFLOAD_BATCH, "no batch took more than %d calls",
+       SCHED_OFFLOAD_BATCH);
+    ok(bo_begin < FAST_N / 4, "fast calls shared batches");
+    is_int(bo_end, bo_begin, "begin/end hooks pair up");
+    note("fast offload batches: %d for %d calls", bo_begin, FAST_N);
+    sched_free(s);
+}
+
 /* ---- stop with coroutines suspended ---- */
 
 static int stop_started, stop_defers, stop_cancelled;
@@ -560,6 +688,7 @@ int main(void)
     test_io_flow();
     test_io_hop();
     test_offload();
+    test_offload_bounded();
     test_stop();
     test_rescue();
     return done_testing();

@@ -76,13 +76,50 @@
  *      neither starves under a busy local queue; 61 is Go's number: prime, so it does not
  *      resonate with periodic workloads);
  *   2. run the local list, then the run queue (pop);
- *   3. when empty: account finished coroutines (batch mode ends when none is alive), run the
+ *      After each coroutine, run a batch of offloaded calls if one is due (see below);
+ *   3. when empty: account finished coroutines (batch mode ends when none is alive), run a
  *      batch of offloaded calls, poll epoll and timers without blocking;
  *   4. spin: take a batch from the inject queue, then steal from a random victim, then from
  *      the others in turn;
  *   5. rescue a worker stuck in one coroutine, if any (see above);
  *   6. park in epoll_wait with the next timer as timeout (at most one rescue threshold while
  *      another worker runs coroutine code).
+ *
+ * ---- Offload batches (issue: Python handlers holding back each other's responses) ----
+ * sched_offload() queues a call on the worker running the coroutine; the worker runs queued
+ * calls as a batch between the begin/end hooks (the engine takes the GIL once per batch), on its
+ * own stack with its loop lock released. A coroutine is resumed, and writes its response, only
+ * after its batch ended. Unbounded, a batch ran every queued call: with one worker, a burst of 32
+ * requests to ~45 ms Python handlers got its first response after 0.09 s and the other 31 all at
+ * 1.47 s (docs/benchmarks.md). The rule now:
+ * - A batch takes at most SCHED_OFFLOAD_BATCH (64) calls, and takes no new call once
+ *   SCHED_OFFLOAD_SLICE_NS (1 ms, by this thread's clock from the start of its first call) has
+ *   passed, so a batch ends after the first call that ran longer than that. Then the end hook
+ *   runs (the GIL is released) and every queued coroutine is pushed on the run queue, in order:
+ *   those whose call ran (resume value 0), then the others with SCHED_OFFLOAD_AGAIN, on which
+ *   sched_offload() queues the same call again on whatever worker resumed it. So the leftover
+ *   calls wait behind the coroutines that write responses, in the FIFO run queue, and can be
+ *   stolen by idle workers (useful when handlers release the GIL); the cost is one coroutine
+ *   switch per leftover call per batch, next to calls that ran a millisecond.
+ * - A batch is due when the run queue is empty (step 3), or when 64 calls are queued, or once the
+ *   coroutines that were in the run queue when the first queued call arrived have run (off_ahead
+ *   counts them down, one per coroutine run): the batch takes its turn as if it were one entry of
+ *   the FIFO queue, so a busy run queue (fast nogil handlers under load, a yielding coroutine)
+ *   delays Python calls by one pass over the queue, not until it empties. Stolen coroutines only
+ *   make the turn come sooner.
+ * - Rescue does not change this: a rescuer runs the stalled worker's loop step (events, timers,
+ *   hopped coroutines) but never its offload queue; coroutines it wakes run, and offload, on the
+ *   rescuer. A worker stuck in one long call keeps its other queued calls until the call returns,
+ *   then runs the resumed coroutines and, at its turn, the next batch.
+ * The numbers: 1 ms is the rescue threshold already (SCHED_RESCUE_NS), i.e. the latency we accept
+ * for a stalled worker's clients; fast handlers (a few microseconds of Python each) fill the 64
+ * calls long before it, so they still share one GIL acquisition per 64 calls (test_sched.c:
+ * 256 queued trivial calls run in 4 batches). The slice only splits batches of slow calls, where
+ * one uncontended GIL acquisition and release per call costs well under 1% of a call of 1 ms or
+ * more. Measured (one worker, 32 connections sending one request each at once to a handler doing
+ * time.sleep(0.045), arrival times at a selector client on 127.0.0.1): unbounded, all 32
+ * responses arrived at 1.45 s; bounded, one every ~45 ms, the first at 0.05 s, median 0.77 s,
+ * last 1.45 s (the total is the same: one worker runs the handlers one at a time).
  *
  * ---- Spinning and parking (Go's protocol) ----
  * A worker looking for work is "spinning" (nspinning counts them; at most half the busy workers
@@ -203,9 +240,14 @@ struct sched_spawn_block {
 /* Process epoll events in batches of 64: enough to amortise the syscall under load (libuv and
  * redis use similar sizes), small enough to stay on the stack. */
 #define SCHED_EVENTS 64
-/* Run offloaded calls once this many are queued even if local work remains, so that Python
- * handlers are not starved by a busy run queue. */
+/* Offload batches (see "Offload batches" in the essay): a batch takes at most 64 calls, and takes
+ * no new call once 1 ms has passed since its first call started. 64 queued calls also make a
+ * batch due while local work remains. */
 #define SCHED_OFFLOAD_BATCH 64
+#define SCHED_OFFLOAD_SLICE_NS 1000000ull
+/* The resume value of a coroutine whose offloaded call did not fit in its batch: sched_offload
+ * queues the call again on the worker that resumed it. Never returned to a caller. */
+#define SCHED_OFFLOAD_AGAIN (-EAGAIN)
 
 struct sched_worker {
     struct runq rq;
@@ -241,6 +283,9 @@ struct sched_worker {
     /* This thread's again. */
     struct coro *off_head, *off_tail;
     unsigned n_off;
+    /* Coroutine runs left before the queued offloaded calls are due even if local work remains:
+     * the run queue's length when the first of them was queued (FIFO order, see the essay). */
+    unsigned off_ahead;
     uint64_t now;
     uint64_t rng;
     uint64_t tick;
@@ -872,30 +917,56 @@ static int w_next_timeout_ms(struct sched_worker *w)
 
 /* ---- offload ---- */
 
+/* Resume the coroutines of list (linked through node next) with value, in order. */
+static void w_resume_offloaded(struct sched_worker *w, struct coro *list, int value)
+{
+    while (list) {
+        struct coro *next = coro_sched_node(list)->next;
+        coro_sched_node(list)->wait = NULL;
+        coro_set_resume_value(list, value);
+        w_push(w, list);
+        list = next;
+    }
+}
+
+/* Run one batch of w's queued offloaded calls between the begin/end hooks, bounded by
+ * SCHED_OFFLOAD_BATCH calls and SCHED_OFFLOAD_SLICE_NS (by this thread's clock, counted from
+ * the first call, not from the begin hook: a long wait for the GIL is no reason to take it
+ * again sooner), then make every queued coroutine runnable: those whose call ran with 0, the
+ * others with SCHED_OFFLOAD_AGAIN, behind them. cancel: run no call, resume all with
+ * -ECANCELED (stop). Owner only, with no loop lock held unless cancel. */
 static void w_run_offloads(struct sched_worker *w, int cancel)
 {
     struct sched *s = w->s;
     struct coro *list = w->off_head;
     w->off_head = w->off_tail = NULL;
     w->n_off = 0;
-    if (!cancel && s->off_begin)
+    if (UNLIKELY(!list))
+        return;
+    if (cancel) {
+        w_resume_offloaded(w, list, -ECANCELED);
+        return;
+    }
+    if (s->off_begin)
         s->off_begin(s->off_ud);
-    for (struct coro *c = list; c; c = coro_sched_node(c)->next) {
+    uint64_t start = sched_clock_ns(), now;
+    unsigned ran = 0;
+    struct coro *c = list, *last_ran;
+    do {
         struct sched_offload_rec *rec = coro_sched_node(c)->wait;
-        if (!cancel) {
-            rec->fn(rec->arg);
-            stat_inc(&w->st_offloads);
-        }
-    }
-    if (!cancel && s->off_end)
+        rec->fn(rec->arg);
+        stat_inc(&w->st_offloads);
+        ran++;
+        last_ran = c;
+        c = coro_sched_node(c)->next;
+        now = sched_clock_ns();
+    } while (c && ran < SCHED_OFFLOAD_BATCH && now - start < SCHED_OFFLOAD_SLICE_NS);
+    if (s->off_end)
         s->off_end(s->off_ud);
-    while (list) {
-        struct coro *next = coro_sched_node(list)->next;
-        coro_sched_node(list)->wait = NULL;
-        coro_set_resume_value(list, cancel ? -ECANCELED : 0);
-        w_push(w, list);
-        list = next;
-    }
+    w->now = now; /* the batch may have run long: keep sched_now_ns() fresh for the resumed */
+    coro_sched_node(last_ran)->next = NULL;
+    w_resume_offloaded(w, list, 0);
+    w_resume_offloaded(w, c, SCHED_OFFLOAD_AGAIN);
 }
 
 /* ---- running a coroutine ---- */
@@ -950,10 +1021,12 @@ static int w_run(struct sched_worker *w, struct coro *co, struct sched_worker *b
     case SCHED_Y_OFFLOAD:
         /* Queued only: the loop runs the batch (with its lock released), see w_loop. */
         coro_sched_node(co)->next = NULL;
-        if (w->off_tail)
+        if (w->off_tail) {
             coro_sched_node(w->off_tail)->next = co;
-        else
+        } else {
             w->off_head = co;
+            w->off_ahead = runq_len(&w->rq);
+        }
         w->off_tail = co;
         w->n_off++;
         break;
@@ -975,6 +1048,19 @@ static void w_loop_offloads(struct sched_worker *w)
     w_run_offloads(w, 0);
     run_seq_bump(w);
     loop_lock(w, w);
+}
+
+/* Is the offload batch due although local work remains? Yes once SCHED_OFFLOAD_BATCH calls are
+ * queued, or once the coroutines that were in the run queue when the first queued call arrived
+ * have run (one call per coroutine run counts them down). Owner only, after each coroutine run. */
+static int w_offloads_due(struct sched_worker *w)
+{
+    if (w->n_off == 0)
+        return 0;
+    if (w->n_off >= SCHED_OFFLOAD_BATCH || w->off_ahead == 0)
+        return 1;
+    w->off_ahead--;
+    return 0;
 }
 
 /* Account finished coroutines; in batch mode the last one ends the run. Owner only. */
@@ -1205,7 +1291,7 @@ static void w_loop(struct sched_worker *w)
             if (UNLIKELY(w->spinning))
                 w_spin_stop(w, 1);
             w_run(w, co, w, handed);
-            if (UNLIKELY(w->n_off >= SCHED_OFFLOAD_BATCH))
+            if (w_offloads_due(w))
                 w_loop_offloads(w);
             continue;
         }
@@ -1667,8 +1753,17 @@ int sched_offload(void (*fn)(void *), void *arg)
     if (UNLIKELY(sched_is_stopping(w->s)))
         return -ECANCELED;
     struct sched_offload_rec rec = {.fn = fn, .arg = arg};
-    coro_sched_node(w->current)->wait = &rec;
-    return coro_yield(w->current, SCHED_Y_OFFLOAD);
+    for (;;) {
+        coro_sched_node(w->current)->wait = &rec;
+        int r = coro_yield(w->current, SCHED_Y_OFFLOAD);
+        if (LIKELY(r != SCHED_OFFLOAD_AGAIN))
+            return r;
+        /* The call did not fit in its batch: queue it on the worker running us now (it may
+         * have been stolen). A stop begun meanwhile cancels it like any other call. */
+        w = sched_self();
+        if (UNLIKELY(sched_is_stopping(w->s)))
+            return -ECANCELED;
+    }
 }
 
 void sched_set_offload_hooks(struct sched *s, void (*begin)(void *ud), void (*end)(void *ud),
