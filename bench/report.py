@@ -109,6 +109,9 @@ def _status(result, server, workload):
         return "not run"
     if v != "ok":
         return "invalid"
+    # Validated but never measured: the run was limited to other workloads (--workloads).
+    if not any(r["server"] == server and r["workload"] == workload for r in result["runs"]):
+        return "not run"
     return "none completed"
 
 
