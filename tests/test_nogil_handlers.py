@@ -92,7 +92,9 @@ def test_cpu_bound_handler_does_not_stall_other_connections_of_its_worker(hello)
     routes = [("path", "/", None, "nogil", hello.ROOT), ("path", "/hog", None, "nogil", hello.HOG),
               ("path", "/probe", None, "nogil", hello.PROBE),
               ("path", "/release", None, "nogil", hello.RELEASE)]
-    with serving(routes, threads=2) as srv:
+    # The connections stay idle while the hog spins (up to 5 s): a keep-alive timeout longer than
+    # that keeps a slow run (sanitizers, a loaded machine) from closing them under the test.
+    with serving(routes, threads=2, keepalive_timeout=60.0) as srv:
         conns = [Conn(srv.port) for _ in range(12)]
         try:
             for c in conns:  # every connection registered and idle on its home worker
