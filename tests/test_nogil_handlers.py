@@ -30,6 +30,8 @@ def port(hello):
         ("path", "/fail", None, "nogil", hello.FAIL),
         ("path", "/bad-header", None, "nogil", hello.BAD_HEADER),
         ("path", "/ctx", None, "nogil", hello.CTX),
+        ("path", "/big", None, "nogil", hello.BIG_STATIC),
+        ("path", "/static-exclusive", None, "nogil", hello.STATIC_EXCLUSIVE),
     ]
     with serving(routes, threads=2) as srv:
         yield srv.port
@@ -85,6 +87,40 @@ def test_context_pointer(port):
 def test_head_on_nogil_route(port):
     r = request(port, b"HEAD /fibonacci HTTP/1.1\r\nHost: t\r\n\r\n")
     assert (r.status, r.header("content-length"), r.body) == (200, "45", b"")
+
+
+BIG = bytes((i * 7 + i // 251) & 0xFF for i in range(150000))
+
+
+def test_static_body_is_sent_exactly_and_keeps_the_connection(port):
+    with Conn(port) as c:
+        for _ in range(3):
+            c.send(get("/big"))
+            r = c.reply()
+            assert (r.status, r.header("content-length")) == (200, str(len(BIG)))
+            assert r.header("content-type") == "application/octet-stream"
+            assert r.body == BIG
+        c.send(b"HEAD /big HTTP/1.1\r\nHost: t\r\n\r\n")
+        r = c.reply(head_only=True)
+        assert (r.status, r.header("content-length")) == (200, str(len(BIG)))
+        # Nothing of the body followed the HEAD answer: the next reply starts right after it.
+        c.send(get("/"))
+        assert c.reply().body == b"Hello, World!"
+
+
+def test_static_body_pipelined_responses_stay_in_order(port):
+    with Conn(port) as c:
+        c.send(get("/big") + get("/") + get("/big") + get("/ctx"))
+        assert c.reply().body == BIG
+        assert c.reply().body == b"Hello, World!"
+        assert c.reply().body == BIG
+        assert c.reply().body == b"context says hi"
+
+
+def test_static_body_and_write_are_exclusive(port):
+    r = request(port, get("/static-exclusive"))
+    # -EEXIST is -17 on Linux.
+    assert (r.status, r.header("x-codes"), r.body) == (200, "0 -17 -17", b"static!")
 
 
 @pytest.mark.slow
