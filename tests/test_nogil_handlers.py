@@ -31,6 +31,7 @@ def port(hello):
         ("path", "/bad-header", None, "nogil", hello.BAD_HEADER),
         ("path", "/ctx", None, "nogil", hello.CTX),
         ("path", "/big", None, "nogil", hello.BIG_STATIC),
+        ("path", "/big-tail", None, "nogil", hello.BIG_TAIL),
         ("path", "/static-exclusive", None, "nogil", hello.STATIC_EXCLUSIVE),
     ]
     with serving(routes, threads=2) as srv:
@@ -115,6 +116,33 @@ def test_static_body_pipelined_responses_stay_in_order(port):
         assert c.reply().body == b"Hello, World!"
         assert c.reply().body == BIG
         assert c.reply().body == b"context says hi"
+
+
+def test_static_bodies_are_told_apart_by_pointer_and_length(port):
+    with Conn(port) as c:
+        c.send(get("/big-tail") + get("/big") + get("/big-tail"))
+        assert c.reply().body == BIG[1000:]
+        assert c.reply().body == BIG
+        assert c.reply().body == BIG[1000:]
+
+
+def test_static_body_first_use_from_many_connections_at_once(hello):
+    # A fresh server: the first responses of both bodies race to set up their memfds on both
+    # workers; every client must still get exact bytes.
+    routes = [("path", "/big", None, "nogil", hello.BIG_STATIC),
+              ("path", "/big-tail", None, "nogil", hello.BIG_TAIL)]
+    with serving(routes, threads=2) as srv:
+        conns = [Conn(srv.port) for _ in range(16)]
+        try:
+            for i, c in enumerate(conns):
+                c.send(get("/big" if i % 2 else "/big-tail") * 2)
+            for i, c in enumerate(conns):
+                want = BIG if i % 2 else BIG[1000:]
+                assert c.reply().body == want
+                assert c.reply().body == want
+        finally:
+            for c in conns:
+                c.close()
 
 
 def test_static_body_and_write_are_exclusive(port):

@@ -156,6 +156,12 @@ cdef int handle_big(cyserve_request *req, cyserve_response *resp, void *ctx) noe
     return rc
 
 
+cdef int handle_big_tail(cyserve_request *req, cyserve_response *resp,
+                         void *ctx) noexcept nogil:
+    # The same memory from another start and length: a different body for the server.
+    return cyserve_resp_set_body_static(resp, <const char *>BIG + 1000, BIG_LEN - 1000)
+
+
 cdef int handle_static_exclusive(cyserve_request *req, cyserve_response *resp,
                                  void *ctx) noexcept nogil:
     # A static body and written bytes do not mix, in either order; the codes are reported in a
@@ -180,5 +186,6 @@ HOG = cyserve_handler_capsule(handle_hog)
 PROBE = cyserve_handler_capsule(handle_probe)
 RELEASE = cyserve_handler_capsule(handle_release)
 BIG_STATIC = cyserve_handler_capsule(handle_big)
+BIG_TAIL = cyserve_handler_capsule(handle_big_tail)
 STATIC_EXCLUSIVE = cyserve_handler_capsule(handle_static_exclusive)
 CTX = (cyserve_handler_capsule(handle_ctx), PyCapsule_New(<void *>CTX_TEXT, b"hello.ctx", NULL))

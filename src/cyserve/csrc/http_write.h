@@ -97,8 +97,8 @@ int resp_set_content_type(struct cyserve_response *r, const char *value, size_t 
 /* Append to the body. Returns 0, -ENOMEM, or -EEXIST when a static body was set. */
 int resp_write(struct cyserve_response *r, const void *data, size_t len);
 
-/* Make data[0..len) the whole body without copying it: the engine writes it to the socket from
- * there. data must stay valid and unchanged as long as the server runs (process-lifetime memory:
+/* Make data[0..len) the whole body without copying it per response: the engine writes it to the
+ * socket from there (or, when large, from a memfd snapshot it takes on first use, server.c). data must stay valid and unchanged as long as the server runs (process-lifetime memory:
  * a static array, or a buffer allocated once and never freed while serving). Exclusive with
  * resp_write: -EEXIST if the body already has bytes or a static body was set; -EINVAL for
  * data == NULL with len > 0. Returns 0. */

@@ -71,6 +71,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,6 +109,9 @@
  * responses beats a write plus a sendfile per response. Same value as BODY_COPY_MAX, so every
  * static body is either copied into the output buffer or never copied at all. */
 #define STATIC_MEMFD_MIN BODY_COPY_MAX
+/* Distinct large handler bodies (resp_set_body_static) that get a memfd of their own; any more
+ * are sent by writev from the handler's memory. */
+#define EXT_MEMFD_MAX 64
 /* Per-worker caches of free read buffers and connection structs. */
 #define BUF_CACHE_MAX 64
 #define CONN_CACHE_MAX 1024
@@ -169,6 +173,15 @@ struct server {
     _Atomic uint64_t live;
     _Atomic int stopping;            /* a server_shutdown is in progress or done */
     _Atomic uint64_t stop_deadline;  /* when the grace period of the shutdown ends */
+    /* memfds of large process-lifetime handler bodies, see ext_memfd_for(). Entries
+     * [0, ext_count) are immutable once published; ext_lock serialises the writers. */
+    pthread_mutex_t ext_lock;
+    _Atomic unsigned ext_count;
+    struct ext_memfd {
+        const char *ptr;
+        size_t len;
+        int fd; /* -1: no memfd could be made, send from ptr */
+    } ext[EXT_MEMFD_MAX];
 };
 
 /* ---- static targets ---- */
@@ -282,6 +295,7 @@ int server_new(struct server **out, const struct server_config *cfg, const struc
     }
     s->cfg.host = s->host;
     s->router = router;
+    pthread_mutex_init(&s->ext_lock, NULL);
     *out = s;
     return 0;
 }
@@ -802,6 +816,57 @@ static int simple_response(struct serve *sv, int status, const char *body, const
 
 static int send_file_range(struct serve *sv, int fd, uint64_t offset, uint64_t count);
 
+/* Large handler bodies set with resp_set_body_static.
+ *
+ * Their memory is promised to live, unchanged, as long as the server, so a body is the same
+ * bytes every time the same (pointer, length) pair comes back. The first response that sends a
+ * pair copies it once into a sealed memfd; every later one, on any worker, sendfile()s from that
+ * memfd, which spares the kernel its copy from user memory per response exactly as for
+ * SERVER_STATIC targets. (A handler that breaks the promise and changes its buffer keeps getting
+ * the first snapshot: stale, never torn.)
+ *
+ * Concurrency: the table is append-only while the server lives. A reader loads ext_count with
+ * acquire and scans the entries below it, which were completely written before the release
+ * store that published them; it takes no lock. A miss takes ext_lock, scans again (another
+ * worker may have added the pair meanwhile), makes the memfd and publishes the entry with a
+ * release store of the new count. The lock is held across memfd_create and the write of the
+ * body: that blocks another worker that misses at the same moment, but only until the first
+ * response of each distinct body, at most EXT_MEMFD_MAX times in the life of the server.
+ * Entries are closed only by server_free(), after the workers are joined, so an fd found here
+ * stays open for as long as a coroutine may use it, even across a wait on another worker.
+ * Returns the memfd, or -1 (table full, no memfd): send from memory. */
+static int ext_memfd_for(struct server *s, const char *ptr, size_t len)
+{
+    /* safety: acquire pairs with the release store below: entries [0, n) are fully written. */
+    unsigned n = atomic_load_explicit(&s->ext_count, memory_order_acquire);
+    for (unsigned i = 0; i < n; i++)
+        if (s->ext[i].ptr == ptr && s->ext[i].len == len)
+            return s->ext[i].fd;
+    if (n == EXT_MEMFD_MAX)
+        return -1;
+    pthread_mutex_lock(&s->ext_lock);
+    /* safety: writers are serialised by ext_lock, so relaxed reads the latest count here. */
+    n = atomic_load_explicit(&s->ext_count, memory_order_relaxed);
+    int fd = -1;
+    unsigned i;
+    for (i = 0; i < n; i++) {
+        if (s->ext[i].ptr == ptr && s->ext[i].len == len) {
+            fd = s->ext[i].fd;
+            break;
+        }
+    }
+    if (i == n && n < EXT_MEMFD_MAX) {
+        fd = static_memfd(ptr, len);
+        s->ext[n].ptr = ptr;
+        s->ext[n].len = len;
+        s->ext[n].fd = fd;
+        /* safety: release publishes the entry written above to lock-free readers. */
+        atomic_store_explicit(&s->ext_count, n + 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&s->ext_lock);
+    return fd;
+}
+
 static int send_static(struct serve *sv, const struct server_target *t, int keep, int head_only)
 {
     struct wbuf *out = &sv->out;
@@ -861,7 +926,11 @@ static int send_resp(struct serve *sv, int keep, int head_only)
         return 0;
     if (blen <= BODY_COPY_MAX)
         return wbuf_append(&sv->out, body, blen);
-    return flush_with(sv, body, blen, 0);
+    int fd = r->body_static && blen > STATIC_MEMFD_MIN ? ext_memfd_for(sv->srv, body, blen) : -1;
+    if (fd < 0)
+        return flush_with(sv, body, blen, 0);
+    rc = flush_with(sv, NULL, 0, MSG_MORE);
+    return rc ? rc : send_file_range(sv, fd, 0, blen);
 }
 
 struct py_job {
@@ -1509,6 +1578,12 @@ void server_free(struct server *s)
     if (!s)
         return;
     server_shutdown(s, 0);
+    /* safety: the workers are joined, this thread is the only one left touching s. */
+    unsigned n = atomic_load_explicit(&s->ext_count, memory_order_relaxed);
+    for (unsigned i = 0; i < n; i++)
+        if (s->ext[i].fd >= 0)
+            close(s->ext[i].fd);
+    pthread_mutex_destroy(&s->ext_lock);
     free(s->host);
     free(s);
 }

@@ -55,7 +55,9 @@ cdef int cyserve_resp_set_content_type(cyserve_response *resp, const char *value
 cdef int cyserve_resp_write(cyserve_response *resp, const char *data, size_t len) noexcept nogil
 # Make data[0..len) the whole body WITHOUT copying it: the server writes it to the socket straight
 # from there. data must outlive the server and stay unchanged while it runs (a static array, or a
-# buffer allocated once at import and never freed). Exclusive with cyserve_resp_write: -EEXIST if
+# buffer allocated once at import and never freed). A body over 16 KiB is copied once, on its first
+# use, into a sealed memfd that later responses sendfile() from (at most 64 distinct bodies, then
+# writev from data): changing data afterwards is not seen. Exclusive with cyserve_resp_write: -EEXIST if
 # the body has bytes already or a static body was set; -EINVAL for NULL with len > 0.
 cdef int cyserve_resp_set_body_static(cyserve_response *resp, const char *data,
                                       size_t len) noexcept nogil
