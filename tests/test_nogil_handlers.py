@@ -30,6 +30,9 @@ def port(hello):
         ("path", "/fail", None, "nogil", hello.FAIL),
         ("path", "/bad-header", None, "nogil", hello.BAD_HEADER),
         ("path", "/ctx", None, "nogil", hello.CTX),
+        ("path", "/big", None, "nogil", hello.BIG_STATIC),
+        ("path", "/big-tail", None, "nogil", hello.BIG_TAIL),
+        ("path", "/static-exclusive", None, "nogil", hello.STATIC_EXCLUSIVE),
     ]
     with serving(routes, threads=2) as srv:
         yield srv.port
@@ -85,6 +88,67 @@ def test_context_pointer(port):
 def test_head_on_nogil_route(port):
     r = request(port, b"HEAD /fibonacci HTTP/1.1\r\nHost: t\r\n\r\n")
     assert (r.status, r.header("content-length"), r.body) == (200, "45", b"")
+
+
+BIG = bytes((i * 7 + i // 251) & 0xFF for i in range(150000))
+
+
+def test_static_body_is_sent_exactly_and_keeps_the_connection(port):
+    with Conn(port) as c:
+        for _ in range(3):
+            c.send(get("/big"))
+            r = c.reply()
+            assert (r.status, r.header("content-length")) == (200, str(len(BIG)))
+            assert r.header("content-type") == "application/octet-stream"
+            assert r.body == BIG
+        c.send(b"HEAD /big HTTP/1.1\r\nHost: t\r\n\r\n")
+        r = c.reply(head_only=True)
+        assert (r.status, r.header("content-length")) == (200, str(len(BIG)))
+        # Nothing of the body followed the HEAD answer: the next reply starts right after it.
+        c.send(get("/"))
+        assert c.reply().body == b"Hello, World!"
+
+
+def test_static_body_pipelined_responses_stay_in_order(port):
+    with Conn(port) as c:
+        c.send(get("/big") + get("/") + get("/big") + get("/ctx"))
+        assert c.reply().body == BIG
+        assert c.reply().body == b"Hello, World!"
+        assert c.reply().body == BIG
+        assert c.reply().body == b"context says hi"
+
+
+def test_static_bodies_are_told_apart_by_pointer_and_length(port):
+    with Conn(port) as c:
+        c.send(get("/big-tail") + get("/big") + get("/big-tail"))
+        assert c.reply().body == BIG[1000:]
+        assert c.reply().body == BIG
+        assert c.reply().body == BIG[1000:]
+
+
+def test_static_body_first_use_from_many_connections_at_once(hello):
+    # A fresh server: the first responses of both bodies race to set up their memfds on both
+    # workers; every client must still get exact bytes.
+    routes = [("path", "/big", None, "nogil", hello.BIG_STATIC),
+              ("path", "/big-tail", None, "nogil", hello.BIG_TAIL)]
+    with serving(routes, threads=2) as srv:
+        conns = [Conn(srv.port) for _ in range(16)]
+        try:
+            for i, c in enumerate(conns):
+                c.send(get("/big" if i % 2 else "/big-tail") * 2)
+            for i, c in enumerate(conns):
+                want = BIG if i % 2 else BIG[1000:]
+                assert c.reply().body == want
+                assert c.reply().body == want
+        finally:
+            for c in conns:
+                c.close()
+
+
+def test_static_body_and_write_are_exclusive(port):
+    r = request(port, get("/static-exclusive"))
+    # -EEXIST is -17 on Linux.
+    assert (r.status, r.header("x-codes"), r.body) == (200, "0 -17 -17", b"static!")
 
 
 @pytest.mark.slow

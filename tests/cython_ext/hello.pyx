@@ -11,7 +11,7 @@ from cpython.pycapsule cimport PyCapsule_New
 from cyserve._core cimport (
     cyserve_handler_capsule, cyserve_request, cyserve_response, cyserve_str, cyserve_str_eq,
     cyserve_req_header, cyserve_resp_status, cyserve_resp_header, cyserve_resp_write,
-    cyserve_resp_alloc, cyserve_resp_set_content_type,
+    cyserve_resp_alloc, cyserve_resp_set_content_type, cyserve_resp_set_body_static,
 )
 
 
@@ -138,6 +138,43 @@ cdef int handle_release(cyserve_request *req, cyserve_response *resp, void *ctx)
     return cyserve_resp_write(resp, b"released", 8)
 
 
+# A body that lives as long as the process, for cyserve_resp_set_body_static; byte i is
+# (i * 7 + i // 251) & 0xff, so a misplaced or repeated chunk shows. Larger than the engine's
+# copy threshold, so it goes out by writev straight from here.
+cdef enum:
+    BIG_LEN = 150000
+cdef unsigned char BIG[BIG_LEN]
+cdef size_t _i
+for _i in range(BIG_LEN):
+    BIG[_i] = (_i * 7 + _i // 251) & 0xff
+
+
+cdef int handle_big(cyserve_request *req, cyserve_response *resp, void *ctx) noexcept nogil:
+    cdef int rc = cyserve_resp_set_content_type(resp, b"application/octet-stream", 24)
+    if rc == 0:
+        rc = cyserve_resp_set_body_static(resp, <const char *>BIG, BIG_LEN)
+    return rc
+
+
+cdef int handle_big_tail(cyserve_request *req, cyserve_response *resp,
+                         void *ctx) noexcept nogil:
+    # The same memory from another start and length: a different body for the server.
+    return cyserve_resp_set_body_static(resp, <const char *>BIG + 1000, BIG_LEN - 1000)
+
+
+cdef int handle_static_exclusive(cyserve_request *req, cyserve_response *resp,
+                                 void *ctx) noexcept nogil:
+    # A static body and written bytes do not mix, in either order; the codes are reported in a
+    # header and the static body (a small one here) is what is sent.
+    cdef char buf[64]
+    cdef int a, b, c, n
+    a = cyserve_resp_set_body_static(resp, b"static!", 7)
+    b = cyserve_resp_write(resp, b"x", 1)
+    c = cyserve_resp_set_body_static(resp, b"again", 5)
+    n = snprintf(buf, sizeof(buf), b"%d %d %d", a, b, c)
+    return cyserve_resp_header(resp, b"X-Codes", 7, buf, <size_t>n)
+
+
 cdef const char *CTX_TEXT = b"context says hi"
 
 ROOT = cyserve_handler_capsule(handle_root)
@@ -148,4 +185,7 @@ BAD_HEADER = cyserve_handler_capsule(handle_bad_header)
 HOG = cyserve_handler_capsule(handle_hog)
 PROBE = cyserve_handler_capsule(handle_probe)
 RELEASE = cyserve_handler_capsule(handle_release)
+BIG_STATIC = cyserve_handler_capsule(handle_big)
+BIG_TAIL = cyserve_handler_capsule(handle_big_tail)
+STATIC_EXCLUSIVE = cyserve_handler_capsule(handle_static_exclusive)
 CTX = (cyserve_handler_capsule(handle_ctx), PyCapsule_New(<void *>CTX_TEXT, b"hello.ctx", NULL))

@@ -109,6 +109,8 @@ void resp_init(struct cyserve_response *r)
     r->has_content_type = 0;
     wbuf_init(&r->headers, r->inline_headers, sizeof(r->inline_headers));
     wbuf_init(&r->body, r->inline_body, sizeof(r->inline_body));
+    r->body_static = NULL;
+    r->body_static_len = 0;
     r->arena.head = NULL;
 }
 
@@ -119,6 +121,8 @@ void resp_reset(struct cyserve_response *r)
     r->has_content_type = 0;
     r->headers.len = 0;
     r->body.len = 0;
+    r->body_static = NULL;
+    r->body_static_len = 0;
     resp_arena_reset(&r->arena);
 }
 
@@ -226,7 +230,22 @@ int resp_write(struct cyserve_response *r, const void *data, size_t len)
 {
     if (UNLIKELY(len && !data))
         return -EINVAL;
+    if (UNLIKELY(r->body_static))
+        return -EEXIST;
     return wbuf_append(&r->body, data, len);
+}
+
+int resp_set_body_static(struct cyserve_response *r, const void *data, size_t len)
+{
+    if (UNLIKELY(len && !data))
+        return -EINVAL;
+    if (UNLIKELY(r->body_static || r->body.len))
+        return -EEXIST;
+    /* An empty static body is an empty body: nothing to remember. A non-NULL pointer marks the
+     * body as set, so that a later resp_write is refused either way. */
+    r->body_static = len ? data : "";
+    r->body_static_len = len;
+    return 0;
 }
 
 void *resp_alloc(struct cyserve_response *r, size_t size)

@@ -64,6 +64,10 @@ struct cyserve_response {
     int has_content_type;     /* a Content-Type line is in headers */
     struct wbuf headers;      /* "Name: value\r\n" lines added by the handler */
     struct wbuf body;
+    /* A body the handler promised outlives the server (resp_set_body_static): sent straight from
+     * there, never copied into body. NULL when unset; then body is the body. */
+    const char *body_static;
+    size_t body_static_len;
     struct resp_arena arena;  /* cyserve_resp_alloc() */
     char inline_headers[RESP_INLINE_HEADERS];
     char inline_body[RESP_INLINE_BODY];
@@ -90,8 +94,26 @@ int resp_add_header(struct cyserve_response *r, const char *name, size_t nlen, c
 /* Set Content-Type (replacing a previous one set this way is not supported: -EEXIST). */
 int resp_set_content_type(struct cyserve_response *r, const char *value, size_t vlen);
 
-/* Append to the body. Returns 0 or -ENOMEM. */
+/* Append to the body. Returns 0, -ENOMEM, or -EEXIST when a static body was set. */
 int resp_write(struct cyserve_response *r, const void *data, size_t len);
+
+/* Make data[0..len) the whole body without copying it per response: the engine writes it to the
+ * socket from there (or, when large, from a memfd snapshot it takes on first use, server.c). data must stay valid and unchanged as long as the server runs (process-lifetime memory:
+ * a static array, or a buffer allocated once and never freed while serving). Exclusive with
+ * resp_write: -EEXIST if the body already has bytes or a static body was set; -EINVAL for
+ * data == NULL with len > 0. Returns 0. */
+int resp_set_body_static(struct cyserve_response *r, const void *data, size_t len);
+
+/* The body to send: the static one if set, else the written one. Sets *len. */
+static inline const char *resp_body(const struct cyserve_response *r, size_t *len)
+{
+    if (r->body_static) {
+        *len = r->body_static_len;
+        return r->body_static;
+    }
+    *len = r->body.len;
+    return r->body.ptr;
+}
 
 /* Request-scoped memory for a handler (freed when the next request starts or the connection's
  * coroutine ends; never by the handler). 16-byte aligned; NULL on ENOMEM. */

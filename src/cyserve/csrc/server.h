@@ -42,6 +42,9 @@ struct server_target {
     size_t static_head_len;
     char *static_body;
     size_t static_body_len;
+    /* A sealed memfd with the body when it is large (sent by sendfile, no copy per response),
+     * else -1. Owned; closed by server_target_clear(). */
+    int static_fd;
     /* SERVER_NOGIL */
     cyserve_nogil_handler fn;
     void *ctx;

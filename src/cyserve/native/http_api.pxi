@@ -51,8 +51,16 @@ cdef int cyserve_resp_header(cyserve_response *resp, const char *name, size_t na
 # Content-Type (default text/plain; charset=utf-8 when the body is not empty); -EEXIST if set.
 cdef int cyserve_resp_set_content_type(cyserve_response *resp, const char *value,
                                        size_t value_len) noexcept nogil
-# Append to the body (copied). -ENOMEM.
+# Append to the body (copied). -ENOMEM; -EEXIST after cyserve_resp_set_body_static.
 cdef int cyserve_resp_write(cyserve_response *resp, const char *data, size_t len) noexcept nogil
+# Make data[0..len) the whole body WITHOUT copying it: the server writes it to the socket straight
+# from there. data must outlive the server and stay unchanged while it runs (a static array, or a
+# buffer allocated once at import and never freed). A body over 16 KiB is copied once, on its first
+# use, into a sealed memfd that later responses sendfile() from (at most 64 distinct bodies, then
+# writev from data): changing data afterwards is not seen. Exclusive with cyserve_resp_write: -EEXIST if
+# the body has bytes already or a static body was set; -EINVAL for NULL with len > 0.
+cdef int cyserve_resp_set_body_static(cyserve_response *resp, const char *data,
+                                      size_t len) noexcept nogil
 # size bytes of request-scoped memory (16-byte aligned, freed by the server), or NULL.
 cdef void *cyserve_resp_alloc(cyserve_response *resp, size_t size) noexcept nogil
 

@@ -64,6 +64,10 @@ cdef int cyserve_resp_set_content_type(cyserve_response *resp, const char *value
 cdef int cyserve_resp_write(cyserve_response *resp, const char *data, size_t len) noexcept nogil:
     return cs.resp_write(<cs.resp_t *>resp, data, len)
 
+cdef int cyserve_resp_set_body_static(cyserve_response *resp, const char *data,
+                                      size_t len) noexcept nogil:
+    return cs.resp_set_body_static(<cs.resp_t *>resp, data, len)
+
 cdef void *cyserve_resp_alloc(cyserve_response *resp, size_t size) noexcept nogil:
     return cs.resp_alloc(<cs.resp_t *>resp, size)
 

@@ -27,6 +27,7 @@ cdef extern from "csrc/http_write.h" nogil:
     int resp_add_header(resp_t *r, const char *name, size_t nlen, const char *value, size_t vlen)
     int resp_set_content_type(resp_t *r, const char *value, size_t vlen)
     int resp_write(resp_t *r, const void *data, size_t len)
+    int resp_set_body_static(resp_t *r, const void *data, size_t len)
     void *resp_alloc(resp_t *r, size_t size)
 
 cdef extern from "csrc/server.h" nogil:
