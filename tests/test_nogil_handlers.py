@@ -169,6 +169,8 @@ def test_cpu_bound_handler_does_not_stall_other_connections_of_its_worker(hello)
             for _ in range(50):  # until the hog is seen spinning (bounded: it stops in 5 s)
                 if request(srv.port, get("/probe")).body == b"spinning":
                     break
+            else:  # every probe waited for the hog: nobody rescued its worker
+                pytest.fail("no probe on a new connection saw the hog spinning")
             # Each probe is answered at once while the hog spins, unless its connection is
             # homed on the hog's worker: then it waits for the hog to end and says "free".
             answers = []

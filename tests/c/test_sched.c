@@ -676,6 +676,96 @@ static void test_rescue(void)
     close(rs_sv[1]);
 }
 
+/* ---- rescue after an idle spell: the hog is woken by its own worker's I/O ----
+ * Both workers park with nothing to do; then the hog's worker (H) is woken by an event on its
+ * own epoll and runs a coroutine that spins. That wake-up calls nobody (a waiter woken by I/O is
+ * just pushed on H's queue), so the other worker must not have parked without a timeout merely
+ * because H was not running coroutine code when it looked: then nobody would ever look at H
+ * again and an event for another io homed on H would wait for the spin to end. This was the
+ * intermittent failure of the Python rescue test (the other worker looked while H was between
+ * its wake-up and the handler); here the idle spell makes the order certain. The spin is
+ * bounded (5 s) only so that a broken scheduler fails the check instead of hanging. */
+static struct sched *ri_sched;
+static struct sched_io ri_io_a, ri_io_b;
+static int ri_a[2], ri_b[2];
+static int ri_waiting, ri_spinning, ri_released, ri_served_while_spinning;
+
+static void ri_noop(struct sched_io *io, uint32_t events)
+{
+}
+
+static int ri_server(struct coro *co, void *arg)
+{
+    char buf[8];
+    while (read(ri_b[0], buf, sizeof(buf)) > 0)
+        ;
+    add(&ri_served_while_spinning, get(&ri_spinning));
+    add(&ri_released, 1);
+    while (sched_io_release(&ri_io_b) == -EAGAIN)
+        while (read(ri_b[0], buf, sizeof(buf)) > 0)
+            ;
+    return 0;
+}
+
+static void ri_on_ready_b(struct sched_io *io, uint32_t events)
+{
+    sched_spawn(ri_sched, ri_server, NULL);
+}
+
+static int ri_hog(struct coro *co, void *arg)
+{
+    sched_home_enter(-1);
+    int rc = sched_io_add(&ri_io_a, ri_a[0], ri_noop);
+    rc |= sched_io_add(&ri_io_b, ri_b[0], ri_on_ready_b);
+    sched_home_exit();
+    add(&ri_waiting, 1);
+    /* Parked on H until the main thread writes, long after both workers went idle. */
+    rc |= sched_io_wait(&ri_io_a, EPOLLIN, -1) > 0 ? 0 : -1;
+    ok(rc == 0, "the hog registered two ios on its worker and was woken by the first");
+    add(&ri_spinning, 1);
+    uint64_t t0 = sched_clock_ns();
+    while (!get(&ri_released) && sched_clock_ns() - t0 < 5000000000ull)
+        cpu_relax();
+    add(&ri_spinning, -1);
+    sched_io_del(&ri_io_a);
+    sched_io_del(&ri_io_b);
+    return 0;
+}
+
+static void ri_sleep_ms(long ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void test_rescue_after_idle(int round)
+{
+    ri_waiting = ri_spinning = ri_released = ri_served_while_spinning = 0;
+    ri_sched = new_sched(2, 0, 0, 0);
+    socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, ri_a);
+    socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, ri_b);
+    sched_spawn(ri_sched, ri_hog, NULL);
+    sched_start(ri_sched);
+    /* Bounded waits on the workers' progress; the 50 ms lets both of them park (it makes the
+     * bad order certain, it decides nothing). */
+    for (int i = 0; i < 5000 && !get(&ri_waiting); i++)
+        ri_sleep_ms(1);
+    ri_sleep_ms(50);
+    ssize_t w1 = write(ri_a[1], "go", 2);
+    for (int i = 0; i < 5000 && !get(&ri_spinning); i++)
+        ri_sleep_ms(1);
+    ssize_t w2 = write(ri_b[1], "ping", 4);
+    sched_join(ri_sched);
+    ok(w1 == 2 && w2 == 4, "round %d: wrote both messages", round);
+    ok(get(&ri_served_while_spinning) == 1,
+       "round %d: an io homed on the hog's worker was served while the hog spun", round);
+    sched_free(ri_sched);
+    close(ri_a[0]);
+    close(ri_a[1]);
+    close(ri_b[0]);
+    close(ri_b[1]);
+}
+
 int main(void)
 {
     test_config();
@@ -691,5 +781,7 @@ int main(void)
     test_offload_bounded();
     test_stop();
     test_rescue();
+    for (int round = 1; round <= 3; round++)
+        test_rescue_after_idle(round);
     return done_testing();
 }

@@ -38,10 +38,21 @@
  * producer).
  * Rescue: an idle worker T about to park (no local work, nothing to steal) looks at every W
  * whose run_seq is odd and has not changed for SCHED_RESCUE_NS (a shared sample, watch_seq /
- * watch_at), try-locks L(W), gives up L(T), runs W's loop step, then takes L(T) back. While any
- * W runs coroutine code, T parks with a timeout of one threshold, to look again (W's events are
- * on W's epoll and do not wake T); so a stalled worker's connections wait at most about one
- * threshold, and an idle worker beside busy ones wakes at most once per threshold.
+ * watch_at), try-locks L(W), gives up L(T), runs W's loop step, then takes L(T) back.
+ * Watching: while any other worker is out of its park (it runs coroutine code, or may start to
+ * at any moment), T parks with a timeout of one threshold, to look again (W's events are on W's
+ * epoll and do not wake T); so a stalled worker's connections wait at most about one threshold,
+ * and an idle worker beside busy ones wakes at most once per threshold. T parks without that
+ * timeout only when every other worker is parked, read after T's parker fence; a worker that
+ * then leaves its park with coroutines to run (its own I/O or timer woke a waiter; nobody else
+ * was told) fences and calls wakep(), so T is woken to spin and parks again watching. The two
+ * sides are the wake-up recipe below again (either T's read sees the other unparked, or the
+ * other's wakep sees T parked; a spinner that took the token parks later and re-reads). An
+ * earlier version decided from run_seq alone, sampled before T's fence: a T that looked while W
+ * was between its wake-up and a long handler parked for good, and W's clients waited for the
+ * whole handler (the intermittent Python rescue test; test_sched.c "rescue after an idle spell"
+ * makes that order certain). All idle, every worker parks without a timeout after at most one
+ * extra threshold.
  * Home sections: a coroutine touching W's state (sched_io_wait/release/del, sleep and fd waits
  * on its own worker, sched_home_enter) holds L(W) on whatever thread it runs: try-lock; if that
  * fails and W is its own worker (held only by a rescuer or another short section) or the
@@ -1228,6 +1239,20 @@ static int w_rescue(struct sched_worker *w, int *watch)
     return did;
 }
 
+/* Is any other worker out of its park (running its loop or coroutine code)? Parker's recipe
+ * step 3, for the watch (see "Watching" in the essay). */
+static int w_others_unparked(struct sched_worker *w)
+{
+    struct sched *s = w->s;
+    for (unsigned i = 0; i < s->n; i++) {
+        /* safety: seq_cst, after the parker's fence: pairs with the exchange that ends another
+         * worker's park (w_park), which is followed by a fence and a read of nparked. */
+        if (i != w->id && __atomic_load_n(&s->w[i].parked, __ATOMIC_SEQ_CST) != W_PARKED)
+            return 1;
+    }
+    return 0;
+}
+
 static void w_park(struct sched_worker *w, int watch)
 {
     struct sched *s = w->s;
@@ -1240,10 +1265,12 @@ static void w_park(struct sched_worker *w, int watch)
         stat_inc(&w->st_parks);
         w->now = sched_clock_ns(); /* the timeout must count from now, not the last poll */
         int timeout = w_next_timeout_ms(w);
-        /* Another worker runs a coroutine: come back within the threshold to see whether it
-         * still runs the same one (its events would not wake us: they are on its epoll). */
+        /* Another worker runs a coroutine, or may start one at any moment (it is not parked):
+         * come back within the threshold to see whether it runs one long (its events would not
+         * wake us: they are on its epoll). The second test is read after our fence; w_rescue's
+         * run_seq sample, taken before it, cannot tell "between two coroutines" from "idle". */
         int watch_ms = (int)((SCHED_RESCUE_NS + 999999) / 1000000);
-        if (watch && (timeout < 0 || timeout > watch_ms))
+        if ((watch || w_others_unparked(w)) && (timeout < 0 || timeout > watch_ms))
             timeout = watch_ms;
         w_poll(w, w, timeout);
     }
@@ -1253,6 +1280,18 @@ static void w_park(struct sched_worker *w, int watch)
         __atomic_fetch_sub(&s->nparked, 1, __ATOMIC_SEQ_CST); /* safety: we undo our own ++ */
     else if (st == W_WOKEN_SPIN)
         w->spinning = 1; /* the waker counted us in nspinning and out of nparked */
+    /* Leaving the park with coroutines to run (our own I/O or timer woke one, or a hop came
+     * home): another worker may have parked without a timeout because it saw us parked, and
+     * would then never look at us if one of those coroutines runs long. Wake one to spin; it
+     * parks again with the watch, since we are not parked now. A spinner (ours included) does
+     * this itself when it finds work (w_spin_stop). */
+    /* safety: relaxed: a hint. A push after this load finds us W_RUNNING, and comes from a
+     * worker that is not parked, which every parker watches. */
+    if (st != W_WOKEN_SPIN && (runq_len(&w->rq) > 0 || w->local_head ||
+                               __atomic_load_n(&w->remote, __ATOMIC_RELAXED))) {
+        sched_fence(); /* safety: the recipe's StoreLoad, between our exchange and wakep's reads */
+        sched_wakep(s);
+    }
 }
 
 /* The worker's loop. It holds its own loop lock throughout, except while a coroutine or a batch
