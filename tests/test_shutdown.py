@@ -135,7 +135,9 @@ def get(port: int, path: str) -> tuple[int, bytes]:
 def refuses_connections(port: int) -> bool:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
-    except ConnectionRefusedError:
+    except (ConnectionRefusedError, ConnectionResetError):
+        # Refused once the listeners are shut; a reset when the handshake raced the shutdown of
+        # the listener that took it. Either way the connection is not served.
         return True
     return False
 

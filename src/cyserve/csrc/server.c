@@ -586,14 +586,14 @@ static void worker_start(struct sched *sched, unsigned id, void *ud)
 {
     struct server *s = ud;
     struct server_worker *w = &s->workers[id];
-    if (sched_io_add(&w->lio, w->lfd, listener_on_ready) == 0) {
-        w->lio.data = w;
+    /* data before sched_io_add: from then on an event may be handled at once, by this worker or
+     * by a rescuer on another thread. */
+    w->lio.data = w;
+    if (sched_io_add(&w->lio, w->lfd, listener_on_ready) == 0)
         w->lio_added = 1;
-    }
-    if (sched_io_add(&w->ctl_io, w->ctl_fd, ctl_on_ready) == 0) {
-        w->ctl_io.data = w;
+    w->ctl_io.data = w;
+    if (sched_io_add(&w->ctl_io, w->ctl_fd, ctl_on_ready) == 0)
         w->ctl_added = 1;
-    }
 }
 
 /* ---- the serving coroutine ---- */
