@@ -23,6 +23,9 @@ import threading
 import time
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+# Shortest server CPU time worth dividing by: 50 ticks, so one tick of rounding at either end
+# moves requests per CPU-second by at most 4%.
+MIN_CPU_S = 50 / CLK_TCK
 
 
 # ---------------------------------------------------------------------------------------------
@@ -362,6 +365,8 @@ def measure(run, path, duration, connections, client="wrk", client_threads=1, cl
             res = run_python_client(run.port, path, duration)
     cpu = tree_cpu_seconds(run.pid) - cpu0
     res["server_cpu_s"] = round(cpu, 3)
-    res["requests_per_cpu_s"] = (res["requests"] / cpu) if cpu > 0 else None
+    # /proc counts CPU time in clock ticks (10 ms): below MIN_CPU_S the ratio would be mostly
+    # rounding (hey's 2,000 requests take ~50 ms of server CPU, read as 0, 1 or 2 ticks).
+    res["requests_per_cpu_s"] = (res["requests"] / cpu) if cpu >= MIN_CPU_S else None
     res["rss_peak_kib"] = rss.peak
     return res
