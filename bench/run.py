@@ -1,6 +1,6 @@
 """cyserve's benchmark suite (issue 3): every server, every workload, one run, one command.
 
-    python bench/run.py --quick     a smoke run, about a second per cell (make bench-quick)
+    python bench/run.py --quick     a smoke run, a second per cell, 5 routes (make bench-quick)
     python bench/run.py --full      the real run: 3 interleaved rounds of 5 s cells (make bench),
                                     about 70 minutes on 2 cores; --duration 2 makes it about 35
     options: --servers a,b  --workloads x,y  --rounds N  --duration S  --no-setup  --out DIR
@@ -49,8 +49,11 @@ MODES = {
     # name: rounds, seconds per wrk cell, warm-up seconds, all-core workloads, hey paths, scaling
     # quick keeps under 3 minutes: all-core and scaling cells only where they say something.
     # (allcore_servers, hey_servers, scaling_servers: None for all)
+    # quick measures five of the seven routes (/welcome is /plaintext's kind, /loop is /fib's);
+    # all seven are still validated, byte for byte, in every server.
     "quick": dict(rounds=1, duration=1, warmup=0, allcore=("plaintext", "fib"), allcore_scalable_only=True,
-                  hey=("welcome",), scaling=("fib",),
+                  workloads=("plaintext", "fib", "msgpack", "json", "transfer"),
+                  hey=("plaintext",), scaling=("fib",),
                   allcore_servers=("cyserve-nogil", "go-fasthttp", "nginx"),
                   # seed 001's table: nginx, gunicorn, waitress and the minimal designs (plus ours)
                   # (not min-forking: 2,000 requests at ~900/s would take a tenth of the budget)
@@ -446,7 +449,8 @@ def main(argv=None):
         mode["rounds"] = args.rounds
     if args.duration:
         mode["duration"] = args.duration
-    args.workloads = args.workloads.split(",") if args.workloads else list(W.WORKLOADS)
+    args.workloads = (args.workloads.split(",") if args.workloads
+                      else list(mode.get("workloads", W.WORKLOADS)))
     chosen = [S.BY_NAME[n] for n in args.servers.split(",")] if args.servers else list(S.SERVERS)
 
     notes = []
