@@ -5,7 +5,9 @@ server CPU time (utime + stime of the server's process tree, /proc), medians ove
 
 usage: python3 bench/micro/plaintext_floor.py ROUNDS SECONDS NAME...
 names: floor-epoll floor-uring (gcc ... -o /tmp/uring_vs_epoll first), cyserve-static,
-cyserve-nogil, go-fasthttp (make build, then a bench run for bench/.build), lwan (LWAN_BIN)"""
+cyserve-nogil, go-fasthttp (make build, then a bench run for bench/.build), lwan (LWAN_BIN).
+A cyserve name may name another checkout to compare builds in the same rounds:
+cyserve-static@/path/to/worktree (built there with make build)."""
 import os
 import socket
 import statistics
@@ -20,18 +22,18 @@ TMP = tempfile.mkdtemp(prefix="floor-")
 TCK = os.sysconf("SC_CLK_TCK")
 
 
-def servers(port):
-    env = dict(os.environ, PYTHONPATH=f"{MAIN}:{MAIN}/bench/.build")
+def servers(port, tree=MAIN):
+    env = dict(os.environ, PYTHONPATH=f"{tree}/src:{tree}:{MAIN}/bench/.build")
     return {
         "floor-epoll": ([PROTO, "epoll", str(port)], None, None),
         "floor-uring": ([PROTO, "uring", str(port)], None, None),
         "go-fasthttp": ([f"{MAIN}/bench/.build/go-fasthttp", "-addr", f"127.0.0.1:{port}", "-threads", "1",
                          "-data", f"{MAIN}/bench/data"], None, None),
         "lwan": ([os.environ.get("LWAN_BIN", "lwan"), "-c", f"{TMP}/lwan{port}.conf"], None, TMP),
-        "cyserve-static": ([f"{MAIN}/.venv/bin/python", "-m", "cyserve", "bench.apps.cyserve_static_app:app",
-                            "--host", "127.0.0.1", "--port", str(port), "--threads", "1"], env, MAIN),
-        "cyserve-nogil": ([f"{MAIN}/.venv/bin/python", "-m", "cyserve", "bench.apps.cyserve_nogil_app:app",
-                           "--host", "127.0.0.1", "--port", str(port), "--threads", "1"], env, MAIN),
+        "cyserve-static": ([f"{tree}/.venv/bin/python", "-m", "cyserve", "bench.apps.cyserve_static_app:app",
+                            "--host", "127.0.0.1", "--port", str(port), "--threads", "1"], env, tree),
+        "cyserve-nogil": ([f"{tree}/.venv/bin/python", "-m", "cyserve", "bench.apps.cyserve_nogil_app:app",
+                           "--host", "127.0.0.1", "--port", str(port), "--threads", "1"], env, tree),
     }
 
 
@@ -73,14 +75,15 @@ def main():
     for r in range(rounds):
         for n in names:
             port += 1
-            if n == "lwan":
+            if n == "lwan":  # a folder with the one file, and a config naming it
                 os.makedirs(f"{TMP}/root", mode=0o755, exist_ok=True)
                 with open(f"{TMP}/root/plaintext", "w") as f:
                     f.write("Hello, World!")
                 with open(f"{TMP}/lwan{port}.conf", "w") as f:
                     f.write(f"threads = 1\nlistener 127.0.0.1:{port}\nsite {{\n serve_files / {{\n"
                             f"  path = {TMP}/root\n }}\n}}\n")
-            argv, env, cwd = servers(port)[n]
+            base, _, tree = n.partition("@")
+            argv, env, cwd = servers(port, tree or MAIN)[base]
             p = subprocess.Popen(["taskset", "-c", "0"] + argv, env=env, cwd=cwd,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
