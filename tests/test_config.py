@@ -29,9 +29,11 @@ def test_server_kwargs_match_the_engine_contract() -> None:
         "host": "127.0.0.1", "port": 0, "threads": 3, "backlog": 1024,
         "max_header_bytes": 8192, "max_target_bytes": 8192, "max_headers": 100,
         "max_body_bytes": 1048576, "keepalive_timeout": 2.0, "header_timeout": 10.0,
-        "body_timeout": 10.0,
+        "body_timeout": 10.0, "shared_port": False,
     }
     assert isinstance(c.server_kwargs()["keepalive_timeout"], float)
+    # Set only by the process supervisor for its workers (cyserve/processes.py).
+    assert c.replace(processes=2, port=8000, shared_port=True).server_kwargs()["shared_port"]
 
 
 def test_zero_threads_means_the_cpus_this_process_may_use() -> None:

@@ -1,6 +1,6 @@
 """The ``cyserve`` command (and ``python -m cyserve``).
 
-    cyserve module:app [--host H] [--port P] [--threads N] [--graceful-timeout S] ...
+    cyserve module:app [--host H] [--port P] [--threads N] [--processes N] ...
 
 Every failure is one line on stderr, ``cyserve: <what is wrong>``, and a non-zero exit status:
 2 for a usage or configuration mistake (a bad option, an app path that does not import or has no
@@ -31,7 +31,7 @@ EXIT_USAGE = 2
 
 # Numeric options arrive as text and are converted here rather than by argparse, so that a bad
 # value gets the same "invalid --NAME VALUE: REASON" line as a value Config rejects.
-_INT_OPTIONS = ("port", "threads", "backlog", "max_header_bytes", "max_target_bytes",
+_INT_OPTIONS = ("port", "threads", "processes", "backlog", "max_header_bytes", "max_target_bytes",
                 "max_headers", "max_body_bytes")
 _FLOAT_OPTIONS = ("keepalive_timeout", "header_timeout", "body_timeout", "graceful_timeout")
 
@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"port to bind, 0 for any free port (default {defaults.port})")
     p.add_argument("--threads", metavar="N", default=str(defaults.threads),
                    help="worker threads; 0 = one per CPU available (default 0)")
+    p.add_argument("--processes", metavar="N", default=str(defaults.processes),
+                   help="worker processes, each with --threads threads (default 1); Python "
+                        "handlers need more than one to use more than one core")
     p.add_argument("--backlog", metavar="N", default=str(defaults.backlog), help="listen() backlog")
     p.add_argument("--max-header-bytes", metavar="BYTES", default=str(defaults.max_header_bytes),
                    help="largest header block (431 beyond)")

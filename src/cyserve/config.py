@@ -19,11 +19,14 @@ from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["Config", "LOG_LEVELS", "MAX_THREADS", "available_cpus"]
+__all__ = ["Config", "LOG_LEVELS", "MAX_PROCESSES", "MAX_THREADS", "available_cpus"]
 
 # More workers than this is a typing mistake rather than a machine: every worker owns a thread,
 # an epoll instance and a listening socket.
 MAX_THREADS = 1024
+
+# Worker processes: each is a whole interpreter and server; more than this is a mistake.
+MAX_PROCESSES = 256
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
@@ -51,6 +54,7 @@ class Config:
     host: str = "127.0.0.1"
     port: int = 8000
     threads: int = 0  # 0: one worker per CPU available to the process
+    processes: int = 1  # worker processes, each with `threads` threads (processes.py)
     backlog: int = 1024
     max_header_bytes: int = 8192  # the whole header block; more gets 431
     max_target_bytes: int = 8192  # the request target; longer gets 414
@@ -61,6 +65,8 @@ class Config:
     body_timeout: float = 10.0  # a body that makes no progress for this long gets 408
     graceful_timeout: float = 5.0  # on shutdown, in-flight requests get this long to finish
     log_level: str = "info"
+    # Set by the process supervisor for its workers only (not a user option: the CLI has no flag).
+    shared_port: bool = dataclasses.field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         self._validate()
@@ -69,7 +75,7 @@ class Config:
     def from_options(cls, **options: Any) -> Config:
         """A Config from keyword options; an unknown name is a ConfigError too, so that a typo
         such as ``keepalive=3`` is not silently ignored."""
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls)} - {"shared_port"}  # internal, see below
         for name in options:
             if name not in known:
                 raise ConfigError(name, options[name], "unknown option (known: "
@@ -92,6 +98,8 @@ class Config:
             "port": self.port,
             "threads": self.workers,
             "backlog": self.backlog,
+            # A worker process joins its siblings' SO_REUSEPORT group (processes.py).
+            "shared_port": self.shared_port,
             "max_header_bytes": self.max_header_bytes,
             "max_target_bytes": self.max_target_bytes,
             "max_headers": self.max_headers,
@@ -106,6 +114,10 @@ class Config:
             raise ConfigError("host", repr(self.host), "must be a host name or an IP address")
         _check_int("port", self.port, 0, 65535)
         _check_int("threads", self.threads, 0, MAX_THREADS)
+        _check_int("processes", self.processes, 1, MAX_PROCESSES)
+        if self.processes > 1 and self.port == 0:
+            raise ConfigError("processes", self.processes, "needs a fixed port: with port 0 "
+                              "each process would listen on a port of its own")
         for name in _LIMITS:
             _check_int(name, getattr(self, name), _LIMIT_MINIMUM.get(name, 1), None)
         for name in _TIMEOUTS:

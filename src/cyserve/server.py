@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .app import App
 from .config import Config
@@ -60,7 +60,8 @@ def run(app: App, host: str = "127.0.0.1", port: int = 8000, threads: int = 0,
         **options: Any) -> None:
     """Serve ``app`` until SIGINT or SIGTERM, then stop gracefully and return.
 
-    ``threads=0`` starts one worker per CPU available to the process. Other options are those of
+    ``threads=0`` starts one worker per CPU available to the process; ``processes=N`` runs N
+    such processes under a supervisor (cyserve.processes). Other options are those of
     cyserve.config.Config (backlog, limits, timeouts, graceful_timeout, log_level). Raises
     ConfigError for a bad option, RouteError for a bad route, ListenError when the address
     cannot be bound.
@@ -79,6 +80,14 @@ def serve(app: App, config: Config, *, stop_event: threading.Event | None = None
     """
     if not isinstance(app, App):
         raise TypeError(f"expected a cyserve.App, got {type(app).__name__}")
+    if config.processes > 1:
+        if stop_event is not None or ready is not None:
+            raise CyserveError("processes > 1 is run from the main thread by signals; "
+                               "stop_event and ready apply to one process only")
+        from .processes import serve_processes
+        if serve_processes(app, config) != 0:
+            raise CyserveError("stopped: worker processes failed (see above)")
+        return
     _configure_logging(config.log_level)
     routes = app.build()
     server_cls = _server_class()
@@ -92,14 +101,13 @@ def serve(app: App, config: Config, *, stop_event: threading.Event | None = None
             raise _listen_error(config.host, config.port, exc) from exc
         try:
             workers = config.workers
-            print(f"cyserve: serving on http://{format_address(config.host, srv.port)} with "
-                  f"{workers} thread{'s' if workers != 1 else ''} (pid {os.getpid()})",
-                  flush=True)
+            say(f"cyserve: serving on http://{format_address(config.host, srv.port)} with "
+                f"{workers} thread{'s' if workers != 1 else ''} (pid {os.getpid()})")
             if ready is not None:
                 ready(srv)
             waiter.wait_for_request(srv)
             if srv.running:
-                print("cyserve: shutting down", flush=True)
+                say("cyserve: shutting down")
                 _stop(srv, config.graceful_timeout, waiter)
         finally:
             # Whatever went wrong above, never leave workers running behind the caller's back.
@@ -107,6 +115,15 @@ def serve(app: App, config: Config, *, stop_event: threading.Event | None = None
                 srv.stop(grace=0.0)
     finally:
         waiter.uninstall()
+
+
+def say(line: str, stream: TextIO | None = None) -> None:
+    """One status line in one write: with several worker processes on one pipe (and
+    PYTHONUNBUFFERED, where print() writes the text and the newline separately) lines from
+    different processes must not interleave."""
+    stream = sys.stdout if stream is None else stream
+    stream.write(line + "\n")
+    stream.flush()
 
 
 def format_address(host: str, port: int) -> str:
@@ -169,7 +186,7 @@ def _stop(srv: Server, grace: float, waiter: _Waiter) -> None:
     while stopper.is_alive():
         time.sleep(_POLL_SECONDS)
         if forced_at is None and waiter.pending() > 1:
-            print("cyserve: forcing shutdown", flush=True)
+            say("cyserve: forcing shutdown")
             forced_at = time.monotonic()
             threading.Thread(target=stop, args=(0.0,), name="cyserve-force-stop",
                              daemon=True).start()
@@ -186,8 +203,7 @@ def _abandon_handlers() -> None:
     # a nogil handler computing) cannot be cancelled, so stop(0) cannot join it. Returning would
     # be worse than leaving: the interpreter would finalise under threads that still run Python
     # code. The user asked twice to stop, so end the process; the kernel closes every socket.
-    print("cyserve: handlers still running after the forced stop; exiting without them",
-          flush=True)
+    say("cyserve: handlers still running after the forced stop; exiting without them")
     sys.stderr.flush()
     os._exit(1)
 

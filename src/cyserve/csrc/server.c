@@ -1488,9 +1488,11 @@ int server_start(struct server *s, char *errmsg, size_t errlen)
         return -EINVAL;
     }
     /* Probe without SO_REUSEPORT: a reuseport bind would silently join another server's group
-     * on the same port instead of failing, and "address already in use" must be reported. */
+     * on the same port instead of failing, and "address already in use" must be reported. With
+     * shared_port the group is ours (sibling processes; their supervisor made that probe), so
+     * the probe joins it. */
     int probe = -1;
-    int rc = open_listener(res, s->cfg.port, 0, 1, &probe);
+    int rc = open_listener(res, s->cfg.port, s->cfg.shared_port ? 1 : 0, 1, &probe);
     if (rc < 0) {
         freeaddrinfo(res);
         return start_fail(errmsg, errlen, rc, "cannot listen on %s:%d: %s", s->host, s->cfg.port);

@@ -400,7 +400,7 @@ cdef class Server:
     def __init__(self, list routes, *, str host, int port, int threads, int backlog=1024,
                  int max_header_bytes=8192, int max_target_bytes=8192, int max_headers=100,
                  max_body_bytes=1048576, double keepalive_timeout=5.0,
-                 double header_timeout=10.0, double body_timeout=10.0):
+                 double header_timeout=10.0, double body_timeout=10.0, bint shared_port=False):
         if self._router != NULL:
             raise RuntimeError("Server.__init__ called twice")
         if not 0 <= port <= 65535:
@@ -440,6 +440,7 @@ cdef class Server:
         cfg.port = port
         cfg.threads = threads
         cfg.backlog = backlog
+        cfg.shared_port = 1 if shared_port else 0
         cfg.limits.max_header_bytes = max_header_bytes
         cfg.limits.max_target_bytes = max_target_bytes
         cfg.limits.max_headers = max_headers

@@ -1,0 +1,269 @@
+"""Process workers (`cyserve app --processes N`, cyserve/processes.py): N interpreters serve one
+port, a worker that dies is replaced, a stop reaches every worker and lets requests in flight
+finish, and mistakes are one line before anything is forked.
+
+Each test runs the real command in a subprocess, in a session of its own (so a SIGINT to its
+process group is what a terminal's Ctrl-C would send). Only generous timeouts are asserted.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+TIMEOUT = 60.0
+
+
+def free_port() -> int:
+    # A port nothing listens on now (the kernel's pick); tests here need a fixed port, because
+    # --processes refuses port 0.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+APP = """
+import os
+import time
+
+import cyserve
+
+app = cyserve.App()
+
+
+@app.get("/pid")
+def pid(request):
+    return str(os.getpid())
+
+
+@app.get("/slow")
+def slow(request):
+    with open(os.environ["CYSERVE_TEST_MARKER"], "a") as f:
+        f.write("started\\n")
+    time.sleep(1.0)
+    return "slow done"
+"""
+
+SUPERVISING = re.compile(r"cyserve: supervising (\d+) processes on http://127\.0\.0\.1:(\d+) "
+                         r"\(pid (\d+)\)")
+SERVING = re.compile(r"cyserve: serving on http://127\.0\.0\.1:(\d+) with 1 thread \(pid (\d+)\)")
+
+
+class Supervised:
+    def __init__(self, tmp: Path, processes: int) -> None:
+        (tmp / "proc_app.py").write_text(textwrap.dedent(APP))
+        self.marker = tmp / "marker"
+        self.port = free_port()
+        env = dict(os.environ, CYSERVE_TEST_MARKER=str(self.marker), PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cyserve", "proc_app:app", "--port", str(self.port),
+             "--threads", "1", "--processes", str(processes), "--graceful-timeout", "5"],
+            cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.stdout: list[str] = []
+        self.stderr = ""
+        self.workers: set[int] = set()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        first = self.next_line()
+        assert SUPERVISING.fullmatch(first), first
+        for _ in range(processes):
+            m = SERVING.fullmatch(self.next_line())
+            assert m and int(m.group(1)) == self.port
+            self.workers.add(int(m.group(2)))
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.stdout.append(line.rstrip("\n"))
+            self.lines.put(line.rstrip("\n"))
+
+    def next_line(self) -> str:
+        return self.lines.get(timeout=TIMEOUT)
+
+    def get(self, path: str) -> str:
+        with socket.create_connection(("127.0.0.1", self.port), timeout=TIMEOUT) as s:
+            s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 "), head
+        return body.decode()
+
+    def pids_seen(self, want: set[int], tries: int = 400) -> set[int]:
+        seen: set[int] = set()
+        for _ in range(tries):
+            seen.add(int(self.get("/pid")))
+            if want <= seen:
+                break
+        return seen
+
+    def finish(self) -> tuple[int, str]:
+        try:
+            self.proc.wait(TIMEOUT)
+        finally:
+            self.close()
+        return self.proc.returncode, self.stderr
+
+    def close(self) -> None:
+        """Kill what is left (the supervisor, then any worker), reap, close the pipes."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        for pid in self.workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._reader.join(TIMEOUT)
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        if not self.proc.stderr.closed:
+            self.stderr = self.proc.stderr.read()
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+
+
+@pytest.fixture
+def supervised(tmp_path: Path) -> Iterator[Supervised]:
+    sup = Supervised(tmp_path, 2)
+    yield sup
+    sup.close()
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A zombie is gone too: the supervisor has not reaped it yet, or has exited.
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_two_processes_share_the_port_and_both_answer(supervised: Supervised) -> None:
+    assert len(supervised.workers) == 2 and supervised.proc.pid not in supervised.workers
+    # SO_REUSEPORT spreads new connections by a hash of their address: both answer soon.
+    assert supervised.pids_seen(supervised.workers) == supervised.workers
+    os.killpg(supervised.proc.pid, signal.SIGTERM)
+    code, err = supervised.finish()
+    assert (code, err) == (0, "")
+    assert all(_gone(pid) for pid in supervised.workers)
+
+
+def test_a_worker_that_dies_is_replaced(supervised: Supervised) -> None:
+    victim = min(supervised.workers)
+    os.kill(victim, signal.SIGKILL)
+    m = SERVING.fullmatch(supervised.next_line())
+    assert m, supervised.stdout
+    new = int(m.group(2))
+    assert new not in supervised.workers
+    survivors = (supervised.workers - {victim}) | {new}
+    assert supervised.pids_seen(survivors) == survivors
+    os.killpg(supervised.proc.pid, signal.SIGTERM)
+    code, err = supervised.finish()
+    assert code == 0
+    assert err == f"cyserve: worker process {victim} was killed by SIGKILL; starting a new one\n"
+
+
+def test_ctrl_c_stops_every_worker_and_lets_requests_in_flight_finish(
+        supervised: Supervised) -> None:
+    # One slow request in each worker's hands, if the hash spreads them (at least one anyway).
+    results: list[str] = []
+    threads = [threading.Thread(target=lambda: results.append(supervised.get("/slow")))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + TIMEOUT
+    while not (supervised.marker.exists() and supervised.marker.read_text().count("started") == 4):
+        assert time.monotonic() < deadline, "the slow requests never started"
+        time.sleep(0.01)
+    # What a terminal sends on Ctrl-C: SIGINT to the foreground process group. The workers are
+    # in groups of their own, so each gets exactly one stop, from the supervisor.
+    os.killpg(supervised.proc.pid, signal.SIGINT)
+    for t in threads:
+        t.join(TIMEOUT)
+    assert results == ["slow done"] * 4
+    code, err = supervised.finish()
+    assert (code, err) == (0, "")
+    assert "cyserve: forcing shutdown" not in supervised.stdout
+    assert all(_gone(pid) for pid in supervised.workers)
+
+
+def run_cli(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    (tmp / "proc_app.py").write_text(textwrap.dedent(APP))
+    return subprocess.run([sys.executable, "-m", "cyserve", "proc_app:app", *args], cwd=tmp,
+                          text=True, capture_output=True, timeout=TIMEOUT)
+
+
+def test_port_in_use_is_one_line_before_any_fork(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        proc = run_cli(tmp_path, "--port", str(port), "--processes", "3")
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert proc.stderr == f"cyserve: cannot listen on 127.0.0.1:{port}: address already in use\n"
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["--port", "0", "--processes", "2"],
+     "cyserve: invalid --processes 2: needs a fixed port: with port 0 each process would "
+     "listen on a port of its own"),
+    (["--processes", "0"], "cyserve: invalid --processes 0: must be between 1 and 256"),
+    (["--processes", "two"], "cyserve: invalid --processes two: must be an integer"),
+])
+def test_bad_processes_option(tmp_path: Path, args: list[str], line: str) -> None:
+    proc = run_cli(tmp_path, *args)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", line + "\n")
+
+
+def test_workers_that_cannot_start_stop_the_supervisor(tmp_path: Path) -> None:
+    # The app imports in the supervisor, then fails in every worker (at its start, which is
+    # where a worker's own failures happen): the supervisor gives up instead of forking forever.
+    (tmp_path / "bad_app.py").write_text(textwrap.dedent("""
+        import os
+        import cyserve
+
+        SUPERVISOR = os.getpid()
+        app = cyserve.App()
+
+        @app.get("/")
+        def index(request):
+            return "hi"
+
+        _build = app.build
+
+        def build():
+            if os.getpid() != SUPERVISOR:
+                raise SystemExit(3)
+            return _build()
+
+        app.build = build
+    """))
+    proc = subprocess.run([sys.executable, "-m", "cyserve", "bad_app:app", "--port",
+                           str(free_port()), "--processes", "2"], cwd=tmp_path, text=True,
+                          capture_output=True, timeout=TIMEOUT)
+    assert proc.returncode == 1
+    lines = proc.stderr.splitlines()
+    assert lines[-2] == "cyserve: 5 worker processes in a row exited at start; stopping"
+    assert lines[-1] == "cyserve: stopped: worker processes failed (see above)"
+
+
+def test_config_rejects_shared_port_as_a_user_option() -> None:
+    import cyserve
+    from cyserve.errors import ConfigError
+    with pytest.raises(ConfigError, match="shared_port"):
+        cyserve.config.Config.from_options(shared_port=True)
