@@ -102,12 +102,16 @@ def _lwan(s, port, threads, tmp):
     return [os.environ["LWAN_BIN"], "-c", conf], None, None
 
 
-def _cyserve(app_ref):
+def _cyserve(app_ref, processes=False):
+    """processes=True: N worker processes of one thread each instead of one process of N
+    threads, for Python handlers (one GIL per process), like granian's and uvicorn's --workers."""
     def cmd(s, port, threads, tmp):
         env = py_env()
         env["PYTHONPATH"] += os.pathsep + BUILD  # the compiled nogil handlers
-        return [s.python, "-m", "cyserve", app_ref, "--host", "127.0.0.1", "--port", str(port),
-                "--threads", str(threads)], env, None
+        scale = ["--processes", str(threads), "--threads", "1"] if processes and threads > 1 \
+            else ["--threads", str(threads)]
+        return [s.python, "-m", "cyserve", app_ref, "--host", "127.0.0.1", "--port", str(port)] \
+            + scale, env, None
     return cmd
 
 
@@ -131,8 +135,9 @@ SERVERS = [
     Server("cyserve-static", "cyserve (app.static)", "cyserve",
            _cyserve("bench.apps.cyserve_static_app:app"), workloads=STATIC,
            note="responses registered with app.static(): the C core answers alone"),
-    Server("cyserve-py", "cyserve (Python handlers)", "cyserve", _cyserve("bench.apps.cyserve_py:app"),
-           requires=("msgpack",)),
+    Server("cyserve-py", "cyserve (Python handlers)", "cyserve",
+           _cyserve("bench.apps.cyserve_py:app", processes=True), requires=("msgpack",),
+           note="all-core mode: --processes N --threads 1 (one GIL per process)"),
     Server("go-fasthttp", "Go fasthttp", "go", _go("go-fasthttp")),
     Server("go-nethttp", "Go net/http", "go", _go("go-nethttp")),
     Server("nginx", "nginx", "c", _nginx, workloads=STATIC,
