@@ -51,7 +51,7 @@ def pid(request):
 def slow(request):
     with open(os.environ["CYSERVE_TEST_MARKER"], "a") as f:
         f.write("started\\n")
-    time.sleep(1.0)
+    time.sleep(float(os.environ.get("CYSERVE_TEST_SLEEP", "1.0")))
     return "slow done"
 """
 
@@ -61,11 +61,12 @@ SERVING = re.compile(r"cyserve: serving on http://127\.0\.0\.1:(\d+) with 1 thre
 
 
 class Supervised:
-    def __init__(self, tmp: Path, processes: int) -> None:
+    def __init__(self, tmp: Path, processes: int, sleep: float = 1.0) -> None:
         (tmp / "proc_app.py").write_text(textwrap.dedent(APP))
         self.marker = tmp / "marker"
         self.port = free_port()
-        env = dict(os.environ, CYSERVE_TEST_MARKER=str(self.marker), PYTHONUNBUFFERED="1")
+        env = dict(os.environ, CYSERVE_TEST_MARKER=str(self.marker), PYTHONUNBUFFERED="1",
+                   CYSERVE_TEST_SLEEP=str(sleep))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cyserve", "proc_app:app", "--port", str(self.port),
              "--threads", "1", "--processes", str(processes), "--graceful-timeout", "5"],
@@ -200,6 +201,41 @@ def test_ctrl_c_stops_every_worker_and_lets_requests_in_flight_finish(
     assert (code, err) == (0, "")
     assert "cyserve: forcing shutdown" not in supervised.stdout
     assert all(_gone(pid) for pid in supervised.workers)
+
+
+def test_a_second_ctrl_c_forces_the_workers(tmp_path: Path) -> None:
+    # A handler that sleeps 60 s cannot finish within the 5 s grace: the first Ctrl-C alone would
+    # end in the supervisor's SIGKILL after graceful_timeout + 5 s. The second Ctrl-C forces
+    # each worker, which abandons its handler after 2 s (server._FORCE_WAIT_SECONDS) and exits 1.
+    sup = Supervised(tmp_path, 2, sleep=60.0)
+    try:
+        box: list[BaseException] = []
+
+        def slow() -> None:
+            try:
+                sup.get("/slow")
+            except BaseException as exc:  # the connection is closed under it: expected
+                box.append(exc)
+
+        client = threading.Thread(target=slow, daemon=True)
+        client.start()
+        deadline = time.monotonic() + TIMEOUT
+        while not sup.marker.exists():
+            assert time.monotonic() < deadline, "the slow request never started"
+            time.sleep(0.01)
+        t0 = time.monotonic()
+        os.killpg(sup.proc.pid, signal.SIGINT)
+        time.sleep(0.2)
+        os.killpg(sup.proc.pid, signal.SIGINT)
+        code, err = sup.finish()
+        elapsed = time.monotonic() - t0
+    finally:
+        sup.close()
+    assert "cyserve: forcing shutdown" in sup.stdout
+    assert code == 1 and "killing them" not in err, err
+    assert re.search(r"cyserve: worker process \d+ exited with status 1", err), err
+    assert elapsed < 5.0 + 5.0, elapsed  # before the supervisor's SIGKILL deadline
+    assert all(_gone(pid) for pid in sup.workers)
 
 
 def run_cli(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -32,13 +32,12 @@ import socket
 import sys
 import threading
 import time
-from types import FrameType
 from typing import Any
 
 from .app import App
 from .config import Config
 from .errors import CyserveError
-from .server import say
+from .server import _Waiter, say
 
 __all__ = ["serve_processes"]
 
@@ -90,31 +89,25 @@ class _Supervisor:
         self.app = app
         self.config = config
         self.children: dict[int, float] = {}  # pid -> start time
-        self.signals = 0
+        self.waiter = _Waiter(None)  # counts SIGINT/SIGTERM, like a single server's main loop
+        self.giving_up = False
         self.quick_exits = 0
-        self._previous: dict[int, Any] = {}
 
     def install(self) -> None:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            self._previous[signum] = signal.signal(signum, self._on_signal)
+        self.waiter.install()
 
     def uninstall(self) -> None:
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
-        self._previous.clear()
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self.signals += 1  # the loop does the talking (see server._Waiter)
+        self.waiter.uninstall()
 
     def run(self) -> int:
         for _ in range(self.config.processes):
             self._spawn()
         status = 0
-        while self.signals == 0:
+        while not self.giving_up and self.waiter.pending() == 0:
             time.sleep(_POLL_SECONDS)
             for pid, code in self._reap():
                 started = self.children.pop(pid)
-                if self.signals:
+                if self.giving_up or self.waiter.pending():
                     continue  # stopping anyway: _stop() accounts for the others
                 quick = time.monotonic() - started < _QUICK_EXIT_SECONDS
                 self.quick_exits = self.quick_exits + 1 if quick else 0
@@ -122,7 +115,7 @@ class _Supervisor:
                     say(f"cyserve: {self.quick_exits} worker processes in a row exited at "
                         "start; stopping", sys.stderr)
                     status = 1
-                    self.signals = 1
+                    self.giving_up = True
                     continue
                 say(f"cyserve: worker process {pid} {_describe(code)}; starting a new one",
                     sys.stderr)
@@ -136,7 +129,7 @@ class _Supervisor:
         if pid == 0:  # the worker: never returns into the supervisor's code
             code = 1
             try:
-                code = _worker_main(self.app, self.config, self._previous)
+                code = _worker_main(self.app, self.config, self.waiter.previous_handlers())
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else 1
             except BaseException:  # noqa: B036 - whatever happens, leave by os._exit
@@ -173,10 +166,12 @@ class _Supervisor:
                 pass
 
     def _stop(self, status: int) -> int:
+        """Stop every worker (SIGTERM); one more stop request forces them (a second SIGTERM,
+        which a worker takes as its second signal), another or the deadline kills them."""
         self._signal_all(signal.SIGTERM)
-        seen = 1
+        base = self.waiter.pending()
+        forced = killed = False
         deadline = time.monotonic() + self.config.graceful_timeout + _FORCE_EXTRA_SECONDS
-        killed = False
         while self.children:
             for pid, code in self._reap():
                 self.children.pop(pid, None)
@@ -185,11 +180,12 @@ class _Supervisor:
                     status = status or 1
             if not self.children:
                 break
-            if self.signals > seen and self.signals == 2:
-                seen = self.signals
+            extra = self.waiter.pending() - base
+            if extra >= 1 and not forced:
+                forced = True
                 say("cyserve: forcing shutdown")
                 self._signal_all(signal.SIGTERM)
-            elif not killed and (self.signals > 2 or time.monotonic() > deadline):
+            elif not killed and (extra >= 2 or time.monotonic() > deadline):
                 say("cyserve: worker processes still running; killing them", sys.stderr)
                 killed = True
                 status = 1

@@ -150,6 +150,10 @@ class _Waiter:
             signal.signal(signum, previous)
         self._previous.clear()
 
+    def previous_handlers(self) -> dict[int, Any]:
+        """The handlers install() replaced (a forked worker process puts them back)."""
+        return dict(self._previous)
+
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         # Only count here: printing from a signal handler can re-enter a print the main thread
         # was in the middle of (RuntimeError: reentrant call), so the main loop does the talking.
