@@ -203,6 +203,19 @@ def test_ctrl_c_stops_every_worker_and_lets_requests_in_flight_finish(
     assert all(_gone(pid) for pid in supervised.workers)
 
 
+def test_workers_do_not_outlive_a_killed_supervisor(supervised: Supervised) -> None:
+    # SIGKILL leaves the supervisor no chance to pass anything on: the kernel's parent-death
+    # signal (PR_SET_PDEATHSIG, SIGTERM) stops each worker gracefully instead of orphaning it.
+    os.kill(supervised.proc.pid, signal.SIGKILL)
+    supervised.proc.wait(TIMEOUT)
+    deadline = time.monotonic() + TIMEOUT
+    while not all(_gone(pid) for pid in supervised.workers):
+        assert time.monotonic() < deadline, "workers outlived their supervisor"
+        time.sleep(0.05)
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", supervised.port), timeout=5).close()
+
+
 def test_a_second_ctrl_c_forces_the_workers(tmp_path: Path) -> None:
     # A handler that sleeps 60 s cannot finish within the 5 s grace: the first Ctrl-C alone would
     # end in the supervisor's SIGKILL after graceful_timeout + 5 s. The second Ctrl-C forces

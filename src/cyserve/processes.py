@@ -125,11 +125,13 @@ class _Supervisor:
         return self._stop(status)
 
     def _spawn(self) -> None:
+        supervisor = os.getpid()
         pid = os.fork()
         if pid == 0:  # the worker: never returns into the supervisor's code
             code = 1
             try:
-                code = _worker_main(self.app, self.config, self.waiter.previous_handlers())
+                code = _worker_main(self.app, self.config, self.waiter.previous_handlers(),
+                                    supervisor)
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else 1
             except BaseException:  # noqa: B036 - whatever happens, leave by os._exit
@@ -194,7 +196,7 @@ class _Supervisor:
         return status
 
 
-def _worker_main(app: App, config: Config, previous: dict[int, Any]) -> int:
+def _worker_main(app: App, config: Config, previous: dict[int, Any], supervisor: int) -> int:
     from .errors import ListenError
     from .server import serve
 
@@ -205,7 +207,9 @@ def _worker_main(app: App, config: Config, previous: dict[int, Any]) -> int:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     except (OSError, AttributeError):  # not Linux: a dead supervisor leaves workers running
         pass
-    if os.getppid() == 1:  # the supervisor died before prctl took effect
+    # The supervisor died before prctl took effect. (Compared with its pid, not with 1: in a
+    # container the supervisor often is pid 1.)
+    if os.getppid() != supervisor:
         return 1
     for signum, handler in previous.items():
         signal.signal(signum, handler)
