@@ -52,17 +52,19 @@ def test_parser_defaults() -> None:
 
 def test_every_option_reaches_the_config() -> None:
     args = cli.build_parser().parse_args([
-        "m:app", "--host", "0.0.0.0", "--port", "0", "--threads", "3", "--backlog", "7",
+        "m:app", "--host", "0.0.0.0", "--port", "8080", "--threads", "3", "--backlog", "7",
         "--max-header-bytes", "100", "--max-target-bytes", "101", "--max-headers", "9",
         "--max-body-bytes", "102", "--keepalive-timeout", "1.5", "--header-timeout", "2",
-        "--body-timeout", "3", "--graceful-timeout", "0", "--log-level", "debug"])
+        "--body-timeout", "3", "--graceful-timeout", "0", "--log-level", "debug",
+        "--processes", "4", "--access-log"])
     c = cli.config_from_args(args)
-    assert (c.host, c.port, c.threads, c.backlog) == ("0.0.0.0", 0, 3, 7)
+    assert (c.host, c.port, c.threads, c.backlog) == ("0.0.0.0", 8080, 3, 7)
     assert (c.max_header_bytes, c.max_target_bytes, c.max_headers, c.max_body_bytes) == (
         100, 101, 9, 102)
     assert (c.keepalive_timeout, c.header_timeout, c.body_timeout, c.graceful_timeout) == (
         1.5, 2.0, 3.0, 0.0)
     assert c.log_level == "debug"
+    assert (c.processes, c.access_log) == (4, True)
 
 
 @pytest.mark.parametrize(("argv", "line"), [

@@ -29,7 +29,7 @@ def test_server_kwargs_match_the_engine_contract() -> None:
         "host": "127.0.0.1", "port": 0, "threads": 3, "backlog": 1024,
         "max_header_bytes": 8192, "max_target_bytes": 8192, "max_headers": 100,
         "max_body_bytes": 1048576, "keepalive_timeout": 2.0, "header_timeout": 10.0,
-        "body_timeout": 10.0, "shared_port": False,
+        "body_timeout": 10.0, "shared_port": False, "access_log": False,
     }
     assert isinstance(c.server_kwargs()["keepalive_timeout"], float)
     # Set only by the process supervisor for its workers (cyserve/processes.py).
@@ -48,6 +48,8 @@ def test_zero_threads_means_the_cpus_this_process_may_use() -> None:
     ("port", "80", "invalid port '80': must be an integer"),
     ("port", 80.0, "invalid port 80.0: must be an integer"),
     ("threads", -1, "invalid threads -1: must be between 0 and 1024"),
+    ("access_log", "yes", "invalid access_log 'yes': must be True or False"),
+    ("processes", 0, "invalid processes 0: must be between 1 and 256"),
     ("threads", MAX_THREADS + 1, "invalid threads 1025: must be between 0 and 1024"),
     ("threads", True, "invalid threads True: must be an integer"),
     ("backlog", 0, "invalid backlog 0: must be at least 1"),

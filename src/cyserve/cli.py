@@ -82,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds in-flight requests get to finish on shutdown")
     p.add_argument("--log-level", default=defaults.log_level, choices=LOG_LEVELS,
                    help="level of the cyserve logger (default info)")
+    p.add_argument("--access-log", action="store_true",
+                   help="print one line per response on standard output (Common Log Format "
+                        "and the seconds the request took)")
     p.add_argument("--app-dir", metavar="DIR", default=".",
                    help="folder put first on sys.path before importing (default: the current one)")
     p.add_argument("--version", action="version", version=f"cyserve {__version__}")
@@ -90,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace) -> Config:
     """A validated Config from parsed arguments; ConfigError names the flag's option."""
-    options: dict[str, Any] = {"host": args.host, "log_level": args.log_level}
+    options: dict[str, Any] = {"host": args.host, "log_level": args.log_level,
+                               "access_log": args.access_log}
     for name in _INT_OPTIONS:
         raw = getattr(args, name)
         try:

@@ -65,6 +65,7 @@ class Config:
     body_timeout: float = 10.0  # a body that makes no progress for this long gets 408
     graceful_timeout: float = 5.0  # on shutdown, in-flight requests get this long to finish
     log_level: str = "info"
+    access_log: bool = False  # one line per response on standard output (server.c, access log)
     # Set by the process supervisor for its workers only (not a user option: the CLI has no flag).
     shared_port: bool = dataclasses.field(default=False, repr=False)
 
@@ -100,6 +101,7 @@ class Config:
             "backlog": self.backlog,
             # A worker process joins its siblings' SO_REUSEPORT group (processes.py).
             "shared_port": self.shared_port,
+            "access_log": self.access_log,
             "max_header_bytes": self.max_header_bytes,
             "max_target_bytes": self.max_target_bytes,
             "max_headers": self.max_headers,
@@ -124,6 +126,8 @@ class Config:
             _check_seconds(name, getattr(self, name), allow_zero=False)
         # 0 is meaningful here: do not wait for in-flight requests at all.
         _check_seconds("graceful_timeout", self.graceful_timeout, allow_zero=True)
+        if not isinstance(self.access_log, bool):
+            raise ConfigError("access_log", repr(self.access_log), "must be True or False")
         if not isinstance(self.log_level, str) or self.log_level.lower() not in LOG_LEVELS:
             raise ConfigError("log_level", self.log_level,
                               "must be one of " + ", ".join(LOG_LEVELS))

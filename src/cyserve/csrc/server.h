@@ -70,6 +70,8 @@ struct server_config {
     int port;                  /* 0: an ephemeral port, the same for every worker */
     unsigned threads;          /* workers; 0: the CPUs this process may use */
     int backlog;               /* listen() backlog per worker */
+    int access_log_fd;         /* -1 (default): no access log; else one line per response is
+                                * written to it, each line in one write(2) (see server.c) */
     int shared_port;           /* 1: join the SO_REUSEPORT group already on host:port (process
                                 * workers, cyserve/processes.py); 0: fail if the port is taken */
     struct http_limits limits; /* header block, target, header count */

@@ -400,7 +400,8 @@ cdef class Server:
     def __init__(self, list routes, *, str host, int port, int threads, int backlog=1024,
                  int max_header_bytes=8192, int max_target_bytes=8192, int max_headers=100,
                  max_body_bytes=1048576, double keepalive_timeout=5.0,
-                 double header_timeout=10.0, double body_timeout=10.0, bint shared_port=False):
+                 double header_timeout=10.0, double body_timeout=10.0, bint shared_port=False,
+                 bint access_log=False):
         if self._router != NULL:
             raise RuntimeError("Server.__init__ called twice")
         if not 0 <= port <= 65535:
@@ -441,6 +442,8 @@ cdef class Server:
         cfg.threads = threads
         cfg.backlog = backlog
         cfg.shared_port = 1 if shared_port else 0
+        # The access log goes to standard output, one write(2) per line from the workers.
+        cfg.access_log_fd = 1 if access_log else -1
         cfg.limits.max_header_bytes = max_header_bytes
         cfg.limits.max_target_bytes = max_target_bytes
         cfg.limits.max_headers = max_headers

@@ -53,6 +53,7 @@ cdef extern from "csrc/server.h" nogil:
         int port
         unsigned threads
         int backlog
+        int access_log_fd
         int shared_port
         http_limits limits
         uint64_t max_body_bytes
