@@ -267,6 +267,14 @@ def test_port_in_use_is_one_line_before_any_fork(tmp_path: Path) -> None:
     assert proc.stderr == f"cyserve: cannot listen on 127.0.0.1:{port}: address already in use\n"
 
 
+def test_unknown_host_is_worded_as_for_one_process(tmp_path: Path) -> None:
+    one = run_cli(tmp_path, "--host", "nope.invalid", "--port", "9")
+    many = run_cli(tmp_path, "--host", "nope.invalid", "--port", "9", "--processes", "2")
+    assert (many.returncode, many.stdout) == (1, "")
+    assert many.stderr == one.stderr
+    assert one.stderr.startswith("cyserve: cannot listen on nope.invalid:9: cannot resolve host ")
+
+
 @pytest.mark.parametrize(("args", "line"), [
     (["--port", "0", "--processes", "2"],
      "cyserve: invalid --processes 2: needs a fixed port: with port 0 each process would "

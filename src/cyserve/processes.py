@@ -8,8 +8,9 @@ same address, let the kernel spread connections over N interpreters.
 The supervisor (the process the user started) never serves. In order:
 
 1. Everything that can be checked once is checked before forking: the options, the routes
-   (App.build), and that the address can be bound (a probe socket with SO_REUSEPORT, as the
-   workers bind it), so a mistake is one line from one process, not N.
+   (App.build), and that the address is free (an exclusive probe bind, as the engine's own), so
+   a mistake is one line from one process, not N. The workers then join one SO_REUSEPORT group
+   (Config.shared_port skips the engine's exclusive probe, which would refuse the second).
 2. It forks the workers after importing the app and before any engine thread exists (fork copies
    only the calling thread). Each worker runs its own process group, so a Ctrl-C in the terminal
    reaches the supervisor alone, which then decides what each worker gets; and each asks the
@@ -26,6 +27,7 @@ The supervisor (the process the user started) never serves. In order:
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import signal
 import socket
@@ -37,7 +39,7 @@ from typing import Any
 from .app import App
 from .config import Config
 from .errors import CyserveError
-from .server import _Waiter, say
+from .server import _configure_logging, _listen_error, _Waiter, format_address, say
 
 __all__ = ["serve_processes"]
 
@@ -51,8 +53,6 @@ _PR_SET_PDEATHSIG = 1
 def serve_processes(app: App, config: Config) -> int:
     """Supervise config.processes worker processes serving ``app``; return the exit status
     (0 after a requested stop). Raises ListenError/RouteError/CyserveError before forking."""
-    from .server import _configure_logging, _listen_error, format_address
-
     if threading.current_thread() is not threading.main_thread():
         raise CyserveError("processes > 1 needs the main thread (it supervises by signals)")
     _configure_logging(config.log_level)
@@ -76,7 +76,10 @@ def _probe_bind(host: str, port: int) -> None:
     """Bind host:port as the engine's own probe does (SO_REUSEADDR, no SO_REUSEPORT: a
     reuseport bind would join another server's group instead of failing), then let go. The
     workers then join each other's group (Config.shared_port)."""
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:  # worded as the engine words it (server_start)
+        raise OSError(errno.EINVAL, f"cannot resolve host {host}: {exc.strerror}") from exc
     family, kind, proto, _, addr = infos[0]
     with socket.socket(family, kind, proto) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -920,7 +920,9 @@ static void access_log(struct serve *sv)
     }
     if (n > 0) {
         size_t len = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
-        /* Best effort: a log that cannot keep up must not stop the server. */
+        /* A failed write drops its line and the server goes on. A write blocks while a pipe on
+         * standard output is full: a reader that stalls slows the workers down, as it would
+         * nginx's or gunicorn's. */
         ssize_t w;
         do {
             w = write(fd, line, len);
