@@ -116,8 +116,6 @@ def test_one_line_per_response_for_every_kind_of_route(tmp_path: Path) -> None:
     seconds = {req: float(secs) for _, _, req, _, _, secs in parsed}
     assert seconds["GET /slow HTTP/1.1"] >= 0.2
     assert seconds["GET /plaintext HTTP/1.1"] < 0.2
-    # Each connection's own port: six connections, six different client ports.
-    assert len({port for port, *_ in parsed}) == 6
 
 
 def test_concurrent_lines_are_never_torn(tmp_path: Path) -> None:

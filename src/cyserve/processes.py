@@ -174,7 +174,9 @@ class _Supervisor:
         """Stop every worker (SIGTERM); one more stop request forces them (a second SIGTERM,
         which a worker takes as its second signal), another or the deadline kills them."""
         self._signal_all(signal.SIGTERM)
-        base = self.waiter.pending()
+        # The stop request being served now is the first; any beyond it (a quick double Ctrl-C
+        # may already have counted two) forces. A supervisor giving up on its own had none.
+        base = 0 if self.giving_up else 1
         forced = killed = False
         deadline = time.monotonic() + self.config.graceful_timeout + _FORCE_EXTRA_SECONDS
         while self.children:
