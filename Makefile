@@ -49,7 +49,8 @@ test: build
 ASAN_PKG := build/asan/pkg
 ASAN_TESTS ?= $(wildcard tests/test_sched.py tests/test_parser.py tests/test_http11.py \
 	tests/test_static_files.py tests/test_nogil_handlers.py tests/test_concurrency.py \
-	tests/test_large_bodies.py tests/test_python_handlers.py tests/test_access_log.py)
+	tests/test_large_bodies.py tests/test_python_handlers.py tests/test_access_log.py \
+	tests/test_inline_path.py)
 $(ASAN_PKG)/.built: $(STAMP) $(CORE_SOURCES)
 	rm -rf $(ASAN_PKG) && mkdir -p $(ASAN_PKG)
 	cp -r src/cyserve $(ASAN_PKG)/cyserve

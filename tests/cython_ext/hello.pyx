@@ -138,6 +138,21 @@ cdef int handle_release(cyserve_request *req, cyserve_response *resp, void *ctx)
     return cyserve_resp_write(resp, b"released", 8)
 
 
+cdef int handle_maybe(cyserve_request *req, cyserve_response *resp, void *ctx) noexcept nogil:
+    # Quick, unless the query is a number of milliseconds to spin for first (for the inline
+    # path's verdicts, tests/test_inline_path.py).
+    cdef int ms = 0
+    cdef size_t i
+    for i in range(req.query.len):
+        if req.query.ptr[i] < 48 or req.query.ptr[i] > 57:
+            return -1
+        ms = ms * 10 + (req.query.ptr[i] - 48)
+    if ms > 0:
+        hello_spin(ms)
+        return cyserve_resp_write(resp, b"slow", 4)
+    return cyserve_resp_write(resp, b"quick", 5)
+
+
 # A body that lives as long as the process, for cyserve_resp_set_body_static; byte i is
 # (i * 7 + i // 251) & 0xff, so a misplaced or repeated chunk shows. Larger than the engine's
 # copy threshold, so it goes out by writev straight from here.
@@ -185,6 +200,7 @@ BAD_HEADER = cyserve_handler_capsule(handle_bad_header)
 HOG = cyserve_handler_capsule(handle_hog)
 PROBE = cyserve_handler_capsule(handle_probe)
 RELEASE = cyserve_handler_capsule(handle_release)
+MAYBE = cyserve_handler_capsule(handle_maybe)
 BIG_STATIC = cyserve_handler_capsule(handle_big)
 BIG_TAIL = cyserve_handler_capsule(handle_big_tail)
 STATIC_EXCLUSIVE = cyserve_handler_capsule(handle_static_exclusive)

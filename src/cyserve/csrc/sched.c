@@ -1958,6 +1958,13 @@ int sched_io_release(struct sched_io *io)
     return 0; /* still in the home section: see the contract */
 }
 
+void sched_io_idle(struct sched_io *io)
+{
+    /* No readiness can be pending here: io_event cleared it before calling on_ready, and no other
+     * event for io is handled while its home's loop lock is held by this callback. */
+    io->active = 0;
+}
+
 void sched_io_del(struct sched_io *io)
 {
     struct sched_worker *w = sched_self();

@@ -195,6 +195,12 @@ int sched_io_wait(struct sched_io *io, uint32_t events, int64_t deadline_ns);
  * the idle io, then calls sched_home_exit() or ends. Coroutine only. */
 int sched_io_release(struct sched_io *io);
 
+/* From io's on_ready callback, which served the readiness itself and spawned nothing: io is idle
+ * again, so that its next readable event calls on_ready again. Edge-triggered: the caller must
+ * have read the fd until a short read or EAGAIN, since readiness that came before that read is
+ * not reported twice. The home's loop lock is held (it is, in on_ready). Worker only. */
+void sched_io_idle(struct sched_io *io);
+
 /* Remove io from its home epoll. Call before closing the fd. From a coroutine this enters a home
  * section of io's home and stays in it (like sched_io_release's 0); from a callback the caller
  * must hold the home's loop lock (sched_home_held() == io->home). Worker only. */

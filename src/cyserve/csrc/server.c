@@ -15,17 +15,18 @@
  * connection edge-triggered on the worker that runs the accept (it becomes the connection's
  * home), then sched_io_release() the listener so that its next readiness calls on_ready again.
  *
- * Connections. A connection is a struct conn: its sched_io, a read buffer taken from a per-worker
- * cache only while it has bytes to hold, a lazy idle timer, and list links. When an idle
- * connection becomes readable, conn_on_ready() (on the home worker, not in a coroutine) marks it
- * busy and spawns conn_serve(). The coroutine reads, parses, dispatches and writes; pipelined
- * requests are parsed from the buffer before reading again, and their responses are batched in
- * one output buffer, flushed when nothing complete is left to parse. When the buffer is empty and
- * the last read was short (the socket is drained, so no read is spent on EAGAIN), the coroutine
- * calls sched_io_release(): if readable readiness arrived meanwhile it keeps serving, otherwise
- * the connection is idle again and the coroutine ends. An idle keep-alive connection therefore
- * holds no coroutine, no stack and no buffer: only its struct. That is the "1,000 idle
- * connections" requirement.
+ * Connections. A connection is a struct conn: its sched_io, a read buffer taken from a
+ * per-worker cache only while it has bytes to hold, a lazy idle timer, and list links. When an
+ * idle connection becomes readable, conn_on_ready() (on the home worker, not in a coroutine)
+ * marks it busy and first tries the inline path (below: a lone request whose answer needs
+ * nothing that can wait is answered right there), else spawns conn_serve(). The coroutine reads,
+ * parses, dispatches and writes; pipelined requests are parsed from the buffer before reading
+ * again, and their responses are batched in one output buffer, flushed when nothing complete is
+ * left to parse. When the buffer is empty and the last read was short (the socket is drained, so
+ * no read is spent on EAGAIN), the coroutine calls sched_io_release(): if readable readiness
+ * arrived meanwhile it keeps serving, otherwise the connection is idle again and the coroutine
+ * ends. An idle keep-alive connection therefore holds no coroutine, no stack and no buffer: only
+ * its struct. That is the "1,000 idle connections" requirement.
  *
  * Ownership. Everything about a connection that outlives a request (its list links, busy flag,
  * idle_since, timer) is home state: it is touched only with the home worker's loop lock held
@@ -85,6 +86,10 @@
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h> /* __rdtsc, for timing inline handlers */
+#endif
 
 #include "compat.h"
 #include "coro.h"
@@ -165,6 +170,9 @@ struct conn {
     uint64_t idle_since;         /* sched_now_ns() when it last went idle */
     char *buf;                   /* read buffer, NULL while idle */
     size_t cap, len;             /* buf size, bytes held */
+    size_t pend;                 /* buf[0..pend): the unsent rest of an inline answer */
+    int pend_close;              /* ... after which the connection closes */
+    int drained;                 /* the inline path's read was short: nothing more to read */
     int busy;                    /* a coroutine serves it (or is about to); home worker only */
     int timer_armed;             /* idle is armed; home worker only */
     char *peer;                  /* "address:port" for the access log, made on its first line */
@@ -188,6 +196,7 @@ struct server_worker {
     unsigned nfree_conns;
     char *free_bufs[BUF_CACHE_MAX];
     unsigned nfree_bufs;
+    _Atomic uint64_t inline_ok; /* requests answered inline by this thread */
 } CACHE_ALIGNED;
 
 struct server {
@@ -396,6 +405,7 @@ static void buf_put(struct server_worker *w, char *buf, size_t cap)
 static void conn_on_ready(struct sched_io *io, uint32_t events);
 static void conn_idle_timeout(struct sched_timer *t);
 static int conn_serve(struct coro *co, void *arg);
+static int conn_serve_inline(struct conn *c);
 
 /* Close and free c. Called from a callback holding the home's loop lock, or from c's coroutine
  * (sched_io_del enters the home section, which lasts until the coroutine ends). */
@@ -497,6 +507,8 @@ static void conn_on_ready(struct sched_io *io, uint32_t events)
 {
     struct conn *c = io->data;
     c->busy = 1;
+    if (!(events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && conn_serve_inline(c))
+        return;
     int rc = sched_spawn(c->home->srv->sched, conn_serve, c);
     if (UNLIKELY(rc < 0))
         conn_destroy(c); /* shutting down or out of memory: drop the connection */
@@ -736,6 +748,15 @@ static ssize_t conn_read_wait(struct serve *sv, int64_t deadline)
     }
 }
 
+/* The monotonic clock, read now (vDSO, no system call). sched_now_ns() is the one cached at the
+ * loop's last poll: a request served within one loop turn would take 0 s by it. */
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static int64_t deadline_after(uint64_t ns)
 {
     return (int64_t)(sched_now_ns() + ns);
@@ -851,15 +872,6 @@ static void linger_close(struct serve *sv)
  * method and the target, so they are written as they came. */
 #define LOG_TARGET_MAX 1024
 
-/* sched_now_ns() is the loop's cached clock: a request served within one loop turn would take
- * 0 s by it. The log reads the clock itself (vDSO, no system call). */
-static uint64_t log_clock_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static const char *log_date(void)
 {
     static __thread time_t last;
@@ -906,7 +918,7 @@ static void access_log(struct serve *sv)
     char bytes[24] = "-";
     if (sv->log_bytes >= 0)
         snprintf(bytes, sizeof(bytes), "%lld", (long long)sv->log_bytes);
-    double secs = sv->log_have_req ? (double)(log_clock_ns() - sv->log_t0) / 1e9 : 0.0;
+    double secs = sv->log_have_req ? (double)(mono_ns() - sv->log_t0) / 1e9 : 0.0;
     int n;
     if (sv->log_have_req) {
         const struct http_request *r = &sv->req;
@@ -949,8 +961,8 @@ static int error_close(struct serve *sv, int status, const char *detail)
 }
 
 /* A short response that keeps the connection (404, 405, 500 ...). extra: header lines. */
-static int simple_response(struct serve *sv, int status, const char *body, const char *extra,
-                           int keep, int head_only)
+static int simple_put(struct wbuf *out, int status, const char *body, const char *extra,
+                      int minor, int keep, int head_only)
 {
     size_t blen = strlen(body);
     char lines[256];
@@ -958,12 +970,17 @@ static int simple_response(struct serve *sv, int status, const char *body, const
                      extra ? extra : "");
     if (n < 0 || (size_t)n >= sizeof(lines))
         n = 0;
-    log_response(sv, status, head_only ? 0 : (int64_t)blen);
-    int rc = http_write_head(&sv->out, status, sv->req.minor_version, keep, blen, lines,
-                             (size_t)n, date_now());
+    int rc = http_write_head(out, status, minor, keep, blen, lines, (size_t)n, date_now());
     if (!rc && !head_only)
-        rc = wbuf_append(&sv->out, body, blen);
+        rc = wbuf_append(out, body, blen);
     return rc;
+}
+
+static int simple_response(struct serve *sv, int status, const char *body, const char *extra,
+                           int keep, int head_only)
+{
+    log_response(sv, status, head_only ? 0 : (int64_t)strlen(body));
+    return simple_put(&sv->out, status, body, extra, sv->req.minor_version, keep, head_only);
 }
 
 static int send_file_range(struct serve *sv, int fd, uint64_t offset, uint64_t count);
@@ -1019,15 +1036,14 @@ static int ext_memfd_for(struct server *s, const char *ptr, size_t len)
     return fd;
 }
 
-static int send_static(struct serve *sv, const struct server_target *t, int keep, int head_only)
+/* Room static_head_put() needs at most. */
+#define STATIC_HEAD_MAX(t) ((t)->static_head_len + 64 + HTTP_DATE_LEN)
+
+/* Write the head of static target t at p (STATIC_HEAD_MAX bytes of room): its serialised lines,
+ * Date, the Connection field when it is not the version's default, the empty line. Returns the
+ * end. */
+static char *static_head_put(char *p, const struct server_target *t, int keep, int minor)
 {
-    struct wbuf *out = &sv->out;
-    if (UNLIKELY(sv->srv->cfg.access_log_fd >= 0)) /* the status is in "HTTP/1.1 NNN ..." */
-        log_response(sv, atoi(t->static_head + 9), head_only ? 0 : (int64_t)t->static_body_len);
-    int rc = wbuf_reserve(out, t->static_head_len + 64 + HTTP_DATE_LEN);
-    if (UNLIKELY(rc))
-        return rc;
-    char *p = out->ptr + out->len;
     memcpy(p, t->static_head, t->static_head_len);
     p += t->static_head_len;
     memcpy(p, "Date: ", 6);
@@ -1037,12 +1053,23 @@ static int send_static(struct serve *sv, const struct server_target *t, int keep
     if (!keep) {
         memcpy(p, "\r\nConnection: close", 19);
         p += 19;
-    } else if (sv->req.minor_version == 0) {
+    } else if (minor == 0) {
         memcpy(p, "\r\nConnection: keep-alive", 24);
         p += 24;
     }
     memcpy(p, "\r\n\r\n", 4);
-    p += 4;
+    return p + 4;
+}
+
+static int send_static(struct serve *sv, const struct server_target *t, int keep, int head_only)
+{
+    struct wbuf *out = &sv->out;
+    if (UNLIKELY(sv->srv->cfg.access_log_fd >= 0)) /* the status is in "HTTP/1.1 NNN ..." */
+        log_response(sv, atoi(t->static_head + 9), head_only ? 0 : (int64_t)t->static_body_len);
+    int rc = wbuf_reserve(out, STATIC_HEAD_MAX(t));
+    if (UNLIKELY(rc))
+        return rc;
+    char *p = static_head_put(out->ptr + out->len, t, keep, sv->req.minor_version);
     out->len = (size_t)(p - out->ptr);
     if (head_only || !t->static_body_len)
         return 0;
@@ -1057,24 +1084,34 @@ static int send_static(struct serve *sv, const struct server_target *t, int keep
 }
 
 /* Serialise the handler's response into the output buffer (or straight out for big bodies). */
-static int send_resp(struct serve *sv, int keep, int head_only)
+/* Write the head of handler response r to out; *blen: the body bytes that follow it (0 for
+ * statuses without a body). keep: already false when r->close. Returns 0 or -ENOMEM. */
+static int resp_head_put(struct wbuf *out, struct cyserve_response *r, int minor, int keep,
+                         size_t *blen)
 {
-    struct cyserve_response *r = &sv->resp;
     int status = r->status;
     int bodyless = status < 200 || status == 204 || status == 304;
-    if (r->close)
-        keep = 0;
     size_t body_len;
-    const char *body = resp_body(r, &body_len);
+    resp_body(r, &body_len);
     if (!r->has_content_type && body_len && !bodyless) {
         static const char ct[] = "Content-Type: text/plain; charset=utf-8\r\n";
         if (UNLIKELY(wbuf_append(&r->headers, ct, sizeof(ct) - 1)))
             return -ENOMEM;
     }
-    size_t blen = bodyless ? 0 : body_len;
-    log_response(sv, status, head_only ? 0 : (int64_t)blen);
-    int rc = http_write_head(&sv->out, status, sv->req.minor_version, keep, blen, r->headers.ptr,
-                             r->headers.len, date_now());
+    *blen = bodyless ? 0 : body_len;
+    return http_write_head(out, status, minor, keep, *blen, r->headers.ptr, r->headers.len,
+                           date_now());
+}
+
+static int send_resp(struct serve *sv, int keep, int head_only)
+{
+    struct cyserve_response *r = &sv->resp;
+    if (r->close)
+        keep = 0;
+    size_t blen, body_len;
+    const char *body = resp_body(r, &body_len);
+    int rc = resp_head_put(&sv->out, r, sv->req.minor_version, keep, &blen);
+    log_response(sv, r->status, head_only ? 0 : (int64_t)blen);
     if (UNLIKELY(rc))
         return rc;
     if (head_only || !blen)
@@ -1086,6 +1123,266 @@ static int send_resp(struct serve *sv, int keep, int head_only)
         return flush_with(sv, body, blen, 0);
     rc = flush_with(sv, NULL, 0, MSG_MORE);
     return rc ? rc : send_file_range(sv, fd, 0, blen);
+}
+
+/* ---- the inline path ----
+ *
+ * Most of the time an idle keep-alive connection becomes readable with exactly one small,
+ * complete request in its socket. When that request needs nothing that can wait, conn_on_ready
+ * answers it right there, on the worker's own stack, within the poll's batch: one read, the
+ * parse, the route, the handler, one write, and the connection is idle again. No coroutine is
+ * spawned, switched to or freed, and no run queue is touched: on /plaintext that was ~4% of the
+ * server's CPU time per request (docs/benchmarks.md).
+ *
+ * Everything else falls back to the coroutine, which is the complete engine: the bytes already
+ * read stay in c->buf (conn_serve parses them first), and an answer the socket would not take
+ * whole waits at the start of c->buf (c->pend) for the coroutine to send it first. So this path
+ * only has to be right for what it takes: a read shorter than the buffer, one request consuming
+ * exactly that read (nothing pipelined behind it), no body, keep-alive, no access log, not
+ * draining, and a static target whose answer fits the buffer or a GIL-free handler. Python
+ * handlers never run here: they wait for the GIL, which is what coroutines are for.
+ *
+ * GIL-free handlers are user code of unknown cost, and a handler run here holds the worker's
+ * loop lock: while it runs, no idle worker can steal its neighbours or rescue its loop (sched.h).
+ * So a route earns the inline path: its first calls run in coroutines, timed, and once
+ * INLINE_LEARN of them were quick (under INLINE_SLOW_TICKS) and answered with a body small
+ * enough to copy, the route runs inline from then on, still timed. INLINE_SLOW_STREAK slow calls
+ * in a row, or one large body, send it back to coroutines for good. A CPU-heavy handler (the
+ * demo's /fibonacci, ~270 us) therefore never runs inline. Why a streak and not the first slow
+ * call: a quick call is "slow" whenever the thread is preempted or takes a burst of network
+ * interrupts in the middle of it, which under load happens every few seconds; a streak of those
+ * does not. The price: a handler that passed its learning calls and is slow only now and then
+ * (isolated slow calls) keeps running inline, and each of its slow calls holds its worker's other
+ * connections for as long as it runs, as it would on a single-threaded server. A handler that
+ * turns slow for good does that for INLINE_SLOW_STREAK calls. The state is per route
+ * (server_target.inline_state and inline_slow), shared by the workers; a quick inline call only
+ * reads it. */
+
+/* The clock of the timing: x86's time-stamp counter (two reads ~15 ns here, against ~35 ns for
+ * two vDSO clock_gettime calls, on every inline request), elsewhere the monotonic clock. */
+#if defined(__x86_64__) || defined(__i386__)
+static inline uint64_t inline_ticks(void)
+{
+    return __rdtsc();
+}
+/* Invariant TSC cycles: 20 us at 5 GHz, 100 us at 1 GHz. Either way a coroutine's ~1 us is a
+ * few percent of such a call, and its neighbours can be stolen while it runs. */
+#define INLINE_SLOW_TICKS 100000u
+#else
+static inline uint64_t inline_ticks(void)
+{
+    return mono_ns();
+}
+#define INLINE_SLOW_TICKS (50u * 1000) /* ns */
+#endif
+/* Quick calls a route needs before it runs inline; past it the state says "inline", then
+ * "never". */
+#define INLINE_LEARN 64u
+#define INLINE_NEVER (INLINE_LEARN + 1)
+#define INLINE_SLOW_STREAK 3u
+
+/* Record a timed call of t's handler (any worker). took: its run time in ticks; blen: its body. */
+static void inline_note(const struct server_target *t, uint64_t took, size_t blen)
+{
+    /* The target is the engine's own mutable memory (calloc'd by the Cython layer); it is const
+     * only in the router's view. safety: the two counters publish no other memory, so relaxed
+     * ordering is enough. The CAS keeps concurrent learners from counting past INLINE_LEARN or
+     * from leaving INLINE_NEVER; the streak is approximate across workers (a quick call on one
+     * may reset another's streak), which only delays the verdict. */
+    struct server_target *mt = (struct server_target *)t;
+    if (UNLIKELY(blen > BODY_COPY_MAX)) {
+        atomic_store_explicit(&mt->inline_state, INLINE_NEVER, memory_order_relaxed);
+        return;
+    }
+    if (UNLIKELY(took > INLINE_SLOW_TICKS)) {
+        if (atomic_fetch_add_explicit(&mt->inline_slow, 1, memory_order_relaxed) + 1 >=
+            INLINE_SLOW_STREAK)
+            atomic_store_explicit(&mt->inline_state, INLINE_NEVER, memory_order_relaxed);
+        return;
+    }
+    if (UNLIKELY(atomic_load_explicit(&mt->inline_slow, memory_order_relaxed)))
+        atomic_store_explicit(&mt->inline_slow, 0, memory_order_relaxed);
+    unsigned v = atomic_load_explicit(&mt->inline_state, memory_order_relaxed);
+    while (v < INLINE_LEARN &&
+           !atomic_compare_exchange_weak_explicit(&mt->inline_state, &v, v + 1,
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+    }
+}
+
+/* The inline path is done with c and leaves it idle (callback with the home's loop lock). */
+static void inline_idle(struct conn *c, struct server_worker *mine)
+{
+    buf_put(mine, c->buf, c->cap);
+    c->buf = NULL;
+    c->cap = c->len = 0;
+    c->busy = 0;
+    if (!c->timer_armed) {
+        sched_timer_arm(&c->idle, c->idle_since + c->home->srv->cfg.keepalive_ns);
+        c->timer_armed = 1;
+    }
+    sched_io_idle(&c->io);
+}
+
+/* Send the answer out[0..len) (out may be c->buf) for c's request, which is consumed: c->buf
+ * is free. keep: the connection stays open after it. Returns 1 when handled (idle again, or
+ * closed), 0 when the rest waits in c->buf for the coroutine to send. */
+static int inline_send(struct conn *c, struct server_worker *mine, const char *out, size_t len,
+                       int keep)
+{
+    /* Counted before the send, so that a client that has read the answer sees the count.
+     * safety: written by this thread only (its own worker's entry), read by server_get_stats;
+     * relaxed atomics only to make that read well defined. */
+    atomic_store_explicit(&mine->inline_ok,
+                          atomic_load_explicit(&mine->inline_ok, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    ssize_t sent;
+    do
+        sent = sock_send(c->io.fd, out, len, MSG_NOSIGNAL);
+    while (UNLIKELY(sent < 0 && errno == EINTR));
+    if (LIKELY(sent == (ssize_t)len)) {
+        if (!keep) {
+            conn_destroy(c);
+            return 1;
+        }
+        c->idle_since = sched_now_ns();
+        inline_idle(c, mine);
+        return 1;
+    }
+    if (sent < 0 && errno != EAGAIN) {
+        conn_destroy(c); /* the client is gone */
+        return 1;
+    }
+    /* The socket took part of it (a client slow to read): the coroutine sends the rest when it
+     * can. */
+    size_t done = sent > 0 ? (size_t)sent : 0, rest = len - done;
+    if (rest > c->cap) {
+        char *nb = malloc(rest);
+        if (UNLIKELY(!nb)) {
+            conn_destroy(c);
+            return 1;
+        }
+        buf_put(mine, c->buf, c->cap);
+        c->buf = nb;
+        c->cap = rest;
+    }
+    memmove(c->buf, out + done, rest);
+    c->pend = rest;
+    c->pend_close = !keep;
+    c->len = 0;
+    return 0;
+}
+
+/* Run GIL-free handler t for the request req (no body) inline and send its answer. Returns as
+ * inline_send. */
+static int inline_nogil(struct conn *c, struct server_worker *mine, const struct server_target *t,
+                        const struct http_request *req, const struct router_match *m)
+{
+    struct server *s = c->home->srv;
+    cyserve_request creq = {
+        .method = {req->method, req->method_len},
+        .target = {req->target, req->target_len},
+        .path = {req->path, req->path_len},
+        .query = {req->query ? req->query : "", req->query ? req->query_len : 0},
+        .minor_version = req->minor_version,
+        .headers = (const cyserve_header *)(const void *)req->headers,
+        .num_headers = req->num_headers,
+        .body = {"", 0},
+        .params = m->params,
+        .num_params = m->num_params,
+        .engine = NULL,
+    };
+    struct cyserve_response resp;
+    resp_init(&resp);
+    uint64_t t0 = inline_ticks();
+    int hrc = t->fn(&creq, &resp, t->ctx);
+    uint64_t took = inline_ticks() - t0;
+    int head_only = req->method_id == HTTP_HEAD;
+    int keep = !resp.close && !is_draining(s);
+    char store[OUT_INLINE];
+    struct wbuf out;
+    wbuf_init(&out, store, sizeof(store));
+    size_t blen = 0, body_len;
+    const char *body = resp_body(&resp, &body_len);
+    int rc;
+    if (UNLIKELY(hrc != 0)) {
+        rc = simple_put(&out, 500, "500 Internal Server Error\n", NULL, req->minor_version, keep,
+                        head_only);
+    } else {
+        rc = resp_head_put(&out, &resp, req->minor_version, keep, &blen);
+        if (!rc && !head_only && blen)
+            rc = wbuf_append(&out, body, blen);
+    }
+    inline_note(t, took, blen);
+    int handled;
+    if (UNLIKELY(rc)) {
+        conn_destroy(c); /* out of memory for the answer */
+        handled = 1;
+    } else {
+        handled = inline_send(c, mine, out.ptr, out.len, keep);
+    }
+    wbuf_free(&out);
+    resp_free(&resp);
+    return handled;
+}
+
+/* Try to serve c's readiness inline. Returns 1 when it was handled (answered and idle again,
+ * nothing to read, or the connection closed), 0 to spawn the coroutine. Callback with the home's
+ * loop lock. */
+static int conn_serve_inline(struct conn *c)
+{
+    struct server *s = c->home->srv;
+    if (UNLIKELY(c->buf || s->cfg.access_log_fd >= 0 || is_draining(s)))
+        return 0;
+    struct server_worker *mine = current_worker(s);
+    char *buf = buf_get(mine);
+    if (UNLIKELY(!buf))
+        return 0;
+    c->buf = buf;
+    c->cap = CONN_BUF_INITIAL;
+    c->len = 0;
+    ssize_t n;
+    do
+        n = sock_recv(c->io.fd, buf, CONN_BUF_INITIAL);
+    while (UNLIKELY(n < 0 && errno == EINTR));
+    if (UNLIKELY(n <= 0)) {
+        if (n < 0 && errno == EAGAIN) {
+            inline_idle(c, mine); /* a spurious wake-up: nothing arrived */
+            return 1;
+        }
+        return 0; /* end of stream or an error: the coroutine sees it again and closes */
+    }
+    c->len = (size_t)n;
+    if (UNLIKELY((size_t)n == CONN_BUF_INITIAL))
+        return 0; /* maybe more behind it */
+    c->drained = 1;
+
+    struct http_header hdrs[INLINE_HEADERS];
+    struct http_request req;
+    req.headers = hdrs;
+    req.num_headers = INLINE_HEADERS;
+    if (http_parse_request(buf, (size_t)n, &req, &s->cfg.limits) != (int)n)
+        return 0;
+    if (req.content_length > 0 || req.chunked || !req.keep_alive)
+        return 0;
+    struct router_match m;
+    if (router_match(s->router, ROUTER_METHOD_BIT(req.method_id), req.path, req.path_len, &m) < 0)
+        return 0;
+    const struct server_target *t = m.target;
+    if (t->kind == SERVER_NOGIL) {
+        /* safety: see inline_note; a stale value runs at most one more call inline. */
+        if (atomic_load_explicit(&t->inline_state, memory_order_relaxed) != INLINE_LEARN)
+            return 0;
+        return inline_nogil(c, mine, t, &req, &m);
+    }
+    if (t->kind != SERVER_STATIC)
+        return 0;
+    size_t body_len = req.method_id == HTTP_HEAD ? 0 : t->static_body_len;
+    if (STATIC_HEAD_MAX(t) + body_len > CONN_BUF_INITIAL)
+        return 0;
+    /* The request's views are not needed any more: the answer is built over them. */
+    char *p = static_head_put(buf, t, 1, req.minor_version);
+    memcpy(p, t->static_body, body_len);
+    return inline_send(c, mine, buf, (size_t)(p - buf) + body_len, 1);
 }
 
 struct py_job {
@@ -1249,7 +1546,17 @@ static int dispatch(struct serve *sv, const char *body, size_t body_len, int kee
     resp_reset(&sv->resp);
     int hrc;
     if (t->kind == SERVER_NOGIL) {
-        hrc = t->fn(&creq, &sv->resp, t->ctx);
+        /* safety: see inline_note. */
+        if (atomic_load_explicit(&t->inline_state, memory_order_relaxed) < INLINE_LEARN) {
+            uint64_t t0 = inline_ticks();
+            hrc = t->fn(&creq, &sv->resp, t->ctx);
+            uint64_t took = inline_ticks() - t0;
+            size_t blen;
+            resp_body(&sv->resp, &blen);
+            inline_note(t, took, blen);
+        } else {
+            hrc = t->fn(&creq, &sv->resp, t->ctx);
+        }
     } else {
         struct py_job job = {t, &creq, &sv->resp};
         rc = sched_offload(py_trampoline, &job);
@@ -1267,7 +1574,8 @@ static int dispatch(struct serve *sv, const char *body, size_t body_len, int kee
         int close = sv->resp.close;
         resp_reset(&sv->resp);
         sv->resp.close = close;
-        return simple_response(sv, 500, "500 Internal Server Error\n", NULL, keep, head_only);
+        return simple_response(sv, 500, "500 Internal Server Error\n", NULL, keep && !close,
+                               head_only);
     }
     return send_resp(sv, keep, head_only);
 }
@@ -1459,7 +1767,7 @@ static int serve_loop(struct serve *sv)
         head_deadline = -1;
         if (UNLIKELY(s->cfg.access_log_fd >= 0)) {
             sv->log_have_req = 1;
-            sv->log_t0 = log_clock_ns();
+            sv->log_t0 = mono_ns();
         }
         const char *body = NULL;
         size_t body_len = 0, next = off;
@@ -1513,7 +1821,18 @@ static int conn_serve(struct coro *co, void *arg)
         }
     }
     memset(&sv->req, 0, sizeof(sv->req));
-    int rc = serve_loop(sv);
+    int rc = SERVE_CLOSE;
+    if (c->pend) {
+        /* The rest of an answer the inline path began. */
+        struct iovec iov = {c->buf, c->pend};
+        if (conn_sendv(sv, &iov, 1, 0) < 0 || c->pend_close)
+            goto out;
+        c->pend = 0;
+    }
+    sv->drained = c->drained;
+    c->drained = 0;
+    rc = serve_loop(sv);
+out:
     serve_cleanup(sv);
     if (rc == SERVE_CLOSE)
         conn_destroy(c);
@@ -1686,13 +2005,6 @@ fail_sched:
     return start_fail(errmsg, errlen, rc, "cannot listen on %s:%d: %s", s->host, port);
 }
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 int server_shutdown(struct server *s, uint64_t grace_ns)
 {
     if (UNLIKELY(sched_worker_id() >= 0))
@@ -1756,6 +2068,19 @@ void server_free(struct server *s)
     pthread_mutex_destroy(&s->ext_lock);
     free(s->host);
     free(s);
+}
+
+void server_get_stats(const struct server *s, struct server_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->live = server_live_connections(s);
+    for (unsigned i = 0; i < s->nworkers; i++)
+        out->inline_ok += atomic_load_explicit(&s->workers[i].inline_ok, memory_order_relaxed);
+    if (s->sched) {
+        struct sched_stats st;
+        sched_get_stats(s->sched, &st);
+        out->spawned = st.spawned;
+    }
 }
 
 int server_req_header(const cyserve_request *req, const char *name, size_t nlen,

@@ -48,6 +48,11 @@ struct server_target {
     /* SERVER_NOGIL */
     cyserve_nogil_handler fn;
     void *ctx;
+    /* Whether fn may run inline, on the worker's loop (server.c, "the inline path"): below
+     * INLINE_LEARN, the number of quick calls seen so far; INLINE_LEARN: yes; above: never.
+     * Zero when the target is made (zeroed memory). */
+    _Atomic unsigned inline_state;
+    _Atomic unsigned inline_slow; /* slow calls in a row */
     /* SERVER_PYTHON: called between the offload hooks, on the worker's own stack. It fills resp
      * (status, headers, body); it must not keep req or resp after returning. */
     void (*py_call)(void *opaque, cyserve_request *req, struct cyserve_response *resp);
@@ -118,6 +123,14 @@ void server_free(struct server *s);
 
 /* Live connections (accepted, not yet closed), for tests. Any thread. */
 uint64_t server_live_connections(const struct server *s);
+
+/* Counters, totals over the workers; approximate while the server runs. */
+struct server_stats {
+    uint64_t live;       /* open connections */
+    uint64_t inline_ok;  /* requests answered on the inline path, without a coroutine */
+    uint64_t spawned;    /* coroutines spawned (connections served, accept rounds) */
+};
+void server_get_stats(const struct server *s, struct server_stats *out);
 
 /* ---- the request API behind cyserve._core's nogil functions ---- */
 

@@ -586,6 +586,16 @@ cdef class Server:
         """Connections accepted and not yet closed (for tests)."""
         return cs.server_live_connections(self._srv) if self._srv != NULL else 0
 
+    def stats(self):
+        """Counters, totals over the workers (approximate while serving): "live" connections,
+        requests answered "inline" on the worker's loop without a coroutine, coroutines
+        "spawned" (connections served by the full engine, accept rounds)."""
+        cdef cs.server_stats_t st
+        if self._srv == NULL:
+            return {"live": 0, "inline": 0, "spawned": 0}
+        cs.server_get_stats(self._srv, &st)
+        return {"live": st.live, "inline": st.inline_ok, "spawned": st.spawned}
+
     def __dealloc__(self):
         cdef Py_ssize_t i
         if self._srv != NULL:

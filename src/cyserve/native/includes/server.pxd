@@ -74,4 +74,9 @@ cdef extern from "csrc/server.h" nogil:
     int server_shutdown(server_t *s, uint64_t grace_ns)
     void server_free(server_t *s)
     uint64_t server_live_connections(const server_t *s)
+    ctypedef struct server_stats_t "struct server_stats":
+        uint64_t live
+        uint64_t inline_ok
+        uint64_t spawned
+    void server_get_stats(const server_t *s, server_stats_t *out)
     int server_req_header(const req_t *req, const char *name, size_t nlen, void *out)
