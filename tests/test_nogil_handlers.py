@@ -28,6 +28,7 @@ def port(hello):
         ("path", "/fibonacci", ("GET",), "nogil", hello.FIBONACCI),
         ("path", "/inspect/{id:int}", None, "nogil", hello.INSPECT),
         ("path", "/fail", None, "nogil", hello.FAIL),
+        ("path", "/fail-closing", None, "nogil", hello.FAIL_CLOSING),
         ("path", "/bad-header", None, "nogil", hello.BAD_HEADER),
         ("path", "/ctx", None, "nogil", hello.CTX),
         ("path", "/big", None, "nogil", hello.BIG_STATIC),
@@ -73,6 +74,14 @@ def test_handler_error_gives_500(port):
         r = c.reply()
         assert (r.status, r.body) == (500, b"500 Internal Server Error\n")
         assert c.reply().body == b"Hello, World!"
+
+
+def test_a_failing_handler_that_asked_to_close_gets_a_500_that_says_so(port):
+    with Conn(port) as c:
+        c.send(get("/fail-closing") + get("/"))
+        r = c.reply()
+        assert (r.status, r.header("connection")) == (500, "close")
+        assert c.is_closed()
 
 
 def test_header_injection_refused(port):

@@ -79,6 +79,12 @@ cdef int handle_fail(cyserve_request *req, cyserve_response *resp, void *ctx) no
     return -1
 
 
+cdef int handle_fail_closing(cyserve_request *req, cyserve_response *resp,
+                             void *ctx) noexcept nogil:
+    cyserve_resp_header(resp, b"Connection", 10, b"close", 5)
+    return -1
+
+
 cdef int handle_bad_header(cyserve_request *req, cyserve_response *resp,
                            void *ctx) noexcept nogil:
     # The API refuses header injection; the handler reports what it was told.
@@ -196,6 +202,7 @@ ROOT = cyserve_handler_capsule(handle_root)
 FIBONACCI = cyserve_handler_capsule(handle_fibonacci)
 INSPECT = cyserve_handler_capsule(handle_inspect)
 FAIL = cyserve_handler_capsule(handle_fail)
+FAIL_CLOSING = cyserve_handler_capsule(handle_fail_closing)
 BAD_HEADER = cyserve_handler_capsule(handle_bad_header)
 HOG = cyserve_handler_capsule(handle_hog)
 PROBE = cyserve_handler_capsule(handle_probe)
