@@ -45,8 +45,12 @@ def extensions():
     debug = os.environ.get("CYSERVE_DEBUG") == "1"
     sanitize = os.environ.get("CYSERVE_SANITIZE", "")
     asm, macros = switch_sources()
+    # -fvisibility=hidden: the extension exports only PyInit__core (Python marks it visible);
+    # Cython modules that cimport cyserve._core reach its API through the module's C-API
+    # capsules, not through dynamic symbols. So calls between the C files are direct instead of
+    # going through the PLT, and no other library can interpose on sched_* or wbuf_* names.
     cflags = ["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter", "-pthread",
-              "-fno-strict-aliasing"]
+              "-fno-strict-aliasing", "-fvisibility=hidden"]
     cflags += ["-O1", "-g", "-DCYSERVE_DEBUG=1", "-UNDEBUG"] if debug else ["-O2", "-g"]
     ldflags = ["-pthread"]
     if sanitize:
