@@ -21,10 +21,8 @@ void wbuf_init(struct wbuf *b, char *storage, size_t cap)
     b->heap = NULL;
 }
 
-int wbuf_reserve(struct wbuf *b, size_t extra)
+int wbuf_grow(struct wbuf *b, size_t extra)
 {
-    if (LIKELY(b->cap - b->len >= extra))
-        return 0;
     if (UNLIKELY(extra > SIZE_MAX / 2 - b->len))
         return -ENOMEM;
     size_t cap = b->cap ? b->cap : 256;
@@ -44,17 +42,6 @@ int wbuf_reserve(struct wbuf *b, size_t extra)
     }
     b->heap = b->ptr = p;
     b->cap = cap;
-    return 0;
-}
-
-int wbuf_append(struct wbuf *b, const void *data, size_t n)
-{
-    int rc = wbuf_reserve(b, n);
-    if (UNLIKELY(rc))
-        return rc;
-    if (n)
-        memcpy(b->ptr + b->len, data, n);
-    b->len += n;
     return 0;
 }
 
@@ -144,13 +131,15 @@ int resp_set_status(struct cyserve_response *r, int status)
 /* RFC 9110 tchar. */
 static int is_tchar(unsigned char c)
 {
-    if (c >= 'a' && c <= 'z')
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
         return 1;
-    if (c >= 'A' && c <= 'Z')
+    switch (c) {
+    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+':
+    case '-': case '.': case '^': case '_': case '`': case '|': case '~':
         return 1;
-    if (c >= '0' && c <= '9')
-        return 1;
-    return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+    default:
+        return 0;
+    }
 }
 
 static int name_is(const char *name, size_t nlen, const char *lit)
@@ -188,20 +177,27 @@ static int append_line(struct wbuf *b, const char *name, size_t nlen, const char
     return 0;
 }
 
+/* A CR or LF in a value would let a handler inject headers or a second response. */
+static int value_ok(const char *value, size_t vlen)
+{
+    if (UNLIKELY(vlen && !value))
+        return 0;
+    for (size_t i = 0; i < vlen; i++) {
+        unsigned char c = (unsigned char)value[i];
+        if (UNLIKELY(c == '\r' || c == '\n' || c == 0))
+            return 0;
+    }
+    return 1;
+}
+
 int resp_add_header(struct cyserve_response *r, const char *name, size_t nlen, const char *value,
                     size_t vlen)
 {
-    if (UNLIKELY(nlen == 0 || (vlen && !value) || !name))
+    if (UNLIKELY(nlen == 0 || !name || !value_ok(value, vlen)))
         return -EINVAL;
     for (size_t i = 0; i < nlen; i++)
         if (UNLIKELY(!is_tchar((unsigned char)name[i])))
             return -EINVAL;
-    /* A CR or LF in a value would let a handler inject headers or a second response. */
-    for (size_t i = 0; i < vlen; i++) {
-        unsigned char c = (unsigned char)value[i];
-        if (UNLIKELY(c == '\r' || c == '\n' || c == 0))
-            return -EINVAL;
-    }
     if (UNLIKELY(name_is(name, nlen, "content-length") || name_is(name, nlen, "transfer-encoding") ||
                  name_is(name, nlen, "date")))
         return -EPERM;
@@ -223,7 +219,13 @@ int resp_add_header(struct cyserve_response *r, const char *name, size_t nlen, c
 
 int resp_set_content_type(struct cyserve_response *r, const char *value, size_t vlen)
 {
-    return resp_add_header(r, "Content-Type", 12, value, vlen);
+    /* resp_add_header's checks, less those of a name known to be valid and not reserved. */
+    if (UNLIKELY(!value_ok(value, vlen)))
+        return -EINVAL;
+    if (UNLIKELY(r->has_content_type))
+        return -EEXIST;
+    r->has_content_type = 1;
+    return append_line(&r->headers, "Content-Type", 12, value, vlen);
 }
 
 int resp_write(struct cyserve_response *r, const void *data, size_t len)

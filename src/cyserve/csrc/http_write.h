@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 #include "http_date.h"
@@ -30,11 +31,29 @@ struct wbuf {
 /* Start b empty over storage[0..cap) (storage may be NULL with cap 0). Any thread. */
 void wbuf_init(struct wbuf *b, char *storage, size_t cap);
 
-/* Make room for extra more bytes. Returns 0 or -ENOMEM (b unchanged). */
-int wbuf_reserve(struct wbuf *b, size_t extra);
+/* The slow half of wbuf_reserve: move to a larger heap buffer. Returns 0 or -ENOMEM. */
+int wbuf_grow(struct wbuf *b, size_t extra);
+
+/* Make room for extra more bytes. Returns 0 or -ENOMEM (b unchanged). Inline: on every
+ * response's path, and nearly always a comparison. */
+static inline int wbuf_reserve(struct wbuf *b, size_t extra)
+{
+    if (__builtin_expect(b->cap - b->len >= extra, 1))
+        return 0;
+    return wbuf_grow(b, extra);
+}
 
 /* Append n bytes. Returns 0 or -ENOMEM. */
-int wbuf_append(struct wbuf *b, const void *data, size_t n);
+static inline int wbuf_append(struct wbuf *b, const void *data, size_t n)
+{
+    int rc = wbuf_reserve(b, n);
+    if (__builtin_expect(rc != 0, 0))
+        return rc;
+    if (n)
+        memcpy(b->ptr + b->len, data, n);
+    b->len += n;
+    return 0;
+}
 
 /* Free heap storage, if any; b must be wbuf_init()ed again before reuse. */
 void wbuf_free(struct wbuf *b);
