@@ -112,8 +112,13 @@ def shrink_server_side(client: socket.socket) -> None:
     want = (client.getpeername(), client.getsockname())
     for name in os.listdir("/proc/self/fd"):
         try:
-            s = socket.socket(fileno=os.dup(int(name)))
+            fd = os.dup(int(name))
         except OSError:
+            continue  # the listing's own descriptor, closed by now
+        try:
+            s = socket.socket(fileno=fd)
+        except OSError:
+            os.close(fd)  # not a socket
             continue
         with s:
             try:
