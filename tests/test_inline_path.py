@@ -238,3 +238,20 @@ def test_isolated_slow_calls_keep_the_path_and_a_streak_of_them_loses_it(hello):
         assert inline() - n1 == 3
         calls(c, "/maybe", 10)
         assert inline() - n1 == 3, "the route still runs inline after a streak of slow calls"
+
+
+def test_a_full_read_after_an_inline_answer_still_reads_the_rest():
+    # An inline answer leaves the connection idle; the next readiness brings more than one read
+    # buffer (4 KiB) of pipelined requests, the first ones ending exactly at 4,096 bytes. The
+    # coroutine that takes over must read the rest from the socket, not take the socket for
+    # drained because the previous, inline read was short.
+    with serving(static_routes(), threads=1) as srv, Conn(srv.port, timeout=5) as c:
+        c.send(get("/plaintext"))
+        assert c.reply().body == b"Hello, World!"
+        one = get("/plaintext", extra="X-Pad: " + "p" * 200 + "\r\n")
+        k, rest = divmod(4096, len(one))
+        batch = one * (k - 1) + get("/plaintext", extra="X-Pad: " + "p" * (200 + rest) + "\r\n")
+        assert len(batch) == 4096
+        c.send(batch + get("/plaintext"))
+        for _ in range(k + 1):
+            assert c.reply().body == b"Hello, World!"

@@ -1215,6 +1215,7 @@ static void inline_idle(struct conn *c, struct server_worker *mine)
     buf_put(mine, c->buf, c->cap);
     c->buf = NULL;
     c->cap = c->len = 0;
+    c->drained = 0; /* said of this read only: the next one starts knowing nothing */
     c->busy = 0;
     if (!c->timer_armed) {
         sched_timer_arm(&c->idle, c->idle_since + c->home->srv->cfg.keepalive_ns);
