@@ -211,6 +211,19 @@ def test_nogil_route_with_a_context_capsule() -> None:
         app.nogil("/d", cap, ctx=42)
 
 
+def test_nogil_route_kept_off_the_inline_path() -> None:
+    app = cyserve.App()
+    cap, ctx = make_capsule(_GOOD_NAME), make_capsule(_BAD_NAME)
+    app.nogil("/a", cap, inline=False)
+    app.nogil("/b", cap, ctx=ctx, inline=False)
+    app.nogil("/c", cap, inline=True)
+    assert app.build() == [("path", "/a", None, "nogil", (cap, None, False)),
+                           ("path", "/b", None, "nogil", (cap, ctx, False)),
+                           ("path", "/c", None, "nogil", cap)]
+    with pytest.raises(TypeError, match="inline must be True or False, got str 'no'"):
+        app.nogil("/d", cap, inline="no")  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(("make", "message"), [
     (lambda: make_capsule(_BAD_NAME), "got a capsule named 'someone.else'"),
     (lambda: make_capsule(None), "got a capsule named NULL"),

@@ -255,3 +255,21 @@ def test_a_full_read_after_an_inline_answer_still_reads_the_rest():
         c.send(batch + get("/plaintext"))
         for _ in range(k + 1):
             assert c.reply().body == b"Hello, World!"
+
+
+def test_a_route_registered_with_inline_false_never_runs_inline(hello):
+    routes = [("path", "/", None, "nogil", (hello.ROOT, None, False)),
+              ("path", "/on", None, "nogil", hello.ROOT)]
+    with serving(routes, threads=1) as srv, Conn(srv.port) as c:
+        before = srv.stats()["inline"]
+        assert {r.body for r in calls(c, "/", LEARN + 16)} == {b"Hello, World!"}
+        assert srv.stats()["inline"] == before
+        calls(c, "/on", LEARN + 16)  # the same handler on a default route does
+        assert srv.stats()["inline"] - before >= 10
+
+
+def test_a_malformed_nogil_target_is_refused(hello):
+    import cyserve._core
+    with pytest.raises(TypeError, match=r"\(capsule, ctx, inline: bool\)"):
+        cyserve._core.Server([("path", "/", None, "nogil", (hello.ROOT, None, "yes"))],
+                             host="127.0.0.1", port=0, threads=1)

@@ -13,7 +13,9 @@ An App is only a list of routes. ``app.build()`` turns it into the plain list th
     methods  a tuple of upper-case method names, or None for any method
     kind     "python" target is a callable taking a Request
              "nogil"  target is a PyCapsule named "cyserve.nogil_handler", or a pair
-                      (that capsule, a capsule holding the handler's ctx pointer)
+                      (that capsule, a capsule holding the handler's ctx pointer, or None), or
+                      a triple (capsule, ctx or None, inline: bool); inline False keeps the
+                      route off the engine's inline path
              "static" target is (status, [(name, value), ...], body bytes), served from C
              "files"  target is the real path of a directory
 
@@ -150,23 +152,35 @@ class App:
         self._add("regex", pattern, methods, handler, f"app.regex({pattern!r})")
 
     def nogil(self, path: str, capsule: object, methods: Iterable[str] | str | None = None,
-              ctx: object = None) -> None:
+              ctx: object = None, inline: bool = True) -> None:
         """Register a GIL-free Cython handler (a capsule from ``cyserve_handler_capsule``).
 
         ``ctx``, if given, is a PyCapsule whose pointer the handler receives as its ``ctx``
-        argument; the App keeps it (and so its memory) alive as long as the route exists."""
+        argument; the App keeps it (and so its memory) alive as long as the route exists.
+
+        ``inline=False`` keeps the route off the engine's inline path: every call then runs in a
+        coroutine that idle workers can steal. By default a route whose first calls are quick
+        runs on the worker's loop itself (faster), and only a streak of slow calls sends it back
+        (docs/architecture.md, "Request path"); a handler that is quick most of the time but
+        sometimes slow (a cache miss, a lock) should say ``inline=False``."""
         where = f"app.nogil({path!r})"
         if not is_nogil_capsule(capsule):
             raise HandlerTypeError(f"{where}: expected a PyCapsule named {NOGIL_CAPSULE_NAME!r} "
                                    "(made by cyserve_handler_capsule), got "
                                    f"{_describe_object(capsule)}")
-        if ctx is None:
-            self._add("path", path, methods, capsule, where)
-            return
-        if type(ctx).__name__ != "PyCapsule":
+        if not isinstance(inline, bool):
+            raise HandlerTypeError(f"{where}: inline must be True or False, got "
+                                   f"{_describe_object(inline)}")
+        if ctx is not None and type(ctx).__name__ != "PyCapsule":
             raise HandlerTypeError(f"{where}: ctx must be a PyCapsule (its pointer is passed to "
                                    f"the handler) or None, got {_describe_object(ctx)}")
-        self._add_kind("path", path, methods, "nogil", (capsule, ctx), "nogil handler", where)
+        if not inline:
+            self._add_kind("path", path, methods, "nogil", (capsule, ctx, False), "nogil handler",
+                           where)
+        elif ctx is None:
+            self._add("path", path, methods, capsule, where)
+        else:
+            self._add_kind("path", path, methods, "nogil", (capsule, ctx), "nogil handler", where)
 
     # ---- Responses served from C ----------------------------------------------------------
 

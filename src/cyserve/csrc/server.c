@@ -1209,6 +1209,11 @@ static void inline_note(const struct server_target *t, uint64_t took, size_t ble
     }
 }
 
+void server_target_never_inline(struct server_target *t)
+{
+    atomic_store_explicit(&t->inline_state, INLINE_NEVER, memory_order_relaxed);
+}
+
 /* The inline path is done with c and leaves it idle (callback with the home's loop lock). */
 static void inline_idle(struct conn *c, struct server_worker *mine)
 {

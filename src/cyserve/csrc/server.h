@@ -70,6 +70,10 @@ int server_target_static(struct server_target *t, int status, const char *header
 /* Free what server_target_static() allocated; leaves t zeroed. */
 void server_target_clear(struct server_target *t);
 
+/* Keep SERVER_NOGIL target t off the inline path: every call runs in a coroutine. Before the
+ * server starts. */
+void server_target_never_inline(struct server_target *t);
+
 struct server_config {
     const char *host;          /* numeric address or name, e.g. "127.0.0.1", "::", "localhost" */
     int port;                  /* 0: an ephemeral port, the same for every worker */

@@ -488,7 +488,16 @@ cdef class Server:
             t.py_call = _py_call
             t.opaque = <void *>info
         elif kind == "nogil":
-            cap, ctx_cap = (target if isinstance(target, tuple) else (target, None))
+            inline = True
+            if not isinstance(target, tuple):
+                cap, ctx_cap = target, None
+            elif len(target) == 2:
+                cap, ctx_cap = target
+            elif len(target) == 3 and isinstance(target[2], bool):
+                cap, ctx_cap, inline = target
+            else:
+                raise TypeError(f"{where}: a nogil target is a capsule, (capsule, ctx) or "
+                                f"(capsule, ctx, inline: bool)")
             if not PyCapsule_CheckExact(cap) or PyCapsule_GetName(cap) == NULL or \
                     strcmp(PyCapsule_GetName(cap), b"cyserve.nogil_handler") != 0:
                 raise TypeError(f"{where}: a nogil target must be a PyCapsule named "
@@ -503,6 +512,8 @@ cdef class Server:
             t.kind = cs.SERVER_NOGIL
             t.fn = <cs.nogil_fn_t>fn
             t.ctx = ctx
+            if not inline:
+                cs.server_target_never_inline(t)
         elif kind == "static":
             try:
                 status, headers, body = target

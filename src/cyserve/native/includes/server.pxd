@@ -64,6 +64,7 @@ cdef extern from "csrc/server.h" nogil:
     int server_target_static(server_target_t *t, int status, const char *headers,
                              size_t headers_len, const char *body, size_t body_len)
     void server_target_clear(server_target_t *t)
+    void server_target_never_inline(server_target_t *t)
     void server_config_default(server_config_t *cfg)
     int server_new(server_t **out, const server_config_t *cfg, const router_t *router)
     void server_set_offload_hooks(server_t *s, void (*begin)(void *) noexcept nogil,
