@@ -3,7 +3,9 @@ Last-Modified, 304), single ranges (206, 416), HEAD, and no way out of the root.
 
 from __future__ import annotations
 
+import email.utils
 import os
+import time
 
 import pytest
 
@@ -85,6 +87,44 @@ def test_ranges(site):
     assert r.header("content-range") == f"bytes */{len(BODY)}"
     r = request(site, get("/files/big.bin", extra="Range: bytes=0-1,5-6\r\n"))
     assert r.status == 200 and r.body == BODY  # several ranges: ignored, whole file
+
+
+def test_if_range(site):
+    """A resumed download whose validator no longer matches gets the whole file, not a piece of
+    the new one to splice onto the old (RFC 9110 13.1.5)."""
+    first = request(site, get("/files/big.bin"))
+    etag, lm = first.header("etag"), first.header("last-modified")
+    for validator in (etag, lm):
+        r = request(site, get("/files/big.bin", extra=f"Range: bytes=10-19\r\nIf-Range: {validator}\r\n"))
+        assert (r.status, r.body) == (206, BODY[10:20]), validator
+    for stale in ('"stale"', "W/" + etag, "Sun, 06 Nov 1994 08:49:37 GMT", "garbage"):
+        r = request(site, get("/files/big.bin", extra=f"Range: bytes=10-19\r\nIf-Range: {stale}\r\n"))
+        assert (r.status, r.body) == (200, BODY), stale
+        assert r.header("content-range") is None
+
+
+def test_conditionals_in_every_form(site):
+    first = request(site, get("/files/style.css"))
+    etag = first.header("etag")
+    # An If-None-Match list split over two field lines is one list (RFC 9110 5.3).
+    r = request(site, get("/files/style.css", extra=f'If-None-Match: "zzz"\r\nIf-None-Match: {etag}\r\n'))
+    assert (r.status, r.body) == (304, b"")
+    r = request(site, get("/files/style.css", extra='If-None-Match: "zzz"\r\nIf-None-Match: "yyy"\r\n'))
+    assert r.status == 200
+    # If-None-Match decides alone, even when If-Modified-Since would say 304.
+    r = request(site, get("/files/style.css", extra=f'If-None-Match: "zzz"\r\n'
+                          f"If-Modified-Since: {first.header('last-modified')}\r\n"))
+    assert r.status == 200
+    # If-Modified-Since in the two obsolete date forms a recipient must accept (RFC 9110 5.6.7).
+    t = email.utils.parsedate_to_datetime(first.header("last-modified")).timestamp() + 60
+    tm = time.gmtime(t)
+    rfc850 = time.strftime("%A, %d-%b-%y %H:%M:%S GMT", tm)
+    asctime = time.strftime("%a %b ", tm) + f"{tm.tm_mday:2d}" + time.strftime(" %H:%M:%S %Y", tm)
+    for date in (rfc850, asctime):
+        r = request(site, get("/files/style.css", extra=f"If-Modified-Since: {date}\r\n"))
+        assert r.status == 304, date
+    r = request(site, get("/files/style.css", extra="If-Modified-Since: Sun Nov  6 08:49:37 1994\r\n"))
+    assert r.status == 200
 
 
 @pytest.mark.parametrize("path", [

@@ -22,9 +22,37 @@ static void test_dates(void)
     is_int(t, 784111777, "parsed value");
     is_int(http_date_parse("Thu, 01 Jan 1970 00:00:00 GMT", 29, &t), 0, "parse epoch");
     is_int(t, 0, "epoch value");
+    /* RFC 9110 5.6.7: a recipient MUST accept the two obsolete forms too. */
+    is_int(http_date_parse("Sunday, 06-Nov-94 08:49:37 GMT", 30, &t), 0, "RFC 850");
+    is_int(t, 784111777, "RFC 850 value");
+    is_int(http_date_parse("Sun Nov  6 08:49:37 1994", 24, &t), 0, "asctime");
+    is_int(t, 784111777, "asctime value");
+    is_int(http_date_parse("Tue Feb 29 00:00:00 2000", 24, &t), 0, "asctime, two-digit day");
+    is_int(t, 951782400, "asctime two-digit day value");
+    /* "94" read in 2026 would be 68 years ahead, so it was 1994 (above); "70" would be 44 years
+     * ahead, so it is 2070 (until 2070 - 50). */
+    is_int(http_date_parse("Tuesday, 01-Jan-70 00:00:00 GMT", 31, &t), 0, "RFC 850, 70");
+    is_int(t, 3155760000LL, "RFC 850 two-digit year within 50 years ahead");
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    char d850[64];
+    snprintf(d850, sizeof(d850), "Monday, 01-Jan-%02d 00:00:00 GMT", (tm.tm_year + 1900 + 1) % 100);
+    is_int(http_date_parse(d850, strlen(d850), &t), 0, "RFC 850, next year");
+    ok(t > now && t - now < 400 * 86400, "two digits one year ahead stay in this century");
     static const char *const bad[] = {
-        "Sunday, 06-Nov-94 08:49:37 GMT", /* RFC 850 */
-        "Sun Nov  6 08:49:37 1994",       /* asctime */
+        "Sunday, 06-Nov-94 08:49:37 gmt",
+        "Sundae, 06-Nov-94 08:49:37 GMT",
+        "Sunday, 06-Nov-1994 08:49:37 GMT",
+        "Sunday,06-Nov-94 08:49:37 GMT ",
+        "Sunday, 31-Feb-94 08:49:37 GMT",
+        "Sun Nov 6 08:49:37 1994",
+        "Sun Nov  6 08:49:37 94  ",
+        "Sun Nov  6 25:49:37 1994",
+        "Sun Xxx  6 08:49:37 1994",
+        "Sun Nov 0a 08:49:37 1994",
+        "Sun Nov  0 08:49:37 1994",
+        ",,,,,,,,,,,,,,,,,,,,,,,,,,,,,,",
         "Sun, 06 Nov 1994 08:49:37 gmt",
         "Sun, 06 Foo 1994 08:49:37 GMT",
         "Xxx, 06 Nov 1994 08:49:37 GMT",

@@ -70,15 +70,16 @@ int files_open(const struct files_root *root, const char *rel, size_t len, struc
 /* Whether the engine should answer 304 Not Modified to a GET/HEAD, per RFC 9110 13.2.2: if
  * If-None-Match is present (inm != NULL), it alone decides: 1 when one of its entity tags matches
  * hit->etag by weak comparison, or it is "*"; If-Modified-Since (ims != NULL) is then ignored.
- * Otherwise 1 when If-Modified-Since parses as an IMF-fixdate and mtime <= that date; an
- * unparseable date is ignored (0). Returns 1 or 0 (a predicate). Thread-safe. */
+ * Otherwise 1 when If-Modified-Since parses as an HTTP date (any of RFC 9110's three forms) and
+ * mtime <= that date; an unparseable date is ignored (0). Returns 1 or 0 (a predicate).
+ * Thread-safe. */
 int files_not_modified(const struct files_hit *hit, const char *inm, size_t inm_len,
                        const char *ims, size_t ims_len);
 
 /* Whether to honour a Range given with If-Range (RFC 9110 13.1.5), so that a client resuming
  * a download of a file that changed meanwhile gets the whole new file (200) instead of a piece of
  * it spliced onto the old one. value == NULL (no If-Range): 1. An entity tag: 1 when it equals
- * hit->etag by STRONG comparison (a W/ tag never matches). A date: 1 when it is an IMF-fixdate
+ * hit->etag by STRONG comparison (a W/ tag never matches). A date: 1 when it is an HTTP date
  * exactly equal to hit->mtime. Anything else: 0 (ignore Range, serve 200). A predicate.
  * Thread-safe. */
 int files_if_range(const struct files_hit *hit, const char *value, size_t len);

@@ -1443,6 +1443,28 @@ static int send_file_range(struct serve *sv, int fd, uint64_t offset, uint64_t c
     return 0;
 }
 
+/* files_not_modified() over every If-None-Match line: a list may be split across several field
+ * lines (RFC 9110 5.3), and a tag matching on any of them counts. Without If-None-Match the
+ * (first) If-Modified-Since decides. */
+static int not_modified(const struct serve *sv, const struct files_hit *hit)
+{
+    int seen = 0;
+    for (size_t i = 0; i < sv->req.num_headers; i++) {
+        const struct http_header *h = &sv->hdrs[i];
+        if (h->name_len == 13 && strncasecmp(h->name, "if-none-match", 13) == 0) {
+            if (files_not_modified(hit, h->value, h->value_len, NULL, 0))
+                return 1;
+            seen = 1;
+        }
+    }
+    if (seen)
+        return 0;
+    const char *ims;
+    size_t ims_len;
+    header_value(sv, "if-modified-since", 17, &ims, &ims_len);
+    return files_not_modified(hit, NULL, 0, ims, ims_len);
+}
+
 static int serve_files(struct serve *sv, const struct server_target *t,
                        const struct router_match *m, int keep, int head_only)
 {
@@ -1459,15 +1481,17 @@ static int serve_files(struct serve *sv, const struct server_target *t,
         return simple_response(sv, 400, "400 Bad Request: invalid path\n", NULL, keep, head_only);
     if (rc < 0)
         return simple_response(sv, 404, "404 Not Found\n", NULL, keep, head_only);
-    const char *inm, *ims, *range;
-    size_t inm_len, ims_len, range_len;
-    header_value(sv, "if-none-match", 13, &inm, &inm_len);
-    header_value(sv, "if-modified-since", 17, &ims, &ims_len);
+    const char *range, *if_range;
+    size_t range_len, if_range_len;
     header_value(sv, "range", 5, &range, &range_len);
+    header_value(sv, "if-range", 8, &if_range, &if_range_len);
+    /* A Range whose If-Range no longer matches is ignored: the client gets the whole new file. */
+    if (range && !files_if_range(&hit, if_range, if_range_len))
+        range = NULL;
     char lines[512];
     int n = snprintf(lines, sizeof(lines), "ETag: %.*s\r\nLast-Modified: %s\r\n",
                      (int)hit.etag_len, hit.etag, hit.last_modified);
-    if (files_not_modified(&hit, inm, inm_len, ims, ims_len)) {
+    if (not_modified(sv, &hit)) {
         close(hit.fd);
         log_response(sv, 304, 0);
         return http_write_head(&sv->out, 304, sv->req.minor_version, keep, 0, lines, (size_t)n,
