@@ -124,13 +124,16 @@ def test_static_route_serialises_body_and_headers() -> None:
     app.static("/j", b'{"a":1}', content_type="application/json", status=201,
                headers=[("X-Thing", "1")], methods=None)
     app.static("/t", "héllo", headers=[("content-type", "text/html; charset=utf-8")])
+    app.static("/b", b"raw")
     assert app.build() == [
+        # A str body is UTF-8 and says so; a bytes body's charset is unknown.
         ("path", "/plaintext", ("GET",), "static",
-         (200, [("Content-Type", "text/plain")], b"Hello, World!")),
+         (200, [("Content-Type", "text/plain; charset=utf-8")], b"Hello, World!")),
         ("path", "/j", None, "static",
          (201, [("Content-Type", "application/json"), ("X-Thing", "1")], b'{"a":1}')),
         ("path", "/t", ("GET",), "static",
          (200, [("content-type", "text/html; charset=utf-8")], "héllo".encode())),
+        ("path", "/b", ("GET",), "static", (200, [("Content-Type", "text/plain")], b"raw")),
     ]
 
 

@@ -30,6 +30,12 @@ def boom(req: Request) -> str:
     raise RuntimeError("handler failure on purpose")
 
 
+def late_body(req: Request) -> Response:
+    r = Response("x")
+    r.body = 5  # checked when set, not only in the constructor
+    return r
+
+
 def slow(req: Request) -> str:
     time.sleep(0.5)
     return "slow done"
@@ -51,6 +57,10 @@ ROUTES = [
     ("path", "/created", None, "python",
      lambda req: Response("made", status=201, headers={"X-A": "1"}, content_type="text/x")),
     ("path", "/only-post", ("POST",), "python", lambda req: "posted"),
+    ("path", "/interim", None, "python", lambda req: Response("x", status=100)),
+    ("path", "/late-body", None, "python", late_body),
+    ("path", "/nan", None, "python", lambda req: {"x": float("nan")}),
+    ("path", "/ctl-header", None, "python", lambda req: Response("x", headers={"X-A": "a\x01"})),
     ("prefix", "/pre", None, "python", lambda req: "prefix " + req.path),
     ("regex", "/re/([0-9]+)", None, "python", lambda req: "re " + req.params["1"]),
 ]
@@ -127,14 +137,39 @@ def test_request_fields(port):
     ("/none", 204, None, b""),
     ("/created", 201, "text/x", b"made"),
     ("/bad-return", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
+    # Mistakes a handler makes are a 500 and a logged error naming them, never sent on.
+    ("/interim", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
+    ("/late-body", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
+    ("/nan", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
+    ("/ctl-header", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
 ])
 def test_return_values(port, path, status, ctype, body, caplog):
     r = request(port, get(path))
     assert (r.status, r.header("content-type"), r.body) == (status, ctype, body)
+    if status == 500:
+        why = {"/bad-return": "float", "/interim": "200..599", "/late-body": "int",
+               "/nan": "JSON", "/ctl-header": "X-A"}[path]
+        assert any(why in rec.getMessage() or why in (rec.exc_text or "")
+                   for rec in caplog.records), [rec.getMessage() for rec in caplog.records]
     if status == 204:
         assert r.header("content-length") is None
     if path == "/created":
         assert r.header("x-a") == "1"
+
+
+def test_response_checks_what_is_set() -> None:
+    r = Response("x")
+    with pytest.raises(TypeError, match="body must be bytes or str, not int"):
+        r.body = 5
+    for bad in (100, 101, 199, 600, 999):
+        with pytest.raises(ValueError, match="final status in 200..599"):
+            Response("x", status=bad)
+        with pytest.raises(ValueError, match="final status"):
+            r.status = bad
+    with pytest.raises(TypeError, match="status must be an int"):
+        r.status = "200"
+    r.status, r.body = 404, b"gone"
+    assert (r.status, r.body) == (404, b"gone")
 
 
 def test_content_length_body_split(port):

@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+import cyserve
+
 from _rawhttp import Conn, get, request, serving
 
 BODY = bytes(range(256)) * 600  # 153,600 bytes: larger than one socket write
@@ -146,3 +148,18 @@ def test_other_methods_refused(site):
     r = request(site, b"POST /files/style.css HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n")
     assert r.status == 405
     assert "GET" in r.header("allow")
+
+
+def test_directory_named_in_bytes_or_not_utf8(tmp_path):
+    """A directory given as bytes, or whose name is not UTF-8, is served from the very bytes the
+    file system gave (os.fsdecode/os.fsencode), not refused as missing at start-up."""
+    raw = os.fsencode(tmp_path) + b"/d\xff"
+    os.mkdir(raw)
+    with open(raw + b"/a.txt", "wb") as f:
+        f.write(b"odd name")
+    app = cyserve.App()
+    app.files("/b", raw)
+    app.files("/s", os.fsdecode(raw))
+    with serving(app.build()) as srv:
+        assert request(srv.port, get("/b/a.txt")).body == b"odd name"
+        assert request(srv.port, get("/s/a.txt")).body == b"odd name"

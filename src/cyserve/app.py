@@ -184,11 +184,12 @@ class App:
 
     # ---- Responses served from C ----------------------------------------------------------
 
-    def static(self, path: str, body: str | bytes, content_type: str = "text/plain",
+    def static(self, path: str, body: str | bytes, content_type: str | None = None,
                status: int = 200, headers: Iterable[tuple[str, str]] | None = None,
                methods: Iterable[str] | str | None = ("GET",)) -> None:
         """Answer ``path`` with a fixed response, serialised once and served entirely in C
-        (seed 004's ``add_static``). A str body is sent as UTF-8."""
+        (seed 004's ``add_static``). A str body is sent as UTF-8, and without a content_type
+        as ``text/plain; charset=utf-8`` (bytes: ``text/plain``)."""
         where = f"app.static({path!r})"
         if isinstance(body, str):
             data = body.encode("utf-8")
@@ -203,6 +204,8 @@ class App:
             raise RouteError(f"{where}: a {status} response cannot have a body")
         header_list = _check_headers(where, headers or ())
         if not any(name.lower() == "content-type" for name, _ in header_list):
+            if content_type is None:
+                content_type = "text/plain; charset=utf-8" if isinstance(body, str) else "text/plain"
             _check_header_value(where, "Content-Type", content_type)
             header_list.insert(0, ("Content-Type", content_type))
         self._add_kind("path", path, methods, "static", (status, header_list, data),
@@ -213,7 +216,9 @@ class App:
         """Serve the files under ``directory`` at ``prefix`` (normalised to end with '/'):
         GET /files/a/b.txt sends DIRECTORY/a/b.txt. Nothing outside the directory is served."""
         where = f"app.files({prefix!r}, {os.fspath(directory)!r})"
-        path = os.fspath(directory)
+        # A bytes or non-UTF-8 name is kept as the file system gave it (os.fsdecode's
+        # surrogateescape); the server turns it back into the same bytes with os.fsencode.
+        path = os.fsdecode(directory)
         if not os.path.exists(path):
             raise RouteError(f"{where}: directory {path!r} does not exist")
         if not os.path.isdir(path):

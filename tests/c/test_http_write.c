@@ -48,10 +48,17 @@ static void test_resp(void)
     resp_init(&r);
     is_int(r.status, 200, "default status");
     is_int(resp_set_status(&r, 99), -EINVAL, "status below 100 rejected");
+    /* The handler's status is the final one: a 1xx would leave the client waiting. */
+    is_int(resp_set_status(&r, 100), -EINVAL, "1xx is not a final status");
+    is_int(resp_set_status(&r, 101), -EINVAL, "101 refused");
+    is_int(resp_set_status(&r, 600), -EINVAL, "600 refused");
+    is_int(resp_set_status(&r, 599), 0, "599");
     is_int(resp_set_status(&r, 201), 0, "status 201");
     is_int(resp_add_header(&r, "X-A", 3, "1", 1), 0, "header added");
     is_int(resp_add_header(&r, "X A", 3, "1", 1), -EINVAL, "space in name rejected");
     is_int(resp_add_header(&r, "X-B", 3, "a\r\nb", 4), -EINVAL, "CRLF in value rejected");
+    is_int(resp_add_header(&r, "X-B", 3, "a\x01b", 3), -EINVAL, "control byte in value rejected");
+    is_int(resp_add_header(&r, "X-B", 3, "a\x7f", 2), -EINVAL, "DEL in value rejected");
     is_int(resp_add_header(&r, "content-length", 14, "5", 1), -EPERM, "Content-Length is ours");
     is_int(resp_add_header(&r, "Connection", 10, "close", 5), 0, "Connection: close accepted");
     is_int(r.close, 1, "close recorded");

@@ -122,7 +122,9 @@ void resp_free(struct cyserve_response *r)
 
 int resp_set_status(struct cyserve_response *r, int status)
 {
-    if (UNLIKELY(status < 100 || status > 999))
+    /* A handler's status is the final one: a 1xx would leave the client waiting for another
+     * response (or switching protocols), and RFC 9110 15 defines nothing past 599. */
+    if (UNLIKELY(status < 200 || status > 599))
         return -EINVAL;
     r->status = status;
     return 0;
@@ -177,14 +179,16 @@ static int append_line(struct wbuf *b, const char *name, size_t nlen, const char
     return 0;
 }
 
-/* A CR or LF in a value would let a handler inject headers or a second response. */
+/* A field value is visible characters, obs-text, SP and HTAB (RFC 9110 5.5). A CR or LF would
+ * let a handler inject headers or a second response; the other controls are refused too, as
+ * app.static() refuses them, so that no peer sees a value it must reject. */
 static int value_ok(const char *value, size_t vlen)
 {
     if (UNLIKELY(vlen && !value))
         return 0;
     for (size_t i = 0; i < vlen; i++) {
         unsigned char c = (unsigned char)value[i];
-        if (UNLIKELY(c == '\r' || c == '\n' || c == 0))
+        if (UNLIKELY((c < 0x20 && c != '\t') || c == 0x7f))
             return 0;
     }
     return 1;

@@ -101,10 +101,11 @@ void resp_reset(struct cyserve_response *r);
 /* Free everything r holds. */
 void resp_free(struct cyserve_response *r);
 
-/* Set the status: 0, or -EINVAL outside 100..999. */
+/* Set the (final) status: 0, or -EINVAL outside 200..599. */
 int resp_set_status(struct cyserve_response *r, int status);
 
-/* Add a header line. Names are tokens, values have no CR/LF/NUL: -EINVAL otherwise, which is
+/* Add a header line. Names are tokens, values have no control characters but HTAB: -EINVAL
+ * otherwise, which is
  * what stops a handler from splitting the response. Content-Length, Transfer-Encoding, Date and
  * Connection are managed by the engine: -EPERM. Returns 0, -EINVAL, -EPERM or -ENOMEM. */
 int resp_add_header(struct cyserve_response *r, const char *name, size_t nlen, const char *value,

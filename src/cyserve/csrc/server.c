@@ -257,7 +257,7 @@ fail:
 int server_target_static(struct server_target *t, int status, const char *headers,
                          size_t headers_len, const char *body, size_t body_len)
 {
-    if (UNLIKELY(status < 100 || status > 999))
+    if (UNLIKELY(status < 200 || status > 599))
         return -EINVAL;
     memset(t, 0, sizeof(*t));
     t->kind = SERVER_STATIC;

@@ -62,7 +62,7 @@ struct server_target {
 };
 
 /* Fill t as SERVER_STATIC: headers are serialised "Name: value\r\n" lines (the caller checked
- * them; may be NULL/0). Copies everything. Returns 0, -EINVAL (status outside 100..999), -ENOMEM.
+ * them; may be NULL/0). Copies everything. Returns 0, -EINVAL (status outside 200..599), -ENOMEM.
  * Release with server_target_clear(). */
 int server_target_static(struct server_target *t, int status, const char *headers,
                          size_t headers_len, const char *body, size_t body_len);

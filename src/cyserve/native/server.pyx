@@ -8,6 +8,7 @@
 import atexit as _atexit
 import json as _json
 import logging as _logging
+import os as _os
 import re as _re
 import weakref as _weakref
 from collections.abc import Mapping as _Mapping
@@ -212,26 +213,44 @@ cdef class Request:
 
 cdef class Response:
     """A response returned by a Python handler: Response(body=b"", status=200, headers=None,
-    content_type=None). body is bytes or str (UTF-8); headers a dict or a list of (name, value)
-    pairs."""
+    content_type=None). body is bytes or str (UTF-8); status a final status, 200..599; headers a
+    dict or a list of (name, value) pairs. body and status are checked whenever they are set."""
 
-    cdef public object body
-    cdef public int status
+    cdef object _body
+    cdef int _status
     cdef public object headers
     cdef public object content_type
 
     def __init__(self, body=b"", int status=200, headers=None, content_type=None):
-        if not isinstance(body, (bytes, bytearray, memoryview, str)):
-            raise TypeError(f"Response body must be bytes or str, not {type(body).__name__}")
-        if status < 100 or status > 999:
-            raise ValueError(f"Response status must be in 100..999, got {status}")
         self.body = body
         self.status = status
         self.headers = headers
         self.content_type = content_type
 
+    @property
+    def body(self):
+        return self._body
+
+    @body.setter
+    def body(self, value):
+        if not isinstance(value, (bytes, bytearray, memoryview, str)):
+            raise TypeError(f"Response body must be bytes or str, not {type(value).__name__}")
+        self._body = value
+
+    @property
+    def status(self):
+        return self._status
+
+    @status.setter
+    def status(self, value):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"Response status must be an int, not {type(value).__name__}")
+        if value < 200 or value > 599:
+            raise ValueError(f"Response status must be a final status in 200..599, got {value}")
+        self._status = value
+
     def __repr__(self):
-        return f"<Response {self.status}>"
+        return f"<Response {self._status}>"
 
 
 cdef int _check_rc(int rc, str what) except -1:
@@ -276,12 +295,14 @@ cdef int _fill_response(object result, cs.resp_t *resp) except -1:
         return _set_body(resp, <bytes>result)
     if isinstance(result, (dict, list)):
         _set_ct(resp, b"application/json")
-        return _set_body(resp, _json.dumps(result, separators=(",", ":")).encode("utf-8"))
+        # allow_nan=False: NaN and Infinity are not JSON; a ValueError naming them gives a 500.
+        return _set_body(resp, _json.dumps(result, separators=(",", ":"),
+                                           allow_nan=False).encode("utf-8"))
     if result is None:
         return _check_rc(cs.resp_set_status(resp, 204), "status")
     if isinstance(result, Response):
         r = <Response>result
-        _check_rc(cs.resp_set_status(resp, r.status), f"status {r.status}")
+        _check_rc(cs.resp_set_status(resp, r._status), f"status {r._status}")
         has_ct = False
         if r.headers:
             items = r.headers.items() if isinstance(r.headers, _Mapping) else r.headers
@@ -289,16 +310,14 @@ cdef int _fill_response(object result, cs.resp_t *resp) except -1:
                 if str(name).lower() == "content-type":
                     has_ct = True
                 _add_header(resp, name, value)
-        if r.body is None:
-            body = b""
-        elif isinstance(r.body, str):
-            body = (<str>r.body).encode("utf-8")
+        if isinstance(r._body, str):
+            body = (<str>r._body).encode("utf-8")
         else:
-            body = bytes(r.body)
+            body = bytes(r._body)
         if not has_ct:
             if r.content_type is not None:
                 _set_ct(resp, r.content_type)
-            elif isinstance(r.body, str):
+            elif isinstance(r._body, str):
                 _set_ct(resp, b"text/plain; charset=utf-8")
             elif body:
                 _set_ct(resp, b"application/octet-stream")
@@ -531,7 +550,7 @@ cdef class Server:
             if rc != 0:
                 raise MemoryError()
         elif kind == "files":
-            path_b = str(target).encode()
+            path_b = _os.fsencode(target)
             rc = files_root_new(path_b, &root)
             if rc != 0:
                 import os
