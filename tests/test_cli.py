@@ -157,6 +157,9 @@ def test_load_app_errors_are_app_load_errors(isolated_path: None) -> None:
         cli.load_app(":app")
     with pytest.raises(AppLoadError, match="module:attribute"):
         cli.load_app("mod:")
+    # importlib would raise a TypeError about a 'package' argument the user never gave.
+    with pytest.raises(AppLoadError, match="absolute module name, got '.demo'"):
+        cli.load_app(".demo:app")
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:

@@ -214,6 +214,99 @@ def test_second_sigint_forces_the_stop(tmp_path: Path, servers: list[ServerProce
 
 
 
+def test_one_sigterm_ends_a_stuck_handler_after_the_grace_period(
+        tmp_path: Path, servers: list[ServerProcess]) -> None:
+    # One signal, a handler that would run 10 minutes, a 1 s grace period: the process must end
+    # about _FORCE_WAIT_SECONDS (2 s) after the grace period, not when the handler returns.
+    srv = ServerProcess(tmp_path, "--threads", "1", "--graceful-timeout", "1", sleep=600)
+    servers.append(srv)
+
+    def client() -> None:
+        try:
+            get(srv.port, "/slow")
+        except (OSError, http.client.HTTPException):
+            pass
+
+    threading.Thread(target=client, daemon=True).start()
+    srv.wait_for_marker()
+    t0 = time.monotonic()
+    srv.proc.send_signal(signal.SIGTERM)
+    status, stderr = srv.wait()
+    took = time.monotonic() - t0
+    print(f"\none SIGTERM, stuck handler, grace 1 s: exited after {took:.2f}s")
+    assert srv.stdout[-1] == ("cyserve: handlers still running after the grace period; "
+                              "exiting without them")
+    assert status == 1, stderr
+    assert took < 30
+    assert "Traceback" not in stderr
+
+
+EMBEDDED = """
+import os, signal, threading, time
+import cyserve
+app = cyserve.App()
+app.static("/plaintext", "Hello, World!")
+threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
+cyserve.run(app, host="127.0.0.1", port=0, threads=2)
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt after run()", flush=True)
+"""
+
+
+def test_signals_after_run_returns_are_the_programs_again(tmp_path: Path) -> None:
+    # The stop runs on a helper thread; it once unmapped the main thread's alternate signal
+    # stack, and the next SIGINT (Python's handler runs on it) killed the process with SIGSEGV:
+    # a second Ctrl-C just after a quick stop, or any later one in a program that goes on.
+    script = tmp_path / "embedded.py"
+    script.write_text(EMBEDDED)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                          timeout=EXIT_TIMEOUT)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr)
+    assert proc.stdout.splitlines()[-1] == "KeyboardInterrupt after run()"
+
+
+def test_stdout_closed_does_not_spoil_the_graceful_stop(tmp_path: Path) -> None:
+    # Not ServerProcess: its reader thread owns stdout. Here the reader goes away, as with
+    # `cyserve ... | head -1`, and the "shutting down" line meets a broken pipe.
+    (tmp_path / "shutdown_app.py").write_text(textwrap.dedent(APP))
+    marker = tmp_path / "marker"
+    env = dict(os.environ, CYSERVE_TEST_MARKER=str(marker), CYSERVE_TEST_SLEEP="1.5",
+               PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cyserve", "shutdown_app:app", "--port", "0", "--threads", "1"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        match = LINE.fullmatch(proc.stdout.readline().decode().rstrip("\n"))
+        assert match
+        port = int(match.group(1))
+        result: list[tuple[int, bytes]] = []
+        t = threading.Thread(target=lambda: result.append(get(port, "/slow")))
+        t.start()
+        deadline = time.monotonic() + EXIT_TIMEOUT
+        while not marker.exists():
+            assert time.monotonic() < deadline, "the slow handler never started"
+            time.sleep(0.01)
+        proc.stdout.close()
+        proc.send_signal(signal.SIGTERM)
+        status = proc.wait(timeout=EXIT_TIMEOUT)
+        stderr = proc.stderr.read().decode()
+        t.join(EXIT_TIMEOUT)
+        assert result == [(200, b"slow done")]  # the graceful stop still let it finish
+        assert status == 0, stderr
+        assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
 def test_a_failing_handler_is_logged_and_the_server_keeps_serving(
         tmp_path: Path, servers: list[ServerProcess]) -> None:
     srv = ServerProcess(tmp_path, "--threads", "1")

@@ -123,6 +123,9 @@ def load_app(spec: str, app_dir: str | None = ".") -> App:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise AppLoadError(f"app must be given as 'module:attribute', got {spec!r}")
+    if module_name.startswith("."):
+        raise AppLoadError(f"app module must be an absolute module name, got {module_name!r} "
+                           f"(a relative import needs a package to be relative to)")
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:

@@ -17,8 +17,9 @@ The lifecycle, in order:
    second Ctrl-C during the grace period is seen and forces srv.stop(grace=0).
 6. A forced stop still has to join the workers, and a worker stuck in a handler that does not
    return cannot be joined. If the forced stop has not finished after _FORCE_WAIT_SECONDS (or on a
-   third signal), the process exits with status 1 (os._exit): the only way out that does not
-   finalise the interpreter under threads still running Python code.
+   third signal), or a single stop has not finished _FORCE_WAIT_SECONDS after its grace period,
+   the process exits with status 1 (os._exit): the only way out that does not finalise the
+   interpreter under threads still running Python code.
 7. Restore the previous signal handlers and return.
 """
 
@@ -122,8 +123,19 @@ def say(line: str, stream: TextIO | None = None) -> None:
     PYTHONUNBUFFERED, where print() writes the text and the newline separately) lines from
     different processes must not interleave."""
     stream = sys.stdout if stream is None else stream
-    stream.write(line + "\n")
-    stream.flush()
+    try:
+        stream.write(line + "\n")
+        stream.flush()
+    except (BrokenPipeError, ValueError):
+        # Nobody reads the output any more (`cyserve ... | head -1`, a log reader that died, a
+        # closed stream): a status line is not worth losing the graceful stop over. Point the
+        # descriptor at /dev/null so that the interpreter's last flush does not fail either.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
 
 
 def format_address(host: str, port: int) -> str:
@@ -186,9 +198,15 @@ def _stop(srv: Server, grace: float, waiter: _Waiter) -> None:
     # signals.
     stopper = threading.Thread(target=stop, args=(grace,), name="cyserve-stop", daemon=True)
     stopper.start()
+    # A single stop request must end too: once the grace period is over stop(grace) has closed
+    # everything parked, and a handler still computing gets _FORCE_WAIT_SECONDS more, as after a
+    # forced stop (the process supervisor gives a worker the same before SIGKILL).
+    deadline = time.monotonic() + grace + _FORCE_WAIT_SECONDS
     forced_at: float | None = None
     while stopper.is_alive():
         time.sleep(_POLL_SECONDS)
+        if forced_at is None and time.monotonic() > deadline:
+            _abandon_handlers("the grace period")
         if forced_at is None and waiter.pending() > 1:
             say("cyserve: forcing shutdown")
             forced_at = time.monotonic()
@@ -196,18 +214,19 @@ def _stop(srv: Server, grace: float, waiter: _Waiter) -> None:
                              daemon=True).start()
         elif forced_at is not None and (waiter.pending() > 2 or
                                         time.monotonic() - forced_at > _FORCE_WAIT_SECONDS):
-            _abandon_handlers()
+            _abandon_handlers("the forced stop")
     stopper.join()
     if failure:
         raise failure[0]
 
 
-def _abandon_handlers() -> None:
+def _abandon_handlers(after: str) -> None:
     # A worker inside a handler that does not return (a Python handler in time.sleep or a loop,
     # a nogil handler computing) cannot be cancelled, so stop(0) cannot join it. Returning would
     # be worse than leaving: the interpreter would finalise under threads that still run Python
-    # code. The user asked twice to stop, so end the process; the kernel closes every socket.
-    say("cyserve: handlers still running after the forced stop; exiting without them")
+    # code. The user asked to stop and the time given is spent, so end the process; the kernel
+    # closes every socket.
+    say(f"cyserve: handlers still running after {after}; exiting without them")
     sys.stderr.flush()
     os._exit(1)
 

@@ -398,6 +398,64 @@ static void test_bad_sizes(void)
     coro_pool_free(p);
 }
 
+/* ASan gives every thread an alternate signal stack of its own, which would hide the one ours
+ * installs (the test below checks that one). */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void)
+{
+    return "use_sigaltstack=0";
+}
+
+static volatile sig_atomic_t altstack_hits;
+
+static void altstack_handler(int sig)
+{
+    (void)sig;
+    stack_t cur;
+    if (sigaltstack(NULL, &cur) == 0 && (cur.ss_flags & SS_ONSTACK))
+        altstack_hits++;
+}
+
+static void *free_pool_thread(void *arg)
+{
+    coro_pool_free(arg);
+    return NULL;
+}
+
+/* A pool freed on another thread must leave the alternate signal stack of the thread that made
+ * it alone: the server is stopped from a helper thread, and the main thread's next SA_ONSTACK
+ * signal (Python's SIGINT) once ran on an unmapped stack and crashed. */
+static void *altstack_owner_thread(void *arg)
+{
+    (void)arg;
+    /* A new thread has no alternate stack: the pool made here installs one. */
+    struct coro_pool *p;
+    is_int(coro_pool_new(&p, CORO_STACK_DEFAULT), 0, "pool on a fresh thread");
+    stack_t cur;
+    ok(sigaltstack(NULL, &cur) == 0 && !(cur.ss_flags & SS_DISABLE), "thread has an altstack");
+    pthread_t th;
+    pthread_create(&th, NULL, free_pool_thread, p);
+    pthread_join(th, NULL);
+    ok(sigaltstack(NULL, &cur) == 0 && !(cur.ss_flags & SS_DISABLE), "altstack still set");
+    raise(SIGUSR1); /* crashed (SI_KERNEL SIGSEGV) when the stack had been unmapped */
+    is_int(altstack_hits, 1, "handler ran on the alternate stack");
+    return NULL;
+}
+
+static void test_altstack_outlives_pool_freed_elsewhere(void)
+{
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = altstack_handler;
+    sa.sa_flags = SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR1, &sa, &old);
+    pthread_t th;
+    pthread_create(&th, NULL, altstack_owner_thread, NULL);
+    pthread_join(th, NULL);
+    sigaction(SIGUSR1, &old, NULL);
+}
+
 int main(void)
 {
     if (coro_pool_new(&pool, CORO_STACK_DEFAULT) != 0)
@@ -411,6 +469,7 @@ int main(void)
     test_migrate();
     test_overflow();
     test_bad_sizes();
+    test_altstack_outlives_pool_freed_elsewhere();
     coro_pool_free(pool);
     return done_testing();
 }

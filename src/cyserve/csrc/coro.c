@@ -156,8 +156,6 @@ struct coro_pool {
     unsigned n_free_stacks, max_free_stacks;
     size_t stack_size; /* usable bytes, page multiple */
     size_t page;
-    void *altstack; /* the alternate signal stack this pool installed, or NULL */
-    size_t altstack_size;
 };
 
 /* ---- per-thread state for the overflow handler and nesting ---- */
@@ -232,24 +230,54 @@ static void coro_init_once(void)
     sigaction(SIGSEGV, &sa, &coro_old_segv);
 }
 
-/* Give this thread an alternate signal stack unless it has one, so that the overflow handler can
- * run when the coroutine stack is exhausted. Returns the stack we installed, or NULL. */
-static void *coro_install_altstack(size_t *size_out)
+/* The alternate signal stack, so that the overflow handler can run when a coroutine stack is
+ * exhausted, belongs to the thread, not to a pool: a pool may be freed on another thread than the
+ * one that made it (the server is stopped from a helper thread while the main thread, which made
+ * the scheduler, goes on taking SIGINT on that stack, SA_ONSTACK being Python's choice too).
+ * Unmapping it from the pool once crashed the next Ctrl-C. So a thread keeps the stack we gave
+ * it until it exits (a key destructor, which runs on that thread, takes it down); the main thread
+ * keeps its 64 KiB for the life of the process. */
+#define CORO_ALTSTACK_SIZE (64 * 1024)
+static pthread_key_t coro_altstack_key;
+static pthread_once_t coro_altstack_once = PTHREAD_ONCE_INIT;
+
+static void coro_altstack_release(void *mem)
 {
     stack_t cur;
-    if (sigaltstack(NULL, &cur) == 0 && !(cur.ss_flags & SS_DISABLE))
-        return NULL;
-    size_t size = 64 * 1024;
-    void *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (UNLIKELY(mem == MAP_FAILED))
-        return NULL;
-    stack_t ss = {.ss_sp = mem, .ss_size = size, .ss_flags = 0};
-    if (UNLIKELY(sigaltstack(&ss, NULL) != 0)) {
-        munmap(mem, size);
-        return NULL;
+    if (sigaltstack(NULL, &cur) == 0 && cur.ss_sp == mem && !(cur.ss_flags & SS_DISABLE)) {
+        stack_t off = {.ss_sp = NULL, .ss_size = 0, .ss_flags = SS_DISABLE};
+        if (sigaltstack(&off, NULL) != 0)
+            return; /* still in use (we are on it): leak it rather than pull it away */
     }
-    *size_out = size;
-    return mem;
+    munmap(mem, CORO_ALTSTACK_SIZE);
+}
+
+static void coro_altstack_key_init(void)
+{
+    if (pthread_key_create(&coro_altstack_key, coro_altstack_release) != 0)
+        coro_altstack_key = (pthread_key_t)-1;
+}
+
+/* Give the calling thread an alternate signal stack unless it has one (ours or anybody's). */
+static void coro_install_altstack(void)
+{
+    pthread_once(&coro_altstack_once, coro_altstack_key_init);
+    stack_t cur;
+    if (sigaltstack(NULL, &cur) == 0 && !(cur.ss_flags & SS_DISABLE))
+        return;
+    void *mem = mmap(NULL, CORO_ALTSTACK_SIZE, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (UNLIKELY(mem == MAP_FAILED))
+        return;
+    stack_t ss = {.ss_sp = mem, .ss_size = CORO_ALTSTACK_SIZE, .ss_flags = 0};
+    if (UNLIKELY(sigaltstack(&ss, NULL) != 0)) {
+        munmap(mem, CORO_ALTSTACK_SIZE);
+        return;
+    }
+    /* Without a key (it could not be made) the stack simply stays for the life of the thread's
+     * mapping, which is the process's. */
+    if (coro_altstack_key != (pthread_key_t)-1)
+        pthread_setspecific(coro_altstack_key, mem);
 }
 
 /* ---- pools ---- */
@@ -283,7 +311,7 @@ static int coro_pool_create(struct coro_pool **out, size_t stack_size, struct co
         slab->refs = 1;
     }
     pool->slab = slab;
-    pool->altstack = coro_install_altstack(&pool->altstack_size);
+    coro_install_altstack();
     *out = pool;
     return 0;
 }
@@ -363,15 +391,6 @@ void coro_pool_free(struct coro_pool *pool)
         }
         pthread_mutex_destroy(&slab->lock);
         free(slab);
-    }
-    if (pool->altstack) {
-        stack_t cur;
-        /* Only remove the alternate stack if it is still the one this pool installed. */
-        if (sigaltstack(NULL, &cur) == 0 && cur.ss_sp == pool->altstack) {
-            stack_t off = {.ss_sp = NULL, .ss_size = 0, .ss_flags = SS_DISABLE};
-            sigaltstack(&off, NULL);
-        }
-        munmap(pool->altstack, pool->altstack_size);
     }
     free(pool);
 }
