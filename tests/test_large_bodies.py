@@ -126,3 +126,34 @@ def test_slow_reader_gets_every_byte(port):
         # The connection is still usable after all that waiting.
         c.send(get("/over"))
         assert c.reply().body == OVER_LIMIT
+
+
+def test_slow_but_steady_reader_is_not_cut():
+    """A response write's deadline is about progress: a client reading a large response slowly
+    but steadily must get all of it. Linux reports a full socket writable only once about a third
+    of its send buffer has drained, which at ~1 MB/s takes longer than a 0.5 s body_timeout, so
+    waiting for EPOLLOUT alone cut such a reader off after a few MB (sendfile and send paths)."""
+    big = random.Random(7).randbytes(5 << 20)
+    routes = [
+        ("path", "/static", None, "static", (200, [], big)),
+        ("path", "/py", None, "python", lambda req: big),
+    ]
+    with serving(routes, threads=1, body_timeout=0.5) as srv:
+        for path in ("/static", "/py"):
+            with Conn(srv.port) as c:
+                c.send(get(path))
+                raw = bytearray()
+                t0 = time.monotonic()
+                need = None  # the total once the head is in
+                while need is None or len(raw) < need:
+                    chunk = c.sock.recv(16384)
+                    assert chunk, f"{path}: cut after {len(raw)} bytes"
+                    raw += chunk
+                    if need is None and b"\r\n\r\n" in raw:
+                        need = raw.index(b"\r\n\r\n") + 4 + len(big)
+                    # Pace to about 1.2 MB/s.
+                    lag = len(raw) / 1.2e6 - (time.monotonic() - t0)
+                    if lag > 0:
+                        time.sleep(lag)
+                head, _, body = bytes(raw).partition(b"\r\n\r\n")
+                assert body == big, path

@@ -45,7 +45,8 @@
  * Timeouts. The head of a request must be complete within header_timeout of the moment its first
  * bytes were seen (absolute deadline, so a slowloris sending a byte a second is cut). A body, and
  * a response write, must make progress every body_timeout (relative deadline renewed on each
- * read or write that moves bytes, so a slow but steady upload is never cut). The idle keep-alive
+ * read or write that moves bytes, so a slow but steady upload is never cut; for a write, bytes
+ * leaving the socket's send queue count too, see conn_wait_writable). The idle keep-alive
  * timer is lazy: it is armed once when the connection first goes idle and, when it fires, either
  * closes the connection, re-arms itself for the remaining time (the connection was busy in
  * between) or does nothing (the connection is busy now; it re-arms when it goes idle). So the
@@ -78,7 +79,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <linux/sockios.h> /* SIOCOUTQ */
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -762,6 +765,29 @@ static int64_t deadline_after(uint64_t ns)
     return (int64_t)(sched_now_ns() + ns);
 }
 
+/* Wait until the socket takes more bytes, or drop a client that stopped reading: returns > 0
+ * (ready), -ETIMEDOUT after body_timeout without progress, or -ECANCELED. Progress is not only
+ * EPOLLOUT: Linux reports a full socket writable only once about a third of its send buffer has
+ * drained, and with a buffer of some MB a slow but steady reader (~100 KB/s against the default
+ * 10 s) takes longer than that. So when the deadline passes, the bytes still queued in the socket
+ * (SIOCOUTQ: sent but unacknowledged, plus unsent) decide: fewer than when the wait began means
+ * the client is reading, and the wait goes on. Coroutine only. */
+static int conn_wait_writable(struct serve *sv)
+{
+    int fd = sv->c->io.fd, queued;
+    if (ioctl(fd, SIOCOUTQ, &queued) < 0)
+        queued = -1;
+    for (;;) {
+        int rc = sched_io_wait(&sv->c->io, EPOLLOUT, deadline_after(sv->srv->cfg.body_timeout_ns));
+        if (rc != -ETIMEDOUT)
+            return rc;
+        int now;
+        if (queued < 0 || ioctl(fd, SIOCOUTQ, &now) < 0 || now >= queued)
+            return -ETIMEDOUT;
+        queued = now;
+    }
+}
+
 /* Send iov[0..cnt) completely, waiting for EPOLLOUT as needed; each wait may last body_timeout
  * (a client that stops reading is dropped). flags: 0, or MSG_MORE when more bytes of the same
  * response follow at once (sendfile), so the kernel does not push the head in a segment of its
@@ -782,8 +808,7 @@ static int conn_sendv(struct serve *sv, struct iovec *iov, int cnt, int flags)
                 continue;
             if (errno != EAGAIN)
                 return -errno;
-            int rc = sched_io_wait(&sv->c->io, EPOLLOUT,
-                                   deadline_after(sv->srv->cfg.body_timeout_ns));
+            int rc = conn_wait_writable(sv);
             if (rc < 0)
                 return rc;
             continue;
@@ -1436,7 +1461,7 @@ static int send_file_range(struct serve *sv, int fd, uint64_t offset, uint64_t c
             continue;
         if (errno != EAGAIN)
             return -errno;
-        int rc = sched_io_wait(&sv->c->io, EPOLLOUT, deadline_after(sv->srv->cfg.body_timeout_ns));
+        int rc = conn_wait_writable(sv);
         if (rc < 0)
             return rc;
     }
