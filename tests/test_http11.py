@@ -445,6 +445,34 @@ def test_shutdown_lets_in_flight_request_finish_and_closes_idle_at_once():
     srv.stop()  # idempotent
 
 
+def test_shutdown_answers_a_request_that_already_arrived():
+    # One worker, busy in a Python handler; meanwhile an idle keep-alive connection sends its next
+    # request, which the kernel holds. Shutdown used to close that connection as idle, over the
+    # unread request (a reset, the request lost); it must be answered, with Connection: close.
+    srv = Server(ROUTES, host="127.0.0.1", port=0, threads=1)
+    srv.start()
+    try:
+        waiting = Conn(srv.port)
+        waiting.send(get("/py"))
+        assert waiting.reply().status == 200
+        busy = Conn(srv.port)
+        busy.send(get("/slow"))
+        time.sleep(0.1)  # the only worker is in the handler now
+        waiting.send(get("/py"))
+        time.sleep(0.1)
+        stopper = threading.Thread(target=srv.stop, kwargs={"grace": 30.0})
+        stopper.start()
+        r = waiting.reply()
+        assert (r.status, r.body, r.header("connection")) == (200, b"Hello, World!", "close")
+        assert waiting.is_closed()
+        assert busy.reply().body == b"slow done"
+        stopper.join()
+        waiting.close()
+        busy.close()
+    finally:
+        srv.stop()
+
+
 @pytest.mark.timeout(60)
 def test_shutdown_cancels_what_outlives_the_grace_period():
     srv = Server(ROUTES, host="127.0.0.1", port=0, threads=2)

@@ -56,7 +56,9 @@
  * request with Connection: close and closes. 2. Wake every worker through its control eventfd;
  * on the worker, ctl_on_ready() shuts the listener down (shutdown(SHUT_RD): no new connections,
  * accept fails) and arms a zero-delay timer that closes every idle connection in the same loop
- * turn (from the timer pass, never from inside the event batch). 3. Wait up to grace for the live
+ * turn (from the timer pass, never from inside the event batch) unless its next request has
+ * already arrived: that one is answered with Connection: close, as is one a coroutine finds in
+ * its socket when it would otherwise close (one non-blocking read, nothing waited for). 3. Wait up to grace for the live
  * connection count to reach zero. 4. sched_stop() cancels what is left and the workers are
  * joined. 5. With no worker running, close the listeners and free every connection.
  *
@@ -124,6 +126,12 @@ static inline ssize_t sock_recv(int fd, void *buf, size_t len)
 #else
     return syscall(SYS_recvfrom, fd, buf, len, 0, NULL, NULL);
 #endif
+}
+
+/* Whether a byte waits to be read: > 0 yes, 0 end of stream, < 0 nothing (or an error). */
+static ssize_t sock_recv_peek(int fd, char *b)
+{
+    return recv(fd, b, 1, MSG_PEEK | MSG_DONTWAIT);
 }
 
 static inline ssize_t sock_send(int fd, const void *buf, size_t len, int flags)
@@ -604,7 +612,11 @@ static void ctl_close_idle(struct sched_timer *t)
     struct conn *c = w->conns;
     while (c) {
         struct conn *next = c->next;
-        if (!c->busy)
+        /* An idle connection whose next request has already arrived (its readiness not yet
+         * reported) is left to the poll: its coroutine answers that request with Connection:
+         * close. Closing over unread bytes would reset it, and the request would be lost. */
+        char b;
+        if (!c->busy && sock_recv_peek(c->io.fd, &b) <= 0)
             conn_destroy(c);
         c = next;
     }
@@ -1768,11 +1780,23 @@ static int serve_loop(struct serve *sv)
     struct server *s = sv->srv;
     size_t off = 0;
     int64_t head_deadline = -1;
+    int drain_read = 0;
     for (;;) {
         if (off == c->len) {
             off = c->len = 0;
-            if (flush(sv) < 0 || is_draining(s))
+            if (flush(sv) < 0)
                 return SERVE_CLOSE;
+            if (UNLIKELY(is_draining(s))) {
+                /* Shutting down. A request the client has already sent is answered (with
+                 * Connection: close) rather than reset by closing over it; nothing is waited
+                 * for. One look: an answered request closes the connection anyway. */
+                if (drain_read)
+                    return SERVE_CLOSE;
+                drain_read = 1;
+                if (conn_read_once(sv) <= 0)
+                    return SERVE_CLOSE;
+                continue;
+            }
             if (sv->drained) {
                 int rc = sched_io_release(&c->io);
                 if (rc == 0) {
