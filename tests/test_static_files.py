@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import email.utils
 import os
+import resource
 import time
 
 import pytest
@@ -127,6 +128,25 @@ def test_conditionals_in_every_form(site):
         assert r.status == 304, date
     r = request(site, get("/files/style.css", extra="If-Modified-Since: Sun Nov  6 08:49:37 1994\r\n"))
     assert r.status == 200
+
+
+def test_out_of_descriptors_is_503_not_404(site):
+    """EMFILE is the server's state, not the file's: a 404 would be wrong and cacheable."""
+    with Conn(site) as c:
+        c.send(get("/files/style.css"))
+        assert c.reply().status == 200
+        free = os.dup(0)  # the lowest free descriptor: every new one would be this or above
+        os.close(free)
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (free, hard))
+        try:
+            c.send(get("/files/style.css"))
+            r = c.reply()
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        assert (r.status, r.header("retry-after")) == (503, "1")
+        c.send(get("/files/style.css"))
+        assert c.reply().body == b"body{}"  # and it recovers
 
 
 @pytest.mark.parametrize("path", [

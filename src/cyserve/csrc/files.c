@@ -286,7 +286,7 @@ int files_open(const struct files_root *root, const char *rel, size_t len, struc
         memcpy(path + plen, index, sizeof(index));
         fd = files__open_beneath(root, path);
         if (fd < 0)
-            return fd == -EACCES ? -EACCES : -ENOENT;
+            return fd; /* -ENOENT, -EACCES, or the server's own trouble (EMFILE...) */
         if (UNLIKELY(fstat(fd, &st) < 0)) {
             rc = -errno;
             close(fd);

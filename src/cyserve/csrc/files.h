@@ -63,8 +63,9 @@ void files_root_free(struct files_root *root);
  * percent-decoded, no query; a leading '/' is optional; need not be NUL-terminated) beneath the
  * root, following the rules above. Returns 0 with *hit filled and hit->fd open; -ENOENT (404);
  * -EACCES (403); -EINVAL (400); rarely another -errno from open/fstat (EMFILE, ENFILE, ENOMEM,
- * EIO: answer 500). A path longer than 1023 bytes once decoded is -ENOENT. On error no fd is left
- * open. Uses about 1.5 KiB of stack (5.5 KiB on the fallback path). Thread-safe. */
+ * EIO: the server's trouble; the engine answers 503 for the first three, 500 else). A path
+ * longer than 1023 bytes once decoded is -ENOENT. On error no fd is left open. Uses about 1.5 KiB
+ * of stack (5.5 KiB on the fallback path). Thread-safe. */
 int files_open(const struct files_root *root, const char *rel, size_t len, struct files_hit *hit);
 
 /* Whether the engine should answer 304 Not Modified to a GET/HEAD, per RFC 9110 13.2.2: if

@@ -1516,8 +1516,15 @@ static int serve_files(struct serve *sv, const struct server_target *t,
         return simple_response(sv, 403, "403 Forbidden\n", NULL, keep, head_only);
     if (rc == -EINVAL)
         return simple_response(sv, 400, "400 Bad Request: invalid path\n", NULL, keep, head_only);
-    if (rc < 0)
+    if (rc == -ENOENT)
         return simple_response(sv, 404, "404 Not Found\n", NULL, keep, head_only);
+    /* Out of descriptors or memory is the server's state, not the file's: a 404 would be wrong
+     * and cacheable. */
+    if (rc == -EMFILE || rc == -ENFILE || rc == -ENOMEM)
+        return simple_response(sv, 503, "503 Service Unavailable\n", "Retry-After: 1\r\n", keep,
+                               head_only);
+    if (rc < 0)
+        return simple_response(sv, 500, "500 Internal Server Error\n", NULL, keep, head_only);
     const char *range, *if_range;
     size_t range_len, if_range_len;
     header_value(sv, "range", 5, &range, &range_len);
