@@ -321,6 +321,29 @@ def test_rejections_answer_and_close(port, raw, status):
         assert c.is_closed()
 
 
+@pytest.mark.parametrize("raw,status", [
+    (b"HEAD /py HTTP/1.1\r\n\r\n", 400),
+    (b"HEAD /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5000\r\n\r\n", 413),
+    (b"HEAD /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501),
+], ids=["no-host", "body-over-limit", "unknown-te"])
+def test_rejections_of_head_have_no_body(port, raw, status):
+    with Conn(port) as c:
+        c.send(raw)
+        r = c.reply(head_only=True)
+        assert (r.status, r.header("connection")) == (status, "close")
+        assert c.buf == b"" and c.sock.recv(100) == b""  # no body after the head, then the close
+
+
+def test_default_limits_say_414_for_a_long_target():
+    # Default limits: 8192 bytes for the target and for the head, so a long target also
+    # overflows the head; it is still the target that is too long (RFC 9112 3: MUST be 414).
+    with serving(ROUTES) as srv, Conn(srv.port) as c:
+        c.send(b"GET /" + b"a" * 8192 + b" HTTP/1.1\r\nHost: t\r\n\r\n")
+        r = c.reply()
+        assert (r.status, r.header("connection")) == (414, "close")
+        assert c.is_closed()
+
+
 def test_404_and_405_keep_the_connection(port):
     with Conn(port) as c:
         c.send(get("/nowhere"))

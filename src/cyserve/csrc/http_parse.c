@@ -714,9 +714,23 @@ int http_parse_request(const char *buf, size_t len, struct http_request *req,
 
 out:
     /* Out of bytes inside the window while more bytes arrived than the window holds: the head
-     * is over max_header_bytes whatever follows. */
-    if (r == -2 && len > window)
+     * is over max_header_bytes whatever follows. Unless the window ended inside the target and
+     * the bytes past it show the target itself over max_target_bytes: that is a 414 (RFC 9112
+     * 3: MUST), which default limits (target and head both 8192) could otherwise never give. */
+    if (r == -2 && len > window) {
+        if (req->method && !req->target) {
+            const char *t = req->method + req->method_len + 1;
+            size_t avail = (size_t)(buf + len - t);
+            const char *scan_end = t + (avail > lim->max_target_bytes ? lim->max_target_bytes + 1
+                                                                       : avail);
+            const char *q = skip_target_fast(t, scan_end);
+            if ((size_t)(q - t) > lim->max_target_bytes)
+                return fail(req, 414, "request-target too long");
+            if (q == buf + len)
+                return -2; /* the target goes on: only more bytes tell 414 from 431 */
+        }
         r = fail(req, 431, "header section too large");
+    }
     return r;
 }
 

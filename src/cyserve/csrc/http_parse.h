@@ -22,7 +22,9 @@
  *    Host) at its end. A prefix of a request therefore returns -2 or the same -1 as the whole.
  *  - 431 and 414 are decided as soon as the bytes seen prove them, before the head is complete:
  *    431 when more than max_header_bytes have arrived without a complete head, or when a field
- *    line begins after max_headers fields; 414 when max_target_bytes + 1 target bytes arrived.
+ *    line begins after max_headers fields; 414 when max_target_bytes + 1 target bytes arrived,
+ *    also past max_header_bytes: while the target is still arriving beyond the head's window
+ *    the answer is -2, so the caller may buffer up to max_target_bytes + the method + 1 bytes.
  *  - Transfer-Encoding: only "chunked" is implemented. Codings other than chunked, when chunked
  *    is last, give 501; chunked not last (or absent from a Transfer-Encoding field) gives 400.
  *  - Expect: only "100-continue" (HTTP/1.1) sets expect_continue; other expectations are

@@ -381,7 +381,8 @@ int http_write_head(struct wbuf *out, int status, int minor_version, int keep_al
     return 0;
 }
 
-int http_write_error(struct wbuf *out, int status, const char *detail, const char *date)
+int http_write_error(struct wbuf *out, int status, const char *detail, int head_only,
+                     const char *date)
 {
     size_t rlen;
     const char *reason = http_reason(status, &rlen);
@@ -394,7 +395,7 @@ int http_write_error(struct wbuf *out, int status, const char *detail, const cha
         n = sizeof(body) - 1;
     static const char ct[] = "Content-Type: text/plain; charset=utf-8\r\n";
     int rc = http_write_head(out, status, 1, 0, (uint64_t)n, ct, sizeof(ct) - 1, date);
-    if (UNLIKELY(rc))
+    if (UNLIKELY(rc) || head_only)
         return rc;
     return wbuf_append(out, body, (size_t)n);
 }

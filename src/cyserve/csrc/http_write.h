@@ -159,7 +159,9 @@ int http_write_head(struct wbuf *out, int status, int minor_version, int keep_al
                     const char *date);
 
 /* Append a complete error response (text/plain body "<status> <reason>: <detail>\n") with
- * Connection: close. Returns 0 or -ENOMEM. */
-int http_write_error(struct wbuf *out, int status, const char *detail, const char *date);
+ * Connection: close; head_only (the request was HEAD): the same head, no body (RFC 9110 9.3.2).
+ * Returns 0 or -ENOMEM. */
+int http_write_error(struct wbuf *out, int status, const char *detail, int head_only,
+                     const char *date);
 
 #endif

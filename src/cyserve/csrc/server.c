@@ -992,7 +992,9 @@ static int error_close(struct serve *sv, int status, const char *detail)
 {
     log_response(sv, status, -1);
     access_log(sv);
-    if (http_write_error(&sv->out, status, detail, date_now()) == 0 && flush(sv) == 0)
+    /* A HEAD gets no body, even in an error (when its method was read at all). */
+    int head_only = sv->req.method_id == HTTP_HEAD;
+    if (http_write_error(&sv->out, status, detail, head_only, date_now()) == 0 && flush(sv) == 0)
         linger_close(sv);
     return SERVE_CLOSE;
 }
@@ -1834,8 +1836,10 @@ static int serve_loop(struct serve *sv)
             }
             if (c->len == c->cap) {
                 /* The parser answers 431/414 before a head outgrows the limits, so growth here
-                 * is bounded by max_header_bytes; the check is a second line of defence. */
-                if (c->cap > s->cfg.limits.max_header_bytes + CONN_BUF_INITIAL)
+                 * is bounded by max_header_bytes, or max_target_bytes and the method while a
+                 * long target arrives; the check is a second line of defence. */
+                if (c->cap > s->cfg.limits.max_header_bytes + s->cfg.limits.max_target_bytes +
+                                 CONN_BUF_INITIAL)
                     return error_close(sv, 431, "request head too large");
                 if (conn_reserve(sv, c->cap * 2) < 0)
                     return SERVE_CLOSE;
