@@ -415,6 +415,27 @@ def test_idle_keep_alive_connection_is_closed():
         assert _wait_for(lambda: srv.live_connections == 0)
 
 
+def test_stray_crlf_after_a_request_leaves_the_connection_idle():
+    # Clients send a CRLF after a POST body now and then (RFC 9112 2.2 lets a server ignore
+    # it). It used to start a head deadline: 408 "request head not received" for a request
+    # nobody sent, instead of the quiet keep-alive close.
+    with serving(ROUTES, threads=1, keepalive_timeout=0.3, header_timeout=3.0) as srv:
+        with Conn(srv.port) as c:
+            c.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi\r\n")
+            assert c.reply().body == b"hi"
+            t0 = time.monotonic()
+            assert c.is_closed() and c.buf == b""
+            assert time.monotonic() - t0 < 2.0  # the keep-alive timeout, not the head deadline
+        with Conn(srv.port) as c:  # the CRLF alone, after the connection went idle
+            c.send(get("/py"))
+            assert c.reply().status == 200
+            time.sleep(0.05)
+            c.send(b"\r\n")
+            time.sleep(0.05)
+            c.send(get("/py"))  # and a request after it is served
+            assert c.reply().body == b"Hello, World!"
+
+
 def test_silent_connection_is_closed():
     with serving(ROUTES, threads=1, keepalive_timeout=0.3) as srv:
         with Conn(srv.port) as c:

@@ -1783,6 +1783,18 @@ static void conn_go_idle(struct serve *sv)
     }
 }
 
+/* Whether b[0..n) is nothing but complete empty lines (CRLF pairs), which RFC 9112 2.2 lets a
+ * server ignore before a request line. */
+static int only_empty_lines(const char *b, size_t n)
+{
+    if (n == 0 || n % 2)
+        return 0;
+    for (size_t i = 0; i < n; i += 2)
+        if (b[i] != '\r' || b[i + 1] != '\n')
+            return 0;
+    return 1;
+}
+
 static int serve_loop(struct serve *sv)
 {
     struct conn *c = sv->c;
@@ -1823,6 +1835,13 @@ static int serve_loop(struct serve *sv)
                 return SERVE_CLOSE;
         }
         int n = parse_head(sv, off);
+        if (n == -2 && only_empty_lines(c->buf + off, c->len - off)) {
+            /* A stray CRLF after a request (clients send one after a POST body) is not the
+             * start of a head: drop it and let the connection go idle, rather than start the
+             * head deadline and answer 408 to a request nobody sent. */
+            off = c->len;
+            continue;
+        }
         if (n == -2) {
             if (head_deadline < 0)
                 head_deadline = deadline_after(s->cfg.header_timeout_ns);
