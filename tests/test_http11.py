@@ -45,6 +45,7 @@ ROUTES = [
     ("path", "/plaintext", ("GET",), "static",
      (200, [("Content-Type", "text/plain")], b"Hello, World!")),
     ("path", "/py", None, "python", lambda req: "Hello, World!"),
+    ("path", "/", ("GET",), "python", lambda req: f"root {req.path} {req.query}"),
     ("path", "/echo", None, "python", echo),
     ("path", "/describe/{id:int}/{name}", ("GET", "POST"), "python", describe),
     ("path", "/boom", None, "python", boom),
@@ -342,6 +343,19 @@ def test_default_limits_say_414_for_a_long_target():
         r = c.reply()
         assert (r.status, r.header("connection")) == (414, "close")
         assert c.is_closed()
+
+
+@pytest.mark.parametrize("target,body", [
+    (b"http://h.example", b"root / "),
+    (b"http://h.example?q=1", b"root / q=1"),
+    (b"HTTP://h.example:80/?q", b"root / q"),
+])
+def test_absolute_form_with_an_empty_path_is_the_root(port, target, body):
+    # RFC 9110 4.2.3: an empty path is "/", on the coroutine path and on the inline one.
+    with Conn(port) as c:
+        for _ in range(2):
+            c.send(b"GET " + target + b" HTTP/1.1\r\nHost: h.example\r\n\r\n")
+            assert c.reply().body == body
 
 
 def test_404_and_405_keep_the_connection(port):

@@ -233,6 +233,42 @@ static enum http_method method_id(const char *m, size_t n)
     return HTTP_OTHER;
 }
 
+/* Whether v[0..n) is uri-host [ ":" port ] (RFC 9112 3.2, RFC 3986 3.2.2): an IP-literal in
+ * brackets, or a reg-name / IPv4 address (unreserved, sub-delims, pct-encoded), then at most one
+ * ':' and digits. Empty is allowed (a Host for a target without an authority is sent empty). */
+static int host_ok(const char *v, size_t n)
+{
+    const char *p = v, *end = v + n;
+    if (p < end && *p == '[') {
+        const char *close = memchr(p, ']', n);
+        if (!close || close == p + 1)
+            return 0;
+        for (p++; p < close; p++)
+            if (!is_class((unsigned char)*p, C_HOST) || *p == '[' || *p == '%')
+                return 0;
+        p = close + 1;
+    } else {
+        for (; p < end && *p != ':'; p++) {
+            if (!is_class((unsigned char)*p, C_HOST) || *p == '[' || *p == ']')
+                return 0;
+            if (*p == '%') {
+                if (end - p < 3 || !is_class((unsigned char)p[1], C_HEX) ||
+                    !is_class((unsigned char)p[2], C_HEX))
+                    return 0;
+                p += 2;
+            }
+        }
+    }
+    if (p == end)
+        return 1;
+    if (*p != ':')
+        return 0;
+    for (p++; p < end; p++)
+        if (*p < '0' || *p > '9')
+            return 0;
+    return 1;
+}
+
 /* Checks the request-target's form against the method (RFC 9112 3.2) and sets path and query.
  * Returns 0 or -1 (with status set). */
 static int split_target(struct http_request *req)
@@ -282,12 +318,28 @@ static int split_target(struct http_request *req)
         }
         if (UNLIKELY(p == end))
             return fail(req, 400, "invalid request-target");
+        /* An origin server is no proxy: only http and https URIs, which always have an
+         * authority with a host (RFC 9110 4.2.1: an empty host MUST be rejected) and no
+         * userinfo (4.2.4: SHOULD be treated as an error). */
+        size_t slen = (size_t)(p - t);
+        if (UNLIKELY(!eq_lower(t, slen, "http", 4) && !eq_lower(t, slen, "https", 5)))
+            return fail(req, 400, "request-target scheme is not http or https");
         p++;
-        if (end - p >= 2 && p[0] == '/' && p[1] == '/') {
-            p += 2;
-            while (p < end && *p != '/' && *p != '?')
-                p++;
-        }
+        if (UNLIKELY(end - p < 2 || p[0] != '/' || p[1] != '/'))
+            return fail(req, 400, "absolute-form target without an authority");
+        p += 2;
+        const char *auth = p;
+        while (p < end && *p != '/' && *p != '?')
+            p++;
+        if (UNLIKELY(memchr(auth, '@', (size_t)(p - auth)) != NULL))
+            return fail(req, 400, "userinfo in the request-target");
+        if (UNLIKELY(p == auth || *auth == ':' || !host_ok(auth, (size_t)(p - auth))))
+            return fail(req, 400, "invalid host in the request-target");
+        /* RFC 9112 3.2.2: the target's authority, not the Host field, names the host. */
+        req->host = auth;
+        req->host_len = (size_t)(p - auth);
+        /* The path may be empty ("http://a" or "http://a?q"): RFC 9110 4.2.3 makes it "/",
+         * which the engine does, so that every view here stays inside the buffer. */
         path = p;
     }
     const char *q = memchr(path, '?', (size_t)(end - path));
@@ -435,12 +487,14 @@ static int on_field(struct http_request *req, struct head_facts *f, const struct
         if (eq_lower(h->name, 4, "host", 4)) {
             if (UNLIKELY(++f->host_count > 1))
                 return fail(req, 400, "more than one host");
-            for (size_t i = 0; i < h->value_len; i++) {
-                if (UNLIKELY(!is_class((unsigned char)h->value[i], C_HOST)))
-                    return fail(req, 400, "invalid host");
+            if (UNLIKELY(!host_ok(h->value, h->value_len)))
+                return fail(req, 400, "invalid host");
+            /* An absolute-form target's authority, already in req->host, wins (RFC 9112
+             * 3.2.2); the field is still checked and counted. */
+            if (!req->host) {
+                req->host = h->value;
+                req->host_len = h->value_len;
             }
-            req->host = h->value;
-            req->host_len = h->value_len;
         }
         break;
     case 6:

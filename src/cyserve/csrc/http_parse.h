@@ -25,6 +25,10 @@
  *    line begins after max_headers fields; 414 when max_target_bytes + 1 target bytes arrived,
  *    also past max_header_bytes: while the target is still arriving beyond the head's window
  *    the answer is -2, so the caller may buffer up to max_target_bytes + the method + 1 bytes.
+ *  - Host and an absolute-form target's authority must be uri-host [":" port] (RFC 9112 3.2
+ *    MUST); an absolute-form target must be http or https with a non-empty host and no userinfo
+ *    (RFC 9110 4.2.1 MUST, 4.2.4 SHOULD; an origin server is no proxy), and its authority, not
+ *    the Host field, is req->host (RFC 9112 3.2.2). Its path may be empty; the engine makes it "/".
  *  - Transfer-Encoding: only "chunked" is implemented. Codings other than chunked, when chunked
  *    is last, give 501; chunked not last (or absent from a Transfer-Encoding field) gives 400.
  *  - Expect: only "100-continue" (HTTP/1.1) sets expect_continue; other expectations are
@@ -79,7 +83,8 @@ struct http_request {
     int keep_alive;         /* 1.1 unless "Connection: close"; 1.0 only with keep-alive */
     int expect_continue;    /* Expect: 100-continue (HTTP/1.1 only, RFC 9110 10.1.1) */
     int upgrade;            /* Connection: upgrade with an Upgrade field */
-    const char *host;       /* Host field value, NULL if absent */
+    const char *host;       /* an absolute-form target's authority, else the Host field value
+                             * (uri-host [":" port], checked); NULL if neither */
     size_t host_len;
     /* on -1 */
     int status;             /* 400, 414, 431, 501 or 505 */

@@ -128,6 +128,16 @@ static inline ssize_t sock_recv(int fd, void *buf, size_t len)
 #endif
 }
 
+/* An absolute-form target may have an empty path ("GET http://a HTTP/1.1"); RFC 9110 4.2.3 makes
+ * it "/". The parser leaves it empty so that its views stay inside the buffer. */
+static inline void empty_path_is_root(struct http_request *req)
+{
+    if (UNLIKELY(req->path_len == 0)) {
+        req->path = "/";
+        req->path_len = 1;
+    }
+}
+
 /* Whether a byte waits to be read: > 0 yes, 0 end of stream, < 0 nothing (or an error). */
 static ssize_t sock_recv_peek(int fd, char *b)
 {
@@ -1407,6 +1417,7 @@ static int conn_serve_inline(struct conn *c)
     req.num_headers = INLINE_HEADERS;
     if (http_parse_request(buf, (size_t)n, &req, &s->cfg.limits) != (int)n)
         return 0;
+    empty_path_is_root(&req);
     if (req.content_length > 0 || req.chunked || !req.keep_alive)
         return 0;
     struct router_match m;
@@ -1668,10 +1679,13 @@ _Static_assert(offsetof(struct http_header, value_len) == offsetof(cyserve_heade
 
 static int parse_head(struct serve *sv, size_t off)
 {
-    struct http_limits lim = sv->srv->cfg.limits;
     sv->req.headers = sv->hdrs;
     sv->req.num_headers = sv->max_headers;
-    return http_parse_request(sv->c->buf + off, sv->c->len - off, &sv->req, &lim);
+    int n = http_parse_request(sv->c->buf + off, sv->c->len - off, &sv->req,
+                               &sv->srv->cfg.limits);
+    if (n > 0)
+        empty_path_is_root(&sv->req);
+    return n;
 }
 
 static const char continue_line[] = "HTTP/1.1 100 Continue\r\n\r\n";
