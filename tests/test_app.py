@@ -276,6 +276,7 @@ def test_valid_path_patterns(pattern: str) -> None:
     ("/a#b", "character '#' is not allowed"),
     ("/caf\u00e9", "is not allowed in a path"),
     ("/a//b", "empty path segment"),
+    ("".join(f"/{{p{i}}}" for i in range(17)), "more than 16 parameters"),
 ])
 def test_invalid_path_patterns_name_the_pattern(pattern: str, message: str) -> None:
     app = cyserve.App()
@@ -300,6 +301,7 @@ def test_invalid_prefixes(prefix: str) -> None:
     ("/a" + "+" * 40, "a repetition operator follows another"),
     ("/a*?", "a repetition operator follows another"),
     ("/a{2}*", "a repetition operator follows another"),
+    ("/([a-z])" * 17, "17 groups, at most 16"),
 ])
 def test_invalid_regexes_get_the_c_librarys_message(regex: str, message: str) -> None:
     app = cyserve.App()
@@ -315,6 +317,8 @@ def test_invalid_regexes_get_the_c_librarys_message(regex: str, message: str) ->
     r"^/x\*+$",  # an escaped operator is an atom
     r"^/(a+)+$",  # a group between two operators
     r"^/a{1,3}$",
+    "/([a-z])" * 16 + r"/[(]\(",  # 16 groups; a '(' in brackets or escaped opens none
+    r"/(a)\1",  # a backreference to the user's own first group
 ])
 def test_valid_regexes(regex: str) -> None:
     app = cyserve.App()

@@ -57,6 +57,8 @@ RouteTuple = tuple[Match, str, tuple[str, ...] | None, Kind, Any]
 
 NOGIL_CAPSULE_NAME = "cyserve.nogil_handler"
 PARAM_TYPES = ("int", "str", "path")
+# Path parameters or regex groups per route (ROUTER_MAX_PARAMS in csrc/router.h).
+MAX_PARAMS = 16
 # The methods the parser names (enum http_method in csrc/http_parse.h); the router keeps a bit per
 # method, so any other method can only reach a route registered with methods=None.
 METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE")
@@ -348,6 +350,9 @@ def _check_path_pattern(where: str, pattern: str) -> str:
             raise RouteError(f"{where}: invalid pattern {pattern!r}: a {{{name}:path}} "
                              "parameter must be the last segment")
         names.add(name)
+        if len(names) > MAX_PARAMS:
+            raise RouteError(f"{where}: invalid pattern {pattern!r}: more than {MAX_PARAMS} "
+                             "parameters")
         key_parts.append("{:" + typ + "}")
     return "/" + "/".join(key_parts)
 
@@ -364,6 +369,10 @@ def _check_regex(where: str, pattern: str) -> str:
     if error is not None:
         raise RouteError(f"{where}: invalid regex {pattern!r}: {error} "
                          "(regex routes are POSIX extended regular expressions)")
+    groups = _count_groups(pattern)
+    if groups > MAX_PARAMS:
+        raise RouteError(f"{where}: invalid regex {pattern!r}: {groups} groups, at most "
+                         f"{MAX_PARAMS} (request.params holds one per group)")
     return pattern
 
 
@@ -373,6 +382,39 @@ def _check_regex(where: str, pattern: str) -> str:
 # aarch64; the buffer is larger so that a libc with a bigger one is still safe.
 _REGEX_T_SIZE = 256
 _REG_EXTENDED = 1
+
+
+def _bracket_end(p: str, i: int) -> int:
+    """The index of the ']' closing the bracket expression that opens at p[i] (len(p) if none).
+    A ']' right after '[' or '[^' is literal; [:class:], [.x.] and [=x=] hold no ']' before
+    their closing ':]', '.]' or '=]'."""
+    n = len(p)
+    j = i + 1
+    if j < n and p[j] == "^":
+        j += 1
+    if j < n and p[j] == "]":
+        j += 1
+    while j < n and p[j] != "]":
+        if p[j] == "[" and j + 1 < n and p[j + 1] in ":.=":
+            close = p.find(p[j + 1], j + 2)
+            j = close + 1 if close >= 0 else n
+        else:
+            j += 1
+    return j
+
+
+def _count_groups(p: str) -> int:
+    """The capture groups of a POSIX ERE: every '(' that is neither escaped nor in brackets."""
+    count, i = 0, 0
+    while i < len(p):
+        if p[i] == "\\":
+            i += 1
+        elif p[i] == "[":
+            i = _bracket_end(p, i)
+        elif p[i] == "(":
+            count += 1
+        i += 1
+    return count
 
 
 def _stacked_repetition(p: str) -> bool:
@@ -390,20 +432,7 @@ def _stacked_repetition(p: str) -> bool:
             i += 1  # the escaped character is an atom
             after_rep = False
         elif c == "[":
-            # A ']' right after '[' or '[^' is literal; [:class:], [.x.] and [=x=] hold no ']'
-            # before their closing ':]', '.]' or '=]'.
-            j = i + 1
-            if j < n and p[j] == "^":
-                j += 1
-            if j < n and p[j] == "]":
-                j += 1
-            while j < n and p[j] != "]":
-                if p[j] == "[" and j + 1 < n and p[j + 1] in ":.=":
-                    close = p.find(p[j + 1], j + 2)
-                    j = close + 1 if close >= 0 else n
-                else:
-                    j += 1
-            i = j
+            i = _bracket_end(p, i)
             after_rep = False
         elif c in "*+?{":
             if after_rep:

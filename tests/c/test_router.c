@@ -220,20 +220,61 @@ static void test_regex(void)
     is_int(match(r, ROUTER_METHOD_BIT(HTTP_OTHER), "/anything", &m), 0, "any method regex");
     router_free(r);
 
-    /* More groups than ROUTER_MAX_PARAMS: the first 16 are reported. */
+    /* The pattern is compiled as written. Wrapped in "^(" ")$", glibc's literal ')' paired
+     * with the wrapper: "/a)|/b" meant "starts with /a or ends with /b)", and group numbers
+     * (backreferences too) were off by one. */
+    router_new(&r);
+    is_int(add(r, ROUTER_REGEX, "/a)|/b", GET, &T_REGEX1), 0, "a literal ')' (glibc)");
+    is_int(add(r, ROUTER_REGEX, "/x/(a)(b)\\2", GET, &T_REGEX2), 0, "a backreference");
+    is_int(add(r, ROUTER_REGEX, "/y/(a)\\1", GET, &T_ANY), 0, "\\1 is the first group");
+    is_int(match(r, GET, "/b", &m), 0, "second branch, whole path");
+    is_int(match(r, GET, "/a)", &m), 0, "first branch as written");
+    is_int(match(r, GET, "/admin/secret", &m), -ENOENT, "no longer 'starts with /a'");
+    is_int(match(r, GET, "/a", &m), -ENOENT, "'/a' alone is not the pattern");
+    is_int(match(r, GET, "/x/abb", &m), 0, "\\2 is the user's second group");
+    ok(m.target == &T_REGEX2 && m.num_params == 2, "two groups, as written");
+    is_int(match(r, GET, "/x/aba", &m), -ENOENT, "not the shifted group");
+    is_int(match(r, GET, "/y/aa", &m), 0, "\\1 matches");
+    router_free(r);
+
+    /* More groups than ROUTER_MAX_PARAMS are refused (they used to be dropped silently);
+     * exactly 16 are all reported. */
     router_new(&r);
     char pat[256] = "";
-    for (int i = 0; i < 18; i++)
+    for (int i = 0; i < 17; i++)
         strcat(pat, "/([a-z])");
-    is_int(add(r, ROUTER_REGEX, pat, GET, &T_REGEX1), 0, "18 groups");
-    is_int(match(r, GET, "/a/b/c/d/e/f/g/h/i/j/k/l/m/n/o/p/q/r", &m), 0, "18 group match");
-    is_int(m.num_params, ROUTER_MAX_PARAMS, "capped at ROUTER_MAX_PARAMS");
+    is_int(add(r, ROUTER_REGEX, pat, GET, &T_REGEX1), -EINVAL, "17 groups refused");
+    ok(strstr(errbuf, "17 groups, at most 16") != NULL, "message: %s", errbuf);
+    pat[strlen(pat) - 8] = '\0';
+    is_int(add(r, ROUTER_REGEX, pat, GET, &T_REGEX1), 0, "16 groups");
+    is_int(match(r, GET, "/a/b/c/d/e/f/g/h/i/j/k/l/m/n/o/p", &m), 0, "16 group match");
+    is_int(m.num_params, ROUTER_MAX_PARAMS, "all 16");
     is_mem(m.params[15].name.ptr, m.params[15].name.len, "16", "name 16");
     is_mem(m.params[15].value.ptr, m.params[15].value.len, "p", "group 16");
     /* An optional group that did not take part is an empty value. */
     is_int(add(r, ROUTER_REGEX, "/opt(/x)?", GET, &T_REGEX2), 0, "optional group");
     is_int(match(r, GET, "/opt", &m), 0, "optional group unmatched");
     ok(m.num_params == 1 && m.params[0].value.len == 0, "unmatched group is empty");
+    router_free(r);
+}
+
+/* A route that names HEAD answers HEAD, even when a GET route on the same pattern (which would
+ * answer HEAD implicitly) was registered first. */
+static void test_explicit_head_wins(void)
+{
+    struct router *r;
+    router_new(&r);
+    struct router_match m;
+    is_int(add(r, ROUTER_PATH, "/a", GET, &T_EXACT), 0, "GET /a");
+    is_int(add(r, ROUTER_PATH, "/a", HEAD, &T_ANY), 0, "HEAD /a, registered after");
+    is_int(match(r, HEAD, "/a", &m), 0, "HEAD /a");
+    ok(m.target == &T_ANY, "the HEAD route, not the GET one");
+    is_int(match(r, GET, "/a", &m), 0, "GET /a");
+    ok(m.target == &T_EXACT, "GET still the GET route");
+    is_int(add(r, ROUTER_PREFIX, "/f/", GET, &T_PREFIX_API), 0, "GET prefix");
+    is_int(add(r, ROUTER_PREFIX, "/f/", HEAD, &T_PREFIX_ROOT), 0, "HEAD prefix");
+    is_int(match(r, HEAD, "/f/x", &m), 0, "HEAD /f/x");
+    ok(m.target == &T_PREFIX_ROOT, "prefixes too");
     router_free(r);
 }
 
@@ -430,6 +471,7 @@ int main(void)
     test_exact_and_patterns();
     test_methods_and_405();
     test_regex();
+    test_explicit_head_wins();
     test_prefix();
     test_pattern_errors();
     test_format_allow();

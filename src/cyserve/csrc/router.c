@@ -83,8 +83,8 @@ struct rnode {
 };
 
 struct rregex {
-    regex_t re;        /* compiled from "^(" pattern ")$" */
-    size_t num_groups; /* the user's capture groups (re.re_nsub - 1) */
+    regex_t re;        /* compiled as written; a match must span the path */
+    size_t num_groups; /* the user's capture groups (re.re_nsub, at most ROUTER_MAX_PARAMS) */
     size_t lit_len;    /* a literal every match starts with: entries->pattern + lit_off */
     size_t lit_off;
     struct rentry *entries;
@@ -151,10 +151,16 @@ static bool router__accepts(unsigned methods, unsigned method_bit)
 }
 
 /* Returns the first registration in the list that accepts the method; otherwise adds every
- * registration's methods to *allow and returns NULL. */
+ * registration's methods to *allow and returns NULL. A route that names HEAD itself wins a HEAD
+ * over a GET route that answers it implicitly, whichever was registered first. */
 static const struct rentry *router__pick(const struct rentry *e, unsigned method_bit,
                                          unsigned *allow)
 {
+    if (method_bit == ROUTER__HEAD) {
+        for (const struct rentry *x = e; x != NULL; x = x->next)
+            if (x->methods & ROUTER__HEAD)
+                return x;
+    }
     unsigned seen = 0;
     for (; e != NULL; e = e->next) {
         if (router__accepts(e->methods, method_bit))
@@ -608,39 +614,29 @@ static int router__add_regex(struct router *r, struct rentry *e, size_t len, cha
         if (strcmp(r->regexes[i].entries->pattern, e->pattern) == 0)
             return router__append(&r->regexes[i].entries, e, err, errlen);
     }
-    /* Compile the pattern alone first: wrapped in "^(" ")$", a stray ')' in the user's pattern
-     * could pair with our '(' and compile into something else than what was written. */
-    regex_t probe;
-    int rc = regcomp(&probe, e->pattern, REG_EXTENDED);
-    if (UNLIKELY(rc != 0)) {
-        char msg[128];
-        regerror(rc, &probe, msg, sizeof(msg));
-        router__errf(err, errlen, "bad regex '%s': %s", e->pattern, msg);
-        return -EINVAL;
-    }
-    regfree(&probe);
-    char *wrapped = malloc(len + 5);
-    if (UNLIKELY(wrapped == NULL))
-        return -ENOMEM;
-    memcpy(wrapped, "^(", 2);
-    memcpy(wrapped + 2, e->pattern, len);
-    memcpy(wrapped + 2 + len, ")$", 3);
+    /* Compiled as written, not wrapped in "^(" ")$": glibc takes a stray ')' as a literal, so
+     * the wrapper's '(' could pair with the user's ')' ("/a)|/b" became "starts with /a or
+     * ends with /b)"), and the user's group numbers, backreferences included, would shift by
+     * one. The whole path must match instead: see router__match_regex. */
     struct rregex *grown = realloc(r->regexes, (r->num_regexes + 1) * sizeof(*grown));
-    if (UNLIKELY(grown == NULL)) {
-        free(wrapped);
+    if (UNLIKELY(grown == NULL))
         return -ENOMEM;
-    }
     r->regexes = grown;
     struct rregex *x = &r->regexes[r->num_regexes];
-    rc = regcomp(&x->re, wrapped, REG_EXTENDED);
-    free(wrapped);
+    int rc = regcomp(&x->re, e->pattern, REG_EXTENDED);
     if (UNLIKELY(rc != 0)) {
         char msg[128];
         regerror(rc, &x->re, msg, sizeof(msg));
         router__errf(err, errlen, "bad regex '%s': %s", e->pattern, msg);
         return -EINVAL;
     }
-    x->num_groups = x->re.re_nsub - 1;
+    if (UNLIKELY(x->re.re_nsub > ROUTER_MAX_PARAMS)) {
+        regfree(&x->re);
+        router__errf(err, errlen, "bad regex '%s': %zu groups, at most %d", e->pattern,
+                     (size_t)x->re.re_nsub, ROUTER_MAX_PARAMS);
+        return -EINVAL;
+    }
+    x->num_groups = x->re.re_nsub;
     router__regex_literal(e->pattern, len, &x->lit_off, &x->lit_len);
     x->entries = e;
     r->num_regexes++;
@@ -829,11 +825,13 @@ static bool router__walk_child(struct rwalk *w, const struct rnode *child, size_
 
 static bool router__match_regex(const struct rregex *x, struct rwalk *w)
 {
-    /* [0] is the whole path, [1] our wrapping group, [2..] the user's groups. */
+    /* [0] is the match, [1..] the user's groups. The match must be the whole path: POSIX
+     * regexec reports the leftmost match and, at that start, the longest, so if any match spans
+     * the whole path, pm[0] is it. */
     if (x->lit_len > 0 && (w->len < x->lit_len ||
                            memcmp(w->path, x->entries->pattern + x->lit_off, x->lit_len) != 0))
         return false;
-    regmatch_t pm[ROUTER_MAX_PARAMS + 2];
+    regmatch_t pm[ROUTER_MAX_PARAMS + 1];
     size_t groups = x->num_groups < ROUTER_MAX_PARAMS ? x->num_groups : ROUTER_MAX_PARAMS;
     /* REG_STARTEND (a BSD extension glibc has) bounds the subject by pm[0], so the path needs
      * no NUL terminator and no copy. */
@@ -853,11 +851,11 @@ static bool router__match_regex(const struct rregex *x, struct rwalk *w)
     copy[w->len + 1] = '\0';
     subject = copy;
 #endif
-    int rc = regexec(&x->re, subject, groups + 2, pm, REG_STARTEND);
+    int rc = regexec(&x->re, subject, groups + 1, pm, REG_STARTEND);
 #if defined(CYSERVE_ASAN) || defined(CYSERVE_TSAN)
     free(copy);
 #endif
-    if (rc != 0)
+    if (rc != 0 || pm[0].rm_so != 0 || (size_t)pm[0].rm_eo != w->len)
         return false;
     const struct rentry *e = router__pick(x->entries, w->method_bit, &w->allow);
     if (e == NULL)
@@ -871,12 +869,12 @@ static bool router__match_regex(const struct rregex *x, struct rwalk *w)
         param->name.ptr = router__group_names[i];
         param->name.len = i < 9 ? 1 : 2; /* "1".."9", then "10".."16" */
         param->ival = 0;
-        if (pm[i + 2].rm_so < 0) {
+        if (pm[i + 1].rm_so < 0) {
             param->value.ptr = w->path;
             param->value.len = 0;
         } else {
-            param->value.ptr = w->path + pm[i + 2].rm_so;
-            param->value.len = (size_t)(pm[i + 2].rm_eo - pm[i + 2].rm_so);
+            param->value.ptr = w->path + pm[i + 1].rm_so;
+            param->value.len = (size_t)(pm[i + 1].rm_eo - pm[i + 1].rm_so);
         }
     }
     return true;
