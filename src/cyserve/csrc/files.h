@@ -17,7 +17,9 @@
  *     that leads outside is -ENOENT (404: the answer does not reveal that the link exists).
  *     Without openat2 the fallback opens the normalised path relative to the root's fd and then
  *     checks where the descriptor really is (readlink of /proc/self/fd/N, which the kernel
- *     resolves) against the root's real path: no check-then-use race, same answers;
+ *     resolves) against the root's real path: no check-then-use race, same answers but one: an
+ *     ABSOLUTE symlink is refused by RESOLVE_BENEATH (404) even when it points back inside the
+ *     root, while the fallback follows it there. Links meant to be served should be relative;
  *   - only regular files are served (opened O_NONBLOCK, so a FIFO cannot block the worker);
  *     a directory is served by its index.html if that is a regular file, else -ENOENT;
  *   - a file the server may not read (EACCES/EPERM from open) is -EACCES (403, like nginx).
