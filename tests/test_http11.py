@@ -322,6 +322,18 @@ def test_rejections_answer_and_close(port, raw, status):
         assert c.is_closed()
 
 
+def test_a_chunk_announced_over_the_limit_is_refused_at_once(port):
+    # The limit is 4096 bytes; the chunk-size line alone says the body is over it. The server
+    # must not wait for (or read) 4096 bytes of it first.
+    with Conn(port) as c:
+        c.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n"
+               b"Expect: 100-continue\r\n\r\n")
+        assert c.reply(head_only=True).status == 100
+        c.send(b"FFFFFF\r\nabc")
+        r = c.reply()
+        assert (r.status, r.header("connection")) == (413, "close")
+
+
 @pytest.mark.parametrize("raw,status", [
     (b"HEAD /py HTTP/1.1\r\n\r\n", 400),
     (b"HEAD /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5000\r\n\r\n", 413),

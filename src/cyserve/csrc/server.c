@@ -1733,6 +1733,11 @@ static int read_body(struct serve *sv, size_t off, size_t head_len, const char *
                 break;
             }
             c->len = head_end + dec;
+            /* A chunk announced bigger than what the limit leaves is refused now, not after
+             * max_body_bytes of it have been read. While a size line is being read, remaining
+             * holds its digits so far, which only grow. */
+            if (st.remaining > s->cfg.max_body_bytes - dec)
+                return error_close(sv, 413, "request body too large");
             if (maybe_continue(sv, &sent_continue))
                 return SERVE_CLOSE;
             if (conn_reserve(sv, c->len + 4096) < 0)
