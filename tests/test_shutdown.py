@@ -132,6 +132,17 @@ def get(port: int, path: str) -> tuple[int, bytes]:
         conn.close()
 
 
+def start_slow_request_that_will_be_cut(port: int) -> None:
+    """GET /slow on a daemon thread; the connection is closed under it, which is the point."""
+    def client() -> None:
+        try:
+            get(port, "/slow")
+        except (OSError, http.client.HTTPException):
+            pass
+
+    threading.Thread(target=client, daemon=True).start()
+
+
 def refuses_connections(port: int) -> bool:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
@@ -190,13 +201,7 @@ def test_second_sigint_forces_the_stop(tmp_path: Path, servers: list[ServerProce
     srv = ServerProcess(tmp_path, "--threads", "2", "--graceful-timeout", "900", sleep=600)
     servers.append(srv)
 
-    def client() -> None:
-        try:
-            get(srv.port, "/slow")
-        except (OSError, http.client.HTTPException):
-            pass  # the connection is closed under it: that is the point
-
-    threading.Thread(target=client, daemon=True).start()
+    start_slow_request_that_will_be_cut(srv.port)
     srv.wait_for_marker()
     srv.proc.send_signal(signal.SIGINT)
     assert srv.next_line(EXIT_TIMEOUT) == "cyserve: shutting down"
@@ -221,13 +226,7 @@ def test_one_sigterm_ends_a_stuck_handler_after_the_grace_period(
     srv = ServerProcess(tmp_path, "--threads", "1", "--graceful-timeout", "1", sleep=600)
     servers.append(srv)
 
-    def client() -> None:
-        try:
-            get(srv.port, "/slow")
-        except (OSError, http.client.HTTPException):
-            pass
-
-    threading.Thread(target=client, daemon=True).start()
+    start_slow_request_that_will_be_cut(srv.port)
     srv.wait_for_marker()
     t0 = time.monotonic()
     srv.proc.send_signal(signal.SIGTERM)
