@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 
 from _cython_ext import build_user_module
 from _rawhttp import Conn, Reply, get, serving
+from cyserve._core import Server
 
 HERE = Path(__file__).parent
 LEARN = 64  # INLINE_LEARN in server.c
@@ -72,6 +74,35 @@ def test_keepalive_requests_are_answered_without_a_coroutine():
         st1 = srv.stats()
         assert st1["inline"] - st0["inline"] == 200
         assert st1["spawned"] == st0["spawned"]
+
+
+def test_stats_after_and_during_stop():
+    # stats() read the workers' array that stop() frees: after stop() it crashed the process
+    # (SIGSEGV), and while stop() ran on another thread it could read freed memory.
+    srv = Server(static_routes(), host="127.0.0.1", port=0, threads=2)
+    srv.start()
+    with Conn(srv.port) as c:
+        for _ in range(5):
+            c.send(get("/plaintext"))
+            assert c.reply().status == 200
+    during: list[dict[str, int]] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            during.append(srv.stats())
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        srv.stop(grace=0.2)
+    finally:
+        done.set()
+        poller.join()
+    after = srv.stats()
+    assert after == {"live": 0, "inline": after["inline"], "spawned": after["spawned"]}
+    assert after["inline"] >= 4  # what the run counted is kept
+    assert during and all(d["inline"] <= after["inline"] for d in during)
 
 
 @pytest.mark.parametrize("req, head_only", [

@@ -239,6 +239,11 @@ struct server {
     /* memfds of large process-lifetime handler bodies, see ext_memfd_for(). Entries
      * [0, ext_count) are immutable once published; ext_lock serialises the writers. */
     pthread_mutex_t ext_lock;
+    /* stats_lock: server_get_stats (any thread, e.g. Python's while stop() runs on another)
+     * against start and teardown, which publish and free sched and workers under it. The
+     * counters of runs that ended are kept, so that stats() after stop() still tells. */
+    pthread_mutex_t stats_lock;
+    uint64_t ended_inline, ended_spawned;
     _Atomic unsigned ext_count;
     struct ext_memfd {
         const char *ptr;
@@ -360,6 +365,7 @@ int server_new(struct server **out, const struct server_config *cfg, const struc
     s->cfg.host = s->host;
     s->router = router;
     pthread_mutex_init(&s->ext_lock, NULL);
+    pthread_mutex_init(&s->stats_lock, NULL);
     *out = s;
     return 0;
 }
@@ -2046,6 +2052,25 @@ static void close_workers(struct server *s)
     atomic_store_explicit(&s->live, 0, memory_order_relaxed); /* safety: no worker runs */
 }
 
+/* Free the scheduler, then the workers and their connections (the scheduler goes first: freeing
+ * it cancels coroutines that may still wait on a connection's sched_io, which lives inside the
+ * connection), keeping their counters. No worker may run. */
+static void teardown(struct server *s)
+{
+    pthread_mutex_lock(&s->stats_lock);
+    for (unsigned i = 0; s->workers && i < s->nworkers; i++)
+        s->ended_inline += atomic_load_explicit(&s->workers[i].inline_ok, memory_order_relaxed);
+    if (s->sched) {
+        struct sched_stats st;
+        sched_get_stats(s->sched, &st);
+        s->ended_spawned += st.spawned;
+    }
+    sched_free(s->sched);
+    s->sched = NULL;
+    close_workers(s);
+    pthread_mutex_unlock(&s->stats_lock);
+}
+
 int server_start(struct server *s, char *errmsg, size_t errlen)
 {
     if (errmsg && errlen)
@@ -2080,14 +2105,17 @@ int server_start(struct server *s, char *errmsg, size_t errlen)
     memset(&sc, 0, sizeof(sc));
     sc.workers = s->cfg.threads;
     sc.keep_alive = 1;
-    rc = sched_new(&s->sched, &sc);
+    struct sched *sched;
+    rc = sched_new(&sched, &sc);
     if (rc < 0) {
         freeaddrinfo(res);
-        s->sched = NULL;
         return start_fail(errmsg, errlen, rc, "cannot start workers for %s:%d: %s", s->host, port);
     }
+    pthread_mutex_lock(&s->stats_lock);
+    s->sched = sched;
     s->nworkers = sched_workers(s->sched);
     s->workers = calloc(s->nworkers, sizeof(*s->workers));
+    pthread_mutex_unlock(&s->stats_lock);
     if (!s->workers) {
         rc = -ENOMEM;
         goto fail_sched;
@@ -2127,9 +2155,7 @@ int server_start(struct server *s, char *errmsg, size_t errlen)
 fail_sched:
     if (res)
         freeaddrinfo(res);
-    close_workers(s);
-    sched_free(s->sched);
-    s->sched = NULL;
+    teardown(s);
     return start_fail(errmsg, errlen, rc, "cannot listen on %s:%d: %s", s->host, port);
 }
 
@@ -2173,11 +2199,7 @@ int server_shutdown(struct server *s, uint64_t grace_ns)
     }
     sched_stop(s->sched);
     sched_join(s->sched);
-    /* The scheduler goes first: freeing it cancels coroutines that may still wait on a
-     * connection's sched_io, which lives inside the connection. */
-    sched_free(s->sched);
-    s->sched = NULL;
-    close_workers(s);
+    teardown(s);
     /* safety: the workers are joined; release pairs with server_running's acquire. */
     atomic_store_explicit(&s->running, 0, memory_order_release);
     return 0;
@@ -2194,21 +2216,26 @@ void server_free(struct server *s)
         if (s->ext[i].fd >= 0)
             close(s->ext[i].fd);
     pthread_mutex_destroy(&s->ext_lock);
+    pthread_mutex_destroy(&s->stats_lock);
     free(s->host);
     free(s);
 }
 
-void server_get_stats(const struct server *s, struct server_stats *out)
+void server_get_stats(struct server *s, struct server_stats *out)
 {
     memset(out, 0, sizeof(*out));
     out->live = server_live_connections(s);
-    for (unsigned i = 0; i < s->nworkers; i++)
+    pthread_mutex_lock(&s->stats_lock);
+    out->inline_ok = s->ended_inline;
+    out->spawned = s->ended_spawned;
+    for (unsigned i = 0; s->workers && i < s->nworkers; i++)
         out->inline_ok += atomic_load_explicit(&s->workers[i].inline_ok, memory_order_relaxed);
     if (s->sched) {
         struct sched_stats st;
         sched_get_stats(s->sched, &st);
-        out->spawned = st.spawned;
+        out->spawned += st.spawned;
     }
+    pthread_mutex_unlock(&s->stats_lock);
 }
 
 int server_req_header(const cyserve_request *req, const char *name, size_t nlen,

@@ -128,13 +128,15 @@ void server_free(struct server *s);
 /* Live connections (accepted, not yet closed), for tests. Any thread. */
 uint64_t server_live_connections(const struct server *s);
 
-/* Counters, totals over the workers; approximate while the server runs. */
+/* Counters, totals over the workers and over every run since server_new (what a stopped run
+ * counted is kept); approximate while the server runs. Any thread, also while another one
+ * starts or stops the server (a lock orders it against them). */
 struct server_stats {
     uint64_t live;       /* open connections */
     uint64_t inline_ok;  /* requests answered on the inline path, without a coroutine */
     uint64_t spawned;    /* coroutines spawned (connections served, accept rounds) */
 };
-void server_get_stats(const struct server *s, struct server_stats *out);
+void server_get_stats(struct server *s, struct server_stats *out);
 
 /* ---- the request API behind cyserve._core's nogil functions ---- */
 
