@@ -52,11 +52,22 @@ def test_zero_threads_means_the_cpus_this_process_may_use() -> None:
     ("processes", 0, "invalid processes 0: must be between 1 and 256"),
     ("threads", MAX_THREADS + 1, "invalid threads 1025: must be between 0 and 1024"),
     ("threads", True, "invalid threads True: must be an integer"),
-    ("backlog", 0, "invalid backlog 0: must be at least 1"),
-    ("max_header_bytes", 63, "invalid max_header_bytes 63: must be at least 64"),
-    ("max_target_bytes", -5, "invalid max_target_bytes -5: must be at least 1"),
-    ("max_headers", 0, "invalid max_headers 0: must be at least 1"),
-    ("max_body_bytes", 0, "invalid max_body_bytes 0: must be at least 1"),
+    ("backlog", 0, "invalid backlog 0: must be between 1 and 65535"),
+    ("max_header_bytes", 63, "invalid max_header_bytes 63: must be between 64 and 1048576"),
+    ("max_target_bytes", -5, "invalid max_target_bytes -5: must be between 1 and 1048576"),
+    ("max_headers", 0, "invalid max_headers 0: must be between 1 and 10000"),
+    ("max_body_bytes", 0, "invalid max_body_bytes 0: must be between 1 and 1099511627776"),
+    # Values the engine's C types cannot hold used to end in a traceback (OverflowError) or, for
+    # timeouts, wrap to 0 nanoseconds: "close at once" for a user who meant "never".
+    ("backlog", 99999999999, "invalid backlog 99999999999: must be between 1 and 65535"),
+    ("max_header_bytes", 3000000000,
+     "invalid max_header_bytes 3000000000: must be between 64 and 1048576"),
+    ("max_body_bytes", 10**23,
+     "invalid max_body_bytes 100000000000000000000000: must be between 1 and 1099511627776"),
+    ("keepalive_timeout", 1e12,
+     "invalid keepalive_timeout 1000000000000.0: must be at most 2592000 seconds (30 days)"),
+    ("graceful_timeout", 1e300,
+     "invalid graceful_timeout 1e+300: must be at most 2592000 seconds (30 days)"),
     ("keepalive_timeout", 0, "invalid keepalive_timeout 0: must be positive"),
     ("header_timeout", -1.5, "invalid header_timeout -1.5: must be positive"),
     ("body_timeout", math.inf, "invalid body_timeout inf: must be a finite number of seconds"),
@@ -80,12 +91,14 @@ def test_bad_values_name_the_option_and_the_value(option: str, value: Any, messa
 def test_the_cli_spelling_of_an_error() -> None:
     with pytest.raises(ConfigError) as info:
         Config(max_body_bytes=0)
-    assert info.value.for_cli() == "invalid --max-body-bytes 0: must be at least 1"
+    assert info.value.for_cli() == ("invalid --max-body-bytes 0: must be between 1 and "
+                                    "1099511627776")
 
 
 @pytest.mark.parametrize(("option", "value"), [
     ("port", 0), ("port", 65535), ("threads", 1024), ("graceful_timeout", 0),
-    ("keepalive_timeout", 0.001), ("host", "::1"), ("host", "localhost"), ("log_level", "DEBUG"),
+    ("keepalive_timeout", 0.001), ("body_timeout", 2592000), ("max_body_bytes", 1 << 40),
+    ("max_headers", 10000), ("backlog", 65535), ("host", "::1"), ("host", "localhost"), ("log_level", "DEBUG"),
 ])
 def test_edge_values_that_are_fine(option: str, value: Any) -> None:
     assert getattr(Config(**{option: value}), option) == value

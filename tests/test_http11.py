@@ -612,3 +612,11 @@ def _wait_for(pred, timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.01)
     return pred()
+
+
+def test_server_refuses_timeouts_its_clock_cannot_hold():
+    # keepalive_timeout=1e12 became 0 ns after the cast: every keep-alive connection was closed
+    # at once, and a split head got 408 at once.
+    for name in ("keepalive_timeout", "header_timeout", "body_timeout"):
+        with pytest.raises(ValueError, match=f"{name} must be > 0 and at most 1e9 seconds"):
+            Server(ROUTES, host="127.0.0.1", port=0, threads=1, **{name: 1e12})

@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds a body may make no progress (408 beyond)")
     p.add_argument("--graceful-timeout", metavar="SECONDS", default=str(defaults.graceful_timeout),
                    help="seconds in-flight requests get to finish on shutdown")
-    p.add_argument("--log-level", default=defaults.log_level, choices=LOG_LEVELS,
+    p.add_argument("--log-level", default=defaults.log_level, choices=LOG_LEVELS, type=str.lower,
                    help="level of the cyserve logger (default info)")
     p.add_argument("--access-log", action="store_true",
                    help="print one line per response on standard output (Common Log Format "

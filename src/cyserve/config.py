@@ -34,6 +34,15 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 _LIMITS = ("backlog", "max_header_bytes", "max_target_bytes", "max_headers", "max_body_bytes")
 # The header block holds at least a request line and a Host field; the engine refuses less.
 _LIMIT_MINIMUM = {"max_header_bytes": 64}
+# Upper bounds: the engine stores these in C ints and sizes (a larger value used to overflow
+# into a traceback, or into a limit other than the one asked for), and past them a value is a
+# typing mistake, not a setting: the kernel caps the backlog at net.core.somaxconn, a head is
+# held in one buffer, each header slot is memory per request, a body is held in memory.
+_LIMIT_MAXIMUM = {"backlog": 65535, "max_header_bytes": 1 << 20, "max_target_bytes": 1 << 20,
+                  "max_headers": 10000, "max_body_bytes": 1 << 40}
+# Timeouts become nanoseconds in a uint64 (past ~584 years they wrapped to 0: "close at once");
+# 30 days is longer than any deadline a server needs.
+MAX_SECONDS = 30 * 24 * 3600
 # Timeouts in seconds: finite and strictly positive.
 _TIMEOUTS = ("keepalive_timeout", "header_timeout", "body_timeout")
 
@@ -121,7 +130,8 @@ class Config:
             raise ConfigError("processes", self.processes, "needs a fixed port: with port 0 "
                               "each process would listen on a port of its own")
         for name in _LIMITS:
-            _check_int(name, getattr(self, name), _LIMIT_MINIMUM.get(name, 1), None)
+            _check_int(name, getattr(self, name), _LIMIT_MINIMUM.get(name, 1),
+                       _LIMIT_MAXIMUM[name])
         for name in _TIMEOUTS:
             _check_seconds(name, getattr(self, name), allow_zero=False)
         # 0 is meaningful here: do not wait for in-flight requests at all.
@@ -150,3 +160,5 @@ def _check_seconds(name: str, value: object, *, allow_zero: bool) -> None:
         raise ConfigError(name, value, "must be a finite number of seconds")
     if value < 0 or (value == 0 and not allow_zero):
         raise ConfigError(name, value, "must be at least 0" if allow_zero else "must be positive")
+    if value > MAX_SECONDS:
+        raise ConfigError(name, value, f"must be at most {MAX_SECONDS} seconds (30 days)")

@@ -436,8 +436,9 @@ cdef class Server:
             raise ValueError(f"max_body_bytes must be >= 0, got {max_body_bytes}")
         for name, value in (("keepalive_timeout", keepalive_timeout),
                             ("header_timeout", header_timeout), ("body_timeout", body_timeout)):
-            if not value > 0:
-                raise ValueError(f"{name} must be > 0, got {value}")
+            # The nanoseconds must fit a uint64 (1.8e10 s); past it the cast wrapped to 0.
+            if not 0 < value <= 1e9:
+                raise ValueError(f"{name} must be > 0 and at most 1e9 seconds, got {value}")
         self.host = host
         self._port = port
         self.threads = threads
