@@ -144,6 +144,7 @@ def test_static_route_serialises_body_and_headers() -> None:
     ({"body": "x", "status": True}, "status must be an integer"),
     ({"body": "x", "status": 204}, "a 204 response cannot have a body"),
     ({"body": "x", "headers": [("Content-Length", "1")]}, "written by the server itself"),
+    ({"body": "x", "headers": [("Server", "mine")]}, "written by the server itself"),
     ({"body": "x", "headers": [("Transfer-Encoding", "chunked")]}, "written by the server"),
     ({"body": "x", "headers": [("Bad Name", "1")]}, "invalid header name"),
     ({"body": "x", "headers": [("X-A", "1\r\nX-B: 2")]}, "invalid value for header 'X-A'"),

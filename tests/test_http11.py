@@ -62,6 +62,7 @@ ROUTES = [
     ("path", "/late-body", None, "python", late_body),
     ("path", "/nan", None, "python", lambda req: {"x": float("nan")}),
     ("path", "/ctl-header", None, "python", lambda req: Response("x", headers={"X-A": "a\x01"})),
+    ("path", "/server-header", None, "python", lambda req: Response("x", headers={"Server": "a"})),
     ("prefix", "/pre", None, "python", lambda req: "prefix " + req.path),
     ("regex", "/re/([0-9]+)", None, "python", lambda req: "re " + req.params["1"]),
 ]
@@ -143,13 +144,15 @@ def test_request_fields(port):
     ("/late-body", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
     ("/nan", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
     ("/ctl-header", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
+    ("/server-header", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
 ])
 def test_return_values(port, path, status, ctype, body, caplog):
     r = request(port, get(path))
     assert (r.status, r.header("content-type"), r.body) == (status, ctype, body)
     if status == 500:
         why = {"/bad-return": "float", "/interim": "200..599", "/late-body": "int",
-               "/nan": "JSON", "/ctl-header": "X-A"}[path]
+               "/nan": "JSON", "/ctl-header": "X-A",
+               "/server-header": "written by the server"}[path]
         assert any(why in rec.getMessage() or why in (rec.exc_text or "")
                    for rec in caplog.records), [rec.getMessage() for rec in caplog.records]
     if status == 204:

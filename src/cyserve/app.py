@@ -71,7 +71,8 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PATH_CHARS = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=:@%]*")
 # Headers the engine writes itself on every response; a static route setting them would produce
 # a response that lies about its own framing.
-_ENGINE_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "date"})
+_ENGINE_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "date",
+                             "server"})
 
 
 @dataclass

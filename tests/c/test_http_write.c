@@ -66,6 +66,7 @@ static void test_resp(void)
     is_int(resp_add_header(&r, "X-B", 3, "a\x01b", 3), -EINVAL, "control byte in value rejected");
     is_int(resp_add_header(&r, "X-B", 3, "a\x7f", 2), -EINVAL, "DEL in value rejected");
     is_int(resp_add_header(&r, "content-length", 14, "5", 1), -EPERM, "Content-Length is ours");
+    is_int(resp_add_header(&r, "Server", 6, "mine", 4), -EPERM, "Server is ours: not two of them");
     is_int(resp_add_header(&r, "Connection", 10, "close", 5), 0, "Connection: close accepted");
     is_int(r.close, 1, "close recorded");
     is_int(resp_set_content_type(&r, "text/html", 9), 0, "content type");

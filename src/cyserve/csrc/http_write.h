@@ -106,8 +106,8 @@ int resp_set_status(struct cyserve_response *r, int status);
 
 /* Add a header line. Names are tokens, values have no control characters but HTAB: -EINVAL
  * otherwise, which is
- * what stops a handler from splitting the response. Content-Length, Transfer-Encoding, Date and
- * Connection are managed by the engine: -EPERM. Returns 0, -EINVAL, -EPERM or -ENOMEM. */
+ * what stops a handler from splitting the response. Content-Length, Transfer-Encoding, Date,
+ * Server and Connection are managed by the engine: -EPERM. Returns 0, -EINVAL, -EPERM or -ENOMEM. */
 int resp_add_header(struct cyserve_response *r, const char *name, size_t nlen, const char *value,
                     size_t vlen);
 
