@@ -98,7 +98,8 @@ def test_the_cli_spelling_of_an_error() -> None:
 @pytest.mark.parametrize(("option", "value"), [
     ("port", 0), ("port", 65535), ("threads", 1024), ("graceful_timeout", 0),
     ("keepalive_timeout", 0.001), ("body_timeout", 2592000), ("max_body_bytes", 1 << 40),
-    ("max_headers", 10000), ("backlog", 65535), ("host", "::1"), ("host", "localhost"), ("log_level", "DEBUG"),
+    ("max_headers", 10000), ("backlog", 65535), ("host", "::1"), ("host", "localhost"),
+    ("log_level", "DEBUG"),
 ])
 def test_edge_values_that_are_fine(option: str, value: Any) -> None:
     assert getattr(Config(**{option: value}), option) == value
