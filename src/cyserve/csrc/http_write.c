@@ -397,5 +397,6 @@ int http_write_error(struct wbuf *out, int status, const char *detail, int head_
     int rc = http_write_head(out, status, 1, 0, (uint64_t)n, ct, sizeof(ct) - 1, date);
     if (UNLIKELY(rc) || head_only)
         return rc;
-    return wbuf_append(out, body, (size_t)n);
+    rc = wbuf_append(out, body, (size_t)n);
+    return rc ? rc : n;
 }

@@ -160,7 +160,7 @@ int http_write_head(struct wbuf *out, int status, int minor_version, int keep_al
 
 /* Append a complete error response (text/plain body "<status> <reason>: <detail>\n") with
  * Connection: close; head_only (the request was HEAD): the same head, no body (RFC 9110 9.3.2).
- * Returns 0 or -ENOMEM. */
+ * Returns the body bytes appended (0 for head_only; for the access log), or -ENOMEM. */
 int http_write_error(struct wbuf *out, int status, const char *detail, int head_only,
                      const char *date);
 

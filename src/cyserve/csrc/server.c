@@ -1006,11 +1006,12 @@ static void log_response(struct serve *sv, int status, int64_t bytes)
  * SERVE_CLOSE). */
 static int error_close(struct serve *sv, int status, const char *detail)
 {
-    log_response(sv, status, -1);
-    access_log(sv);
     /* A HEAD gets no body, even in an error (when its method was read at all). */
     int head_only = sv->req.method_id == HTTP_HEAD;
-    if (http_write_error(&sv->out, status, detail, head_only, date_now()) == 0 && flush(sv) == 0)
+    int n = http_write_error(&sv->out, status, detail, head_only, date_now());
+    log_response(sv, status, n < 0 ? -1 : n);
+    access_log(sv);
+    if (n >= 0 && flush(sv) == 0)
         linger_close(sv);
     return SERVE_CLOSE;
 }
