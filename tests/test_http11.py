@@ -12,7 +12,7 @@ import time
 import pytest
 
 from _rawhttp import Conn, get, request, serving
-from cyserve._core import Request, Response, Server
+from cyserve._core import Headers, Request, Response, Server
 
 
 def echo(req: Request) -> Response:
@@ -63,6 +63,7 @@ ROUTES = [
     ("path", "/nan", None, "python", lambda req: {"x": float("nan")}),
     ("path", "/ctl-header", None, "python", lambda req: Response("x", headers={"X-A": "a\x01"})),
     ("path", "/server-header", None, "python", lambda req: Response("x", headers={"Server": "a"})),
+    ("path", "/204-body", None, "python", lambda req: Response("x", status=204)),
     ("prefix", "/pre", None, "python", lambda req: "prefix " + req.path),
     ("regex", "/re/([0-9]+)", None, "python", lambda req: "re " + req.params["1"]),
 ]
@@ -145,6 +146,7 @@ def test_request_fields(port):
     ("/nan", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
     ("/ctl-header", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
     ("/server-header", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
+    ("/204-body", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
 ])
 def test_return_values(port, path, status, ctype, body, caplog):
     r = request(port, get(path))
@@ -152,7 +154,8 @@ def test_return_values(port, path, status, ctype, body, caplog):
     if status == 500:
         why = {"/bad-return": "float", "/interim": "200..599", "/late-body": "int",
                "/nan": "JSON", "/ctl-header": "X-A",
-               "/server-header": "written by the server"}[path]
+               "/server-header": "written by the server",
+               "/204-body": "a 204 response cannot have a body"}[path]
         assert any(why in rec.getMessage() or why in (rec.exc_text or "")
                    for rec in caplog.records), [rec.getMessage() for rec in caplog.records]
     if status == 204:
@@ -623,3 +626,12 @@ def test_server_refuses_timeouts_its_clock_cannot_hold():
     for name in ("keepalive_timeout", "header_timeout", "body_timeout"):
         with pytest.raises(ValueError, match=f"{name} must be > 0 and at most 1e9 seconds"):
             Server(ROUTES, host="127.0.0.1", port=0, threads=1, **{name: 1e12})
+
+
+def test_headers_mapping_joins_and_keys() -> None:
+    h = Headers([("cookie", "a=1"), ("x", "1"), ("cookie", "b=2"), ("x", "2")])
+    # Cookie lines join with "; " (RFC 6265 5.4): ", " made http.cookies read a="1,".
+    assert h["Cookie"] == "a=1; b=2" and h["X"] == "1, 2"
+    with pytest.raises(KeyError):
+        h[1]  # a KeyError, as any mapping gives, not an AttributeError from .lower()
+    assert h.get(1, "d") == "d" and 1 not in h

@@ -82,7 +82,8 @@ cdef object cyserve_handler_capsule(cyserve_nogil_handler fn):
 
 class Headers(_Mapping):
     """The request's header fields: a read-only, case-insensitive mapping. Repeated fields are
-    joined with ", " (RFC 9110 5.3); items() gives the lower-cased names."""
+    joined with ", " (RFC 9110 5.3), Cookie lines with "; " (RFC 6265 5.4: a cookie value may
+    hold a comma); items() gives the lower-cased names."""
 
     __slots__ = ("_d",)
 
@@ -90,19 +91,21 @@ class Headers(_Mapping):
         d = {}
         for k, v in pairs:
             if k in d:
-                d[k] = d[k] + ", " + v
+                d[k] = d[k] + ("; " if k == "cookie" else ", ") + v
             else:
                 d[k] = v
         self._d = d
 
     def __getitem__(self, key):
+        if not isinstance(key, str):
+            raise KeyError(key)
         return self._d[key.lower()]
 
     def __contains__(self, key):
         return isinstance(key, str) and key.lower() in self._d
 
     def get(self, key, default=None):
-        return self._d.get(key.lower(), default)
+        return self._d.get(key.lower(), default) if isinstance(key, str) else default
 
     def __iter__(self):
         return iter(self._d)
@@ -314,6 +317,11 @@ cdef int _fill_response(object result, cs.resp_t *resp) except -1:
             body = (<str>r._body).encode("utf-8")
         else:
             body = bytes(r._body)
+        if body and (r._status == 204 or r._status == 304):
+            # The engine would drop it without a word (RFC 9110: these have no content);
+            # app.static refuses the same at registration.
+            raise ValueError(f"a {r._status} response cannot have a body "
+                             f"({len(body)} bytes given)")
         if not has_ct:
             if r.content_type is not None:
                 _set_ct(resp, r.content_type)
