@@ -4,6 +4,7 @@ temporary folder, then served through Server."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -68,12 +69,16 @@ def test_header_lookup_is_case_insensitive_and_absent_is_reported(port):
     assert "x-test absent" in r.body.decode()
 
 
-def test_handler_error_gives_500(port):
+def test_handler_error_gives_500(port, capfd):
+    time.sleep(1.05)  # the failure line is written at most once a second, process-wide
     with Conn(port) as c:
         c.send(get("/fail") + get("/"))
         r = c.reply()
         assert (r.status, r.body) == (500, b"500 Internal Server Error\n")
         assert c.reply().body == b"Hello, World!"
+    # The operator learns of it, as a Python handler's failure gets a logged traceback.
+    assert "cyserve: GIL-free handler for GET /fail returned -1; answered 500" in \
+        capfd.readouterr().err
 
 
 def test_a_failing_handler_that_asked_to_close_gets_a_500_that_says_so(port):

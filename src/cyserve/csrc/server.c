@@ -1336,6 +1336,35 @@ static int inline_send(struct conn *c, struct server_worker *mine, const char *o
 
 /* Run GIL-free handler t for the request req (no body) inline and send its answer. Returns as
  * inline_send. */
+/* A GIL-free handler that fails gets a 500, and the operator a line on standard error (a Python
+ * handler's failure gets a logged traceback), at most one a second for the whole process, so that
+ * a route failing on every request can neither flood the log nor slow the server down. */
+static void note_handler_failure(const struct http_request *req, int hrc)
+{
+    static _Atomic uint64_t next_ns, suppressed;
+    uint64_t now = mono_ns();
+    /* safety: next_ns only rate-limits; the CAS makes one thread per second the writer. */
+    uint64_t due = atomic_load_explicit(&next_ns, memory_order_relaxed);
+    if (now < due || !atomic_compare_exchange_strong_explicit(&next_ns, &due, now + 1000000000ull,
+                                                              memory_order_relaxed,
+                                                              memory_order_relaxed)) {
+        atomic_fetch_add_explicit(&suppressed, 1, memory_order_relaxed);
+        return;
+    }
+    unsigned long long more = atomic_exchange_explicit(&suppressed, 0, memory_order_relaxed);
+    char line[512], tail[64] = "";
+    if (more)
+        snprintf(tail, sizeof(tail), " (and %llu more failures)", more);
+    int plen = req->path_len > 256 ? 256 : (int)req->path_len;
+    int n = snprintf(line, sizeof(line), "cyserve: GIL-free handler for %.*s %.*s returned %d; "
+                     "answered 500%s\n", (int)req->method_len, req->method, plen, req->path,
+                     hrc, tail);
+    if (n > 0) {
+        ssize_t w = write(2, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+        (void)w; /* nothing to do if standard error is gone */
+    }
+}
+
 static int inline_nogil(struct conn *c, struct server_worker *mine, const struct server_target *t,
                         const struct http_request *req, const struct router_match *m)
 {
@@ -1367,6 +1396,7 @@ static int inline_nogil(struct conn *c, struct server_worker *mine, const struct
     const char *body = resp_body(&resp, &body_len);
     int rc;
     if (UNLIKELY(hrc != 0)) {
+        note_handler_failure(req, hrc);
         rc = simple_put(&out, 500, "500 Internal Server Error\n", NULL, req->minor_version, keep,
                         head_only);
     } else {
@@ -1665,6 +1695,7 @@ static int dispatch(struct serve *sv, const char *body, size_t body_len, int kee
         keep = 0;
     }
     if (UNLIKELY(hrc != 0)) {
+        note_handler_failure(&sv->req, hrc);
         int close = sv->resp.close;
         resp_reset(&sv->resp);
         sv->resp.close = close;
