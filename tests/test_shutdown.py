@@ -333,6 +333,54 @@ def test_log_level_critical_silences_handler_tracebacks(
     assert (status, stderr) == (0, "")
 
 
+EMBEDDED_SLOW = """
+import http.client, threading, time
+import cyserve
+from cyserve.config import Config
+from cyserve.server import serve
+
+app = cyserve.App()
+started = threading.Event()
+
+@app.get("/slow")
+def slow(request):
+    started.set()
+    time.sleep(2.6)  # longer than the grace period and _FORCE_WAIT_SECONDS together
+    return "slow done"
+
+ports, stop, got = [], threading.Event(), []
+server = threading.Thread(target=serve, args=(app, Config(port=0, threads=1,
+                          graceful_timeout=0.2)), kwargs={"stop_event": stop,
+                          "ready": lambda srv: ports.append(srv.port)})
+server.start()
+while not ports:
+    time.sleep(0.01)
+
+def client():
+    c = http.client.HTTPConnection("127.0.0.1", ports[0], timeout=30)
+    c.request("GET", "/slow")
+    got.append(c.getresponse().read())
+
+threading.Thread(target=client, daemon=True).start()
+started.wait(30)
+stop.set()
+server.join(60)
+print("serve returned", not server.is_alive(), got, flush=True)
+"""
+
+
+def test_one_stop_event_never_ends_the_embedding_process(tmp_path: Path) -> None:
+    # In a program that embeds the server, one stop_event.set() with a handler running past the
+    # grace period must not os._exit() the program: serve() returns when the handler does.
+    script = tmp_path / "embedded_slow.py"
+    script.write_text(EMBEDDED_SLOW)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                          timeout=EXIT_TIMEOUT)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
+    assert proc.stdout.splitlines()[-1].startswith("serve returned True")
+
+
 def test_serve_in_a_thread_stops_on_its_event() -> None:
     # Outside the main thread no signal handler can be installed; stop_event replaces them.
     import cyserve

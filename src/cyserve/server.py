@@ -17,9 +17,10 @@ The lifecycle, in order:
    second Ctrl-C during the grace period is seen and forces srv.stop(grace=0).
 6. A forced stop still has to join the workers, and a worker stuck in a handler that does not
    return cannot be joined. If the forced stop has not finished after _FORCE_WAIT_SECONDS (or on a
-   third signal), or a single stop has not finished _FORCE_WAIT_SECONDS after its grace period,
-   the process exits with status 1 (os._exit): the only way out that does not finalise the
-   interpreter under threads still running Python code.
+   third signal), or a single signal's stop has not finished _FORCE_WAIT_SECONDS after its grace
+   period, the process exits with status 1 (os._exit): the only way out that does not finalise
+   the interpreter under threads still running Python code. A stop_event (an embedding program)
+   never ends the process: serve() waits for its handlers.
 7. Restore the previous signal handlers and return.
 """
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import signal
 import sys
@@ -162,6 +164,10 @@ class _Waiter:
             signal.signal(signum, previous)
         self._previous.clear()
 
+    def owns_process(self) -> bool:
+        """Whether the stop is driven by signals (install() ran on the main thread)."""
+        return bool(self._previous)
+
     def previous_handlers(self) -> dict[int, Any]:
         """The handlers install() replaced (a forked worker process puts them back)."""
         return dict(self._previous)
@@ -200,8 +206,12 @@ def _stop(srv: Server, grace: float, waiter: _Waiter) -> None:
     stopper.start()
     # A single stop request must end too: once the grace period is over stop(grace) has closed
     # everything parked, and a handler still computing gets _FORCE_WAIT_SECONDS more, as after a
-    # forced stop (the process supervisor gives a worker the same before SIGKILL).
-    deadline = time.monotonic() + grace + _FORCE_WAIT_SECONDS
+    # forced stop (the process supervisor gives a worker the same before SIGKILL). Only when
+    # signals drive the stop, that is when cyserve owns the process: a program that embeds the
+    # server and sets its stop_event once is not ended under its own feet (serve() returns
+    # when the handler does).
+    deadline = (time.monotonic() + grace + _FORCE_WAIT_SECONDS if waiter.owns_process()
+                else math.inf)
     forced_at: float | None = None
     while stopper.is_alive():
         time.sleep(_POLL_SECONDS)
@@ -227,7 +237,10 @@ def _abandon_handlers(after: str) -> None:
     # code. The user asked to stop and the time given is spent, so end the process; the kernel
     # closes every socket.
     say(f"cyserve: handlers still running after {after}; exiting without them")
-    sys.stderr.flush()
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):  # nobody reads it any more: leave all the same
+        pass
     os._exit(1)
 
 

