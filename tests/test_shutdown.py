@@ -240,6 +240,16 @@ def test_one_sigterm_ends_a_stuck_handler_after_the_grace_period(
     assert "Traceback" not in stderr
 
 
+def run_program(script: Path, text: str) -> subprocess.CompletedProcess[str]:
+    """Run text as a program of its own (one that embeds cyserve); it must exit with 0."""
+    script.write_text(text)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                          timeout=EXIT_TIMEOUT)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
+    return proc
+
+
 EMBEDDED = """
 import os, signal, threading, time
 import cyserve
@@ -259,12 +269,7 @@ def test_signals_after_run_returns_are_the_programs_again(tmp_path: Path) -> Non
     # The stop runs on a helper thread; it once unmapped the main thread's alternate signal
     # stack, and the next SIGINT (Python's handler runs on it) killed the process with SIGSEGV:
     # a second Ctrl-C just after a quick stop, or any later one in a program that goes on.
-    script = tmp_path / "embedded.py"
-    script.write_text(EMBEDDED)
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
-                          timeout=EXIT_TIMEOUT)
-    assert proc.returncode == 0, (proc.returncode, proc.stderr)
+    proc = run_program(tmp_path / "embedded.py", EMBEDDED)
     assert proc.stdout.splitlines()[-1] == "KeyboardInterrupt after run()"
 
 
@@ -372,12 +377,7 @@ print("serve returned", not server.is_alive(), got, flush=True)
 def test_one_stop_event_never_ends_the_embedding_process(tmp_path: Path) -> None:
     # In a program that embeds the server, one stop_event.set() with a handler running past the
     # grace period must not os._exit() the program: serve() returns when the handler does.
-    script = tmp_path / "embedded_slow.py"
-    script.write_text(EMBEDDED_SLOW)
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
-                          timeout=EXIT_TIMEOUT)
-    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
+    proc = run_program(tmp_path / "embedded_slow.py", EMBEDDED_SLOW)
     assert proc.stdout.splitlines()[-1].startswith("serve returned True")
 
 
