@@ -319,6 +319,8 @@ def test_invalid_regexes_get_the_c_librarys_message(regex: str, message: str) ->
     r"^/(a+)+$",  # a group between two operators
     r"^/a{1,3}$",
     "/([a-z])" * 16 + r"/[(]\(",  # 16 groups; a '(' in brackets or escaped opens none
+    "/([a-z])" * 16 + "/[[:alpha:](]",  # the '(' is in the bracket, after the class's ':]'
+    "/[[:alpha:]*+]",  # operators after a class, still inside the bracket
     r"/(a)\1",  # a backreference to the user's own first group
 ])
 def test_valid_regexes(regex: str) -> None:

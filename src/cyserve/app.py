@@ -397,8 +397,8 @@ def _bracket_end(p: str, i: int) -> int:
         j += 1
     while j < n and p[j] != "]":
         if p[j] == "[" and j + 1 < n and p[j + 1] in ":.=":
-            close = p.find(p[j + 1], j + 2)
-            j = close + 1 if close >= 0 else n
+            close = p.find(p[j + 1] + "]", j + 2)  # the class's own ":]", not its first ':'
+            j = close + 2 if close >= 0 else n
         else:
             j += 1
     return j

@@ -184,6 +184,7 @@ static void test_regex(void)
         ok(strstr(errbuf, "repetition") != NULL, "message: %s", errbuf);
     }
     static const char *const fine[] = {"/a\\++", "/[+*]+", "/[]+]*", "/[^]*]?", "/[[:alpha:]+]*",
+                                       "/[[:alpha:]*+]", "/[[:alpha:](]*",
                                        "/(a+)+", "/a{1,3}b*"};
     for (size_t i = 0; i < N_ELEMENTS(fine); i++)
         is_int(add(r, ROUTER_REGEX, fine[i], GET, &T_ANY), 0, fine[i]);

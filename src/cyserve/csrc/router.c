@@ -552,9 +552,12 @@ static bool router__stacked_repetition(const char *p, size_t len)
             while (j < len && p[j] != ']') {
                 if (p[j] == '[' && j + 1 < len && (p[j + 1] == ':' || p[j + 1] == '.' ||
                                                    p[j + 1] == '=')) {
-                    const char *close = j + 2 < len ? memchr(p + j + 2, p[j + 1], len - j - 2)
-                                                    : NULL;
-                    j = close ? (size_t)(close - p) + 1 : len;
+                    /* The class ends at its own ":]" (".]", "=]"), not at the first ':': in
+                     * "[[:alpha:](]" the '(' is still inside the bracket. */
+                    size_t k = j + 2;
+                    while (k + 1 < len && !(p[k] == p[j + 1] && p[k + 1] == ']'))
+                        k++;
+                    j = k + 1 < len ? k + 2 : len;
                 } else {
                     j++;
                 }
