@@ -50,7 +50,7 @@ ASAN_PKG := build/asan/pkg
 ASAN_TESTS ?= $(wildcard tests/test_sched.py tests/test_parser.py tests/test_http11.py \
 	tests/test_static_files.py tests/test_nogil_handlers.py tests/test_concurrency.py \
 	tests/test_large_bodies.py tests/test_python_handlers.py tests/test_access_log.py \
-	tests/test_inline_path.py)
+	tests/test_inline_path.py tests/test_wsgi.py)
 $(ASAN_PKG)/.built: $(STAMP) $(CORE_SOURCES)
 	rm -rf $(ASAN_PKG) && mkdir -p $(ASAN_PKG)
 	cp -r src/cyserve $(ASAN_PKG)/cyserve
@@ -59,7 +59,10 @@ $(ASAN_PKG)/.built: $(STAMP) $(CORE_SOURCES)
 		--build-lib $(ASAN_PKG) --build-temp build/asan/tmp
 	touch $@
 
+# The Python modules are copied again on every run: the sanitized build is only redone when native
+# sources change, and the tests must not run against an older copy of the Python layer.
 test-asan: $(ASAN_PKG)/.built
+	cp src/cyserve/*.py src/cyserve/*.pyi $(ASAN_PKG)/cyserve/
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	PYTHONPATH=$(ASAN_PKG) CYSERVE_EXPECT_SANITIZED=1 $(PY) -m pytest -p no:cacheprovider $(ASAN_TESTS)

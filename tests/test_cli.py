@@ -56,7 +56,7 @@ def test_every_option_reaches_the_config() -> None:
         "--max-header-bytes", "100", "--max-target-bytes", "101", "--max-headers", "9",
         "--max-body-bytes", "102", "--keepalive-timeout", "1.5", "--header-timeout", "2",
         "--body-timeout", "3", "--graceful-timeout", "0", "--log-level", "debug",
-        "--processes", "4", "--access-log"])
+        "--processes", "4", "--access-log", "--interface", "WSGI"])
     c = cli.config_from_args(args)
     assert (c.host, c.port, c.threads, c.backlog) == ("0.0.0.0", 8080, 3, 7)
     assert (c.max_header_bytes, c.max_target_bytes, c.max_headers, c.max_body_bytes) == (
@@ -64,7 +64,7 @@ def test_every_option_reaches_the_config() -> None:
     assert (c.keepalive_timeout, c.header_timeout, c.body_timeout, c.graceful_timeout) == (
         1.5, 2.0, 3.0, 0.0)
     assert c.log_level == "debug"
-    assert (c.processes, c.access_log) == (4, True)
+    assert (c.processes, c.access_log, c.interface) == (4, True, "wsgi")
 
 
 @pytest.mark.parametrize(("argv", "line"), [
@@ -115,7 +115,44 @@ def test_attribute_that_is_not_an_app(capsys: pytest.CaptureFixture[str], tmp_pa
                                       isolated_path: None) -> None:
     name = write_module(tmp_path, "app = 42\n")
     status, err = run_main(capsys, f"{name}:app", "--app-dir", str(tmp_path))
-    assert (status, err) == (2, f"cyserve: '{name}:app' is not a cyserve.App (it is a int)\n")
+    assert (status, err) == (2, f"cyserve: '{name}:app': expected a cyserve.App or a WSGI application, got int 42\n")
+
+
+def test_a_wsgi_callable_is_served_as_one(tmp_path: Path, isolated_path: None) -> None:
+    name = write_module(tmp_path, """
+        def app(environ, start_response):
+            start_response("200 OK", [])
+            return [b"hi"]
+    """)
+    app = cli.load_app(f"{name}:app", str(tmp_path))
+    assert isinstance(app, cyserve.App)
+    [(match, pattern, methods, kind, handler)] = app.build()
+    assert (match, pattern, methods, kind) == ("prefix", "/", None, "python")
+    assert handler.app.__module__ == name
+    assert cli.load_app(f"{name}:app", str(tmp_path), "wsgi").build()[0][4].app is handler.app
+
+
+@pytest.mark.parametrize(("source", "options", "message"), [
+    ("import cyserve\napp = cyserve.App()\n", ("--interface", "wsgi"),
+     "interface 'wsgi' was asked for, but this is a cyserve.App"),
+    ("def app(environ, start_response):\n    return []\n", ("--interface", "cyserve"),
+     "expected a cyserve.App, got function"),
+    ("async def app(scope, receive, send):\n    pass\n", (),
+     "is an async (ASGI) application; cyserve runs cyserve.App and WSGI applications"),
+])
+def test_interface_mismatch_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                        isolated_path: None, source: str,
+                                        options: tuple[str, ...], message: str) -> None:
+    name = write_module(tmp_path, source)
+    status, err = run_main(capsys, f"{name}:app", "--app-dir", str(tmp_path), *options)
+    assert status == 2
+    assert err.startswith(f"cyserve: '{name}:app': ") and err.endswith("\n")
+    assert message in err and err.count("\n") == 1
+
+
+def test_unknown_interface_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    status, err = run_main(capsys, "m:app", "--interface", "asgi")
+    assert status == 2 and err.startswith("cyserve: argument --interface: invalid choice: 'asgi'")
 
 
 def test_dotted_attribute(tmp_path: Path, isolated_path: None) -> None:

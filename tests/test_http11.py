@@ -64,6 +64,15 @@ ROUTES = [
     ("path", "/ctl-header", None, "python", lambda req: Response("x", headers={"X-A": "a\x01"})),
     ("path", "/server-header", None, "python", lambda req: Response("x", headers={"Server": "a"})),
     ("path", "/204-body", None, "python", lambda req: Response("x", status=204)),
+    ("path", "/length-ok", None, "python",
+     lambda req: Response("four", headers=[("Content-Length", " 4 ")])),
+    ("path", "/length-wrong", None, "python",
+     lambda req: Response("four", headers=[("Content-Length", "5")])),
+    ("path", "/length-bad", None, "python",
+     lambda req: Response("four", headers=[("Content-Length", "+4")])),
+    # What GET would send, announced by an empty answer to HEAD (the GET gets a 500).
+    ("path", "/length-for-head", None, "python",
+     lambda req: Response(b"", headers={"Content-Length": "1234"}, content_type="text/x")),
     ("prefix", "/pre", None, "python", lambda req: "prefix " + req.path),
     ("regex", "/re/([0-9]+)", None, "python", lambda req: "re " + req.params["1"]),
 ]
@@ -147,6 +156,10 @@ def test_request_fields(port):
     ("/ctl-header", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
     ("/server-header", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
     ("/204-body", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
+    ("/length-ok", 200, "text/plain; charset=utf-8", b"four"),
+    ("/length-wrong", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
+    ("/length-bad", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
+    ("/length-for-head", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
 ])
 def test_return_values(port, path, status, ctype, body, caplog):
     r = request(port, get(path))
@@ -155,13 +168,25 @@ def test_return_values(port, path, status, ctype, body, caplog):
         why = {"/bad-return": "float", "/interim": "200..599", "/late-body": "int",
                "/nan": "JSON", "/ctl-header": "X-A",
                "/server-header": "written by the server",
-               "/204-body": "a 204 response cannot have a body"}[path]
+               "/204-body": "a 204 response cannot have a body",
+               "/length-wrong": "Content-Length 5 does not match the body's 4 bytes",
+               "/length-bad": "invalid Content-Length '+4'",
+               "/length-for-head": "Content-Length 1234 does not match the body's 0 bytes",
+               }[path]
         assert any(why in rec.getMessage() or why in (rec.exc_text or "")
                    for rec in caplog.records), [rec.getMessage() for rec in caplog.records]
     if status == 204:
         assert r.header("content-length") is None
     if path == "/created":
         assert r.header("x-a") == "1"
+
+
+def test_head_announces_the_length_an_empty_response_gives(port):
+    r = request(port, b"HEAD /length-for-head HTTP/1.1\r\nHost: t\r\n\r\n")
+    assert (r.status, r.header("content-length"), r.header("content-type")) == (200, "1234",
+                                                                                "text/x")
+    r = request(port, b"HEAD /length-ok HTTP/1.1\r\nHost: t\r\n\r\n")
+    assert (r.status, r.header("content-length")) == (200, "4")
 
 
 def test_response_checks_what_is_set() -> None:

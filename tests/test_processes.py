@@ -53,6 +53,11 @@ def slow(request):
         f.write("started\\n")
     time.sleep(float(os.environ.get("CYSERVE_TEST_SLEEP", "1.0")))
     return "slow done"
+
+
+def wsgi(environ, start_response):
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [f"{os.getpid()} {environ['wsgi.multiprocess']}".encode()]
 """
 
 SUPERVISING = re.compile(r"cyserve: supervising (\d+) processes on http://127\.0\.0\.1:(\d+) "
@@ -61,14 +66,15 @@ SERVING = re.compile(r"cyserve: serving on http://127\.0\.0\.1:(\d+) with 1 thre
 
 
 class Supervised:
-    def __init__(self, tmp: Path, processes: int, sleep: float = 1.0) -> None:
+    def __init__(self, tmp: Path, processes: int, sleep: float = 1.0,
+                 spec: str = "proc_app:app") -> None:
         (tmp / "proc_app.py").write_text(textwrap.dedent(APP))
         self.marker = tmp / "marker"
         self.port = free_port()
         env = dict(os.environ, CYSERVE_TEST_MARKER=str(self.marker), PYTHONUNBUFFERED="1",
                    CYSERVE_TEST_SLEEP=str(sleep))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cyserve", "proc_app:app", "--port", str(self.port),
+            [sys.executable, "-m", "cyserve", spec, "--port", str(self.port),
              "--threads", "1", "--processes", str(processes), "--graceful-timeout", "5"],
             cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             start_new_session=True)
@@ -162,6 +168,23 @@ def test_two_processes_share_the_port_and_both_answer(supervised: Supervised) ->
     code, err = supervised.finish()
     assert (code, err) == (0, "")
     assert all(_gone(pid) for pid in supervised.workers)
+
+
+def test_a_wsgi_app_runs_in_every_process(tmp_path: Path) -> None:
+    sup = Supervised(tmp_path, 2, spec="proc_app:wsgi")
+    try:
+        seen: set[int] = set()
+        for _ in range(400):
+            pid, multiprocess = sup.get("/any/path").split()
+            assert multiprocess == "True"  # wsgi.multiprocess: the app runs in several
+            seen.add(int(pid))
+            if seen == sup.workers:
+                break
+        assert seen == sup.workers
+        os.killpg(sup.proc.pid, signal.SIGTERM)
+        assert sup.finish() == (0, "")
+    finally:
+        sup.close()
 
 
 def test_a_worker_that_dies_is_replaced(supervised: Supervised) -> None:

@@ -6,4 +6,5 @@ The pieces live in native/*.pyx and are included here because they share C state
 
 include "native/sched.pyx"
 include "native/server.pyx"
+include "native/wsgi.pyx"
 include "native/parser_hook.pyx"

@@ -187,6 +187,29 @@ class App:
 
     # ---- Responses served from C ----------------------------------------------------------
 
+    def wsgi(self, prefix: str, app: Callable[..., Any]) -> None:
+        """Serve the WSGI application ``app`` (PEP 3333) for every path under ``prefix``, any
+        method; ``SCRIPT_NAME`` is the prefix and ``PATH_INFO`` the rest (cyserve.wsgi says how
+        requests and answers map, and what differs from a streaming server)."""
+        from ._core import WSGIHandler
+        from .wsgi import is_asgi_app
+
+        where = f"app.wsgi({prefix!r})"
+        if isinstance(app, App):
+            raise RouteError(f"{where}: this is a cyserve.App, not a WSGI application")
+        if not callable(app):
+            raise HandlerTypeError(f"{where}: a WSGI application must be callable, got "
+                                   f"{_describe_object(app)}")
+        if is_asgi_app(app):
+            raise RouteError(f"{where}: {_describe_object(app)} is an async (ASGI) "
+                             "application; cyserve runs WSGI applications only")
+        if not isinstance(prefix, str):
+            raise RouteError(f"{where}: pattern must be a str, got {type(prefix).__name__}")
+        handler = WSGIHandler(app, prefix)
+        label = "WSGI " + getattr(app, "__module__", "?") + "." + getattr(
+            app, "__qualname__", type(app).__name__)
+        self._add_kind("prefix", prefix, None, "python", handler, label, where)
+
     def static(self, path: str, body: str | bytes, content_type: str | None = None,
                status: int = 200, headers: Iterable[tuple[str, str]] | None = None,
                methods: Iterable[str] | str | None = ("GET",)) -> None:
@@ -266,6 +289,33 @@ class App:
                 raise RouteError(f"duplicate route: {new.describe()} overlaps "
                                  f"{old.describe()}, registered before")
         self._routes.append(new)
+
+
+def as_app(obj: object, interface: str = "auto") -> App:
+    """The App to serve for ``obj``: obj itself when it is an App, else an App serving it as a
+    WSGI application at "/". ``interface`` is "cyserve" (obj must be an App), "wsgi" (obj must
+    be a WSGI callable) or "auto" (whichever it is). HandlerTypeError (a TypeError) otherwise,
+    saying what obj is; an async callable is named as ASGI, which cyserve does not run."""
+    from .config import INTERFACES
+    from .wsgi import is_asgi_app
+
+    if interface not in INTERFACES:
+        raise ValueError(f"interface must be one of {', '.join(INTERFACES)}, "
+                         f"got {interface!r}")
+    if isinstance(obj, App):
+        if interface == "wsgi":
+            raise HandlerTypeError("interface 'wsgi' was asked for, but this is a cyserve.App")
+        return obj
+    what = _describe_object(obj)
+    if interface == "cyserve" or not callable(obj):
+        wanted = "a cyserve.App" if interface == "cyserve" else "a cyserve.App or a WSGI application"
+        raise HandlerTypeError(f"expected {wanted}, got {what}")
+    if is_asgi_app(obj):
+        raise HandlerTypeError(f"{what} is an async (ASGI) application; cyserve runs cyserve.App "
+                               "and WSGI applications")
+    app = App()
+    app.wsgi("/", obj)  # type: ignore[arg-type]
+    return app
 
 
 def _overlap(a: _Route, b: _Route) -> bool:

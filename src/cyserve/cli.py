@@ -20,9 +20,10 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from . import __version__
-from .app import App
-from .config import LOG_LEVELS, Config
-from .errors import AppLoadError, ConfigError, CyserveError, ListenError, RouteError
+from .app import App, as_app
+from .config import INTERFACES, LOG_LEVELS, Config
+from .errors import (AppLoadError, ConfigError, CyserveError, HandlerTypeError, ListenError,
+                     RouteError)
 
 __all__ = ["main", "load_app", "build_parser", "EXIT_RUNTIME", "EXIT_USAGE"]
 
@@ -52,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="cyserve", description="Serve a cyserve.App over HTTP/1.1.",
                 epilog="Ctrl-C or SIGTERM stops the server gracefully; a second Ctrl-C forces it.")
     p.add_argument("app", metavar="MODULE:APP",
-                   help="the App to serve, e.g. examples.demo.app:app")
+                   help="the cyserve.App or WSGI application to serve, e.g. "
+                        "examples.demo.app:app")
     p.add_argument("--host", default=defaults.host,
                    help=f"address to bind (default {defaults.host})")
     p.add_argument("--port", metavar="PORT", default=str(defaults.port),
@@ -85,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--access-log", action="store_true",
                    help="print one line per response on standard output (Common Log Format "
                         "and the seconds the request took)")
+    p.add_argument("--interface", default=defaults.interface, choices=INTERFACES,
+                   type=str.lower,
+                   help="what MODULE:APP is: a cyserve.App, a WSGI application, or auto "
+                        "(default: whichever it is)")
     p.add_argument("--app-dir", metavar="DIR", default=".",
                    help="folder put first on sys.path before importing (default: the current one)")
     p.add_argument("--version", action="version", version=f"cyserve {__version__}")
@@ -94,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> Config:
     """A validated Config from parsed arguments; ConfigError names the flag's option."""
     options: dict[str, Any] = {"host": args.host, "log_level": args.log_level,
-                               "access_log": args.access_log}
+                               "access_log": args.access_log, "interface": args.interface}
     for name in _INT_OPTIONS:
         raw = getattr(args, name)
         try:
@@ -110,11 +116,13 @@ def config_from_args(args: argparse.Namespace) -> Config:
     return Config(**options)
 
 
-def load_app(spec: str, app_dir: str | None = ".") -> App:
-    """Import ``module:attribute`` (the attribute may be dotted) and return the App there.
+def load_app(spec: str, app_dir: str | None = ".", interface: str = "auto") -> App:
+    """Import ``module:attribute`` (the attribute may be dotted) and return the App there, or
+    an App serving the WSGI application there (``interface``: see app.as_app).
 
     AppLoadError when the spec is malformed, the module does not exist or the attribute is
-    missing or is not an App. An exception raised by the module's own code propagates as it is.
+    missing or is not what ``interface`` asks for. An exception raised by the module's own code
+    propagates as it is.
     """
     if app_dir is not None:
         folder = os.path.abspath(app_dir)
@@ -140,9 +148,10 @@ def load_app(spec: str, app_dir: str | None = ".") -> App:
             obj = getattr(obj, part)
         except AttributeError:
             raise AppLoadError(f"{module_name!r} has no attribute {attr!r}") from None
-    if not isinstance(obj, App):
-        raise AppLoadError(f"{spec!r} is not a cyserve.App (it is a {type(obj).__name__})")
-    return obj
+    try:
+        return as_app(obj, interface)
+    except HandlerTypeError as exc:
+        raise AppLoadError(f"{spec!r}: {exc}") from None
 
 
 def _is_parent_or_self(missing: str, wanted: str) -> bool:
@@ -160,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(exc.for_cli(), EXIT_USAGE)
 
     try:
-        app = load_app(args.app, args.app_dir)
+        app = load_app(args.app, args.app_dir, config.interface)
     except AppLoadError as exc:
         return _fail(str(exc), EXIT_USAGE)
     except Exception as exc:

@@ -19,7 +19,8 @@ from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["Config", "LOG_LEVELS", "MAX_PROCESSES", "MAX_THREADS", "available_cpus"]
+__all__ = ["Config", "INTERFACES", "LOG_LEVELS", "MAX_PROCESSES", "MAX_THREADS",
+           "available_cpus"]
 
 # More workers than this is a typing mistake rather than a machine: every worker owns a thread,
 # an epoll instance and a listening socket.
@@ -29,6 +30,9 @@ MAX_THREADS = 1024
 MAX_PROCESSES = 256
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+# What the object served is (app.as_app): "auto" tells a cyserve.App from a WSGI callable.
+INTERFACES = ("auto", "cyserve", "wsgi")
 
 # Options whose value is a count or a size: integers of at least 1.
 _LIMITS = ("backlog", "max_header_bytes", "max_target_bytes", "max_headers", "max_body_bytes")
@@ -75,6 +79,7 @@ class Config:
     graceful_timeout: float = 5.0  # on shutdown, in-flight requests get this long to finish
     log_level: str = "info"
     access_log: bool = False  # one line per response on standard output (server.c, access log)
+    interface: str = "auto"  # a cyserve.App, a WSGI application, or "auto": whichever it is
     # Set by the process supervisor for its workers only (not a user option: the CLI has no flag).
     shared_port: bool = dataclasses.field(default=False, repr=False)
 
@@ -138,6 +143,9 @@ class Config:
         _check_seconds("graceful_timeout", self.graceful_timeout, allow_zero=True)
         if not isinstance(self.access_log, bool):
             raise ConfigError("access_log", repr(self.access_log), "must be True or False")
+        if self.interface not in INTERFACES:
+            raise ConfigError("interface", repr(self.interface),
+                              "must be one of " + ", ".join(INTERFACES))
         if not isinstance(self.log_level, str) or self.log_level.lower() not in LOG_LEVELS:
             raise ConfigError("log_level", self.log_level,
                               "must be one of " + ", ".join(LOG_LEVELS))

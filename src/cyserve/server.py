@@ -38,7 +38,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .app import App
+from .app import App, as_app
 from .config import Config
 from .errors import CyserveError, ListenError
 
@@ -59,9 +59,12 @@ _POLL_SECONDS = 0.05
 _FORCE_WAIT_SECONDS = 2.0
 
 
-def run(app: App, host: str = "127.0.0.1", port: int = 8000, threads: int = 0,
-        **options: Any) -> None:
+def run(app: App | Callable[..., Any], host: str = "127.0.0.1", port: int = 8000,
+        threads: int = 0, **options: Any) -> None:
     """Serve ``app`` until SIGINT or SIGTERM, then stop gracefully and return.
+
+    ``app`` is a cyserve.App or a WSGI application (PEP 3333; ``interface="wsgi"`` insists on
+    one, cyserve.wsgi says how it is run).
 
     ``threads=0`` starts one worker per CPU available to the process; ``processes=N`` runs N
     such processes under a supervisor (cyserve.processes). Other options are those of
@@ -73,7 +76,8 @@ def run(app: App, host: str = "127.0.0.1", port: int = 8000, threads: int = 0,
     serve(app, config)
 
 
-def serve(app: App, config: Config, *, stop_event: threading.Event | None = None,
+def serve(app: App | Callable[..., Any], config: Config, *,
+          stop_event: threading.Event | None = None,
           ready: Callable[[Server], None] | None = None) -> None:
     """Run ``app`` with ``config``: what run() does, for callers holding a Config.
 
@@ -81,20 +85,20 @@ def serve(app: App, config: Config, *, stop_event: threading.Event | None = None
     ``stop_event`` is set (setting it once acts like one Ctrl-C). ``ready`` is called with the
     started Server (its ``port`` is the bound port when config.port is 0).
     """
-    if not isinstance(app, App):
-        raise TypeError(f"expected a cyserve.App, got {type(app).__name__}")
+    app = as_app(app, config.interface)
     if config.processes > 1:
         if stop_event is not None or ready is not None:
             raise CyserveError("processes > 1 is run from the main thread by signals; "
                                "stop_event and ready apply to one process only")
         from .processes import serve_processes
-        if serve_processes(app, config) != 0:
+        if serve_processes(app, config.replace(interface="cyserve")) != 0:
             raise CyserveError("stopped: worker processes failed (see above)")
         return
     _configure_logging(config.log_level)
     routes = app.build()
     server_cls = _server_class()
     srv = server_cls(routes, **config.server_kwargs())
+    _bind_wsgi(routes, config, config.port)
     waiter = _Waiter(stop_event)
     waiter.install()
     try:
@@ -102,6 +106,8 @@ def serve(app: App, config: Config, *, stop_event: threading.Event | None = None
             srv.start()
         except OSError as exc:
             raise _listen_error(config.host, config.port, exc) from exc
+        if config.port == 0:
+            _bind_wsgi(routes, config, srv.port)  # now that the port is known
         try:
             workers = config.workers
             say(f"cyserve: serving on http://{format_address(config.host, srv.port)} with "
@@ -118,6 +124,16 @@ def serve(app: App, config: Config, *, stop_event: threading.Event | None = None
                 srv.stop(grace=0.0)
     finally:
         waiter.uninstall()
+
+
+def _bind_wsgi(routes: list[Any], config: Config, port: int) -> None:
+    """Tell the WSGI apps among the routes where they run (their environ's SERVER_NAME and
+    SERVER_PORT when a request has no Host, wsgi.multithread, wsgi.multiprocess)."""
+    from ._core import WSGIHandler
+
+    for route in routes:
+        if isinstance(route[4], WSGIHandler):
+            route[4].bind(config.host, port, config.workers, config.shared_port)
 
 
 def say(line: str, stream: TextIO | None = None) -> None:

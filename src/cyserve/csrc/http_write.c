@@ -98,6 +98,7 @@ void resp_init(struct cyserve_response *r)
     wbuf_init(&r->body, r->inline_body, sizeof(r->inline_body));
     r->body_static = NULL;
     r->body_static_len = 0;
+    r->head_length = -1;
     r->arena.head = NULL;
 }
 
@@ -110,6 +111,7 @@ void resp_reset(struct cyserve_response *r)
     r->body.len = 0;
     r->body_static = NULL;
     r->body_static_len = 0;
+    r->head_length = -1;
     resp_arena_reset(&r->arena);
 }
 
@@ -251,6 +253,14 @@ int resp_set_body_static(struct cyserve_response *r, const void *data, size_t le
      * body as set, so that a later resp_write is refused either way. */
     r->body_static = len ? data : "";
     r->body_static_len = len;
+    return 0;
+}
+
+int resp_set_head_length(struct cyserve_response *r, uint64_t n)
+{
+    if (UNLIKELY(n > (uint64_t)INT64_MAX))
+        return -EINVAL;
+    r->head_length = (int64_t)n;
     return 0;
 }
 

@@ -87,6 +87,10 @@ struct cyserve_response {
      * there, never copied into body. NULL when unset; then body is the body. */
     const char *body_static;
     size_t body_static_len;
+    /* The Content-Length an answer to HEAD announces when the body is empty: what the same
+     * request with GET would carry (a WSGI app answers HEAD with no body but its length). -1
+     * when unset: then the body's own length. Never used for other methods. */
+    int64_t head_length;
     struct resp_arena arena;  /* cyserve_resp_alloc() */
     char inline_headers[RESP_INLINE_HEADERS];
     char inline_body[RESP_INLINE_BODY];
@@ -123,6 +127,10 @@ int resp_write(struct cyserve_response *r, const void *data, size_t len);
  * resp_write: -EEXIST if the body already has bytes or a static body was set; -EINVAL for
  * data == NULL with len > 0. Returns 0. */
 int resp_set_body_static(struct cyserve_response *r, const void *data, size_t len);
+
+/* Announce n as the Content-Length of an answer to HEAD whose body is empty (see head_length).
+ * Returns 0, or -EINVAL when n is over INT64_MAX. */
+int resp_set_head_length(struct cyserve_response *r, uint64_t n);
 
 /* The body to send: the static one if set, else the written one. Sets *len. */
 static inline const char *resp_body(const struct cyserve_response *r, size_t *len)

@@ -1143,7 +1143,7 @@ static int send_static(struct serve *sv, const struct server_target *t, int keep
 /* Write the head of handler response r to out; *blen: the body bytes that follow it (0 for
  * statuses without a body). keep: already false when r->close. Returns 0 or -ENOMEM. */
 static int resp_head_put(struct wbuf *out, struct cyserve_response *r, int minor, int keep,
-                         size_t *blen)
+                         int head_only, size_t *blen)
 {
     int status = r->status;
     int bodyless = status < 200 || status == 204 || status == 304;
@@ -1155,7 +1155,12 @@ static int resp_head_put(struct wbuf *out, struct cyserve_response *r, int minor
             return -ENOMEM;
     }
     *blen = bodyless ? 0 : body_len;
-    return http_write_head(out, status, minor, keep, *blen, r->headers.ptr, r->headers.len,
+    /* An answer to HEAD announces the length GET would have: the handler's own when it gave
+     * one and no body (resp_set_head_length). */
+    uint64_t announce = *blen;
+    if (UNLIKELY(head_only && !body_len && !bodyless && r->head_length >= 0))
+        announce = (uint64_t)r->head_length;
+    return http_write_head(out, status, minor, keep, announce, r->headers.ptr, r->headers.len,
                            date_now());
 }
 
@@ -1166,7 +1171,7 @@ static int send_resp(struct serve *sv, int keep, int head_only)
         keep = 0;
     size_t blen, body_len;
     const char *body = resp_body(r, &body_len);
-    int rc = resp_head_put(&sv->out, r, sv->req.minor_version, keep, &blen);
+    int rc = resp_head_put(&sv->out, r, sv->req.minor_version, keep, head_only, &blen);
     log_response(sv, r->status, head_only ? 0 : (int64_t)blen);
     if (UNLIKELY(rc))
         return rc;
@@ -1400,7 +1405,7 @@ static int inline_nogil(struct conn *c, struct server_worker *mine, const struct
         rc = simple_put(&out, 500, "500 Internal Server Error\n", NULL, req->minor_version, keep,
                         head_only);
     } else {
-        rc = resp_head_put(&out, &resp, req->minor_version, keep, &blen);
+        rc = resp_head_put(&out, &resp, req->minor_version, keep, head_only, &blen);
         if (!rc && !head_only && blen)
             rc = wbuf_append(&out, body, blen);
     }
@@ -2269,6 +2274,18 @@ void server_get_stats(struct server *s, struct server_stats *out)
         out->spawned += st.spawned;
     }
     pthread_mutex_unlock(&s->stats_lock);
+}
+
+int server_req_peer(const cyserve_request *req, const char **out)
+{
+    struct serve *sv = req->engine;
+    if (!sv)
+        return -ENOTCONN;
+    const char *peer = log_peer(sv->c); /* cached on the connection after its first call */
+    if (peer[0] == '-')
+        return -ENOTCONN;
+    *out = peer;
+    return 0;
 }
 
 int server_req_header(const cyserve_request *req, const char *name, size_t nlen,

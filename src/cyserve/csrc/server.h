@@ -145,4 +145,10 @@ void server_get_stats(struct server *s, struct server_stats *out);
 int server_req_header(const cyserve_request *req, const char *name, size_t nlen,
                       cyserve_str *out);
 
+/* The client's address of req's connection as "host:port" ("[v6]:port" for IPv6), NUL-ended:
+ * 0 and *out set, owned by the connection and valid until the handler returns; -ENOTCONN when
+ * it is unknown (the socket is gone, or req was not made by a coroutine's serve loop). The
+ * handler's thread only (the first call per connection makes it: getpeername, malloc). */
+int server_req_peer(const cyserve_request *req, const char **out);
+
 #endif

@@ -128,7 +128,7 @@ cdef class Request:
 
     cdef const cyserve_request *_req
     cdef object _int_params
-    cdef object _method, _path, _query, _target, _headers, _body, _params
+    cdef object _method, _path, _query, _target, _headers, _body, _params, _client
 
     def __init__(self):
         raise TypeError("Request objects are created by the server")
@@ -206,6 +206,20 @@ cdef class Request:
             self._params = d
         return self._params
 
+    @property
+    def client(self):
+        """The client's address as (host, port), or None when it is not known."""
+        cdef const char *peer
+        if self._client is None:
+            self._check()
+            self._client = False
+            if cs.server_req_peer(<const cs.req_t *>self._req, &peer) == 0:
+                host, _, port = (<bytes>peer).decode("ascii").rpartition(":")
+                if host.startswith("["):
+                    host = host[1:-1]
+                self._client = (host, int(port))
+        return self._client or None
+
     def __repr__(self):
         if self._req == NULL and self._method is None:
             return "<Request (expired)>"
@@ -268,12 +282,34 @@ cdef int _check_rc(int rc, str what) except -1:
     raise MemoryError(what)
 
 
+cdef extern from "Python.h":
+    bint PyUnicode_IS_ASCII(object u)
+    const char *PyUnicode_AsUTF8AndSize(object u, Py_ssize_t *size) except NULL
+
+
 cdef int _add_header(cs.resp_t *resp, name, value) except -1:
-    cdef bytes n = (name if isinstance(name, bytes) else str(name).encode("latin-1"))
-    cdef bytes v = (value if isinstance(value, bytes) else str(value).encode("latin-1"))
-    return _check_rc(cs.resp_add_header(resp, PyBytes_AS_STRING(n), <size_t>PyBytes_GET_SIZE(n),
-                                        PyBytes_AS_STRING(v), <size_t>PyBytes_GET_SIZE(v)),
-                     f"header {name!r}")
+    # An ASCII str's UTF-8 form is its own buffer (its latin-1 bytes too): no copy for the
+    # usual header; anything else is encoded.
+    cdef Py_ssize_t nlen, vlen
+    cdef bytes bn, bv
+    cdef const char *n
+    cdef const char *v
+    if type(name) is str and PyUnicode_IS_ASCII(name):
+        n = PyUnicode_AsUTF8AndSize(name, &nlen)
+    else:
+        bn = name if isinstance(name, bytes) else str(name).encode("latin-1")
+        n = PyBytes_AS_STRING(bn)
+        nlen = PyBytes_GET_SIZE(bn)
+    if type(value) is str and PyUnicode_IS_ASCII(value):
+        v = PyUnicode_AsUTF8AndSize(value, &vlen)
+    else:
+        bv = value if isinstance(value, bytes) else str(value).encode("latin-1")
+        v = PyBytes_AS_STRING(bv)
+        vlen = PyBytes_GET_SIZE(bv)
+    cdef int rc = cs.resp_add_header(resp, n, <size_t>nlen, v, <size_t>vlen)
+    if rc:  # the message only when it is needed: it costs a repr
+        _check_rc(rc, f"header {name!r}")
+    return 0
 
 
 cdef int _set_body(cs.resp_t *resp, bytes b) except -1:
@@ -287,9 +323,10 @@ cdef int _set_ct(cs.resp_t *resp, ct) except -1:
                                               <size_t>PyBytes_GET_SIZE(v)), "content type")
 
 
-cdef int _fill_response(object result, cs.resp_t *resp) except -1:
+cdef int _fill_response(object result, cs.resp_t *resp, bint head) except -1:
     cdef Response r
     cdef bytes body
+    cdef object length = None
     if isinstance(result, str):
         _set_ct(resp, b"text/plain; charset=utf-8")
         return _set_body(resp, (<str>result).encode("utf-8"))
@@ -305,18 +342,31 @@ cdef int _fill_response(object result, cs.resp_t *resp) except -1:
         return _check_rc(cs.resp_set_status(resp, 204), "status")
     if isinstance(result, Response):
         r = <Response>result
-        _check_rc(cs.resp_set_status(resp, r._status), f"status {r._status}")
+        if cs.resp_set_status(resp, r._status):
+            _check_rc(-22, f"status {r._status}")
         has_ct = False
         if r.headers:
             items = r.headers.items() if isinstance(r.headers, _Mapping) else r.headers
             for name, value in items:
-                if str(name).lower() == "content-type":
+                lname = (name.decode("latin-1") if isinstance(name, bytes) else str(name)).lower()
+                if lname == "content-type":
                     has_ct = True
+                elif lname == "content-length":
+                    length = _content_length(value)
+                    continue
                 _add_header(resp, name, value)
         if isinstance(r._body, str):
             body = (<str>r._body).encode("utf-8")
         else:
             body = bytes(r._body)
+        if length is not None and length != len(body):
+            # The engine writes Content-Length from the body. A handler's own value is checked
+            # against it, but an empty body may announce a length when answering HEAD (what GET
+            # would send, as WSGI apps do).
+            if body or not head:
+                raise ValueError(f"Content-Length {length} does not match the body's "
+                                 f"{len(body)} bytes")
+            _check_rc(cs.resp_set_head_length(resp, <uint64_t>length), "Content-Length")
         if body and (r._status == 204 or r._status == 304):
             # The engine would drop it without a word (RFC 9110: these have no content);
             # app.static refuses the same at registration.
@@ -332,6 +382,15 @@ cdef int _fill_response(object result, cs.resp_t *resp) except -1:
         return _set_body(resp, body)
     raise TypeError(f"a handler must return str, bytes, dict, list, Response or None, "
                     f"not {type(result).__name__}")
+
+
+cdef object _content_length(value):
+    v = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+    v = v.strip(" \t")
+    # RFC 9110 8.6: 1*DIGIT; int() alone would also take "+5", "1_0" and other digits.
+    if not v or not v.isascii() or not v.isdigit() or len(v) > 18:
+        raise ValueError(f"invalid Content-Length {value!r}")
+    return int(v)
 
 
 cdef void _answer_500(cs.resp_t *resp) noexcept nogil:
@@ -354,7 +413,11 @@ cdef void _py_call_impl(tuple info, cyserve_request *req, cs.resp_t *resp) noexc
     handler = info[0]
     try:
         result = handler(r)
-        _fill_response(result, resp)
+        head = req.method.len == 4 and (<const char *>req.method.ptr)[:4] == b"HEAD"
+        if type(result) is _WSGIAnswer:  # native/wsgi.pyx
+            _fill_wsgi(<_WSGIAnswer>result, resp, head)
+        else:
+            _fill_response(result, resp, head)
     except BaseException:
         _answer_500(resp)
         try:

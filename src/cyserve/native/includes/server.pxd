@@ -28,6 +28,7 @@ cdef extern from "csrc/http_write.h" nogil:
     int resp_set_content_type(resp_t *r, const char *value, size_t vlen)
     int resp_write(resp_t *r, const void *data, size_t len)
     int resp_set_body_static(resp_t *r, const void *data, size_t len)
+    int resp_set_head_length(resp_t *r, uint64_t n)
     void *resp_alloc(resp_t *r, size_t size)
 
 cdef extern from "csrc/server.h" nogil:
@@ -81,3 +82,4 @@ cdef extern from "csrc/server.h" nogil:
         uint64_t spawned
     void server_get_stats(server_t *s, server_stats_t *out)
     int server_req_header(const req_t *req, const char *name, size_t nlen, void *out)
+    int server_req_peer(const req_t *req, const char **out)

@@ -1,0 +1,56 @@
+"""WSGI applications (PEP 3333) on cyserve.
+
+``app.wsgi(prefix, wsgi_app)`` mounts one under a prefix of an App (beside GIL-free and static
+routes); ``cyserve.run(wsgi_app)`` and ``cyserve module:app`` serve one on its own. A WSGI app
+runs as a Python handler: on the worker threads, holding the GIL while it runs.
+
+How a request maps onto the environ, and what differs from a streaming server:
+
+- The body is read whole before the app is called (up to ``max_body_bytes``, 413 beyond):
+  ``wsgi.input`` is a BytesIO over it, ``CONTENT_LENGTH`` its length (a chunked upload too) and
+  ``wsgi.input_terminated`` is true.
+- The answer is collected whole, then sent with a Content-Length: the engine has no streamed
+  (chunked) answers yet. An app that streams a very large body holds it in memory, and an
+  endless stream (server-sent events) never reaches the client.
+- ``SCRIPT_NAME`` is the mount prefix, ``PATH_INFO`` the rest of the path, percent-decoded and
+  given as latin-1 text (PEP 3333's bytes in a str), ``QUERY_STRING`` the raw query.
+- A request header whose name holds "_" is left out, as nginx and gunicorn do: otherwise
+  "X_User: admin" would arrive as ``HTTP_X_USER``, the same key as "X-User".
+- From the answer: Date and Server are the engine's (the app's are dropped); Content-Length is
+  checked against the body (an answer to HEAD may have no body and announce what GET would
+  send); ``Connection: close`` closes the connection after the answer, ``Connection:
+  keep-alive`` and ``Keep-Alive`` are dropped; Transfer-Encoding, TE, Trailer and Upgrade are
+  an error (PEP 3333: hop-by-hop headers are the server's). The reason phrase sent is the
+  engine's for the code.
+- Anything the app gets wrong (no start_response, a str chunk, a bad status or header) is a 500
+  and a logged error that names it, like an exception raised by the app.
+- An answer with a body and no Content-Type gets the engine's default, text/plain; charset=utf-8.
+
+The handler itself (WSGIHandler, the environ, start_response) is native/wsgi.pyx in the
+extension: it runs once per request.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+__all__ = ["WSGIHandler", "WSGIError", "is_asgi_app"]
+
+
+def is_asgi_app(obj: object) -> bool:
+    """Whether obj looks like an ASGI application (an async callable), which cyserve does not
+    run."""
+    if inspect.iscoroutinefunction(obj):
+        return True
+    call = getattr(obj, "__call__", None)
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def __getattr__(name: str) -> Any:
+    # In the extension; imported lazily, as cyserve/__init__.py does for Request and Response.
+    if name in ("WSGIHandler", "WSGIError"):
+        from . import _core
+
+        return getattr(_core, name)
+    raise AttributeError(f"module 'cyserve.wsgi' has no attribute {name!r}")
