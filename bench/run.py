@@ -202,7 +202,7 @@ def availability(servers, nogil_error):
         env = S.py_env()
         env["PYTHONPATH"] += os.pathsep + S.BUILD
         cy = probe_modules(S.VENV_PY, ["cyserve", "bench.apps.cyserve_py", "bench.apps.cyserve_static_app",
-                                       "bench.apps.cyserve_nogil_app"], env)
+                                       "bench.apps.cyserve_nogil_app", "bench.apps.wsgi_app"], env)
     go_ver = sh(["go", "version"]).stdout.strip() if harness.have("go") else ""
     go_mods = {}
     try:
@@ -217,7 +217,8 @@ def availability(servers, nogil_error):
         why = None
         if s.group == "cyserve":
             app_mod = {"cyserve-py": "bench.apps.cyserve_py", "cyserve-static": "bench.apps.cyserve_static_app",
-                       "cyserve-nogil": "bench.apps.cyserve_nogil_app"}[s.name]
+                       "cyserve-nogil": "bench.apps.cyserve_nogil_app",
+                       "cyserve-wsgi": "bench.apps.wsgi_app"}[s.name]
             if not have_py:
                 why = "bench/.venv missing"
             elif cy.get("cyserve", "").startswith("ERROR"):
