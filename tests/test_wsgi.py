@@ -87,8 +87,10 @@ def test_path_info_is_percent_decoded_bytes_as_latin1(echo_port: int) -> None:
 
 
 def test_headers_with_an_underscore_are_left_out(echo_port: int) -> None:
-    env = environ_of(echo_port, get("/", extra="X-User: alice\r\nX_User: mallory\r\n"))
+    env = environ_of(echo_port, get("/", extra="X-User: alice\r\nX_User: mallory\r\n"
+                                               "Content_Length: 9\r\n"))
     assert env["HTTP_X_USER"] == "alice"
+    assert "CONTENT_LENGTH" not in env and "HTTP_CONTENT_LENGTH" not in env
 
 
 def test_ipv6_host_and_a_host_without_port(echo_port: int) -> None:

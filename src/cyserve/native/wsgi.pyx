@@ -15,6 +15,9 @@ from cpython.unicode cimport PyUnicode_DecodeLatin1
 from cpython.ref cimport PyObject
 from libc.string cimport memchr
 
+cdef extern from "<strings.h>" nogil:
+    int strncasecmp(const char *a, const char *b, size_t n)
+
 _HOP_BY_HOP_ERRORS = frozenset({"transfer-encoding", "te", "trailer", "upgrade"})
 _WSGI_DROPPED = frozenset({"date", "server", "keep-alive"})
 _METHODS_INTERNED = {}
@@ -157,8 +160,8 @@ cdef class WSGIHandler:
             h = &req.headers[i]
             key = _env_key(h.name.ptr, h.name.len)
             if key is None:
-                if h.name.len == 14:
-                    had_length = True  # Content-Length (a name with '_' is never 14 long here)
+                if h.name.len == 14 and strncasecmp(h.name.ptr, "content-length", 14) == 0:
+                    had_length = True
                 continue
             value = _str_of(h.value)
             old = env.get(key)
