@@ -4,6 +4,7 @@ Last-Modified, 304), single ranges (206, 416), HEAD, and no way out of the root.
 from __future__ import annotations
 
 import email.utils
+import errno
 import os
 import resource
 import time
@@ -140,14 +141,28 @@ def test_out_of_descriptors_is_503_not_404(site):
     with Conn(site) as c:
         c.send(get("/files/style.css"))
         assert c.reply().status == 200
-        free = os.dup(0)  # the lowest free descriptor: every new one would be this or above
-        os.close(free)
+        # Every descriptor below the limit taken. A descriptor an earlier test's thread closes
+        # a moment later (a connection finishing) would be free again for the server's open:
+        # such a round is retried with that one taken too.
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (free, hard))
+        top = os.dup(0)
+        os.close(top)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (top + 64, hard))
+        taken: list[int] = []
         try:
-            c.send(get("/files/style.css"))
-            r = c.reply()
+            for _ in range(5):
+                try:
+                    while True:
+                        taken.append(os.open(os.devnull, os.O_RDONLY))
+                except OSError as exc:
+                    assert exc.errno == errno.EMFILE
+                c.send(get("/files/style.css"))
+                r = c.reply()
+                if r.status != 200:
+                    break
         finally:
+            for fd in taken:
+                os.close(fd)
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         assert (r.status, r.header("retry-after")) == (503, "1")
         c.send(get("/files/style.css"))
