@@ -73,11 +73,26 @@ class Conn:
             return r
         if "content-length" in headers:
             r.body = self.read_exact(int(headers["content-length"]))
+        elif headers.get("transfer-encoding") == "chunked":
+            r.body = self.read_chunked()
         else:
             while self._fill():
                 pass
             r.body, self.buf = self.buf, b""
         return r
+
+    def read_chunked(self) -> bytes:
+        """A chunked body (RFC 9112 7.1), checked strictly: the sizes the server writes."""
+        body = b""
+        while True:
+            line = self.read_until(b"\r\n")[:-2]
+            assert line and all(c in b"0123456789abcdef" for c in line), line
+            size = int(line, 16)
+            if size == 0:
+                assert self.read_until(b"\r\n") == b"\r\n"  # no trailers
+                return body
+            body += self.read_exact(size)
+            assert self.read_exact(2) == b"\r\n"
 
     def is_closed(self) -> bool:
         """True when the server closed the connection (EOF or reset) with nothing left unread."""

@@ -70,6 +70,8 @@ ROUTES = [
      lambda req: Response("four", headers=[("Content-Length", "5")])),
     ("path", "/length-bad", None, "python",
      lambda req: Response("four", headers=[("Content-Length", "+4")])),
+    ("path", "/304-length", None, "python",
+     lambda req: Response(b"", status=304, headers={"Content-Length": "100"})),
     # What GET would send, announced by an empty answer to HEAD (the GET gets a 500).
     ("path", "/length-for-head", None, "python",
      lambda req: Response(b"", headers={"Content-Length": "1234"}, content_type="text/x")),
@@ -157,6 +159,7 @@ def test_request_fields(port):
     ("/server-header", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
     ("/204-body", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
     ("/length-ok", 200, "text/plain; charset=utf-8", b"four"),
+    ("/304-length", 304, None, b""),  # a 304's Content-Length is GET's: not checked
     ("/length-wrong", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
     ("/length-bad", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
     ("/length-for-head", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),

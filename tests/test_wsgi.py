@@ -131,6 +131,41 @@ def test_mounted_under_a_prefix_beside_other_routes() -> None:
         assert request(srv.port, get("/apix")).status == 404  # prefixes match whole segments
 
 
+def test_an_encoded_prefix_is_decoded_like_path_info() -> None:
+    app = cyserve.App()
+    app.wsgi("/caf%C3%A9", echo_environ)
+    with serving(app.build()) as srv:
+        env = environ_of(srv.port, get("/caf%C3%A9/x%20y"))
+        assert (env["SCRIPT_NAME"], env["PATH_INFO"]) == ("/caf\u00c3\u00a9", "/x y")
+
+
+def test_a_host_without_a_name_leaves_the_servers(echo_port: int) -> None:
+    env = environ_of(echo_port, get("/", host=":8080"))
+    assert (env["SERVER_NAME"], env["SERVER_PORT"]) == ("localhost", "8080")
+
+
+def test_a_bytes_subclass_is_bytes() -> None:
+    class B(bytes):
+        pass
+
+    def app(environ: Environ, start_response: Any) -> list[bytes]:
+        start_response("200 OK", [])
+        return [B(b"hello")]
+
+    with serve_wsgi(app) as srv:
+        assert request(srv.port, get("/")).body == b"hello"
+
+
+def test_an_unregistered_status_has_no_made_up_reason() -> None:
+    def app(environ: Environ, start_response: Any) -> list[bytes]:
+        start_response("299 Whatever", [])
+        return [b""]
+
+    with serve_wsgi(app) as srv:
+        r = request(srv.port, get("/"))
+        assert (r.status, r.raw_head.split(b"\r\n")[0]) == (299, b"HTTP/1.1 299 ")
+
+
 def test_serve_tells_the_app_where_it_runs() -> None:
     # HTTP/1.0 may come without Host: SERVER_NAME and SERVER_PORT are then the server's own.
     ready = threading.Event()
@@ -177,7 +212,8 @@ def test_status_headers_and_a_body_in_pieces() -> None:
         assert (r.status, r.body) == (404, b"<p>gone</p>")
         assert r.header("content-type") == "text/html" and r.header("x-thing") == "v"
         assert r.raw_head.count(b"Set-Cookie:") == 2
-        assert r.header("content-length") == "11"
+        # A generator with no Content-Length is streamed: chunked, each piece as it came.
+        assert r.header("content-length") is None and r.header("transfer-encoding") == "chunked"
         c.send(get("/again"))  # keep-alive goes on
         assert c.reply().status == 404
 
@@ -298,10 +334,13 @@ def failing_app(kind: str, closed: list[bool]) -> Any:
             return Closing([b"hello"], closed)
         if kind == "str chunk":
             start_response("200 OK", [])
-            return Closing([b"ok", "text"], closed)
+            return Closing([b"", "text"], closed)
         if kind == "iteration raises":
             start_response("200 OK", [])
-            return Closing([b"ok", KeyError("mid-body")], closed)
+            return Closing([b"", KeyError("before the body")], closed)
+        if kind == "too long":  # with a length, the first piece does not start the answer
+            start_response("200 OK", [("Content-Length", "3")])
+            return Closing([b"ok", b"ok"], closed)
         if kind == "body on 204":
             start_response("204 No Content", [])
         return Closing([b"body"], closed)
@@ -313,7 +352,7 @@ def failing_app(kind: str, closed: list[bool]) -> Any:
                                   "1xx status", "status not str", "headers not list",
                                   "header not str", "hop-by-hop", "upgrade", "bad header value",
                                   "wrong content-length", "bad content-length", "str chunk",
-                                  "iteration raises", "body on 204"])
+                                  "iteration raises", "too long", "body on 204"])
 def test_what_the_app_gets_wrong_is_a_500_and_a_logged_error(
         kind: str, caplog: pytest.LogCaptureFixture) -> None:
     closed: list[bool] = []
@@ -337,6 +376,152 @@ def test_the_error_names_the_mistake(caplog: pytest.LogCaptureFixture) -> None:
         request(srv.port, get("/"))
     text = "\n".join(rec.getMessage() + "\n" + (rec.exc_text or "") for rec in caplog.records)
     assert "the WSGI application yielded a str, not bytes" in text
+
+
+# ---- streamed answers ---------------------------------------------------------------------
+
+def test_a_piece_goes_out_before_the_next_is_produced() -> None:
+    # Server-sent events: the generator waits for the client to have seen piece 1 before it
+    # yields piece 2, so this only passes if each piece is sent as it comes.
+    seen = threading.Event()
+
+    def app(environ: Environ, start_response: Any) -> Iterator[bytes]:
+        start_response("200 OK", [("Content-Type", "text/event-stream")])
+        yield b"data: 1\n\n"
+        assert seen.wait(10), "the client never got the first event"
+        yield b"data: 2\n\n"
+
+    with serve_wsgi(app) as srv, Conn(srv.port) as c:
+        c.send(get("/events"))
+        head = c.read_until(b"\r\n\r\n")
+        assert b"Transfer-Encoding: chunked\r\n" in head and b"Content-Length" not in head
+        assert c.read_until(b"data: 1\n\n\r\n") == b"9\r\ndata: 1\n\n\r\n"
+        seen.set()
+        assert c.read_until(b"0\r\n\r\n") == b"9\r\ndata: 2\n\n\r\n0\r\n\r\n"
+        c.send(get("/again"))  # the connection goes on after a chunked answer
+        seen.set()
+        assert c.reply().body == b"data: 1\n\ndata: 2\n\n"
+
+
+def pieces(n: int, size: int, produced: list[int] | None = None) -> Iterator[bytes]:
+    for i in range(n):
+        if produced is not None:
+            produced.append(i)
+        yield bytes([65 + i % 26]) * size
+
+
+def test_http10_gets_the_stream_until_the_connection_closes() -> None:
+    def app(environ: Environ, start_response: Any) -> Iterator[bytes]:
+        start_response("200 OK", [])
+        return pieces(3, 5)
+
+    with serve_wsgi(app) as srv, Conn(srv.port) as c:
+        c.send(b"GET / HTTP/1.0\r\n\r\n")
+        r = c.reply()
+        assert r.header("transfer-encoding") is None and r.header("content-length") is None
+        assert r.header("connection") == "close"
+        assert r.body == b"AAAAABBBBBCCCCC"
+
+
+def test_a_long_body_with_its_length_is_streamed_as_it_is() -> None:
+    def app(environ: Environ, start_response: Any) -> Iterator[bytes]:
+        start_response("200 OK", [("Content-Length", str(40 * 65536))])
+        return pieces(40, 65536)
+
+    with serve_wsgi(app) as srv, Conn(srv.port) as c:
+        for _ in range(2):  # keep-alive: the length framed it
+            c.send(get("/big"))
+            r = c.reply()
+            assert r.header("transfer-encoding") is None
+            assert r.body == b"".join(pieces(40, 65536))
+
+
+def test_a_slow_reader_slows_the_producer_down() -> None:
+    # 640 MB on offer; a client that reads nothing lets the server produce only what the
+    # socket buffers hold, not the whole body into memory.
+    produced: list[int] = []
+
+    def app(environ: Environ, start_response: Any) -> Iterator[bytes]:
+        start_response("200 OK", [])
+        return pieces(10_000, 65536, produced)
+
+    with serve_wsgi(app) as srv, Conn(srv.port) as c:
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        c.send(get("/huge"))
+        c.read_until(b"\r\n\r\n")
+        import time
+        time.sleep(0.5)
+        assert 1 <= len(produced) < 500, len(produced)
+
+
+def test_a_failure_midway_cuts_the_answer_short(caplog: pytest.LogCaptureFixture) -> None:
+    closed: list[bool] = []
+
+    def app(environ: Environ, start_response: Any) -> Any:
+        start_response("200 OK", [])
+        return Closing([b"first", RuntimeError("failed midway")], closed)
+
+    with serve_wsgi(app) as srv, caplog.at_level(logging.ERROR), Conn(srv.port) as c:
+        c.send(get("/"))
+        head = c.read_until(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 ") and b"chunked" in head
+        while c._fill():
+            pass
+        # The piece that was sent, then the close: no last chunk, so the client knows.
+        assert c.buf == b"5\r\nfirst\r\n"
+    assert closed == [True]
+    assert any("failed while streaming" in rec.getMessage() for rec in caplog.records)
+
+
+def test_a_client_that_leaves_midway_gets_the_stream_closed() -> None:
+    closed = threading.Event()
+
+    def app(environ: Environ, start_response: Any) -> Iterator[bytes]:
+        start_response("200 OK", [])
+        try:
+            while True:
+                yield b"x" * 65536
+        finally:
+            closed.set()
+
+    with serve_wsgi(app) as srv:
+        with socket.create_connection(("127.0.0.1", srv.port)) as s:
+            s.sendall(get("/endless"))
+            assert s.recv(65536).startswith(b"HTTP/1.1 200 ")
+        assert closed.wait(10), "the generator was never closed"
+
+
+def test_more_than_announced_is_cut_and_less_closes_the_connection() -> None:
+    def app(environ: Environ, start_response: Any) -> Iterator[bytes]:
+        n = 100_000
+        start_response("200 OK", [("Content-Length", str(n))])
+        if environ["PATH_INFO"] == "/more":
+            return pieces(3, 65536)  # 196,608 bytes for 100,000 announced
+        return pieces(1, 70_000)  # fewer: past 64 KiB it was already streaming
+
+    with serve_wsgi(app) as srv, Conn(srv.port) as c:
+        c.send(get("/more"))
+        r = c.reply()
+        assert len(r.body) == 100_000
+        c.send(get("/less"))
+        head = c.read_until(b"\r\n\r\n")
+        assert b"Content-Length: 100000\r\n" in head
+        while c._fill():
+            pass
+        assert len(c.buf) == 70_000  # and then the close: the client sees the short body
+
+
+def test_head_of_a_stream_says_no_length() -> None:
+    def app(environ: Environ, start_response: Any) -> Iterator[bytes]:
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return pieces(3, 5)
+
+    with serve_wsgi(app) as srv, Conn(srv.port) as c:
+        c.send(b"HEAD / HTTP/1.1\r\nHost: t\r\n\r\n")
+        r = c.reply(head_only=True)
+        assert r.status == 200 and r.header("content-length") is None
+        c.send(get("/"))
+        assert c.reply().body == b"AAAAABBBBBCCCCC"
 
 
 # ---- the PEP 3333 validator and a real framework -------------------------------------------
@@ -393,6 +578,10 @@ def make_flask_app() -> Any:
     def fail() -> str:
         raise RuntimeError("flask handler failed")
 
+    @app.get("/stream")
+    def stream() -> Any:
+        return flask.Response((f"{i}," for i in range(3)), mimetype="text/csv")
+
     return app
 
 
@@ -427,6 +616,10 @@ def test_a_flask_app_runs_unmodified() -> None:
         assert r.status == 405 and r.header("allow") is not None
         r = ask(get("/fail"))  # Flask answers its own 500 and logs the traceback
         assert r.status == 500
+        r = ask(get("/stream"))
+        assert (r.status, r.body, r.header("transfer-encoding")) == (200, b"0,1,2,", "chunked")
+        r = ask(b"HEAD /stream HTTP/1.1\r\nHost: t\r\n\r\n", head=True)
+        assert (r.status, r.header("content-length")) == (200, None)
 
 
 # ---- registering and loading --------------------------------------------------------------

@@ -4,24 +4,31 @@
 routes); ``cyserve.run(wsgi_app)`` and ``cyserve module:app`` serve one on its own. A WSGI app
 runs as a Python handler: on the worker threads, holding the GIL while it runs.
 
-How a request maps onto the environ, and what differs from a streaming server:
+How a request maps onto the environ, and how the answer goes out:
 
 - The body is read whole before the app is called (up to ``max_body_bytes``, 413 beyond):
   ``wsgi.input`` is a BytesIO over it, ``CONTENT_LENGTH`` its length (a chunked upload too) and
   ``wsgi.input_terminated`` is true.
-- The answer is collected whole, then sent with a Content-Length: the engine has no streamed
-  (chunked) answers yet. An app that streams a very large body holds it in memory, and an
-  endless stream (server-sent events) never reaches the client.
-- ``SCRIPT_NAME`` is the mount prefix, ``PATH_INFO`` the rest of the path, percent-decoded and
-  given as latin-1 text (PEP 3333's bytes in a str), ``QUERY_STRING`` the raw query.
+- The answer: a list or tuple, or a body whose Content-Length the app announced and that ends
+  within 64 KiB, is collected whole and sent in one write. Any other body is streamed: each piece
+  is sent as the app yields it, and the next is asked for only once it is written, so a slow
+  client slows the app down instead of filling memory. Without a Content-Length the pieces go
+  out chunked (HTTP/1.1), or until the connection closes (HTTP/1.0); with one, as they are, never
+  more than announced, and a body that ends short closes the connection. The first piece goes
+  out at once (server-sent events work); an error before it is a 500, an error after it closes
+  the connection without the last chunk, which tells the client the body is incomplete. An app
+  that blocks between pieces holds a worker thread, as with gunicorn's sync workers.
+- ``SCRIPT_NAME`` is the mount prefix, ``PATH_INFO`` the rest of the path, both percent-decoded
+  and given as latin-1 text (PEP 3333's bytes in a str), ``QUERY_STRING`` the raw query.
 - A request header whose name holds "_" is left out, as nginx and gunicorn do: otherwise
   "X_User: admin" would arrive as ``HTTP_X_USER``, the same key as "X-User".
 - From the answer: Date and Server are the engine's (the app's are dropped); Content-Length is
   checked against the body (an answer to HEAD may have no body and announce what GET would
-  send); ``Connection: close`` closes the connection after the answer, ``Connection:
-  keep-alive`` and ``Keep-Alive`` are dropped; Transfer-Encoding, TE, Trailer and Upgrade are
-  an error (PEP 3333: hop-by-hop headers are the server's). The reason phrase sent is the
-  engine's for the code.
+  send; one to HEAD with neither says no length); ``Connection: close`` closes the connection
+  after the answer, ``Connection: keep-alive`` and ``Keep-Alive`` are dropped;
+  Transfer-Encoding, TE, Trailer and Upgrade are an error (PEP 3333: hop-by-hop headers are the
+  server's). The reason phrase sent is the engine's for the code (the IANA registry's; none for
+  an unregistered code).
 - Anything the app gets wrong (no start_response, a str chunk, a bad status or header) is a 500
   and a logged error that names it, like an exception raised by the app.
 - An answer with a body and no Content-Type gets the engine's default, text/plain; charset=utf-8.

@@ -34,6 +34,21 @@ static void test_head(void)
            "Connection: keep-alive\r\n\r\n",
            "204 has no Content-Length; 1.0 keep-alive is echoed");
     out.len = 0;
+    http_write_head(&out, 200, 1, 1, HTTP_LENGTH_CHUNKED, NULL, 0, date);
+    is_mem(out.ptr, out.len,
+           "HTTP/1.1 200 OK\r\nServer: cyserve\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
+           "Transfer-Encoding: chunked\r\n\r\n",
+           "a streamed body: chunked, no Content-Length");
+    out.len = 0;
+    http_write_head(&out, 299, 0, 0, HTTP_LENGTH_UNTIL_CLOSE, NULL, 0, date);
+    is_mem(out.ptr, out.len,
+           "HTTP/1.1 299 \r\nServer: cyserve\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
+           "Connection: close\r\n\r\n",
+           "until the close: no length; an unregistered code gets an empty reason (RFC 9112 4)");
+    size_t rlen;
+    const char *teapot = http_reason(418, &rlen);
+    is_mem(teapot, rlen, "I'm a teapot", "418's reason");
+    out.len = 0;
     is_int(http_write_error(&out, 413, "body over 1048576 bytes", 0, date), 47,
            "returns the body's length");
     ok(out.len > 32 && memcmp(out.ptr, "HTTP/1.1 413 Content Too Large\r\n", 32) == 0, "error status line");
@@ -81,9 +96,18 @@ static void test_resp(void)
     ok(r.body.heap != NULL && r.body.ptr[3001] == 'z', "body on heap, content kept");
     void *m = resp_arena_alloc(&r.arena, 100);
     ok(m != NULL && ((uintptr_t)m & 15) == 0, "arena memory is 16-byte aligned");
+    is_int(resp_set_head_length(&r, -1), -EINVAL, "head length: -1 is not a length");
+    is_int(resp_set_head_length(&r, RESP_LENGTH_UNKNOWN), 0, "head length unknown");
+    is_int(resp_set_head_length(&r, 1234), 0, "head length");
+    is_int(resp_set_stream(&r, NULL, -1), -EINVAL, "a stream needs its state");
+    is_int(resp_set_stream(&r, &r, -2), -EINVAL, "a stream's length is -1 or a length");
+    is_int(resp_set_stream(&r, &r, 99), 0, "stream with a length");
+    ok(r.stream == &r && r.stream_length == 99, "stream recorded");
     resp_reset(&r);
     is_int(r.body.len, 0, "reset empties the body");
     is_int(r.status, 200, "reset restores 200");
+    ok(r.stream == NULL && r.stream_length == -1 && r.head_length == -1,
+       "reset forgets the stream and the head length");
     resp_free(&r);
 }
 

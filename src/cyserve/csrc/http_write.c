@@ -99,6 +99,8 @@ void resp_init(struct cyserve_response *r)
     r->body_static = NULL;
     r->body_static_len = 0;
     r->head_length = -1;
+    r->stream = NULL;
+    r->stream_length = -1;
     r->arena.head = NULL;
 }
 
@@ -112,6 +114,8 @@ void resp_reset(struct cyserve_response *r)
     r->body_static = NULL;
     r->body_static_len = 0;
     r->head_length = -1;
+    r->stream = NULL;
+    r->stream_length = -1;
     resp_arena_reset(&r->arena);
 }
 
@@ -256,11 +260,20 @@ int resp_set_body_static(struct cyserve_response *r, const void *data, size_t le
     return 0;
 }
 
-int resp_set_head_length(struct cyserve_response *r, uint64_t n)
+int resp_set_head_length(struct cyserve_response *r, int64_t n)
 {
-    if (UNLIKELY(n > (uint64_t)INT64_MAX))
+    if (UNLIKELY(n < 0 && n != RESP_LENGTH_UNKNOWN))
         return -EINVAL;
-    r->head_length = (int64_t)n;
+    r->head_length = n;
+    return 0;
+}
+
+int resp_set_stream(struct cyserve_response *r, void *stream, int64_t length)
+{
+    if (UNLIKELY(!stream || r->body_static || length < -1))
+        return -EINVAL;
+    r->stream = stream;
+    r->stream_length = length;
     return 0;
 }
 
@@ -294,21 +307,32 @@ const char *http_reason(int status, size_t *len)
     case 200: s = "OK"; break;
     case 201: s = "Created"; break;
     case 202: s = "Accepted"; break;
+    case 203: s = "Non-Authoritative Information"; break;
     case 204: s = "No Content"; break;
+    case 205: s = "Reset Content"; break;
     case 206: s = "Partial Content"; break;
+    case 207: s = "Multi-Status"; break;
+    case 208: s = "Already Reported"; break;
+    case 226: s = "IM Used"; break;
+    case 300: s = "Multiple Choices"; break;
     case 301: s = "Moved Permanently"; break;
     case 302: s = "Found"; break;
     case 303: s = "See Other"; break;
     case 304: s = "Not Modified"; break;
+    case 305: s = "Use Proxy"; break;
     case 307: s = "Temporary Redirect"; break;
     case 308: s = "Permanent Redirect"; break;
     case 400: s = "Bad Request"; break;
     case 401: s = "Unauthorized"; break;
+    case 402: s = "Payment Required"; break;
     case 403: s = "Forbidden"; break;
     case 404: s = "Not Found"; break;
     case 405: s = "Method Not Allowed"; break;
+    case 406: s = "Not Acceptable"; break;
+    case 407: s = "Proxy Authentication Required"; break;
     case 408: s = "Request Timeout"; break;
     case 409: s = "Conflict"; break;
+    case 410: s = "Gone"; break;
     case 411: s = "Length Required"; break;
     case 412: s = "Precondition Failed"; break;
     case 413: s = "Content Too Large"; break;
@@ -316,16 +340,30 @@ const char *http_reason(int status, size_t *len)
     case 415: s = "Unsupported Media Type"; break;
     case 416: s = "Range Not Satisfiable"; break;
     case 417: s = "Expectation Failed"; break;
+    case 418: s = "I'm a teapot"; break; /* RFC 9110 15.5.19: reserved, but apps send it */
+    case 421: s = "Misdirected Request"; break;
     case 422: s = "Unprocessable Content"; break;
+    case 423: s = "Locked"; break;
+    case 424: s = "Failed Dependency"; break;
+    case 425: s = "Too Early"; break;
+    case 426: s = "Upgrade Required"; break;
+    case 428: s = "Precondition Required"; break;
     case 429: s = "Too Many Requests"; break;
     case 431: s = "Request Header Fields Too Large"; break;
+    case 451: s = "Unavailable For Legal Reasons"; break;
     case 500: s = "Internal Server Error"; break;
     case 501: s = "Not Implemented"; break;
     case 502: s = "Bad Gateway"; break;
     case 503: s = "Service Unavailable"; break;
     case 504: s = "Gateway Timeout"; break;
     case 505: s = "HTTP Version Not Supported"; break;
-    default: s = "Unknown"; break;
+    case 506: s = "Variant Also Negotiates"; break;
+    case 507: s = "Insufficient Storage"; break;
+    case 508: s = "Loop Detected"; break;
+    case 511: s = "Network Authentication Required"; break;
+    /* RFC 9112 4: the reason phrase is optional and clients ignore it; an empty one is valid
+     * where "Unknown" would be a claim. */
+    default: s = ""; break;
     }
     *len = strlen(s);
     return s;
@@ -376,9 +414,13 @@ int http_write_head(struct wbuf *out, int status, int minor_version, int keep_al
     /* RFC 9110 8.6: no Content-Length in 1xx and 204; in 304 it would have to be the length
      * of the 200 response, which we do not know here, so it is left out. */
     if (status >= 200 && status != 204 && status != 304) {
-        p = put_lit(p, LIT("Content-Length: "));
-        p = put_u64(p, content_length);
-        p = put_lit(p, LIT("\r\n"));
+        if (content_length == HTTP_LENGTH_CHUNKED) {
+            p = put_lit(p, LIT("Transfer-Encoding: chunked\r\n"));
+        } else if (content_length != HTTP_LENGTH_UNTIL_CLOSE) {
+            p = put_lit(p, LIT("Content-Length: "));
+            p = put_u64(p, content_length);
+            p = put_lit(p, LIT("\r\n"));
+        }
     }
     if (!keep_alive)
         p = put_lit(p, LIT("Connection: close\r\n"));

@@ -91,6 +91,12 @@ struct cyserve_response {
      * request with GET would carry (a WSGI app answers HEAD with no body but its length). -1
      * when unset: then the body's own length. Never used for other methods. */
     int64_t head_length;
+    /* Set by a Python handler whose body is still being produced (resp_set_stream): the engine
+     * sends the head and the body so far, then asks the target's py_stream for the rest, piece
+     * by piece (server.c, "streamed answers"). NULL for a whole answer. Not owned here. */
+    void *stream;
+    /* The Content-Length a streamed body announced, or -1: then it goes out chunked. */
+    int64_t stream_length;
     struct resp_arena arena;  /* cyserve_resp_alloc() */
     char inline_headers[RESP_INLINE_HEADERS];
     char inline_body[RESP_INLINE_BODY];
@@ -128,9 +134,22 @@ int resp_write(struct cyserve_response *r, const void *data, size_t len);
  * data == NULL with len > 0. Returns 0. */
 int resp_set_body_static(struct cyserve_response *r, const void *data, size_t len);
 
-/* Announce n as the Content-Length of an answer to HEAD whose body is empty (see head_length).
- * Returns 0, or -EINVAL when n is over INT64_MAX. */
-int resp_set_head_length(struct cyserve_response *r, uint64_t n);
+/* Announce n as the Content-Length of an answer to HEAD whose body is empty (see head_length),
+ * or, with RESP_LENGTH_UNKNOWN, announce none (GET's length is not known: its body would be
+ * streamed). Returns 0, or -EINVAL for any other negative n. */
+#define RESP_LENGTH_UNKNOWN (-2)
+int resp_set_head_length(struct cyserve_response *r, int64_t n);
+
+/* Mark r's body as unfinished: stream is the handler's state, handed back to its target's
+ * py_stream (server.h) until the body ends; length is the whole body's, when the handler
+ * announced it, else -1 (the body then goes out chunked). Returns 0, or -EINVAL for NULL, a
+ * static body or a length under -1. */
+int resp_set_stream(struct cyserve_response *r, void *stream, int64_t length);
+
+/* http_write_head's content_length for an answer whose length is not known in advance: the
+ * body goes out in chunks (HTTP/1.1), or until the connection closes (HTTP/1.0). */
+#define HTTP_LENGTH_CHUNKED UINT64_MAX
+#define HTTP_LENGTH_UNTIL_CLOSE (UINT64_MAX - 1)
 
 /* The body to send: the static one if set, else the written one. Sets *len. */
 static inline const char *resp_body(const struct cyserve_response *r, size_t *len)
@@ -154,7 +173,7 @@ void *resp_alloc(struct cyserve_response *r, size_t size);
  * thread. */
 const char *http_date_cached(time_t now_s);
 
-/* The reason phrase of status ("Unknown" for codes not listed). Sets *len. */
+/* The reason phrase of status (empty for codes not registered with IANA). Sets *len. */
 const char *http_reason(int status, size_t *len);
 
 /* Append a response head to out: status line, Server, Date, Content-Length (omitted for 1xx,

@@ -1158,8 +1158,8 @@ static int resp_head_put(struct wbuf *out, struct cyserve_response *r, int minor
     /* An answer to HEAD announces the length GET would have: the handler's own when it gave
      * one and no body (resp_set_head_length). */
     uint64_t announce = *blen;
-    if (UNLIKELY(head_only && !body_len && !bodyless && r->head_length >= 0))
-        announce = (uint64_t)r->head_length;
+    if (UNLIKELY(head_only && !body_len && !bodyless && r->head_length != -1))
+        announce = r->head_length >= 0 ? (uint64_t)r->head_length : HTTP_LENGTH_UNTIL_CLOSE;
     return http_write_head(out, status, minor, keep, announce, r->headers.ptr, r->headers.len,
                            date_now());
 }
@@ -1495,6 +1495,120 @@ static void py_trampoline(void *arg)
     j->t->py_call(j->t->opaque, j->req, j->resp);
 }
 
+/* ---- streamed answers ----
+ *
+ * A Python handler (a WSGI app yielding its body as it goes: a download, server-sent events) may
+ * leave resp->stream set: the body so far is in resp, and the rest comes from further calls of
+ * the target's py_stream, each offloaded like the handler itself (one GIL batch per piece, so the
+ * worker serves its other connections in between) and each piece written before the next is
+ * asked for, so that a slow client slows the producer down instead of piling the body up in
+ * memory; each write may wait body_timeout for progress, as any answer's. The body goes out
+ * chunked to an HTTP/1.1 client, and until the connection closes to an HTTP/1.0 one. A handler
+ * that fails midway can no longer be answered with a 500: the connection is closed without the
+ * last chunk, which tells an HTTP/1.1 client that the body is incomplete. */
+struct py_stream_job {
+    const struct server_target *t;
+    void *stream;
+    struct cyserve_response *resp;
+    int op;
+    int rc;
+};
+
+static void py_stream_trampoline(void *arg)
+{
+    struct py_stream_job *j = arg;
+    j->rc = j->t->py_stream(j->t->opaque, j->stream, j->resp, j->op);
+}
+
+/* Give the stream back to its handler (the client left). If the server is stopping, the offload
+ * is refused and the stream is not released: the process is ending anyway. */
+static void stream_abandon(const struct server_target *t, void *stream,
+                           struct cyserve_response *r)
+{
+    struct py_stream_job job = {t, stream, r, SERVER_STREAM_ABANDON, 0};
+    (void)sched_offload(py_stream_trampoline, &job);
+}
+
+/* Write the head (if still in sv->out) and data[0..len) as one piece of a streamed body. */
+static int send_piece(struct serve *sv, const char *data, size_t len, int chunked)
+{
+    if (!len)
+        return flush(sv);
+    if (!chunked)
+        return flush_with(sv, data, len, 0);
+    char size[24];
+    int n = snprintf(size, sizeof(size), "%zx\r\n", len);
+    if (UNLIKELY(wbuf_append(&sv->out, size, (size_t)n)))
+        return -ENOMEM;
+    struct iovec iov[3] = {
+        {sv->out.ptr, sv->out.len}, {(void *)data, len}, {(void *)"\r\n", 2}};
+    int rc = conn_sendv(sv, iov, 3, 0);
+    sv->out.len = 0;
+    return rc;
+}
+
+static int send_stream(struct serve *sv, const struct server_target *t, int keep, int head_only)
+{
+    struct cyserve_response *r = &sv->resp;
+    void *stream = r->stream;
+    r->stream = NULL; /* from here on, this function owns the duty to release it */
+    /* With a length announced, the pieces go out as they are and the connection can stay
+     * open; without one, an HTTP/1.1 client gets chunks, an HTTP/1.0 one the close. */
+    int64_t length = r->stream_length;
+    int chunked = length < 0 && sv->req.minor_version >= 1;
+    if ((length < 0 && !chunked) || r->close)
+        keep = 0;
+    if (!keep)
+        r->close = 1; /* serve_loop closes after this answer */
+    size_t body_len;
+    const char *body = resp_body(r, &body_len);
+    if (!r->has_content_type) {
+        static const char ct[] = "Content-Type: text/plain; charset=utf-8\r\n";
+        if (UNLIKELY(wbuf_append(&r->headers, ct, sizeof(ct) - 1))) {
+            stream_abandon(t, stream, r);
+            return -ENOMEM;
+        }
+    }
+    uint64_t announce = length >= 0 ? (uint64_t)length
+                        : chunked ? HTTP_LENGTH_CHUNKED : HTTP_LENGTH_UNTIL_CLOSE;
+    int rc = http_write_head(&sv->out, r->status, sv->req.minor_version, keep, announce,
+                             r->headers.ptr, r->headers.len, date_now());
+    if (UNLIKELY(rc) || head_only) {
+        stream_abandon(t, stream, r);
+        log_response(sv, r->status, 0);
+        return rc;
+    }
+    uint64_t sent = 0;
+    int more = 1;
+    for (;;) {
+        if (length >= 0 && sent + body_len > (uint64_t)length)
+            body_len = (size_t)((uint64_t)length - sent); /* never more than announced */
+        sent += body_len;
+        rc = send_piece(sv, body, body_len, chunked);
+        if (rc || !more || (length >= 0 && sent == (uint64_t)length))
+            break;
+        r->body.len = 0;
+        struct py_stream_job job = {t, stream, r, SERVER_STREAM_NEXT, 0};
+        rc = sched_offload(py_stream_trampoline, &job);
+        if (UNLIKELY(rc < 0))
+            return rc; /* the server is stopping: see stream_abandon */
+        if (UNLIKELY(job.rc < 0)) {
+            log_response(sv, r->status, (int64_t)sent);
+            return -EIO; /* released; close without the last chunk */
+        }
+        more = job.rc; /* 0: released, and this piece is the last */
+        body = resp_body(r, &body_len);
+    }
+    if (more)
+        stream_abandon(t, stream, r); /* the client left, or the announced length is reached */
+    log_response(sv, r->status, (int64_t)sent);
+    if (rc)
+        return rc;
+    if (length >= 0 && sent < (uint64_t)length)
+        return -EIO; /* the body ended short of its Content-Length: only a close can say so */
+    return chunked ? wbuf_append(&sv->out, "0\r\n\r\n", 5) : 0;
+}
+
 static int header_value(const struct serve *sv, const char *name, size_t nlen, const char **v,
                         size_t *vlen)
 {
@@ -1707,6 +1821,8 @@ static int dispatch(struct serve *sv, const char *body, size_t body_len, int kee
         return simple_response(sv, 500, "500 Internal Server Error\n", NULL, keep && !close,
                                head_only);
     }
+    if (UNLIKELY(sv->resp.stream))
+        return send_stream(sv, t, keep, head_only);
     return send_resp(sv, keep, head_only);
 }
 

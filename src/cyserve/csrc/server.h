@@ -56,10 +56,19 @@ struct server_target {
     /* SERVER_PYTHON: called between the offload hooks, on the worker's own stack. It fills resp
      * (status, headers, body); it must not keep req or resp after returning. */
     void (*py_call)(void *opaque, cyserve_request *req, struct cyserve_response *resp);
+    /* SERVER_PYTHON, when py_call left resp->stream set: called the same way, between the
+     * offload hooks, with op SERVER_STREAM_NEXT to put the next piece of the body into resp's
+     * body (returns 1: more follows, 0: that was the end, -1: the handler failed, nothing more
+     * can be sent; on 0 and -1 the stream is released), or with op SERVER_STREAM_ABANDON when
+     * the engine gives up on it (the client left): release it (returns 0). Never called again
+     * for a stream after it was released. */
+    int (*py_stream)(void *opaque, void *stream, struct cyserve_response *resp, int op);
     void *opaque;
     /* SERVER_FILES */
     struct files_root *root;
 };
+
+enum { SERVER_STREAM_NEXT = 0, SERVER_STREAM_ABANDON = 1 };
 
 /* Fill t as SERVER_STATIC: headers are serialised "Name: value\r\n" lines (the caller checked
  * them; may be NULL/0). Copies everything. Returns 0, -EINVAL (status outside 200..599), -ENOMEM.

@@ -359,14 +359,14 @@ cdef int _fill_response(object result, cs.resp_t *resp, bint head) except -1:
             body = (<str>r._body).encode("utf-8")
         else:
             body = bytes(r._body)
-        if length is not None and length != len(body):
-            # The engine writes Content-Length from the body. A handler's own value is checked
-            # against it, but an empty body may announce a length when answering HEAD (what GET
-            # would send, as WSGI apps do).
+        if length is not None and length != len(body) and r._status != 204 and r._status != 304:
+            # The engine writes Content-Length from the body (none for 204 and 304, whose
+            # length is GET's). A handler's own value is checked against it, but an empty body
+            # may announce a length when answering HEAD (what GET would send, as WSGI apps do).
             if body or not head:
                 raise ValueError(f"Content-Length {length} does not match the body's "
                                  f"{len(body)} bytes")
-            _check_rc(cs.resp_set_head_length(resp, <uint64_t>length), "Content-Length")
+            _check_rc(cs.resp_set_head_length(resp, <int64_t>length), "Content-Length")
         if body and (r._status == 204 or r._status == 304):
             # The engine would drop it without a word (RFC 9110: these have no content);
             # app.static refuses the same at registration.
@@ -577,6 +577,7 @@ cdef class Server:
             self._keep.append(info)
             t.kind = cs.SERVER_PYTHON
             t.py_call = _py_call
+            t.py_stream = _py_stream  # native/wsgi.pyx: WSGI bodies streamed piece by piece
             t.opaque = <void *>info
         elif kind == "nogil":
             inline = True

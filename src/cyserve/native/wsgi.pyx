@@ -12,8 +12,8 @@ from wsgiref.util import FileWrapper as _FileWrapper
 
 from cpython.dict cimport PyDict_Copy, PyDict_GetItem, PyDict_SetItem
 from cpython.unicode cimport PyUnicode_DecodeLatin1
-from cpython.ref cimport PyObject
-from libc.string cimport memchr
+from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
+from libc.string cimport memchr, memcmp
 
 cdef extern from "<strings.h>" nogil:
     int strncasecmp(const char *a, const char *b, size_t n)
@@ -26,6 +26,8 @@ _METHODS_INTERNED = {}
 # None for a name that gets no key. Bounded: past it, keys are computed each time.
 cdef dict _wsgi_keys = {}
 DEF WSGI_KEYS_MAX = 512
+# An answer with a Content-Length is collected whole up to this many bytes, then streamed.
+DEF WSGI_STREAM_AFTER = 65536
 
 
 class WSGIError(Exception):
@@ -148,6 +150,8 @@ cdef class WSGIHandler:
         env["REQUEST_METHOD"] = _method_str(req.method)
         # The router matched the prefix on a segment boundary: the path starts with it.
         if slen and req.path.len >= slen:
+            # Both decoded alike (PEP 3333); the prefix's bytes as this request spelt them.
+            env["SCRIPT_NAME"] = _unquote_latin1(req.path.ptr, slen)
             env["PATH_INFO"] = _unquote_latin1(req.path.ptr + slen, req.path.len - slen)
         else:
             env["PATH_INFO"] = _unquote_latin1(req.path.ptr, req.path.len)
@@ -174,7 +178,8 @@ cdef class WSGIHandler:
         host = env.get("HTTP_HOST")
         if host:
             name, port = _split_host(host)
-            env["SERVER_NAME"] = name
+            if name:  # else (":80") the server's own, from the base
+                env["SERVER_NAME"] = name
             env["SERVER_PORT"] = port or "80"
         if cs.server_req_peer(<const cs.req_t *>req, &peer) == 0:
             n = strlen(peer)
@@ -193,29 +198,129 @@ cdef class WSGIHandler:
 
     def __call__(self, Request request):
         request._check()
-        env = self._environ(request._req)
+        cdef const cyserve_request *req = request._req
+        env = self._environ(req)
         cdef _WSGIAnswer answer = _WSGIAnswer.__new__(_WSGIAnswer)
         answer.chunks = []
         result = self.app(env, answer.start_response)
+        cdef bint head = req.method.len == 4 and memcmp(req.method.ptr, "HEAD", 4) == 0
+        cdef bint streaming = False
         try:
-            for chunk in result:
-                if not isinstance(chunk, bytes):
-                    if not isinstance(chunk, (bytearray, memoryview)):
-                        raise WSGIError(f"the WSGI application yielded a {type(chunk).__name__},"
-                                        f" not bytes")
-                    chunk = bytes(chunk)
-                if chunk:
-                    if answer.status == 0:
-                        raise WSGIError("the WSGI application sent body bytes before calling "
-                                        "start_response")
-                    answer.chunks.append(chunk)
+            if type(result) is list or type(result) is tuple:
+                # The whole body at once: nothing can be gained by streaming it.
+                for chunk in result:
+                    _wsgi_take(answer, chunk)
+            else:
+                streaming = _wsgi_collect(answer, iter(result), result, head)
         finally:
-            close = getattr(result, "close", None)
-            if close is not None:
-                close()
+            if not streaming:
+                close = getattr(result, "close", None)
+                if close is not None:
+                    close()
         if answer.status == 0:
+            if streaming:
+                _wsgi_close(answer.result)
             raise WSGIError("the WSGI application returned without calling start_response")
         return answer
+
+
+cdef int _wsgi_take(_WSGIAnswer answer, chunk) except -1:
+    """Add one piece of the body the app yielded to answer.chunks: 1 when it had bytes."""
+    if type(chunk) is not bytes:
+        if not isinstance(chunk, (bytes, bytearray, memoryview)):
+            raise WSGIError(f"the WSGI application yielded a {type(chunk).__name__}, not bytes")
+        chunk = bytes(chunk)  # also a bytes subclass: the engine takes exact bytes
+    if not chunk:
+        return 0
+    if answer.status == 0:
+        raise WSGIError("the WSGI application sent body bytes before calling start_response")
+    answer.chunks.append(chunk)
+    answer.total += len(<bytes>chunk)
+    return 1
+
+
+cdef bint _wsgi_collect(_WSGIAnswer answer, it, result, bint head) except -1:
+    """Collect what a body iterator yields, up to where the answer can start: its end, the
+    Content-Length the app announced, or, when the body had better be streamed (a length not
+    announced, or a long one), its first piece. Returns True when the rest is to be streamed:
+    answer then holds the iterator, and the duty to close result."""
+    cdef object length
+    for chunk in it:
+        if not _wsgi_take(answer, chunk):
+            continue
+        length = answer.length_value()
+        if length is None:
+            # Unknown length: the first piece goes out now (server-sent events must not wait
+            # for the next one). An answer to HEAD needs no body: it says no length.
+            if head:
+                answer.head_unknown = True
+                return False
+            break
+        if answer.total >= length:
+            return False  # everything announced is here (more would be the app's mistake)
+        if answer.total >= WSGI_STREAM_AFTER and not head:
+            break
+    else:
+        return False  # the end
+    answer.it = it
+    answer.result = result
+    return True
+
+
+cdef void _wsgi_close(result) noexcept:
+    """result.close() for a stream the engine let go of; a failure is logged, not raised."""
+    try:
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()
+    except BaseException:
+        try:
+            _error_log.exception("closing a WSGI answer failed")
+        except BaseException:
+            pass
+
+
+cdef class _WSGIStream:
+    """What the engine holds (one reference) while a body is streamed: the iterator, and what
+    to close at the end."""
+    cdef object it
+    cdef object result
+    cdef str label
+
+
+cdef int _py_stream(void *opaque, void *stream, cs.resp_t *resp, int op) noexcept nogil:
+    # The target's py_stream (csrc/server.h), called between the offload hooks like _py_call.
+    with gil:
+        return _py_stream_impl(<object>opaque, <PyObject *>stream, resp, op)
+
+
+cdef int _py_stream_impl(tuple info, PyObject *ref, cs.resp_t *resp, int op) noexcept:
+    cdef _WSGIStream st = <_WSGIStream>ref
+    cdef int rc = -1
+    try:
+        if op == cs.SERVER_STREAM_NEXT:
+            for chunk in st.it:
+                if type(chunk) is not bytes:
+                    if not isinstance(chunk, (bytes, bytearray, memoryview)):
+                        raise WSGIError(f"the WSGI application yielded a "
+                                        f"{type(chunk).__name__}, not bytes")
+                    chunk = bytes(chunk)
+                if chunk:
+                    _set_body(resp, <bytes>chunk)
+                    return 1  # the engine keeps its reference: more to come
+            rc = 0
+        else:
+            rc = 0  # abandoned
+    except BaseException:
+        rc = -1
+        try:
+            _error_log.exception("handler %s failed while streaming its answer (the "
+                                 "connection is closed)", info[2])
+        except BaseException:
+            pass
+    _wsgi_close(st.result)
+    Py_DECREF(st)  # the engine's reference: released
+    return rc
 
 
 cdef dict _METHOD_STRS = {}
@@ -251,8 +356,20 @@ cdef class _WSGIAnswer:
     cdef int status  # 0 until start_response
     cdef list headers
     cdef list chunks
-    cdef object length  # the app's Content-Length, or None
+    cdef Py_ssize_t total  # bytes in chunks
+    cdef object length  # the app's Content-Length header, or None
     cdef bint close
+    cdef bint head_unknown  # an answer to HEAD whose GET length is not known
+    cdef object it  # the rest of the body, when it is streamed
+    cdef object result
+
+    cdef object length_value(self):
+        """The announced Content-Length as an int, or None (none, or a 204/304's)."""
+        if self.length is None or self.status == 204 or self.status == 304:
+            return None
+        if type(self.length) is not int:
+            self.length = _content_length(self.length)
+        return self.length
 
     def start_response(self, status, headers, exc_info=None):
         if self.status != 0 and exc_info is None:
@@ -293,6 +410,7 @@ cdef class _WSGIAnswer:
         self.length = length
         self.close = close
         del self.chunks[:]  # what write() sent for the answer this one replaces
+        self.total = 0
         return self.write
 
     def write(self, data):
@@ -300,7 +418,9 @@ cdef class _WSGIAnswer:
             raise WSGIError("write() called before start_response")
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise WSGIError(f"write() takes bytes, not {type(data).__name__}")
-        self.chunks.append(bytes(data))
+        data = bytes(data)
+        self.chunks.append(data)
+        self.total += len(<bytes>data)
 
 
 cdef int _wsgi_status(status) except -1:
@@ -321,29 +441,50 @@ cdef int _wsgi_status(status) except -1:
 cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head) except -1:
     cdef bytes body
     cdef object length
-    if cs.resp_set_status(resp, a.status):
-        _check_rc(-22, f"status {a.status}")
-    for name, value in a.headers:
-        _add_header(resp, name, value)
-    if a.close:
-        _add_header(resp, "Connection", "close")
-    chunks = a.chunks
-    if not chunks:
-        body = b""
-    elif len(chunks) == 1:
-        body = chunks[0]
-    else:
-        body = b"".join(chunks)
-    if body and (a.status == 204 or a.status == 304):
-        raise ValueError(f"a {a.status} response cannot have a body ({len(body)} bytes given)")
-    if a.length is not None and a.status != 204 and a.status != 304:
-        length = _content_length(a.length)
-        if length != len(body):
+    cdef _WSGIStream st
+    try:
+        if cs.resp_set_status(resp, a.status):
+            _check_rc(-22, f"status {a.status}")
+        for name, value in a.headers:
+            _add_header(resp, name, value)
+        if a.close:
+            _add_header(resp, "Connection", "close")
+        chunks = a.chunks
+        if not chunks or a.head_unknown:  # an answer to HEAD sends none of it anyway
+            body = b""
+        elif len(chunks) == 1:
+            body = chunks[0]
+        else:
+            body = b"".join(chunks)
+        if body and (a.status == 204 or a.status == 304):
+            raise ValueError(f"a {a.status} response cannot have a body "
+                             f"({len(body)} bytes given)")
+        length = a.length_value()
+        if a.it is not None:
+            if body:
+                _set_body(resp, body)
+            st = _WSGIStream.__new__(_WSGIStream)
+            st.it = a.it
+            st.result = a.result
+            _check_rc(cs.resp_set_stream(resp, <void *>st, length if length is not None else -1),
+                      "stream")
+            Py_INCREF(st)  # the engine's reference, dropped by _py_stream_impl
+            a.it = a.result = None
+            return 0
+        if length is not None and length != len(body):
             # What GET would send, announced by an answer to HEAD without a body (Werkzeug).
             if body or not head:
                 raise ValueError(f"Content-Length {length} does not match the body's "
                                  f"{len(body)} bytes")
-            _check_rc(cs.resp_set_head_length(resp, <uint64_t>length), "Content-Length")
-    if body:
-        return _set_body(resp, body)
-    return 0
+            _check_rc(cs.resp_set_head_length(resp, <int64_t>length), "Content-Length")
+        elif head and not body and (a.head_unknown or length is None):
+            # No length announced and no body: GET's length is not known (its body would be
+            # streamed), and "Content-Length: 0" would be a claim about it.
+            _check_rc(cs.resp_set_head_length(resp, cs.RESP_LENGTH_UNKNOWN), "Content-Length")
+        if body:
+            return _set_body(resp, body)
+        return 0
+    finally:
+        if a.it is not None:  # not handed to the engine: the answer failed
+            _wsgi_close(a.result)
+            a.it = a.result = None

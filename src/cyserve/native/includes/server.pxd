@@ -20,6 +20,7 @@ cdef extern from "cyserve/handler.h" nogil:
 # cyserve_nogil_handler and an unnamed pointer type of the same signature).
 ctypedef int (*nogil_fn_t)(req_t *req, resp_t *resp, void *ctx) noexcept nogil
 ctypedef void (*py_call_t)(void *opaque, req_t *req, resp_t *resp) noexcept nogil
+ctypedef int (*py_stream_t)(void *opaque, void *stream, resp_t *resp, int op) noexcept nogil
 
 cdef extern from "csrc/http_write.h" nogil:
     void resp_reset(resp_t *r)
@@ -28,12 +29,18 @@ cdef extern from "csrc/http_write.h" nogil:
     int resp_set_content_type(resp_t *r, const char *value, size_t vlen)
     int resp_write(resp_t *r, const void *data, size_t len)
     int resp_set_body_static(resp_t *r, const void *data, size_t len)
-    int resp_set_head_length(resp_t *r, uint64_t n)
+    int resp_set_head_length(resp_t *r, int64_t n)
+    int resp_set_stream(resp_t *r, void *stream, int64_t length)
+    int RESP_LENGTH_UNKNOWN
     void *resp_alloc(resp_t *r, size_t size)
 
 cdef extern from "csrc/server.h" nogil:
     ctypedef struct server_t "struct server":
         pass
+
+    enum:
+        SERVER_STREAM_NEXT
+        SERVER_STREAM_ABANDON
 
     enum server_target_kind:
         SERVER_STATIC
@@ -46,6 +53,7 @@ cdef extern from "csrc/server.h" nogil:
         nogil_fn_t fn
         void *ctx
         py_call_t py_call
+        py_stream_t py_stream
         void *opaque
         files_root_t *root
 
