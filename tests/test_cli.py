@@ -150,6 +150,49 @@ def test_interface_mismatch_is_one_line(capsys: pytest.CaptureFixture[str], tmp_
     assert message in err and err.count("\n") == 1
 
 
+def test_factory_is_called_for_the_app(tmp_path: Path, isolated_path: None) -> None:
+    name = write_module(tmp_path, """
+        import cyserve
+
+        def create_app():
+            app = cyserve.App()
+            app.static("/", "made")
+            return app
+
+        def create_wsgi():
+            def wsgi(environ, start_response):
+                start_response("200 OK", [])
+                return [b"hi"]
+            return wsgi
+    """)
+    app = cli.load_app(f"{name}:create_app", str(tmp_path), factory=True)
+    assert isinstance(app, cyserve.App) and app.build()[0][3] == "static"
+    app = cli.load_app(f"{name}:create_wsgi", str(tmp_path), factory=True)
+    assert app.build()[0][4].app.__name__ == "wsgi"
+
+
+def test_a_factory_without_factory_is_one_line(capsys: pytest.CaptureFixture[str],
+                                               tmp_path: Path, isolated_path: None) -> None:
+    name = write_module(tmp_path, """
+        def create_app():
+            pass
+
+        not_callable = 5
+    """)
+    status, err = run_main(capsys, f"{name}:create_app", "--app-dir", str(tmp_path))
+    assert status == 2 and err.count("\n") == 1
+    assert "'create_app' cannot be called as a WSGI application with (environ, " in err
+    assert "(an application factory? the command takes --factory to call it first)" in err
+    status, err = run_main(capsys, f"{name}:not_callable", "--app-dir", str(tmp_path),
+                           "--factory")
+    assert (status, err) == (2, f"cyserve: '{name}:not_callable' is not callable, so it cannot "
+                                f"be a factory (it is a int)\n")
+    status, err = run_main(capsys, f"{name}:create_app", "--app-dir", str(tmp_path),
+                           "--factory")
+    assert (status, err) == (2, f"cyserve: '{name}:create_app' (its factory's result): expected "
+                                f"a cyserve.App or a WSGI application, got NoneType None\n")
+
+
 def test_unknown_interface_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     status, err = run_main(capsys, "m:app", "--interface", "asgi")
     assert status == 2 and err.startswith("cyserve: argument --interface: invalid choice: 'asgi'")

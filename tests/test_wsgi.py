@@ -663,6 +663,9 @@ def test_app_wsgi_checks_its_arguments() -> None:
         app.wsgi("/", cyserve.App())  # type: ignore[arg-type]
     with pytest.raises(RouteError, match="must start with '/'"):
         app.wsgi("no-slash", echo_environ)
+    with pytest.raises(HandlerTypeError, match=r"with \(environ, start_response\): its signature "
+                                               r"is \(environ\)$"):
+        app.wsgi("/", lambda environ: [])
     app.wsgi("/a", echo_environ)
     with pytest.raises(RouteError, match="duplicate route"):
         app.wsgi("/a/", echo_environ)

@@ -203,6 +203,7 @@ class App:
         if is_asgi_app(app):
             raise RouteError(f"{where}: {_describe_object(app)} is an async (ASGI) "
                              "application; cyserve runs WSGI applications only")
+        _check_wsgi_signature(where, app)
         if not isinstance(prefix, str):
             raise RouteError(f"{where}: pattern must be a str, got {type(prefix).__name__}")
         handler = WSGIHandler(app, prefix)
@@ -316,6 +317,26 @@ def as_app(obj: object, interface: str = "auto") -> App:
     app = App()
     app.wsgi("/", obj)  # type: ignore[arg-type]
     return app
+
+
+def _check_wsgi_signature(where: str, app: object) -> None:
+    """A WSGI application is called with (environ, start_response): say so at registration
+    rather than with a 500 on every request. An app factory (create_app()) is the usual mix-up."""
+    try:
+        sig = inspect.signature(app)  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # some builtins have no signature: trust them
+        return
+    try:
+        sig.bind(object(), object())
+    except TypeError:
+        name = getattr(app, "__qualname__", type(app).__name__)
+        hint = ""
+        if not any(p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                   for p in sig.parameters.values()):
+            hint = " (an application factory? the command takes --factory to call it first)"
+        raise HandlerTypeError(f"{where}: {name!r} cannot be called as a WSGI application "
+                               f"with (environ, start_response): its signature is {sig}"
+                               f"{hint}") from None
 
 
 def _overlap(a: _Route, b: _Route) -> bool:

@@ -91,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
                    type=str.lower,
                    help="what MODULE:APP is: a cyserve.App, a WSGI application, or auto "
                         "(default: whichever it is)")
+    p.add_argument("--factory", action="store_true",
+                   help="MODULE:APP is a function that returns the application: call it (with "
+                        "no arguments) first")
     p.add_argument("--app-dir", metavar="DIR", default=".",
                    help="folder put first on sys.path before importing (default: the current one)")
     p.add_argument("--version", action="version", version=f"cyserve {__version__}")
@@ -116,13 +119,15 @@ def config_from_args(args: argparse.Namespace) -> Config:
     return Config(**options)
 
 
-def load_app(spec: str, app_dir: str | None = ".", interface: str = "auto") -> App:
+def load_app(spec: str, app_dir: str | None = ".", interface: str = "auto",
+             factory: bool = False) -> App:
     """Import ``module:attribute`` (the attribute may be dotted) and return the App there, or
     an App serving the WSGI application there (``interface``: see app.as_app).
 
     AppLoadError when the spec is malformed, the module does not exist or the attribute is
-    missing or is not what ``interface`` asks for. An exception raised by the module's own code
-    propagates as it is.
+    missing or is not what ``interface`` asks for. With ``factory``, the attribute is called
+    with no arguments and what it returns is the application. An exception raised by the
+    module's own code (or the factory's) propagates as it is.
     """
     if app_dir is not None:
         folder = os.path.abspath(app_dir)
@@ -148,10 +153,16 @@ def load_app(spec: str, app_dir: str | None = ".", interface: str = "auto") -> A
             obj = getattr(obj, part)
         except AttributeError:
             raise AppLoadError(f"{module_name!r} has no attribute {attr!r}") from None
+    if factory:
+        if not callable(obj):
+            raise AppLoadError(f"{spec!r} is not callable, so it cannot be a factory (it is a "
+                               f"{type(obj).__name__})")
+        obj = obj()
     try:
         return as_app(obj, interface)
     except HandlerTypeError as exc:
-        raise AppLoadError(f"{spec!r}: {exc}") from None
+        what = f"{spec!r} (its factory's result)" if factory else repr(spec)
+        raise AppLoadError(f"{what}: {exc}") from None
 
 
 def _is_parent_or_self(missing: str, wanted: str) -> bool:
@@ -169,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(exc.for_cli(), EXIT_USAGE)
 
     try:
-        app = load_app(args.app, args.app_dir, config.interface)
+        app = load_app(args.app, args.app_dir, config.interface, args.factory)
     except AppLoadError as exc:
         return _fail(str(exc), EXIT_USAGE)
     except Exception as exc:
