@@ -170,6 +170,15 @@ def test_two_processes_share_the_port_and_both_answer(supervised: Supervised) ->
     assert all(_gone(pid) for pid in supervised.workers)
 
 
+def test_sighup_stops_the_supervisor_and_its_workers_gracefully(
+        supervised: Supervised) -> None:
+    os.killpg(supervised.proc.pid, signal.SIGHUP)
+    assert supervised.next_line().startswith("cyserve: SIGHUP: reloading is not supported")
+    code, err = supervised.finish()
+    assert (code, err) == (0, "")
+    assert all(_gone(pid) for pid in supervised.workers)
+
+
 def test_a_wsgi_app_runs_in_every_process(tmp_path: Path) -> None:
     sup = Supervised(tmp_path, 2, spec="proc_app:wsgi")
     try:

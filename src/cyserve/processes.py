@@ -18,8 +18,8 @@ The supervisor (the process the user started) never serves. In order:
 3. A worker that exits while the server is running is replaced. One that exits within
    _QUICK_EXIT_SECONDS of its start counts as a failure to start; after _MAX_QUICK_EXITS in a
    row the supervisor stops everything and exits with status 1 rather than fork forever.
-4. The first SIGINT or SIGTERM is passed on as SIGTERM: every worker stops gracefully (its own
-   graceful_timeout). A second is passed on again, which a worker takes as "force" (see
+4. The first SIGINT, SIGTERM or SIGHUP is passed on as SIGTERM: every worker stops gracefully
+   (its own graceful_timeout). A second is passed on again, which a worker takes as "force" (see
    server.py). A third, or workers still alive graceful_timeout + _FORCE_EXTRA_SECONDS after the
    first, get SIGKILL.
 """
@@ -92,7 +92,7 @@ class _Supervisor:
         self.app = app
         self.config = config
         self.children: dict[int, float] = {}  # pid -> start time
-        self.waiter = _Waiter(None)  # counts SIGINT/SIGTERM, like a single server's main loop
+        self.waiter = _Waiter(None)  # counts SIGINT/SIGTERM/SIGHUP, like a single server's loop
         self.giving_up = False
         self.quick_exits = 0
 
@@ -124,7 +124,7 @@ class _Supervisor:
                     sys.stderr)
                 self._spawn()
         if status == 0:
-            say("cyserve: shutting down")
+            say(self.waiter.shutdown_line())
         return self._stop(status)
 
     def _spawn(self) -> None:

@@ -4,9 +4,10 @@ The lifecycle, in order:
 
 1. Validate the options (Config) and the routes (App.build) before touching the network, so a
    mistake is reported as one line and nothing is left half-started.
-2. Install the SIGINT and SIGTERM handlers *before* starting the workers: a signal that arrives
-   while the server starts is then recorded rather than lost or raised as KeyboardInterrupt in the
-   middle of start().
+2. Install the SIGINT, SIGTERM and SIGHUP handlers *before* starting the workers: a signal that
+   arrives while the server starts is then recorded rather than lost or raised as
+   KeyboardInterrupt in the middle of start(). SIGHUP (a process manager's "reload") stops like
+   SIGTERM: reloading is not supported, and its default action would cut requests in flight.
 3. Start the server (bind, listen, start the workers) and print one line saying where it serves.
 4. The main thread waits in short time.sleep() calls. Python runs signal handlers only in the main
    thread, between bytecodes; a main thread blocked in a long C call (as seed 004's bindings were)
@@ -116,7 +117,7 @@ def serve(app: App | Callable[..., Any], config: Config, *,
                 ready(srv)
             waiter.wait_for_request(srv)
             if srv.running:
-                say("cyserve: shutting down")
+                say(waiter.shutdown_line())
                 _stop(srv, config.graceful_timeout, waiter)
         finally:
             # Whatever went wrong above, never leave workers running behind the caller's back.
@@ -166,13 +167,17 @@ class _Waiter:
 
     def __init__(self, stop_event: threading.Event | None) -> None:
         self.requests = 0
+        self.first_signal: int | None = None
         self.stop_event = stop_event
         self._previous: dict[int, Any] = {}
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        # SIGHUP too: process managers send it to reload (gunicorn's meaning). cyserve cannot
+        # reload, and SIGHUP's default action would end the process at once, cutting requests in
+        # flight; a graceful stop loses nothing (shutdown_line says why it stopped).
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             self._previous[signum] = signal.signal(signum, self._on_signal)
 
     def uninstall(self) -> None:
@@ -191,7 +196,16 @@ class _Waiter:
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         # Only count here: printing from a signal handler can re-enter a print the main thread
         # was in the middle of (RuntimeError: reentrant call), so the main loop does the talking.
+        if self.first_signal is None:
+            self.first_signal = signum
         self.requests += 1
+
+    def shutdown_line(self) -> str:
+        """What to print when the stop begins."""
+        if self.first_signal == signal.SIGHUP:
+            return ("cyserve: SIGHUP: reloading is not supported; shutting down gracefully "
+                    "(start the server again to load new code)")
+        return "cyserve: shutting down"
 
     def pending(self) -> int:
         if self.stop_event is not None and self.stop_event.is_set():
