@@ -8,6 +8,7 @@ import ast
 import logging
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 from wsgiref.validate import validator
@@ -17,6 +18,7 @@ import pytest
 from _rawhttp import Conn, Reply, get, request, serving
 
 import cyserve
+from cyserve._core import Server
 from cyserve.app import as_app
 from cyserve.config import Config
 from cyserve.errors import HandlerTypeError, RouteError
@@ -449,7 +451,6 @@ def test_a_slow_reader_slows_the_producer_down() -> None:
         c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
         c.send(get("/huge"))
         c.read_until(b"\r\n\r\n")
-        import time
         time.sleep(0.5)
         assert 1 <= len(produced) < 500, len(produced)
 
@@ -489,6 +490,32 @@ def test_a_client_that_leaves_midway_gets_the_stream_closed() -> None:
             s.sendall(get("/endless"))
             assert s.recv(65536).startswith(b"HTTP/1.1 200 ")
         assert closed.wait(10), "the generator was never closed"
+
+
+def test_a_stream_the_stop_cuts_short_is_still_closed() -> None:
+    # Past the grace period the stop cancels everything, offloaded calls included, so the
+    # engine cannot ask the handler to close the stream itself: Server.stop() does it after.
+    closed = threading.Event()
+
+    def app(environ: Environ, start_response: Any) -> Iterator[bytes]:
+        start_response("200 OK", [])
+        try:
+            while True:
+                yield b"event\n"
+                time.sleep(0.02)
+        finally:
+            closed.set()
+
+    srv = Server(as_app(app).build(), host="127.0.0.1", port=0, threads=2)
+    srv.start()
+    try:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            s.sendall(get("/events"))
+            assert s.recv(65536).startswith(b"HTTP/1.1 200 ")
+            srv.stop(grace=0.2)
+            assert closed.is_set(), "the generator was not closed by the stop"
+    finally:
+        srv.stop(grace=0)
 
 
 def test_more_than_announced_is_cut_and_less_closes_the_connection() -> None:

@@ -244,6 +244,16 @@ struct server {
      * counters of runs that ended are kept, so that stats() after stop() still tells. */
     pthread_mutex_t stats_lock;
     uint64_t ended_inline, ended_spawned;
+    /* Streams (server.c, "streamed answers") a stop cancelled before their handler could be
+     * told: no call can be offloaded any more. server_take_orphan() hands them to the caller of
+     * the stop, which releases them with their target's py_stream. Under orphan_lock (any
+     * worker, while stopping). */
+    pthread_mutex_t orphan_lock;
+    struct orphan {
+        const struct server_target *t;
+        void *stream;
+    } *orphans;
+    size_t n_orphans, cap_orphans;
     _Atomic unsigned ext_count;
     struct ext_memfd {
         const char *ptr;
@@ -366,6 +376,7 @@ int server_new(struct server **out, const struct server_config *cfg, const struc
     s->router = router;
     pthread_mutex_init(&s->ext_lock, NULL);
     pthread_mutex_init(&s->stats_lock, NULL);
+    pthread_mutex_init(&s->orphan_lock, NULL);
     *out = s;
     return 0;
 }
@@ -1520,13 +1531,45 @@ static void py_stream_trampoline(void *arg)
     j->rc = j->t->py_stream(j->t->opaque, j->stream, j->resp, j->op);
 }
 
-/* Give the stream back to its handler (the client left). If the server is stopping, the offload
- * is refused and the stream is not released: the process is ending anyway. */
-static void stream_abandon(const struct server_target *t, void *stream,
+/* A stream whose handler cannot be called any more (the stop cancels offloads): kept for
+ * server_take_orphan. Out of memory, it is leaked. */
+static void stream_orphan(struct server *s, const struct server_target *t, void *stream)
+{
+    pthread_mutex_lock(&s->orphan_lock);
+    if (s->n_orphans == s->cap_orphans) {
+        size_t cap = s->cap_orphans ? s->cap_orphans * 2 : 8;
+        struct orphan *o = realloc(s->orphans, cap * sizeof(*o));
+        if (o) {
+            s->orphans = o;
+            s->cap_orphans = cap;
+        }
+    }
+    if (s->n_orphans < s->cap_orphans)
+        s->orphans[s->n_orphans++] = (struct orphan){t, stream};
+    pthread_mutex_unlock(&s->orphan_lock);
+}
+
+/* Give the stream back to its handler (the client left, or the stop cut the answer). */
+static void stream_abandon(struct serve *sv, const struct server_target *t, void *stream,
                            struct cyserve_response *r)
 {
     struct py_stream_job job = {t, stream, r, SERVER_STREAM_ABANDON, 0};
-    (void)sched_offload(py_stream_trampoline, &job);
+    if (sched_offload(py_stream_trampoline, &job) < 0)
+        stream_orphan(sv->srv, t, stream);
+}
+
+int server_take_orphan(struct server *s, const struct server_target **t, void **stream)
+{
+    int got = 0;
+    pthread_mutex_lock(&s->orphan_lock);
+    if (s->n_orphans) {
+        struct orphan o = s->orphans[--s->n_orphans];
+        *t = o.t;
+        *stream = o.stream;
+        got = 1;
+    }
+    pthread_mutex_unlock(&s->orphan_lock);
+    return got;
 }
 
 /* Write the head (if still in sv->out) and data[0..len) as one piece of a streamed body. */
@@ -1565,7 +1608,7 @@ static int send_stream(struct serve *sv, const struct server_target *t, int keep
     if (!r->has_content_type) {
         static const char ct[] = "Content-Type: text/plain; charset=utf-8\r\n";
         if (UNLIKELY(wbuf_append(&r->headers, ct, sizeof(ct) - 1))) {
-            stream_abandon(t, stream, r);
+            stream_abandon(sv, t, stream, r);
             return -ENOMEM;
         }
     }
@@ -1574,7 +1617,7 @@ static int send_stream(struct serve *sv, const struct server_target *t, int keep
     int rc = http_write_head(&sv->out, r->status, sv->req.minor_version, keep, announce,
                              r->headers.ptr, r->headers.len, date_now());
     if (UNLIKELY(rc) || head_only) {
-        stream_abandon(t, stream, r);
+        stream_abandon(sv, t, stream, r);
         log_response(sv, r->status, 0);
         return rc;
     }
@@ -1590,8 +1633,10 @@ static int send_stream(struct serve *sv, const struct server_target *t, int keep
         r->body.len = 0;
         struct py_stream_job job = {t, stream, r, SERVER_STREAM_NEXT, 0};
         rc = sched_offload(py_stream_trampoline, &job);
-        if (UNLIKELY(rc < 0))
-            return rc; /* the server is stopping: see stream_abandon */
+        if (UNLIKELY(rc < 0)) {
+            stream_orphan(sv->srv, t, stream); /* the server is stopping */
+            return rc;
+        }
         if (UNLIKELY(job.rc < 0)) {
             log_response(sv, r->status, (int64_t)sent);
             return -EIO; /* released; close without the last chunk */
@@ -1600,7 +1645,7 @@ static int send_stream(struct serve *sv, const struct server_target *t, int keep
         body = resp_body(r, &body_len);
     }
     if (more)
-        stream_abandon(t, stream, r); /* the client left, or the announced length is reached */
+        stream_abandon(sv, t, stream, r); /* the client left, or the announced length is reached */
     log_response(sv, r->status, (int64_t)sent);
     if (rc)
         return rc;
@@ -2371,6 +2416,8 @@ void server_free(struct server *s)
             close(s->ext[i].fd);
     pthread_mutex_destroy(&s->ext_lock);
     pthread_mutex_destroy(&s->stats_lock);
+    pthread_mutex_destroy(&s->orphan_lock);
+    free(s->orphans); /* what was not taken is leaked: its owner (Python) is not here */
     free(s->host);
     free(s);
 }

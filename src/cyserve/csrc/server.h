@@ -154,6 +154,11 @@ void server_get_stats(struct server *s, struct server_stats *out);
 int server_req_header(const cyserve_request *req, const char *name, size_t nlen,
                       cyserve_str *out);
 
+/* After server_shutdown(): take one stream a stop cut short before its handler could release
+ * it (the stop refuses offloaded calls). 1 and *t, *stream set (release it with t->py_stream,
+ * op SERVER_STREAM_ABANDON, resp NULL), or 0 when none is left. Any thread. */
+int server_take_orphan(struct server *s, const struct server_target **t, void **stream);
+
 /* The client's address of req's connection as "host:port" ("[v6]:port" for IPv6), NUL-ended:
  * 0 and *out set, owned by the connection and valid until the handler returns; -ENOTCONN when
  * it is unknown (the socket is gone, or req was not made by a coroutine's serve loop). The

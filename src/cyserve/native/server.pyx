@@ -674,7 +674,16 @@ cdef class Server:
         if rc != 0:
             raise RuntimeError("Server.stop() cannot be called from a handler of this server; "
                                "call it from another thread")
+        self._release_orphans()
         _running_servers.discard(self)
+
+    cdef void _release_orphans(self) noexcept:
+        # Streamed answers the stop cut short while no call could be offloaded any more: their
+        # iterators are closed here (close() runs, a generator's finally blocks too).
+        cdef const cs.server_target_t *t
+        cdef void *stream
+        while cs.server_take_orphan(self._srv, &t, &stream):
+            t.py_stream(t.opaque, stream, NULL, cs.SERVER_STREAM_ABANDON)
 
     @property
     def running(self):
@@ -702,6 +711,9 @@ cdef class Server:
     def __dealloc__(self):
         cdef Py_ssize_t i
         if self._srv != NULL:
+            with nogil:
+                cs.server_shutdown(self._srv, 0)
+            self._release_orphans()
             with nogil:
                 cs.server_free(self._srv)
             self._srv = NULL

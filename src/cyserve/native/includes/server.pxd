@@ -91,3 +91,4 @@ cdef extern from "csrc/server.h" nogil:
     void server_get_stats(server_t *s, server_stats_t *out)
     int server_req_header(const req_t *req, const char *name, size_t nlen, void *out)
     int server_req_peer(const req_t *req, const char **out)
+    int server_take_orphan(server_t *s, const server_target_t **t, void **stream)
