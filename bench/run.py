@@ -202,7 +202,8 @@ def availability(servers, nogil_error):
         env = S.py_env()
         env["PYTHONPATH"] += os.pathsep + S.BUILD
         cy = probe_modules(S.VENV_PY, ["cyserve", "bench.apps.cyserve_py", "bench.apps.cyserve_static_app",
-                                       "bench.apps.cyserve_nogil_app", "bench.apps.wsgi_app"], env)
+                                       "bench.apps.cyserve_nogil_app", "bench.apps.wsgi_app",
+                                       "bench.apps.cyserve_files_app"], env)
     go_ver = sh(["go", "version"]).stdout.strip() if harness.have("go") else ""
     go_mods = {}
     try:
@@ -217,13 +218,13 @@ def availability(servers, nogil_error):
         why = None
         if s.group == "cyserve":
             app_mod = {"cyserve-py": "bench.apps.cyserve_py", "cyserve-static": "bench.apps.cyserve_static_app",
-                       "cyserve-nogil": "bench.apps.cyserve_nogil_app",
-                       "cyserve-wsgi": "bench.apps.wsgi_app"}[s.name]
+                       "cyserve-files": "bench.apps.cyserve_files_app", "cyserve-nogil": "bench.apps.cyserve_nogil_app",
+                       "cyserve-wsgi": "bench.apps.wsgi_app"}[getattr(s, "app_of", s.name)]
             if not have_py:
                 why = "bench/.venv missing"
             elif cy.get("cyserve", "").startswith("ERROR"):
                 why = cy["cyserve"][6:]
-            elif s.name == "cyserve-nogil" and nogil_error:
+            elif getattr(s, "app_of", s.name) == "cyserve-nogil" and nogil_error:
                 why = nogil_error
             elif cy.get(app_mod, "ERROR ?").startswith("ERROR"):
                 why = cy.get(app_mod, "ERROR ?")[6:]
@@ -231,7 +232,7 @@ def availability(servers, nogil_error):
                 why = cyserve_engine_missing()
             if why:
                 why = f"cyserve: not available yet ({why})"
-            versions[s.name] = f"cyserve {cy.get('cyserve', '?')} ({git_rev()})"
+            versions[s.name] = f"cyserve {cy.get('cyserve', '?')} ({git_rev(getattr(s, 'tree', ROOT))})"
         elif s.group == "go":
             exe = os.path.join(S.BUILD, s.name)
             why = None if os.path.exists(exe) else "Go peer not built (see setup notes)"
@@ -265,15 +266,14 @@ def cyserve_engine_missing():
     return None
 
 
-_rev = None
+_rev = {}
 
 
-def git_rev():
-    global _rev
-    if _rev is None:
-        r = sh(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"])
-        _rev = r.stdout.strip() or "?"
-    return _rev
+def git_rev(tree=ROOT):
+    if tree not in _rev:
+        r = sh(["git", "-C", tree, "rev-parse", "--short", "HEAD"])
+        _rev[tree] = r.stdout.strip() or "?"
+    return _rev[tree]
 
 
 def machine_info():
@@ -439,6 +439,9 @@ def main(argv=None):
     ap.add_argument("--client", choices=("wrk", "python"), help="force a client (python: no wrk, no hey)")
     ap.add_argument("--out", default=RESULTS, help="results folder (default bench/results)")
     ap.add_argument("--list", action="store_true", help="list the servers and exit")
+    ap.add_argument("--baseline", metavar="TREE",
+                    help="also run each chosen cyserve server from the checkout TREE (built there with "
+                         "make build), as NAME-base, in the same rounds: an A/B of two builds")
     args = ap.parse_args(argv)
     if args.list:
         for s in S.SERVERS:
@@ -453,6 +456,8 @@ def main(argv=None):
     args.workloads = (args.workloads.split(",") if args.workloads
                       else list(mode.get("workloads", W.WORKLOADS)))
     chosen = [S.BY_NAME[n] for n in args.servers.split(",")] if args.servers else list(S.SERVERS)
+    if args.baseline:
+        chosen += [S.from_tree(s, args.baseline) for s in chosen if s.group == "cyserve"]
 
     notes = []
     nogil_error = None

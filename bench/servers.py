@@ -135,6 +135,9 @@ SERVERS = [
     Server("cyserve-static", "cyserve (app.static)", "cyserve",
            _cyserve("bench.apps.cyserve_static_app:app"), workloads=STATIC,
            note="responses registered with app.static(): the C core answers alone"),
+    Server("cyserve-files", "cyserve (app.files)", "cyserve",
+           _cyserve("bench.apps.cyserve_files_app:app"), workloads=STATIC,
+           note="the same bodies as files on disk: opened, checked and sent with sendfile per request"),
     Server("cyserve-py", "cyserve (Python handlers)", "cyserve",
            _cyserve("bench.apps.cyserve_py:app", processes=True), requires=("msgpack",),
            note="all-core mode: --processes N --threads 1 (one GIL per process)"),
@@ -193,5 +196,26 @@ SERVERS = [
 ]
 
 BY_NAME = {s.name: s for s in SERVERS}
+
+
+def from_tree(server, tree):
+    """`server` (a cyserve one) run from another checkout's build, as NAME-base: that tree's src/
+    (built there with `make build`) goes first on the path, the apps and everything else stay
+    this checkout's. Measured in the same rounds as `server`, it is an A/B of two builds on the
+    same machine state (`bench/run.py --baseline TREE`)."""
+    tree = os.path.abspath(tree)
+    mine = os.path.join(ROOT, "src")
+
+    def cmd(s, port, threads, tmp):
+        argv, env, cleanup = server.command(port, threads, tmp)
+        parts = env["PYTHONPATH"].split(os.pathsep)
+        env["PYTHONPATH"] = os.pathsep.join(os.path.join(tree, "src") if p == mine else p for p in parts)
+        return argv, env, cleanup
+    base = Server(server.name + "-base", f"{server.label} [base]", server.group, cmd,
+                  workloads=server.workloads, scales=server.scales, requires=server.requires,
+                  note=f"{server.note}; built from {tree}".lstrip("; "), python=server.python)
+    base.tree = tree
+    base.app_of = server.name
+    return base
 
 
