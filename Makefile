@@ -14,7 +14,7 @@ CORE_SOURCES := $(wildcard src/cyserve/*.pyx src/cyserve/*.pxd src/cyserve/nativ
 	src/cyserve/native/*.pxi src/cyserve/native/includes/*.pxd src/cyserve/csrc/*.c \
 	src/cyserve/csrc/*.h src/cyserve/csrc/*.S src/cyserve/include/cyserve/*.h) setup.py
 
-.PHONY: all build run test test-c test-asan bench bench-quick bench-coro fuzz clean
+.PHONY: all build run test test-c test-asan test-pythons venv-tests dist bench bench-quick bench-coro fuzz clean
 
 all: build
 
@@ -66,6 +66,32 @@ test-asan: $(ASAN_PKG)/.built
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	PYTHONPATH=$(ASAN_PKG) CYSERVE_EXPECT_SANITIZED=1 $(PY) -m pytest -p no:cacheprovider $(ASAN_TESTS)
+
+# The Python test suite on the other CPython versions cyserve supports, each in a venv of its own
+# (.venv-3.X) with the extension built in place for it (the .so's name carries the version, so
+# builds for several versions live side by side in src/cyserve). The interpreter is python3.X on
+# pyenv's newest 3.X, else python3.X on the PATH.
+PYTHONS ?= 3.10 3.12 3.13
+test-pythons:
+	@set -e; for v in $(PYTHONS); do \
+	  py=$$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v.*/bin/python$$v 2>/dev/null | sort -V | tail -1); \
+	  [ -n "$$py" ] || py=$$(command -v python$$v || true); \
+	  if [ -z "$$py" ] || ! "$$py" -c '' 2>/dev/null; then echo "test-pythons: no python$$v on the PATH or in pyenv"; exit 1; fi; \
+	  echo "== CPython $$v ($$py)"; \
+	  $(MAKE) --no-print-directory PYTHON=$$py VENV=.venv-$$v venv-tests; \
+	done
+
+venv-tests: $(STAMP)
+	$(PY) setup.py -q build_ext --inplace
+	$(PY) -m pytest -q -p no:cacheprovider
+
+# The sdist and the manylinux wheel in dist/ (the wheel is built from the sdist, then checked
+# and retagged by auditwheel: it links nothing beyond glibc).
+dist: $(STAMP)
+	rm -rf dist && $(PY) -m build --no-isolation --outdir dist .
+	PATH="$(VENV)/bin:$$PATH" $(VENV)/bin/auditwheel repair -w dist dist/cyserve-*-linux_*.whl
+	rm -f dist/cyserve-*-linux_*.whl
+	@ls -1 dist
 
 test-c: $(STAMP)
 	$(PY) -m pytest tests/test_c_units.py

