@@ -16,8 +16,24 @@ from cyserve.native.includes.router cimport (router_t, router_new, router_free, 
                                              files_root_t, files_root_new, files_root_free,
                                              ROUTER_PATH, ROUTER_PREFIX, ROUTER_REGEX)
 
-_METHOD_BITS = {"GET": 1, "HEAD": 2, "POST": 3, "PUT": 4, "DELETE": 5, "PATCH": 6,
-                "OPTIONS": 7, "CONNECT": 8, "TRACE": 9}
+cdef extern from "csrc/http_parse.h":
+    # The values of enum http_method, which the parser gives each request and the router keeps
+    # one bit for (bit 1 << value). Taken from the header so that the two cannot drift apart.
+    enum:
+        HTTP_GET
+        HTTP_HEAD
+        HTTP_POST
+        HTTP_PUT
+        HTTP_DELETE
+        HTTP_PATCH
+        HTTP_OPTIONS
+        HTTP_CONNECT
+        HTTP_TRACE
+
+# A route's method names (cyserve.app.METHODS) to their enum http_method values.
+_METHOD_BITS = {"GET": HTTP_GET, "HEAD": HTTP_HEAD, "POST": HTTP_POST, "PUT": HTTP_PUT,
+                "DELETE": HTTP_DELETE, "PATCH": HTTP_PATCH, "OPTIONS": HTTP_OPTIONS,
+                "CONNECT": HTTP_CONNECT, "TRACE": HTTP_TRACE}
 _INT_PARAM = _re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*):int\}")
 _TOKEN = _re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 
