@@ -1,4 +1,4 @@
-"""Process workers (`cyserve app --processes N`, cyserve/processes.py): N interpreters serve one
+"""Process workers (`cyserve app --processes N`, cyserve/supervisor.py): N interpreters serve one
 port, a worker that dies is replaced, a stop reaches every worker and lets requests in flight
 finish, and mistakes are one line before anything is forked.
 
