@@ -28,8 +28,9 @@ $(STAMP): requirements-dev.txt
 	chmod +x $(VENV)/bin/cyserve
 	touch $@
 
+# CYSERVE_TEST_HOOKS=1: the tests and bench/ also need cyserve._testhooks (see setup.py).
 src/cyserve/.built: $(STAMP) $(CORE_SOURCES)
-	$(PY) setup.py -q build_ext --inplace
+	CYSERVE_TEST_HOOKS=1 $(PY) setup.py -q build_ext --inplace
 	touch $@
 
 build: src/cyserve/.built
@@ -54,9 +55,9 @@ ASAN_TESTS ?= $(wildcard tests/test_sched.py tests/test_parser.py tests/test_htt
 $(ASAN_PKG)/.built: $(STAMP) $(CORE_SOURCES)
 	rm -rf $(ASAN_PKG) && mkdir -p $(ASAN_PKG)
 	cp -r src/cyserve $(ASAN_PKG)/cyserve
-	rm -f $(ASAN_PKG)/cyserve/_core*.so $(ASAN_PKG)/cyserve/.built
-	CYSERVE_SANITIZE=address,undefined CYSERVE_DEBUG=1 $(PY) setup.py -q build_ext \
-		--build-lib $(ASAN_PKG) --build-temp build/asan/tmp
+	rm -f $(ASAN_PKG)/cyserve/_core*.so $(ASAN_PKG)/cyserve/_testhooks*.so $(ASAN_PKG)/cyserve/.built
+	CYSERVE_SANITIZE=address,undefined CYSERVE_DEBUG=1 CYSERVE_TEST_HOOKS=1 \
+		$(PY) setup.py -q build_ext --build-lib $(ASAN_PKG) --build-temp build/asan/tmp
 	touch $@
 
 # The Python modules are copied again on every run: the sanitized build is only redone when native
@@ -111,4 +112,5 @@ fuzz: build
 	$(MAKE) -C fuzz run
 
 clean:
-	rm -rf build src/cyserve/_core.c src/cyserve/_core*.so src/cyserve/.built tests/c/build
+	rm -rf build src/cyserve/_core.c src/cyserve/_core*.so src/cyserve/_testhooks.c \
+		src/cyserve/_testhooks*.so src/cyserve/.built tests/c/build

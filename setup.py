@@ -1,4 +1,4 @@
-"""Build of cyserve's one native extension, cyserve._core.
+"""Build of cyserve's native extension, cyserve._core (and, for tests, cyserve._testhooks).
 
 It compiles the C runtime in src/cyserve/csrc (every .c file, plus the context switch written in
 assembly for this machine's architecture) together with the Cython layer that owns it.
@@ -7,6 +7,8 @@ Environment switches (used by the Makefile):
   CYSERVE_DEBUG=1     -O1 -g, assertions on, CYSERVE_DEBUG defined
   CYSERVE_SANITIZE=x  add -fsanitize=x (e.g. address,undefined); run with the runtime preloaded
   CYSERVE_CORO_UCONTEXT=1  use the portable ucontext switch instead of the assembly one
+  CYSERVE_TEST_HOOKS=1  also build cyserve._testhooks (the parser hooks and the benchmark
+                      drivers the tests and bench/ call; an installed cyserve does not need it)
 """
 
 import os
@@ -57,7 +59,7 @@ def extensions():
         cflags += [f"-fsanitize={sanitize}", "-fno-omit-frame-pointer"]
         ldflags += [f"-fsanitize={sanitize}"]
     csrc = sorted(glob(os.path.join(PKG, "csrc", "*.c")))
-    return [
+    exts = [
         Extension(
             "cyserve._core",
             sources=[os.path.join(PKG, "_core.pyx")] + csrc + asm,
@@ -68,6 +70,18 @@ def extensions():
             extra_link_args=ldflags,
         )
     ]
+    if os.environ.get("CYSERVE_TEST_HOOKS") == "1":
+        # The parser is compiled in again because _core exports no C symbols; the rest is
+        # reached through _core's exported API at import time.
+        exts.append(Extension(
+            "cyserve._testhooks",
+            sources=[os.path.join(PKG, "_testhooks.pyx"),
+                     os.path.join(PKG, "csrc", "http_parse.c")],
+            include_dirs=[PKG, os.path.join(PKG, "include")],
+            extra_compile_args=cflags,
+            extra_link_args=ldflags,
+        ))
+    return exts
 
 
 setup(

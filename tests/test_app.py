@@ -466,3 +466,19 @@ def test_invalid_patterns_are_invalid_for_the_engine_too(match: str, pattern: st
     with pytest.raises(RouteError):
         {"path": app.add_route, "prefix": app.prefix, "regex": app.regex}[match](pattern, handler)
     assert not _engine_accepts(match, pattern)
+
+
+def test_every_route_method_is_the_parsers_enum_value() -> None:
+    # The router keeps one bit per enum http_method value (csrc/http_parse.h) and the Server
+    # maps a route's method names onto those values: a name that mapped to another value would
+    # route that method's requests to the wrong handlers, or to none.
+    from cyserve import _core, _testhooks
+
+    assert set(_core._METHOD_BITS) == set(METHODS)
+    for name in METHODS:
+        target = b"example.com:443" if name == "CONNECT" else b"/"
+        head = name.encode() + b" " + target + b" HTTP/1.1\r\nHost: example.com\r\n\r\n"
+        rc, info = _testhooks._parse_request(head)
+        assert rc == len(head), (name, rc, info)
+        assert info["method_id"] == name
+        assert _core._METHOD_BITS[name] == info["method_code"], name

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import cyserve
-from cyserve import cli, server
+from cyserve import cli, signals
 from cyserve.errors import AppLoadError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -306,12 +306,12 @@ def test_subprocess_port_in_use(tmp_path: Path) -> None:
      "cannot resolve host nope: Name or service not known"),
 ])
 def test_listen_error_messages(exc: OSError, message: str) -> None:
-    err = server._listen_error("::1", 8000, exc)
+    err = signals.listen_error("::1", 8000, exc)
     assert str(err) == f"cannot listen on [::1]:8000: {message}"
     assert err.errno == exc.errno
 
 
 def test_format_address() -> None:
-    assert server.format_address("127.0.0.1", 80) == "127.0.0.1:80"
-    assert server.format_address("::", 0) == "[::]:0"
-    assert server.format_address("localhost", 1) == "localhost:1"
+    assert signals.format_address("127.0.0.1", 80) == "127.0.0.1:80"
+    assert signals.format_address("::", 0) == "[::]:0"
+    assert signals.format_address("localhost", 1) == "localhost:1"

@@ -32,7 +32,7 @@ def test_server_kwargs_match_the_engine_contract() -> None:
         "body_timeout": 10.0, "shared_port": False, "access_log": False,
     }
     assert isinstance(c.server_kwargs()["keepalive_timeout"], float)
-    # Set only by the process supervisor for its workers (cyserve/processes.py).
+    # Set only by the process supervisor for its workers (cyserve/supervisor.py).
     assert c.replace(processes=2, port=8000, shared_port=True).server_kwargs()["shared_port"]
 
 

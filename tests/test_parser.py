@@ -42,7 +42,7 @@ from pathlib import Path
 
 import pytest
 
-from cyserve import _core
+from cyserve import _testhooks
 
 HERE = Path(__file__).parent
 CASE_DIR = HERE / "http"
@@ -139,7 +139,7 @@ def test_enough_cases():
 
 
 def parse(data, meta):
-    return _core._parse_request(data, **meta)
+    return _testhooks._parse_request(data, **meta)
 
 
 def yes_no(value):
@@ -207,7 +207,7 @@ def test_http_case(kind, data, expect, meta):
 
 
 def decode(chunks, meta):
-    return _core._decode_chunked(chunks, **meta)
+    return _testhooks._decode_chunked(chunks, **meta)
 
 
 @pytest.mark.parametrize("kind,data,expect,meta", [c for c in CASES if c.values[0] == "chunked"])

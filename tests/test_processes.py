@@ -1,4 +1,4 @@
-"""Process workers (`cyserve app --processes N`, cyserve/processes.py): N interpreters serve one
+"""Process workers (`cyserve app --processes N`, cyserve/supervisor.py): N interpreters serve one
 port, a worker that dies is replaced, a stop reaches every worker and lets requests in flight
 finish, and mistakes are one line before anything is forked.
 
@@ -251,7 +251,7 @@ def test_workers_do_not_outlive_a_killed_supervisor(supervised: Supervised) -> N
 def test_a_second_ctrl_c_forces_the_workers(tmp_path: Path) -> None:
     # A handler that sleeps 60 s cannot finish within the 5 s grace: the first Ctrl-C alone would
     # end in the supervisor's SIGKILL after graceful_timeout + 5 s. The second Ctrl-C forces
-    # each worker, which abandons its handler after 2 s (server._FORCE_WAIT_SECONDS) and exits 1.
+    # each worker, which abandons its handler after 2 s (serving._FORCE_WAIT_SECONDS) and exits 1.
     sup = Supervised(tmp_path, 2, sleep=60.0)
     try:
         box: list[BaseException] = []

@@ -1,5 +1,6 @@
-"""The Python API of the coroutine runtime (cyserve._core.Scheduler and the benchmark entry
-points): argument checking, lifecycle, exact step counts, and the shape of the measurements.
+"""The Python API of the coroutine runtime (cyserve._core.Scheduler, and the benchmark entry
+points in cyserve._testhooks): argument checking, lifecycle, exact step counts, and the shape of
+the measurements.
 Timing is never asserted; the benchmark (bench/coro/run.py) reports it."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import time
 
 import pytest
 
-from cyserve import _core
+from cyserve import _core, _testhooks
 
 
 def wait_for(pred, limit_s=60.0):
@@ -47,11 +48,11 @@ def test_bad_runq_capacity(cap):
 
 def test_bench_functions_check_arguments():
     with pytest.raises(ValueError, match="workers"):
-        _core.bench_empty(-1, 10)
+        _testhooks.bench_empty(-1, 10)
     with pytest.raises(ValueError, match="stack_size"):
-        _core.bench_empty(1, 10, 1024)
+        _testhooks.bench_empty(1, 10, 1024)
     with pytest.raises(ValueError, match="workers"):
-        _core.parked_cpu(2000, 0.01)
+        _testhooks.parked_cpu(2000, 0.01)
 
 
 def test_default_workers():
@@ -100,7 +101,7 @@ def test_dealloc_without_stop_is_clean():
 
 
 def test_bench_empty_shape():
-    r = _core.bench_empty(2, 1000)
+    r = _testhooks.bench_empty(2, 1000)
     assert set(r) == {"spawn_s", "run_s", "total_s"}
     assert all(v >= 0 for v in r.values())
     assert r["total_s"] >= r["spawn_s"] + r["run_s"]
@@ -112,11 +113,11 @@ def test_bench_fib_checksum():
     for _ in range(100):
         a, b = b, (a + b) % 2**32
     for workers in (1, 2):
-        r = _core.bench_fib(workers, 10, 100)
+        r = _testhooks.bench_fib(workers, 10, 100)
         assert r["checksum"] == 10 * a
 
 
 def test_parked_cpu_shape():
-    r = _core.parked_cpu(2, 0.05)
+    r = _testhooks.parked_cpu(2, 0.05)
     assert set(r) == {"cpu_s", "wall_s"}
     assert r["wall_s"] > 0 and r["cpu_s"] >= 0

@@ -347,7 +347,7 @@ EMBEDDED_SLOW = """
 import http.client, threading, time
 import cyserve
 from cyserve.config import Config
-from cyserve.server import serve
+from cyserve.start import serve
 
 app = cyserve.App()
 started = threading.Event()
@@ -391,7 +391,7 @@ def test_serve_in_a_thread_stops_on_its_event() -> None:
     import cyserve
     from cyserve._core import Server
     from cyserve.config import Config
-    from cyserve.server import serve
+    from cyserve.start import serve
 
     app = cyserve.App()
     app.static("/plaintext", "Hello, World!")

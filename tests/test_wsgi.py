@@ -22,7 +22,7 @@ from cyserve._core import Server
 from cyserve.app import as_app
 from cyserve.config import Config
 from cyserve.errors import HandlerTypeError, RouteError
-from cyserve.server import serve
+from cyserve.start import serve
 
 Environ = dict[str, Any]
 

@@ -1,18 +1,19 @@
-"""The cyserve side of the coroutine benchmark: thin calls into cyserve._core's C benchmarks.
+"""The cyserve side of the coroutine benchmark: thin calls into cyserve._testhooks' C benchmarks.
 
 Run by bench/coro/run.py in a fresh process per measurement; prints one JSON object:
   python peer_cyserve.py empty  --workers K --n 500000 [--stack-size 65536]
   python peer_cyserve.py fib    --workers K --n 20000 --fib 100000
   python peer_cyserve.py parked --workers K --seconds 5
 
-The timing is done in C by cyserve._core (CLOCK_MONOTONIC, GIL released), not here:
+The timing is done in C by cyserve._testhooks (CLOCK_MONOTONIC, GIL released), not here:
 bench_empty/bench_fib return spawn_s (n coroutines queued from the calling thread before the
 workers start, seed 002's semantics), run_s (the workers run until no coroutine is left) and
 total_s (from before the scheduler is created to after it is freed). parked_cpu starts a
 scheduler with no work and returns the process's CPU time over `seconds`.
 
-Exit status 3 means cyserve's benchmark functions are not available (the extension is not
-built, or is older than the runtime); run.py reports that as a clear line instead of a failure.
+Exit status 3 means cyserve's benchmark functions are not available (the test-hooks extension,
+built by `make build`, is not there or is older than the runtime); run.py reports that as a clear
+line instead of a failure.
 """
 
 import argparse
@@ -34,13 +35,15 @@ def main() -> int:
 
     func_name = {"empty": "bench_empty", "fib": "bench_fib", "parked": "parked_cpu"}[args.mode]
     try:
-        from cyserve import _core
+        from cyserve import _testhooks
     except ImportError as exc:
-        print(f"cyserve._core cannot be imported ({exc}); run `make build`", file=sys.stderr)
+        # An installed cyserve, or a build from before the hooks: no benchmark functions.
+        print(f"cyserve has no {func_name}() yet: cyserve._testhooks cannot be imported "
+              f"({exc}); run `make build`", file=sys.stderr)
         return NOT_AVAILABLE
-    func = getattr(_core, func_name, None)
+    func = getattr(_testhooks, func_name, None)
     if func is None:
-        print(f"cyserve._core has no {func_name}() yet (the runtime has not landed)",
+        print(f"cyserve._testhooks has no {func_name}() yet (the runtime has not landed)",
               file=sys.stderr)
         return NOT_AVAILABLE
 

@@ -54,7 +54,7 @@ LANGUAGE = {"cyserve-1": "C/Cython", "cyserve-all": "C/Cython", "asyncio": "Pyth
             "uvloop": "Python", "gevent": "Python", "go-1": "Go", "go-all": "Go"}
 FIGURES = ("spawn_s", "run_s", "total_s")
 
-# Exit status of peer_cyserve.py when cyserve._core has no benchmark functions yet.
+# Exit status of peer_cyserve.py when cyserve has no benchmark functions (cyserve._testhooks).
 NOT_AVAILABLE = 3
 # One measurement may not take longer than this (gevent's 500,000 greenlets take ~7 s here).
 RUN_TIMEOUT_S = 300
@@ -737,7 +737,7 @@ def main(argv: list[str] | None = None) -> int:
         "statistic": "median of the runs; min and max kept per figure",
         "process": "a fresh process per measurement; runs interleaved across systems "
                    "(rotated order each round)",
-        "timing": "cyserve: CLOCK_MONOTONIC in C with the GIL released (cyserve._core."
+        "timing": "cyserve: CLOCK_MONOTONIC in C with the GIL released (cyserve._testhooks."
                   "bench_empty/bench_fib); Python peers: time.perf_counter(); Go: time.Now()",
         "disturbance": f"each run records others_cpu_share, the share of the CPUs other "
                        f"processes used during it; a run above {DISTURBED_SHARE:.0%} is redone "

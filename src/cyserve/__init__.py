@@ -10,7 +10,7 @@ __version__ = "0.1.0"
 # Imported after __version__: cli.py, loaded through these, reads it.
 from .app import App  # noqa: E402
 from .errors import ConfigError, CyserveError, ListenError, RouteError  # noqa: E402
-from .server import run  # noqa: E402
+from .start import run  # noqa: E402
 
 
 def get_include() -> str:

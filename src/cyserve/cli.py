@@ -188,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"error while importing {args.app!r}: {type(exc).__name__}: {exc}",
                      EXIT_RUNTIME)
 
-    from .server import serve
+    from .start import serve
 
     try:
         serve(app, config)

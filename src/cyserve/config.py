@@ -67,7 +67,7 @@ class Config:
     host: str = "127.0.0.1"
     port: int = 8000
     threads: int = 0  # 0: one worker per CPU available to the process
-    processes: int = 1  # worker processes, each with `threads` threads (processes.py)
+    processes: int = 1  # worker processes, each with `threads` threads (supervisor.py)
     backlog: int = 1024
     max_header_bytes: int = 8192  # the whole header block; more gets 431
     max_target_bytes: int = 8192  # the request target; longer gets 414
@@ -113,7 +113,7 @@ class Config:
             "port": self.port,
             "threads": self.workers,
             "backlog": self.backlog,
-            # A worker process joins its siblings' SO_REUSEPORT group (processes.py).
+            # A worker process joins its siblings' SO_REUSEPORT group (supervisor.py).
             "shared_port": self.shared_port,
             "access_log": self.access_log,
             "max_header_bytes": self.max_header_bytes,

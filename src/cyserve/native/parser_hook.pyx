@@ -1,5 +1,5 @@
-# Test hooks for the HTTP parser (csrc/http_parse.c), included in cyserve._core. They turn the C
-# parse into Python values so that tests/test_parser.py can run the conformance cases in
+# Test hooks for the HTTP parser (csrc/http_parse.c), included in cyserve._testhooks. They turn
+# the C parse into Python values so that tests/test_parser.py can run the conformance cases in
 # tests/http/*.md. Not a public API: the server calls the C functions directly, without the GIL.
 from libc.string cimport memset
 from libc.stdlib cimport malloc, free
@@ -10,8 +10,23 @@ from cyserve.native.includes.http_parse cimport (
     http_parse_request, http_chunked_decode,
 )
 
-_METHOD_IDS = ("OTHER", "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT",
-               "TRACE")
+cdef extern from "csrc/http_parse.h":
+    # The values of enum http_method, taken from the header rather than numbered again here.
+    enum:
+        HTTP_OTHER
+        HTTP_GET
+        HTTP_HEAD
+        HTTP_POST
+        HTTP_PUT
+        HTTP_DELETE
+        HTTP_PATCH
+        HTTP_OPTIONS
+        HTTP_CONNECT
+        HTTP_TRACE
+
+_METHOD_IDS = {HTTP_OTHER: "OTHER", HTTP_GET: "GET", HTTP_HEAD: "HEAD", HTTP_POST: "POST",
+               HTTP_PUT: "PUT", HTTP_DELETE: "DELETE", HTTP_PATCH: "PATCH",
+               HTTP_OPTIONS: "OPTIONS", HTTP_CONNECT: "CONNECT", HTTP_TRACE: "TRACE"}
 
 
 cdef inline bytes _view(const char *base, const char *p, size_t n, Py_ssize_t size):
@@ -57,6 +72,7 @@ def _parse_request(bytes data, size_t max_header_bytes=8192, size_t max_target_b
         info = {
             "method": _view(buf, req.method, req.method_len, size),
             "method_id": _METHOD_IDS[<int>req.method_id],
+            "method_code": <int>req.method_id,  # the enum's value itself
             "target": _view(buf, req.target, req.target_len, size),
             "path": _view(buf, req.path, req.path_len, size),
             "query": _view(buf, req.query, req.query_len, size),

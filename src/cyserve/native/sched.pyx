@@ -1,35 +1,12 @@
 # The coroutine runtime's Cython layer, included in cyserve._core: the exported nogil API
-# declared in native/sched_api.pxi, the Scheduler class for tests and tools, and the benchmark
-# entry points used by bench/coro/run.py. Python never runs on a coroutine stack: everything
-# spawned from here is a C body.
-from libc.errno cimport EINVAL, ENOMEM
+# declared in native/sched_api.pxi and the Scheduler class for tests and tools (the benchmark
+# drivers are in the test hooks, native/sched_bench.pyx). Python never runs on a coroutine stack:
+# everything spawned from here is a C body.
+from libc.errno cimport EINVAL
 from libc.stdint cimport uint32_t, uint64_t, int64_t
 from libc.stdlib cimport calloc, free
-from libc.string cimport strerror
 
 from cyserve.native.includes cimport sched as csched
-
-cdef extern from "<time.h>" nogil:
-    ctypedef long time_t
-    cdef struct timespec:
-        time_t tv_sec
-        long tv_nsec
-    int CLOCK_MONOTONIC
-    int clock_gettime(int clk, timespec *ts)
-    int nanosleep(const timespec *req, timespec *rem)
-
-cdef extern from "<sys/resource.h>" nogil:
-    cdef struct timeval:
-        time_t tv_sec
-        long tv_usec
-    cdef struct rusage:
-        timeval ru_utime
-        timeval ru_stime
-    int RUSAGE_SELF
-    int getrusage(int who, rusage *usage)
-
-cdef extern from "<errno.h>":
-    int ESHUTDOWN
 
 
 # ---- the exported C-level API (declared in sched_api.pxi) ----
@@ -92,40 +69,7 @@ cdef int cyserve_coro_defer(cyserve_coro *co, void (*fn)(void *) noexcept nogil,
 
 # ---- helpers ----
 
-cdef inline double _now_s() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return <double>ts.tv_sec + <double>ts.tv_nsec * 1e-9
-
-cdef inline double _cpu_s() noexcept nogil:
-    cdef rusage ru
-    getrusage(RUSAGE_SELF, &ru)
-    return (<double>ru.ru_utime.tv_sec + <double>ru.ru_utime.tv_usec * 1e-6 +
-            <double>ru.ru_stime.tv_sec + <double>ru.ru_stime.tv_usec * 1e-6)
-
-cdef object _sched_error(int err, str what):
-    if err == -ESHUTDOWN:
-        return RuntimeError(f"{what}: the scheduler is stopped")
-    if err == -ENOMEM:
-        return MemoryError(what)
-    return OSError(-err, f"{what}: {strerror(-err).decode()}")
-
-cdef inline int _check_workers(object workers) except -1:
-    if isinstance(workers, bool) or not isinstance(workers, int):
-        raise TypeError(f"workers must be an int, not {type(workers).__name__}")
-    if workers < 0:
-        raise ValueError(f"workers must be >= 0 (0: one per CPU), got {workers}")
-    if workers > csched.SCHED_MAX_WORKERS:
-        raise ValueError(f"workers must be <= {csched.SCHED_MAX_WORKERS}, got {workers}")
-    return 0
-
-cdef inline int _check_stack(object stack_size) except -1:
-    if isinstance(stack_size, bool) or not isinstance(stack_size, int):
-        raise TypeError(f"stack_size must be an int, not {type(stack_size).__name__}")
-    if stack_size < csched.CORO_STACK_MIN or stack_size > csched.CORO_STACK_MAX:
-        raise ValueError(f"stack_size must be between {csched.CORO_STACK_MIN} (16 KiB) and "
-                         f"{csched.CORO_STACK_MAX} (256 MiB) bytes, got {stack_size}")
-    return 0
+include "sched_checks.pxi"
 
 
 # ---- C bodies spawned from Python ----
@@ -158,22 +102,6 @@ cdef int _yielder_body(csched.coro *co, void *arg) noexcept nogil:
         if csched.sched_yield_coro() != 0:
             return -1
         cyserve__atomic_add_u64(job.steps, 1)
-    return 0
-
-cdef int _empty_body(csched.coro *co, void *arg) noexcept nogil:
-    return 0
-
-cdef int _fib_body(csched.coro *co, void *arg) noexcept nogil:
-    # Fibonacci(n) with uint32 wrap-around, as seed 002 and the Go reference compute it.
-    cdef uint32_t *slot = <uint32_t *>arg
-    cdef uint32_t n = slot[0]
-    cdef uint32_t a = 0, b = 1, t
-    cdef uint32_t i
-    for i in range(n):
-        t = a + b
-        a = b
-        b = t
-    slot[0] = a
     return 0
 
 
@@ -299,127 +227,3 @@ cdef class Scheduler:
         return {"spawned": st.spawned, "finished": st.finished, "steals": st.steals,
                 "parks": st.parks, "hops": st.hops, "offloads": st.offloads,
                 "steps": cyserve__atomic_load_u64(&self._steps), "workers": csched.sched_workers(self._s)}
-
-
-# ---- benchmark entry points (bench/coro/run.py) ----
-
-def bench_empty(int workers, long n, size_t stack_size=65536):
-    """Spawn n empty coroutines from this thread before the workers start, then run them all.
-    Returns {spawn_s, run_s, total_s}: total from before sched_new to after sched_free, spawn the
-    spawning loop, run sched_run until idle. CLOCK_MONOTONIC, GIL released throughout."""
-    _check_workers(workers)
-    _check_stack(stack_size)
-    if n < 0:
-        raise ValueError("n must be >= 0")
-    cdef csched.sched *s = NULL
-    cdef csched.sched_config cfg
-    cdef double t0 = 0, t1 = 0, t2 = 0, t3 = 0, t4 = 0
-    cdef int err = 0
-    cdef long i
-    cfg.workers = workers
-    cfg.stack_size = stack_size
-    cfg.runq_capacity = 0
-    cfg.randomize = 0
-    cfg.seed = 0
-    cfg.keep_alive = 0
-    with nogil:
-        t0 = _now_s()
-        err = csched.sched_new(&s, &cfg)
-        if err == 0:
-            t1 = _now_s()
-            for i in range(n):
-                err = csched.sched_spawn(s, _empty_body, NULL)
-                if err:
-                    break
-            t2 = _now_s()
-            if err == 0:
-                err = csched.sched_run(s)
-            t3 = _now_s()
-            csched.sched_free(s)
-        t4 = _now_s()
-    if err:
-        raise _sched_error(err, "bench_empty")
-    return {"spawn_s": t2 - t1, "run_s": t3 - t2, "total_s": t4 - t0}
-
-
-def bench_fib(int workers, long n, unsigned fib_n):
-    """n coroutines each computing Fibonacci(fib_n) with uint32 wrap-around. Returns
-    {spawn_s, run_s, total_s, checksum}; checksum is the sum of the n results."""
-    _check_workers(workers)
-    if n < 0:
-        raise ValueError("n must be >= 0")
-    cdef uint32_t *slots = <uint32_t *>calloc(max(n, 1), sizeof(uint32_t))
-    if slots == NULL:
-        raise MemoryError()
-    cdef csched.sched *s = NULL
-    cdef csched.sched_config cfg
-    cdef double t0 = 0, t1 = 0, t2 = 0, t3 = 0, t4 = 0
-    cdef int err = 0
-    cdef long i
-    cdef uint64_t checksum = 0
-    cfg.workers = workers
-    cfg.stack_size = 0
-    cfg.runq_capacity = 0
-    cfg.randomize = 0
-    cfg.seed = 0
-    cfg.keep_alive = 0
-    with nogil:
-        for i in range(n):
-            slots[i] = fib_n
-        t0 = _now_s()
-        err = csched.sched_new(&s, &cfg)
-        if err == 0:
-            t1 = _now_s()
-            for i in range(n):
-                err = csched.sched_spawn(s, _fib_body, &slots[i])
-                if err:
-                    break
-            t2 = _now_s()
-            if err == 0:
-                err = csched.sched_run(s)
-            t3 = _now_s()
-            csched.sched_free(s)
-        t4 = _now_s()
-        for i in range(n):
-            checksum += slots[i]
-    free(slots)
-    if err:
-        raise _sched_error(err, "bench_fib")
-    return {"spawn_s": t2 - t1, "run_s": t3 - t2, "total_s": t4 - t0, "checksum": checksum}
-
-
-def parked_cpu(int workers, double seconds):
-    """Start a server-mode scheduler with no work, measure this process's CPU time (user +
-    system, getrusage) over `seconds` of wall time, stop it. Returns {cpu_s, wall_s}."""
-    _check_workers(workers)
-    if not seconds >= 0:
-        raise ValueError("seconds must be >= 0")
-    cdef csched.sched *s = NULL
-    cdef csched.sched_config cfg
-    cdef int err
-    cdef double c0 = 0, c1 = 0, w0 = 0, w1 = 0
-    cdef timespec req
-    cfg.workers = workers
-    cfg.stack_size = 0
-    cfg.runq_capacity = 0
-    cfg.randomize = 0
-    cfg.seed = 0
-    cfg.keep_alive = 1
-    with nogil:
-        err = csched.sched_new(&s, &cfg)
-        if err == 0:
-            err = csched.sched_start(s)
-            if err == 0:
-                req.tv_sec = <time_t>seconds
-                req.tv_nsec = <long>((seconds - <double>req.tv_sec) * 1e9)
-                c0 = _cpu_s()
-                w0 = _now_s()
-                nanosleep(&req, NULL)
-                c1 = _cpu_s()
-                w1 = _now_s()
-                csched.sched_stop(s)
-                csched.sched_join(s)
-            csched.sched_free(s)
-    if err:
-        raise _sched_error(err, "parked_cpu")
-    return {"cpu_s": c1 - c0, "wall_s": w1 - w0}

@@ -1,4 +1,4 @@
-# WSGI (PEP 3333) on the Python handler path, included in cyserve._core after server.pyx.
+# WSGI (PEP 3333) on the Python handler path, included in cyserve._core after python_handler.pyx.
 # cyserve/wsgi.py documents the mapping (what the environ holds, what happens to the app's
 # headers); this is its implementation, in Cython because it runs once per request: the environ
 # is built straight from the engine's views of the request, and the answer goes into the engine's

@@ -1,6 +1,7 @@
 # cython: language_level=3
 # Extern declarations of csrc/http_parse.h, for the engine's Cython code and the parser test hook.
-# Compiled into cyserve._core only (the C symbols live there). Contracts: see the header.
+# Compiled into cyserve._core and, for the parser hooks, cyserve._testhooks (each links its own
+# copy of csrc/http_parse.c). Contracts: see the header.
 from libc.stdint cimport int64_t, uint64_t
 
 cdef extern from "csrc/http_parse.h" nogil:

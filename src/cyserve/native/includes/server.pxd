@@ -1,9 +1,9 @@
 # cython: language_level=3
-# Extern declarations of csrc/server.h and csrc/http_write.h, for native/server.pyx. Compiled
-# into cyserve._core only (the C symbols live there). Contracts: see the headers.
+# Extern declarations of csrc/server.h and csrc/http_write.h, for the native/*.pyx of the HTTP
+# engine (http_api, python_handler, wsgi, server_type). Compiled into cyserve._core only (the C symbols live there). Contracts: see the headers.
 #
 # The public types (cyserve_request, cyserve_response) are declared here again under _t names so
-# that this file does not depend on _core.pxd; server.pyx casts between the two spellings, which
+# that this file does not depend on _core.pxd; the .pyx files cast between the two spellings, which
 # name the same C types.
 from libc.stdint cimport uint64_t, int64_t
 

@@ -1,4 +1,4 @@
-"""Process workers: ``cyserve app --processes N`` (``cyserve.run(app, processes=N)``).
+"""The process supervisor: ``cyserve app --processes N`` (``cyserve.run(app, processes=N)``).
 
 One process has one GIL, so Python handlers use one core whatever the thread count (the full
 benchmark run measured /fib at 21 req/s with one worker thread or two). N processes, each a
@@ -20,7 +20,7 @@ The supervisor (the process the user started) never serves. In order:
    row the supervisor stops everything and exits with status 1 rather than fork forever.
 4. The first SIGINT, SIGTERM or SIGHUP is passed on as SIGTERM: every worker stops gracefully
    (its own graceful_timeout). A second is passed on again, which a worker takes as "force" (see
-   server.py). A third, or workers still alive graceful_timeout + _FORCE_EXTRA_SECONDS after the
+   serving.py). A third, or workers still alive graceful_timeout + _FORCE_EXTRA_SECONDS after the
    first, get SIGKILL.
 """
 
@@ -38,8 +38,9 @@ from typing import Any
 
 from .app import App
 from .config import Config
-from .errors import CyserveError
-from .server import _configure_logging, _listen_error, _Waiter, format_address, say
+from .errors import CyserveError, ListenError
+from .serving import serve_process
+from .signals import Waiter, configure_logging, format_address, listen_error, say
 
 __all__ = ["serve_processes"]
 
@@ -55,12 +56,12 @@ def serve_processes(app: App, config: Config) -> int:
     (0 after a requested stop). Raises ListenError/RouteError/CyserveError before forking."""
     if threading.current_thread() is not threading.main_thread():
         raise CyserveError("processes > 1 needs the main thread (it supervises by signals)")
-    _configure_logging(config.log_level)
+    configure_logging(config.log_level)
     app.build()  # a bad route is reported here, once
     try:
         _probe_bind(config.host, config.port)
     except OSError as exc:
-        raise _listen_error(config.host, config.port, exc) from exc
+        raise listen_error(config.host, config.port, exc) from exc
 
     sup = _Supervisor(app, config)
     sup.install()
@@ -92,7 +93,7 @@ class _Supervisor:
         self.app = app
         self.config = config
         self.children: dict[int, float] = {}  # pid -> start time
-        self.waiter = _Waiter(None)  # counts SIGINT/SIGTERM/SIGHUP, like a single server's loop
+        self.waiter = Waiter(None)  # counts SIGINT/SIGTERM/SIGHUP, like a single server's loop
         self.giving_up = False
         self.quick_exits = 0
 
@@ -202,9 +203,6 @@ class _Supervisor:
 
 
 def _worker_main(app: App, config: Config, previous: dict[int, Any], supervisor: int) -> int:
-    from .errors import ListenError
-    from .server import serve
-
     # Own process group: a terminal's Ctrl-C goes to the supervisor's group only.
     os.setpgid(0, 0)
     try:
@@ -219,7 +217,7 @@ def _worker_main(app: App, config: Config, previous: dict[int, Any], supervisor:
     for signum, handler in previous.items():
         signal.signal(signum, handler)
     try:
-        serve(app, config.replace(processes=1, shared_port=True))
+        serve_process(app, config.replace(processes=1, shared_port=True))
     except ListenError as exc:
         say(f"cyserve: {exc}", sys.stderr)
         return 1

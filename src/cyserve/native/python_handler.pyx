@@ -1,0 +1,380 @@
+# The Python handler kind, included in cyserve._core: Request and Response (the Python handler
+# API), turning a handler's result into the engine's response, and the trampoline the engine calls
+# on a worker to run a Python handler. native/wsgi.pyx builds on it for WSGI applications.
+#
+# The GIL: the workers never hold it, except between the offload hooks below, which the engine
+# runs around each batch of ready Python handler calls on a worker (one PyGILState_Ensure per
+# batch, not per request). Server (native/server_type.pyx) installs them.
+import json as _json
+import logging as _logging
+from collections.abc import Mapping as _Mapping
+
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
+from libc.stdint cimport int64_t
+
+from cyserve.native.includes cimport server as cs
+
+cdef extern from *:
+    """
+    /* The offload hooks: the engine calls begin before a batch of Python handler calls on a
+     * worker and end after it, on the worker's own stack, always in pairs. */
+    static _Thread_local PyGILState_STATE cyserve__gil_state;
+    static void cyserve__offload_begin(void *ud) { (void)ud; cyserve__gil_state = PyGILState_Ensure(); }
+    static void cyserve__offload_end(void *ud) { (void)ud; PyGILState_Release(cyserve__gil_state); }
+    """
+    void cyserve__offload_begin(void *ud) noexcept nogil
+    void cyserve__offload_end(void *ud) noexcept nogil
+
+_error_log = _logging.getLogger("cyserve.error")
+
+
+# ---- Request ----
+
+class Headers(_Mapping):
+    """The request's header fields: a read-only, case-insensitive mapping. Repeated fields are
+    joined with ", " (RFC 9110 5.3), Cookie lines with "; " (RFC 6265 5.4: a cookie value may
+    hold a comma); items() gives the lower-cased names."""
+
+    __slots__ = ("_d",)
+
+    def __init__(self, pairs):
+        d = {}
+        for k, v in pairs:
+            if k in d:
+                d[k] = d[k] + ("; " if k == "cookie" else ", ") + v
+            else:
+                d[k] = v
+        self._d = d
+
+    def __getitem__(self, key):
+        if not isinstance(key, str):
+            raise KeyError(key)
+        return self._d[key.lower()]
+
+    def __contains__(self, key):
+        return isinstance(key, str) and key.lower() in self._d
+
+    def get(self, key, default=None):
+        return self._d.get(key.lower(), default) if isinstance(key, str) else default
+
+    def __iter__(self):
+        return iter(self._d)
+
+    def __len__(self):
+        return len(self._d)
+
+    def __repr__(self):
+        return f"Headers({self._d!r})"
+
+
+cdef inline str _latin1(cyserve_str s):
+    return PyBytes_FromStringAndSize(s.ptr, <Py_ssize_t>s.len).decode("latin-1")
+
+
+cdef class Request:
+    """One HTTP request, as a Python handler sees it. Built lazily from the engine's views: a
+    field becomes a Python object only when the handler reads it. Valid only during the handler
+    call (reading an attribute not read before afterwards raises RuntimeError)."""
+
+    cdef const cyserve_request *_req
+    cdef object _int_params
+    cdef object _method, _path, _query, _target, _headers, _body, _params, _client
+
+    def __init__(self):
+        raise TypeError("Request objects are created by the server")
+
+    cdef inline int _check(self) except -1:
+        if self._req == NULL:
+            raise RuntimeError("this Request is no longer valid: its handler has returned")
+        return 0
+
+    @property
+    def method(self):
+        if self._method is None:
+            self._check()
+            self._method = _latin1(self._req.method)
+        return self._method
+
+    @property
+    def path(self):
+        if self._path is None:
+            self._check()
+            self._path = _latin1(self._req.path)
+        return self._path
+
+    @property
+    def query(self):
+        if self._query is None:
+            self._check()
+            self._query = _latin1(self._req.query)
+        return self._query
+
+    @property
+    def target(self):
+        if self._target is None:
+            self._check()
+            self._target = _latin1(self._req.target)
+        return self._target
+
+    @property
+    def http_version(self):
+        self._check()
+        return "1.1" if self._req.minor_version == 1 else "1.0"
+
+    @property
+    def headers(self):
+        cdef size_t i
+        if self._headers is None:
+            self._check()
+            pairs = []
+            for i in range(self._req.num_headers):
+                pairs.append((_latin1(self._req.headers[i].name).lower(),
+                              _latin1(self._req.headers[i].value)))
+            self._headers = Headers(pairs)
+        return self._headers
+
+    @property
+    def body(self):
+        if self._body is None:
+            self._check()
+            self._body = PyBytes_FromStringAndSize(self._req.body.ptr,
+                                                   <Py_ssize_t>self._req.body.len)
+        return self._body
+
+    @property
+    def params(self):
+        cdef size_t i
+        if self._params is None:
+            self._check()
+            d = {}
+            for i in range(self._req.num_params):
+                name = _latin1(self._req.params[i].name)
+                if name in self._int_params:
+                    d[name] = self._req.params[i].ival
+                else:
+                    d[name] = _latin1(self._req.params[i].value)
+            self._params = d
+        return self._params
+
+    @property
+    def client(self):
+        """The client's address as (host, port), or None when it is not known."""
+        cdef const char *peer
+        if self._client is None:
+            self._check()
+            self._client = False
+            if cs.server_req_peer(<const cs.req_t *>self._req, &peer) == 0:
+                host, _, port = (<bytes>peer).decode("ascii").rpartition(":")
+                if host.startswith("["):
+                    host = host[1:-1]
+                self._client = (host, int(port))
+        return self._client or None
+
+    def __repr__(self):
+        if self._req == NULL and self._method is None:
+            return "<Request (expired)>"
+        return f"<Request {self.method} {self.target}>"
+
+
+# ---- Response ----
+
+cdef class Response:
+    """A response returned by a Python handler: Response(body=b"", status=200, headers=None,
+    content_type=None). body is bytes or str (UTF-8); status a final status, 200..599; headers a
+    dict or a list of (name, value) pairs. body and status are checked whenever they are set."""
+
+    cdef object _body
+    cdef int _status
+    cdef public object headers
+    cdef public object content_type
+
+    def __init__(self, body=b"", int status=200, headers=None, content_type=None):
+        self.body = body
+        self.status = status
+        self.headers = headers
+        self.content_type = content_type
+
+    @property
+    def body(self):
+        return self._body
+
+    @body.setter
+    def body(self, value):
+        if not isinstance(value, (bytes, bytearray, memoryview, str)):
+            raise TypeError(f"Response body must be bytes or str, not {type(value).__name__}")
+        self._body = value
+
+    @property
+    def status(self):
+        return self._status
+
+    @status.setter
+    def status(self, value):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"Response status must be an int, not {type(value).__name__}")
+        if value < 200 or value > 599:
+            raise ValueError(f"Response status must be a final status in 200..599, got {value}")
+        self._status = value
+
+    def __repr__(self):
+        return f"<Response {self._status}>"
+
+
+cdef int _check_rc(int rc, str what) except -1:
+    if rc == 0:
+        return 0
+    if rc == -22:  # EINVAL
+        raise ValueError(f"invalid {what}")
+    if rc == -1:  # EPERM
+        raise ValueError(f"{what}: this header is written by the server")
+    if rc == -17:  # EEXIST
+        raise ValueError(f"{what}: Content-Type given twice")
+    raise MemoryError(what)
+
+
+cdef extern from "Python.h":
+    bint PyUnicode_IS_ASCII(object u)
+    const char *PyUnicode_AsUTF8AndSize(object u, Py_ssize_t *size) except NULL
+
+
+cdef int _add_header(cs.resp_t *resp, name, value) except -1:
+    # An ASCII str's UTF-8 form is its own buffer (its latin-1 bytes too): no copy for the
+    # usual header; anything else is encoded.
+    cdef Py_ssize_t nlen, vlen
+    cdef bytes bn, bv
+    cdef const char *n
+    cdef const char *v
+    if type(name) is str and PyUnicode_IS_ASCII(name):
+        n = PyUnicode_AsUTF8AndSize(name, &nlen)
+    else:
+        bn = name if isinstance(name, bytes) else str(name).encode("latin-1")
+        n = PyBytes_AS_STRING(bn)
+        nlen = PyBytes_GET_SIZE(bn)
+    if type(value) is str and PyUnicode_IS_ASCII(value):
+        v = PyUnicode_AsUTF8AndSize(value, &vlen)
+    else:
+        bv = value if isinstance(value, bytes) else str(value).encode("latin-1")
+        v = PyBytes_AS_STRING(bv)
+        vlen = PyBytes_GET_SIZE(bv)
+    cdef int rc = cs.resp_add_header(resp, n, <size_t>nlen, v, <size_t>vlen)
+    if rc:  # the message only when it is needed: it costs a repr
+        _check_rc(rc, f"header {name!r}")
+    return 0
+
+
+cdef int _set_body(cs.resp_t *resp, bytes b) except -1:
+    return _check_rc(cs.resp_write(resp, PyBytes_AS_STRING(b), <size_t>PyBytes_GET_SIZE(b)),
+                     "body")
+
+
+cdef int _set_ct(cs.resp_t *resp, ct) except -1:
+    cdef bytes v = ct if isinstance(ct, bytes) else str(ct).encode("latin-1")
+    return _check_rc(cs.resp_set_content_type(resp, PyBytes_AS_STRING(v),
+                                              <size_t>PyBytes_GET_SIZE(v)), "content type")
+
+
+cdef int _fill_response(object result, cs.resp_t *resp, bint head) except -1:
+    cdef Response r
+    cdef bytes body
+    cdef object length = None
+    if isinstance(result, str):
+        _set_ct(resp, b"text/plain; charset=utf-8")
+        return _set_body(resp, (<str>result).encode("utf-8"))
+    if isinstance(result, bytes):
+        _set_ct(resp, b"application/octet-stream")
+        return _set_body(resp, <bytes>result)
+    if isinstance(result, (dict, list)):
+        _set_ct(resp, b"application/json")
+        # allow_nan=False: NaN and Infinity are not JSON; a ValueError naming them gives a 500.
+        return _set_body(resp, _json.dumps(result, separators=(",", ":"),
+                                           allow_nan=False).encode("utf-8"))
+    if result is None:
+        return _check_rc(cs.resp_set_status(resp, 204), "status")
+    if isinstance(result, Response):
+        r = <Response>result
+        if cs.resp_set_status(resp, r._status):
+            _check_rc(-22, f"status {r._status}")
+        has_ct = False
+        if r.headers:
+            items = r.headers.items() if isinstance(r.headers, _Mapping) else r.headers
+            for name, value in items:
+                lname = (name.decode("latin-1") if isinstance(name, bytes) else str(name)).lower()
+                if lname == "content-type":
+                    has_ct = True
+                elif lname == "content-length":
+                    length = _content_length(value)
+                    continue
+                _add_header(resp, name, value)
+        if isinstance(r._body, str):
+            body = (<str>r._body).encode("utf-8")
+        else:
+            body = bytes(r._body)
+        if length is not None and length != len(body) and r._status != 204 and r._status != 304:
+            # The engine writes Content-Length from the body (none for 204 and 304, whose
+            # length is GET's). A handler's own value is checked against it, but an empty body
+            # may announce a length when answering HEAD (what GET would send, as WSGI apps do).
+            if body or not head:
+                raise ValueError(f"Content-Length {length} does not match the body's "
+                                 f"{len(body)} bytes")
+            _check_rc(cs.resp_set_head_length(resp, <int64_t>length), "Content-Length")
+        if body and (r._status == 204 or r._status == 304):
+            # The engine would drop it without a word (RFC 9110: these have no content);
+            # app.static refuses the same at registration.
+            raise ValueError(f"a {r._status} response cannot have a body "
+                             f"({len(body)} bytes given)")
+        if not has_ct:
+            if r.content_type is not None:
+                _set_ct(resp, r.content_type)
+            elif isinstance(r._body, str):
+                _set_ct(resp, b"text/plain; charset=utf-8")
+            elif body:
+                _set_ct(resp, b"application/octet-stream")
+        return _set_body(resp, body)
+    raise TypeError(f"a handler must return str, bytes, dict, list, Response or None, "
+                    f"not {type(result).__name__}")
+
+
+cdef object _content_length(value):
+    v = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+    v = v.strip(" \t")
+    # RFC 9110 8.6: 1*DIGIT; int() alone would also take "+5", "1_0" and other digits.
+    if not v or not v.isascii() or not v.isdigit() or len(v) > 18:
+        raise ValueError(f"invalid Content-Length {value!r}")
+    return int(v)
+
+
+cdef void _answer_500(cs.resp_t *resp) noexcept nogil:
+    cs.resp_reset(resp)
+    cs.resp_set_status(resp, 500)
+    cs.resp_write(resp, b"500 Internal Server Error\n", 26)
+
+
+cdef void _py_call(void *opaque, cs.req_t *req, cs.resp_t *resp) noexcept nogil:
+    # Runs on a worker thread between the offload hooks, so the GIL is already held; `with gil`
+    # only re-enters it (a counter increment), and keeps this correct should a caller not hold it.
+    with gil:
+        _py_call_impl(<object>opaque, <cyserve_request *>req, resp)
+
+
+cdef void _py_call_impl(tuple info, cyserve_request *req, cs.resp_t *resp) noexcept:
+    cdef Request r = Request.__new__(Request)
+    r._req = req
+    r._int_params = info[1]
+    handler = info[0]
+    try:
+        result = handler(r)
+        head = req.method.len == 4 and (<const char *>req.method.ptr)[:4] == b"HEAD"
+        if type(result) is _WSGIAnswer:  # native/wsgi.pyx
+            _fill_wsgi(<_WSGIAnswer>result, resp, head)
+        else:
+            _fill_response(result, resp, head)
+    except BaseException:
+        _answer_500(resp)
+        try:
+            _error_log.exception("handler %s failed for %s %s", info[2],
+                                 _latin1(req.method), _latin1(req.target))
+        except BaseException:
+            pass
+    finally:
+        r._req = NULL
+

@@ -1,0 +1,338 @@
+# The Server type, included in cyserve._core: it turns the route list of cyserve.app into the C
+# engine's router and targets (one per handler kind: python, nogil, static, files) and starts and
+# stops the engine. Server.start() and Server.stop() release the GIL while C runs.
+import atexit as _atexit
+import os as _os
+import re as _re
+import weakref as _weakref
+
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_GetName, PyCapsule_CheckExact
+from libc.stdint cimport uint64_t
+from libc.stdlib cimport calloc, free
+from libc.string cimport strlen, strcmp
+
+from cyserve.native.includes cimport server as cs
+from cyserve.native.includes.router cimport (router_t, router_new, router_free, router_add,
+                                             files_root_t, files_root_new, files_root_free,
+                                             ROUTER_PATH, ROUTER_PREFIX, ROUTER_REGEX)
+
+cdef extern from "csrc/http_parse.h":
+    # The values of enum http_method, which the parser gives each request and the router keeps
+    # one bit for (bit 1 << value). Taken from the header so that the two cannot drift apart.
+    enum:
+        HTTP_GET
+        HTTP_HEAD
+        HTTP_POST
+        HTTP_PUT
+        HTTP_DELETE
+        HTTP_PATCH
+        HTTP_OPTIONS
+        HTTP_CONNECT
+        HTTP_TRACE
+
+# A route's method names (cyserve.app.METHODS) to their enum http_method values.
+_METHOD_BITS = {"GET": HTTP_GET, "HEAD": HTTP_HEAD, "POST": HTTP_POST, "PUT": HTTP_PUT,
+                "DELETE": HTTP_DELETE, "PATCH": HTTP_PATCH, "OPTIONS": HTTP_OPTIONS,
+                "CONNECT": HTTP_CONNECT, "TRACE": HTTP_TRACE}
+_INT_PARAM = _re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*):int\}")
+_TOKEN = _re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+
+
+_running_servers = _weakref.WeakSet()
+
+
+def _stop_all_at_exit():
+    # Workers take the GIL to run Python handlers: they must be gone before the interpreter
+    # finalises, or their next PyGILState_Ensure would touch a dead interpreter.
+    for srv in list(_running_servers):
+        try:
+            srv.stop(0.0)
+        except BaseException:
+            pass
+
+
+_atexit.register(_stop_all_at_exit)
+
+
+cdef bytes _serialise_headers(headers, str where):
+    parts = []
+    for item in headers:
+        try:
+            name, value = item
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: headers must be (name, value) pairs, got {item!r}")
+        name = str(name)
+        value = str(value)
+        if not _TOKEN.match(name):
+            raise ValueError(f"{where}: invalid header name {name!r}")
+        if "\r" in value or "\n" in value or "\0" in value:
+            raise ValueError(f"{where}: header {name!r} has a CR, LF or NUL in its value")
+        if name.lower() in ("content-length", "transfer-encoding", "date", "connection"):
+            raise ValueError(f"{where}: header {name!r} is written by the server")
+        parts.append(f"{name}: {value}\r\n".encode("latin-1"))
+    return b"".join(parts)
+
+
+cdef class Server:
+    """The C engine serving a list of routes: see cyserve.app for the route tuples."""
+
+    cdef cs.server_t *_srv
+    cdef router_t *_router
+    cdef cs.server_target_t *_targets
+    cdef Py_ssize_t _ntargets
+    cdef list _keep
+    cdef readonly str host
+    cdef readonly int threads
+    cdef int _port
+    cdef bint _started
+    cdef object __weakref__
+
+    def __cinit__(self):
+        self._srv = NULL
+        self._router = NULL
+        self._targets = NULL
+        self._ntargets = 0
+        self._keep = []
+
+    def __init__(self, list routes, *, str host, int port, int threads, int backlog=1024,
+                 int max_header_bytes=8192, int max_target_bytes=8192, int max_headers=100,
+                 max_body_bytes=1048576, double keepalive_timeout=5.0,
+                 double header_timeout=10.0, double body_timeout=10.0, bint shared_port=False,
+                 bint access_log=False):
+        if self._router != NULL:
+            raise RuntimeError("Server.__init__ called twice")
+        if not 0 <= port <= 65535:
+            raise ValueError(f"port must be in 0..65535, got {port}")
+        if threads < 0:
+            raise ValueError(f"threads must be >= 0, got {threads}")
+        if backlog < 1:
+            raise ValueError(f"backlog must be >= 1, got {backlog}")
+        if max_header_bytes < 64 or max_target_bytes < 1 or max_headers < 1:
+            raise ValueError("max_header_bytes must be >= 64, max_target_bytes and max_headers "
+                             ">= 1")
+        if max_body_bytes < 0:
+            raise ValueError(f"max_body_bytes must be >= 0, got {max_body_bytes}")
+        for name, value in (("keepalive_timeout", keepalive_timeout),
+                            ("header_timeout", header_timeout), ("body_timeout", body_timeout)):
+            # The nanoseconds must fit a uint64 (1.8e10 s); past it the cast wrapped to 0.
+            if not 0 < value <= 1e9:
+                raise ValueError(f"{name} must be > 0 and at most 1e9 seconds, got {value}")
+        self.host = host
+        self._port = port
+        self.threads = threads
+        if router_new(&self._router) != 0:
+            raise MemoryError()
+        self._ntargets = len(routes)
+        self._targets = <cs.server_target_t *>calloc(max(1, self._ntargets),
+                                                     sizeof(cs.server_target_t))
+        if self._targets == NULL:
+            raise MemoryError()
+        cdef Py_ssize_t i
+        for i, route in enumerate(routes):
+            self._add_route(i, route)
+
+        cdef cs.server_config_t cfg
+        cs.server_config_default(&cfg)
+        host_b = host.encode("idna") if host else b"0.0.0.0"
+        self._keep.append(host_b)
+        cfg.host = host_b
+        cfg.port = port
+        cfg.threads = threads
+        cfg.backlog = backlog
+        cfg.shared_port = 1 if shared_port else 0
+        # The access log goes to standard output, one write(2) per line from the workers.
+        cfg.access_log_fd = 1 if access_log else -1
+        cfg.limits.max_header_bytes = max_header_bytes
+        cfg.limits.max_target_bytes = max_target_bytes
+        cfg.limits.max_headers = max_headers
+        cfg.max_body_bytes = max_body_bytes
+        cfg.keepalive_ns = <uint64_t>(keepalive_timeout * 1e9)
+        cfg.header_timeout_ns = <uint64_t>(header_timeout * 1e9)
+        cfg.body_timeout_ns = <uint64_t>(body_timeout * 1e9)
+        rc = cs.server_new(&self._srv, &cfg, self._router)
+        if rc != 0:
+            raise ValueError(f"invalid server configuration (error {-rc})")
+        cs.server_set_offload_hooks(self._srv, cyserve__offload_begin, cyserve__offload_end,
+                                    NULL)
+
+    cdef _add_route(self, Py_ssize_t i, route):
+        cdef cs.server_target_t *t = &self._targets[i]
+        cdef char err[256]
+        cdef files_root_t *root = NULL
+        cdef void *fn
+        cdef void *ctx
+        try:
+            match, pattern, methods, kind, target = route
+        except (TypeError, ValueError):
+            raise ValueError(f"route {i}: expected (match, pattern, methods, kind, target), "
+                             f"got {route!r}")
+        where = f"route {pattern!r}"
+        kinds = {"path": ROUTER_PATH, "prefix": ROUTER_PREFIX, "regex": ROUTER_REGEX}
+        if match not in kinds:
+            raise ValueError(f"{where}: match must be 'path', 'prefix' or 'regex', got {match!r}")
+        cdef unsigned mask = 0
+        if methods is not None:
+            for m in methods:
+                if m not in _METHOD_BITS:
+                    raise ValueError(f"{where}: unsupported method {m!r}")
+                mask |= 1u << <int>_METHOD_BITS[m]
+        if kind == "python":
+            if not callable(target):
+                raise TypeError(f"{where}: a python target must be callable")
+            int_names = frozenset(_INT_PARAM.findall(pattern)) if match == "path" else frozenset()
+            info = (target, int_names, getattr(target, "__qualname__", repr(target)))
+            self._keep.append(info)
+            t.kind = cs.SERVER_PYTHON
+            t.py_call = _py_call
+            t.py_stream = _py_stream  # native/wsgi.pyx: WSGI bodies streamed piece by piece
+            t.opaque = <void *>info
+        elif kind == "nogil":
+            inline = True
+            if not isinstance(target, tuple):
+                cap, ctx_cap = target, None
+            elif len(target) == 2:
+                cap, ctx_cap = target
+            elif len(target) == 3 and isinstance(target[2], bool):
+                cap, ctx_cap, inline = target
+            else:
+                raise TypeError(f"{where}: a nogil target is a capsule, (capsule, ctx) or "
+                                f"(capsule, ctx, inline: bool)")
+            if not PyCapsule_CheckExact(cap) or PyCapsule_GetName(cap) == NULL or \
+                    strcmp(PyCapsule_GetName(cap), b"cyserve.nogil_handler") != 0:
+                raise TypeError(f"{where}: a nogil target must be a PyCapsule named "
+                                f"'cyserve.nogil_handler' (from cyserve_handler_capsule)")
+            fn = PyCapsule_GetPointer(cap, b"cyserve.nogil_handler")
+            ctx = NULL
+            if ctx_cap is not None:
+                if not PyCapsule_CheckExact(ctx_cap):
+                    raise TypeError(f"{where}: the nogil context must be a PyCapsule or None")
+                ctx = PyCapsule_GetPointer(ctx_cap, PyCapsule_GetName(ctx_cap))
+            self._keep.append(target)
+            t.kind = cs.SERVER_NOGIL
+            t.fn = <cs.nogil_fn_t>fn
+            t.ctx = ctx
+            if not inline:
+                cs.server_target_never_inline(t)
+        elif kind == "static":
+            try:
+                status, headers, body = target
+            except (TypeError, ValueError):
+                raise ValueError(f"{where}: a static target is (status, headers, body)")
+            if not isinstance(body, (bytes, bytearray)):
+                raise TypeError(f"{where}: a static body must be bytes")
+            body = bytes(body)
+            hb = _serialise_headers(headers or (), where)
+            if body and not any(str(n).lower() == "content-type" for n, _ in (headers or ())):
+                hb += b"Content-Type: text/plain; charset=utf-8\r\n"
+            rc = cs.server_target_static(t, status, hb, len(hb), body, len(body))
+            if rc == -22:
+                raise ValueError(f"{where}: invalid status {status!r}")
+            if rc != 0:
+                raise MemoryError()
+        elif kind == "files":
+            path_b = _os.fsencode(target)
+            rc = files_root_new(path_b, &root)
+            if rc != 0:
+                import os
+                raise ValueError(f"{where}: cannot serve files from {target!r}: "
+                                 f"{os.strerror(-rc)}")
+            t.kind = cs.SERVER_FILES
+            t.root = root
+        else:
+            raise ValueError(f"{where}: kind must be 'python', 'nogil', 'static' or 'files', "
+                             f"got {kind!r}")
+        pat = pattern.encode("utf-8")
+        err[0] = 0
+        rc = router_add(self._router, kinds[match], pat, len(pat), mask, t, err, sizeof(err))
+        if rc != 0:
+            msg = err[:strlen(err)].decode("utf-8", "replace") if err[0] else f"error {-rc}"
+            if rc == -17:
+                msg = "another route already has this pattern and one of these methods"
+            raise ValueError(f"{where}: {msg}")
+
+    def start(self):
+        """Bind and start the workers; returns at once. Raises OSError (port in use, ...)."""
+        cdef char err[256]
+        cdef int rc
+        if self._srv == NULL:
+            raise RuntimeError("Server was not initialised")
+        if self._started:
+            raise RuntimeError("Server.start() called twice")
+        err[0] = 0
+        with nogil:
+            rc = cs.server_start(self._srv, err, sizeof(err))
+        if rc != 0:
+            raise OSError(-rc, err[:strlen(err)].decode("utf-8", "replace") or
+                          f"cannot start the server (error {-rc})")
+        self._started = True
+        self._port = cs.server_port(self._srv)
+        _running_servers.add(self)
+
+    def stop(self, double grace=5.0):
+        """Graceful shutdown: stop accepting, close idle connections, let in-flight requests
+        finish for up to grace seconds, cancel the rest, join the workers. Idempotent; a second
+        call (from another thread) with a shorter grace shortens the wait."""
+        cdef uint64_t ns = <uint64_t>(max(0.0, grace) * 1e9)
+        cdef int rc
+        if self._srv == NULL:
+            return
+        with nogil:
+            rc = cs.server_shutdown(self._srv, ns)
+        if rc != 0:
+            raise RuntimeError("Server.stop() cannot be called from a handler of this server; "
+                               "call it from another thread")
+        self._release_orphans()
+        _running_servers.discard(self)
+
+    cdef void _release_orphans(self) noexcept:
+        # Streamed answers the stop cut short while no call could be offloaded any more: their
+        # iterators are closed here (close() runs, a generator's finally blocks too).
+        cdef const cs.server_target_t *t
+        cdef void *stream
+        while cs.server_take_orphan(self._srv, &t, &stream):
+            t.py_stream(t.opaque, stream, NULL, cs.SERVER_STREAM_ABANDON)
+
+    @property
+    def running(self):
+        return self._srv != NULL and cs.server_running(self._srv) != 0
+
+    @property
+    def port(self):
+        return self._port
+
+    @property
+    def live_connections(self):
+        """Connections accepted and not yet closed (for tests)."""
+        return cs.server_live_connections(self._srv) if self._srv != NULL else 0
+
+    def stats(self):
+        """Counters, totals over the workers (approximate while serving): "live" connections,
+        requests answered "inline" on the worker's loop without a coroutine, coroutines
+        "spawned" (connections served by the full engine, accept rounds)."""
+        cdef cs.server_stats_t st
+        if self._srv == NULL:
+            return {"live": 0, "inline": 0, "spawned": 0}
+        cs.server_get_stats(self._srv, &st)
+        return {"live": st.live, "inline": st.inline_ok, "spawned": st.spawned}
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        if self._srv != NULL:
+            with nogil:
+                cs.server_shutdown(self._srv, 0)
+            self._release_orphans()
+            with nogil:
+                cs.server_free(self._srv)
+            self._srv = NULL
+        if self._targets != NULL:
+            for i in range(self._ntargets):
+                if self._targets[i].kind == cs.SERVER_FILES and self._targets[i].root != NULL:
+                    files_root_free(self._targets[i].root)
+                    self._targets[i].root = NULL
+                cs.server_target_clear(&self._targets[i])
+            free(self._targets)
+            self._targets = NULL
+        if self._router != NULL:
+            router_free(self._router)
+            self._router = NULL
+

@@ -1,0 +1,141 @@
+"""What a serving process and the process supervisor share: counting stop requests (SIGINT,
+SIGTERM, SIGHUP, a stop_event) and the lines they print.
+
+Both stop on the same signals and word their status lines and errors the same way; neither
+imports the other for it (cyserve.serving runs one server, cyserve.supervisor forks several).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+from typing import TYPE_CHECKING, Any, TextIO
+
+from .errors import ListenError
+
+if TYPE_CHECKING:
+    from ._core import Server
+
+__all__ = ["Waiter", "say", "format_address", "listen_error", "configure_logging", "log",
+           "POLL_SECONDS"]
+
+log = logging.getLogger("cyserve")
+
+# How often the waiting main thread wakes up. A signal interrupts the sleep at once and its
+# handler runs; PEP 475 then resumes the sleep for what is left of it, so this bounds how long a
+# recorded signal waits to be acted on.
+POLL_SECONDS = 0.05
+
+
+def say(line: str, stream: TextIO | None = None) -> None:
+    """One status line in one write: with several worker processes on one pipe (and
+    PYTHONUNBUFFERED, where print() writes the text and the newline separately) lines from
+    different processes must not interleave."""
+    stream = sys.stdout if stream is None else stream
+    try:
+        stream.write(line + "\n")
+        stream.flush()
+    except (BrokenPipeError, ValueError):
+        # Nobody reads the output any more (`cyserve ... | head -1`, a log reader that died, a
+        # closed stream): a status line is not worth losing the graceful stop over. Point the
+        # descriptor at /dev/null so that the interpreter's last flush does not fail either.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+
+
+def format_address(host: str, port: int) -> str:
+    """HOST:PORT as it appears in a URL: an IPv6 address goes in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class Waiter:
+    """Counts stop requests: signals (in the main thread) and a stop_event (anywhere)."""
+
+    def __init__(self, stop_event: threading.Event | None) -> None:
+        self.requests = 0
+        self.first_signal: int | None = None
+        self.stop_event = stop_event
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        # SIGHUP too: process managers send it to reload (gunicorn's meaning). cyserve cannot
+        # reload, and SIGHUP's default action would end the process at once, cutting requests in
+        # flight; a graceful stop loses nothing (shutdown_line says why it stopped).
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            self._previous[signum] = signal.signal(signum, self._on_signal)
+
+    def uninstall(self) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous.clear()
+
+    def owns_process(self) -> bool:
+        """Whether the stop is driven by signals (install() ran on the main thread)."""
+        return bool(self._previous)
+
+    def previous_handlers(self) -> dict[int, Any]:
+        """The handlers install() replaced (a forked worker process puts them back)."""
+        return dict(self._previous)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # Only count here: printing from a signal handler can re-enter a print the main thread
+        # was in the middle of (RuntimeError: reentrant call), so the main loop does the talking.
+        if self.first_signal is None:
+            self.first_signal = signum
+        self.requests += 1
+
+    def shutdown_line(self) -> str:
+        """What to print when the stop begins."""
+        if self.first_signal == signal.SIGHUP:
+            return ("cyserve: SIGHUP: reloading is not supported; shutting down gracefully "
+                    "(start the server again to load new code)")
+        return "cyserve: shutting down"
+
+    def pending(self) -> int:
+        if self.stop_event is not None and self.stop_event.is_set():
+            return max(self.requests, 1)
+        return self.requests
+
+    def wait_for_request(self, srv: Server) -> None:
+        """Return when a stop was requested or the server stopped on its own."""
+        while srv.running and self.pending() == 0:
+            time.sleep(POLL_SECONDS)
+
+
+# For these the C library's text is the whole story ("address already in use"); for anything
+# else (an unknown host name, say) the engine's own sentence says more than strerror would.
+_PLAIN_ERRNOS = frozenset({errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL, errno.EPERM})
+
+
+def listen_error(host: str, port: int, exc: OSError) -> ListenError:
+    """The ListenError for a bind or listen on host:port that failed with ``exc``."""
+    if exc.errno in _PLAIN_ERRNOS or (exc.errno and not exc.strerror):
+        reason = os.strerror(exc.errno)
+        reason = reason[:1].lower() + reason[1:]
+    else:
+        reason = exc.strerror or str(exc)
+    err = ListenError(f"cannot listen on {format_address(host, port)}: {reason}")
+    err.errno = exc.errno
+    return err
+
+
+def configure_logging(level: str) -> None:
+    # Tracebacks of failing handlers and the engine's warnings go through this logger. Give it a
+    # handler only if the application configured none, so that users' logging setups win.
+    log.setLevel(level.upper())
+    if not log.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("cyserve: %(levelname)s: %(message)s"))
+        log.addHandler(handler)

@@ -1,0 +1,66 @@
+"""cyserve.run: start a server for an App, in this process or under a process supervisor.
+
+This is what `cyserve.run` and the command line call. It validates the options (Config), turns a
+WSGI application into an App, and hands over to one of two modules, which never import each
+other's internals:
+
+- cyserve.serving: one process serves (start the engine, wait for a signal, stop gracefully);
+- cyserve.supervisor: ``processes=N`` forks N serving processes and supervises them.
+
+What both need of signals and status lines is in cyserve.signals.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .app import App, as_app
+from .config import Config
+from .errors import CyserveError
+from .serving import serve_process
+from .signals import format_address
+from .supervisor import serve_processes
+
+if TYPE_CHECKING:
+    from ._core import Server
+
+__all__ = ["run", "serve", "format_address"]
+
+
+def run(app: App | Callable[..., Any], host: str = "127.0.0.1", port: int = 8000,
+        threads: int = 0, **options: Any) -> None:
+    """Serve ``app`` until SIGINT or SIGTERM, then stop gracefully and return.
+
+    ``app`` is a cyserve.App or a WSGI application (PEP 3333; ``interface="wsgi"`` insists on
+    one, cyserve.wsgi says how it is run).
+
+    ``threads=0`` starts one worker per CPU available to the process; ``processes=N`` runs N
+    such processes under a supervisor (cyserve.supervisor). Other options are those of
+    cyserve.config.Config (backlog, limits, timeouts, graceful_timeout, log_level). Raises
+    ConfigError for a bad option, RouteError for a bad route, ListenError when the address
+    cannot be bound.
+    """
+    config = Config.from_options(host=host, port=port, threads=threads, **options)
+    serve(app, config)
+
+
+def serve(app: App | Callable[..., Any], config: Config, *,
+          stop_event: threading.Event | None = None,
+          ready: Callable[[Server], None] | None = None) -> None:
+    """Run ``app`` with ``config``: what run() does, for callers holding a Config.
+
+    Outside the main thread no signal handler can be installed: the server then runs until
+    ``stop_event`` is set (setting it once acts like one Ctrl-C). ``ready`` is called with the
+    started Server (its ``port`` is the bound port when config.port is 0).
+    """
+    app = as_app(app, config.interface)
+    if config.processes > 1:
+        if stop_event is not None or ready is not None:
+            raise CyserveError("processes > 1 is run from the main thread by signals; "
+                               "stop_event and ready apply to one process only")
+        if serve_processes(app, config.replace(interface="cyserve")) != 0:
+            raise CyserveError("stopped: worker processes failed (see above)")
+        return
+    serve_process(app, config, stop_event=stop_event, ready=ready)
