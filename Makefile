@@ -83,7 +83,8 @@ test-pythons:
 	done
 
 venv-tests: $(STAMP)
-	$(PY) setup.py -q build_ext --inplace
+	CYSERVE_TEST_HOOKS=1 $(PY) setup.py -q build_ext --inplace
+	$(PY) examples/build.py
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # The sdist and the manylinux wheel in dist/ (the wheel is built from the sdist, then checked

@@ -22,7 +22,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # The build inputs, copied away from the checkout so that nothing built in place (the .so, the
 # generated _core.c, build/) can stand in for a file the sdist forgot.
 INPUTS = ("src", "setup.py", "pyproject.toml", "MANIFEST.in", "LICENSE", "README.md")
-IGNORE = shutil.ignore_patterns("*.so", "*.o", "_core.c", ".built", "__pycache__", "*.egg-info")
+IGNORE = shutil.ignore_patterns("*.so", "*.o", "_core.c", "_testhooks.c", ".built", "__pycache__",
+                                "*.egg-info")
+# Cython's output beside the .pyx files: generated, never a build input.
+GENERATED = {"src/cyserve/_core.c", "src/cyserve/_testhooks.c"}
 
 pytestmark = pytest.mark.slow
 
@@ -96,10 +99,10 @@ def test_sdist_carries_every_build_input(dist: Path) -> None:
         names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
     wanted = {str(p.relative_to(ROOT)) for p in (ROOT / "src" / "cyserve").rglob("*")
               if p.is_file() and p.suffix in (".pyx", ".pxd", ".pxi", ".c", ".h", ".S", ".py")
-              and p.name != "_core.c"}
+              } - GENERATED
     assert wanted - names == set()
     assert {"LICENSE", "setup.py", "pyproject.toml"} <= names
-    assert "src/cyserve/_core.c" not in names
+    assert GENERATED & names == set()
 
 
 def test_wheel_ships_what_runs_and_what_cimport_needs(dist: Path) -> None:
@@ -111,6 +114,8 @@ def test_wheel_ships_what_runs_and_what_cimport_needs(dist: Path) -> None:
     assert any(n.endswith("licenses/LICENSE") for n in names)
     build_inputs = [n for n in names if n.endswith((".c", ".pyx")) or "/csrc/" in n]
     assert build_inputs == []
+    # Test and benchmark hooks are built only on request (CYSERVE_TEST_HOOKS=1), never shipped.
+    assert not any("_testhooks" in n for n in names)
 
 
 def test_installed_console_script_serves(venv: Path, tmp_path: Path) -> None:
