@@ -3,8 +3,16 @@
 # on a worker to run a Python handler. native/wsgi.pyx builds on it for WSGI applications.
 #
 # The GIL: the workers never hold it, except between the offload hooks below, which the engine
-# runs around each batch of ready Python handler calls on a worker (one PyGILState_Ensure per
+# runs around each batch of ready Python handler calls on a worker (one GIL acquisition per
 # batch, not per request). Server (native/server_type.pyx) installs them.
+#
+# Python state: each worker thread gets one Python thread state, on its first batch, and keeps
+# it until the thread ends, as a thread Python started would. So what an application keeps per
+# thread (a threading.local: a database connection, a session) lives as long as the thread and is
+# released when it ends, and the thread shows in `threading` as cyserve-worker-N. Each handler
+# call runs in a context of its own (contextvars), so that a variable one request sets does not
+# leak into the next on the same thread, and a streamed WSGI answer runs each piece in the
+# context of the call that made it (Flask's stream_with_context pushes there and pops there).
 import json as _json
 import logging as _logging
 from collections.abc import Mapping as _Mapping
@@ -16,14 +24,124 @@ from cyserve.native.includes cimport server as cs
 
 cdef extern from *:
     """
+    #include <pthread.h>
+    #include <stdatomic.h>
+
     /* The offload hooks: the engine calls begin before a batch of Python handler calls on a
-     * worker and end after it, on the worker's own stack, always in pairs. */
+     * worker and end after it, on the worker's own stack, always in pairs.
+     *
+     * A thread Python does not know gets its thread state from PyGILState_Ensure on its first
+     * batch, and keeps it: end only releases the GIL (PyEval_SaveThread), begin takes it back
+     * with the same state (PyEval_RestoreThread). The GIL-state counter stays at 1 meanwhile, so
+     * a nested PyGILState_Ensure (Cython's `with gil`) finds the state and only counts. At the
+     * thread's exit a key destructor clears and deletes the state (and with it the thread's
+     * threading.local values), as at the end of any Python thread.
+     * A thread that already had a state (one Python started) is served as before: Ensure and
+     * Release around each batch. */
+    static _Thread_local PyThreadState *cyserve__tstate;
+    static _Thread_local int cyserve__borrowed;
     static _Thread_local PyGILState_STATE cyserve__gil_state;
-    static void cyserve__offload_begin(void *ud) { (void)ud; cyserve__gil_state = PyGILState_Ensure(); }
-    static void cyserve__offload_end(void *ud) { (void)ud; PyGILState_Release(cyserve__gil_state); }
+    static pthread_key_t cyserve__tstate_key;
+    static pthread_once_t cyserve__tstate_once = PTHREAD_ONCE_INIT;
+    /* Set by the module at import: names the thread in `threading`, and forgets it at exit. */
+    static void (*cyserve__thread_born)(unsigned long n);
+    static void (*cyserve__thread_dies)(void);
+    /* Only numbers threads for their names: no ordering needed. */
+    static atomic_ulong cyserve__threads_seen;
+
+    static int cyserve__finalizing(void)
+    {
+    #if PY_VERSION_HEX >= 0x030D0000
+        return Py_IsFinalizing();
+    #else
+        return _Py_IsFinalizing();
+    #endif
+    }
+
+    static void cyserve__tstate_drop(void *arg)
+    {
+        PyThreadState *ts = arg;
+        /* Past the interpreter's finalisation start, taking the GIL would end this thread
+         * inside its own destructor: the finalisation clears the state instead. */
+        if (cyserve__finalizing())
+            return;
+        PyEval_RestoreThread(ts);
+        if (cyserve__thread_dies)
+            cyserve__thread_dies();
+        /* Not PyGILState_Release: glibc has already emptied the GIL-state key of this exiting
+         * thread (keys are reset before their destructors run), so it would find no state.
+         * This is how a thread Python started ends: clear, then delete and release the GIL. */
+        PyThreadState_Clear(ts);
+        PyThreadState_DeleteCurrent();
+    }
+
+    static void cyserve__tstate_key_make(void)
+    {
+        (void)pthread_key_create(&cyserve__tstate_key, cyserve__tstate_drop);
+    }
+
+    static void cyserve__offload_begin(void *ud)
+    {
+        (void)ud;
+        if (cyserve__tstate) {
+            PyEval_RestoreThread(cyserve__tstate);
+            return;
+        }
+        if (PyGILState_GetThisThreadState() != NULL) {
+            cyserve__borrowed = 1;
+            cyserve__gil_state = PyGILState_Ensure();
+            return;
+        }
+        (void)PyGILState_Ensure();
+        cyserve__tstate = PyThreadState_Get();
+        pthread_once(&cyserve__tstate_once, cyserve__tstate_key_make);
+        (void)pthread_setspecific(cyserve__tstate_key, cyserve__tstate);
+        if (cyserve__thread_born)
+            cyserve__thread_born(atomic_fetch_add_explicit(&cyserve__threads_seen, 1,
+                                                           memory_order_relaxed) + 1);
+    }
+
+    static void cyserve__offload_end(void *ud)
+    {
+        (void)ud;
+        if (cyserve__borrowed) {
+            cyserve__borrowed = 0;
+            PyGILState_Release(cyserve__gil_state);
+            return;
+        }
+        (void)PyEval_SaveThread();
+    }
     """
     void cyserve__offload_begin(void *ud) noexcept nogil
     void cyserve__offload_end(void *ud) noexcept nogil
+    void (*cyserve__thread_born)(unsigned long n) noexcept
+    void (*cyserve__thread_dies)() noexcept
+
+import threading as _threading
+from cpython.contextvars cimport PyContext_New, PyContext_Enter, PyContext_Exit
+
+
+cdef void _thread_born(unsigned long n) noexcept:
+    # A worker thread's first batch, GIL held: its entry in `threading`, with a name.
+    try:
+        _threading.current_thread().name = f"cyserve-worker-{n}"
+    except BaseException:
+        pass
+
+
+cdef void _thread_dies() noexcept:
+    # The thread is ending (its state is deleted next): take it out of `threading`'s table, as
+    # a thread Python started removes itself. threading keeps no public call for a thread it
+    # did not start; its table has had this name and lock since Python 3.
+    try:
+        with _threading._active_limbo_lock:
+            _threading._active.pop(_threading.get_ident(), None)
+    except BaseException:
+        pass
+
+
+cyserve__thread_born = _thread_born
+cyserve__thread_dies = _thread_dies
 
 _error_log = _logging.getLogger("cyserve.error")
 
@@ -361,11 +479,15 @@ cdef void _py_call_impl(tuple info, cyserve_request *req, cs.resp_t *resp) noexc
     r._req = req
     r._int_params = info[1]
     handler = info[0]
+    cdef object ctx = None
     try:
+        # A context of its own for each call (see the top of this file).
+        ctx = PyContext_New()
+        PyContext_Enter(ctx)
         result = handler(r)
         head = req.method.len == 4 and (<const char *>req.method.ptr)[:4] == b"HEAD"
         if type(result) is _WSGIAnswer:  # native/wsgi.pyx
-            _fill_wsgi(<_WSGIAnswer>result, resp, head)
+            _fill_wsgi(<_WSGIAnswer>result, resp, head, ctx)
         else:
             _fill_response(result, resp, head)
     except BaseException:
@@ -377,4 +499,15 @@ cdef void _py_call_impl(tuple info, cyserve_request *req, cs.resp_t *resp) noexc
             pass
     finally:
         r._req = NULL
+        if ctx is not None:
+            _context_exit(ctx)
+
+
+cdef void _context_exit(ctx) noexcept:
+    # Fails only when the context is not the thread's current one, i.e. when it was never
+    # entered (PyContext_Enter failed): then there is nothing to leave.
+    try:
+        PyContext_Exit(ctx)
+    except BaseException:
+        pass
 

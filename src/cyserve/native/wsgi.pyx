@@ -286,6 +286,7 @@ cdef class _WSGIStream:
     cdef object it
     cdef object result
     cdef str label
+    cdef object ctx  # the contextvars context of the call that made the answer
 
 
 cdef int _py_stream(void *opaque, void *stream, cs.resp_t *resp, int op) noexcept nogil:
@@ -297,6 +298,29 @@ cdef int _py_stream(void *opaque, void *stream, cs.resp_t *resp, int op) noexcep
 cdef int _py_stream_impl(tuple info, PyObject *ref, cs.resp_t *resp, int op) noexcept:
     cdef _WSGIStream st = <_WSGIStream>ref
     cdef int rc = -1
+    cdef bint entered = False
+    try:
+        # Every piece, and the close, in the context the app's call ran in: what the call set
+        # (Flask's request context) is there, and what a piece sets is there for the next.
+        PyContext_Enter(st.ctx)
+        entered = True
+    except BaseException:
+        _stream_failed(info)
+    if entered:
+        rc = _stream_step(info, st, resp, op)
+    if rc == 1:
+        _context_exit(st.ctx)
+        return 1  # the engine keeps its reference: more to come
+    _wsgi_close(st.result)
+    if entered:
+        _context_exit(st.ctx)
+    Py_DECREF(st)  # the engine's reference: released
+    return rc
+
+
+cdef int _stream_step(tuple info, _WSGIStream st, cs.resp_t *resp, int op) noexcept:
+    """The next piece into resp: 1 when there is one, 0 at the end (or abandoned), -1 when the
+    app failed (logged)."""
     try:
         if op == cs.SERVER_STREAM_NEXT:
             for chunk in st.it:
@@ -307,20 +331,19 @@ cdef int _py_stream_impl(tuple info, PyObject *ref, cs.resp_t *resp, int op) noe
                     chunk = bytes(chunk)
                 if chunk:
                     _set_body(resp, <bytes>chunk)
-                    return 1  # the engine keeps its reference: more to come
-            rc = 0
-        else:
-            rc = 0  # abandoned
+                    return 1
+        return 0
     except BaseException:
-        rc = -1
-        try:
-            _error_log.exception("handler %s failed while streaming its answer (the "
-                                 "connection is closed)", info[2])
-        except BaseException:
-            pass
-    _wsgi_close(st.result)
-    Py_DECREF(st)  # the engine's reference: released
-    return rc
+        _stream_failed(info)
+        return -1
+
+
+cdef void _stream_failed(tuple info) noexcept:
+    try:
+        _error_log.exception("handler %s failed while streaming its answer (the "
+                             "connection is closed)", info[2])
+    except BaseException:
+        pass
 
 
 cdef dict _METHOD_STRS = {}
@@ -438,7 +461,7 @@ cdef int _wsgi_status(status) except -1:
     return (ord(s[0]) - 48) * 100 + (ord(s[1]) - 48) * 10 + (ord(s[2]) - 48)
 
 
-cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head) except -1:
+cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx) except -1:
     cdef bytes body
     cdef object length
     cdef _WSGIStream st
@@ -466,6 +489,7 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head) except -1:
             st = _WSGIStream.__new__(_WSGIStream)
             st.it = a.it
             st.result = a.result
+            st.ctx = ctx
             _check_rc(cs.resp_set_stream(resp, <void *>st, length if length is not None else -1),
                       "stream")
             Py_INCREF(st)  # the engine's reference, dropped by _py_stream_impl
