@@ -17,7 +17,9 @@
 
 #include "cyserve/handler.h"
 #include "http_parse.h"
-#include "http_write.h"
+#include "http1_write.h"
+#include "resp.h"
+#include "wbuf.h"
 
 struct server;
 struct router;
