@@ -59,7 +59,7 @@ NOGIL_CAPSULE_NAME = "cyserve.nogil_handler"
 PARAM_TYPES = ("int", "str", "path")
 # Path parameters or regex groups per route (ROUTER_MAX_PARAMS in csrc/router.h).
 MAX_PARAMS = 16
-# The methods the parser names (enum http_method in csrc/http_parse.h); the router keeps a bit per
+# The methods the parser names (enum http_method in csrc/http_method.h); the router keeps a bit per
 # method, so any other method can only reach a route registered with methods=None.
 METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE")
 

@@ -36,7 +36,7 @@
 #include <stddef.h>
 
 #include "cyserve/handler.h" /* cyserve_param */
-#include "http_parse.h"      /* enum http_method: method bits are (1u << HTTP_GET) etc. */
+#include "http_method.h"     /* method bits are (1u << HTTP_GET) etc. */
 
 struct router;
 
