@@ -10,7 +10,7 @@ The lifecycle, in order:
    SIGTERM: reloading is not supported, and its default action would cut requests in flight.
 3. Start the server (bind, listen, start the workers) and print one line saying where it serves.
 4. The main thread waits in short time.sleep() calls. Python runs signal handlers only in the main
-   thread, between bytecodes; a main thread blocked in a long C call (as seed 004's bindings were)
+   thread, between bytecodes; a main thread blocked in a long C call (as onion's ctypes bindings do)
    would never see Ctrl-C. Sleeping releases the GIL, so the workers are not held back.
 5. On the first signal: print "cyserve: shutting down" and call srv.stop(grace=graceful_timeout):
    stop accepting, let requests in flight finish within the grace period, then close the rest.

@@ -34,7 +34,7 @@
  * loop lock L(W), not by W's thread; the engine puts its per-home data (connection lists, busy
  * flags, idle timers) under the same lock.
  *
- * ---- Loop locks and rescue (issue 4, item 1) ----
+ * ---- Loop locks and rescue ----
  * Why: with home state owned by W's thread, a worker running one long coroutine (a CPU-bound
  * nogil handler) or a long offload batch (a slow Python handler, a wait for the GIL) polled
  * nobody's events: every connection homed on it stalled until the handler returned.
@@ -132,7 +132,7 @@
  * and a worker woken by its own I/O or timer swaps its flag back and keeps its accounting.
  *
  * ---- Termination and stop ----
- * Batch mode (seed 002's rule): `alive` counts coroutines spawned and not yet finished (queued,
+ * Batch mode (sched_run): `alive` counts coroutines spawned and not yet finished (queued,
  * running or suspended). Spawns add to it at once (before the coroutine is published); finishes
  * are accounted in batches when a worker runs out of local work, so the counter is never below
  * the true number and reaching 0 means no coroutine is left anywhere: that worker sets `done` and
@@ -149,7 +149,8 @@
  *      raced into a queue after its owner drained (a hop started just before stopping).
  *
  * ---- Rejected alternatives ----
- * - A fixed sleep when idle (seed 002: 1 ms): latency and a lost CPU either way.
+ * - A fixed sleep when idle (an earlier Cython work-stealing scheduler's): latency and a lost CPU
+ *   either way.
  * - A condition variable per worker: the worker must also wait on its epoll; an eventfd in the
  *   same epoll gives one blocking point for both.
  * - Waking a worker per spawn: 500,000 spawns would mean 500,000 syscalls.

@@ -164,7 +164,7 @@ cdef int _empty_body(csched.coro *co, void *arg) noexcept nogil:
     return 0
 
 cdef int _fib_body(csched.coro *co, void *arg) noexcept nogil:
-    # Fibonacci(n) with uint32 wrap-around, as seed 002 and the Go reference compute it.
+    # Fibonacci(n) with uint32 wrap-around, as the benchmark's Go peer (bench/coro) computes it.
     cdef uint32_t *slot = <uint32_t *>arg
     cdef uint32_t n = slot[0]
     cdef uint32_t a = 0, b = 1, t
