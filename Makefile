@@ -2,7 +2,7 @@
 #   make run    build, then serve the demo app on $(HOST):$(PORT) with $(THREADS) workers
 #   make test   build, then run every test (C units under ASan/UBSan and TSan, Python, end to end)
 #   make bench  the full benchmark suite (installs what it needs); bench-quick: a smoke run
-#   make bench-coro  seed 002's coroutine table and the Fibonacci scaling test
+#   make bench-coro  the coroutine benchmark (bench/coro/README.md) and the Fibonacci scaling test
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python

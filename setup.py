@@ -59,10 +59,16 @@ def extensions():
         cflags += [f"-fsanitize={sanitize}", "-fno-omit-frame-pointer"]
         ldflags += [f"-fsanitize={sanitize}"]
     csrc = sorted(glob(os.path.join(PKG, "csrc", "*.c")))
+    # The headers, with the *.c.h fragments that sched.c includes, are dependencies: build_ext
+    # skips an extension whose listed files are all older than it, so a change to a header alone
+    # would otherwise leave the old build in place.
+    headers = sorted(glob(os.path.join(PKG, "csrc", "*.h")) +
+                     glob(os.path.join(PKG, "include", "cyserve", "*.h")))
     exts = [
         Extension(
             "cyserve._core",
             sources=[os.path.join(PKG, "_core.pyx")] + csrc + asm,
+            depends=headers,
             # csrc/ itself is not on the path: its sched.h would shadow the system <sched.h>.
             include_dirs=[PKG, os.path.join(PKG, "include")],
             define_macros=macros,

@@ -1,11 +1,12 @@
-"""Generate bench/data/: the records every server decodes, encodes and sends (seed 003).
+"""Generate bench/data/: the records every server decodes, encodes and sends
+(docs/benchmarks.md#where-the-workloads-come-from).
 
 Run once with bench/.venv/bin/python bench/gen_data.py; the output is committed so that every
 server, on every machine, reads the same bytes. The generator is deterministic (fixed seed), so a
 rerun reproduces the files exactly.
 
   records.msgpack  a MessagePack array of 1,000 `bin` items; each item is one record encoded on
-                   its own (the "1,000 pre-encoded strings" of seed 003, as a cache would hold them)
+                   its own (the "1,000 pre-encoded strings" of /msgpack, as a cache would hold them)
   transfer.json    the 1,000 decoded records as one compact JSON document (keys in record order,
                    separators "," and ":"), exactly 133,622 bytes: the /json length and the
                    /transfer body.
@@ -18,7 +19,7 @@ import random
 import msgpack
 
 N_RECORDS = 1000
-TRANSFER_SIZE = 133622  # seed 003's transfer size; the last description is padded to reach it
+TRANSFER_SIZE = 133622  # the /transfer workload's size; the last description is padded to reach it
 SEED = 3
 HERE = os.path.dirname(os.path.abspath(__file__))
 

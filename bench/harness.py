@@ -2,9 +2,9 @@
 
 Stdlib only, so the CI smoke test (tests/test_bench_smoke.py) can drive it from cyserve's own venv.
 
-Method (issue 3):
+Method (docs/benchmarks.md):
 - wrk with keep-alive and no pipelining (no Lua script at all), `--latency` for p50/p99;
-  hey -n 2000 -c 50 as the second client (seed 001); a small Python client as a fallback where
+  hey -n 2000 -c 50 as the second client; a small Python client as a fallback where
   neither is installed (CI), whose figures measure the client more than the server.
 - Server CPU time: utime+stime of every process in the server's tree, read from /proc before and
   after a run, plus the cutime+cstime of reaped children (a forking server's), so requests per

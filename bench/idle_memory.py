@@ -1,4 +1,4 @@
-"""Resident memory of a server holding many idle keep-alive connections (issue 4's memory target).
+"""Resident memory of a server holding many idle keep-alive connections (docs/benchmarks.md).
 
 For each server: start it (pinned like the suite's primary mode when --cpus is given), read the
 RSS of its whole process tree, open N connections that each send one keep-alive GET and read the

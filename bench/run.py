@@ -1,4 +1,4 @@
-"""cyserve's benchmark suite (issue 3): every server, every workload, one run, one command.
+"""cyserve's benchmark suite (docs/benchmarks.md): every server, every workload, one command.
 
     python bench/run.py --quick     a smoke run, a second per cell, 5 routes (make bench-quick)
     python bench/run.py --full      the real run: 3 interleaved rounds of 5 s cells (make bench),
@@ -13,8 +13,8 @@ prints one line for each peer that cannot run and why, then measures:
            (-t1 -c64), so each figure is what one server core does
   allcore  the server with one worker per core, wrk unpinned (-t<cores>): flagged, because the
            client takes CPU from the server on the same machine
-  hey      seed 001's second client, hey -n 2000 -c 50 (the pinned server: seed 001's was one CPU)
-  scaling  requests/s against worker threads (seed 000), on /fib
+  hey      the second client, hey -n 2000 -c 50 (against the pinned server: one CPU)
+  scaling  requests/s against worker threads, on /fib
 
 Servers are interleaved: each round visits every server once, in an order rotated per round, and
 the summary takes medians over rounds with min-max. Results: bench/results/<timestamp>.json and
@@ -55,13 +55,13 @@ MODES = {
                   workloads=("plaintext", "fib", "msgpack", "json", "transfer"),
                   hey=("plaintext",), scaling=("fib",),
                   allcore_servers=("cyserve-nogil", "go-fasthttp", "nginx"),
-                  # seed 001's table: nginx, gunicorn, waitress and the minimal designs (plus ours)
+                  # the hey table: nginx, gunicorn, waitress and the minimal designs (plus ours)
                   # (not min-forking: 2,000 requests at ~900/s would take a tenth of the budget)
                   hey_servers=("nginx", "gunicorn-sync", "gunicorn-gevent", "waitress", "min-sequential",
                                "min-threading", "min-asyncio", "cyserve-nogil",
                                "cyserve-static", "cyserve-py", "go-fasthttp"),
                   scaling_servers=("cyserve-nogil", "go-fasthttp")),
-    # full: every workload pinned; all-core on seed 000's two routes and /json (the all-core figures
+    # full: every workload pinned; all-core on /plaintext, /fib and /json (the all-core figures
     # are flagged anyway: on 2 cores the client takes half the machine).
     "full": dict(rounds=3, duration=5, warmup=1, allcore=("plaintext", "fib", "json"), allcore_scalable_only=False,
                  hey=("welcome", "plaintext"), scaling=("fib", "plaintext"), allcore_servers=None,
@@ -376,7 +376,8 @@ class Session:
 
     def visit(self, server, rnd):
         """One round's visit to one server: pinned wrk cells and hey (the server on one CPU, like
-        seed 001's one-CPU droplet), then all-core cells, then the scaling points."""
+        the machine the minimal designs were first measured on), then all-core cells, then the
+        scaling points."""
         cfg, cores = self.mode, os.cpu_count() or 1
         try:
             run = self.start(server, 1, pinned=True)

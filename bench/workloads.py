@@ -1,15 +1,16 @@
-"""The workloads, by path: what every server must answer, byte for byte (issue 3, seeds 000/003).
+"""The workloads, by path: what every server must answer, byte for byte
+(docs/benchmarks.md#where-the-workloads-come-from).
 
 This module is the single definition the harness validates against; the apps in bench/apps/ and
 bench/peers/ implement the same routes. Stdlib only: the CI smoke test imports it.
 
-  /plaintext  "Hello, World!"                                  (seed 000)
-  /fib        "Fibonacci(10^6) = <n> (with overflow)\n"         (seed 000: 10^6 iterations, 32-bit wrap)
-  /welcome    "Welcome!\n"                                     (seed 003)
+  /plaintext  "Hello, World!"
+  /fib        "Fibonacci(10^6) = <n> (with overflow)\n"         (10^6 iterations, 32-bit wrap)
+  /welcome    "Welcome!\n"
   /msgpack    "1000\n": decode the 1,000 pre-encoded records, return how many were decoded
   /json       "133622\n": encode the cached records as one compact JSON document, return its length
   /transfer   the 133,622-byte JSON document itself (bench/data/transfer.json)
-  /loop       "<n>\n": one million iterations of two arithmetic operations and an `if` (seed 003)
+  /loop       "<n>\n": one million iterations of two arithmetic operations and an `if`
 """
 
 import os
@@ -29,7 +30,7 @@ LOOP_MOD = 1_000_000_007
 
 
 def fib_u32(n: int) -> int:
-    """Seed 000's Fibonacci: a, b = b, a + b, n times, in unsigned 32-bit arithmetic."""
+    """The /fib workload's Fibonacci: a, b = b, a + b, n times, in unsigned 32-bit arithmetic."""
     a, b = 0, 1
     for _ in range(n):
         a, b = b, (a + b) & 0xFFFFFFFF

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Seed 000's two GIL-free handlers, written against cyserve's public C-level API.
+"""Two GIL-free handlers (a root and /fibonacci), written against cyserve's public C-level API.
 
 Both run on a worker thread without the GIL, straight from C: nothing here touches a Python
 object except the two capsules made at import time. Build it with examples/build.py (make build

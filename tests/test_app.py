@@ -186,7 +186,7 @@ def test_files_route_needs_an_existing_directory(tmp_path: Path) -> None:
     a_file.write_text("x")
     with pytest.raises(RouteError, match="is not a directory"):
         app.files("/f/", a_file)
-    # The brief's contract: a ValueError naming the directory.
+    # The contract in app.py's docstring: a ValueError naming the directory.
     with pytest.raises(ValueError, match="nope"):
         app.files("/f/", str(missing))
 
@@ -197,7 +197,7 @@ def test_nogil_route_takes_a_named_capsule() -> None:
     assert is_nogil_capsule(cap)
     app.nogil("/", cap)
     app.nogil("/fib", cap, methods=["GET"])
-    # prefix/regex/add_route also take a capsule, like seed 000's url map.
+    # prefix/regex/add_route also take a capsule, like a Lwan-style url map.
     app.prefix("/c", cap)
     assert app.build() == [
         ("path", "/", None, "nogil", cap),
@@ -469,7 +469,7 @@ def test_invalid_patterns_are_invalid_for_the_engine_too(match: str, pattern: st
 
 
 def test_every_route_method_is_the_parsers_enum_value() -> None:
-    # The router keeps one bit per enum http_method value (csrc/http_parse.h) and the Server
+    # The router keeps one bit per enum http_method value (csrc/http_method.h) and the Server
     # maps a route's method names onto those values: a name that mapped to another value would
     # route that method's requests to the wrong handlers, or to none.
     from cyserve import _core, _testhooks

@@ -1,6 +1,6 @@
 """Smoke test of the benchmark harness (bench/): keeps `make bench` working without running it.
 
-Stdlib only and nothing installed: the peers used are seed 001's minimal threading server and
+Stdlib only and nothing installed: the peers used are bench/apps/minimal.py's threading design and
 http.server's ThreadingHTTPServer, run with this interpreter; the load comes from the harness's
 Python client, so no wrk or hey is needed. No figure is asserted, only that figures exist, that
 validation catches a wrong body, and the shape of the JSON the runner writes.

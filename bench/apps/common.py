@@ -1,7 +1,7 @@
 """The workloads in plain Python, shared by every Python peer (bench/apps/*.py).
 
 Each handler returns (body bytes, content type). The records are decoded once at import into the
-cache that /json encodes (seed 003: "having cached the previous step"); /msgpack decodes the
+cache that /json encodes (/json: "having cached the previous step"); /msgpack decodes the
 1,000 pre-encoded records again on every request. Where msgpack is not installed (the stdlib-only
 CI smoke test), /msgpack and /json answer 500 and the harness marks those cells invalid.
 """

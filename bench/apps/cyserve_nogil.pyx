@@ -49,7 +49,7 @@ cdef inline int _text(cyserve_response *resp, const char *body, size_t n) noexce
 
 
 cdef unsigned int fibonacci(unsigned int n) noexcept nogil:
-    # seed 000's loop; unsigned int wraps at 2^32 like Go's uint32.
+    # the /fib workload's loop; unsigned int wraps at 2^32 like Go's uint32.
     cdef unsigned int i, a = 0, b = 1, t
     for i in range(n):
         t = a + b

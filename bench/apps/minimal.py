@@ -1,4 +1,4 @@
-"""Seed 001's four minimal pure-Python designs: sequential, forking, threading, asyncio.
+"""Four minimal pure-Python designs: sequential, forking, threading, asyncio (docs/benchmarks.md).
 
 Like the seed's, each reads one request, answers it and closes the connection (no keep-alive: a
 sequential server that kept connections open would serve one client and starve the rest). They

@@ -21,11 +21,11 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def log_message(self, format, *args):  # noqa: A002 - the stdlib's name
-        pass  # seed 001: "Printing each request to stdout is disabled during the benchmark"
+        pass  # as every minimal design: no request is printed during the benchmark
 
 
 class Server(ThreadingHTTPServer):
-    request_queue_size = 128  # seed 001: a listen backlog of 128 everywhere
+    request_queue_size = 128  # as every minimal design: a listen backlog of 128
 
 
 def main():

@@ -7,7 +7,7 @@ Run by bench/coro/run.py in a fresh process per measurement; prints one JSON obj
 
 The timing is done in C by cyserve._testhooks (CLOCK_MONOTONIC, GIL released), not here:
 bench_empty/bench_fib return spawn_s (n coroutines queued from the calling thread before the
-workers start, seed 002's semantics), run_s (the workers run until no coroutine is left) and
+workers start, the write-up's semantics), run_s (the workers run until no coroutine is left) and
 total_s (from before the scheduler is created to after it is freed). parked_cpu starts a
 scheduler with no work and returns the process's CPU time over `seconds`.
 

@@ -3,10 +3,10 @@
 Run by bench/coro/run.py in a fresh process per measurement; prints one JSON object:
   python peer_gevent.py --n 500000
 
-Seed 002 reports only a total for gevent, saying greenlets start at spawn. In gevent 1.x and
-later that is not so: gevent.spawn() creates the greenlet and queues its start as a callback on
-the hub, and nothing runs until the main greenlet blocks and the hub takes over. So the same
-split as cyserve's can be measured honestly:
+The write-up (bench/coro/README.md) has only a total for gevent, saying greenlets start at
+spawn. In gevent 1.x and later that is not so: gevent.spawn() creates the greenlet and queues
+its start as a callback on the hub, and nothing runs until the main greenlet blocks and the hub
+takes over. So the same split as cyserve's can be measured honestly:
   spawn_s  n calls to gevent.spawn() (greenlet objects created, starts queued);
   run_s    gevent.joinall() on them, until every greenlet has finished;
   total_s  from before the hub is created (gevent.get_hub()) to after joinall returns.

@@ -1,12 +1,13 @@
-"""Seed 002's coroutine benchmark, reproduced on this machine in one run (`make bench-coro`).
+"""The coroutine benchmark of bench/coro/README.md, reproduced on this machine in one run
+(`make bench-coro`).
 
 Two workloads, each measured in a fresh process per run, medians of --runs runs (min and max
 kept), with every figure also given as a ratio to the other systems of the same run:
 
-1. Empty coroutines (seed 002's table): spawn time, run time and total time for n (500,000)
+1. Empty coroutines (the write-up's table): spawn time, run time and total time for n (500,000)
    empty coroutines in cyserve (1 worker: cyserve-1, all workers: cyserve-all), asyncio,
    asyncio + uvloop, gevent, and Go goroutines (GOMAXPROCS=1: go-1, all CPUs: go-all).
-2. Scaling (seed 002's second test): many coroutines each computing Fibonacci(100,000) with
+2. Scaling (the write-up's second test): many coroutines each computing Fibonacci(100,000) with
    uint32 wrap-around, on 1..N workers (N = the CPUs this process may use), cyserve against Go
    with GOMAXPROCS=k; throughput and speed-up against 1 worker. The sums of the results
    (checksums) of cyserve and Go are compared with the value computed here in Python, which
@@ -636,7 +637,7 @@ def parse_workers(text: str | None, ncpu: int) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Seed 002's coroutine benchmark: cyserve against "
+    ap = argparse.ArgumentParser(description="The coroutine benchmark: cyserve against "
                                              "asyncio, uvloop, gevent and Go.")
     ap.add_argument("--quick", action="store_true",
                     help="a smoke run: 3 runs, 50,000 coroutines, a 0.2 s scaling workload, 1 s "

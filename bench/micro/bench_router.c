@@ -8,6 +8,7 @@
  * 3 prefixes, so that hash probes, trie fan-out and the regex/prefix fall-through all cost what
  * they would in a real app. Each case matches the same path ITERS times (best of 5 rounds,
  * CLOCK_MONOTONIC); the result is stored to a volatile so the loop is not optimised away. */
+#include "csrc/http_date.c"
 #include "csrc/files.c"
 #include "csrc/router.c"
 

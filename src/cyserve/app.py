@@ -7,7 +7,7 @@ An App is only a list of routes. ``app.build()`` turns it into the plain list th
 
     match    "path"   exact path, or a pattern with typed parameters: /users/{id:int}, {name},
                       {rest:path}
-             "prefix" the longest registered prefix wins (seed 000's url map)
+             "prefix" the longest registered prefix wins (a Lwan-style url map)
              "regex"  a POSIX extended regular expression matched against the whole path; its
                       groups become the parameters "1", "2", ...
     methods  a tuple of upper-case method names, or None for any method
@@ -59,7 +59,7 @@ NOGIL_CAPSULE_NAME = "cyserve.nogil_handler"
 PARAM_TYPES = ("int", "str", "path")
 # Path parameters or regex groups per route (ROUTER_MAX_PARAMS in csrc/router.h).
 MAX_PARAMS = 16
-# The methods the parser names (enum http_method in csrc/http_parse.h); the router keeps a bit per
+# The methods the parser names (enum http_method in csrc/http_method.h); the router keeps a bit per
 # method, so any other method can only reach a route registered with methods=None.
 METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE")
 
@@ -139,7 +139,7 @@ class App:
     def add_route(self, path: str, handler: Handler | object,
                   methods: Iterable[str] | str | None = None) -> None:
         """Register ``handler`` for the path pattern ``path``: a Python callable, or a nogil
-        handler capsule (seed 004's ``urls.add``)."""
+        handler capsule (as ``urls.add`` in onion's Python bindings)."""
         self._add("path", path, methods, handler, f"app.add_route({path!r})")
 
     def prefix(self, prefix: str, handler: Handler | object,
@@ -215,8 +215,8 @@ class App:
                status: int = 200, headers: Iterable[tuple[str, str]] | None = None,
                methods: Iterable[str] | str | None = ("GET",)) -> None:
         """Answer ``path`` with a fixed response, serialised once and served entirely in C
-        (seed 004's ``add_static``). A str body is sent as UTF-8, and without a content_type
-        as ``text/plain; charset=utf-8`` (bytes: ``text/plain``)."""
+        (as ``add_static`` in onion's Python bindings). A str body is sent as UTF-8, and without a
+        content_type as ``text/plain; charset=utf-8`` (bytes: ``text/plain``)."""
         where = f"app.static({path!r})"
         if isinstance(body, str):
             data = body.encode("utf-8")

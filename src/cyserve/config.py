@@ -4,7 +4,7 @@ One Config object is built from whatever the user gave (keyword arguments to cys
 command-line flags) and is validated at once, so that a bad value is reported before anything is
 bound or started, with a message that names the option and the value (see errors.ConfigError).
 
-The defaults are those a user behind a load balancer would expect (issue 4, item 2): an idle
+The defaults are those a user behind a load balancer would expect: an idle
 keep-alive connection is closed after 5 s, the whole header block must arrive within 10 s, and a
 body that makes no progress for 10 s is dropped.
 """

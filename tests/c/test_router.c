@@ -168,7 +168,7 @@ static void test_regex(void)
     struct router *r;
     router_new(&r);
     is_int(add(r, ROUTER_REGEX, "/item/([a-z]+)/([0-9]+)", GET, &T_REGEX1), 0, "two groups");
-    is_int(add(r, ROUTER_REGEX, "^.*", ROUTER_ANY_METHOD, &T_REGEX2), 0, "seed 004's ^.*");
+    is_int(add(r, ROUTER_REGEX, "^.*", ROUTER_ANY_METHOD, &T_REGEX2), 0, "a catch-all ^.*");
     is_int(add(r, ROUTER_REGEX, "/item/([a-z]+)/([0-9]+)", POST, &T_ANY), 0,
            "same regex, other method");
     is_int(add(r, ROUTER_REGEX, "/item/([a-z]+)/([0-9]+)", GET, &T_ANY), -EEXIST,
@@ -303,7 +303,7 @@ static void test_prefix(void)
     ok(m.target == &T_PREFIX_API, "/api/v20 is under /api, not /api/v2");
     is_int(match(r, POST, "/api/v2/x", &m), 0, "POST /api/v2/x");
     ok(m.target == &T_PREFIX_ROOT, "method miss falls to a shorter prefix");
-    is_int(match(r, GET, "/fibonacci", &m), 0, "seed 000 url map");
+    is_int(match(r, GET, "/fibonacci", &m), 0, "a Lwan-style url map");
     ok(m.target == &T_DEEP2, "/fibonacci");
     is_int(match(r, GET, "*", &m), 0, "root prefix matches anything");
     router_free(r);

@@ -1,6 +1,6 @@
 # cython: language_level=3
 """A third-party Cython module written against cyserve's public C-level API (STYLE.md 2(c)):
-seed 000's two handlers, plus handlers that exercise the rest of the nogil API for
+a root and a Fibonacci handler, plus handlers that exercise the rest of the nogil API for
 tests/test_nogil_handlers.py. It cimports cyserve._core and is built with
 include_dirs=[cyserve.get_include()]."""
 
@@ -20,7 +20,8 @@ cdef int handle_root(cyserve_request *req, cyserve_response *resp, void *ctx) no
 
 
 cdef unsigned int fibonacci(unsigned int n) noexcept nogil:
-    # uint32 wrap-around on purpose: seed 000 defines the answer by it.
+    # uint32 wrap-around on purpose: the /fib workload defines the answer by it
+    # (docs/benchmarks.md#where-the-workloads-come-from).
     cdef unsigned int i, a = 0, b = 1, t
     for i in range(n):
         t = a + b

@@ -39,6 +39,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "http_method.h"
+
 struct http_header {
     const char *name;
     size_t name_len;
@@ -50,12 +52,6 @@ struct http_limits {
     size_t max_header_bytes;  /* whole head incl. request line; over it: 431 (default 8192) */
     size_t max_target_bytes;  /* request-target; over it: 414 (default 8192) */
     unsigned max_headers;     /* header field count; over it: 431 (default 100) */
-};
-
-enum http_method {
-    HTTP_OTHER = 0, /* a valid token that is not one of these */
-    HTTP_GET, HTTP_HEAD, HTTP_POST, HTTP_PUT, HTTP_DELETE, HTTP_PATCH, HTTP_OPTIONS,
-    HTTP_CONNECT, HTTP_TRACE,
 };
 
 struct http_request {

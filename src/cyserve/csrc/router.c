@@ -930,25 +930,17 @@ int router_match(const struct router *r, unsigned method_bit, const char *path, 
     return -ENOENT;
 }
 
-/* Allow lists the methods in this order: the common ones first, as most servers print them. */
-static const struct {
-    enum http_method method;
-    const char *name;
-} router__method_names[] = {
-    {HTTP_GET, "GET"},         {HTTP_HEAD, "HEAD"},       {HTTP_POST, "POST"},
-    {HTTP_PUT, "PUT"},         {HTTP_DELETE, "DELETE"},   {HTTP_PATCH, "PATCH"},
-    {HTTP_OPTIONS, "OPTIONS"}, {HTTP_CONNECT, "CONNECT"}, {HTTP_TRACE, "TRACE"},
-};
-
 size_t router_format_allow(unsigned allow, char *buf, size_t size)
 {
     if (allow & ROUTER__GET)
         allow |= ROUTER__HEAD;
     size_t n = 0;
-    for (size_t i = 0; i < N_ELEMENTS(router__method_names); i++) {
-        if (!(allow & ROUTER_METHOD_BIT(router__method_names[i].method)))
+    /* Allow lists the methods in the enum's order: the common ones first, as most servers print
+     * them. */
+    for (int m = HTTP_GET; m < HTTP_METHOD_COUNT; m++) {
+        if (!(allow & ROUTER_METHOD_BIT(m)))
             continue;
-        const char *name = router__method_names[i].name;
+        const char *name = http_method_name((enum http_method)m);
         size_t name_len = strlen(name);
         const char *sep = n > 0 ? ", " : "";
         size_t sep_len = n > 0 ? 2 : 0;

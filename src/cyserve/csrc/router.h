@@ -7,7 +7,7 @@
  *      depth-first; at each position a static segment is tried before an int parameter, an int
  *      before a str parameter, and a str before a path parameter, so the most specific route wins;
  *   3. regex routes (POSIX ERE), in registration order;
- *   4. prefix routes (seed 000's url map), longest prefix first.
+ *   4. prefix routes (a Lwan-style url map), longest prefix first.
  * A route whose path matches but whose method does not is skipped, and its methods are added to
  * the Allow set; when no route matches both, the answer is 405 with that Allow set if any route
  * matched the path, else 404. HEAD matches every route that accepts GET.
@@ -36,7 +36,7 @@
 #include <stddef.h>
 
 #include "cyserve/handler.h" /* cyserve_param */
-#include "http_parse.h"      /* enum http_method: method bits are (1u << HTTP_GET) etc. */
+#include "http_method.h"     /* method bits are (1u << HTTP_GET) etc. */
 
 struct router;
 

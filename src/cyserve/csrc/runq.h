@@ -34,7 +34,7 @@
  * different laps.
  *
  * Rejected: Chase-Lev deque (LIFO for the owner, which hurts fairness across yields, and it needs
- * a seq_cst fence on every pop); a mutex-protected deque (seed 002's; a lock per pop). */
+ * a seq_cst fence on every pop); a mutex-protected deque (a lock per pop). */
 #ifndef CYSERVE_RUNQ_H
 #define CYSERVE_RUNQ_H
 

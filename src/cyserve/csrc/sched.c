@@ -1,5 +1,13 @@
 /* sched.c: the work-stealing coroutine scheduler and its per-worker event loops.
  *
+ * One translation unit. Its self-contained parts are fragments that this file #includes, each
+ * opening with what it holds: sched_inject.c.h (the inject queue and spawn records),
+ * sched_timer.c.h (the per-worker timer heaps), sched_io.c.h (waits, epoll polling, sched_io)
+ * and sched_offload.c.h (offload batches, with their own essay). The rest stays here although it
+ * is over 1,200 lines: about 200 of them are this essay, and the others (loop locks and rescue,
+ * the wake-up recipe, the worker loop, parking, the lifecycle and stop) are the one algorithm the
+ * essay describes, which is checked by reading them together.
+ *
  * ---- Concepts ----
  * A scheduler has N workers, one pthread each. A worker owns:
  * - a run queue (runq.h): a bounded ring its owner pushes to and pops from, and from which idle
@@ -26,7 +34,7 @@
  * loop lock L(W), not by W's thread; the engine puts its per-home data (connection lists, busy
  * flags, idle timers) under the same lock.
  *
- * ---- Loop locks and rescue (issue 4, item 1) ----
+ * ---- Loop locks and rescue ----
  * Why: with home state owned by W's thread, a worker running one long coroutine (a CPU-bound
  * nogil handler) or a long offload batch (a slow Python handler, a wait for the GIL) polled
  * nobody's events: every connection homed on it stalled until the handler returned.
@@ -96,44 +104,9 @@
  *   6. park in epoll_wait with the next timer as timeout (at most one rescue threshold while
  *      another worker runs coroutine code).
  *
- * ---- Offload batches (issue: Python handlers holding back each other's responses) ----
- * sched_offload() queues a call on the worker running the coroutine; the worker runs queued
- * calls as a batch between the begin/end hooks (the engine takes the GIL once per batch), on its
- * own stack with its loop lock released. A coroutine is resumed, and writes its response, only
- * after its batch ended. Unbounded, a batch ran every queued call: with one worker, a burst of 32
- * requests to ~45 ms Python handlers got its first response after 0.09 s and the other 31 all at
- * 1.47 s (docs/benchmarks.md). The rule now:
- * - A batch takes at most SCHED_OFFLOAD_BATCH (64) calls, and takes no new call once
- *   SCHED_OFFLOAD_SLICE_NS (1 ms, by this thread's clock from the start of its first call) has
- *   passed, so a batch ends after the first call that ran longer than that. Then the end hook
- *   runs (the GIL is released) and every queued coroutine is pushed on the run queue, in order:
- *   those whose call ran (resume value 0), then the others with SCHED_OFFLOAD_AGAIN, on which
- *   sched_offload() queues the same call again on whatever worker resumed it. So the leftover
- *   calls wait behind the coroutines that write responses, in the FIFO run queue, and can be
- *   stolen by idle workers (useful when handlers release the GIL); the cost is one coroutine
- *   switch per leftover call per batch, next to calls that ran a millisecond. A call queued
- *   again keeps its age (sched_offload_rec.since) and goes back in front of the calls queued
- *   since (w_offload_queue): the batch always takes the oldest calls, whatever order the
- *   coroutines came back in.
- * - A batch is due when the run queue is empty (step 3), or when 64 calls are queued, or once the
- *   coroutines that were in the run queue when the first queued call arrived have run (off_ahead
- *   counts them down, one per coroutine run): the batch takes its turn as if it were one entry of
- *   the FIFO queue, so a busy run queue (fast nogil handlers under load, a yielding coroutine)
- *   delays Python calls by one pass over the queue, not until it empties. Stolen coroutines only
- *   make the turn come sooner.
- * - Rescue does not change this: a rescuer runs the stalled worker's loop step (events, timers,
- *   hopped coroutines) but never its offload queue; coroutines it wakes run, and offload, on the
- *   rescuer. A worker stuck in one long call keeps its other queued calls until the call returns,
- *   then runs the resumed coroutines and, at its turn, the next batch.
- * The numbers: 1 ms is the rescue threshold already (SCHED_RESCUE_NS), i.e. the latency we accept
- * for a stalled worker's clients; fast handlers (a few microseconds of Python each) fill the 64
- * calls long before it, so they still share one GIL acquisition per 64 calls (test_sched.c:
- * 256 queued trivial calls run in 4 batches). The slice only splits batches of slow calls, where
- * one uncontended GIL acquisition and release per call costs well under 1% of a call of 1 ms or
- * more. Measured (one worker, 32 connections sending one request each at once to a handler doing
- * time.sleep(0.045), arrival times at a selector client on 127.0.0.1): unbounded, all 32
- * responses arrived at 1.45 s; bounded, one every ~45 ms, the first at 0.05 s, median 0.77 s,
- * last 1.45 s (the total is the same: one worker runs the handlers one at a time).
+ * ---- Offload batches ----
+ * How sched_offload() calls are batched, and why a batch is bounded: the essay at the top of
+ * sched_offload.c.h.
  *
  * ---- Spinning and parking (Go's protocol) ----
  * A worker looking for work is "spinning" (nspinning counts them; at most half the busy workers
@@ -159,7 +132,7 @@
  * and a worker woken by its own I/O or timer swaps its flag back and keeps its accounting.
  *
  * ---- Termination and stop ----
- * Batch mode (seed 002's rule): `alive` counts coroutines spawned and not yet finished (queued,
+ * Batch mode (sched_run): `alive` counts coroutines spawned and not yet finished (queued,
  * running or suspended). Spawns add to it at once (before the coroutine is published); finishes
  * are accounted in batches when a worker runs out of local work, so the counter is never below
  * the true number and reaching 0 means no coroutine is left anywhere: that worker sets `done` and
@@ -176,7 +149,8 @@
  *      raced into a queue after its owner drained (a hop started just before stopping).
  *
  * ---- Rejected alternatives ----
- * - A fixed sleep when idle (seed 002: 1 ms): latency and a lost CPU either way.
+ * - A fixed sleep when idle (an earlier Cython work-stealing scheduler's): latency and a lost CPU
+ *   either way.
  * - A condition variable per worker: the worker must also wait on its epoll; an eventfd in the
  *   same epoll gives one blocking point for both.
  * - Waking a worker per spawn: 500,000 spawns would mean 500,000 syscalls.
@@ -217,55 +191,6 @@ enum sched_yield_kind {
 /* Parked-flag states of a worker. */
 enum { W_RUNNING = 0, W_PARKED = 1, W_WOKEN = 2, W_WOKEN_SPIN = 3 };
 
-enum sched_wait_kind { WAIT_SLEEP = 1, WAIT_FD = 2, WAIT_IO = 3 };
-
-/* What a parked coroutine waits for; on its own stack, referenced from node.wait. */
-struct sched_wait {
-    int kind;
-    int fd;
-    struct coro *co;
-    struct sched_io *io;
-    struct sched_timer timer;
-};
-
-struct sched_offload_rec {
-    void (*fn)(void *);
-    void *arg;
-    /* When the call was first queued (the worker's cached clock): a call sent back with
-     * SCHED_OFFLOAD_AGAIN keeps its place by this, ahead of calls queued after it. */
-    uint64_t since;
-};
-
-/* Spawns from threads that are not workers are queued as 16-byte records, not coroutines: the
- * worker that takes a record creates the coroutine from its own pool, whose structs are hot
- * (finished coroutines give theirs back there). 500,000 spawns before sched_run() thus touch
- * 8 MB of records instead of ~56 MB of fresh coroutine structs, and fresh memory is what costs:
- * the kernel zeroes every new page. Blocks of 254 records make a 4 KiB allocation. */
-struct sched_spawn_rec {
-    coro_fn fn;
-    void *arg;
-};
-
-#define SCHED_SPAWN_BLOCK 254u
-
-struct sched_spawn_block {
-    struct sched_spawn_block *next;
-    uint32_t head, tail;
-    struct sched_spawn_rec rec[SCHED_SPAWN_BLOCK];
-};
-
-/* Process epoll events in batches of 64: enough to amortise the syscall under load (libuv and
- * redis use similar sizes), small enough to stay on the stack. */
-#define SCHED_EVENTS 64
-/* Offload batches (see "Offload batches" in the essay): a batch takes at most 64 calls, and takes
- * no new call once 1 ms has passed since its first call started. 64 queued calls also make a
- * batch due while local work remains. */
-#define SCHED_OFFLOAD_BATCH 64
-#define SCHED_OFFLOAD_SLICE_NS 1000000ull
-/* The resume value of a coroutine whose offloaded call did not fit in its batch: sched_offload
- * queues the call again on the worker that resumed it. Never returned to a caller. */
-#define SCHED_OFFLOAD_AGAIN (-EAGAIN)
-
 struct sched_worker {
     struct runq rq;
     /* safety (field): remote is an MPSC stack head, pushed by any thread with CAS, taken by
@@ -301,7 +226,7 @@ struct sched_worker {
     struct coro *off_head, *off_tail;
     unsigned n_off;
     /* Coroutine runs left before the queued offloaded calls are due even if local work remains:
-     * the run queue's length when the first of them was queued (FIFO order, see the essay). */
+     * the run queue's length when the first of them was queued (FIFO order, sched_offload.c.h). */
     unsigned off_ahead;
     uint64_t now;
     uint64_t rng;
@@ -476,109 +401,7 @@ static void sched_eventfd_kick(int fd)
     (void)r;
 }
 
-/* ---- inject queue ---- */
-
-static void inject_push_batch(struct sched *s, struct coro *first, struct coro *last, unsigned n)
-{
-    pthread_mutex_lock(&s->inject_lock);
-    coro_sched_node(last)->next = NULL;
-    if (s->inj_tail)
-        coro_sched_node(s->inj_tail)->next = first;
-    else
-        s->inj_head = first;
-    s->inj_tail = last;
-    /* safety: written under the lock; lock-free readers only use it as a hint, and the parker's
-     * re-check reads it after its seq_cst fence. */
-    __atomic_store_n(&s->inj_len, s->inj_len + (long)n, __ATOMIC_SEQ_CST);
-    pthread_mutex_unlock(&s->inject_lock);
-}
-
-/* Take a batch from the inject queue: one to run now, the rest into w's run queue. */
-static struct coro *inject_take(struct sched_worker *w, int all)
-{
-    struct sched *s = w->s;
-    /* safety: a hint; a stale zero only delays the batch until the next look. */
-    if (__atomic_load_n(&s->inj_len, __ATOMIC_RELAXED) == 0)
-        return NULL;
-    pthread_mutex_lock(&s->inject_lock);
-    long len = s->inj_len;
-    if (len == 0) {
-        pthread_mutex_unlock(&s->inject_lock);
-        return NULL;
-    }
-    /* Go's globrunqget: a fair share, capped at half the ring so the push never overflows. */
-    long want = all ? len : len / (long)s->n + 1;
-    long room = (long)runq_free_slots(&w->rq);
-    if (want > (long)runq_capacity(&w->rq) / 2)
-        want = (long)runq_capacity(&w->rq) / 2;
-    if (want > room)
-        want = room > 0 ? room : 1;
-    if (want > len)
-        want = len;
-    /* Coroutines first (overflow from run queues: they may be mid-life), then spawn records,
-     * copied out so that the coroutines are created after the lock is released. */
-    struct coro *ret = NULL;
-    struct coro *f, *l;
-    unsigned n;
-    long got = 0;
-    while (got < want && s->inj_head) {
-        struct coro *c = s->inj_head;
-        s->inj_head = coro_sched_node(c)->next;
-        if (!s->inj_head)
-            s->inj_tail = NULL;
-        if (ret)
-            runq_push(&w->rq, c, &f, &l, &n); /* room was checked: never overflows */
-        else
-            ret = c;
-        got++;
-    }
-    struct sched_spawn_rec recs[128];
-    unsigned nrec = 0;
-    while (got < want && nrec < N_ELEMENTS(recs)) {
-        struct sched_spawn_block *b = s->sp_head;
-        if (!b || b->head == b->tail)
-            break;
-        recs[nrec++] = b->rec[b->head++];
-        got++;
-        if (b->head == b->tail) {
-            if (b == s->sp_tail) {
-                b->head = b->tail = 0; /* the only block: reuse it in place */
-            } else {
-                s->sp_head = b->next;
-                if (!s->sp_spare)
-                    s->sp_spare = b;
-                else
-                    free(b);
-            }
-        }
-    }
-    /* safety: see inject_push_batch. */
-    __atomic_store_n(&s->inj_len, len - got, __ATOMIC_SEQ_CST);
-    pthread_mutex_unlock(&s->inject_lock);
-    for (unsigned i = 0; i < nrec; i++) {
-        struct coro *co = coro_new(w->pool, recs[i].fn, recs[i].arg);
-        if (UNLIKELY(!co)) {
-            /* Out of memory for a 100-byte struct: the spawn is lost. Count it as finished so
-             * that batch mode still ends, and say so once. */
-            static int warned;
-            /* safety: exchange makes exactly one thread print. */
-            if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED)) {
-                static const char msg[] = "cyserve: out of memory creating a spawned coroutine; "
-                                          "spawns are being dropped\n";
-                ssize_t r = write(2, msg, sizeof(msg) - 1);
-                (void)r;
-            }
-            w->finished_pending++;
-            stat_inc(&w->st_finished);
-            continue;
-        }
-        if (ret)
-            runq_push(&w->rq, co, &f, &l, &n); /* room was checked: never overflows */
-        else
-            ret = co;
-    }
-    return ret;
-}
+#include "sched_inject.c.h"
 
 /* ---- waking workers ---- */
 
@@ -720,271 +543,14 @@ static void parked_remove(struct sched_worker *w, struct coro *co)
     n->next = n->prev = NULL;
 }
 
-/* ---- timers ---- */
-
-static void heap_set(struct sched_worker *w, size_t i, struct sched_timer *t)
-{
-    w->heap[i] = t;
-    t->heap_index = (int64_t)i + 1;
-}
-
-static void heap_up(struct sched_worker *w, size_t i)
-{
-    struct sched_timer *t = w->heap[i];
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (w->heap[parent]->deadline <= t->deadline)
-            break;
-        heap_set(w, i, w->heap[parent]);
-        i = parent;
-    }
-    heap_set(w, i, t);
-}
-
-static void heap_down(struct sched_worker *w, size_t i)
-{
-    struct sched_timer *t = w->heap[i];
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        uint64_t best = t->deadline;
-        if (l < w->heap_len && w->heap[l]->deadline < best) {
-            m = l;
-            best = w->heap[l]->deadline;
-        }
-        if (r < w->heap_len && w->heap[r]->deadline < best)
-            m = r;
-        if (m == i)
-            break;
-        heap_set(w, i, w->heap[m]);
-        i = m;
-    }
-    heap_set(w, i, t);
-}
-
-static void heap_remove(struct sched_worker *w, struct sched_timer *t)
-{
-    size_t i = (size_t)(t->heap_index - 1);
-    t->heap_index = 0;
-    w->heap_len--;
-    if (i == w->heap_len)
-        return;
-    heap_set(w, i, w->heap[w->heap_len]);
-    /* The moved timer may belong further down or further up; one of these is a no-op. */
-    heap_down(w, i);
-    heap_up(w, i);
-}
-
-static void timer_arm_on(struct sched_worker *w, struct sched_timer *t, uint64_t deadline)
-{
-    if (t->heap_index)
-        heap_remove(w, t);
-    if (UNLIKELY(w->heap_len == w->heap_cap)) {
-        size_t cap = w->heap_cap ? w->heap_cap * 2 : 64;
-        struct sched_timer **h = realloc(w->heap, cap * sizeof(*h));
-        if (UNLIKELY(!h))
-            abort(); /* a timer that silently never fires would be worse */
-        w->heap = h;
-        w->heap_cap = cap;
-    }
-    t->deadline = deadline;
-    t->owner = (int)w->id;
-    w->heap[w->heap_len] = t;
-    t->heap_index = (int64_t)w->heap_len + 1;
-    w->heap_len++;
-    heap_up(w, w->heap_len - 1);
-}
-
+/* In the home-section code below; timers, waits and sched_io enter home sections. */
 static int home_enter(struct sched_worker **wp, int home);
 
-void sched_timer_arm(struct sched_timer *t, uint64_t deadline_ns)
-{
-    struct sched_worker *w = sched_self();
-    if (UNLIKELY(!w))
-        abort(); /* contract: worker only */
-    if (w->held >= 0) {
-        timer_arm_on(&w->s->w[w->held], t, deadline_ns);
-        return;
-    }
-    /* A coroutine outside any home section: arm on the worker running it, under its lock. */
-    if (UNLIKELY(!w->current || home_enter(&w, (int)w->id) < 0))
-        abort(); /* contract: worker only; -ECANCELED cannot happen for the own worker */
-    timer_arm_on(&w->s->w[w->held], t, deadline_ns);
-    loop_unlock(w);
-}
+#include "sched_timer.c.h"
 
-void sched_timer_cancel(struct sched_timer *t)
-{
-    struct sched_worker *w = sched_self();
-    if (!t->heap_index || !w)
-        return;
-    /* Contract: the caller holds the owner's loop lock (callbacks, home sections). */
-    heap_remove(&w->s->w[t->owner], t);
-}
+#include "sched_io.c.h"
 
-/* Fire home's due timers (by self's clock), with home's loop lock held. Returns how many fired. */
-static unsigned w_run_timers(struct sched_worker *self, struct sched_worker *home)
-{
-    unsigned fired = 0;
-    while (home->heap_len > 0 && home->heap[0]->deadline <= self->now) {
-        struct sched_timer *t = home->heap[0];
-        heap_remove(home, t);
-        t->cb(t);
-        fired++;
-    }
-    return fired;
-}
-
-uint64_t sched_now_ns(void)
-{
-    struct sched_worker *w = sched_self();
-    return w ? w->now : sched_clock_ns();
-}
-
-/* ---- waking parked coroutines ---- */
-
-/* End co's wait (parked on home) with value: drop its registrations and make it runnable on
- * self's run queue. Self's thread, holding home's loop lock. */
-static void wait_finish(struct sched_worker *self, struct sched_worker *home,
-                        struct sched_wait *rec, int value)
-{
-    if (rec->timer.heap_index)
-        heap_remove(home, &rec->timer);
-    if (rec->kind == WAIT_FD)
-        epoll_ctl(home->epfd, EPOLL_CTL_DEL, rec->fd, NULL);
-    else if (rec->kind == WAIT_IO)
-        rec->io->waiter = NULL;
-    parked_remove(home, rec->co);
-    coro_sched_node(rec->co)->wait = NULL;
-    coro_set_resume_value(rec->co, value);
-    w_push(self, rec->co);
-}
-
-static void wait_timer_fired(struct sched_timer *t)
-{
-    struct sched_wait *rec = t->data;
-    struct sched_worker *self = sched_self();
-    wait_finish(self, &self->s->w[t->owner], rec, rec->kind == WAIT_SLEEP ? 0 : -ETIMEDOUT);
-}
-
-/* Readiness bits that stay set until the fd is gone: an error or hang-up is not an edge. */
-#define SCHED_STICKY (EPOLLERR | EPOLLHUP | EPOLLRDHUP)
-
-static void io_event(struct sched_worker *self, struct sched_worker *home, struct sched_io *io,
-                     uint32_t ev)
-{
-    io->ready |= ev;
-    if (io->waiter) {
-        struct sched_wait *rec = coro_sched_node(io->waiter)->wait;
-        uint32_t got = io->ready & (io->wait_events | SCHED_STICKY);
-        if (got) {
-            io->ready &= ~(got & (EPOLLIN | EPOLLOUT));
-            wait_finish(self, home, rec, (int)got);
-        }
-        return;
-    }
-    if (!io->active && (ev & (EPOLLIN | SCHED_STICKY))) {
-        io->active = 1;
-        io->ready &= ~(uint32_t)(EPOLLIN | EPOLLOUT);
-        io->on_ready(io, ev);
-    }
-}
-
-/* Run home's loop step on self's thread: poll home's epoll (timeout_ms: 0 no wait, -1 forever)
- * and fire home's due timers; woken and spawned coroutines go to self's run queue. Holding
- * home's loop lock (self == home for the owner's own loop, or a rescue). Returns the number of
- * events and timers handled (eventfd wake-ups excluded). */
-static int w_poll(struct sched_worker *self, struct sched_worker *home, int timeout_ms)
-{
-    struct epoll_event evs[SCHED_EVENTS];
-    int n = epoll_wait(home->epfd, evs, SCHED_EVENTS, timeout_ms);
-    int handled = 0;
-    self->now = sched_clock_ns();
-    for (int i = 0; i < n; i++) {
-        uintptr_t p = (uintptr_t)evs[i].data.ptr;
-        if (p == 0) {
-            /* Drain. A rescuer may drain home's eventfd too: every wake-up it carries was meant
-             * for a park that has ended (home holds its lock while parked) or says stop/done,
-             * which home reads from the flags when its coroutine returns. */
-            uint64_t v;
-            ssize_t r = read(home->evfd, &v, sizeof(v)); /* EAGAIN is fine */
-            (void)r;
-        } else if (p & 1) {
-            io_event(self, home, (struct sched_io *)(p & ~(uintptr_t)1), evs[i].events);
-            handled++;
-        } else {
-            struct sched_wait *rec = (struct sched_wait *)p;
-            wait_finish(self, home, rec, (int)evs[i].events);
-            handled++;
-        }
-    }
-    handled += (int)w_run_timers(self, home);
-    return handled;
-}
-
-static int w_next_timeout_ms(struct sched_worker *w)
-{
-    if (w->heap_len == 0)
-        return -1;
-    uint64_t d = w->heap[0]->deadline;
-    if (d <= w->now)
-        return 0;
-    uint64_t ms = (d - w->now + 999999) / 1000000;
-    return ms > 1000000 ? 1000000 : (int)ms;
-}
-
-/* ---- offload ---- */
-
-/* Resume the coroutines of list (linked through node next) with value, in order. */
-static void w_resume_offloaded(struct sched_worker *w, struct coro *list, int value)
-{
-    while (list) {
-        struct coro *next = coro_sched_node(list)->next;
-        coro_sched_node(list)->wait = NULL;
-        coro_set_resume_value(list, value);
-        w_push(w, list);
-        list = next;
-    }
-}
-
-/* Run one batch of w's queued offloaded calls between the begin/end hooks, bounded by
- * SCHED_OFFLOAD_BATCH calls and SCHED_OFFLOAD_SLICE_NS (by this thread's clock, counted from
- * the first call, not from the begin hook: a long wait for the GIL is no reason to take it
- * again sooner), then make every queued coroutine runnable: those whose call ran with 0, the
- * others with SCHED_OFFLOAD_AGAIN, behind them. cancel: run no call, resume all with
- * -ECANCELED (stop). Owner only, with no loop lock held unless cancel. */
-static void w_run_offloads(struct sched_worker *w, int cancel)
-{
-    struct sched *s = w->s;
-    struct coro *list = w->off_head;
-    w->off_head = w->off_tail = NULL;
-    w->n_off = 0;
-    if (UNLIKELY(!list))
-        return;
-    if (cancel) {
-        w_resume_offloaded(w, list, -ECANCELED);
-        return;
-    }
-    if (s->off_begin)
-        s->off_begin(s->off_ud);
-    uint64_t start = sched_clock_ns(), now;
-    unsigned ran = 0;
-    struct coro *c = list, *last_ran;
-    do {
-        struct sched_offload_rec *rec = coro_sched_node(c)->wait;
-        rec->fn(rec->arg);
-        stat_inc(&w->st_offloads);
-        ran++;
-        last_ran = c;
-        c = coro_sched_node(c)->next;
-        now = sched_clock_ns();
-    } while (c && ran < SCHED_OFFLOAD_BATCH && now - start < SCHED_OFFLOAD_SLICE_NS);
-    if (s->off_end)
-        s->off_end(s->off_ud);
-    w->now = now; /* the batch may have run long: keep sched_now_ns() fresh for the resumed */
-    coro_sched_node(last_ran)->next = NULL;
-    w_resume_offloaded(w, list, 0);
-    w_resume_offloaded(w, c, SCHED_OFFLOAD_AGAIN);
-}
+#include "sched_offload.c.h"
 
 /* ---- running a coroutine ---- */
 
@@ -993,37 +559,6 @@ static void w_finished(struct sched_worker *w, struct coro *co)
     coro_free(co, w->pool);
     w->finished_pending++;
     stat_inc(&w->st_finished);
-}
-
-/* Queue co's offloaded call on w, in the order the calls were first queued. A new call goes at
- * the tail. A call sent back by a batch that ran out of time (SCHED_OFFLOAD_AGAIN) is older than
- * the calls queued while it waited its turn in the run queue (among them those of the very
- * connections its batch just answered, whose next requests arrive within microseconds and whose
- * coroutines, woken by I/O, run first): it goes back in front of them. Appending it instead let
- * those few connections overtake every other on each batch: with 64 connections and ~0.6 ms
- * Python handlers, one connection got 780 answers while most got 30 in 5 s, and wrk's p99 was
- * 1.1 s against bjoern's 43 ms. Owner only. */
-static void w_offload_queue(struct sched_worker *w, struct coro *co)
-{
-    struct sched_offload_rec *rec = coro_sched_node(co)->wait;
-    coro_sched_node(co)->next = NULL;
-    w->n_off++;
-    if (!w->off_tail) {
-        w->off_head = w->off_tail = co;
-        w->off_ahead = runq_len(&w->rq);
-        return;
-    }
-    struct sched_offload_rec *tail = coro_sched_node(w->off_tail)->wait;
-    if (LIKELY(tail->since <= rec->since)) {
-        coro_sched_node(w->off_tail)->next = co;
-        w->off_tail = co;
-        return;
-    }
-    struct coro **link = &w->off_head;
-    while (((struct sched_offload_rec *)coro_sched_node(*link)->wait)->since <= rec->since)
-        link = &coro_sched_node(*link)->next; /* stops before the tail: it is newer */
-    coro_sched_node(co)->next = *link;
-    *link = co;
 }
 
 /* Run co on w's thread. base: the loop lock the caller holds and wants back afterwards (w's
@@ -1077,30 +612,6 @@ static int w_run(struct sched_worker *w, struct coro *co, struct sched_worker *b
         break;
     }
     return kept;
-}
-
-/* Run the offload batch on the loop (holding its own lock, given up meanwhile: Python handlers
- * may run long or wait for the GIL, and the worker can then be rescued like a long coroutine). */
-static void w_loop_offloads(struct sched_worker *w)
-{
-    loop_unlock(w);
-    run_seq_bump(w);
-    w_run_offloads(w, 0);
-    run_seq_bump(w);
-    loop_lock(w, w);
-}
-
-/* Is the offload batch due although local work remains? Yes once SCHED_OFFLOAD_BATCH calls are
- * queued, or once the coroutines that were in the run queue when the first queued call arrived
- * have run (one call per coroutine run counts them down). Owner only, after each coroutine run. */
-static int w_offloads_due(struct sched_worker *w)
-{
-    if (w->n_off == 0)
-        return 0;
-    if (w->n_off >= SCHED_OFFLOAD_BATCH || w->off_ahead == 0)
-        return 1;
-    w->off_ahead--;
-    return 0;
 }
 
 /* Account finished coroutines; in batch mode the last one ends the run. Owner only. */
@@ -1764,84 +1275,6 @@ int sched_yield_coro(void)
     return coro_yield(w->current, SCHED_Y_REQUEUE);
 }
 
-/* Park the running coroutine on home (whose loop lock the caller holds) until wait_finish().
- * The lock is released by the scheduler once the coroutine is off its stack (w_run). */
-static int sched_park(struct sched_worker *w, struct sched_worker *home, struct sched_wait *rec)
-{
-    struct coro *co = w->current;
-    rec->co = co;
-    coro_sched_node(co)->wait = rec;
-    parked_add(home, co);
-    return coro_yield(co, SCHED_Y_PARK);
-}
-
-int sched_sleep_ns(uint64_t ns)
-{
-    struct sched_worker *w = sched_self();
-    if (UNLIKELY(!w || !w->current))
-        return -EPERM; /* not called from a coroutine: refuse rather than crash */
-    if (UNLIKELY(sched_is_stopping(w->s)))
-        return -ECANCELED;
-    home_enter(&w, (int)w->id); /* the own worker: never hops, never fails */
-    struct sched_wait rec = {.kind = WAIT_SLEEP, .fd = -1};
-    rec.timer.cb = wait_timer_fired;
-    rec.timer.data = &rec;
-    timer_arm_on(w, &rec.timer, sched_clock_ns() + ns);
-    return sched_park(w, w, &rec);
-}
-
-int sched_wait_fd(int fd, uint32_t events, int64_t timeout_ns)
-{
-    struct sched_worker *w = sched_self();
-    if (UNLIKELY(!w || !w->current))
-        return -EPERM; /* not called from a coroutine: refuse rather than crash */
-    if (UNLIKELY(sched_is_stopping(w->s)))
-        return -ECANCELED;
-    home_enter(&w, (int)w->id); /* the own worker: never hops, never fails */
-    struct sched_wait rec = {.kind = WAIT_FD, .fd = fd};
-    struct epoll_event ev = {.events = events | EPOLLONESHOT, .data.ptr = &rec};
-    if (UNLIKELY(epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)) {
-        int err = -errno;
-        loop_unlock(w);
-        return err;
-    }
-    if (timeout_ns >= 0) {
-        rec.timer.cb = wait_timer_fired;
-        rec.timer.data = &rec;
-        timer_arm_on(w, &rec.timer, sched_clock_ns() + (uint64_t)timeout_ns);
-    }
-    return sched_park(w, w, &rec);
-}
-
-int sched_offload(void (*fn)(void *), void *arg)
-{
-    struct sched_worker *w = sched_self();
-    if (UNLIKELY(!w || !w->current))
-        return -EPERM; /* not called from a coroutine: refuse rather than crash */
-    if (UNLIKELY(sched_is_stopping(w->s)))
-        return -ECANCELED;
-    struct sched_offload_rec rec = {.fn = fn, .arg = arg, .since = w->now};
-    for (;;) {
-        coro_sched_node(w->current)->wait = &rec;
-        int r = coro_yield(w->current, SCHED_Y_OFFLOAD);
-        if (LIKELY(r != SCHED_OFFLOAD_AGAIN))
-            return r;
-        /* The call did not fit in its batch: queue it on the worker running us now (it may
-         * have been stolen). A stop begun meanwhile cancels it like any other call. */
-        w = sched_self();
-        if (UNLIKELY(sched_is_stopping(w->s)))
-            return -ECANCELED;
-    }
-}
-
-void sched_set_offload_hooks(struct sched *s, void (*begin)(void *ud), void (*end)(void *ud),
-                             void *ud)
-{
-    s->off_begin = begin;
-    s->off_end = end;
-    s->off_ud = ud;
-}
-
 void sched_set_worker_hooks(struct sched *s, void (*start)(struct sched *s, unsigned id, void *ud),
                             void (*stop)(struct sched *s, unsigned id, void *ud), void *ud)
 {
@@ -1850,7 +1283,7 @@ void sched_set_worker_hooks(struct sched *s, void (*start)(struct sched *s, unsi
     s->w_ud = ud;
 }
 
-/* ---- home sections and sched_io ---- */
+/* ---- home sections ---- */
 
 /* Enter a home section of worker `home` from the running coroutine: on return this thread holds
  * L(home), and *wp is the worker running the coroutine now (it changes after a hop). Any other
@@ -1911,97 +1344,6 @@ int sched_home_held(void)
 {
     struct sched_worker *w = sched_self();
     return w ? w->held : -1;
-}
-
-int sched_io_add(struct sched_io *io, int fd,
-                 void (*on_ready)(struct sched_io *io, uint32_t events))
-{
-    struct sched_worker *w = sched_self();
-    if (UNLIKELY(!w))
-        return -EPERM;
-    int entered = 0;
-    if (w->held < 0) {
-        if (UNLIKELY(!w->current))
-            return -EPERM;
-        home_enter(&w, (int)w->id);
-        entered = 1;
-    }
-    struct sched_worker *home = &w->s->w[w->held];
-    io->fd = fd;
-    io->on_ready = on_ready;
-    io->waiter = NULL;
-    io->ready = 0;
-    io->wait_events = 0;
-    io->home = (int)home->id;
-    io->active = 0;
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
-                             .data.ptr = (void *)((uintptr_t)io | 1)};
-    int err = 0;
-    if (UNLIKELY(epoll_ctl(home->epfd, EPOLL_CTL_ADD, fd, &ev) != 0))
-        err = -errno;
-    if (entered)
-        loop_unlock(w);
-    return err;
-}
-
-int sched_io_wait(struct sched_io *io, uint32_t events, int64_t deadline_ns)
-{
-    struct sched_worker *w = sched_self();
-    if (UNLIKELY(!w || !w->current))
-        return -EPERM; /* not called from a coroutine: refuse rather than crash */
-    if (UNLIKELY(sched_is_stopping(w->s)))
-        return -ECANCELED;
-    home_enter(&w, io->home);
-    uint32_t got = io->ready & (events | SCHED_STICKY);
-    if (got) {
-        io->ready &= ~(got & (EPOLLIN | EPOLLOUT));
-        loop_unlock(w); /* back to user code: never across its work */
-        return (int)got;
-    }
-    struct sched_worker *home = &w->s->w[io->home];
-    struct sched_wait rec = {.kind = WAIT_IO, .fd = io->fd, .io = io};
-    io->waiter = w->current;
-    io->wait_events = events;
-    if (deadline_ns >= 0) {
-        rec.timer.cb = wait_timer_fired;
-        rec.timer.data = &rec;
-        timer_arm_on(home, &rec.timer, (uint64_t)deadline_ns);
-    }
-    return sched_park(w, home, &rec);
-}
-
-int sched_io_release(struct sched_io *io)
-{
-    struct sched_worker *w = sched_self();
-    if (UNLIKELY(!w || !w->current))
-        return -EPERM; /* not called from a coroutine: refuse rather than crash */
-    if (UNLIKELY(sched_is_stopping(w->s)))
-        return -ECANCELED;
-    home_enter(&w, io->home);
-    if (io->ready & (EPOLLIN | SCHED_STICKY)) {
-        io->ready &= ~(uint32_t)EPOLLIN;
-        loop_unlock(w); /* back to user code: never across its work */
-        return -EAGAIN;
-    }
-    io->active = 0;
-    return 0; /* still in the home section: see the contract */
-}
-
-void sched_io_idle(struct sched_io *io)
-{
-    /* No readiness can be pending here: io_event cleared it before calling on_ready, and no other
-     * event for io is handled while its home's loop lock is held by this callback. */
-    io->active = 0;
-}
-
-void sched_io_del(struct sched_io *io)
-{
-    struct sched_worker *w = sched_self();
-    if (w && w->current)
-        home_enter(&w, io->home);
-    epoll_ctl(w ? w->s->w[io->home].epfd : -1, EPOLL_CTL_DEL, io->fd, NULL);
-    io->active = 0;
-    io->ready = 0;
 }
 
 /* ---- stats ---- */

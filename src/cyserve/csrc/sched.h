@@ -66,7 +66,7 @@ void sched_free(struct sched *s);
  * -ESHUTDOWN once sched_stop() was called, -ENOMEM. Any thread. */
 int sched_spawn(struct sched *s, coro_fn fn, void *arg);
 
-/* Batch mode: start the workers and block until no coroutine is left alive (seed 002's rule:
+/* Batch mode: start the workers and block until no coroutine is left alive (that is:
  * every worker idle and no coroutine queued, running or suspended) or sched_stop(); then join the
  * workers. May be called again after spawning more. Returns 0, -EINVAL in server mode, or -errno
  * from pthread_create. Any thread except a worker of s. */

@@ -17,7 +17,9 @@
 
 #include "cyserve/handler.h"
 #include "http_parse.h"
-#include "http_write.h"
+#include "http1_write.h"
+#include "resp.h"
+#include "wbuf.h"
 
 struct server;
 struct router;
@@ -99,7 +101,7 @@ struct server_config {
     uint64_t body_timeout_ns;   /* a body (or a response write) without progress for this: 408 */
 };
 
-/* Defaults of the brief: keep-alive 5 s, head 10 s, body 10 s, 8 KiB head/target, 100 headers,
+/* Defaults: keep-alive 5 s, head 10 s, body 10 s, 8 KiB head/target, 100 headers,
  * 1 MiB body, backlog 1024, host 127.0.0.1, port 8000, threads 0. */
 void server_config_default(struct server_config *cfg);
 

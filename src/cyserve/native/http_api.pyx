@@ -1,7 +1,7 @@
 # The exported nogil handler API, declared in native/http_api.pxi and included in cyserve._core:
 # what a GIL-free handler compiled elsewhere (it cimports cyserve._core) calls to read its request
 # and build its response. Each function is a thin cast onto the engine's own (csrc/server.h,
-# csrc/http_write.h): the public structs in cyserve/handler.h are the engine's, renamed.
+# csrc/resp.h): the public structs in cyserve/handler.h are the engine's, renamed.
 from cpython.pycapsule cimport PyCapsule_New
 
 from cyserve.native.includes cimport server as cs

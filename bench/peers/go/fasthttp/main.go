@@ -14,7 +14,7 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "listen address")
-	threads := flag.Int("threads", 1, "GOMAXPROCS: the OS threads running Go code (seed 000)")
+	threads := flag.Int("threads", 1, "GOMAXPROCS: the OS threads running Go code")
 	dataDir := flag.String("data", "bench/data", "folder holding records.msgpack and transfer.json")
 	flag.Parse()
 	runtime.GOMAXPROCS(*threads)

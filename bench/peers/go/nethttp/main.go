@@ -1,4 +1,4 @@
-// The Go net/http peer (seed 000): every workload route on the standard library's server.
+// The Go net/http peer: every workload route on the standard library's server.
 // Usage: nethttp -addr 127.0.0.1:PORT -threads N -data bench/data
 package main
 
@@ -13,7 +13,7 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "listen address")
-	threads := flag.Int("threads", 1, "GOMAXPROCS: the OS threads running Go code (seed 000)")
+	threads := flag.Int("threads", 1, "GOMAXPROCS: the OS threads running Go code")
 	dataDir := flag.String("data", "bench/data", "folder holding records.msgpack and transfer.json")
 	flag.Parse()
 	runtime.GOMAXPROCS(*threads)

@@ -12,8 +12,8 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// Record is one of seed 003's records. Field order is the JSON key order, matching the order
-// in which Python writes the decoded maps.
+// Record is one of bench/gen_data.py's records. Field order is the JSON key order, matching the
+// order in which Python writes the decoded maps.
 type Record struct {
 	ID          int64   `msgpack:"id" json:"id"`
 	Name        string  `msgpack:"name" json:"name"`
@@ -54,7 +54,7 @@ func Load(dir string) (*Data, error) {
 	return d, nil
 }
 
-// Fibonacci is seed 000's loop in uint32, so it wraps like the Cython version.
+// Fibonacci is the /fib workload's loop in uint32, so it wraps like the Cython version.
 func Fibonacci(n uint32) uint32 {
 	var a, b uint32 = 0, 1
 	for i := uint32(0); i < n; i++ {

@@ -1,6 +1,7 @@
 # cython: language_level=3
-# Extern declarations of csrc/server.h and csrc/http_write.h, for the native/*.pyx of the HTTP
-# engine (http_api, python_handler, wsgi, server_type). Compiled into cyserve._core only (the C symbols live there). Contracts: see the headers.
+# Extern declarations of csrc/server.h and csrc/resp.h, for the native/*.pyx of the HTTP engine
+# (http_api, python_handler, wsgi, server_type). Compiled into cyserve._core only (the C symbols
+# live there). Contracts: see the headers.
 #
 # The public types (cyserve_request, cyserve_response) are declared here again under _t names so
 # that this file does not depend on _core.pxd; the .pyx files cast between the two spellings, which
@@ -22,7 +23,7 @@ ctypedef int (*nogil_fn_t)(req_t *req, resp_t *resp, void *ctx) noexcept nogil
 ctypedef void (*py_call_t)(void *opaque, req_t *req, resp_t *resp) noexcept nogil
 ctypedef int (*py_stream_t)(void *opaque, void *stream, resp_t *resp, int op) noexcept nogil
 
-cdef extern from "csrc/http_write.h" nogil:
+cdef extern from "csrc/resp.h" nogil:
     void resp_reset(resp_t *r)
     int resp_set_status(resp_t *r, int status)
     int resp_add_header(resp_t *r, const char *name, size_t nlen, const char *value, size_t vlen)

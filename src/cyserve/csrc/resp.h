@@ -1,62 +1,20 @@
-/* http_write.h: HTTP/1.1 response serialisation, the per-thread Date cache, growable byte
- * buffers, and the cyserve_response builder that GIL-free and Python handlers fill.
+/* resp.h: the cyserve_response builder (prefix resp_), the room where a handler's answer is
+ * built: status, header lines, a body written or set once, a streamed body's state, and
+ * request-scoped memory. GIL-free and Python handlers fill it through the public ABI
+ * (cyserve/handler.h); the engine then frames it as HTTP/1 (http1_write.h).
  *
- * Error convention of this module: 0 or -errno (-ENOMEM, -EINVAL). Nothing here does I/O: the
- * engine (server.c) owns the sockets and decides when bytes go out. Nothing here is shared
- * between threads: a response, its buffers and its arena belong to the coroutine serving the
- * request, and the Date cache is per thread. */
-#ifndef CYSERVE_HTTP_WRITE_H
-#define CYSERVE_HTTP_WRITE_H
+ * Error convention: 0 or -errno (-ENOMEM, -EINVAL, -EPERM, -EEXIST). No I/O: the engine (server.c)
+ * owns the sockets and decides when bytes go out. Nothing here is shared between threads: a
+ * response, its buffers and its arena belong to the coroutine serving the request. */
+#ifndef CYSERVE_RESP_H
+#define CYSERVE_RESP_H
 
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
-#include <time.h>
 
-#include "http_date.h"
+#include "wbuf.h"
 
 #include "cyserve/handler.h"
-
-/* ---- growable byte buffers ---- */
-
-/* A byte buffer that starts in caller-provided storage (often on the coroutine stack) and moves
- * to the heap when it outgrows it. */
-struct wbuf {
-    char *ptr;
-    size_t len;
-    size_t cap;
-    char *heap; /* == ptr once on the heap, else NULL */
-};
-
-/* Start b empty over storage[0..cap) (storage may be NULL with cap 0). Any thread. */
-void wbuf_init(struct wbuf *b, char *storage, size_t cap);
-
-/* The slow half of wbuf_reserve: move to a larger heap buffer. Returns 0 or -ENOMEM. */
-int wbuf_grow(struct wbuf *b, size_t extra);
-
-/* Make room for extra more bytes. Returns 0 or -ENOMEM (b unchanged). Inline: on every
- * response's path, and nearly always a comparison. */
-static inline int wbuf_reserve(struct wbuf *b, size_t extra)
-{
-    if (__builtin_expect(b->cap - b->len >= extra, 1))
-        return 0;
-    return wbuf_grow(b, extra);
-}
-
-/* Append n bytes. Returns 0 or -ENOMEM. */
-static inline int wbuf_append(struct wbuf *b, const void *data, size_t n)
-{
-    int rc = wbuf_reserve(b, n);
-    if (__builtin_expect(rc != 0, 0))
-        return rc;
-    if (n)
-        memcpy(b->ptr + b->len, data, n);
-    b->len += n;
-    return 0;
-}
-
-/* Free heap storage, if any; b must be wbuf_init()ed again before reuse. */
-void wbuf_free(struct wbuf *b);
 
 /* ---- request-scoped arena ---- */
 
@@ -146,11 +104,6 @@ int resp_set_head_length(struct cyserve_response *r, int64_t n);
  * static body or a length under -1. */
 int resp_set_stream(struct cyserve_response *r, void *stream, int64_t length);
 
-/* http_write_head's content_length for an answer whose length is not known in advance: the
- * body goes out in chunks (HTTP/1.1), or until the connection closes (HTTP/1.0). */
-#define HTTP_LENGTH_CHUNKED UINT64_MAX
-#define HTTP_LENGTH_UNTIL_CLOSE (UINT64_MAX - 1)
-
 /* The body to send: the static one if set, else the written one. Sets *len. */
 static inline const char *resp_body(const struct cyserve_response *r, size_t *len)
 {
@@ -165,30 +118,5 @@ static inline const char *resp_body(const struct cyserve_response *r, size_t *le
 /* Request-scoped memory for a handler (freed when the next request starts or the connection's
  * coroutine ends; never by the handler). 16-byte aligned; NULL on ENOMEM. */
 void *resp_alloc(struct cyserve_response *r, size_t size);
-
-/* ---- serialisation ---- */
-
-/* This thread's cached Date value for wall-clock second now_s: formatted at most once a second
- * per thread. Returns a pointer to HTTP_DATE_LEN bytes, valid until the next call on this
- * thread. */
-const char *http_date_cached(time_t now_s);
-
-/* The reason phrase of status (empty for codes not registered with IANA). Sets *len. */
-const char *http_reason(int status, size_t *len);
-
-/* Append a response head to out: status line, Server, Date, Content-Length (omitted for 1xx,
- * 204 and 304), Connection: close when !keep_alive (and keep-alive for HTTP/1.0 clients that
- * asked for it), the extra lines (already "Name: value\r\n" serialised, may be NULL), and the
- * empty line. minor_version is the request's (the status line always says HTTP/1.1).
- * Returns 0 or -ENOMEM. */
-int http_write_head(struct wbuf *out, int status, int minor_version, int keep_alive,
-                    uint64_t content_length, const char *extra, size_t extra_len,
-                    const char *date);
-
-/* Append a complete error response (text/plain body "<status> <reason>: <detail>\n") with
- * Connection: close; head_only (the request was HEAD): the same head, no body (RFC 9110 9.3.2).
- * Returns the body bytes appended (0 for head_only; for the access log), or -ENOMEM. */
-int http_write_error(struct wbuf *out, int status, const char *detail, int head_only,
-                     const char *date);
 
 #endif

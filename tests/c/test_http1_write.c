@@ -1,7 +1,8 @@
-/* test_http_write.c: response serialisation, the Date cache and the response builder. */
+/* test_http1_write.c: HTTP/1.1 response serialisation and the per-thread Date cache. */
 #define _GNU_SOURCE
 #include "csrc/http_date.c"
-#include "csrc/http_write.c"
+#include "csrc/wbuf.c"
+#include "csrc/http1_write.c"
 
 #include "tap.h"
 
@@ -64,57 +65,9 @@ static void test_head(void)
     wbuf_free(&out);
 }
 
-static void test_resp(void)
-{
-    struct cyserve_response r;
-    resp_init(&r);
-    is_int(r.status, 200, "default status");
-    is_int(resp_set_status(&r, 99), -EINVAL, "status below 100 rejected");
-    /* The handler's status is the final one: a 1xx would leave the client waiting. */
-    is_int(resp_set_status(&r, 100), -EINVAL, "1xx is not a final status");
-    is_int(resp_set_status(&r, 101), -EINVAL, "101 refused");
-    is_int(resp_set_status(&r, 600), -EINVAL, "600 refused");
-    is_int(resp_set_status(&r, 599), 0, "599");
-    is_int(resp_set_status(&r, 201), 0, "status 201");
-    is_int(resp_add_header(&r, "X-A", 3, "1", 1), 0, "header added");
-    is_int(resp_add_header(&r, "X A", 3, "1", 1), -EINVAL, "space in name rejected");
-    is_int(resp_add_header(&r, "X-B", 3, "a\r\nb", 4), -EINVAL, "CRLF in value rejected");
-    is_int(resp_add_header(&r, "X-B", 3, "a\x01b", 3), -EINVAL, "control byte in value rejected");
-    is_int(resp_add_header(&r, "X-B", 3, "a\x7f", 2), -EINVAL, "DEL in value rejected");
-    is_int(resp_add_header(&r, "content-length", 14, "5", 1), -EPERM, "Content-Length is ours");
-    is_int(resp_add_header(&r, "Server", 6, "mine", 4), -EPERM, "Server is ours: not two of them");
-    is_int(resp_add_header(&r, "Connection", 10, "close", 5), 0, "Connection: close accepted");
-    is_int(r.close, 1, "close recorded");
-    is_int(resp_set_content_type(&r, "text/html", 9), 0, "content type");
-    is_int(resp_set_content_type(&r, "text/html", 9), -EEXIST, "second content type refused");
-    is_mem(r.headers.ptr, r.headers.len, "X-A: 1\r\nContent-Type: text/html\r\n", "header lines");
-    char big[3000];
-    memset(big, 'x', sizeof(big));
-    is_int(resp_write(&r, big, sizeof(big)), 0, "body grows past inline storage");
-    is_int(resp_write(&r, "yz", 2), 0, "append");
-    is_int(r.body.len, 3002, "body length");
-    ok(r.body.heap != NULL && r.body.ptr[3001] == 'z', "body on heap, content kept");
-    void *m = resp_arena_alloc(&r.arena, 100);
-    ok(m != NULL && ((uintptr_t)m & 15) == 0, "arena memory is 16-byte aligned");
-    is_int(resp_set_head_length(&r, -1), -EINVAL, "head length: -1 is not a length");
-    is_int(resp_set_head_length(&r, RESP_LENGTH_UNKNOWN), 0, "head length unknown");
-    is_int(resp_set_head_length(&r, 1234), 0, "head length");
-    is_int(resp_set_stream(&r, NULL, -1), -EINVAL, "a stream needs its state");
-    is_int(resp_set_stream(&r, &r, -2), -EINVAL, "a stream's length is -1 or a length");
-    is_int(resp_set_stream(&r, &r, 99), 0, "stream with a length");
-    ok(r.stream == &r && r.stream_length == 99, "stream recorded");
-    resp_reset(&r);
-    is_int(r.body.len, 0, "reset empties the body");
-    is_int(r.status, 200, "reset restores 200");
-    ok(r.stream == NULL && r.stream_length == -1 && r.head_length == -1,
-       "reset forgets the stream and the head length");
-    resp_free(&r);
-}
-
 int main(void)
 {
     test_date_cache();
     test_head();
-    test_resp();
     return done_testing();
 }

@@ -1,0 +1,46 @@
+/* http1_write.h: HTTP/1.1 response serialisation (prefix http_): status lines and reason
+ * phrases, response heads, complete error responses, and the per-thread Date cache they carry.
+ * The room where a response becomes HTTP/1 bytes; the response itself is built in resp.h.
+ *
+ * Error convention: 0 or -ENOMEM. No I/O: the engine (server.c) owns the sockets and decides when
+ * bytes go out. Nothing here is shared between threads: the output buffer belongs to the caller
+ * and the Date cache is per thread. */
+#ifndef CYSERVE_HTTP1_WRITE_H
+#define CYSERVE_HTTP1_WRITE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "http_date.h"
+#include "wbuf.h"
+
+/* http_write_head's content_length for an answer whose length is not known in advance: the
+ * body goes out in chunks (HTTP/1.1), or until the connection closes (HTTP/1.0). */
+#define HTTP_LENGTH_CHUNKED UINT64_MAX
+#define HTTP_LENGTH_UNTIL_CLOSE (UINT64_MAX - 1)
+
+/* This thread's cached Date value for wall-clock second now_s: formatted at most once a second
+ * per thread. Returns a pointer to HTTP_DATE_LEN bytes, valid until the next call on this
+ * thread. */
+const char *http_date_cached(time_t now_s);
+
+/* The reason phrase of status (empty for codes not registered with IANA). Sets *len. */
+const char *http_reason(int status, size_t *len);
+
+/* Append a response head to out: status line, Server, Date, Content-Length (omitted for 1xx,
+ * 204 and 304), Connection: close when !keep_alive (and keep-alive for HTTP/1.0 clients that
+ * asked for it), the extra lines (already "Name: value\r\n" serialised, may be NULL), and the
+ * empty line. minor_version is the request's (the status line always says HTTP/1.1).
+ * Returns 0 or -ENOMEM. */
+int http_write_head(struct wbuf *out, int status, int minor_version, int keep_alive,
+                    uint64_t content_length, const char *extra, size_t extra_len,
+                    const char *date);
+
+/* Append a complete error response (text/plain body "<status> <reason>: <detail>\n") with
+ * Connection: close; head_only (the request was HEAD): the same head, no body (RFC 9110 9.3.2).
+ * Returns the body bytes appended (0 for head_only; for the access log), or -ENOMEM. */
+int http_write_error(struct wbuf *out, int status, const char *detail, int head_only,
+                     const char *date);
+
+#endif

@@ -1,0 +1,241 @@
+/* resp.c: the cyserve_response builder (resp_) and its request-scoped arena.
+ *
+ * Single-threaded by construction: a response and its buffers belong to one coroutine, so no
+ * atomics are needed. */
+#include "resp.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compat.h"
+
+/* ---- arena ---- */
+
+struct resp_arena_block {
+    struct resp_arena_block *next;
+    size_t size;
+    /* 16-byte aligned payload follows */
+    _Alignas(16) unsigned char data[];
+};
+
+void *resp_arena_alloc(struct resp_arena *a, size_t size)
+{
+    /* One block per allocation keeps this trivially correct; handlers that need many small
+     * pieces are rare, and the block is freed when the request ends. */
+    if (UNLIKELY(size > SIZE_MAX - sizeof(struct resp_arena_block)))
+        return NULL;
+    struct resp_arena_block *blk = malloc(sizeof(*blk) + (size ? size : 1));
+    if (UNLIKELY(!blk))
+        return NULL;
+    blk->size = size;
+    blk->next = a->head;
+    a->head = blk;
+    return blk->data;
+}
+
+void resp_arena_reset(struct resp_arena *a)
+{
+    struct resp_arena_block *blk = a->head;
+    while (blk) {
+        struct resp_arena_block *next = blk->next;
+        free(blk);
+        blk = next;
+    }
+    a->head = NULL;
+}
+
+/* ---- response builder ---- */
+
+void resp_init(struct cyserve_response *r)
+{
+    r->status = 200;
+    r->close = 0;
+    r->has_content_type = 0;
+    wbuf_init(&r->headers, r->inline_headers, sizeof(r->inline_headers));
+    wbuf_init(&r->body, r->inline_body, sizeof(r->inline_body));
+    r->body_static = NULL;
+    r->body_static_len = 0;
+    r->head_length = -1;
+    r->stream = NULL;
+    r->stream_length = -1;
+    r->arena.head = NULL;
+}
+
+void resp_reset(struct cyserve_response *r)
+{
+    r->status = 200;
+    r->close = 0;
+    r->has_content_type = 0;
+    r->headers.len = 0;
+    r->body.len = 0;
+    r->body_static = NULL;
+    r->body_static_len = 0;
+    r->head_length = -1;
+    r->stream = NULL;
+    r->stream_length = -1;
+    resp_arena_reset(&r->arena);
+}
+
+void resp_free(struct cyserve_response *r)
+{
+    wbuf_free(&r->headers);
+    wbuf_free(&r->body);
+    resp_arena_reset(&r->arena);
+}
+
+int resp_set_status(struct cyserve_response *r, int status)
+{
+    /* A handler's status is the final one: a 1xx would leave the client waiting for another
+     * response (or switching protocols), and RFC 9110 15 defines nothing past 599. */
+    if (UNLIKELY(status < 200 || status > 599))
+        return -EINVAL;
+    r->status = status;
+    return 0;
+}
+
+/* RFC 9110 tchar. */
+static int is_tchar(unsigned char c)
+{
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
+        return 1;
+    switch (c) {
+    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+':
+    case '-': case '.': case '^': case '_': case '`': case '|': case '~':
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static int name_is(const char *name, size_t nlen, const char *lit)
+{
+    size_t n = strlen(lit);
+    if (nlen != n)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (c >= 'A' && c <= 'Z')
+            c = (unsigned char)(c + 32);
+        if (c != (unsigned char)lit[i])
+            return 0;
+    }
+    return 1;
+}
+
+static int append_line(struct wbuf *b, const char *name, size_t nlen, const char *value,
+                       size_t vlen)
+{
+    int rc = wbuf_reserve(b, nlen + vlen + 4);
+    if (UNLIKELY(rc))
+        return rc;
+    char *p = b->ptr + b->len;
+    memcpy(p, name, nlen);
+    p += nlen;
+    *p++ = ':';
+    *p++ = ' ';
+    if (vlen)
+        memcpy(p, value, vlen);
+    p += vlen;
+    *p++ = '\r';
+    *p++ = '\n';
+    b->len = (size_t)(p - b->ptr);
+    return 0;
+}
+
+/* A field value is visible characters, obs-text, SP and HTAB (RFC 9110 5.5). A CR or LF would
+ * let a handler inject headers or a second response; the other controls are refused too, as
+ * app.static() refuses them, so that no peer sees a value it must reject. */
+static int value_ok(const char *value, size_t vlen)
+{
+    if (UNLIKELY(vlen && !value))
+        return 0;
+    for (size_t i = 0; i < vlen; i++) {
+        unsigned char c = (unsigned char)value[i];
+        if (UNLIKELY((c < 0x20 && c != '\t') || c == 0x7f))
+            return 0;
+    }
+    return 1;
+}
+
+int resp_add_header(struct cyserve_response *r, const char *name, size_t nlen, const char *value,
+                    size_t vlen)
+{
+    if (UNLIKELY(nlen == 0 || !name || !value_ok(value, vlen)))
+        return -EINVAL;
+    for (size_t i = 0; i < nlen; i++)
+        if (UNLIKELY(!is_tchar((unsigned char)name[i])))
+            return -EINVAL;
+    if (UNLIKELY(name_is(name, nlen, "content-length") || name_is(name, nlen, "transfer-encoding") ||
+                 name_is(name, nlen, "date") || name_is(name, nlen, "server")))
+        return -EPERM; /* the engine writes these; Server is not a list, two would be invalid */
+    if (name_is(name, nlen, "connection")) {
+        /* The engine writes the Connection header itself; a handler may only ask to close. */
+        if (vlen == 5 && name_is(value, vlen, "close")) {
+            r->close = 1;
+            return 0;
+        }
+        return -EPERM;
+    }
+    if (name_is(name, nlen, "content-type")) {
+        if (UNLIKELY(r->has_content_type))
+            return -EEXIST;
+        r->has_content_type = 1;
+    }
+    return append_line(&r->headers, name, nlen, value, vlen);
+}
+
+int resp_set_content_type(struct cyserve_response *r, const char *value, size_t vlen)
+{
+    /* resp_add_header's checks, less those of a name known to be valid and not reserved. */
+    if (UNLIKELY(!value_ok(value, vlen)))
+        return -EINVAL;
+    if (UNLIKELY(r->has_content_type))
+        return -EEXIST;
+    r->has_content_type = 1;
+    return append_line(&r->headers, "Content-Type", 12, value, vlen);
+}
+
+int resp_write(struct cyserve_response *r, const void *data, size_t len)
+{
+    if (UNLIKELY(len && !data))
+        return -EINVAL;
+    if (UNLIKELY(r->body_static))
+        return -EEXIST;
+    return wbuf_append(&r->body, data, len);
+}
+
+int resp_set_body_static(struct cyserve_response *r, const void *data, size_t len)
+{
+    if (UNLIKELY(len && !data))
+        return -EINVAL;
+    if (UNLIKELY(r->body_static || r->body.len))
+        return -EEXIST;
+    /* An empty static body is an empty body: nothing to remember. A non-NULL pointer marks the
+     * body as set, so that a later resp_write is refused either way. */
+    r->body_static = len ? data : "";
+    r->body_static_len = len;
+    return 0;
+}
+
+int resp_set_head_length(struct cyserve_response *r, int64_t n)
+{
+    if (UNLIKELY(n < 0 && n != RESP_LENGTH_UNKNOWN))
+        return -EINVAL;
+    r->head_length = n;
+    return 0;
+}
+
+int resp_set_stream(struct cyserve_response *r, void *stream, int64_t length)
+{
+    if (UNLIKELY(!stream || r->body_static || length < -1))
+        return -EINVAL;
+    r->stream = stream;
+    r->stream_length = length;
+    return 0;
+}
+
+void *resp_alloc(struct cyserve_response *r, size_t size)
+{
+    return resp_arena_alloc(&r->arena, size);
+}
