@@ -170,6 +170,24 @@ static void test_long_values(const struct http_limits *lim)
     ok(bad == 0, "long heads parse at every padding");
 }
 
+/* A '#' anywhere in a target, at every alignment of the wide loops: refused at that byte. */
+static void test_fragment(const struct http_limits *lim)
+{
+    char in[256];
+    int bad = 0;
+    for (int at = 0; at < 40; at++) {
+        int n = snprintf(in, sizeof(in), "GET /%.*s#%s HTTP/1.1\r\nHost: a\r\n\r\n", at,
+                         "abcdefghijabcdefghijabcdefghijabcdefghij", "frag");
+        struct http_request req;
+        char desc[64];
+        snprintf(desc, sizeof(desc), "'#' after %d target bytes", at + 1);
+        int r = parse_all_splits(in, (size_t)n, &req, lim, desc);
+        if (r != -1 || req.status != 400 || strcmp(req.error, "fragment in request-target") != 0)
+            bad++;
+    }
+    ok(bad == 0, "a fragment is refused wherever it sits (%d bad)", bad);
+}
+
 static void test_limits(void)
 {
     struct http_limits lim;
@@ -302,6 +320,7 @@ int main(void)
     test_views_in_buffer(&lim);
     test_rejections(&lim);
     test_long_values(&lim);
+    test_fragment(&lim);
     test_limits();
     test_chunked();
     return done_testing();

@@ -29,7 +29,7 @@
 /* Byte classes, one bit each, in one table so a single load answers every question. */
 enum {
     C_TCHAR = 1,  /* token character, RFC 9110 5.6.2 */
-    C_TARGET = 2, /* allowed in a request-target here: VCHAR (0x21-0x7e) */
+    C_TARGET = 2, /* allowed in a request-target: VCHAR (0x21-0x7e) but '#' */
     C_VALUE = 4,  /* field-value octet: VCHAR, obs-text (0x80-0xff), SP, HTAB */
     C_HEX = 8,
     C_HOST = 16, /* Host field: unreserved, sub-delims, pct-encoded, ':' and IP-literal brackets */
@@ -44,7 +44,8 @@ static void http__init_classes(void)
         int alnum = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
         if (alnum || (c && strchr("!#$%&'*+-.^_`|~", c)))
             k |= C_TCHAR;
-        if (c >= 0x21 && c <= 0x7e)
+        /* No form of request-target has a fragment (RFC 9112 3.2): '#' ends the scan. */
+        if (c >= 0x21 && c <= 0x7e && c != '#')
             k |= C_TARGET;
         if ((c >= 0x20 && c != 0x7f) || c == '\t')
             k |= C_VALUE;
@@ -139,7 +140,8 @@ static ALWAYS_INLINE const char *skip_target_fast(const char *p, const char *end
 {
     while (end - p >= 16) {
         __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
-        unsigned ok = sse_in_range(v, 0x21, 0x7e);
+        unsigned ok = sse_in_range(v, 0x21, 0x7e) &
+                      ~(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8('#')));
         if (ok != 0xffff)
             return p + __builtin_ctz(~ok);
         p += 16;
@@ -167,13 +169,14 @@ static ALWAYS_INLINE const char *skip_value_fast(const char *p, const char *end)
     return p;
 }
 
-/* Skips request-target bytes (0x21-0x7e) in [p, end). */
+/* Skips request-target bytes (0x21-0x7e but '#') in [p, end). */
 static ALWAYS_INLINE const char *skip_target_fast(const char *p, const char *end)
 {
     while (end - p >= 8) {
         uint64_t w;
         memcpy(&w, p, 8);
-        if (swar_has_less(w, 0x21) | swar_has_byte(w, 0x7f) | (w & HIGHS))
+        if (swar_has_less(w, 0x21) | swar_has_byte(w, 0x7f) | swar_has_byte(w, '#') |
+            (w & HIGHS))
             break;
         p += 8;
     }
@@ -588,7 +591,7 @@ static int parse_request_line(const char *buf, const char *end, struct http_requ
     req->method_id = method_id(m, req->method_len);
     p++;
 
-    /* request-target: visible ASCII only, at most max_target_bytes of it (414 decided once
+    /* request-target: visible ASCII but '#', at most max_target_bytes of it (414 decided once
      * max_target_bytes + 1 target bytes are here, however much more is still to come). */
     const char *t = p;
     const char *scan_end = end;
@@ -602,6 +605,8 @@ static int parse_request_line(const char *buf, const char *end, struct http_requ
     if (UNLIKELY(*p != ' ')) {
         if (*p == '\r' || *p == '\n')
             return fail(req, 400, p == t ? "missing request-target" : "missing HTTP version");
+        if (*p == '#')
+            return fail(req, 400, "fragment in request-target");
         return fail(req, 400, "invalid character in request-target");
     }
     if (UNLIKELY(p == t))

@@ -25,6 +25,8 @@
  *    line begins after max_headers fields; 414 when max_target_bytes + 1 target bytes arrived,
  *    also past max_header_bytes: while the target is still arriving beyond the head's window
  *    the answer is -2, so the caller may buffer up to max_target_bytes + the method + 1 bytes.
+ *  - A '#' in the request-target is 400 ("fragment in request-target"): no form of target has
+ *    a fragment (RFC 9112 3.2), and passing it on would hand the router a path no client meant.
  *  - Host and an absolute-form target's authority must be uri-host [":" port] (RFC 9112 3.2
  *    MUST); an absolute-form target must be http or https with a non-empty host and no userinfo
  *    (RFC 9110 4.2.1 MUST, 4.2.4 SHOULD; an origin server is no proxy), and its authority, not
