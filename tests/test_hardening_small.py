@@ -29,3 +29,23 @@ def test_fragment_in_target_is_400_not_404():
         # "%23" is an ordinary (encoded) byte of the path: looked up, not refused.
         assert request(srv.port, get("/a%23")).status == 404
         assert request(srv.port, get("/a")).status == 200
+
+
+def test_content_length_spelled_two_ways_is_400():
+    """"Content-Length: 3" with "Content-Length: 03" are two framings to anyone comparing the
+    text: refused (400, connection closed) rather than read as one value. The same digits
+    repeated are still one value (RFC 9110 8.6)."""
+    with serving(_app().build()) as srv:
+        for lines in ("Content-Length: 3\r\nContent-Length: 03\r\n",
+                      "Content-Length: 03\r\nContent-Length: 3\r\n",
+                      "Content-Length: 3, 03\r\n"):
+            with Conn(srv.port) as c:
+                c.send(f"POST /a HTTP/1.1\r\nHost: t\r\n{lines}\r\nabc".encode())
+                r = c.reply()
+                assert r.status == 400, (lines, r.status, r.body)
+                assert c.is_closed()
+        with Conn(srv.port) as c:
+            c.send(b"GET /a HTTP/1.1\r\nHost: t\r\nContent-Length: 03\r\n"
+                   b"Content-Length: 03, 03\r\n\r\nabc" + get("/a"))
+            assert c.reply().status == 200
+            assert c.reply().body == b"plain a"  # the body was framed as 3 bytes

@@ -140,6 +140,8 @@ static void test_rejections(const struct http_limits *lim)
         {"GET / HTTP/1.1\r\n\r\n", 400},
         {"GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", 400},
         {"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999999\r\n\r\n", 400},
+        {"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 03\r\n\r\n", 400},
+        {"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3, 03\r\n\r\n", 400},
     };
     for (size_t i = 0; i < N_ELEMENTS(cases); i++) {
         struct http_request req;

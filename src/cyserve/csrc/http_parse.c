@@ -359,14 +359,19 @@ static int split_target(struct http_request *req)
 }
 
 /* Parses "1#DIGIT" lists such as "5" or "5, 5" (RFC 9110 8.6 allows a recipient to accept a
- * list of identical values). Returns the value, or -1 if malformed, differing or over 2^62. */
-static int64_t parse_content_length(const char *v, size_t n)
+ * list of identical values). Identical means the same digits: "5, 05" is refused like "5, 6",
+ * because an intermediary comparing the text would see two framings. *digits, *digits_len get
+ * the spelling of the (first) element, a view into v. Returns the value, or -1 if malformed,
+ * differing or over 2^62. */
+static int64_t parse_content_length(const char *v, size_t n, const char **digits,
+                                    size_t *digits_len)
 {
     const char *p = v, *end = v + n;
     int64_t result = -1;
     for (;;) {
         if (UNLIKELY(p == end || *p < '0' || *p > '9'))
             return -1;
+        const char *d = p;
         int64_t x = 0;
         while (p < end && *p >= '0' && *p <= '9') {
             /* 2^62 is far above any body a server accepts and keeps every sum below INT64_MAX. */
@@ -375,8 +380,13 @@ static int64_t parse_content_length(const char *v, size_t n)
             x = x * 10 + (*p - '0');
             p++;
         }
-        if (UNLIKELY(result >= 0 && x != result))
+        if (result < 0) {
+            *digits = d;
+            *digits_len = (size_t)(p - d);
+        } else if (UNLIKELY((size_t)(p - d) != *digits_len ||
+                            memcmp(d, *digits, *digits_len) != 0)) {
             return -1;
+        }
         result = x;
         while (p < end && (*p == ' ' || *p == '\t'))
             p++;
@@ -399,6 +409,8 @@ struct head_facts {
     int conn_close, conn_keep_alive, conn_upgrade;
     int has_upgrade_field;
     int host_count;
+    const char *cl_digits; /* the first Content-Length's spelling: later ones must match it */
+    size_t cl_digits_len;
 };
 
 /* Walks a comma-separated list (RFC 9110 5.6.1), calling back with each element trimmed of OWS.
@@ -516,11 +528,19 @@ static int on_field(struct http_request *req, struct head_facts *f, const struct
         break;
     case 14:
         if (eq_lower(h->name, 14, "content-length", 14)) {
-            int64_t v = parse_content_length(h->value, h->value_len);
+            const char *d;
+            size_t dlen;
+            int64_t v = parse_content_length(h->value, h->value_len, &d, &dlen);
             if (UNLIKELY(v < 0))
                 return fail(req, 400, "invalid content-length");
-            if (UNLIKELY(req->content_length >= 0 && req->content_length != v))
+            /* A repeated field must repeat the first one's digits exactly (see above). */
+            if (f->cl_digits == NULL) {
+                f->cl_digits = d;
+                f->cl_digits_len = dlen;
+            } else if (UNLIKELY(dlen != f->cl_digits_len ||
+                                memcmp(d, f->cl_digits, dlen) != 0)) {
                 return fail(req, 400, "differing content-length");
+            }
             req->content_length = v;
         }
         break;

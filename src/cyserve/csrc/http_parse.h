@@ -31,6 +31,10 @@
  *    MUST); an absolute-form target must be http or https with a non-empty host and no userinfo
  *    (RFC 9110 4.2.1 MUST, 4.2.4 SHOULD; an origin server is no proxy), and its authority, not
  *    the Host field, is req->host (RFC 9112 3.2.2). Its path may be empty; the engine makes it "/".
+ *  - Content-Length: repeated fields and lists ("5, 5") are accepted as one value when every
+ *    element is spelled with the same digits as the first (RFC 9110 8.6 allows identical
+ *    values); "3" with "03" is 400 like "3" with "4", since an intermediary comparing the text
+ *    would see two framings. OWS around the elements does not count.
  *  - Transfer-Encoding: only "chunked" is implemented. Codings other than chunked, when chunked
  *    is last, give 501; chunked not last (or absent from a Transfer-Encoding field) gives 400.
  *  - Expect: only "100-continue" (HTTP/1.1) sets expect_continue; other expectations are
