@@ -917,6 +917,9 @@ int64_t http_chunked_decode(struct http_chunked *st, char *buf, size_t *len,
 {
     char *in = buf, *end = buf + *len, *out = buf;
     int state = st->state;
+    /* What to answer on -1: set just before each jump to invalid. */
+    int status = 400;
+    const char *why = "invalid chunked body";
 
     while (in < end) {
         if (state == CH_DATA) {
@@ -935,6 +938,7 @@ int64_t http_chunked_decode(struct http_chunked *st, char *buf, size_t *len,
         unsigned char c = (unsigned char)*in++;
         switch (state) {
         case CH_SIZE_START:
+            why = "invalid chunk size";
             if (UNLIKELY(!is_class(c, C_HEX)))
                 goto invalid;
             st->remaining = (uint64_t)hexval(c);
@@ -942,6 +946,7 @@ int64_t http_chunked_decode(struct http_chunked *st, char *buf, size_t *len,
             state = CH_SIZE;
             break;
         case CH_SIZE:
+            why = "invalid chunk size";
             if (is_class(c, C_HEX)) {
                 /* 16 hex digits hold any uint64_t, so the digit limit is the overflow check. */
                 if (UNLIKELY(++st->aux > 16))
@@ -960,22 +965,26 @@ int64_t http_chunked_decode(struct http_chunked *st, char *buf, size_t *len,
             }
             break;
         case CH_SIZE_LF:
+            why = "invalid chunk size line";
             if (UNLIKELY(c != '\n'))
                 goto invalid;
             if (st->remaining == 0) {
                 state = CH_TRAILER_START;
             } else {
+                why = "chunked body too large";
                 if (UNLIKELY(st->remaining > UINT64_MAX - st->total))
                     goto invalid;
                 state = CH_DATA;
             }
             break;
         case CH_DATA_CR:
+            why = "missing CRLF after chunk data";
             if (UNLIKELY(c != '\r'))
                 goto invalid;
             state = CH_DATA_LF;
             break;
         case CH_DATA_LF:
+            why = "missing CRLF after chunk data";
             if (UNLIKELY(c != '\n'))
                 goto invalid;
             state = CH_SIZE_START;
@@ -986,13 +995,17 @@ int64_t http_chunked_decode(struct http_chunked *st, char *buf, size_t *len,
                 state = CH_END_LF;
                 break;
             }
-            if (UNLIKELY(++st->trailer_bytes > max_trailer_bytes || !is_class(c, C_TCHAR)))
+            if (UNLIKELY(++st->trailer_bytes > max_trailer_bytes))
+                goto too_large;
+            why = "invalid trailer field";
+            if (UNLIKELY(!is_class(c, C_TCHAR)))
                 goto invalid;
             state = CH_TRAILER_NAME;
             break;
         case CH_TRAILER_NAME:
             if (UNLIKELY(++st->trailer_bytes > max_trailer_bytes))
-                goto invalid;
+                goto too_large;
+            why = "invalid trailer field";
             if (c == ':')
                 state = CH_TRAILER_VALUE;
             else if (UNLIKELY(!is_class(c, C_TCHAR)))
@@ -1000,18 +1013,23 @@ int64_t http_chunked_decode(struct http_chunked *st, char *buf, size_t *len,
             break;
         case CH_TRAILER_VALUE:
             if (UNLIKELY(++st->trailer_bytes > max_trailer_bytes))
-                goto invalid;
+                goto too_large;
+            why = "invalid trailer field";
             if (c == '\r')
                 state = CH_TRAILER_LF;
             else if (UNLIKELY(!is_class(c, C_VALUE)))
                 goto invalid;
             break;
         case CH_TRAILER_LF:
-            if (UNLIKELY(++st->trailer_bytes > max_trailer_bytes || c != '\n'))
+            if (UNLIKELY(++st->trailer_bytes > max_trailer_bytes))
+                goto too_large;
+            why = "invalid trailer field";
+            if (UNLIKELY(c != '\n'))
                 goto invalid;
             state = CH_TRAILER_START;
             break;
         case CH_END_LF:
+            why = "invalid end of chunked body";
             if (UNLIKELY(c != '\n'))
                 goto invalid;
             state = CH_DONE;
@@ -1022,6 +1040,7 @@ int64_t http_chunked_decode(struct http_chunked *st, char *buf, size_t *len,
             goto done;
         default: {
             /* The extension states: bounded, validated, skipped. */
+            why = "invalid chunk extension";
             if (UNLIKELY(++st->aux > HTTP_CHUNK_EXT_MAX))
                 goto invalid;
             int next = ext_step(state, c);
@@ -1048,8 +1067,15 @@ done:
         return (int64_t)rest;
     }
 
+too_large:
+    /* The trailer section is a field section like the head: over its bound is 431 (RFC 6585 5),
+     * which tells the client what to change, where a bare 400 would not. */
+    status = 431;
+    why = "trailer section too large";
 invalid:
     st->state = state;
+    st->status = status;
+    st->error = why;
     *len = (size_t)(out - buf);
     return -1;
 }

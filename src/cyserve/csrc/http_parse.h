@@ -115,6 +115,11 @@ struct http_chunked {
     uint64_t total;     /* decoded body bytes so far */
     size_t trailer_bytes;
     unsigned aux;       /* private: hex digits or chunk-extension bytes of the current line */
+    /* on -1: the status to answer, 431 for a trailer section over max_trailer_bytes, else 400,
+     * and a static string naming the rule (e.g. "trailer section too large"), for the answer's
+     * detail and for logs. Unset otherwise. */
+    int status;
+    const char *error;
 };
 
 /* Longest chunk-extension part of one chunk-size line, in bytes; longer: -1. Extensions are
@@ -126,8 +131,11 @@ struct http_chunked {
  * of the body (>= 0, the start of the next pipelined request, moved to follow the decoded bytes
  * directly: they start at buf + *len), -2 if the body has not ended yet (all input consumed), or
  * -1 if invalid (bad size, more than 16 hex digits, missing CRLF, bare LF, malformed extension,
- * malformed trailer field, trailer section over max_trailer_bytes). The input may be split at
- * any byte between calls. After -1 the state is undefined. Any thread, one stream per state. */
+ * malformed trailer field, trailer section over max_trailer_bytes), with st->status and
+ * st->error set: 431 for the trailer section over its bound (a field section too large, as for
+ * the head), 400 for the rest. The input may be split at any byte between calls, with the same
+ * result, status and rule. After -1 the state is otherwise undefined. Any thread, one stream per
+ * state. */
 int64_t http_chunked_decode(struct http_chunked *st, char *buf, size_t *len,
                             size_t max_trailer_bytes);
 
