@@ -5,11 +5,14 @@ tests/http/*.md (fed split at every byte by tests/test_parser.py)."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 import cyserve
 
 from _rawhttp import Conn, get, request, serving
+from _subserve import PYTHON, env_with_src, free_port, running
 
 
 def _app() -> cyserve.App:
@@ -88,3 +91,53 @@ def test_trailers_over_the_limit_are_431():
             assert b"trailer" in r.body
             assert c.is_closed()
 
+
+WSGI_MODULE = """
+def application(environ, start_response):
+    body = ("wsgi " + environ["PATH_INFO"]).encode()
+    start_response("200 OK", [("Content-Type", "text/plain"),
+                              ("Content-Length", str(len(body)))])
+    return [body]
+
+
+def create_app():
+    return application
+"""
+
+
+@pytest.mark.parametrize("extra", [
+    ["--interface", "wsgi"],
+    ["--interface", "WSGI", "--threads", "1"],
+    ["--interface", "wsgi", "--processes", "2", "--threads", "1"],
+    ["--interface", "auto"],
+], ids=lambda a: " ".join(a))
+def test_cli_interface_wsgi_serves_a_wsgi_app(tmp_path, extra):
+    """`--interface wsgi` must serve a WSGI application: the command converted the app, then
+    checked the converted App against "wsgi" again and refused every WSGI app."""
+    (tmp_path / "wsgimod.py").write_text(WSGI_MODULE)
+    port = free_port()
+    argv = [PYTHON, "-m", "cyserve", "wsgimod:application", "--port", str(port), *extra]
+    with running(argv, port, cwd=tmp_path) as srv:
+        r = srv.get("/x")
+        assert (r.status, r.body) == (200, b"wsgi /x"), srv.output()
+    assert srv.proc.returncode == 0, srv.output()
+
+
+def test_cli_interface_wsgi_with_a_factory(tmp_path):
+    (tmp_path / "wsgifactory.py").write_text(WSGI_MODULE)
+    port = free_port()
+    argv = [PYTHON, "-m", "cyserve", "wsgifactory:create_app", "--factory", "--interface", "wsgi",
+            "--port", str(port), "--threads", "1"]
+    with running(argv, port, cwd=tmp_path) as srv:
+        assert srv.get("/f").body == b"wsgi /f"
+
+
+def test_cli_interface_wsgi_still_refuses_an_app(tmp_path):
+    """The check itself stays: a cyserve.App under --interface wsgi is a usage error."""
+    (tmp_path / "appmod.py").write_text("import cyserve\napp = cyserve.App()\n")
+    proc = subprocess.run([PYTHON, "-m", "cyserve", "appmod:app", "--interface", "wsgi",
+                           "--port", str(free_port())], cwd=tmp_path, env=env_with_src(),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "cyserve: 'appmod:app': interface 'wsgi' was asked for, but this is a cyserve.App"]
