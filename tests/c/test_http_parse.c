@@ -370,6 +370,28 @@ static void test_chunked_errors(void)
     check_chunked_error("5\rX", 4096, 400, "invalid chunk size line", "a bare CR after the size");
 }
 
+static void test_field_once(const struct http_limits *lim)
+{
+    struct http_request req;
+    const char *v;
+    size_t vl;
+    const char one[] = "GET / HTTP/1.1\r\nHost: a\r\nRange: bytes=0-1\r\n\r\n";
+    parse_at_guard(S(one), &req, lim);
+    is_int(http_field_once(req.headers, req.num_headers, "range", 5, &v, &vl), 1, "one Range");
+    is_mem(v, vl, "bytes=0-1", "its value");
+    is_int(http_field_once(req.headers, req.num_headers, "if-range", 8, &v, &vl), 0,
+           "no If-Range");
+    ok(v == NULL && vl == 0, "absent: no value");
+    const char two[] = "GET / HTTP/1.1\r\nHost: a\r\nrange: bytes=0-1\r\nX: y\r\n"
+                       "RANGE: bytes=5-9\r\nRange: bytes=0-1\r\n\r\n";
+    parse_at_guard(S(two), &req, lim);
+    is_int(http_field_once(req.headers, req.num_headers, "Range", 5, &v, &vl), 2,
+           "two or more Range lines, any case, count as 2");
+    ok(v == NULL && vl == 0, "repeated: no value, neither the first nor the last");
+    is_int(http_field_once(req.headers, req.num_headers, "rang", 4, &v, &vl), 0,
+           "a prefix of a name is another name");
+}
+
 int main(void)
 {
     struct http_limits lim;
@@ -380,6 +402,7 @@ int main(void)
     test_rejections(&lim);
     test_long_values(&lim);
     test_fragment(&lim);
+    test_field_once(&lim);
     test_limits();
     test_chunked();
     test_chunked_errors();

@@ -813,6 +813,32 @@ out:
     return r;
 }
 
+int http_field_once(const struct http_header *h, size_t n, const char *name, size_t name_len,
+                    const char **value, size_t *value_len)
+{
+    int count = 0;
+    *value = NULL;
+    *value_len = 0;
+    for (size_t i = 0; i < n && count < 2; i++) {
+        if (h[i].name_len != name_len)
+            continue;
+        size_t k = 0;
+        while (k < name_len && lower((unsigned char)h[i].name[k]) == lower((unsigned char)name[k]))
+            k++;
+        if (k < name_len)
+            continue;
+        if (++count == 1) {
+            *value = h[i].value;
+            *value_len = h[i].value_len;
+        }
+    }
+    if (count != 1) {
+        *value = NULL;
+        *value_len = 0;
+    }
+    return count;
+}
+
 /* ---- chunked decoder ---------------------------------------------------------------------- */
 
 enum {

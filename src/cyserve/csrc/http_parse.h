@@ -108,6 +108,15 @@ void http_limits_default(struct http_limits *lim);
 int http_parse_request(const char *buf, size_t len, struct http_request *req,
                        const struct http_limits *lim);
 
+/* Looks up a field that may appear only once (RFC 9110 5.3: a field whose value is not a list,
+ * such as Range or If-Range) among h[0..n), by name (case-insensitive, name[0..name_len)).
+ * Returns how many field lines carry that name, capped at 2: 0 (absent), 1, or 2 (more than
+ * one). *value and *value_len are its value when there is exactly one, else NULL and 0, so a
+ * caller that treats "not exactly one" as absent (RFC 9110 14.2: a server MAY ignore Range)
+ * cannot act on one of two disagreeing copies. Any thread. */
+int http_field_once(const struct http_header *h, size_t n, const char *name, size_t name_len,
+                    const char **value, size_t *value_len);
+
 /* Incremental chunked-body decoder, state kept in struct http_chunked (zero it to start). */
 struct http_chunked {
     uint64_t remaining; /* bytes left in the current chunk; the size being read in size lines */
