@@ -191,7 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .start import serve
 
     try:
-        serve(app, config)
+        # load_app has already resolved --interface and made the application an App: serve() must
+        # take that App as it is, not check it against "wsgi" a second time.
+        serve(app, config.replace(interface="cyserve"))
     except (RouteError, ConfigError) as exc:
         return _fail(str(exc), EXIT_USAGE)
     except ListenError as exc:

@@ -140,6 +140,8 @@ static void test_rejections(const struct http_limits *lim)
         {"GET / HTTP/1.1\r\n\r\n", 400},
         {"GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", 400},
         {"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999999\r\n\r\n", 400},
+        {"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 03\r\n\r\n", 400},
+        {"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3, 03\r\n\r\n", 400},
     };
     for (size_t i = 0; i < N_ELEMENTS(cases); i++) {
         struct http_request req;
@@ -168,6 +170,24 @@ static void test_long_values(const struct http_limits *lim)
             bad++;
     }
     ok(bad == 0, "long heads parse at every padding");
+}
+
+/* A '#' anywhere in a target, at every alignment of the wide loops: refused at that byte. */
+static void test_fragment(const struct http_limits *lim)
+{
+    char in[256];
+    int bad = 0;
+    for (int at = 0; at < 40; at++) {
+        int n = snprintf(in, sizeof(in), "GET /%.*s#%s HTTP/1.1\r\nHost: a\r\n\r\n", at,
+                         "abcdefghijabcdefghijabcdefghijabcdefghij", "frag");
+        struct http_request req;
+        char desc[64];
+        snprintf(desc, sizeof(desc), "'#' after %d target bytes", at + 1);
+        int r = parse_all_splits(in, (size_t)n, &req, lim, desc);
+        if (r != -1 || req.status != 400 || strcmp(req.error, "fragment in request-target") != 0)
+            bad++;
+    }
+    ok(bad == 0, "a fragment is refused wherever it sits (%d bad)", bad);
 }
 
 static void test_limits(void)
@@ -293,6 +313,85 @@ static void test_chunked(void)
     is_int(n, 0, "and no body");
 }
 
+/* Feeds `in` whole, then byte by byte, and checks that both end in -1 with the given status and
+ * rule name: the engine answers with them, so they must not depend on how the bytes arrived. */
+static void check_chunked_error(const char *in, size_t max_trailer, int want_status,
+                                const char *want_error, const char *desc)
+{
+    size_t len = strlen(in);
+    struct http_chunked st;
+    memset(&st, 0, sizeof(st));
+    size_t n = len;
+    int64_t r = http_chunked_decode(&st, place(in, len), &n, max_trailer);
+    is_int(r, -1, desc);
+    is_int(st.status, want_status, "status");
+    ok(st.error && strcmp(st.error, want_error) == 0, "rule \"%s\" (got \"%s\")", want_error,
+       st.error ? st.error : "(null)");
+    memset(&st, 0, sizeof(st));
+    int bad = 0;
+    for (size_t i = 0; i < len; i++) {
+        n = 1;
+        r = http_chunked_decode(&st, place(in + i, 1), &n, max_trailer);
+        if (r == -1)
+            break;
+    }
+    if (r != -1 || st.status != want_status || !st.error || strcmp(st.error, want_error) != 0)
+        bad++;
+    ok(bad == 0, "%s: the same status and rule byte by byte", desc);
+}
+
+static void test_chunked_errors(void)
+{
+    /* A trailer section over its limit is a field section too large (431), not a malformed
+     * body: the client did nothing wrong but send too much. */
+    char big[9000];
+    int n = snprintf(big, sizeof(big), "3\r\nabc\r\n0\r\nX-Big: ");
+    memset(big + n, 'v', sizeof(big) - (size_t)n - 1);
+    big[sizeof(big) - 1] = '\0';
+    check_chunked_error(big, 8192, 431, "trailer section too large", "trailers over 8 KiB");
+    check_chunked_error("0\r\nA: 1\r\nB: 2\r\n\r\n", 8, 431, "trailer section too large",
+                        "a second trailer line over the limit");
+    check_chunked_error("0\r\nX: 1\r\n\r\n", 0, 431, "trailer section too large",
+                        "any trailer with a zero limit");
+    check_chunked_error("g\r\n", 4096, 400, "invalid chunk size", "a non-hex size");
+    check_chunked_error("00000000000000005\r\n", 4096, 400, "invalid chunk size",
+                        "17 hex digits");
+    check_chunked_error("5;a=b@\r\n", 4096, 400, "invalid chunk extension", "a bad extension");
+    check_chunked_error("5\r\nhelloX", 4096, 400, "missing CRLF after chunk data",
+                        "data longer than the size");
+    check_chunked_error("5\nhello", 4096, 400, "invalid chunk size",
+                        "a bare LF after the size");
+    check_chunked_error("0\r\n: x\r\n\r\n", 4096, 400, "invalid trailer field",
+                        "a trailer line without a name");
+    check_chunked_error("0\r\nX: a\x01\r\n\r\n", 4096, 400, "invalid trailer field",
+                        "a control byte in a trailer");
+    check_chunked_error("0\r\n\rX", 4096, 400, "invalid end of chunked body",
+                        "a bare CR at the end");
+    check_chunked_error("5\rX", 4096, 400, "invalid chunk size line", "a bare CR after the size");
+}
+
+static void test_field_once(const struct http_limits *lim)
+{
+    struct http_request req;
+    const char *v;
+    size_t vl;
+    const char one[] = "GET / HTTP/1.1\r\nHost: a\r\nRange: bytes=0-1\r\n\r\n";
+    parse_at_guard(S(one), &req, lim);
+    is_int(http_field_once(req.headers, req.num_headers, "range", 5, &v, &vl), 1, "one Range");
+    is_mem(v, vl, "bytes=0-1", "its value");
+    is_int(http_field_once(req.headers, req.num_headers, "if-range", 8, &v, &vl), 0,
+           "no If-Range");
+    ok(v == NULL && vl == 0, "absent: no value");
+    const char two[] = "GET / HTTP/1.1\r\nHost: a\r\nrange: bytes=0-1\r\nX: y\r\n"
+                       "RANGE: bytes=5-9\r\nRange: bytes=0-1\r\n\r\n";
+    parse_at_guard(S(two), &req, lim);
+    is_int(http_field_once(req.headers, req.num_headers, "Range", 5, &v, &vl), 2,
+           "two or more Range lines, any case, count as 2");
+    ok(v == NULL && vl == 0, "repeated: no value, neither the first nor the last");
+    is_int(http_field_once(req.headers, req.num_headers, "rang", 4, &v, &vl), 0,
+           "a prefix of a name is another name");
+}
+
 int main(void)
 {
     struct http_limits lim;
@@ -302,7 +401,10 @@ int main(void)
     test_views_in_buffer(&lim);
     test_rejections(&lim);
     test_long_values(&lim);
+    test_fragment(&lim);
+    test_field_once(&lim);
     test_limits();
     test_chunked();
+    test_chunked_errors();
     return done_testing();
 }

@@ -29,7 +29,7 @@
 /* Byte classes, one bit each, in one table so a single load answers every question. */
 enum {
     C_TCHAR = 1,  /* token character, RFC 9110 5.6.2 */
-    C_TARGET = 2, /* allowed in a request-target here: VCHAR (0x21-0x7e) */
+    C_TARGET = 2, /* allowed in a request-target: VCHAR (0x21-0x7e) but '#' */
     C_VALUE = 4,  /* field-value octet: VCHAR, obs-text (0x80-0xff), SP, HTAB */
     C_HEX = 8,
     C_HOST = 16, /* Host field: unreserved, sub-delims, pct-encoded, ':' and IP-literal brackets */
@@ -44,7 +44,8 @@ static void http__init_classes(void)
         int alnum = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
         if (alnum || (c && strchr("!#$%&'*+-.^_`|~", c)))
             k |= C_TCHAR;
-        if (c >= 0x21 && c <= 0x7e)
+        /* No form of request-target has a fragment (RFC 9112 3.2): '#' ends the scan. */
+        if (c >= 0x21 && c <= 0x7e && c != '#')
             k |= C_TARGET;
         if ((c >= 0x20 && c != 0x7f) || c == '\t')
             k |= C_VALUE;
@@ -139,7 +140,8 @@ static ALWAYS_INLINE const char *skip_target_fast(const char *p, const char *end
 {
     while (end - p >= 16) {
         __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
-        unsigned ok = sse_in_range(v, 0x21, 0x7e);
+        unsigned ok = sse_in_range(v, 0x21, 0x7e) &
+                      ~(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8('#')));
         if (ok != 0xffff)
             return p + __builtin_ctz(~ok);
         p += 16;
@@ -167,13 +169,14 @@ static ALWAYS_INLINE const char *skip_value_fast(const char *p, const char *end)
     return p;
 }
 
-/* Skips request-target bytes (0x21-0x7e) in [p, end). */
+/* Skips request-target bytes (0x21-0x7e but '#') in [p, end). */
 static ALWAYS_INLINE const char *skip_target_fast(const char *p, const char *end)
 {
     while (end - p >= 8) {
         uint64_t w;
         memcpy(&w, p, 8);
-        if (swar_has_less(w, 0x21) | swar_has_byte(w, 0x7f) | (w & HIGHS))
+        if (swar_has_less(w, 0x21) | swar_has_byte(w, 0x7f) | swar_has_byte(w, '#') |
+            (w & HIGHS))
             break;
         p += 8;
     }
@@ -356,14 +359,19 @@ static int split_target(struct http_request *req)
 }
 
 /* Parses "1#DIGIT" lists such as "5" or "5, 5" (RFC 9110 8.6 allows a recipient to accept a
- * list of identical values). Returns the value, or -1 if malformed, differing or over 2^62. */
-static int64_t parse_content_length(const char *v, size_t n)
+ * list of identical values). Identical means the same digits: "5, 05" is refused like "5, 6",
+ * because an intermediary comparing the text would see two framings. *digits, *digits_len get
+ * the spelling of the (first) element, a view into v. Returns the value, or -1 if malformed,
+ * differing or over 2^62. */
+static int64_t parse_content_length(const char *v, size_t n, const char **digits,
+                                    size_t *digits_len)
 {
     const char *p = v, *end = v + n;
     int64_t result = -1;
     for (;;) {
         if (UNLIKELY(p == end || *p < '0' || *p > '9'))
             return -1;
+        const char *d = p;
         int64_t x = 0;
         while (p < end && *p >= '0' && *p <= '9') {
             /* 2^62 is far above any body a server accepts and keeps every sum below INT64_MAX. */
@@ -372,8 +380,13 @@ static int64_t parse_content_length(const char *v, size_t n)
             x = x * 10 + (*p - '0');
             p++;
         }
-        if (UNLIKELY(result >= 0 && x != result))
+        if (result < 0) {
+            *digits = d;
+            *digits_len = (size_t)(p - d);
+        } else if (UNLIKELY((size_t)(p - d) != *digits_len ||
+                            memcmp(d, *digits, *digits_len) != 0)) {
             return -1;
+        }
         result = x;
         while (p < end && (*p == ' ' || *p == '\t'))
             p++;
@@ -396,6 +409,8 @@ struct head_facts {
     int conn_close, conn_keep_alive, conn_upgrade;
     int has_upgrade_field;
     int host_count;
+    const char *cl_digits; /* the first Content-Length's spelling: later ones must match it */
+    size_t cl_digits_len;
 };
 
 /* Walks a comma-separated list (RFC 9110 5.6.1), calling back with each element trimmed of OWS.
@@ -513,11 +528,19 @@ static int on_field(struct http_request *req, struct head_facts *f, const struct
         break;
     case 14:
         if (eq_lower(h->name, 14, "content-length", 14)) {
-            int64_t v = parse_content_length(h->value, h->value_len);
+            const char *d;
+            size_t dlen;
+            int64_t v = parse_content_length(h->value, h->value_len, &d, &dlen);
             if (UNLIKELY(v < 0))
                 return fail(req, 400, "invalid content-length");
-            if (UNLIKELY(req->content_length >= 0 && req->content_length != v))
+            /* A repeated field must repeat the first one's digits exactly (see above). */
+            if (f->cl_digits == NULL) {
+                f->cl_digits = d;
+                f->cl_digits_len = dlen;
+            } else if (UNLIKELY(dlen != f->cl_digits_len ||
+                                memcmp(d, f->cl_digits, dlen) != 0)) {
                 return fail(req, 400, "differing content-length");
+            }
             req->content_length = v;
         }
         break;
@@ -588,7 +611,7 @@ static int parse_request_line(const char *buf, const char *end, struct http_requ
     req->method_id = method_id(m, req->method_len);
     p++;
 
-    /* request-target: visible ASCII only, at most max_target_bytes of it (414 decided once
+    /* request-target: visible ASCII but '#', at most max_target_bytes of it (414 decided once
      * max_target_bytes + 1 target bytes are here, however much more is still to come). */
     const char *t = p;
     const char *scan_end = end;
@@ -602,6 +625,8 @@ static int parse_request_line(const char *buf, const char *end, struct http_requ
     if (UNLIKELY(*p != ' ')) {
         if (*p == '\r' || *p == '\n')
             return fail(req, 400, p == t ? "missing request-target" : "missing HTTP version");
+        if (*p == '#')
+            return fail(req, 400, "fragment in request-target");
         return fail(req, 400, "invalid character in request-target");
     }
     if (UNLIKELY(p == t))
@@ -788,6 +813,32 @@ out:
     return r;
 }
 
+int http_field_once(const struct http_header *h, size_t n, const char *name, size_t name_len,
+                    const char **value, size_t *value_len)
+{
+    int count = 0;
+    *value = NULL;
+    *value_len = 0;
+    for (size_t i = 0; i < n && count < 2; i++) {
+        if (h[i].name_len != name_len)
+            continue;
+        size_t k = 0;
+        while (k < name_len && lower((unsigned char)h[i].name[k]) == lower((unsigned char)name[k]))
+            k++;
+        if (k < name_len)
+            continue;
+        if (++count == 1) {
+            *value = h[i].value;
+            *value_len = h[i].value_len;
+        }
+    }
+    if (count != 1) {
+        *value = NULL;
+        *value_len = 0;
+    }
+    return count;
+}
+
 /* ---- chunked decoder ---------------------------------------------------------------------- */
 
 enum {
@@ -892,6 +943,9 @@ int64_t http_chunked_decode(struct http_chunked *st, char *buf, size_t *len,
 {
     char *in = buf, *end = buf + *len, *out = buf;
     int state = st->state;
+    /* What to answer on -1: set just before each jump to invalid. */
+    int status = 400;
+    const char *why = "invalid chunked body";
 
     while (in < end) {
         if (state == CH_DATA) {
@@ -910,6 +964,7 @@ int64_t http_chunked_decode(struct http_chunked *st, char *buf, size_t *len,
         unsigned char c = (unsigned char)*in++;
         switch (state) {
         case CH_SIZE_START:
+            why = "invalid chunk size";
             if (UNLIKELY(!is_class(c, C_HEX)))
                 goto invalid;
             st->remaining = (uint64_t)hexval(c);
@@ -917,6 +972,7 @@ int64_t http_chunked_decode(struct http_chunked *st, char *buf, size_t *len,
             state = CH_SIZE;
             break;
         case CH_SIZE:
+            why = "invalid chunk size";
             if (is_class(c, C_HEX)) {
                 /* 16 hex digits hold any uint64_t, so the digit limit is the overflow check. */
                 if (UNLIKELY(++st->aux > 16))
@@ -935,22 +991,26 @@ int64_t http_chunked_decode(struct http_chunked *st, char *buf, size_t *len,
             }
             break;
         case CH_SIZE_LF:
+            why = "invalid chunk size line";
             if (UNLIKELY(c != '\n'))
                 goto invalid;
             if (st->remaining == 0) {
                 state = CH_TRAILER_START;
             } else {
+                why = "chunked body too large";
                 if (UNLIKELY(st->remaining > UINT64_MAX - st->total))
                     goto invalid;
                 state = CH_DATA;
             }
             break;
         case CH_DATA_CR:
+            why = "missing CRLF after chunk data";
             if (UNLIKELY(c != '\r'))
                 goto invalid;
             state = CH_DATA_LF;
             break;
         case CH_DATA_LF:
+            why = "missing CRLF after chunk data";
             if (UNLIKELY(c != '\n'))
                 goto invalid;
             state = CH_SIZE_START;
@@ -961,13 +1021,17 @@ int64_t http_chunked_decode(struct http_chunked *st, char *buf, size_t *len,
                 state = CH_END_LF;
                 break;
             }
-            if (UNLIKELY(++st->trailer_bytes > max_trailer_bytes || !is_class(c, C_TCHAR)))
+            if (UNLIKELY(++st->trailer_bytes > max_trailer_bytes))
+                goto too_large;
+            why = "invalid trailer field";
+            if (UNLIKELY(!is_class(c, C_TCHAR)))
                 goto invalid;
             state = CH_TRAILER_NAME;
             break;
         case CH_TRAILER_NAME:
             if (UNLIKELY(++st->trailer_bytes > max_trailer_bytes))
-                goto invalid;
+                goto too_large;
+            why = "invalid trailer field";
             if (c == ':')
                 state = CH_TRAILER_VALUE;
             else if (UNLIKELY(!is_class(c, C_TCHAR)))
@@ -975,18 +1039,23 @@ int64_t http_chunked_decode(struct http_chunked *st, char *buf, size_t *len,
             break;
         case CH_TRAILER_VALUE:
             if (UNLIKELY(++st->trailer_bytes > max_trailer_bytes))
-                goto invalid;
+                goto too_large;
+            why = "invalid trailer field";
             if (c == '\r')
                 state = CH_TRAILER_LF;
             else if (UNLIKELY(!is_class(c, C_VALUE)))
                 goto invalid;
             break;
         case CH_TRAILER_LF:
-            if (UNLIKELY(++st->trailer_bytes > max_trailer_bytes || c != '\n'))
+            if (UNLIKELY(++st->trailer_bytes > max_trailer_bytes))
+                goto too_large;
+            why = "invalid trailer field";
+            if (UNLIKELY(c != '\n'))
                 goto invalid;
             state = CH_TRAILER_START;
             break;
         case CH_END_LF:
+            why = "invalid end of chunked body";
             if (UNLIKELY(c != '\n'))
                 goto invalid;
             state = CH_DONE;
@@ -997,6 +1066,7 @@ int64_t http_chunked_decode(struct http_chunked *st, char *buf, size_t *len,
             goto done;
         default: {
             /* The extension states: bounded, validated, skipped. */
+            why = "invalid chunk extension";
             if (UNLIKELY(++st->aux > HTTP_CHUNK_EXT_MAX))
                 goto invalid;
             int next = ext_step(state, c);
@@ -1023,8 +1093,15 @@ done:
         return (int64_t)rest;
     }
 
+too_large:
+    /* The trailer section is a field section like the head: over its bound is 431 (RFC 6585 5),
+     * which tells the client what to change, where a bare 400 would not. */
+    status = 431;
+    why = "trailer section too large";
 invalid:
     st->state = state;
+    st->status = status;
+    st->error = why;
     *len = (size_t)(out - buf);
     return -1;
 }

@@ -25,10 +25,16 @@
  *    line begins after max_headers fields; 414 when max_target_bytes + 1 target bytes arrived,
  *    also past max_header_bytes: while the target is still arriving beyond the head's window
  *    the answer is -2, so the caller may buffer up to max_target_bytes + the method + 1 bytes.
+ *  - A '#' in the request-target is 400 ("fragment in request-target"): no form of target has
+ *    a fragment (RFC 9112 3.2), and passing it on would hand the router a path no client meant.
  *  - Host and an absolute-form target's authority must be uri-host [":" port] (RFC 9112 3.2
  *    MUST); an absolute-form target must be http or https with a non-empty host and no userinfo
  *    (RFC 9110 4.2.1 MUST, 4.2.4 SHOULD; an origin server is no proxy), and its authority, not
  *    the Host field, is req->host (RFC 9112 3.2.2). Its path may be empty; the engine makes it "/".
+ *  - Content-Length: repeated fields and lists ("5, 5") are accepted as one value when every
+ *    element is spelled with the same digits as the first (RFC 9110 8.6 allows identical
+ *    values); "3" with "03" is 400 like "3" with "4", since an intermediary comparing the text
+ *    would see two framings. OWS around the elements does not count.
  *  - Transfer-Encoding: only "chunked" is implemented. Codings other than chunked, when chunked
  *    is last, give 501; chunked not last (or absent from a Transfer-Encoding field) gives 400.
  *  - Expect: only "100-continue" (HTTP/1.1) sets expect_continue; other expectations are
@@ -98,6 +104,15 @@ void http_limits_default(struct http_limits *lim);
 int http_parse_request(const char *buf, size_t len, struct http_request *req,
                        const struct http_limits *lim);
 
+/* Looks up a field that may appear only once (RFC 9110 5.3: a field whose value is not a list,
+ * such as Range or If-Range) among h[0..n), by name (case-insensitive, name[0..name_len)).
+ * Returns how many field lines carry that name, capped at 2: 0 (absent), 1, or 2 (more than
+ * one). *value and *value_len are its value when there is exactly one, else NULL and 0, so a
+ * caller that treats "not exactly one" as absent (RFC 9110 14.2: a server MAY ignore Range)
+ * cannot act on one of two disagreeing copies. Any thread. */
+int http_field_once(const struct http_header *h, size_t n, const char *name, size_t name_len,
+                    const char **value, size_t *value_len);
+
 /* Incremental chunked-body decoder, state kept in struct http_chunked (zero it to start). */
 struct http_chunked {
     uint64_t remaining; /* bytes left in the current chunk; the size being read in size lines */
@@ -105,6 +120,11 @@ struct http_chunked {
     uint64_t total;     /* decoded body bytes so far */
     size_t trailer_bytes;
     unsigned aux;       /* private: hex digits or chunk-extension bytes of the current line */
+    /* on -1: the status to answer, 431 for a trailer section over max_trailer_bytes, else 400,
+     * and a static string naming the rule (e.g. "trailer section too large"), for the answer's
+     * detail and for logs. Unset otherwise. */
+    int status;
+    const char *error;
 };
 
 /* Longest chunk-extension part of one chunk-size line, in bytes; longer: -1. Extensions are
@@ -116,8 +136,11 @@ struct http_chunked {
  * of the body (>= 0, the start of the next pipelined request, moved to follow the decoded bytes
  * directly: they start at buf + *len), -2 if the body has not ended yet (all input consumed), or
  * -1 if invalid (bad size, more than 16 hex digits, missing CRLF, bare LF, malformed extension,
- * malformed trailer field, trailer section over max_trailer_bytes). The input may be split at
- * any byte between calls. After -1 the state is undefined. Any thread, one stream per state. */
+ * malformed trailer field, trailer section over max_trailer_bytes), with st->status and
+ * st->error set: 431 for the trailer section over its bound (a field section too large, as for
+ * the head), 400 for the rest. The input may be split at any byte between calls, with the same
+ * result, status and rule. After -1 the state is otherwise undefined. Any thread, one stream per
+ * state. */
 int64_t http_chunked_decode(struct http_chunked *st, char *buf, size_t *len,
                             size_t max_trailer_bytes);
 

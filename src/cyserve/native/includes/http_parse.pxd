@@ -61,6 +61,8 @@ cdef extern from "csrc/http_parse.h" nogil:
         uint64_t total
         size_t trailer_bytes
         unsigned aux
+        int status
+        const char *error
 
     enum:
         HTTP_CHUNK_EXT_MAX
