@@ -69,6 +69,11 @@ SKIP = {
     r"^make fuzz\b": "needs clang, which a plain machine lacks; tests/test_fuzz_replay.py "
                      "replays the corpus with gcc",
     r"^\.venv/bin/python bench/": "benchmark scripts: same as make bench",
+    r"^python -m build\b": "packaging: tests/test_packaging.py builds the sdist and the wheel "
+                          "and serves from the installed wheel",
+    r"^make (?:dist|test-pythons)\b": "packaging and other Pythons: tests/test_packaging.py "
+                                      "builds what make dist builds; test-pythons runs this "
+                                      "suite again on other interpreters",
 }
 
 PLACEHOLDER_APPS = {
