@@ -14,7 +14,7 @@ CORE_SOURCES := $(wildcard src/cyserve/*.pyx src/cyserve/*.pxd src/cyserve/nativ
 	src/cyserve/native/*.pxi src/cyserve/native/includes/*.pxd src/cyserve/csrc/*.c \
 	src/cyserve/csrc/*.h src/cyserve/csrc/*.S src/cyserve/include/cyserve/*.h) setup.py
 
-.PHONY: all build run test test-c test-asan bench bench-quick bench-coro fuzz clean
+.PHONY: all build run test test-c test-asan lint bench bench-quick bench-coro fuzz clean
 
 all: build
 
@@ -69,6 +69,11 @@ test-asan: $(ASAN_PKG)/.built
 
 test-c: $(STAMP)
 	$(PY) -m pytest tests/test_c_units.py
+
+# The source gates alone (ruff, mypy, cython-lint, clang-format on .clang-format-files); `make test`
+# runs them too.
+lint: $(STAMP)
+	$(PY) -m pytest -q tests/unit/test_sourcecode.py
 
 bench: build
 	$(PY) bench/run.py --full

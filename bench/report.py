@@ -199,7 +199,7 @@ def markdown(result):
     if "coro" in result:
         lines += ["## Coroutines (seed 002, bench/coro)", ""] + _coro_table(result["coro"]) + [""]
     lines += ["## Servers", "", "| server | version | status | note |", "|---|---|---|---|"]
-    for name, info in result["servers"].items():
+    for info in result["servers"].values():
         status = "ok" if info["available"] else info["reason"]
         bad = {w: v for w, v in info["validation"].items() if v != "ok"}
         if bad:

@@ -57,9 +57,11 @@ def test_expected_bodies_match_the_seeds():
 def test_validation_accepts_exact_bodies_and_rejects_others(threading_server):
     expected = W.expected_bodies()
     stdlib_routes = ["plaintext", "fib", "welcome", "transfer", "loop"]
-    assert harness.validate(threading_server.port, expected, stdlib_routes) == {w: "ok" for w in stdlib_routes}
+    assert (harness.validate(threading_server.port, expected, stdlib_routes)
+            == {w: "ok" for w in stdlib_routes})
     wrong = dict(expected, welcome=b"Welcome?\n")
-    assert harness.validate(threading_server.port, wrong, ["welcome"])["welcome"].startswith("invalid: body")
+    assert harness.validate(threading_server.port, wrong,
+                            ["welcome"])["welcome"].startswith("invalid: body")
 
 
 def test_measure_reads_cpu_and_memory_of_the_server_tree(threading_server):
@@ -126,7 +128,8 @@ def test_runner_writes_results_report_and_marks_cells(tmp_path, bench_python, ca
     assert {r["workload"] for r in cells} >= {"plaintext", "welcome"}
     for r in cells:
         assert r["requests"] > 0 and r["status"] == "ok"
-        for k in ("rps", "p50_ms", "p99_ms", "server_cpu_s", "requests_per_cpu_s", "rss_peak_kib", "round"):
+        for k in ("rps", "p50_ms", "p99_ms", "server_cpu_s", "requests_per_cpu_s", "rss_peak_kib",
+                  "round"):
             assert k in r
     fig = result["summary"]["pinned"]["plaintext"]["min-threading"]
     assert fig["rps"]["median"] > 0 and fig["pct_nginx"] is None  # no nginx in this run
@@ -140,8 +143,8 @@ def test_report_embeds_the_coroutine_table_whatever_its_shape():
               "elapsed_s": 1.0, "workloads": ["plaintext"], "runs": [], "servers": {},
               "machine": {"cpu": "c", "cores": 2, "memory": "1 GiB", "kernel": "k", "python": "3",
                           "tools": {}},
-              "config": {"client": "wrk", "connections": 64, "rounds": 1, "duration_s": 1, "warmup_s": 0,
-                         "hey": "hey -n 2000 -c 50", "scaling_workloads": []},
+              "config": {"client": "wrk", "connections": 64, "rounds": 1, "duration_s": 1,
+                         "warmup_s": 0, "hey": "hey -n 2000 -c 50", "scaling_workloads": []},
               "coro": {"unexpected": [1, 2]}}
     result["summary"] = report.summarize(result)
     md = report.markdown(result)

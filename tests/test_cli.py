@@ -115,7 +115,8 @@ def test_attribute_that_is_not_an_app(capsys: pytest.CaptureFixture[str], tmp_pa
                                       isolated_path: None) -> None:
     name = write_module(tmp_path, "app = 42\n")
     status, err = run_main(capsys, f"{name}:app", "--app-dir", str(tmp_path))
-    assert (status, err) == (2, f"cyserve: '{name}:app': expected a cyserve.App or a WSGI application, got int 42\n")
+    assert (status, err) == (2, f"cyserve: '{name}:app': expected a cyserve.App or a WSGI "
+                                "application, got int 42\n")
 
 
 def test_a_wsgi_callable_is_served_as_one(tmp_path: Path, isolated_path: None) -> None:

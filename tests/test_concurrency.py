@@ -20,7 +20,7 @@ def _run_clients(port: int, requests_per_conn: int, pipeline: int = 1,
     sel = selectors.DefaultSelector()
     req = b"GET " + path + b" HTTP/1.1\r\nHost: t\r\n\r\n"
     state = {}
-    for i in range(N_CONN):
+    for _ in range(N_CONN):
         s = socket.create_connection(("127.0.0.1", port), timeout=10)
         s.setblocking(False)
         state[s] = {"sent": 0, "got": 0, "buf": b"", "all": b""}

@@ -34,7 +34,8 @@ def static_routes():
     return [
         ("path", "/plaintext", None, "static",
          (200, [("Content-Type", "text/plain"), ("X-Extra", "1")], b"Hello, World!")),
-        ("path", "/big", None, "static", (200, [("Content-Type", "application/octet-stream")], BIG)),
+        ("path", "/big", None, "static",
+         (200, [("Content-Type", "application/octet-stream")], BIG)),
         ("path", "/gone", None, "static", (410, [], b"")),
     ]
 

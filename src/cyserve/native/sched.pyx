@@ -2,7 +2,7 @@
 # declared in native/sched_api.pxi, the Scheduler class for tests and tools, and the benchmark
 # entry points used by bench/coro/run.py. Python never runs on a coroutine stack: everything
 # spawned from here is a C body.
-from libc.errno cimport EINVAL, ENOMEM
+from libc.errno cimport ENOMEM
 from libc.stdint cimport uint32_t, uint64_t, int64_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport strerror

@@ -16,10 +16,9 @@ from collections.abc import Mapping as _Mapping
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.pycapsule cimport (PyCapsule_New, PyCapsule_GetPointer, PyCapsule_GetName,
                                 PyCapsule_CheckExact)
-from libc.errno cimport ENOENT
 from libc.stdint cimport uint64_t, int64_t
 from libc.stdlib cimport calloc, free
-from libc.string cimport memset, strlen, strcmp
+from libc.string cimport strlen, strcmp
 
 from cyserve.native.includes cimport server as cs
 from cyserve.native.includes.router cimport (router_t, router_new, router_free, router_add,
