@@ -47,10 +47,10 @@ test: build
 # the native code run against it with the sanitizer runtime preloaded into the interpreter.
 # Leak detection is off: CPython itself keeps memory until exit.
 ASAN_PKG := build/asan/pkg
-ASAN_TESTS ?= $(wildcard tests/test_sched.py tests/test_parser.py tests/test_http11.py \
-	tests/test_static_files.py tests/test_nogil_handlers.py tests/test_concurrency.py \
-	tests/test_large_bodies.py tests/test_python_handlers.py tests/test_access_log.py \
-	tests/test_inline_path.py tests/test_wsgi.py)
+ASAN_TESTS ?= $(wildcard tests/unit/test_sched.py tests/http/test_parser.py \
+	tests/http/test_http11.py tests/e2e/test_static_files.py tests/e2e/test_nogil_handlers.py \
+	tests/e2e/test_concurrency.py tests/e2e/test_large_bodies.py tests/e2e/test_python_handlers.py \
+	tests/e2e/test_access_log.py tests/e2e/test_inline_path.py tests/e2e/test_wsgi.py)
 $(ASAN_PKG)/.built: $(STAMP) $(CORE_SOURCES)
 	rm -rf $(ASAN_PKG) && mkdir -p $(ASAN_PKG)
 	cp -r src/cyserve $(ASAN_PKG)/cyserve
@@ -68,7 +68,7 @@ test-asan: $(ASAN_PKG)/.built
 	PYTHONPATH=$(ASAN_PKG) CYSERVE_EXPECT_SANITIZED=1 $(PY) -m pytest -p no:cacheprovider $(ASAN_TESTS)
 
 test-c: $(STAMP)
-	$(PY) -m pytest tests/test_c_units.py
+	$(PY) -m pytest tests/unit/test_c_units.py
 
 # The source gates alone (ruff, mypy, cython-lint, clang-format on .clang-format-files); `make test`
 # runs them too.

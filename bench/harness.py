@@ -1,6 +1,6 @@
 """The measuring half of the suite: start a server, check its answers, load it, read /proc.
 
-Stdlib only, so the CI smoke test (tests/test_bench_smoke.py) can drive it from cyserve's own venv.
+Stdlib only, so the CI smoke test (tests/bench/test_bench_smoke.py) can drive it from cyserve's own venv.
 
 Method (issue 3):
 - wrk with keep-alive and no pipelining (no Lua script at all), `--latency` for p50/p99;

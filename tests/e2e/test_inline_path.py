@@ -19,14 +19,14 @@ from _cython_ext import build_user_module
 from _rawhttp import Conn, Reply, get, serving
 from cyserve._core import Server
 
-HERE = Path(__file__).parent
+TESTS = Path(__file__).parent.parent
 LEARN = 64  # INLINE_LEARN in server.c
 BIG = bytes(range(256)) * 11 + b"tail"  # 2,820 bytes: the answer still fits one read buffer
 
 
 @pytest.fixture(scope="module")
 def hello(tmp_path_factory):
-    return build_user_module(HERE / "cython_ext" / "hello.pyx",
+    return build_user_module(TESTS / "cython_ext" / "hello.pyx",
                              tmp_path_factory.mktemp("cython_ext"))
 
 

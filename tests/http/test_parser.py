@@ -44,8 +44,7 @@ import pytest
 
 from cyserve import _core
 
-HERE = Path(__file__).parent
-CASE_DIR = HERE / "http"
+CASE_DIR = Path(__file__).parent
 
 HEADING = re.compile(r"^##\s+(.*\S)\s*$")
 META = re.compile(r"^<!--\s*meta=(\{.*\})\s*-->\s*$")

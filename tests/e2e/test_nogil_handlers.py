@@ -13,12 +13,12 @@ import cyserve
 from _cython_ext import build_user_module
 from _rawhttp import Conn, get, request, serving
 
-HERE = Path(__file__).parent
+TESTS = Path(__file__).parent.parent
 
 
 @pytest.fixture(scope="module")
 def hello(tmp_path_factory):
-    return build_user_module(HERE / "cython_ext" / "hello.pyx",
+    return build_user_module(TESTS / "cython_ext" / "hello.pyx",
                              tmp_path_factory.mktemp("cython_ext"))
 
 

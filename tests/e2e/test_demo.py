@@ -18,7 +18,7 @@ import pytest
 
 from cyserve.config import Config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STATIC = ROOT / "examples" / "demo" / "static"
 FIB = b"Fibonacci(10^6) = 1884755131 (with overflow)\n"
 

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).parent
-CDIR = HERE / "c"
+CDIR = Path(__file__).parent.parent / "c"
 SOURCES = sorted(p.stem for p in CDIR.glob("test_*.c"))
 TSAN_TESTS = {"test_sched", "test_runq", "test_router", "test_server"}
 

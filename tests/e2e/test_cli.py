@@ -18,7 +18,7 @@ import cyserve
 from cyserve import cli, server
 from cyserve.errors import AppLoadError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _names = itertools.count()
 
 

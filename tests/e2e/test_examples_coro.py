@@ -15,13 +15,13 @@ import pytest
 
 from _cython_ext import build_user_module
 
-HERE = Path(__file__).parent
-ROOT = HERE.parent
+TESTS = Path(__file__).parent.parent
+ROOT = TESTS.parent
 
 
 @pytest.fixture(scope="module")
 def coro_user(tmp_path_factory):
-    return build_user_module(HERE / "cython_ext" / "coro_user.pyx",
+    return build_user_module(TESTS / "cython_ext" / "coro_user.pyx",
                              tmp_path_factory.mktemp("coro_ext"))
 
 

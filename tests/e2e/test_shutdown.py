@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXIT_TIMEOUT = 60.0  # generous: a prompt stop takes well under a second
 
 APP = """
