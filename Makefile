@@ -46,11 +46,10 @@ test: build
 # UndefinedBehaviorSanitizer into build/asan/ (a copy of the package), and the tests that drive
 # the native code run against it with the sanitizer runtime preloaded into the interpreter.
 # Leak detection is off: CPython itself keeps memory until exit.
+# The tests that run there are the modules marked `native` (pytestmark = pytest.mark.native):
+# those that drive the C and Cython code.
 ASAN_PKG := build/asan/pkg
-ASAN_TESTS ?= $(wildcard tests/unit/test_sched.py tests/http/test_parser.py \
-	tests/http/test_http11.py tests/e2e/test_static_files.py tests/e2e/test_nogil_handlers.py \
-	tests/e2e/test_concurrency.py tests/e2e/test_large_bodies.py tests/e2e/test_python_handlers.py \
-	tests/e2e/test_access_log.py tests/e2e/test_inline_path.py tests/e2e/test_wsgi.py)
+ASAN_PYTEST_ARGS ?= -m native tests
 $(ASAN_PKG)/.built: $(STAMP) $(CORE_SOURCES)
 	rm -rf $(ASAN_PKG) && mkdir -p $(ASAN_PKG)
 	cp -r src/cyserve $(ASAN_PKG)/cyserve
@@ -65,7 +64,7 @@ test-asan: $(ASAN_PKG)/.built
 	cp src/cyserve/*.py src/cyserve/*.pyi $(ASAN_PKG)/cyserve/
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	PYTHONPATH=$(ASAN_PKG) CYSERVE_EXPECT_SANITIZED=1 $(PY) -m pytest -p no:cacheprovider $(ASAN_TESTS)
+	PYTHONPATH=$(ASAN_PKG) CYSERVE_EXPECT_SANITIZED=1 $(PY) -m pytest -p no:cacheprovider $(ASAN_PYTEST_ARGS)
 
 test-c: $(STAMP)
 	$(PY) -m pytest tests/unit/test_c_units.py

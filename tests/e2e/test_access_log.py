@@ -19,6 +19,10 @@ import textwrap
 import threading
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.native
+
 TIMEOUT = 60.0
 
 APP = """

@@ -10,6 +10,8 @@ import pytest
 
 from _rawhttp import serving
 
+pytestmark = pytest.mark.native
+
 N_CONN = 400
 
 

@@ -19,6 +19,8 @@ from _cython_ext import build_user_module
 from _rawhttp import Conn, Reply, get, serving
 from cyserve._core import Server
 
+pytestmark = pytest.mark.native
+
 TESTS = Path(__file__).parent.parent
 LEARN = 64  # INLINE_LEARN in server.c
 BIG = bytes(range(256)) * 11 + b"tail"  # 2,820 bytes: the answer still fits one read buffer

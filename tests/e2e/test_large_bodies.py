@@ -14,6 +14,8 @@ import pytest
 
 from _rawhttp import TIMEOUT, Conn, get, serving
 
+pytestmark = pytest.mark.native
+
 # Non-periodic content, so a chunk sent twice, skipped or out of place cannot go unnoticed.
 BIG = random.Random(4).randbytes(133622)
 AT_LIMIT = random.Random(5).randbytes(16384)

@@ -13,6 +13,8 @@ import cyserve
 from _cython_ext import build_user_module
 from _rawhttp import Conn, get, request, serving
 
+pytestmark = pytest.mark.native
+
 TESTS = Path(__file__).parent.parent
 
 

@@ -13,7 +13,11 @@ import sys
 import threading
 import time
 
+import pytest
+
 from _rawhttp import serving
+
+pytestmark = pytest.mark.native
 
 N_CONN = 8
 SLEEP_S = 0.05

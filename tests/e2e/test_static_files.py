@@ -15,6 +15,8 @@ import cyserve
 
 from _rawhttp import Conn, get, request, serving
 
+pytestmark = pytest.mark.native
+
 BODY = bytes(range(256)) * 600  # 153,600 bytes: larger than one socket write
 
 

@@ -24,6 +24,8 @@ from cyserve.config import Config
 from cyserve.errors import HandlerTypeError, RouteError
 from cyserve.server import serve
 
+pytestmark = pytest.mark.native
+
 Environ = dict[str, Any]
 
 

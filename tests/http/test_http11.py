@@ -14,6 +14,8 @@ import pytest
 from _rawhttp import Conn, get, request, serving
 from cyserve._core import Headers, Request, Response, Server
 
+pytestmark = pytest.mark.native
+
 
 def echo(req: Request) -> Response:
     return Response(req.body, headers=[("X-Method", req.method), ("X-Len", str(len(req.body)))])

@@ -44,6 +44,8 @@ import pytest
 
 from cyserve import _core
 
+pytestmark = pytest.mark.native
+
 CASE_DIR = Path(__file__).parent
 
 HEADING = re.compile(r"^##\s+(.*\S)\s*$")

@@ -10,6 +10,8 @@ import pytest
 
 from cyserve import _core
 
+pytestmark = pytest.mark.native
+
 
 def wait_for(pred, limit_s=60.0):
     """Poll pred() until it is true; a bound against hanging, not a timing assertion."""
