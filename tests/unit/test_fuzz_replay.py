@@ -2,7 +2,9 @@
 
 fuzz/fuzz_http_parse.c is built with gcc (no clang needed) as a replay binary that runs each
 input through the same checks as the fuzzer: sanitizers, plus the parser's contract (views
-inside the buffer, consumed <= len, prefixes and split feeding agree with the whole)."""
+inside the buffer, consumed <= len, prefixes and split feeding agree with the whole). corpus/ and
+corpus-router/ are seed sets that reach every block their full corpora reached (fuzz/Makefile says
+how to grow one); regression/ keeps every input that ever broke something."""
 
 import os
 import subprocess
