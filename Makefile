@@ -14,7 +14,7 @@ CORE_SOURCES := $(wildcard src/cyserve/*.pyx src/cyserve/*.pxd src/cyserve/nativ
 	src/cyserve/native/*.pxi src/cyserve/native/includes/*.pxd src/cyserve/csrc/*.c \
 	src/cyserve/csrc/*.h src/cyserve/csrc/*.S src/cyserve/include/cyserve/*.h) setup.py
 
-.PHONY: all build run test test-c test-asan test-pythons venv-tests dist bench bench-quick bench-coro fuzz clean
+.PHONY: all build run test test-c test-asan test-pythons venv-tests dist lint bench bench-quick bench-coro fuzz clean
 
 all: build
 
@@ -47,11 +47,10 @@ test: build
 # UndefinedBehaviorSanitizer into build/asan/ (a copy of the package), and the tests that drive
 # the native code run against it with the sanitizer runtime preloaded into the interpreter.
 # Leak detection is off: CPython itself keeps memory until exit.
+# The tests that run there are the modules marked `native` (pytestmark = pytest.mark.native):
+# those that drive the C and Cython code.
 ASAN_PKG := build/asan/pkg
-ASAN_TESTS ?= $(wildcard tests/test_sched.py tests/test_parser.py tests/test_http11.py \
-	tests/test_static_files.py tests/test_nogil_handlers.py tests/test_concurrency.py \
-	tests/test_large_bodies.py tests/test_python_handlers.py tests/test_access_log.py \
-	tests/test_inline_path.py tests/test_wsgi.py)
+ASAN_PYTEST_ARGS ?= -m native tests
 $(ASAN_PKG)/.built: $(STAMP) $(CORE_SOURCES)
 	rm -rf $(ASAN_PKG) && mkdir -p $(ASAN_PKG)
 	cp -r src/cyserve $(ASAN_PKG)/cyserve
@@ -66,7 +65,7 @@ test-asan: $(ASAN_PKG)/.built
 	cp src/cyserve/*.py src/cyserve/*.pyi $(ASAN_PKG)/cyserve/
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	PYTHONPATH=$(ASAN_PKG) CYSERVE_EXPECT_SANITIZED=1 $(PY) -m pytest -p no:cacheprovider $(ASAN_TESTS)
+	PYTHONPATH=$(ASAN_PKG) CYSERVE_EXPECT_SANITIZED=1 $(PY) -m pytest -p no:cacheprovider $(ASAN_PYTEST_ARGS)
 
 # The Python test suite on the other CPython versions cyserve supports, each in a venv of its own
 # (.venv-3.X) with the extension built in place for it (the .so's name carries the version, so
@@ -96,7 +95,12 @@ dist: $(STAMP)
 	@ls -1 dist
 
 test-c: $(STAMP)
-	$(PY) -m pytest tests/test_c_units.py
+	$(PY) -m pytest tests/unit/test_c_units.py
+
+# The source gates alone (ruff, mypy, cython-lint, clang-format on .clang-format-files); `make test`
+# runs them too.
+lint: $(STAMP)
+	$(PY) -m pytest -q tests/unit/test_sourcecode.py
 
 bench: build
 	$(PY) bench/run.py --full

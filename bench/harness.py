@@ -1,6 +1,6 @@
 """The measuring half of the suite: start a server, check its answers, load it, read /proc.
 
-Stdlib only, so the CI smoke test (tests/test_bench_smoke.py) can drive it from cyserve's own venv.
+Stdlib only, so the CI smoke test (tests/bench/test_bench_smoke.py) can drive it from cyserve's own venv.
 
 Method (docs/benchmarks.md):
 - wrk with keep-alive and no pipelining (no Lua script at all), `--latency` for p50/p99;
@@ -22,96 +22,14 @@ import subprocess
 import threading
 import time
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+from bench.common.pinning import pinned
+# The /proc readers live in bench/common/; the drivers and their tests still reach them here.
+from bench.common.procfs import (CLK_TCK, RssSampler, process_tree,  # noqa: F401
+                                 tree_cpu_seconds, tree_rss_kib)
+
 # Shortest server CPU time worth dividing by: 50 ticks, so one tick of rounding at either end
 # moves requests per CPU-second by at most 4%.
 MIN_CPU_S = 50 / CLK_TCK
-
-
-# ---------------------------------------------------------------------------------------------
-# /proc: the process tree, its CPU time and its memory.
-
-def _read_stat(pid):
-    """(ppid, utime+stime, cutime+cstime) in ticks, or None if the process is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    # The command name may hold spaces and parentheses: split after the last ')'.
-    fields = data[data.rindex(b")") + 2:].split()
-    # fields[0] is field 3 (state); utime is field 14, stime 15, cutime 16, cstime 17.
-    return int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
-
-
-def process_tree(root):
-    """The pids of root and all its descendants that are alive now."""
-    children = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        st = _read_stat(int(name))
-        if st is not None:
-            children.setdefault(st[0], []).append(int(name))
-    tree, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        tree.append(pid)
-        todo.extend(children.get(pid, ()))
-    return tree
-
-
-def tree_cpu_seconds(root):
-    """CPU seconds (user+system) used so far by root's tree, reaped children included.
-
-    A descendant that exits between two samples takes its time with it unless its parent reaps
-    it (then it moves into the parent's cutime); servers here reap their workers, so the loss is
-    limited to processes that die unreaped, which none of the measured servers leave behind."""
-    total = 0
-    for pid in process_tree(root):
-        st = _read_stat(pid)
-        if st is not None:
-            total += st[1] + st[2]
-    return total / CLK_TCK
-
-
-def tree_rss_kib(root):
-    """Sum of VmRSS over root's tree, in KiB (shared pages counted once per process)."""
-    total = 0
-    for pid in process_tree(root):
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1])
-                        break
-        except OSError:
-            pass
-    return total
-
-
-class RssSampler:
-    """Samples tree_rss_kib(root) every `interval` seconds in a thread; .peak is the largest."""
-
-    def __init__(self, root, interval=0.2):
-        self.root, self.interval, self.peak = root, interval, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        while True:
-            self.peak = max(self.peak, tree_rss_kib(self.root))
-            if self._stop.wait(self.interval):
-                return
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, tree_rss_kib(self.root))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -182,8 +100,7 @@ def start_server(argv, port, log_path, env=None, cwd=None, cpus=None, timeout=20
 
     Returns a Running once the port accepts connections; raises RuntimeError with the log's tail
     when it exits or never listens."""
-    if cpus is not None:
-        argv = ["taskset", "-c", cpus] + list(argv)
+    argv = pinned(argv, cpus)
     log = open(log_path, "wb")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             env=env, cwd=cwd, start_new_session=True)
@@ -262,8 +179,7 @@ def parse_wrk(out):
 def run_wrk(port, path, duration, connections, threads, cpus=None):
     argv = ["wrk", "--latency", "-t", str(threads), "-c", str(connections), "-d", f"{duration}s",
             "--timeout", "4s", f"http://127.0.0.1:{port}{path}"]
-    if cpus is not None:
-        argv = ["taskset", "-c", cpus] + argv
+    argv = pinned(argv, cpus)
     p = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 30)
     res = parse_wrk(p.stdout)
     if p.returncode != 0:
@@ -294,8 +210,7 @@ def parse_hey(out):
 
 def run_hey(port, path, n=2000, c=50, cpus=None, timeout=120):
     argv = ["hey", "-n", str(n), "-c", str(c), "-t", "10", f"http://127.0.0.1:{port}{path}"]
-    if cpus is not None:
-        argv = ["taskset", "-c", cpus] + argv
+    argv = pinned(argv, cpus)
     p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     res = parse_hey(p.stdout)
     res["raw"] = p.stdout[-1500:] + p.stderr[-500:]

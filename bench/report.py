@@ -15,15 +15,15 @@ import statistics
 import subprocess
 import sys
 
+# bench.common, also when this file runs as a script (the plots, in bench/.venv).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.common.stats import spread  # noqa: E402
+
 REFS = {"pct_nginx": ("nginx", 100.0), "x_fasthttp": ("go-fasthttp", 1.0)}
 MODES = ("pinned", "allcore", "hey")
 
 
-def _stats(values):
-    values = [v for v in values if v is not None]
-    if not values:
-        return None
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+_stats = spread  # {"median", "min", "max", "n"}, or None without a value
 
 
 def _mode_runs(result, mode):
@@ -199,7 +199,7 @@ def markdown(result):
     if "coro" in result:
         lines += ["## Coroutines (seed 002, bench/coro)", ""] + _coro_table(result["coro"]) + [""]
     lines += ["## Servers", "", "| server | version | status | note |", "|---|---|---|---|"]
-    for name, info in result["servers"].items():
+    for info in result["servers"].values():
         status = "ok" if info["available"] else info["reason"]
         bad = {w: v for w, v in info["validation"].items() if v != "ok"}
         if bad:

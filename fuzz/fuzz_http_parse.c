@@ -15,7 +15,7 @@
  * Build: `make -C fuzz run` (clang, -fsanitize=fuzzer,address,undefined) runs the fuzzer for a
  * bounded time; `make -C fuzz replay` (gcc, ASan+UBSan) builds a main() that runs every file
  * given on the command line (or in given directories) through the same checks, which is how
- * tests/test_fuzz_replay.py replays fuzz/corpus and fuzz/regression in `make test`. */
+ * tests/unit/test_fuzz_replay.py replays fuzz/corpus and fuzz/regression in `make test`. */
 #include <stdio.h>
 #include <stdlib.h>
 

@@ -1,12 +1,13 @@
-"""Writes every conformance input of tests/http/*.md into fuzz/corpus/ as a seed (run once, then
-`make minimize` keeps the corpus small). Usage: .venv/bin/python fuzz/seed_corpus.py"""
+"""Writes every conformance input of tests/http/*.md into fuzz/corpus/ as a seed (then `make -C
+fuzz seeds` keeps only those that reach code no other input reaches). Usage:
+.venv/bin/python fuzz/seed_corpus.py"""
 
 import hashlib
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent / "tests" / "http"))
 
 import test_parser  # noqa: E402  (the loader of the Markdown cases)
 

@@ -60,7 +60,8 @@ def running(argv: Sequence[str], port: int, cwd: Path | str = ROOT,
     with tempfile.NamedTemporaryFile(prefix="cyserve-sub-", suffix=".log", delete=False) as f:
         out = Path(f.name)
     log = out.open("wb")
-    proc = subprocess.Popen(list(argv), cwd=str(cwd), env=env if env is not None else env_with_src(),
+    proc = subprocess.Popen(list(argv), cwd=str(cwd),
+                            env=env if env is not None else env_with_src(),
                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     srv = Running(proc, port, out)

@@ -35,7 +35,6 @@ import os
 import platform
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -44,6 +43,12 @@ from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
+if str(ROOT) not in sys.path:  # run as a script: bench/common is imported from the checkout
+    sys.path.insert(0, str(ROOT))
+
+from bench.common.procfs import cpu_busy_share, machine_busy_s  # noqa: E402
+from bench.common.stats import spread  # noqa: E402
+
 PEER_VENV = HERE / ".venv"
 BUILD_DIR = HERE / ".build"
 GO_BIN = BUILD_DIR / "corobench"
@@ -148,13 +153,6 @@ def go_binary(setup: dict[str, Any]) -> str:
 
 
 # ---- one measurement: a fresh process ----
-
-def machine_busy_s() -> float:
-    """CPU seconds the whole machine has been busy (all CPUs, not idle or iowait) since boot."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
 
 def children_cpu_s() -> float:
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -269,13 +267,13 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians of each figure over the runs, with min and max kept."""
     out: dict[str, Any] = {}
     for key in FIGURES:
-        values = [r[key] for r in runs]
-        out[key] = statistics.median(values)
-        out.setdefault("min", {})[key] = min(values)
-        out.setdefault("max", {})[key] = max(values)
-    shares = [r["others_cpu_share"] for r in runs if "others_cpu_share" in r]
+        figure = spread([r[key] for r in runs])
+        out[key] = figure["median"]
+        out.setdefault("min", {})[key] = figure["min"]
+        out.setdefault("max", {})[key] = figure["max"]
+    shares = spread([r["others_cpu_share"] for r in runs if "others_cpu_share" in r])
     if shares:
-        out["others_cpu_share"] = statistics.median(shares)
+        out["others_cpu_share"] = shares["median"]
     return out
 
 
@@ -439,24 +437,6 @@ def bench_parked(workers: int, seconds: float) -> dict[str, Any]:
 
 
 # ---- the machine and the report ----
-
-def cpu_busy_share(window_s: float = 2.0) -> float | None:
-    """The share of all CPUs that was busy (not idle or iowait) over window_s, from /proc/stat:
-    what other processes are taking from the machine right now. None where /proc is missing."""
-    def sample() -> tuple[int, int]:
-        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-        return sum(fields[:8]), idle
-    try:
-        total0, idle0 = sample()
-        time.sleep(window_s)
-        total1, idle1 = sample()
-    except (OSError, ValueError, IndexError):
-        return None
-    if total1 == total0:
-        return 0.0
-    return 1.0 - (idle1 - idle0) / (total1 - total0)
-
 
 def wait_until_idle(max_wait_s: float, busy_limit: float = 0.1) -> float | None:
     """Wait (at most max_wait_s) until other processes use less than busy_limit of the CPUs, so

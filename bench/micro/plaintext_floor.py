@@ -10,16 +10,19 @@ A cyserve name may name another checkout to compare builds in the same rounds:
 cyserve-static@/path/to/worktree (built there with make build)."""
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 MAIN = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, MAIN)
+from bench.common.pinning import pinned  # noqa: E402
+from bench.common.procfs import tree_cpu_seconds  # noqa: E402
+from bench.common.stats import spread  # noqa: E402
+
 PROTO = os.environ.get("FLOOR_BIN", "/tmp/uring_vs_epoll")
 TMP = tempfile.mkdtemp(prefix="floor-")
-TCK = os.sysconf("SC_CLK_TCK")
 
 
 def servers(port, tree=MAIN):
@@ -37,21 +40,6 @@ def servers(port, tree=MAIN):
     }
 
 
-def tree_ticks(pid):
-    total = 0
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                st = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(p) == pid or int(st[1]) == pid:
-            total += int(st[11]) + int(st[12])
-    return total
-
-
 def wait_port(port):
     for _ in range(100):
         try:
@@ -63,8 +51,9 @@ def wait_port(port):
 
 
 def wrk(port, secs):
-    out = subprocess.run(["taskset", "-c", "1", "wrk", "-t1", "-c64", f"-d{secs}s",
-                          f"http://127.0.0.1:{port}/plaintext"], capture_output=True, text=True).stdout
+    out = subprocess.run(pinned(["wrk", "-t1", "-c64", f"-d{secs}s",
+                                 f"http://127.0.0.1:{port}/plaintext"], "1"),
+                         capture_output=True, text=True).stdout
     return int([ln for ln in out.splitlines() if "requests in" in ln][0].split()[0])
 
 
@@ -84,14 +73,14 @@ def main():
                             f"  path = {TMP}/root\n }}\n}}\n")
             base, _, tree = n.partition("@")
             argv, env, cwd = servers(port, tree or MAIN)[base]
-            p = subprocess.Popen(["taskset", "-c", "0"] + argv, env=env, cwd=cwd,
+            p = subprocess.Popen(pinned(argv, "0"), env=env, cwd=cwd,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
                 wait_port(port)
                 wrk(port, 1)
-                t0 = tree_ticks(p.pid)
+                t0 = tree_cpu_seconds(p.pid)
                 req = wrk(port, secs)
-                t1 = tree_ticks(p.pid)
+                t1 = tree_cpu_seconds(p.pid)
             finally:
                 p.terminate()
                 try:
@@ -99,12 +88,13 @@ def main():
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
-            v = req / ((t1 - t0) / TCK)
+            v = req / (t1 - t0)
             res[n].append(v)
             print(f"r{r} {n:<15} {req / secs:>9.0f} req/s {v:>9.0f} req/cpu-s", flush=True)
     print("medians:")
     for n in names:
-        print(f"  {n:<15} {statistics.median(res[n]):>9.0f}  (min {min(res[n]):.0f}, max {max(res[n]):.0f})")
+        st = spread(res[n])
+        print(f"  {n:<15} {st['median']:>9.0f}  (min {st['min']:.0f}, max {st['max']:.0f})")
 
 
 if __name__ == "__main__":

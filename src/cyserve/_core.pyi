@@ -1,6 +1,6 @@
 """Type stubs for the Python-visible part of cyserve._core (the engine's Cython layer)."""
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, Optional, Union
 
 RouteKind = Literal["python", "nogil", "static", "files"]

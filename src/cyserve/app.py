@@ -232,7 +232,8 @@ class App:
         header_list = _check_headers(where, headers or ())
         if not any(name.lower() == "content-type" for name, _ in header_list):
             if content_type is None:
-                content_type = "text/plain; charset=utf-8" if isinstance(body, str) else "text/plain"
+                content_type = ("text/plain; charset=utf-8" if isinstance(body, str)
+                                else "text/plain")
             _check_header_value(where, "Content-Type", content_type)
             header_list.insert(0, ("Content-Type", content_type))
         self._add_kind("path", path, methods, "static", (status, header_list, data),
@@ -309,13 +310,14 @@ def as_app(obj: object, interface: str = "auto") -> App:
         return obj
     what = _describe_object(obj)
     if interface == "cyserve" or not callable(obj):
-        wanted = "a cyserve.App" if interface == "cyserve" else "a cyserve.App or a WSGI application"
+        wanted = ("a cyserve.App" if interface == "cyserve"
+                  else "a cyserve.App or a WSGI application")
         raise HandlerTypeError(f"expected {wanted}, got {what}")
     if is_asgi_app(obj):
         raise HandlerTypeError(f"{what} is an async (ASGI) application; cyserve runs cyserve.App "
                                "and WSGI applications")
     app = App()
-    app.wsgi("/", obj)  # type: ignore[arg-type]
+    app.wsgi("/", obj)
     return app
 
 

@@ -148,7 +148,7 @@ class _Supervisor:
         self.children[pid] = time.monotonic()
 
     def _reap(self) -> list[tuple[int, int]]:
-        done = []
+        done: list[tuple[int, int]] = []
         while self.children:
             try:
                 pid, wstatus = os.waitpid(-1, os.WNOHANG)

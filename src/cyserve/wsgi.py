@@ -42,7 +42,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-__all__ = ["WSGIHandler", "WSGIError", "is_asgi_app"]
+__all__ = ["WSGIHandler", "WSGIError", "is_asgi_app"]  # noqa: F822 (module __getattr__)
 
 
 def is_asgi_app(obj: object) -> bool:
@@ -50,7 +50,7 @@ def is_asgi_app(obj: object) -> bool:
     run."""
     if inspect.iscoroutinefunction(obj):
         return True
-    call = getattr(obj, "__call__", None)
+    call = getattr(obj, "__call__", None)  # noqa: B004 (the method itself is inspected)
     return call is not None and inspect.iscoroutinefunction(call)
 
 

@@ -1,7 +1,7 @@
 # cython: language_level=3
 # A third-party Cython module using cyserve's coroutine runtime through `cimport cyserve._core`
-# only (no header, no link against cyserve): built by tests/test_examples_coro.py into a temporary
-# folder. Everything here runs without the GIL on cyserve's worker threads.
+# only (no header, no link against cyserve): built by tests/e2e/test_examples_coro.py into a
+# temporary folder. Everything here runs without the GIL on cyserve's worker threads.
 from libc.stdlib cimport calloc, free
 
 from cyserve._core cimport (cyserve_sched, cyserve_coro, cyserve_sched_new, cyserve_sched_free,

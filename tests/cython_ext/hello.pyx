@@ -5,7 +5,7 @@ tests/test_nogil_handlers.py. It cimports cyserve._core and is built with
 include_dirs=[cyserve.get_include()]."""
 
 from libc.stdio cimport snprintf
-from libc.string cimport memcpy, strlen
+from libc.string cimport strlen
 from cpython.pycapsule cimport PyCapsule_New
 
 from cyserve._core cimport (

@@ -13,7 +13,7 @@
  * buf[0..min(len, max_header_bytes)), and a scan that runs out of bytes while len is larger than
  * the window is a 431. The request-target scan is bounded the same way for 414. Because every
  * error is decided at the byte that proves it, a prefix of the input gives -2 or the same error
- * as the whole input (tests/test_parser.py checks this for every case split at every byte).
+ * as the whole input (tests/http/test_parser.py checks this for every case split at every byte).
  *
  * The chunked decoder is the one stateful piece: a byte-level state machine (struct
  * http_chunked) whose data state moves whole runs of body bytes with memmove. Decoded bytes are

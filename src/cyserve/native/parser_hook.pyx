@@ -1,5 +1,5 @@
 # Test hooks for the HTTP parser (csrc/http_parse.c), included in cyserve._testhooks. They turn
-# the C parse into Python values so that tests/test_parser.py can run the conformance cases in
+# the C parse into Python values so that tests/http/test_parser.py can run the conformance cases in
 # tests/http/*.md. Not a public API: the server calls the C functions directly, without the GIL.
 from libc.string cimport memset
 from libc.stdlib cimport malloc, free

@@ -510,4 +510,3 @@ cdef void _context_exit(ctx) noexcept:
         PyContext_Exit(ctx)
     except BaseException:
         pass
-

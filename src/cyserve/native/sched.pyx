@@ -2,7 +2,6 @@
 # declared in native/sched_api.pxi and the Scheduler class for tests and tools (the benchmark
 # drivers are in the test hooks, native/sched_bench.pyx). Python never runs on a coroutine stack:
 # everything spawned from here is a C body.
-from libc.errno cimport EINVAL
 from libc.stdint cimport uint32_t, uint64_t, int64_t
 from libc.stdlib cimport calloc, free
 

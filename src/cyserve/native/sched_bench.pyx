@@ -1,5 +1,5 @@
 # The coroutine benchmark drivers, included in the test hooks (cyserve._testhooks), not in the
-# product module: bench/coro/peer_cyserve.py and tests/test_sched.py call them. They time the
+# product module: bench/coro/peer_cyserve.py and tests/unit/test_sched.py call them. They time the
 # runtime in C with the GIL released, and reach it only through the exported API of
 # native/sched_api.pxi (cimport cyserve._core), as any other Cython module would.
 from libc.stdint cimport uint32_t, uint64_t

@@ -335,4 +335,3 @@ cdef class Server:
         if self._router != NULL:
             router_free(self._router)
             self._router = NULL
-

@@ -10,7 +10,7 @@ from io import BytesIO as _BytesIO
 import sys as _sys
 from wsgiref.util import FileWrapper as _FileWrapper
 
-from cpython.dict cimport PyDict_Copy, PyDict_GetItem, PyDict_SetItem
+from cpython.dict cimport PyDict_Copy, PyDict_GetItem
 from cpython.unicode cimport PyUnicode_DecodeLatin1
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from libc.string cimport memchr, memcmp

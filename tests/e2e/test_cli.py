@@ -1,0 +1,318 @@
+"""The cyserve command: argument handling in-process, then the real `python -m cyserve` in a
+subprocess, where each failure must be one line on stderr and the documented exit status."""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import cyserve
+from cyserve import cli, signals
+from cyserve.errors import AppLoadError
+
+ROOT = Path(__file__).resolve().parents[2]
+_names = itertools.count()
+
+
+@pytest.fixture
+def isolated_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """load_app puts --app-dir on sys.path; undo it after each test."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+
+
+def write_module(folder: Path, source: str) -> str:
+    """A module with a name no other test uses (sys.modules caches imports)."""
+    name = f"cli_mod_{os.getpid()}_{next(_names)}"
+    (folder / f"{name}.py").write_text(textwrap.dedent(source))
+    return name
+
+
+def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    status = cli.main(list(argv))
+    err = capsys.readouterr().err
+    return status, err
+
+
+# ---- in-process: parsing, options and loading the app -------------------------------------
+
+def test_parser_defaults() -> None:
+    args = cli.build_parser().parse_args(["m:app"])
+    config = cli.config_from_args(args)
+    assert config == cyserve.config.Config()
+    assert args.app_dir == "."
+
+
+def test_every_option_reaches_the_config() -> None:
+    args = cli.build_parser().parse_args([
+        "m:app", "--host", "0.0.0.0", "--port", "8080", "--threads", "3", "--backlog", "7",
+        "--max-header-bytes", "100", "--max-target-bytes", "101", "--max-headers", "9",
+        "--max-body-bytes", "102", "--keepalive-timeout", "1.5", "--header-timeout", "2",
+        "--body-timeout", "3", "--graceful-timeout", "0", "--log-level", "debug",
+        "--processes", "4", "--access-log", "--interface", "WSGI"])
+    c = cli.config_from_args(args)
+    assert (c.host, c.port, c.threads, c.backlog) == ("0.0.0.0", 8080, 3, 7)
+    assert (c.max_header_bytes, c.max_target_bytes, c.max_headers, c.max_body_bytes) == (
+        100, 101, 9, 102)
+    assert (c.keepalive_timeout, c.header_timeout, c.body_timeout, c.graceful_timeout) == (
+        1.5, 2.0, 3.0, 0.0)
+    assert c.log_level == "debug"
+    assert (c.processes, c.access_log, c.interface) == (4, True, "wsgi")
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["--threads", "-1", "m:app"], "cyserve: invalid --threads -1: must be between 0 and 1024"),
+    (["--port", "70000", "m:app"], "cyserve: invalid --port 70000: must be between 0 and 65535"),
+    (["--port", "http", "m:app"], "cyserve: invalid --port http: must be an integer"),
+    (["--graceful-timeout", "soon", "m:app"],
+     "cyserve: invalid --graceful-timeout soon: must be a number of seconds"),
+    (["--keepalive-timeout", "0", "m:app"],
+     "cyserve: invalid --keepalive-timeout 0.0: must be positive"),
+    (["--max-body-bytes", "0", "m:app"],
+     "cyserve: invalid --max-body-bytes 0: must be between 1 and 1099511627776"),
+    (["--backlog", "99999999999", "m:app"],
+     "cyserve: invalid --backlog 99999999999: must be between 1 and 65535"),
+    (["m:app", "--bogus"], "cyserve: unrecognized arguments: --bogus"),
+    ([], "cyserve: the following arguments are required: MODULE:APP"),
+    (["--log-level", "loud", "m:app"], "cyserve: argument --log-level: invalid choice: 'loud' "),
+])
+def test_usage_and_option_errors_are_one_line_and_exit_2(
+        capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
+    status, err = run_main(capsys, *argv)
+    assert status == cli.EXIT_USAGE == 2
+    assert err.count("\n") == 1
+    assert err.startswith(line)
+
+
+def test_bad_app_spec(capsys: pytest.CaptureFixture[str], isolated_path: None) -> None:
+    status, err = run_main(capsys, "justamodule")
+    assert (status, err) == (2, "cyserve: app must be given as 'module:attribute', "
+                                "got 'justamodule'\n")
+
+
+def test_module_that_does_not_exist(capsys: pytest.CaptureFixture[str],
+                                    isolated_path: None) -> None:
+    status, err = run_main(capsys, "no_such_pkg_xyz.y:app")
+    assert (status, err) == (2, "cyserve: cannot import 'no_such_pkg_xyz.y': "
+                                "No module named 'no_such_pkg_xyz'\n")
+
+
+def test_missing_attribute(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                           isolated_path: None) -> None:
+    name = write_module(tmp_path, "x = 1\n")
+    status, err = run_main(capsys, f"{name}:app", "--app-dir", str(tmp_path))
+    assert (status, err) == (2, f"cyserve: '{name}' has no attribute 'app'\n")
+
+
+def test_attribute_that_is_not_an_app(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                      isolated_path: None) -> None:
+    name = write_module(tmp_path, "app = 42\n")
+    status, err = run_main(capsys, f"{name}:app", "--app-dir", str(tmp_path))
+    assert (status, err) == (2, f"cyserve: '{name}:app': expected a cyserve.App or a WSGI "
+                                "application, got int 42\n")
+
+
+def test_a_wsgi_callable_is_served_as_one(tmp_path: Path, isolated_path: None) -> None:
+    name = write_module(tmp_path, """
+        def app(environ, start_response):
+            start_response("200 OK", [])
+            return [b"hi"]
+    """)
+    app = cli.load_app(f"{name}:app", str(tmp_path))
+    assert isinstance(app, cyserve.App)
+    [(match, pattern, methods, kind, handler)] = app.build()
+    assert (match, pattern, methods, kind) == ("prefix", "/", None, "python")
+    assert handler.app.__module__ == name
+    assert cli.load_app(f"{name}:app", str(tmp_path), "wsgi").build()[0][4].app is handler.app
+
+
+@pytest.mark.parametrize(("source", "options", "message"), [
+    ("import cyserve\napp = cyserve.App()\n", ("--interface", "wsgi"),
+     "interface 'wsgi' was asked for, but this is a cyserve.App"),
+    ("def app(environ, start_response):\n    return []\n", ("--interface", "cyserve"),
+     "expected a cyserve.App, got function"),
+    ("async def app(scope, receive, send):\n    pass\n", (),
+     "is an async (ASGI) application; cyserve runs cyserve.App and WSGI applications"),
+])
+def test_interface_mismatch_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                        isolated_path: None, source: str,
+                                        options: tuple[str, ...], message: str) -> None:
+    name = write_module(tmp_path, source)
+    status, err = run_main(capsys, f"{name}:app", "--app-dir", str(tmp_path), *options)
+    assert status == 2
+    assert err.startswith(f"cyserve: '{name}:app': ") and err.endswith("\n")
+    assert message in err and err.count("\n") == 1
+
+
+def test_factory_is_called_for_the_app(tmp_path: Path, isolated_path: None) -> None:
+    name = write_module(tmp_path, """
+        import cyserve
+
+        def create_app():
+            app = cyserve.App()
+            app.static("/", "made")
+            return app
+
+        def create_wsgi():
+            def wsgi(environ, start_response):
+                start_response("200 OK", [])
+                return [b"hi"]
+            return wsgi
+    """)
+    app = cli.load_app(f"{name}:create_app", str(tmp_path), factory=True)
+    assert isinstance(app, cyserve.App) and app.build()[0][3] == "static"
+    app = cli.load_app(f"{name}:create_wsgi", str(tmp_path), factory=True)
+    assert app.build()[0][4].app.__name__ == "wsgi"
+
+
+def test_a_factory_without_factory_is_one_line(capsys: pytest.CaptureFixture[str],
+                                               tmp_path: Path, isolated_path: None) -> None:
+    name = write_module(tmp_path, """
+        def create_app():
+            pass
+
+        not_callable = 5
+    """)
+    status, err = run_main(capsys, f"{name}:create_app", "--app-dir", str(tmp_path))
+    assert status == 2 and err.count("\n") == 1
+    assert "'create_app' cannot be called as a WSGI application with (environ, " in err
+    assert "(an application factory? the command takes --factory to call it first)" in err
+    status, err = run_main(capsys, f"{name}:not_callable", "--app-dir", str(tmp_path),
+                           "--factory")
+    assert (status, err) == (2, f"cyserve: '{name}:not_callable' is not callable, so it cannot "
+                                f"be a factory (it is a int)\n")
+    status, err = run_main(capsys, f"{name}:create_app", "--app-dir", str(tmp_path),
+                           "--factory")
+    assert (status, err) == (2, f"cyserve: '{name}:create_app' (its factory's result): expected "
+                                f"a cyserve.App or a WSGI application, got NoneType None\n")
+
+
+def test_unknown_interface_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    status, err = run_main(capsys, "m:app", "--interface", "asgi")
+    assert status == 2 and err.startswith("cyserve: argument --interface: invalid choice: 'asgi'")
+
+
+def test_dotted_attribute(tmp_path: Path, isolated_path: None) -> None:
+    name = write_module(tmp_path, """
+        import cyserve
+        class Holder:
+            app = cyserve.App()
+    """)
+    app = cli.load_app(f"{name}:Holder.app", str(tmp_path))
+    assert isinstance(app, cyserve.App)
+
+
+def test_app_dir_defaults_to_the_current_folder(tmp_path: Path, isolated_path: None,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    name = write_module(tmp_path, "import cyserve\napp = cyserve.App()\n")
+    monkeypatch.chdir(tmp_path)
+    assert isinstance(cli.load_app(f"{name}:app"), cyserve.App)
+
+
+def test_an_error_inside_the_application_shows_its_traceback(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, isolated_path: None) -> None:
+    name = write_module(tmp_path, "import cyserve\nraise RuntimeError('boom in app')\n")
+    status, err = run_main(capsys, f"{name}:app", "--app-dir", str(tmp_path))
+    assert status == 1
+    assert "Traceback" in err and f"{name}.py" in err
+    assert err.splitlines()[-1] == (f"cyserve: error while importing '{name}:app': "
+                                    "RuntimeError: boom in app")
+
+
+def test_a_missing_dependency_of_the_app_is_not_reported_as_a_bad_app_path(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, isolated_path: None) -> None:
+    name = write_module(tmp_path, "import no_such_dependency_xyz\n")
+    status, err = run_main(capsys, f"{name}:app", "--app-dir", str(tmp_path))
+    assert status == 1
+    assert err.splitlines()[-1] == (f"cyserve: error while importing '{name}:app': "
+                                    "ModuleNotFoundError: No module named "
+                                    "'no_such_dependency_xyz'")
+
+
+def test_load_app_errors_are_app_load_errors(isolated_path: None) -> None:
+    with pytest.raises(AppLoadError, match="module:attribute"):
+        cli.load_app(":app")
+    with pytest.raises(AppLoadError, match="module:attribute"):
+        cli.load_app("mod:")
+    # importlib would raise a TypeError about a 'package' argument the user never gave.
+    with pytest.raises(AppLoadError, match="absolute module name, got '.demo'"):
+        cli.load_app(".demo:app")
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"cyserve {cyserve.__version__}\n"
+
+
+# ---- subprocess: `python -m cyserve` as a user runs it --------------------------------------
+
+def run_cyserve(*args: str, cwd: Path = ROOT,
+                timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cyserve", *args], cwd=cwd, text=True,
+                          capture_output=True, timeout=timeout)
+
+
+def test_subprocess_bad_app_path() -> None:
+    proc = run_cyserve("x.y:app")
+    assert proc.returncode == 2
+    assert proc.stderr == "cyserve: cannot import 'x.y': No module named 'x'\n"
+    assert proc.stdout == ""
+
+
+def test_subprocess_missing_attribute(tmp_path: Path) -> None:
+    (tmp_path / "mod.py").write_text("x = 1\n")
+    proc = run_cyserve("mod:app", cwd=tmp_path)  # the current folder is on the path
+    assert (proc.returncode, proc.stderr) == (2, "cyserve: 'mod' has no attribute 'app'\n")
+
+
+def test_subprocess_bad_option() -> None:
+    proc = run_cyserve("examples.demo.app:app", "--threads", "-1")
+    assert proc.returncode == 2
+    assert proc.stderr == "cyserve: invalid --threads -1: must be between 0 and 1024\n"
+
+
+def test_subprocess_unknown_flag() -> None:
+    proc = run_cyserve("examples.demo.app:app", "--workers", "2")
+    assert proc.returncode == 2
+    assert proc.stderr == "cyserve: unrecognized arguments: --workers 2\n"
+def test_subprocess_port_in_use(tmp_path: Path) -> None:
+    (tmp_path / "tiny.py").write_text(textwrap.dedent("""
+        import cyserve
+        app = cyserve.App()
+        app.static("/", "hi")
+    """))
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        proc = run_cyserve("tiny:app", "--port", str(port), "--threads", "1", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr == f"cyserve: cannot listen on 127.0.0.1:{port}: address already in use\n"
+
+
+@pytest.mark.parametrize(("exc", "message"), [
+    (OSError(errno.EADDRINUSE, "bind: whatever the engine said"), "address already in use"),
+    (OSError(errno.EACCES, "bind: denied"), "permission denied"),
+    (OSError(errno.EADDRNOTAVAIL, ""), "cannot assign requested address"),
+    (OSError(errno.EINVAL, "cannot resolve host nope: Name or service not known"),
+     "cannot resolve host nope: Name or service not known"),
+])
+def test_listen_error_messages(exc: OSError, message: str) -> None:
+    err = signals.listen_error("::1", 8000, exc)
+    assert str(err) == f"cannot listen on [::1]:8000: {message}"
+    assert err.errno == exc.errno
+
+
+def test_format_address() -> None:
+    assert signals.format_address("127.0.0.1", 80) == "127.0.0.1:80"
+    assert signals.format_address("::", 0) == "[::]:0"
+    assert signals.format_address("localhost", 1) == "localhost:1"

@@ -1,0 +1,721 @@
+"""WSGI applications (cyserve/wsgi.py) served end to end over raw sockets: the environ a request
+becomes, the answers start_response and the body make, the app's mistakes (each a 500 that
+names it, the server serving on), wsgiref's PEP 3333 validator, and a Flask app unmodified."""
+
+from __future__ import annotations
+
+import ast
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+from wsgiref.validate import validator
+
+import flask
+import pytest
+from _rawhttp import Conn, Reply, get, request, serving
+
+import cyserve
+from cyserve._core import Server
+from cyserve.app import as_app
+from cyserve.config import Config
+from cyserve.errors import HandlerTypeError, RouteError
+from cyserve.start import serve
+
+pytestmark = pytest.mark.native
+
+Environ = dict[str, Any]
+
+
+def echo_environ(environ: Environ, start_response: Any) -> list[bytes]:
+    """Answers with the environ's CGI keys and a few wsgi.* ones, as a Python literal."""
+    keys = {k: v for k, v in environ.items() if k.isupper()}
+    keys["body"] = environ["wsgi.input"].read()
+    for k in ("wsgi.version", "wsgi.url_scheme", "wsgi.multithread", "wsgi.multiprocess",
+              "wsgi.run_once", "wsgi.input_terminated"):
+        keys[k] = environ[k]
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [repr(keys).encode()]
+
+
+def environ_of(port: int, data: bytes) -> Environ:
+    r = request(port, data)
+    assert r.status == 200, r
+    env: Environ = ast.literal_eval(r.body.decode())
+    return env
+
+
+@pytest.fixture()
+def echo_port() -> Iterator[int]:
+    app = cyserve.App()
+    app.wsgi("/", echo_environ)
+    with serving(app.build()) as srv:
+        yield srv.port
+
+
+# ---- the environ --------------------------------------------------------------------------
+
+def test_environ_of_a_get(echo_port: int) -> None:
+    env = environ_of(echo_port, b"GET /a/b?x=1&y=%20 HTTP/1.1\r\nHost: example.com:8080\r\n"
+                                b"Accept: a\r\nAccept: b\r\nCookie: c=1\r\nCookie: d=2\r\n\r\n")
+    assert env["REQUEST_METHOD"] == "GET"
+    assert (env["SCRIPT_NAME"], env["PATH_INFO"]) == ("", "/a/b")
+    assert env["QUERY_STRING"] == "x=1&y=%20"  # raw, as PEP 3333 wants it
+    assert env["SERVER_PROTOCOL"] == "HTTP/1.1"
+    assert (env["SERVER_NAME"], env["SERVER_PORT"]) == ("example.com", "8080")
+    assert env["HTTP_HOST"] == "example.com:8080"
+    assert env["HTTP_ACCEPT"] == "a, b"
+    assert env["HTTP_COOKIE"] == "c=1; d=2"
+    assert "CONTENT_LENGTH" not in env and "CONTENT_TYPE" not in env
+    assert env["body"] == b""
+    assert env["wsgi.version"] == (1, 0)
+    assert env["wsgi.url_scheme"] == "http"
+    assert env["wsgi.run_once"] is False and env["wsgi.input_terminated"] is True
+    assert env["REMOTE_ADDR"] == "127.0.0.1" and env["REMOTE_PORT"].isdigit()
+
+
+def test_remote_port_is_the_clients(echo_port: int) -> None:
+    with Conn(echo_port) as c:
+        c.send(get("/"))
+        env = ast.literal_eval(c.reply().body.decode())
+        assert int(env["REMOTE_PORT"]) == c.sock.getsockname()[1]
+
+
+def test_path_info_is_percent_decoded_bytes_as_latin1(echo_port: int) -> None:
+    env = environ_of(echo_port, get("/caf%C3%A9/a%2Fb%20c"))
+    # PEP 3333: the decoded bytes, each as one latin-1 character; "%2F" is a "/" here (CGI).
+    assert env["PATH_INFO"] == "/caf\u00c3\u00a9/a/b c"
+    assert env["PATH_INFO"].encode("latin-1").decode("utf-8") == "/café/a/b c"
+
+
+def test_headers_with_an_underscore_are_left_out(echo_port: int) -> None:
+    env = environ_of(echo_port, get("/", extra="X-User: alice\r\nX_User: mallory\r\n"
+                                               "Content_Length: 9\r\n"))
+    assert env["HTTP_X_USER"] == "alice"
+    assert "CONTENT_LENGTH" not in env and "HTTP_CONTENT_LENGTH" not in env
+
+
+def test_ipv6_host_and_a_host_without_port(echo_port: int) -> None:
+    env = environ_of(echo_port, get("/", host="[::1]:9000"))
+    assert (env["SERVER_NAME"], env["SERVER_PORT"]) == ("::1", "9000")
+    env = environ_of(echo_port, get("/", host="example.com"))
+    assert (env["SERVER_NAME"], env["SERVER_PORT"]) == ("example.com", "80")
+
+
+def test_post_body_content_length_and_type(echo_port: int) -> None:
+    env = environ_of(echo_port, b"POST /p HTTP/1.1\r\nHost: t\r\nContent-Type: text/x\r\n"
+                                b"Content-Length: 5\r\n\r\nhello")
+    assert (env["CONTENT_TYPE"], env["CONTENT_LENGTH"], env["body"]) == ("text/x", "5", b"hello")
+    assert "HTTP_CONTENT_TYPE" not in env and "HTTP_CONTENT_LENGTH" not in env
+
+
+def test_chunked_body_arrives_whole_with_its_length(echo_port: int) -> None:
+    env = environ_of(echo_port, b"PUT /p HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                b"3\r\nabc\r\n4;ext=1\r\ndefg\r\n0\r\nTrailer: x\r\n\r\n")
+    assert (env["REQUEST_METHOD"], env["CONTENT_LENGTH"], env["body"]) == ("PUT", "7", b"abcdefg")
+
+
+def test_an_empty_body_with_content_length_zero(echo_port: int) -> None:
+    env = environ_of(echo_port, b"POST /p HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n")
+    assert env["CONTENT_LENGTH"] == "0"
+
+
+def test_mounted_under_a_prefix_beside_other_routes() -> None:
+    app = cyserve.App()
+    app.static("/plaintext", b"Hello, World!", content_type="text/plain")
+    app.wsgi("/api", echo_environ)
+    with serving(app.build()) as srv:
+        env = environ_of(srv.port, get("/api/users/7"))
+        assert (env["SCRIPT_NAME"], env["PATH_INFO"]) == ("/api", "/users/7")
+        env = environ_of(srv.port, get("/api"))
+        assert (env["SCRIPT_NAME"], env["PATH_INFO"]) == ("/api", "")
+        assert request(srv.port, get("/plaintext")).body == b"Hello, World!"
+        assert request(srv.port, get("/apix")).status == 404  # prefixes match whole segments
+
+
+def test_an_encoded_prefix_is_decoded_like_path_info() -> None:
+    app = cyserve.App()
+    app.wsgi("/caf%C3%A9", echo_environ)
+    with serving(app.build()) as srv:
+        env = environ_of(srv.port, get("/caf%C3%A9/x%20y"))
+        assert (env["SCRIPT_NAME"], env["PATH_INFO"]) == ("/caf\u00c3\u00a9", "/x y")
+
+
+def test_a_host_without_a_name_leaves_the_servers(echo_port: int) -> None:
+    env = environ_of(echo_port, get("/", host=":8080"))
+    assert (env["SERVER_NAME"], env["SERVER_PORT"]) == ("localhost", "8080")
+
+
+def test_a_bytes_subclass_is_bytes() -> None:
+    class B(bytes):
+        pass
+
+    def app(environ: Environ, start_response: Any) -> list[bytes]:
+        start_response("200 OK", [])
+        return [B(b"hello")]
+
+    with serve_wsgi(app) as srv:
+        assert request(srv.port, get("/")).body == b"hello"
+
+
+def test_an_unregistered_status_has_no_made_up_reason() -> None:
+    def app(environ: Environ, start_response: Any) -> list[bytes]:
+        start_response("299 Whatever", [])
+        return [b""]
+
+    with serve_wsgi(app) as srv:
+        r = request(srv.port, get("/"))
+        assert (r.status, r.raw_head.split(b"\r\n")[0]) == (299, b"HTTP/1.1 299 ")
+
+
+def test_serve_tells_the_app_where_it_runs() -> None:
+    # HTTP/1.0 may come without Host: SERVER_NAME and SERVER_PORT are then the server's own.
+    ready = threading.Event()
+    stop = threading.Event()
+    box: dict[str, Any] = {}
+
+    def on_ready(srv: Any) -> None:
+        box["port"] = srv.port
+        ready.set()
+
+    t = threading.Thread(target=serve, args=(echo_environ, Config(port=0, threads=2)),
+                         kwargs={"stop_event": stop, "ready": on_ready}, daemon=True)
+    t.start()
+    try:
+        assert ready.wait(10)
+        env = environ_of(box["port"], b"GET / HTTP/1.0\r\n\r\n")
+        assert (env["SERVER_NAME"], env["SERVER_PORT"]) == ("127.0.0.1", str(box["port"]))
+        assert env["SERVER_PROTOCOL"] == "HTTP/1.0"
+        assert env["wsgi.multithread"] is True and env["wsgi.multiprocess"] is False
+    finally:
+        stop.set()
+        t.join(10)
+    assert not t.is_alive()
+
+
+# ---- answers ------------------------------------------------------------------------------
+
+def serve_wsgi(app: Any) -> Any:
+    return serving(as_app(app).build())
+
+
+def test_status_headers_and_a_body_in_pieces() -> None:
+    def app(environ: Environ, start_response: Any) -> Iterator[bytes]:
+        start_response("404 Not Found", [("Content-Type", "text/html"), ("Set-Cookie", "a=1"),
+                                         ("Set-Cookie", "b=2"), ("X-Thing", "v")])
+        yield b"<p>"
+        yield b""
+        yield bytearray(b"gone")
+        yield memoryview(b"</p>")
+
+    with serve_wsgi(app) as srv, Conn(srv.port) as c:
+        c.send(get("/x"))
+        r = c.reply()
+        assert (r.status, r.body) == (404, b"<p>gone</p>")
+        assert r.header("content-type") == "text/html" and r.header("x-thing") == "v"
+        assert r.raw_head.count(b"Set-Cookie:") == 2
+        # A generator with no Content-Length is streamed: chunked, each piece as it came.
+        assert r.header("content-length") is None and r.header("transfer-encoding") == "chunked"
+        c.send(get("/again"))  # keep-alive goes on
+        assert c.reply().status == 404
+
+
+def test_write_callable_and_iterable_together() -> None:
+    def app(environ: Environ, start_response: Any) -> list[bytes]:
+        write = start_response("200 OK", [])
+        write(b"from write, ")
+        return [b"then the iterable"]
+
+    with serve_wsgi(app) as srv:
+        assert request(srv.port, get("/")).body == b"from write, then the iterable"
+
+
+def test_the_apps_own_date_and_server_give_way_to_the_engines() -> None:
+    def app(environ: Environ, start_response: Any) -> list[bytes]:
+        start_response("200 OK", [("Date", "yesterday"), ("Server", "app/1"),
+                                  ("Connection", "keep-alive"), ("Keep-Alive", "timeout=5")])
+        return [b"x"]
+
+    with serve_wsgi(app) as srv:
+        r = request(srv.port, get("/"))
+        assert r.status == 200
+        assert r.raw_head.count(b"Server:") == 1 and r.header("server") == "cyserve"
+        assert r.header("date") != "yesterday"
+        assert r.header("keep-alive") is None
+
+
+def test_content_length_from_the_app_is_checked_and_announced_for_head() -> None:
+    def app(environ: Environ, start_response: Any) -> list[bytes]:
+        start_response("200 OK", [("Content-Length", "5")])
+        # Like Werkzeug: an answer to HEAD has no body, but says what GET would send.
+        return [] if environ["REQUEST_METHOD"] == "HEAD" else [b"hello"]
+
+    with serve_wsgi(app) as srv:
+        r = request(srv.port, get("/"))
+        assert (r.status, r.body, r.header("content-length")) == (200, b"hello", "5")
+        r = request(srv.port, b"HEAD / HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert (r.status, r.header("content-length")) == (200, "5")
+
+
+def test_connection_close_from_the_app_closes_after_the_answer() -> None:
+    def app(environ: Environ, start_response: Any) -> list[bytes]:
+        start_response("200 OK", [("Connection", "Close")])
+        return [b"bye"]
+
+    with serve_wsgi(app) as srv, Conn(srv.port) as c:
+        c.send(get("/"))
+        r = c.reply()
+        assert (r.body, r.header("connection")) == (b"bye", "close")
+        assert c.is_closed()
+
+
+def test_an_error_page_replaces_the_first_answer_with_exc_info() -> None:
+    def app(environ: Environ, start_response: Any) -> list[bytes]:
+        write = start_response("200 OK", [("X-First", "1")])
+        write(b"partial")
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            import sys
+            start_response("503 Service Unavailable", [("Retry-After", "1")], sys.exc_info())
+        return [b"try later"]
+
+    with serve_wsgi(app) as srv:
+        r = request(srv.port, get("/"))
+        assert (r.status, r.body, r.header("x-first")) == (503, b"try later", None)
+        assert r.header("retry-after") == "1"
+
+
+class Closing:
+    """A response iterable that records its close()."""
+
+    def __init__(self, items: list[Any], closed: list[bool]) -> None:
+        self.items = items
+        self.closed = closed
+
+    def __iter__(self) -> Iterator[Any]:
+        for item in self.items:
+            if isinstance(item, Exception):
+                raise item
+            yield item
+
+    def close(self) -> None:
+        self.closed.append(True)
+
+
+def failing_app(kind: str, closed: list[bool]) -> Any:
+    def app(environ: Environ, start_response: Any) -> Any:
+        if kind == "raises":
+            raise ValueError("the app failed")
+        if kind == "no start_response":
+            return Closing([b"x"], closed)
+        if kind == "twice":
+            start_response("200 OK", [])
+            start_response("200 OK", [])
+        if kind == "bad status":
+            start_response("200", [])  # no reason phrase is fine: the next line is not
+            start_response("2000 OK", [], (None, None, None))
+        if kind == "1xx status":
+            start_response("103 Early Hints", [])
+        if kind == "status not str":
+            start_response(200, [])
+        if kind == "headers not list":
+            start_response("200 OK", {"A": "b"})
+        if kind == "header not str":
+            start_response("200 OK", [("A", 1)])
+        if kind == "hop-by-hop":
+            start_response("200 OK", [("Transfer-Encoding", "chunked")])
+        if kind == "upgrade":
+            start_response("200 OK", [("Upgrade", "websocket")])
+        if kind == "bad header value":
+            start_response("200 OK", [("A", "b\r\nInjected: yes")])
+        if kind == "wrong content-length":
+            start_response("200 OK", [("Content-Length", "3")])
+        if kind == "bad content-length":
+            start_response("200 OK", [("Content-Length", "+5")])
+            return Closing([b"hello"], closed)
+        if kind == "str chunk":
+            start_response("200 OK", [])
+            return Closing([b"", "text"], closed)
+        if kind == "iteration raises":
+            start_response("200 OK", [])
+            return Closing([b"", KeyError("before the body")], closed)
+        if kind == "too long":  # with a length, the first piece does not start the answer
+            start_response("200 OK", [("Content-Length", "3")])
+            return Closing([b"ok", b"ok"], closed)
+        if kind == "body on 204":
+            start_response("204 No Content", [])
+        return Closing([b"body"], closed)
+
+    return app
+
+
+@pytest.mark.parametrize("kind", ["raises", "no start_response", "twice", "bad status",
+                                  "1xx status", "status not str", "headers not list",
+                                  "header not str", "hop-by-hop", "upgrade", "bad header value",
+                                  "wrong content-length", "bad content-length", "str chunk",
+                                  "iteration raises", "too long", "body on 204"])
+def test_what_the_app_gets_wrong_is_a_500_and_a_logged_error(
+        kind: str, caplog: pytest.LogCaptureFixture) -> None:
+    closed: list[bool] = []
+    with serve_wsgi(failing_app(kind, closed)) as srv, caplog.at_level(logging.ERROR):
+        with Conn(srv.port) as c:
+            c.send(get("/"))
+            r = c.reply()
+            assert (r.status, r.body) == (500, b"500 Internal Server Error\n")
+            c.send(get("/"))  # the connection and the server go on
+            assert c.reply().status == 500
+    assert any("failed for GET /" in rec.getMessage() for rec in caplog.records)
+    if kind not in ("raises", "twice", "bad status", "1xx status", "status not str",
+                    "headers not list", "header not str", "hop-by-hop", "upgrade",
+                    "bad header value"):
+        assert closed == [True, True]  # close() is called whatever went wrong
+
+
+def test_the_error_names_the_mistake(caplog: pytest.LogCaptureFixture) -> None:
+    closed: list[bool] = []
+    with serve_wsgi(failing_app("str chunk", closed)) as srv, caplog.at_level(logging.ERROR):
+        request(srv.port, get("/"))
+    text = "\n".join(rec.getMessage() + "\n" + (rec.exc_text or "") for rec in caplog.records)
+    assert "the WSGI application yielded a str, not bytes" in text
+
+
+# ---- streamed answers ---------------------------------------------------------------------
+
+def test_a_piece_goes_out_before_the_next_is_produced() -> None:
+    # Server-sent events: the generator waits for the client to have seen piece 1 before it
+    # yields piece 2, so this only passes if each piece is sent as it comes.
+    seen = threading.Event()
+
+    def app(environ: Environ, start_response: Any) -> Iterator[bytes]:
+        start_response("200 OK", [("Content-Type", "text/event-stream")])
+        yield b"data: 1\n\n"
+        assert seen.wait(10), "the client never got the first event"
+        yield b"data: 2\n\n"
+
+    with serve_wsgi(app) as srv, Conn(srv.port) as c:
+        c.send(get("/events"))
+        head = c.read_until(b"\r\n\r\n")
+        assert b"Transfer-Encoding: chunked\r\n" in head and b"Content-Length" not in head
+        assert c.read_until(b"data: 1\n\n\r\n") == b"9\r\ndata: 1\n\n\r\n"
+        seen.set()
+        assert c.read_until(b"0\r\n\r\n") == b"9\r\ndata: 2\n\n\r\n0\r\n\r\n"
+        c.send(get("/again"))  # the connection goes on after a chunked answer
+        seen.set()
+        assert c.reply().body == b"data: 1\n\ndata: 2\n\n"
+
+
+def pieces(n: int, size: int, produced: list[int] | None = None) -> Iterator[bytes]:
+    for i in range(n):
+        if produced is not None:
+            produced.append(i)
+        yield bytes([65 + i % 26]) * size
+
+
+def test_http10_gets_the_stream_until_the_connection_closes() -> None:
+    def app(environ: Environ, start_response: Any) -> Iterator[bytes]:
+        start_response("200 OK", [])
+        return pieces(3, 5)
+
+    with serve_wsgi(app) as srv, Conn(srv.port) as c:
+        c.send(b"GET / HTTP/1.0\r\n\r\n")
+        r = c.reply()
+        assert r.header("transfer-encoding") is None and r.header("content-length") is None
+        assert r.header("connection") == "close"
+        assert r.body == b"AAAAABBBBBCCCCC"
+
+
+def test_a_long_body_with_its_length_is_streamed_as_it_is() -> None:
+    def app(environ: Environ, start_response: Any) -> Iterator[bytes]:
+        start_response("200 OK", [("Content-Length", str(40 * 65536))])
+        return pieces(40, 65536)
+
+    with serve_wsgi(app) as srv, Conn(srv.port) as c:
+        for _ in range(2):  # keep-alive: the length framed it
+            c.send(get("/big"))
+            r = c.reply()
+            assert r.header("transfer-encoding") is None
+            assert r.body == b"".join(pieces(40, 65536))
+
+
+def test_a_slow_reader_slows_the_producer_down() -> None:
+    # 640 MB on offer; a client that reads nothing lets the server produce only what the
+    # socket buffers hold, not the whole body into memory.
+    produced: list[int] = []
+
+    def app(environ: Environ, start_response: Any) -> Iterator[bytes]:
+        start_response("200 OK", [])
+        return pieces(10_000, 65536, produced)
+
+    with serve_wsgi(app) as srv, Conn(srv.port) as c:
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        c.send(get("/huge"))
+        c.read_until(b"\r\n\r\n")
+        time.sleep(0.5)
+        assert 1 <= len(produced) < 500, len(produced)
+
+
+def test_a_failure_midway_cuts_the_answer_short(caplog: pytest.LogCaptureFixture) -> None:
+    closed: list[bool] = []
+
+    def app(environ: Environ, start_response: Any) -> Any:
+        start_response("200 OK", [])
+        return Closing([b"first", RuntimeError("failed midway")], closed)
+
+    with serve_wsgi(app) as srv, caplog.at_level(logging.ERROR), Conn(srv.port) as c:
+        c.send(get("/"))
+        head = c.read_until(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 ") and b"chunked" in head
+        while c._fill():
+            pass
+        # The piece that was sent, then the close: no last chunk, so the client knows.
+        assert c.buf == b"5\r\nfirst\r\n"
+    assert closed == [True]
+    assert any("failed while streaming" in rec.getMessage() for rec in caplog.records)
+
+
+def test_a_client_that_leaves_midway_gets_the_stream_closed() -> None:
+    closed = threading.Event()
+
+    def app(environ: Environ, start_response: Any) -> Iterator[bytes]:
+        start_response("200 OK", [])
+        try:
+            while True:
+                yield b"x" * 65536
+        finally:
+            closed.set()
+
+    with serve_wsgi(app) as srv:
+        with socket.create_connection(("127.0.0.1", srv.port)) as s:
+            s.sendall(get("/endless"))
+            assert s.recv(65536).startswith(b"HTTP/1.1 200 ")
+        assert closed.wait(10), "the generator was never closed"
+
+
+def test_a_stream_the_stop_cuts_short_is_still_closed() -> None:
+    # Past the grace period the stop cancels everything, offloaded calls included, so the
+    # engine cannot ask the handler to close the stream itself: Server.stop() does it after.
+    closed = threading.Event()
+
+    def app(environ: Environ, start_response: Any) -> Iterator[bytes]:
+        start_response("200 OK", [])
+        try:
+            while True:
+                yield b"event\n"
+                time.sleep(0.02)
+        finally:
+            closed.set()
+
+    srv = Server(as_app(app).build(), host="127.0.0.1", port=0, threads=2)
+    srv.start()
+    try:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            s.sendall(get("/events"))
+            assert s.recv(65536).startswith(b"HTTP/1.1 200 ")
+            srv.stop(grace=0.2)
+            assert closed.is_set(), "the generator was not closed by the stop"
+    finally:
+        srv.stop(grace=0)
+
+
+def test_more_than_announced_is_cut_and_less_closes_the_connection() -> None:
+    def app(environ: Environ, start_response: Any) -> Iterator[bytes]:
+        n = 100_000
+        start_response("200 OK", [("Content-Length", str(n))])
+        if environ["PATH_INFO"] == "/more":
+            return pieces(3, 65536)  # 196,608 bytes for 100,000 announced
+        return pieces(1, 70_000)  # fewer: past 64 KiB it was already streaming
+
+    with serve_wsgi(app) as srv, Conn(srv.port) as c:
+        c.send(get("/more"))
+        r = c.reply()
+        assert len(r.body) == 100_000
+        c.send(get("/less"))
+        head = c.read_until(b"\r\n\r\n")
+        assert b"Content-Length: 100000\r\n" in head
+        while c._fill():
+            pass
+        assert len(c.buf) == 70_000  # and then the close: the client sees the short body
+
+
+def test_head_of_a_stream_says_no_length() -> None:
+    def app(environ: Environ, start_response: Any) -> Iterator[bytes]:
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return pieces(3, 5)
+
+    with serve_wsgi(app) as srv, Conn(srv.port) as c:
+        c.send(b"HEAD / HTTP/1.1\r\nHost: t\r\n\r\n")
+        r = c.reply(head_only=True)
+        assert r.status == 200 and r.header("content-length") is None
+        c.send(get("/"))
+        assert c.reply().body == b"AAAAABBBBBCCCCC"
+
+
+# ---- the PEP 3333 validator and a real framework -------------------------------------------
+
+def validated_app(environ: Environ, start_response: Any) -> Iterator[bytes]:
+    body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+    start_response("200 OK", [("Content-Type", "text/plain"),
+                              ("Content-Length", str(len(body) + 3))])
+    return iter([b"ok:", body])
+
+
+@pytest.mark.parametrize("data", [
+    get("/v?q=1"),
+    b"POST /v HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n\r\nbody",
+    b"PUT /v HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n",
+    b"GET /v HTTP/1.0\r\n\r\n",
+])
+def test_wsgiref_validator_finds_nothing_wrong(data: bytes) -> None:
+    # wsgiref.validate checks the server's side of PEP 3333 (the environ's keys and types,
+    # wsgi.input, start_response, close()): any finding is an AssertionError or a warning, both
+    # of which make the request a 500 (the suite turns warnings into errors).
+    with serving(as_app(validator(validated_app)).build()) as srv:
+        r = request(srv.port, data)
+        assert r.status == 200, r
+        assert r.body.startswith(b"ok:")
+
+
+def make_flask_app() -> Any:
+    app = flask.Flask("cyserve_test")
+
+    @app.get("/hello/<name>")
+    def hello(name: str) -> str:
+        return f"Hello, {name}! q={flask.request.args.get('q')}"
+
+    @app.post("/json")
+    def json_echo() -> Any:
+        return flask.jsonify(got=flask.request.get_json(), ip=flask.request.remote_addr)
+
+    @app.post("/form")
+    def form() -> str:
+        return ",".join(f"{k}={v}" for k, v in sorted(flask.request.form.items()))
+
+    @app.get("/cookie")
+    def cookie() -> Any:
+        resp = flask.make_response(f"seen={flask.request.cookies.get('seen')}")
+        resp.set_cookie("seen", "yes")
+        return resp
+
+    @app.get("/go")
+    def go() -> Any:
+        return flask.redirect(flask.url_for("hello", name="there"))
+
+    @app.get("/fail")
+    def fail() -> str:
+        raise RuntimeError("flask handler failed")
+
+    @app.get("/stream")
+    def stream() -> Any:
+        return flask.Response((f"{i}," for i in range(3)), mimetype="text/csv")
+
+    return app
+
+
+def test_a_flask_app_runs_unmodified() -> None:
+    fapp = make_flask_app()
+    with serve_wsgi(fapp) as srv, Conn(srv.port) as c:
+        def ask(data: bytes, head: bool = False) -> Reply:
+            c.send(data)
+            return c.reply(head_only=head)
+
+        r = ask(get("/hello/caf%C3%A9?q=1"))
+        assert (r.status, r.body) == (200, "Hello, café! q=1".encode())
+        assert r.header("content-type") == "text/html; charset=utf-8"
+        r = ask(b"HEAD /hello/x HTTP/1.1\r\nHost: t\r\n\r\n", head=True)
+        assert (r.status, r.header("content-length")) == (200, str(len(b"Hello, x! q=None")))
+        body = b'{"a": [1, 2]}'
+        r = ask(b"POST /json HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        assert r.status == 200
+        assert flask.json.loads(r.body) == {"got": {"a": [1, 2]}, "ip": "127.0.0.1"}
+        form = b"b=2&a=%C3%A9"
+        r = ask(b"POST /form HTTP/1.1\r\nHost: t\r\nContent-Type: application/x-www-form-urlencoded"
+                b"\r\nContent-Length: %d\r\n\r\n%s" % (len(form), form))
+        assert (r.status, r.body) == (200, "a=é,b=2".encode())
+        r = ask(get("/cookie", extra="Cookie: seen=no\r\n"))
+        assert r.body == b"seen=no" and r.header("set-cookie").startswith("seen=yes")
+        r = ask(get("/go", host="example.com"))
+        assert (r.status, r.header("location")) == (302, "/hello/there")
+        r = ask(get("/missing"))
+        assert r.status == 404 and b"Not Found" in r.body
+        r = ask(b"DELETE /json HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert r.status == 405 and r.header("allow") is not None
+        r = ask(get("/fail"))  # Flask answers its own 500 and logs the traceback
+        assert r.status == 500
+        r = ask(get("/stream"))
+        assert (r.status, r.body, r.header("transfer-encoding")) == (200, b"0,1,2,", "chunked")
+        r = ask(b"HEAD /stream HTTP/1.1\r\nHost: t\r\n\r\n", head=True)
+        assert (r.status, r.header("content-length")) == (200, None)
+
+
+# ---- registering and loading --------------------------------------------------------------
+
+def test_as_app_tells_an_app_from_a_wsgi_callable() -> None:
+    app = cyserve.App()
+    assert as_app(app) is app and as_app(app, "cyserve") is app
+    wrapped = as_app(echo_environ)
+    assert [r[:4] for r in wrapped.build()] == [("prefix", "/", None, "python")]
+    assert as_app(echo_environ, "wsgi").build()[0][4].app is echo_environ
+
+
+async def asgi_app(scope: Any, receive: Any, send: Any) -> None:
+    pass
+
+
+class AsgiClass:
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("obj, interface, message", [
+    (42, "auto", "expected a cyserve.App or a WSGI application, got int 42"),
+    (echo_environ, "cyserve", "expected a cyserve.App, got function"),
+    (cyserve.App(), "wsgi", "interface 'wsgi' was asked for, but this is a cyserve.App"),
+    (asgi_app, "auto", "is an async (ASGI) application"),
+    (AsgiClass(), "wsgi", "is an async (ASGI) application"),
+])
+def test_as_app_refuses_what_it_cannot_serve(obj: Any, interface: str, message: str) -> None:
+    with pytest.raises(HandlerTypeError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        as_app(obj, interface)
+
+
+def test_app_wsgi_checks_its_arguments() -> None:
+    app = cyserve.App()
+    with pytest.raises(HandlerTypeError, match="must be callable"):
+        app.wsgi("/", 42)  # type: ignore[arg-type]
+    with pytest.raises(RouteError, match="ASGI"):
+        app.wsgi("/", asgi_app)
+    with pytest.raises(RouteError, match="not a WSGI application"):
+        app.wsgi("/", cyserve.App())  # type: ignore[arg-type]
+    with pytest.raises(RouteError, match="must start with '/'"):
+        app.wsgi("no-slash", echo_environ)
+    with pytest.raises(HandlerTypeError, match=r"with \(environ, start_response\): its signature "
+                                               r"is \(environ\)$"):
+        app.wsgi("/", lambda environ: [])
+    app.wsgi("/a", echo_environ)
+    with pytest.raises(RouteError, match="duplicate route"):
+        app.wsgi("/a/", echo_environ)
+    assert len(app) == 1
+
+
+def test_interface_option_is_validated() -> None:
+    with pytest.raises(cyserve.ConfigError, match="invalid interface 'asgi'"):
+        Config(interface="asgi")
+
+
+def test_request_client_is_the_peer_address() -> None:
+    # What REMOTE_ADDR and REMOTE_PORT come from, for any Python handler.
+    seen: list[Any] = []
+
+    def handler(req: Any) -> str:
+        seen.append(req.client)
+        return "ok"
+
+    with serving([("path", "/", None, "python", handler)]) as srv:
+        with socket.create_connection(("127.0.0.1", srv.port)) as s:
+            s.sendall(get("/"))
+            assert s.recv(1024).startswith(b"HTTP/1.1 200")
+            assert seen == [("127.0.0.1", s.getsockname()[1])]
