@@ -193,7 +193,7 @@ struct conn {
     size_t cap, len;             /* buf size, bytes held */
     size_t pend;                 /* buf[0..pend): the unsent rest of an inline answer */
     int pend_close;              /* ... after which the connection closes */
-    int drained;                 /* the inline path's read was short: nothing more to read */
+    int drained;                 /* the last read was short: nothing more to read */
     int busy;                    /* a coroutine serves it (or is about to); home worker only */
     int timer_armed;             /* idle is armed; home worker only */
     char *peer;                  /* "address:port" for the access log, made on its first line */
@@ -684,23 +684,32 @@ static void worker_start(struct sched *sched, unsigned id, void *ud)
 
 /* ---- the serving coroutine ---- */
 
-struct serve {
+/* One request, from its parsed head to its answer: what a handler's cyserve_request.engine
+ * points at. Its views point into the connection's read buffer. */
+struct request {
     struct conn *c;
     struct server *srv;
-    struct http_request req;
+    struct http_request head;
     struct http_header *hdrs;
     unsigned max_headers;
-    int drained;        /* the last read returned less than asked: the socket is empty */
     /* For the access log: the status and body bytes of the response being written (bytes -1:
-     * unknown), whether sv->req holds a parsed request, and when its head was complete. */
+     * unknown), whether head holds a parsed request, and when it was complete. */
     int log_status;
     int64_t log_bytes;
     int log_have_req;
     uint64_t log_t0;
     struct cyserve_response resp;
+    struct http_header hdr_inline[INLINE_HEADERS];
+};
+
+/* The HTTP/1 serving state of a connection, on its coroutine's stack: the output buffer in
+ * which the answers of pipelined requests accumulate, and the request being served. */
+struct serve {
+    struct conn *c;
+    struct server *srv;
     struct wbuf out;
     char out_inline[OUT_INLINE];
-    struct http_header hdr_inline[INLINE_HEADERS];
+    struct request rq;
 };
 
 enum { SERVE_IDLE = 0, SERVE_CLOSE = 1 };
@@ -708,7 +717,7 @@ enum { SERVE_IDLE = 0, SERVE_CLOSE = 1 };
 static void serve_cleanup(void *arg)
 {
     struct serve *sv = arg;
-    resp_free(&sv->resp);
+    resp_free(&sv->rq.resp);
     wbuf_free(&sv->out);
 }
 
@@ -763,7 +772,7 @@ static ssize_t conn_read_once(struct serve *sv)
         ssize_t n = sock_recv(c->io.fd, c->buf + c->len, space);
         if (LIKELY(n > 0)) {
             c->len += (size_t)n;
-            sv->drained = (size_t)n < space;
+            sv->c->drained = (size_t)n < space;
             return n;
         }
         if (n == 0)
@@ -771,7 +780,7 @@ static ssize_t conn_read_once(struct serve *sv)
         if (errno == EINTR)
             continue;
         if (errno == EAGAIN)
-            sv->drained = 1;
+            sv->c->drained = 1;
         return -errno;
     }
 }
@@ -976,23 +985,23 @@ static const char *log_peer(struct conn *c)
 static void access_log(struct serve *sv)
 {
     int fd = sv->srv->cfg.access_log_fd;
-    if (LIKELY(fd < 0) || !sv->log_status)
+    if (LIKELY(fd < 0) || !sv->rq.log_status)
         return;
     char line[LOG_TARGET_MAX + 256];
     char bytes[24] = "-";
-    if (sv->log_bytes >= 0)
-        snprintf(bytes, sizeof(bytes), "%lld", (long long)sv->log_bytes);
-    double secs = sv->log_have_req ? (double)(mono_ns() - sv->log_t0) / 1e9 : 0.0;
+    if (sv->rq.log_bytes >= 0)
+        snprintf(bytes, sizeof(bytes), "%lld", (long long)sv->rq.log_bytes);
+    double secs = sv->rq.log_have_req ? (double)(mono_ns() - sv->rq.log_t0) / 1e9 : 0.0;
     int n;
-    if (sv->log_have_req) {
-        const struct http_request *r = &sv->req;
+    if (sv->rq.log_have_req) {
+        const struct http_request *r = &sv->rq.head;
         int tlen = r->target_len > LOG_TARGET_MAX ? LOG_TARGET_MAX : (int)r->target_len;
         n = snprintf(line, sizeof(line), "%s - - [%s] \"%.*s %.*s HTTP/1.%d\" %d %s %.6f\n",
                      log_peer(sv->c), log_date(), (int)r->method_len, r->method, tlen, r->target,
-                     r->minor_version, sv->log_status, bytes, secs);
+                     r->minor_version, sv->rq.log_status, bytes, secs);
     } else {
         n = snprintf(line, sizeof(line), "%s - - [%s] \"-\" %d %s %.6f\n", log_peer(sv->c),
-                     log_date(), sv->log_status, bytes, secs);
+                     log_date(), sv->rq.log_status, bytes, secs);
     }
     if (n > 0) {
         size_t len = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
@@ -1004,13 +1013,13 @@ static void access_log(struct serve *sv)
             w = write(fd, line, len);
         } while (w < 0 && errno == EINTR);
     }
-    sv->log_status = 0;
+    sv->rq.log_status = 0;
 }
 
 static void log_response(struct serve *sv, int status, int64_t bytes)
 {
-    sv->log_status = status;
-    sv->log_bytes = bytes;
+    sv->rq.log_status = status;
+    sv->rq.log_bytes = bytes;
 }
 
 /* Answer status with a short text body naming the problem, then close (the caller returns
@@ -1018,7 +1027,7 @@ static void log_response(struct serve *sv, int status, int64_t bytes)
 static int error_close(struct serve *sv, int status, const char *detail)
 {
     /* A HEAD gets no body, even in an error (when its method was read at all). */
-    int head_only = sv->req.method_id == HTTP_HEAD;
+    int head_only = sv->rq.head.method_id == HTTP_HEAD;
     int n = http_write_error(&sv->out, status, detail, head_only, date_now());
     log_response(sv, status, n < 0 ? -1 : n);
     access_log(sv);
@@ -1047,7 +1056,7 @@ static int simple_response(struct serve *sv, int status, const char *body, const
                            int keep, int head_only)
 {
     log_response(sv, status, head_only ? 0 : (int64_t)strlen(body));
-    return simple_put(&sv->out, status, body, extra, sv->req.minor_version, keep, head_only);
+    return simple_put(&sv->out, status, body, extra, sv->rq.head.minor_version, keep, head_only);
 }
 
 static int send_file_range(struct serve *sv, int fd, uint64_t offset, uint64_t count);
@@ -1136,7 +1145,7 @@ static int send_static(struct serve *sv, const struct server_target *t, int keep
     int rc = wbuf_reserve(out, STATIC_HEAD_MAX(t));
     if (UNLIKELY(rc))
         return rc;
-    char *p = static_head_put(out->ptr + out->len, t, keep, sv->req.minor_version);
+    char *p = static_head_put(out->ptr + out->len, t, keep, sv->rq.head.minor_version);
     out->len = (size_t)(p - out->ptr);
     if (head_only || !t->static_body_len)
         return 0;
@@ -1177,12 +1186,12 @@ static int resp_head_put(struct wbuf *out, struct cyserve_response *r, int minor
 
 static int send_resp(struct serve *sv, int keep, int head_only)
 {
-    struct cyserve_response *r = &sv->resp;
+    struct cyserve_response *r = &sv->rq.resp;
     if (r->close)
         keep = 0;
     size_t blen, body_len;
     const char *body = resp_body(r, &body_len);
-    int rc = resp_head_put(&sv->out, r, sv->req.minor_version, keep, head_only, &blen);
+    int rc = resp_head_put(&sv->out, r, sv->rq.head.minor_version, keep, head_only, &blen);
     log_response(sv, r->status, head_only ? 0 : (int64_t)blen);
     if (UNLIKELY(rc))
         return rc;
@@ -1592,13 +1601,13 @@ static int send_piece(struct serve *sv, const char *data, size_t len, int chunke
 
 static int send_stream(struct serve *sv, const struct server_target *t, int keep, int head_only)
 {
-    struct cyserve_response *r = &sv->resp;
+    struct cyserve_response *r = &sv->rq.resp;
     void *stream = r->stream;
     r->stream = NULL; /* from here on, this function owns the duty to release it */
     /* With a length announced, the pieces go out as they are and the connection can stay
      * open; without one, an HTTP/1.1 client gets chunks, an HTTP/1.0 one the close. */
     int64_t length = r->stream_length;
-    int chunked = length < 0 && sv->req.minor_version >= 1;
+    int chunked = length < 0 && sv->rq.head.minor_version >= 1;
     if ((length < 0 && !chunked) || r->close)
         keep = 0;
     if (!keep)
@@ -1614,7 +1623,7 @@ static int send_stream(struct serve *sv, const struct server_target *t, int keep
     }
     uint64_t announce = length >= 0 ? (uint64_t)length
                         : chunked ? HTTP_LENGTH_CHUNKED : HTTP_LENGTH_UNTIL_CLOSE;
-    int rc = http_write_head(&sv->out, r->status, sv->req.minor_version, keep, announce,
+    int rc = http_write_head(&sv->out, r->status, sv->rq.head.minor_version, keep, announce,
                              r->headers.ptr, r->headers.len, date_now());
     if (UNLIKELY(rc) || head_only) {
         stream_abandon(sv, t, stream, r);
@@ -1657,8 +1666,8 @@ static int send_stream(struct serve *sv, const struct server_target *t, int keep
 static int header_value(const struct serve *sv, const char *name, size_t nlen, const char **v,
                         size_t *vlen)
 {
-    for (size_t i = 0; i < sv->req.num_headers; i++) {
-        const struct http_header *h = &sv->hdrs[i];
+    for (size_t i = 0; i < sv->rq.head.num_headers; i++) {
+        const struct http_header *h = &sv->rq.hdrs[i];
         if (h->name_len == nlen && strncasecmp(h->name, name, nlen) == 0) {
             *v = h->value;
             *vlen = h->value_len;
@@ -1700,8 +1709,8 @@ static int send_file_range(struct serve *sv, int fd, uint64_t offset, uint64_t c
 static int not_modified(const struct serve *sv, const struct files_hit *hit)
 {
     int seen = 0;
-    for (size_t i = 0; i < sv->req.num_headers; i++) {
-        const struct http_header *h = &sv->hdrs[i];
+    for (size_t i = 0; i < sv->rq.head.num_headers; i++) {
+        const struct http_header *h = &sv->rq.hdrs[i];
         if (h->name_len == 13 && strncasecmp(h->name, "if-none-match", 13) == 0) {
             if (files_not_modified(hit, h->value, h->value_len, NULL, 0))
                 return 1;
@@ -1719,13 +1728,13 @@ static int not_modified(const struct serve *sv, const struct files_hit *hit)
 static int serve_files(struct serve *sv, const struct server_target *t,
                        const struct router_match *m, int keep, int head_only)
 {
-    enum http_method meth = sv->req.method_id;
+    enum http_method meth = sv->rq.head.method_id;
     if (meth != HTTP_GET && meth != HTTP_HEAD)
         return simple_response(sv, 405, "405 Method Not Allowed\n", "Allow: GET, HEAD\r\n", keep,
                                0);
-    size_t pl = m->prefix_len <= sv->req.path_len ? m->prefix_len : sv->req.path_len;
+    size_t pl = m->prefix_len <= sv->rq.head.path_len ? m->prefix_len : sv->rq.head.path_len;
     struct files_hit hit;
-    int rc = files_open(t->root, sv->req.path + pl, sv->req.path_len - pl, &hit);
+    int rc = files_open(t->root, sv->rq.head.path + pl, sv->rq.head.path_len - pl, &hit);
     if (rc == -EACCES)
         return simple_response(sv, 403, "403 Forbidden\n", NULL, keep, head_only);
     if (rc == -EINVAL)
@@ -1752,7 +1761,7 @@ static int serve_files(struct serve *sv, const struct server_target *t,
     if (not_modified(sv, &hit)) {
         close(hit.fd);
         log_response(sv, 304, 0);
-        return http_write_head(&sv->out, 304, sv->req.minor_version, keep, 0, lines, (size_t)n,
+        return http_write_head(&sv->out, 304, sv->rq.head.minor_version, keep, 0, lines, (size_t)n,
                                date_now());
     }
     int status = 200;
@@ -1780,7 +1789,7 @@ static int serve_files(struct serve *sv, const struct server_target *t,
                   "Content-Type: %.*s\r\nAccept-Ranges: bytes\r\n", (int)hit.content_type_len,
                   hit.content_type);
     log_response(sv, status, head_only ? 0 : (int64_t)count);
-    rc = http_write_head(&sv->out, status, sv->req.minor_version, keep, count, lines, (size_t)n,
+    rc = http_write_head(&sv->out, status, sv->rq.head.minor_version, keep, count, lines, (size_t)n,
                          date_now());
     if (!rc && !head_only && count) {
         rc = flush(sv);
@@ -1795,7 +1804,7 @@ static int serve_files(struct serve *sv, const struct server_target *t,
  * connection must close). */
 static int dispatch(struct serve *sv, const char *body, size_t body_len, int keep)
 {
-    struct http_request *req = &sv->req;
+    struct http_request *req = &sv->rq.head;
     int head_only = req->method_id == HTTP_HEAD;
     struct router_match m;
     int rc = router_match(sv->srv->router, ROUTER_METHOD_BIT(req->method_id), req->path,
@@ -1824,29 +1833,29 @@ static int dispatch(struct serve *sv, const char *body, size_t body_len, int kee
         .path = {req->path, req->path_len},
         .query = {req->query ? req->query : "", req->query ? req->query_len : 0},
         .minor_version = req->minor_version,
-        .headers = (const cyserve_header *)(const void *)sv->hdrs,
+        .headers = (const cyserve_header *)(const void *)sv->rq.hdrs,
         .num_headers = req->num_headers,
         .body = {body_len ? body : "", body_len},
         .params = m.params,
         .num_params = m.num_params,
-        .engine = sv,
+        .engine = &sv->rq,
     };
-    resp_reset(&sv->resp);
+    resp_reset(&sv->rq.resp);
     int hrc;
     if (t->kind == SERVER_NOGIL) {
         /* safety: see inline_note. */
         if (atomic_load_explicit(&t->inline_state, memory_order_relaxed) < INLINE_LEARN) {
             uint64_t t0 = inline_ticks();
-            hrc = t->fn(&creq, &sv->resp, t->ctx);
+            hrc = t->fn(&creq, &sv->rq.resp, t->ctx);
             uint64_t took = inline_ticks() - t0;
             size_t blen;
-            resp_body(&sv->resp, &blen);
+            resp_body(&sv->rq.resp, &blen);
             inline_note(t, took, blen);
         } else {
-            hrc = t->fn(&creq, &sv->resp, t->ctx);
+            hrc = t->fn(&creq, &sv->rq.resp, t->ctx);
         }
     } else {
-        struct py_job job = {t, &creq, &sv->resp};
+        struct py_job job = {t, &creq, &sv->rq.resp};
         rc = sched_offload(py_trampoline, &job);
         if (UNLIKELY(rc < 0))
             return rc; /* cancelled: the server is stopping */
@@ -1855,18 +1864,18 @@ static int dispatch(struct serve *sv, const char *body, size_t body_len, int kee
     if (is_draining(sv->srv)) {
         /* The server started shutting down while the handler ran: this is the last answer on
          * this connection, and the client is told so. */
-        sv->resp.close = 1;
+        sv->rq.resp.close = 1;
         keep = 0;
     }
     if (UNLIKELY(hrc != 0)) {
-        note_handler_failure(&sv->req, hrc);
-        int close = sv->resp.close;
-        resp_reset(&sv->resp);
-        sv->resp.close = close;
+        note_handler_failure(&sv->rq.head, hrc);
+        int close = sv->rq.resp.close;
+        resp_reset(&sv->rq.resp);
+        sv->rq.resp.close = close;
         return simple_response(sv, 500, "500 Internal Server Error\n", NULL, keep && !close,
                                head_only);
     }
-    if (UNLIKELY(sv->resp.stream))
+    if (UNLIKELY(sv->rq.resp.stream))
         return send_stream(sv, t, keep, head_only);
     return send_resp(sv, keep, head_only);
 }
@@ -1883,12 +1892,12 @@ _Static_assert(offsetof(struct http_header, value_len) == offsetof(cyserve_heade
 
 static int parse_head(struct serve *sv, size_t off)
 {
-    sv->req.headers = sv->hdrs;
-    sv->req.num_headers = sv->max_headers;
-    int n = http_parse_request(sv->c->buf + off, sv->c->len - off, &sv->req,
+    sv->rq.head.headers = sv->rq.hdrs;
+    sv->rq.head.num_headers = sv->rq.max_headers;
+    int n = http_parse_request(sv->c->buf + off, sv->c->len - off, &sv->rq.head,
                                &sv->srv->cfg.limits);
     if (n > 0)
-        empty_path_is_root(&sv->req);
+        empty_path_is_root(&sv->rq.head);
     return n;
 }
 
@@ -1897,7 +1906,7 @@ static const char continue_line[] = "HTTP/1.1 100 Continue\r\n\r\n";
 /* Send 100 Continue if the client asked for it and we have not yet. */
 static int maybe_continue(struct serve *sv, int *sent)
 {
-    if (!sv->req.expect_continue || *sent)
+    if (!sv->rq.head.expect_continue || *sent)
         return 0;
     *sent = 1;
     int rc = flush(sv);
@@ -1919,7 +1928,7 @@ static int read_body(struct serve *sv, size_t off, size_t head_len, const char *
     int sent_continue = 0;
     *body = NULL;
     *body_len = 0;
-    if (sv->req.chunked) {
+    if (sv->rq.head.chunked) {
         struct http_chunked st;
         memset(&st, 0, sizeof(st));
         size_t dec = 0; /* decoded body bytes at head_end */
@@ -1954,8 +1963,8 @@ static int read_body(struct serve *sv, size_t off, size_t head_len, const char *
         }
         *body_len = dec;
         *next = head_end + dec;
-    } else if (sv->req.content_length > 0) {
-        uint64_t cl = (uint64_t)sv->req.content_length;
+    } else if (sv->rq.head.content_length > 0) {
+        uint64_t cl = (uint64_t)sv->rq.head.content_length;
         if (cl > s->cfg.max_body_bytes)
             return error_close(sv, 413, "request body too large");
         size_t need = head_end + (size_t)cl;
@@ -1999,6 +2008,7 @@ static void conn_go_idle(struct serve *sv)
         c->cap = c->len = 0;
     }
     c->idle_since = sched_now_ns();
+    c->drained = 0; /* said of the last read only: the next one starts knowing nothing */
     c->busy = 0;
     if (!c->timer_armed) {
         sched_timer_arm(&c->idle, c->idle_since + sv->srv->cfg.keepalive_ns);
@@ -2041,7 +2051,7 @@ static int serve_loop(struct serve *sv)
                     return SERVE_CLOSE;
                 continue;
             }
-            if (sv->drained) {
+            if (sv->c->drained) {
                 int rc = sched_io_release(&c->io);
                 if (rc == 0) {
                     conn_go_idle(sv);
@@ -2049,7 +2059,7 @@ static int serve_loop(struct serve *sv)
                 }
                 if (rc != -EAGAIN)
                     return SERVE_CLOSE;
-                sv->drained = 0;
+                sv->c->drained = 0;
             }
             ssize_t n = conn_read_once(sv);
             if (n == -EAGAIN)
@@ -2095,26 +2105,26 @@ static int serve_loop(struct serve *sv)
             continue;
         }
         if (n < 0)
-            return error_close(sv, sv->req.status ? sv->req.status : 400,
-                               sv->req.error ? sv->req.error : "malformed request");
+            return error_close(sv, sv->rq.head.status ? sv->rq.head.status : 400,
+                               sv->rq.head.error ? sv->rq.head.error : "malformed request");
         head_deadline = -1;
         if (UNLIKELY(s->cfg.access_log_fd >= 0)) {
-            sv->log_have_req = 1;
-            sv->log_t0 = mono_ns();
+            sv->rq.log_have_req = 1;
+            sv->rq.log_t0 = mono_ns();
         }
         const char *body = NULL;
         size_t body_len = 0, next = off;
         if (read_body(sv, off, (size_t)n, &body, &body_len, &next))
             return SERVE_CLOSE;
-        int keep = sv->req.keep_alive && !is_draining(s);
+        int keep = sv->rq.head.keep_alive && !is_draining(s);
         int rc = dispatch(sv, body, body_len, keep);
         if (UNLIKELY(s->cfg.access_log_fd >= 0)) {
             access_log(sv);
-            sv->log_have_req = 0;
+            sv->rq.log_have_req = 0;
         }
         if (rc < 0)
             return SERVE_CLOSE;
-        if (sv->resp.close)
+        if (sv->rq.resp.close)
             keep = 0;
         off = next;
         if (!keep) {
@@ -2139,21 +2149,22 @@ static int conn_serve(struct coro *co, void *arg)
     struct serve *sv = &state;
     sv->c = c;
     sv->srv = s;
-    sv->drained = 0;
-    sv->log_status = 0;
-    sv->log_have_req = 0;
-    resp_init(&sv->resp);
+    sv->rq.c = c;
+    sv->rq.srv = s;
+    sv->rq.log_status = 0;
+    sv->rq.log_have_req = 0;
+    resp_init(&sv->rq.resp);
     wbuf_init(&sv->out, sv->out_inline, sizeof(sv->out_inline));
-    sv->max_headers = s->cfg.limits.max_headers;
-    sv->hdrs = sv->hdr_inline;
-    if (sv->max_headers > INLINE_HEADERS) {
-        sv->hdrs = coro_malloc(co, sizeof(struct http_header) * sv->max_headers);
-        if (UNLIKELY(!sv->hdrs)) {
+    sv->rq.max_headers = s->cfg.limits.max_headers;
+    sv->rq.hdrs = sv->rq.hdr_inline;
+    if (sv->rq.max_headers > INLINE_HEADERS) {
+        sv->rq.hdrs = coro_malloc(co, sizeof(struct http_header) * sv->rq.max_headers);
+        if (UNLIKELY(!sv->rq.hdrs)) {
             conn_destroy(c);
             return 0;
         }
     }
-    memset(&sv->req, 0, sizeof(sv->req));
+    memset(&sv->rq.head, 0, sizeof(sv->rq.head));
     int rc = SERVE_CLOSE;
     if (c->pend) {
         /* The rest of an answer the inline path began. */
@@ -2162,8 +2173,6 @@ static int conn_serve(struct coro *co, void *arg)
             goto out;
         c->pend = 0;
     }
-    sv->drained = c->drained;
-    c->drained = 0;
     rc = serve_loop(sv);
 out:
     serve_cleanup(sv);
@@ -2441,10 +2450,10 @@ void server_get_stats(struct server *s, struct server_stats *out)
 
 int server_req_peer(const cyserve_request *req, const char **out)
 {
-    struct serve *sv = req->engine;
-    if (!sv)
+    struct request *rq = req->engine;
+    if (!rq)
         return -ENOTCONN;
-    const char *peer = log_peer(sv->c); /* cached on the connection after its first call */
+    const char *peer = log_peer(rq->c); /* cached on the connection after its first call */
     if (peer[0] == '-')
         return -ENOTCONN;
     *out = peer;
