@@ -182,9 +182,45 @@ static inline ssize_t sock_send(int fd, const void *buf, size_t len, int flags)
 #define LINGER_MAX_BYTES (1u << 20)
 
 struct server_worker;
+struct conn;
+
+/* What speaks on a connection: HTTP/1.1 today (http1_proto). A protocol that takes a
+ * connection over (WebSocket after an Upgrade) swaps c->proto and c->proto_data from its
+ * coroutine. There is no on_writable: sched reports only the readable readiness of an idle
+ * connection, and a protocol that must wait to write does so in its coroutine
+ * (conn_wait_writable), as every write of HTTP/1 does. */
+struct conn_proto {
+    /* The idle connection is readable (or hung up: events says which). Home's loop lock held,
+     * not in a coroutine; c->busy is set. Serve it inline, or spawn a coroutine; either way the
+     * connection ends idle again (sched_io_idle / sched_io_release) or destroyed. */
+    void (*on_readable)(struct conn *c, uint32_t events);
+    /* The keep-alive timer expired on the idle connection. Home's loop lock held. */
+    void (*on_timeout)(struct conn *c);
+    /* c is being destroyed: free c->proto_data. May be NULL. Home's loop lock held, or no
+     * worker runs any more. */
+    void (*close)(struct conn *c);
+};
+
+/* How bytes cross a connection: plain sockets today (conn_plain); a TLS transport slides in
+ * under the same calls. Each returns bytes moved (recv: 0 at end of stream) or -errno; -EAGAIN
+ * when the socket would block, after which the caller waits on c->io. Called from the coroutine
+ * that serves c. The plain transport is called directly, not through these pointers (see
+ * conn_tp_recv). */
+struct conn_transport {
+    ssize_t (*recv)(struct conn *c, void *buf, size_t len);
+    /* flags: 0 or MSG_MORE (more of the same answer follows at once). */
+    ssize_t (*sendv)(struct conn *c, struct iovec *iov, int cnt, int flags);
+    /* count bytes of file fd from *off, which it advances. */
+    ssize_t (*sendfile)(struct conn *c, int fd, off_t *off, size_t count);
+    /* shutdown(2)'s how. 0 or -errno. */
+    int (*shutdown)(struct conn *c, int how);
+};
 
 struct conn {
     struct sched_io io;          /* io.data == this; io.fd is the socket */
+    const struct conn_proto *proto;
+    void *proto_data;            /* the protocol's, NULL for HTTP/1 */
+    const struct conn_transport *tp;
     struct server_worker *home;  /* the worker whose epoll holds io */
     struct conn *prev, *next;    /* home->conns; home worker only */
     struct sched_timer idle;     /* lazy keep-alive timer; home worker only */
@@ -198,6 +234,71 @@ struct conn {
     int timer_armed;             /* idle is armed; home worker only */
     char *peer;                  /* "address:port" for the access log, made on its first line */
 };
+
+/* ---- the plain transport ---- */
+
+static ssize_t plain_recv(struct conn *c, void *buf, size_t len)
+{
+    ssize_t n = sock_recv(c->io.fd, buf, len);
+    return n < 0 ? -errno : n;
+}
+
+static ssize_t plain_sendv(struct conn *c, struct iovec *iov, int cnt, int flags)
+{
+    /* MSG_NOSIGNAL: a client that went away must not kill the process with SIGPIPE. */
+    ssize_t n;
+    if (cnt == 1) {
+        n = sock_send(c->io.fd, iov->iov_base, iov->iov_len, MSG_NOSIGNAL | flags);
+    } else {
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)cnt};
+        n = sendmsg(c->io.fd, &mh, MSG_NOSIGNAL | flags);
+    }
+    return n < 0 ? -errno : n;
+}
+
+static ssize_t plain_sendfile(struct conn *c, int fd, off_t *off, size_t count)
+{
+    ssize_t n = sendfile(c->io.fd, fd, off, count);
+    return n < 0 ? -errno : n;
+}
+
+static int plain_shutdown(struct conn *c, int how)
+{
+    return shutdown(c->io.fd, how) < 0 ? -errno : 0;
+}
+
+static const struct conn_transport conn_plain = {plain_recv, plain_sendv, plain_sendfile,
+                                                 plain_shutdown};
+
+/* The transport calls of the serving coroutine. The plain transport is tested for and called
+ * directly, so that a plain connection pays a compare, not an indirect call, per system call. */
+static inline ssize_t conn_tp_recv(struct conn *c, void *buf, size_t len)
+{
+    if (LIKELY(c->tp == &conn_plain))
+        return plain_recv(c, buf, len);
+    return c->tp->recv(c, buf, len);
+}
+
+static inline ssize_t conn_tp_sendv(struct conn *c, struct iovec *iov, int cnt, int flags)
+{
+    if (LIKELY(c->tp == &conn_plain))
+        return plain_sendv(c, iov, cnt, flags);
+    return c->tp->sendv(c, iov, cnt, flags);
+}
+
+static inline ssize_t conn_tp_sendfile(struct conn *c, int fd, off_t *off, size_t count)
+{
+    if (LIKELY(c->tp == &conn_plain))
+        return plain_sendfile(c, fd, off, count);
+    return c->tp->sendfile(c, fd, off, count);
+}
+
+static inline int conn_tp_shutdown(struct conn *c, int how)
+{
+    if (LIKELY(c->tp == &conn_plain))
+        return plain_shutdown(c, how);
+    return c->tp->shutdown(c, how);
+}
 
 /* Per worker: the listener, the control eventfd and the list of connections homed here are home
  * state (under the worker's loop lock); the caches are per thread (touched only by the worker's
@@ -444,6 +545,11 @@ static void conn_on_ready(struct sched_io *io, uint32_t events);
 static void conn_idle_timeout(struct sched_timer *t);
 static int conn_serve(struct coro *co, void *arg);
 static int conn_serve_inline(struct conn *c);
+static void http1_on_readable(struct conn *c, uint32_t events);
+static void http1_on_timeout(struct conn *c);
+
+/* HTTP/1.1, the protocol every connection starts with. */
+static const struct conn_proto http1_proto = {http1_on_readable, http1_on_timeout, NULL};
 
 /* Close and free c. Called from a callback holding the home's loop lock, or from c's coroutine
  * (sched_io_del enters the home section, which lasts until the coroutine ends). */
@@ -460,6 +566,8 @@ static void conn_destroy(struct conn *c)
         sched_timer_cancel(&c->idle);
         c->timer_armed = 0;
     }
+    if (c->proto->close)
+        c->proto->close(c);
     close(c->io.fd);
     free(c->peer);
     c->peer = NULL;
@@ -487,7 +595,8 @@ static void conn_destroy(struct conn *c)
 
 /* Register an accepted fd on the worker running the acceptor (its home from now on). Acceptor
  * coroutine, outside any home section: it enters its own worker's for the registration. */
-static void conn_open(struct server *s, int fd)
+static void conn_open(struct server *s, int fd, const struct conn_proto *proto,
+                      const struct conn_transport *tp)
 {
     int home = sched_home_enter(-1);
     if (UNLIKELY(home < 0)) {
@@ -510,6 +619,8 @@ static void conn_open(struct server *s, int fd)
     }
     memset(c, 0, sizeof(*c));
     c->home = w;
+    c->proto = proto;
+    c->tp = tp;
     c->idle.cb = conn_idle_timeout;
     c->idle.data = c;
     c->io.data = c; /* before sched_io_add: its events are delivered from then on */
@@ -545,11 +656,7 @@ static void conn_on_ready(struct sched_io *io, uint32_t events)
 {
     struct conn *c = io->data;
     c->busy = 1;
-    if (!(events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && conn_serve_inline(c))
-        return;
-    int rc = sched_spawn(c->home->srv->sched, conn_serve, c);
-    if (UNLIKELY(rc < 0))
-        conn_destroy(c); /* shutting down or out of memory: drop the connection */
+    c->proto->on_readable(c, events);
 }
 
 /* Timer callback, with the home's loop lock. */
@@ -565,7 +672,7 @@ static void conn_idle_timeout(struct sched_timer *t)
         c->timer_armed = 1;
         return;
     }
-    conn_destroy(c);
+    c->proto->on_timeout(c);
 }
 
 /* ---- accepting ---- */
@@ -581,7 +688,7 @@ static int acceptor(struct coro *co, void *arg)
                 if (UNLIKELY(is_draining(s)))
                     close(fd);
                 else
-                    conn_open(s, fd);
+                    conn_open(s, fd, &http1_proto, &conn_plain);
                 continue;
             }
             switch (errno) {
@@ -769,19 +876,19 @@ static ssize_t conn_read_once(struct serve *sv)
         return -ENOMEM;
     size_t space = c->cap - c->len;
     for (;;) {
-        ssize_t n = sock_recv(c->io.fd, c->buf + c->len, space);
+        ssize_t n = conn_tp_recv(c, c->buf + c->len, space);
         if (LIKELY(n > 0)) {
             c->len += (size_t)n;
-            sv->c->drained = (size_t)n < space;
+            c->drained = (size_t)n < space;
             return n;
         }
         if (n == 0)
             return 0;
-        if (errno == EINTR)
+        if (n == -EINTR)
             continue;
-        if (errno == EAGAIN)
-            sv->c->drained = 1;
-        return -errno;
+        if (n == -EAGAIN)
+            c->drained = 1;
+        return n;
     }
 }
 
@@ -843,19 +950,12 @@ static int conn_wait_writable(struct serve *sv)
 static int conn_sendv(struct serve *sv, struct iovec *iov, int cnt, int flags)
 {
     while (cnt > 0) {
-        /* MSG_NOSIGNAL: a client that went away must not kill the process with SIGPIPE. */
-        ssize_t n;
-        if (cnt == 1) {
-            n = sock_send(sv->c->io.fd, iov->iov_base, iov->iov_len, MSG_NOSIGNAL | flags);
-        } else {
-            struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)cnt};
-            n = sendmsg(sv->c->io.fd, &mh, MSG_NOSIGNAL | flags);
-        }
+        ssize_t n = conn_tp_sendv(sv->c, iov, cnt, flags);
         if (UNLIKELY(n < 0)) {
-            if (errno == EINTR)
+            if (n == -EINTR)
                 continue;
-            if (errno != EAGAIN)
-                return -errno;
+            if (n != -EAGAIN)
+                return (int)n;
             int rc = conn_wait_writable(sv);
             if (rc < 0)
                 return rc;
@@ -909,19 +1009,19 @@ static int flush(struct serve *sv)
 static void linger_close(struct serve *sv)
 {
     struct conn *c = sv->c;
-    shutdown(c->io.fd, SHUT_WR);
+    conn_tp_shutdown(c, SHUT_WR);
     int64_t deadline = deadline_after(LINGER_NS);
     size_t dropped = 0;
     char sink[2048];
     while (dropped < LINGER_MAX_BYTES) {
-        ssize_t n = read(c->io.fd, sink, sizeof(sink));
+        ssize_t n = conn_tp_recv(c, sink, sizeof(sink));
         if (n > 0) {
             dropped += (size_t)n;
             continue;
         }
-        if (n < 0 && errno == EINTR)
+        if (n == -EINTR)
             continue;
-        if (n < 0 && errno == EAGAIN) {
+        if (n == -EAGAIN) {
             if (sched_io_wait(&c->io, EPOLLIN | EPOLLRDHUP, deadline) < 0)
                 return;
             continue;
@@ -1448,7 +1548,7 @@ static int inline_nogil(struct conn *c, struct server_worker *mine, const struct
 static int conn_serve_inline(struct conn *c)
 {
     struct server *s = c->home->srv;
-    if (UNLIKELY(c->buf || s->cfg.access_log_fd >= 0 || is_draining(s)))
+    if (UNLIKELY(c->buf || s->cfg.access_log_fd >= 0 || is_draining(s) || c->tp != &conn_plain))
         return 0;
     struct server_worker *mine = current_worker(s);
     char *buf = buf_get(mine);
@@ -1685,17 +1785,17 @@ static int send_file_range(struct serve *sv, int fd, uint64_t offset, uint64_t c
     off_t off = (off_t)offset;
     while (count > 0) {
         size_t chunk = count > (1u << 30) ? (1u << 30) : (size_t)count;
-        ssize_t n = sendfile(sv->c->io.fd, fd, &off, chunk);
+        ssize_t n = conn_tp_sendfile(sv->c, fd, &off, chunk);
         if (n > 0) {
             count -= (uint64_t)n;
             continue;
         }
         if (n == 0)
             return -EIO; /* the file shrank under us */
-        if (errno == EINTR)
+        if (n == -EINTR)
             continue;
-        if (errno != EAGAIN)
-            return -errno;
+        if (n != -EAGAIN)
+            return (int)n;
         int rc = conn_wait_writable(sv);
         if (rc < 0)
             return rc;
@@ -2136,6 +2236,23 @@ static int serve_loop(struct serve *sv)
     }
 }
 
+/* conn_proto.on_readable of HTTP/1: a lone request is answered inline when it can be, else
+ * the coroutine serves the connection. */
+static void http1_on_readable(struct conn *c, uint32_t events)
+{
+    if (!(events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && conn_serve_inline(c))
+        return;
+    int rc = sched_spawn(c->home->srv->sched, conn_serve, c);
+    if (UNLIKELY(rc < 0))
+        conn_destroy(c); /* shutting down or out of memory: drop the connection */
+}
+
+/* conn_proto.on_timeout of HTTP/1: an idle keep-alive connection past its time is closed. */
+static void http1_on_timeout(struct conn *c)
+{
+    conn_destroy(c);
+}
+
 static int conn_serve(struct coro *co, void *arg)
 {
     struct conn *c = arg;
@@ -2242,6 +2359,8 @@ static void close_workers(struct server *s)
         while (w->conns) {
             struct conn *c = w->conns;
             w->conns = c->next;
+            if (c->proto->close)
+                c->proto->close(c);
             close(c->io.fd);
             free(c->buf);
             free(c->peer);
