@@ -5,11 +5,12 @@
 #include "router.h"
 #include "server.h"
 
-struct http1_session;
+struct request;
 
-/* Answer sv->rq from file target t (m: its route match, whose prefix is cut from the path).
- * Returns 0 or -errno (the connection must close). The serving coroutine. */
-int hfiles_serve(struct http1_session *sv, const struct server_target *t,
-                 const struct router_match *m, int keep, int head_only);
+/* Answer rq from file target t (m: its route match, whose prefix is cut from the path): fill
+ * rq->answer, with the open file (REQUEST_BODY_FILE) when there is one to send. The serving
+ * coroutine. */
+void hfiles_serve(struct request *rq, const struct server_target *t,
+                  const struct router_match *m);
 
 #endif

@@ -1,7 +1,8 @@
 /* handler_static.c: SERVER_STATIC targets, answers made once at startup, and the memfds that
  * let large bodies (static ones, and handler bodies promised to outlive the server) go out by
  * sendfile without a copy per response. The HTTP/1 head of a static target is serialised once,
- * by the HTTP/1 module (http1_static_head), and written per request with its Date. */
+ * by the HTTP/1 module (http1_static_head), and written per request with its Date
+ * (http1_send_answer, and the inline path). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -18,8 +19,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "access_log.h"
-#include "conn.h"
 #include "http1.h"
 #include "server_int.h"
 
@@ -56,6 +55,7 @@ int server_target_static(struct server_target *t, int status, const char *header
         return -EINVAL;
     memset(t, 0, sizeof(*t));
     t->kind = SERVER_STATIC;
+    t->static_status = status;
     t->static_fd = -1;
     if (status < 200 || status == 204 || status == 304)
         body_len = 0; /* these statuses never carry a body */
@@ -139,27 +139,4 @@ int static_ext_memfd(struct server *s, const char *ptr, size_t len)
     }
     pthread_mutex_unlock(&s->ext_lock);
     return fd;
-}
-
-int static_send(struct http1_session *sv, const struct server_target *t, int keep, int head_only)
-{
-    struct wbuf *out = &sv->out;
-    if (UNLIKELY(sv->srv->cfg.access_log_fd >= 0)) /* the status is in "HTTP/1.1 NNN ..." */
-        access_log_note(&sv->rq, atoi(t->static_head + 9),
-                        head_only ? 0 : (int64_t)t->static_body_len);
-    int rc = wbuf_reserve(out, HTTP1_STATIC_HEAD_MAX(t));
-    if (UNLIKELY(rc))
-        return rc;
-    char *p = http1_static_head_put(out->ptr + out->len, t, keep, sv->rq.head.minor_version);
-    out->len = (size_t)(p - out->ptr);
-    if (head_only || !t->static_body_len)
-        return 0;
-    if (t->static_body_len <= BODY_COPY_MAX)
-        return wbuf_append(out, t->static_body, t->static_body_len);
-    if (t->static_fd < 0)
-        return http1_flush_with(sv, t->static_body, t->static_body_len, 0);
-    /* The head (behind any earlier pipelined responses) is corked with MSG_MORE and leaves with
-     * the first pages of the body. */
-    rc = http1_flush_with(sv, NULL, 0, MSG_MORE);
-    return rc ? rc : conn_sendfile(sv->c, t->static_fd, 0, t->static_body_len);
 }

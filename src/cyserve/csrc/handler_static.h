@@ -7,12 +7,6 @@
 
 #include "server.h"
 
-struct http1_session;
-
-/* Answer sv->rq with static target t. Returns 0 or -errno (the connection must close). The
- * serving coroutine. */
-int static_send(struct http1_session *sv, const struct server_target *t, int keep, int head_only);
-
 /* The sealed memfd holding the process-lifetime body ptr[0..len) (resp_set_body_static), made
  * by the first response that sends it; -1 when there is none (table full, no memfd): send from
  * memory. Any worker. */

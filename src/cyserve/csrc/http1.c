@@ -24,7 +24,7 @@
 
 #include "access_log.h"
 #include "clock.h"
-#include "handler_static.h"
+#include "stream.h"
 #include "sched.h"
 #include "server_int.h"
 
@@ -105,51 +105,156 @@ static int http1_error_close(struct http1_session *sv, int status, const char *d
     return SERVE_CLOSE;
 }
 
-/* A short response that keeps the connection (404, 405, 500 ...). extra: header lines. */
-int http1_simple_put(struct wbuf *out, int status, const char *body, const char *extra,
-                     int minor, int keep, int head_only)
+/* A static target's answer: its cached head, and its body copied behind it, sent from memory,
+ * or from its memfd by sendfile. */
+static int send_static(struct http1_session *sv, const struct server_target *t, int keep,
+                       int head_only)
 {
-    size_t blen = strlen(body);
-    char lines[256];
-    int n = snprintf(lines, sizeof(lines), "Content-Type: text/plain; charset=utf-8\r\n%s",
-                     extra ? extra : "");
-    if (n < 0 || (size_t)n >= sizeof(lines))
-        n = 0;
-    int rc = http_write_head(out, status, minor, keep, blen, lines, (size_t)n, http1_date());
-    if (!rc && !head_only)
-        rc = wbuf_append(out, body, blen);
+    struct wbuf *out = &sv->out;
+    if (UNLIKELY(sv->srv->cfg.access_log_fd >= 0))
+        access_log_note(&sv->rq, t->static_status, head_only ? 0 : (int64_t)t->static_body_len);
+    int rc = wbuf_reserve(out, HTTP1_STATIC_HEAD_MAX(t));
+    if (UNLIKELY(rc))
+        return rc;
+    char *p = http1_static_head_put(out->ptr + out->len, t, keep, sv->rq.head.minor_version);
+    out->len = (size_t)(p - out->ptr);
+    if (head_only || !t->static_body_len)
+        return 0;
+    if (t->static_body_len <= BODY_COPY_MAX)
+        return wbuf_append(out, t->static_body, t->static_body_len);
+    if (t->static_fd < 0)
+        return http1_flush_with(sv, t->static_body, t->static_body_len, 0);
+    /* The head (behind any earlier pipelined responses) is corked with MSG_MORE and leaves with
+     * the first pages of the body. */
+    rc = http1_flush_with(sv, NULL, 0, MSG_MORE);
+    return rc ? rc : conn_sendfile(sv->c, t->static_fd, 0, t->static_body_len);
+}
+
+/* Write the head (if still in sv->out) and data[0..len) as one piece of a streamed body. */
+static int send_piece(struct http1_session *sv, const char *data, size_t len,
+                             int chunked)
+{
+    if (!len)
+        return http1_flush(sv);
+    if (!chunked)
+        return http1_flush_with(sv, data, len, 0);
+    char size[24];
+    int n = snprintf(size, sizeof(size), "%zx\r\n", len);
+    if (UNLIKELY(wbuf_append(&sv->out, size, (size_t)n)))
+        return -ENOMEM;
+    struct iovec iov[3] = {
+        {sv->out.ptr, sv->out.len}, {(void *)data, len}, {(void *)"\r\n", 2}};
+    int rc = conn_sendv(sv->c, iov, 3, 0);
+    sv->out.len = 0;
     return rc;
 }
 
-int http1_simple_response(struct http1_session *sv, int status, const char *body,
-                          const char *extra, int keep, int head_only)
-{
-    access_log_note(&sv->rq, status, head_only ? 0 : (int64_t)strlen(body));
-    return http1_simple_put(&sv->out, status, body, extra, sv->rq.head.minor_version, keep,
-                            head_only);
-}
-
-int http1_send_resp(struct http1_session *sv, int keep, int head_only)
+/* A streamed answer: the head, then each piece as it comes (chunked to an HTTP/1.1 client when
+ * no length was announced; to an HTTP/1.0 one the connection's close ends the body). */
+static int send_stream(struct http1_session *sv, const struct server_target *t, int keep,
+                       int head_only)
 {
     struct cyserve_response *r = &sv->rq.resp;
-    if (r->close)
+    void *stream = r->stream;
+    r->stream = NULL; /* from here on, this function owns the duty to release it */
+    /* With a length announced, the pieces go out as they are and the connection can stay
+     * open; without one, an HTTP/1.1 client gets chunks, an HTTP/1.0 one the close. */
+    int64_t length = r->stream_length;
+    int chunked = length < 0 && sv->rq.head.minor_version >= 1;
+    if ((length < 0 && !chunked) || r->close)
         keep = 0;
-    size_t blen = 0, body_len;
+    if (!keep)
+        r->close = 1; /* serve_loop closes after this answer */
+    size_t body_len;
     const char *body = resp_body(r, &body_len);
-    int rc = http1_resp_head_put(&sv->out, r, sv->rq.head.minor_version, keep, head_only, &blen);
-    access_log_note(&sv->rq, r->status, head_only ? 0 : (int64_t)blen);
-    if (UNLIKELY(rc))
+    if (!r->has_content_type) {
+        static const char ct[] = "Content-Type: text/plain; charset=utf-8\r\n";
+        if (UNLIKELY(wbuf_append(&r->headers, ct, sizeof(ct) - 1))) {
+            stream_abandon(&sv->rq, t, stream);
+            return -ENOMEM;
+        }
+    }
+    uint64_t announce = length >= 0 ? (uint64_t)length
+                        : chunked ? HTTP_LENGTH_CHUNKED : HTTP_LENGTH_UNTIL_CLOSE;
+    int rc = http_write_head(&sv->out, r->status, sv->rq.head.minor_version, keep, announce,
+                             r->headers.ptr, r->headers.len, http1_date());
+    if (UNLIKELY(rc) || head_only) {
+        stream_abandon(&sv->rq, t, stream);
+        access_log_note(&sv->rq, r->status, 0);
         return rc;
-    if (head_only || !blen)
-        return 0;
-    if (blen <= BODY_COPY_MAX)
-        return wbuf_append(&sv->out, body, blen);
-    int fd =
-        r->body_static && blen > STATIC_MEMFD_MIN ? static_ext_memfd(sv->srv, body, blen) : -1;
-    if (fd < 0)
-        return http1_flush_with(sv, body, blen, 0);
+    }
+    uint64_t sent = 0;
+    int more = 1;
+    for (;;) {
+        if (length >= 0 && sent + body_len > (uint64_t)length)
+            body_len = (size_t)((uint64_t)length - sent); /* never more than announced */
+        sent += body_len;
+        rc = send_piece(sv, body, body_len, chunked);
+        if (rc || !more || (length >= 0 && sent == (uint64_t)length))
+            break;
+        r->body.len = 0;
+        rc = stream_next(&sv->rq, t, stream, &more);
+        if (UNLIKELY(rc < 0))
+            return rc; /* the server is stopping: an orphan now */
+        if (UNLIKELY(more < 0)) {
+            access_log_note(&sv->rq, r->status, (int64_t)sent);
+            return -EIO; /* released; close without the last chunk */
+        }
+        /* more == 0: released, and this piece is the last */
+        body = resp_body(r, &body_len);
+    }
+    if (more) /* the client left, or the announced length is reached */
+        stream_abandon(&sv->rq, t, stream);
+    access_log_note(&sv->rq, r->status, (int64_t)sent);
+    if (rc)
+        return rc;
+    if (length >= 0 && sent < (uint64_t)length)
+        return -EIO; /* the body ended short of its Content-Length: only a close can say so */
+    return chunked ? wbuf_append(&sv->out, "0\r\n\r\n", 5) : 0;
+}
+
+/* An answer with its body in memory (copied behind the head when small, else sent from there
+ * or from its memfd) or in a file (sendfile after the head). */
+static int send_body(struct http1_session *sv, const struct request_answer *a, int keep,
+                     int head_only)
+{
+    access_log_note(&sv->rq, a->status, head_only ? 0 : (int64_t)a->body_len);
+    int rc = http_write_head(&sv->out, a->status, sv->rq.head.minor_version, keep, a->length,
+                             a->lines, a->lines_len, http1_date());
+    if (UNLIKELY(rc) || head_only || !a->body_len)
+        return rc;
+    if (a->kind == REQUEST_BODY_FILE) {
+        rc = http1_flush(sv);
+        return rc ? rc : conn_sendfile(sv->c, a->fd, a->offset, a->body_len);
+    }
+    if (a->fd < 0 && a->body_len <= BODY_COPY_MAX)
+        return wbuf_append(&sv->out, a->body, a->body_len);
+    if (a->fd < 0)
+        return http1_flush_with(sv, a->body, a->body_len, 0);
     rc = http1_flush_with(sv, NULL, 0, MSG_MORE);
-    return rc ? rc : conn_sendfile(sv->c, fd, 0, blen);
+    return rc ? rc : conn_sendfile(sv->c, a->fd, a->offset, a->body_len);
+}
+
+int http1_send_answer(struct http1_session *sv, int keep)
+{
+    struct request_answer *a = &sv->rq.answer;
+    int head_only = sv->rq.head.method_id == HTTP_HEAD;
+    if (a->close)
+        keep = 0;
+    int rc;
+    switch (a->kind) {
+    case REQUEST_BODY_STATIC:
+        rc = send_static(sv, a->t, keep, head_only);
+        break;
+    case REQUEST_BODY_STREAM:
+        rc = send_stream(sv, a->t, keep, head_only);
+        break;
+    default:
+        rc = send_body(sv, a, keep, head_only);
+        break;
+    }
+    request_answer_done(&sv->rq);
+    return rc;
 }
 
 static int parse_head(struct http1_session *sv, size_t off)
@@ -360,7 +465,9 @@ static int serve_loop(struct http1_session *sv)
         if (read_body(sv, off, (size_t)n, &body, &body_len, &next))
             return SERVE_CLOSE;
         int keep = sv->rq.head.keep_alive && !server_draining(s);
-        int rc = request_dispatch(sv, body, body_len, keep);
+        int rc = request_dispatch(&sv->rq, body, body_len);
+        if (LIKELY(rc == 0))
+            rc = http1_send_answer(sv, keep);
         if (UNLIKELY(s->cfg.access_log_fd >= 0)) {
             access_log_write(&sv->rq);
             sv->rq.log_have_req = 0;

@@ -86,28 +86,16 @@ static inline char *http1_static_head_put(char *p, const struct server_target *t
     return p + 4;
 }
 
-/* Write the head of handler response r to out; *blen: the body bytes that follow it (0 for
- * statuses without a body). keep: already false when r->close. Returns 0 or -ENOMEM. */
-static inline int http1_resp_head_put(struct wbuf *out, struct cyserve_response *r, int minor,
-                                      int keep, int head_only, size_t *blen)
+/* Frame answer a, whose body is in memory (REQUEST_BODY_BYTES), into out: its head, then its
+ * body unless head_only. 0 or -ENOMEM. For the inline path, which sends out at once. */
+static inline int http1_put_answer(struct wbuf *out, const struct request_answer *a, int minor,
+                                   int keep, int head_only)
 {
-    int status = r->status;
-    int bodyless = status < 200 || status == 204 || status == 304;
-    size_t body_len;
-    resp_body(r, &body_len);
-    if (!r->has_content_type && body_len && !bodyless) {
-        static const char ct[] = "Content-Type: text/plain; charset=utf-8\r\n";
-        if (UNLIKELY(wbuf_append(&r->headers, ct, sizeof(ct) - 1)))
-            return -ENOMEM;
-    }
-    *blen = bodyless ? 0 : body_len;
-    /* An answer to HEAD announces the length GET would have: the handler's own when it gave
-     * one and no body (resp_set_head_length). */
-    uint64_t announce = *blen;
-    if (UNLIKELY(head_only && !body_len && !bodyless && r->head_length != -1))
-        announce = r->head_length >= 0 ? (uint64_t)r->head_length : HTTP_LENGTH_UNTIL_CLOSE;
-    return http_write_head(out, status, minor, keep, announce, r->headers.ptr, r->headers.len,
-                           http1_date());
+    int rc = http_write_head(out, a->status, minor, keep, a->length, a->lines, a->lines_len,
+                             http1_date());
+    if (!rc && !head_only && a->body_len)
+        rc = wbuf_append(out, a->body, a->body_len);
+    return rc;
 }
 
 /* The pre-serialised head of a static answer (status, Server, Content-Length unless the status
@@ -124,17 +112,10 @@ int http1_flush_with(struct http1_session *sv, const void *extra, size_t extra_l
 /* Write sv's output buffer if it holds anything. 0 or -errno. */
 int http1_flush(struct http1_session *sv);
 
-/* A short text answer (404, 405, 500 ...) to out: status, body, extra header lines (may be
- * NULL), no body for HEAD (head_only). 0 or -ENOMEM. */
-int http1_simple_put(struct wbuf *out, int status, const char *body, const char *extra,
-                     int minor, int keep, int head_only);
-
-/* http1_simple_put() into sv's output, noted for the access log. */
-int http1_simple_response(struct http1_session *sv, int status, const char *body,
-                          const char *extra, int keep, int head_only);
-
-/* Frame the handler's response sv->rq.resp: head into the output buffer, the body copied behind
- * it, or sent from memory or a memfd when large. 0 or -errno. The serving coroutine. */
-int http1_send_resp(struct http1_session *sv, int keep, int head_only);
+/* Frame and send sv->rq.answer, which the request core filled (request_dispatch): into the
+ * output buffer behind earlier pipelined answers, large bodies and files straight out. keep:
+ * the connection may stay open (the answer may still close it). Releases the answer's file.
+ * 0 or -errno (the connection must close). The serving coroutine. */
+int http1_send_answer(struct http1_session *sv, int keep);
 
 #endif

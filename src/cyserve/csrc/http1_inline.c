@@ -121,18 +121,21 @@ static int inline_nogil(struct conn *c, struct server_worker *mine,
     char store[HTTP1_OUT_INLINE];
     struct wbuf out;
     wbuf_init(&out, store, sizeof(store));
-    size_t blen = 0, body_len;
-    const char *body = resp_body(&resp, &body_len);
+    size_t blen = 0;
+    struct request_answer a;
+    char lines[256];
     int rc;
     if (UNLIKELY(hrc != 0)) {
         request_note_failure(req, hrc);
-        rc = http1_simple_put(&out, 500, "500 Internal Server Error\n", NULL, req->minor_version,
-                              keep, head_only);
+        request_answer_simple(&a, lines, sizeof(lines), 500, "500 Internal Server Error\n", NULL);
+        rc = 0;
     } else {
-        rc = http1_resp_head_put(&out, &resp, req->minor_version, keep, head_only, &blen);
-        if (!rc && !head_only && blen)
-            rc = wbuf_append(&out, body, blen);
+        rc = request_answer_resp(&a, &resp, head_only);
+        if (!rc)
+            blen = a.body_len;
     }
+    if (!rc)
+        rc = http1_put_answer(&out, &a, req->minor_version, keep, head_only);
     inline_note(t, took, blen);
     int handled;
     if (UNLIKELY(rc)) {

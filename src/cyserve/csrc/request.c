@@ -17,11 +17,11 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "access_log.h"
 #include "clock.h"
 #include "conn.h"
 #include "handler_files.h"
 #include "handler_static.h"
-#include "http1.h"
 #include "http1_inline.h"
 #include "sched.h"
 #include "server_int.h"
@@ -84,72 +84,132 @@ int request_header_value(const struct request *rq, const char *name, size_t nlen
     return 0;
 }
 
-/* Route and answer one parsed request whose body is body[0..body_len). Returns 0 or -errno (the
- * connection must close). */
-int request_dispatch(struct http1_session *sv, const char *body, size_t body_len, int keep)
+void request_answer_simple(struct request_answer *a, char *buf, size_t cap, int status,
+                           const char *body, const char *extra)
 {
-    struct http_request *req = &sv->rq.head;
+    size_t blen = strlen(body);
+    int n = snprintf(buf, cap, "Content-Type: text/plain; charset=utf-8\r\n%s",
+                     extra ? extra : "");
+    if (n < 0 || (size_t)n >= cap)
+        n = 0;
+    *a = (struct request_answer){
+        .kind = REQUEST_BODY_BYTES,
+        .status = status,
+        .lines = buf,
+        .lines_len = (size_t)n,
+        .length = blen,
+        .body = body,
+        .body_len = blen,
+        .fd = -1,
+    };
+}
+
+/* The short answers of the request core: 256 bytes of header lines at most, as always. */
+static void answer_simple(struct request *rq, int status, const char *body, const char *extra)
+{
+    request_answer_simple(&rq->answer, rq->answer_lines, 256, status, body, extra);
+}
+
+int request_dispatch(struct request *rq, const char *body, size_t body_len)
+{
+    struct http_request *req = &rq->head;
     int head_only = req->method_id == HTTP_HEAD;
+    struct request_answer *a = &rq->answer;
     struct router_match m;
-    int rc = router_match(sv->srv->router, ROUTER_METHOD_BIT(req->method_id), req->path,
+    int rc = router_match(rq->srv->router, ROUTER_METHOD_BIT(req->method_id), req->path,
                           req->path_len, &m);
-    if (rc == -ENOENT)
-        return http1_simple_response(sv, 404, "404 Not Found\n", NULL, keep, head_only);
+    if (rc == -ENOENT) {
+        answer_simple(rq, 404, "404 Not Found\n", NULL);
+        return 0;
+    }
     if (rc == -ENOTSUP) {
         char allow[128], line[160];
         router_format_allow(m.allow, allow, sizeof(allow));
         snprintf(line, sizeof(line), "Allow: %s\r\n", allow);
-        return http1_simple_response(sv, 405, "405 Method Not Allowed\n", line, keep, head_only);
+        answer_simple(rq, 405, "405 Method Not Allowed\n", line);
+        return 0;
     }
-    if (UNLIKELY(rc < 0))
-        return http1_simple_response(sv, 500, "500 Internal Server Error\n", NULL, keep,
-                                     head_only);
+    if (UNLIKELY(rc < 0)) {
+        answer_simple(rq, 500, "500 Internal Server Error\n", NULL);
+        return 0;
+    }
     const struct server_target *t = m.target;
-    if (t->kind == SERVER_STATIC)
-        return static_send(sv, t, keep, head_only);
-    if (t->kind == SERVER_FILES)
-        return hfiles_serve(sv, t, &m, keep, head_only);
+    if (t->kind == SERVER_STATIC) {
+        *a = (struct request_answer){
+            .kind = REQUEST_BODY_STATIC,
+            .status = t->static_status,
+            .length = t->static_body_len,
+            .body = t->static_body,
+            .body_len = t->static_body_len,
+            .fd = t->static_fd,
+            .t = t,
+        };
+        return 0;
+    }
+    if (t->kind == SERVER_FILES) {
+        hfiles_serve(rq, t, &m);
+        return 0;
+    }
 
     cyserve_request creq;
-    request_view(&creq, req, &m, body, body_len, &sv->rq);
-    resp_reset(&sv->rq.resp);
+    request_view(&creq, req, &m, body, body_len, rq);
+    resp_reset(&rq->resp);
     int hrc;
     if (t->kind == SERVER_NOGIL) {
         /* safety: see inline_note. */
         if (atomic_load_explicit(&t->inline_state, memory_order_relaxed) < INLINE_LEARN) {
             uint64_t t0 = inline_ticks();
-            hrc = t->fn(&creq, &sv->rq.resp, t->ctx);
+            hrc = t->fn(&creq, &rq->resp, t->ctx);
             uint64_t took = inline_ticks() - t0;
             size_t blen;
-            resp_body(&sv->rq.resp, &blen);
+            resp_body(&rq->resp, &blen);
             inline_note(t, took, blen);
         } else {
-            hrc = t->fn(&creq, &sv->rq.resp, t->ctx);
+            hrc = t->fn(&creq, &rq->resp, t->ctx);
         }
     } else {
-        struct py_job job = {t, &creq, &sv->rq.resp};
+        struct py_job job = {t, &creq, &rq->resp};
         rc = sched_offload(py_trampoline, &job);
         if (UNLIKELY(rc < 0))
             return rc; /* cancelled: the server is stopping */
         hrc = 0;
     }
-    if (server_draining(sv->srv)) {
+    if (server_draining(rq->srv)) {
         /* The server started shutting down while the handler ran: this is the last answer on
          * this connection, and the client is told so. */
-        sv->rq.resp.close = 1;
-        keep = 0;
+        rq->resp.close = 1;
     }
     if (UNLIKELY(hrc != 0)) {
-        request_note_failure(&sv->rq.head, hrc);
-        int close = sv->rq.resp.close;
-        resp_reset(&sv->rq.resp);
-        sv->rq.resp.close = close;
-        return http1_simple_response(sv, 500, "500 Internal Server Error\n", NULL,
-                                     keep && !close, head_only);
+        request_note_failure(&rq->head, hrc);
+        int close = rq->resp.close;
+        resp_reset(&rq->resp);
+        rq->resp.close = close;
+        answer_simple(rq, 500, "500 Internal Server Error\n", NULL);
+        a->close = close;
+        return 0;
     }
-    if (UNLIKELY(sv->rq.resp.stream))
-        return stream_send(sv, t, keep, head_only);
-    return http1_send_resp(sv, keep, head_only);
+    if (UNLIKELY(rq->resp.stream)) {
+        *a = (struct request_answer){
+            .kind = REQUEST_BODY_STREAM,
+            .status = rq->resp.status,
+            .close = rq->resp.close,
+            .fd = -1,
+            .t = t,
+        };
+        return 0;
+    }
+    rc = request_answer_resp(a, &rq->resp, head_only);
+    if (UNLIKELY(rc)) {
+        access_log_note(rq, rq->resp.status, 0);
+        return rc;
+    }
+    /* A large body the handler promised outlives the server goes out of a memfd snapshot
+     * (handler_static.c); a HEAD sends no body, so it makes none. */
+    if (rq->resp.body_static && !head_only && a->body_len > STATIC_MEMFD_MIN) {
+        a->fd = static_ext_memfd(rq->srv, a->body, a->body_len);
+        a->offset = 0;
+    }
+    return 0;
 }
 
 _Static_assert(sizeof(struct http_header) == sizeof(cyserve_header), "header layout");
