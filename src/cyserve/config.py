@@ -78,7 +78,7 @@ class Config:
     body_timeout: float = 10.0  # a body that makes no progress for this long gets 408
     graceful_timeout: float = 5.0  # on shutdown, in-flight requests get this long to finish
     log_level: str = "info"
-    access_log: bool = False  # one line per response on standard output (server.c, access log)
+    access_log: bool = False  # one line per response on standard output (csrc/access_log.c)
     interface: str = "auto"  # a cyserve.App, a WSGI application, or "auto": whichever it is
     # Set by the process supervisor for its workers only (not a user option: the CLI has no flag).
     shared_port: bool = dataclasses.field(default=False, repr=False)

@@ -12,7 +12,16 @@
 #include "csrc/router.c"
 #include "csrc/files.c"
 #include "csrc/http_date.c"
+#include "csrc/conn.c"
+#include "csrc/listen.c"
 #include "csrc/server.c"
+#include "csrc/request.c"
+#include "csrc/handler_static.c"
+#include "csrc/handler_files.c"
+#include "csrc/stream.c"
+#include "csrc/access_log.c"
+#include "csrc/http1.c"
+#include "csrc/http1_inline.c"
 
 #include <arpa/inet.h>
 #include <pthread.h>

@@ -1,4 +1,4 @@
-"""The access log (`--access-log`, Config.access_log; server.c, "access log"): one line per
+"""The access log (`--access-log`, Config.access_log; csrc/access_log.c): one line per
 response on standard output in the Common Log Format plus the seconds the request took, for every
 kind of route and for rejected requests, never torn by concurrent workers, and nothing at all
 when it is off.

@@ -77,8 +77,6 @@ def test_trailers_within_the_limit_are_accepted():
         assert (r.status, r.body) == (200, b"abc")
 
 
-@pytest.mark.xfail(strict=True, reason="the parser reports 431 (http_chunked.status); the engine "
-                   "(csrc/server.c, read_body) still answers every decoder failure with 400")
 def test_trailers_over_the_limit_are_431():
     """A trailer section over max_header_bytes is a field section too large, like a head: 431
     says what to change, where "400 invalid chunked body" did not."""
@@ -159,8 +157,6 @@ def test_one_range_is_honoured(files_port):
     assert (r.status, r.body) == (206, FILE[:2])
 
 
-@pytest.mark.xfail(strict=True, reason="csrc/http_parse.c has http_field_once(); the engine "
-                   "(csrc/server.c, the files route) still takes the first Range line")
 @pytest.mark.parametrize("lines", [
     "Range: bytes=0-1\r\nRange: bytes=5-9\r\n",
     "Range: bytes=0-1\r\nrange: bytes=0-1\r\n",

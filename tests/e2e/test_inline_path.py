@@ -1,4 +1,4 @@
-"""The inline path (server.c, "the inline path"): a lone, complete, bodiless keep-alive request
+"""The inline path (csrc/http1_inline.c): a lone, complete, bodiless keep-alive request
 for a static response or a GIL-free handler is answered on the worker's loop without a
 coroutine. Its answers must be byte for byte those of the coroutine path (which pipelined
 requests still take), an answer the socket will not take whole must still arrive whole, and a
@@ -22,7 +22,7 @@ from cyserve._core import Server
 pytestmark = pytest.mark.native
 
 TESTS = Path(__file__).parent.parent
-LEARN = 64  # INLINE_LEARN in server.c
+LEARN = 64  # INLINE_LEARN in csrc/http1_inline.h
 BIG = bytes(range(256)) * 11 + b"tail"  # 2,820 bytes: the answer still fits one read buffer
 
 

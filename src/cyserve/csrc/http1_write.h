@@ -2,8 +2,8 @@
  * phrases, response heads, complete error responses, and the per-thread Date cache they carry.
  * The room where a response becomes HTTP/1 bytes; the response itself is built in resp.h.
  *
- * Error convention: 0 or -ENOMEM. No I/O: the engine (server.c) owns the sockets and decides when
- * bytes go out. Nothing here is shared between threads: the output buffer belongs to the caller
+ * Error convention: 0 or -ENOMEM. No I/O: the engine (http1.c, conn.c) owns the sockets and
+ * decides when bytes go out. Nothing here is shared between threads: the output buffer belongs to the caller
  * and the Date cache is per thread. */
 #ifndef CYSERVE_HTTP1_WRITE_H
 #define CYSERVE_HTTP1_WRITE_H

@@ -3,7 +3,7 @@
  * request-scoped memory. GIL-free and Python handlers fill it through the public ABI
  * (cyserve/handler.h); the engine then frames it as HTTP/1 (http1_write.h).
  *
- * Error convention: 0 or -errno (-ENOMEM, -EINVAL, -EPERM, -EEXIST). No I/O: the engine (server.c)
+ * Error convention: 0 or -errno (-ENOMEM, -EINVAL, -EPERM, -EEXIST). No I/O: the engine (http1.c)
  * owns the sockets and decides when bytes go out. Nothing here is shared between threads: a
  * response, its buffers and its arena belong to the coroutine serving the request. */
 #ifndef CYSERVE_RESP_H
@@ -51,7 +51,7 @@ struct cyserve_response {
     int64_t head_length;
     /* Set by a Python handler whose body is still being produced (resp_set_stream): the engine
      * sends the head and the body so far, then asks the target's py_stream for the rest, piece
-     * by piece (server.c, "streamed answers"). NULL for a whole answer. Not owned here. */
+     * by piece (stream.c, http1.c). NULL for a whole answer. Not owned here. */
     void *stream;
     /* The Content-Length a streamed body announced, or -1: then it goes out chunked. */
     int64_t stream_length;
@@ -86,8 +86,10 @@ int resp_set_content_type(struct cyserve_response *r, const char *value, size_t 
 int resp_write(struct cyserve_response *r, const void *data, size_t len);
 
 /* Make data[0..len) the whole body without copying it per response: the engine writes it to the
- * socket from there (or, when large, from a memfd snapshot it takes on first use, server.c). data must stay valid and unchanged as long as the server runs (process-lifetime memory:
- * a static array, or a buffer allocated once and never freed while serving). Exclusive with
+ * socket from there (or, when large, from a memfd snapshot it takes on first use,
+ * handler_static.c). data must stay valid and unchanged as long as the server runs
+ * (process-lifetime memory: a static array, or a buffer allocated once and never freed while
+ * serving). Exclusive with
  * resp_write: -EEXIST if the body already has bytes or a static body was set; -EINVAL for
  * data == NULL with len > 0. Returns 0. */
 int resp_set_body_static(struct cyserve_response *r, const void *data, size_t len);

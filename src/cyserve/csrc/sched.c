@@ -177,6 +177,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "compat.h"
 #include "runq.h"
 
@@ -349,9 +350,7 @@ static void run_seq_bump(struct sched_worker *w)
 
 static uint64_t sched_clock_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    return clock_mono_ns();
 }
 
 static uint32_t sched_rand(struct sched_worker *w)

@@ -1,6 +1,7 @@
 /* server.h: the HTTP/1.1 engine: per-worker listeners, connections, the request loop.
  *
- * Error convention: 0 or -errno. The design essay is at the top of server.c. In short: every
+ * Error convention: 0 or -errno. The design is told at the top of server.c (the map of the
+ * engine's files) and of each engine file for its part. In short: every
  * worker of the scheduler (sched.h) owns a SO_REUSEPORT listening socket and the connections it
  * accepted; a connection is served by a coroutine only while it has bytes to process, and an idle
  * keep-alive connection holds no coroutine and no stack. The engine knows nothing of Python:
@@ -37,11 +38,13 @@ enum server_target_kind {
  * the fields by hand for the other kinds. */
 struct server_target {
     enum server_target_kind kind;
-    /* SERVER_STATIC: "HTTP/1.1 <status> <reason>\r\nServer: cyserve\r\nContent-Length: N\r\n"
-     * plus the user's header lines (owned, malloc'd); Date and the final CRLF are added per
-     * request, then the body. */
+    /* SERVER_STATIC: the HTTP/1 head, kept serialised by the HTTP/1 module
+     * (http1_static_head): "HTTP/1.1 <status> <reason>\r\nServer: cyserve\r\nContent-Length:
+     * N\r\n" plus the user's header lines (owned, malloc'd); Date and the final CRLF are added
+     * per request, then the body. static_status: the status alone. */
     char *static_head;
     size_t static_head_len;
+    int static_status;
     char *static_body;
     size_t static_body_len;
     /* A sealed memfd with the body when it is large (sent by sendfile, no copy per response),
@@ -50,7 +53,7 @@ struct server_target {
     /* SERVER_NOGIL */
     cyserve_nogil_handler fn;
     void *ctx;
-    /* Whether fn may run inline, on the worker's loop (server.c, "the inline path"): below
+    /* Whether fn may run inline, on the worker's loop (http1_inline.c): below
      * INLINE_LEARN, the number of quick calls seen so far; INLINE_LEARN: yes; above: never.
      * Zero when the target is made (zeroed memory). */
     _Atomic unsigned inline_state;
@@ -91,7 +94,7 @@ struct server_config {
     unsigned threads;          /* workers; 0: the CPUs this process may use */
     int backlog;               /* listen() backlog per worker */
     int access_log_fd;         /* -1 (default): no access log; else one line per response is
-                                * written to it, each line in one write(2) (see server.c) */
+                                * written to it, each line in one write(2) (see access_log.c) */
     int shared_port;           /* 1: join the SO_REUSEPORT group already on host:port (process
                                 * workers, cyserve/processes.py); 0: fail if the port is taken */
     struct http_limits limits; /* header block, target, header count */

@@ -1,0 +1,542 @@
+/* http1.c: HTTP/1.1 served by a connection's coroutine: heads (with their deadline), 100-continue,
+ * bodies (Content-Length or chunked, within max_body_bytes), pipelining (answers batched in one
+ * output buffer, flushed when nothing complete is left to parse), keep-alive and the framing of
+ * answers; the request core (request.c) routes each request to its handler kind.
+ *
+ * The loop (serve_loop). Requests are parsed from the connection's buffer before it is read
+ * again. When the buffer is empty and the last read was short (the socket is drained, so no
+ * read is spent on EAGAIN), the coroutine calls sched_io_release(): if readable readiness
+ * arrived meanwhile it keeps serving, otherwise the connection is idle again (conn_go_idle) and
+ * the coroutine ends. Errors in a request (400, 408, 413, 431) are answered and the connection
+ * closes after a lingering read (conn_linger_close). While the server drains, a request the
+ * client has already sent is answered with Connection: close; nothing more is waited for. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "http1.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "access_log.h"
+#include "clock.h"
+#include "stream.h"
+#include "sched.h"
+#include "server_int.h"
+
+/* The request core says "no length" with its own name; the head writer takes it as is. */
+_Static_assert(REQUEST_LENGTH_NONE == HTTP_LENGTH_UNTIL_CLOSE, "one value for 'no length'");
+
+int http1_static_head(int status, const char *lines, size_t lines_len, size_t body_len,
+                      char **out, size_t *out_len)
+{
+    struct wbuf h;
+    wbuf_init(&h, NULL, 0);
+    size_t rlen;
+    const char *reason = http_reason(status, &rlen);
+    char line[96];
+    int n = snprintf(line, sizeof(line), "HTTP/1.1 %03d %.*s\r\nServer: cyserve\r\n", status,
+                     (int)rlen, reason);
+    int rc = wbuf_append(&h, line, (size_t)n);
+    if (status >= 200 && status != 204 && status != 304) {
+        n = snprintf(line, sizeof(line), "Content-Length: %zu\r\n", body_len);
+        rc = rc ? rc : wbuf_append(&h, line, (size_t)n);
+    }
+    rc = rc ? rc : wbuf_append(&h, lines, lines_len);
+    if (UNLIKELY(rc)) {
+        wbuf_free(&h);
+        return -ENOMEM;
+    }
+    *out = h.ptr;
+    *out_len = h.len;
+    return 0;
+}
+
+enum { SERVE_IDLE = 0, SERVE_CLOSE = 1 };
+
+static void serve_cleanup(void *arg)
+{
+    struct http1_session *sv = arg;
+    resp_free(&sv->rq.resp);
+    wbuf_free(&sv->out);
+}
+
+/* Write the output buffer, then extra[0..extra_len) if any: one send, or one sendmsg when both
+ * are there.
+ * flags: as conn_sendv. */
+int http1_flush_with(struct http1_session *sv, const void *extra, size_t extra_len, int flags)
+{
+    struct iovec iov[2];
+    int cnt = 0;
+    if (sv->out.len) {
+        iov[cnt].iov_base = sv->out.ptr;
+        iov[cnt].iov_len = sv->out.len;
+        cnt++;
+    }
+    if (extra_len) {
+        iov[cnt].iov_base = (void *)extra;
+        iov[cnt].iov_len = extra_len;
+        cnt++;
+    }
+    int rc = conn_sendv(sv->c, iov, cnt, flags);
+    sv->out.len = 0;
+    return rc;
+}
+
+int http1_flush(struct http1_session *sv)
+{
+    if (!sv->out.len)
+        return 0;
+    return http1_flush_with(sv, NULL, 0, 0);
+}
+
+/* Answer status with a short text body naming the problem, then close (the caller returns
+ * SERVE_CLOSE). */
+static int http1_error_close(struct http1_session *sv, int status, const char *detail)
+{
+    /* A HEAD gets no body, even in an error (when its method was read at all). */
+    int head_only = sv->rq.head.method_id == HTTP_HEAD;
+    int n = http_write_error(&sv->out, status, detail, head_only, http1_date());
+    access_log_note(&sv->rq, status, n < 0 ? -1 : n);
+    access_log_write(&sv->rq);
+    if (n >= 0 && http1_flush(sv) == 0)
+        conn_linger_close(sv->c);
+    return SERVE_CLOSE;
+}
+
+/* A static target's answer: its cached head, and its body copied behind it, sent from memory,
+ * or from its memfd by sendfile. */
+static int send_static(struct http1_session *sv, const struct server_target *t, int keep,
+                       int head_only)
+{
+    struct wbuf *out = &sv->out;
+    if (UNLIKELY(sv->srv->cfg.access_log_fd >= 0))
+        access_log_note(&sv->rq, t->static_status, head_only ? 0 : (int64_t)t->static_body_len);
+    int rc = wbuf_reserve(out, HTTP1_STATIC_HEAD_MAX(t));
+    if (UNLIKELY(rc))
+        return rc;
+    char *p = http1_static_head_put(out->ptr + out->len, t, keep, sv->rq.head.minor_version);
+    out->len = (size_t)(p - out->ptr);
+    if (head_only || !t->static_body_len)
+        return 0;
+    if (t->static_body_len <= BODY_COPY_MAX)
+        return wbuf_append(out, t->static_body, t->static_body_len);
+    if (t->static_fd < 0)
+        return http1_flush_with(sv, t->static_body, t->static_body_len, 0);
+    /* The head (behind any earlier pipelined responses) is corked with MSG_MORE and leaves with
+     * the first pages of the body. */
+    rc = http1_flush_with(sv, NULL, 0, MSG_MORE);
+    return rc ? rc : conn_sendfile(sv->c, t->static_fd, 0, t->static_body_len);
+}
+
+/* Write the head (if still in sv->out) and data[0..len) as one piece of a streamed body. */
+static int send_piece(struct http1_session *sv, const char *data, size_t len,
+                             int chunked)
+{
+    if (!len)
+        return http1_flush(sv);
+    if (!chunked)
+        return http1_flush_with(sv, data, len, 0);
+    char size[24];
+    int n = snprintf(size, sizeof(size), "%zx\r\n", len);
+    if (UNLIKELY(wbuf_append(&sv->out, size, (size_t)n)))
+        return -ENOMEM;
+    struct iovec iov[3] = {
+        {sv->out.ptr, sv->out.len}, {(void *)data, len}, {(void *)"\r\n", 2}};
+    int rc = conn_sendv(sv->c, iov, 3, 0);
+    sv->out.len = 0;
+    return rc;
+}
+
+/* A streamed answer: the head, then each piece as it comes (chunked to an HTTP/1.1 client when
+ * no length was announced; to an HTTP/1.0 one the connection's close ends the body). */
+static int send_stream(struct http1_session *sv, const struct server_target *t, int keep,
+                       int head_only)
+{
+    struct cyserve_response *r = &sv->rq.resp;
+    void *stream = r->stream;
+    r->stream = NULL; /* from here on, this function owns the duty to release it */
+    /* With a length announced, the pieces go out as they are and the connection can stay
+     * open; without one, an HTTP/1.1 client gets chunks, an HTTP/1.0 one the close. */
+    int64_t length = r->stream_length;
+    int chunked = length < 0 && sv->rq.head.minor_version >= 1;
+    if ((length < 0 && !chunked) || r->close)
+        keep = 0;
+    if (!keep)
+        r->close = 1; /* serve_loop closes after this answer */
+    size_t body_len;
+    const char *body = resp_body(r, &body_len);
+    if (!r->has_content_type) {
+        static const char ct[] = "Content-Type: text/plain; charset=utf-8\r\n";
+        if (UNLIKELY(wbuf_append(&r->headers, ct, sizeof(ct) - 1))) {
+            stream_abandon(&sv->rq, t, stream);
+            return -ENOMEM;
+        }
+    }
+    uint64_t announce = length >= 0 ? (uint64_t)length
+                        : chunked ? HTTP_LENGTH_CHUNKED : HTTP_LENGTH_UNTIL_CLOSE;
+    int rc = http_write_head(&sv->out, r->status, sv->rq.head.minor_version, keep, announce,
+                             r->headers.ptr, r->headers.len, http1_date());
+    if (UNLIKELY(rc) || head_only) {
+        stream_abandon(&sv->rq, t, stream);
+        access_log_note(&sv->rq, r->status, 0);
+        return rc;
+    }
+    uint64_t sent = 0;
+    int more = 1;
+    for (;;) {
+        if (length >= 0 && sent + body_len > (uint64_t)length)
+            body_len = (size_t)((uint64_t)length - sent); /* never more than announced */
+        sent += body_len;
+        rc = send_piece(sv, body, body_len, chunked);
+        if (rc || !more || (length >= 0 && sent == (uint64_t)length))
+            break;
+        r->body.len = 0;
+        rc = stream_next(&sv->rq, t, stream, &more);
+        if (UNLIKELY(rc < 0))
+            return rc; /* the server is stopping: an orphan now */
+        if (UNLIKELY(more < 0)) {
+            access_log_note(&sv->rq, r->status, (int64_t)sent);
+            return -EIO; /* released; close without the last chunk */
+        }
+        /* more == 0: released, and this piece is the last */
+        body = resp_body(r, &body_len);
+    }
+    if (more) /* the client left, or the announced length is reached */
+        stream_abandon(&sv->rq, t, stream);
+    access_log_note(&sv->rq, r->status, (int64_t)sent);
+    if (rc)
+        return rc;
+    if (length >= 0 && sent < (uint64_t)length)
+        return -EIO; /* the body ended short of its Content-Length: only a close can say so */
+    return chunked ? wbuf_append(&sv->out, "0\r\n\r\n", 5) : 0;
+}
+
+/* An answer with its body in memory (copied behind the head when small, else sent from there
+ * or from its memfd) or in a file (sendfile after the head). */
+static int send_body(struct http1_session *sv, const struct request_answer *a, int keep,
+                     int head_only)
+{
+    access_log_note(&sv->rq, a->status, head_only ? 0 : (int64_t)a->body_len);
+    int rc = http_write_head(&sv->out, a->status, sv->rq.head.minor_version, keep, a->length,
+                             a->lines, a->lines_len, http1_date());
+    if (UNLIKELY(rc) || head_only || !a->body_len)
+        return rc;
+    if (a->kind == REQUEST_BODY_FILE) {
+        rc = http1_flush(sv);
+        return rc ? rc : conn_sendfile(sv->c, a->fd, a->offset, a->body_len);
+    }
+    if (a->fd < 0 && a->body_len <= BODY_COPY_MAX)
+        return wbuf_append(&sv->out, a->body, a->body_len);
+    if (a->fd < 0)
+        return http1_flush_with(sv, a->body, a->body_len, 0);
+    rc = http1_flush_with(sv, NULL, 0, MSG_MORE);
+    return rc ? rc : conn_sendfile(sv->c, a->fd, a->offset, a->body_len);
+}
+
+int http1_send_answer(struct http1_session *sv, int keep)
+{
+    struct request_answer *a = &sv->rq.answer;
+    int head_only = sv->rq.head.method_id == HTTP_HEAD;
+    if (a->close)
+        keep = 0;
+    int rc;
+    switch (a->kind) {
+    case REQUEST_BODY_STATIC:
+        rc = send_static(sv, a->t, keep, head_only);
+        break;
+    case REQUEST_BODY_STREAM:
+        rc = send_stream(sv, a->t, keep, head_only);
+        break;
+    default:
+        rc = send_body(sv, a, keep, head_only);
+        break;
+    }
+    request_answer_done(&sv->rq);
+    return rc;
+}
+
+static int parse_head(struct http1_session *sv, size_t off)
+{
+    sv->rq.head.headers = sv->rq.hdrs;
+    sv->rq.head.num_headers = sv->rq.max_headers;
+    int n = http_parse_request(sv->c->buf + off, sv->c->len - off, &sv->rq.head,
+                               &sv->srv->cfg.limits);
+    if (n > 0)
+        http1_empty_path_is_root(&sv->rq.head);
+    return n;
+}
+
+static const char continue_line[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
+/* Send 100 Continue if the client asked for it and we have not yet. */
+static int maybe_continue(struct http1_session *sv, int *sent)
+{
+    if (!sv->rq.head.expect_continue || *sent)
+        return 0;
+    *sent = 1;
+    int rc = http1_flush(sv);
+    if (rc)
+        return rc;
+    return wbuf_append(&sv->out, continue_line, sizeof(continue_line) - 1) ?: http1_flush(sv);
+}
+
+/* Read the body of the request whose head ends at head_end. On success *body, *body_len are set
+ * and *next is where the next request starts; returns 0. Otherwise returns SERVE_CLOSE after
+ * answering (413, 400, 408) or on a dead connection. */
+static int read_body(struct http1_session *sv, size_t off, size_t head_len, const char **body,
+                     size_t *body_len, size_t *next)
+{
+    struct conn *c = sv->c;
+    struct server *s = sv->srv;
+    size_t head_end = off + head_len;
+    char *old_buf = c->buf;
+    int sent_continue = 0;
+    *body = NULL;
+    *body_len = 0;
+    if (sv->rq.head.chunked) {
+        struct http_chunked st;
+        memset(&st, 0, sizeof(st));
+        size_t dec = 0; /* decoded body bytes at head_end */
+        for (;;) {
+            size_t l = c->len - (head_end + dec);
+            int64_t r = http_chunked_decode(&st, c->buf + head_end + dec, &l,
+                                            s->cfg.limits.max_header_bytes);
+            if (r == -1) /* the decoder says which: 431 for a trailer section over its bound */
+                return http1_error_close(sv, st.status, st.error);
+            dec += l;
+            if (dec > s->cfg.max_body_bytes)
+                return http1_error_close(sv, 413, "request body too large");
+            if (r >= 0) {
+                c->len = head_end + dec + (size_t)r;
+                break;
+            }
+            c->len = head_end + dec;
+            /* A chunk announced bigger than what the limit leaves is refused now, not after
+             * max_body_bytes of it have been read. While a size line is being read, remaining
+             * holds its digits so far, which only grow. */
+            if (st.remaining > s->cfg.max_body_bytes - dec)
+                return http1_error_close(sv, 413, "request body too large");
+            if (maybe_continue(sv, &sent_continue))
+                return SERVE_CLOSE;
+            if (conn_reserve(sv->c, c->len + 4096) < 0)
+                return http1_error_close(sv, 413, "request body too large");
+            ssize_t n = conn_read_wait(sv->c, conn_deadline_after(s->cfg.body_timeout_ns));
+            if (n == -ETIMEDOUT)
+                return http1_error_close(sv, 408, "request body timed out");
+            if (n <= 0)
+                return SERVE_CLOSE;
+        }
+        *body_len = dec;
+        *next = head_end + dec;
+    } else if (sv->rq.head.content_length > 0) {
+        uint64_t cl = (uint64_t)sv->rq.head.content_length;
+        if (cl > s->cfg.max_body_bytes)
+            return http1_error_close(sv, 413, "request body too large");
+        size_t need = head_end + (size_t)cl;
+        if (c->len < need) {
+            if (maybe_continue(sv, &sent_continue))
+                return SERVE_CLOSE;
+            if (conn_reserve(sv->c, need) < 0)
+                return http1_error_close(sv, 413, "request body too large");
+            while (c->len < need) {
+                ssize_t n = conn_read_wait(sv->c, conn_deadline_after(s->cfg.body_timeout_ns));
+                if (n == -ETIMEDOUT)
+                    return http1_error_close(sv, 408, "request body timed out");
+                if (n <= 0)
+                    return SERVE_CLOSE;
+            }
+        }
+        *body_len = (size_t)cl;
+        *next = need;
+    } else {
+        *next = head_end;
+    }
+    if (c->buf != old_buf) {
+        /* The buffer moved while it grew: the head's views must point into the new one. The
+         * head bytes themselves did not change, so this parse gives the same result. */
+        if (parse_head(sv, off) != (int)head_len)
+            return http1_error_close(sv, 400, "request head changed");
+    }
+    if (*body_len)
+        *body = c->buf + head_end;
+    return 0;
+}
+
+/* Whether b[0..n) is nothing but complete empty lines (CRLF pairs), which RFC 9112 2.2 lets a
+ * server ignore before a request line. */
+static int only_empty_lines(const char *b, size_t n)
+{
+    if (n == 0 || n % 2)
+        return 0;
+    for (size_t i = 0; i < n; i += 2)
+        if (b[i] != '\r' || b[i + 1] != '\n')
+            return 0;
+    return 1;
+}
+
+static int serve_loop(struct http1_session *sv)
+{
+    struct conn *c = sv->c;
+    struct server *s = sv->srv;
+    size_t off = 0;
+    int64_t head_deadline = -1;
+    int drain_read = 0;
+    for (;;) {
+        if (off == c->len) {
+            off = c->len = 0;
+            if (http1_flush(sv) < 0)
+                return SERVE_CLOSE;
+            if (UNLIKELY(server_draining(s))) {
+                /* Shutting down. A request the client has already sent is answered (with
+                 * Connection: close) rather than reset by closing over it; nothing is waited
+                 * for. One look: an answered request closes the connection anyway. */
+                if (drain_read)
+                    return SERVE_CLOSE;
+                drain_read = 1;
+                if (conn_read_once(sv->c) <= 0)
+                    return SERVE_CLOSE;
+                continue;
+            }
+            if (sv->c->drained) {
+                int rc = sched_io_release(&c->io);
+                if (rc == 0) {
+                    conn_go_idle(sv->c);
+                    return SERVE_IDLE;
+                }
+                if (rc != -EAGAIN)
+                    return SERVE_CLOSE;
+                sv->c->drained = 0;
+            }
+            ssize_t n = conn_read_once(sv->c);
+            if (n == -EAGAIN)
+                continue; /* drained is set now: release on the next turn */
+            if (n <= 0)
+                return SERVE_CLOSE;
+        }
+        int n = parse_head(sv, off);
+        if (n == -2 && only_empty_lines(c->buf + off, c->len - off)) {
+            /* A stray CRLF after a request (clients send one after a POST body) is not the
+             * start of a head: drop it and let the connection go idle, rather than start the
+             * head deadline and answer 408 to a request nobody sent. */
+            off = c->len;
+            head_deadline = -1; /* no head has begun */
+            continue;
+        }
+        if (n == -2) {
+            if (head_deadline < 0)
+                head_deadline = conn_deadline_after(s->cfg.header_timeout_ns);
+            /* Responses to earlier pipelined requests go out before we wait for more. */
+            if (http1_flush(sv) < 0)
+                return SERVE_CLOSE;
+            if (off) {
+                memmove(c->buf, c->buf + off, c->len - off);
+                c->len -= off;
+                off = 0;
+            }
+            if (c->len == c->cap) {
+                /* The parser answers 431/414 before a head outgrows the limits, so growth here
+                 * is bounded by max_header_bytes, or max_target_bytes and the method while a
+                 * long target arrives; the check is a second line of defence. */
+                if (c->cap > s->cfg.limits.max_header_bytes + s->cfg.limits.max_target_bytes +
+                                 CONN_BUF_INITIAL)
+                    return http1_error_close(sv, 431, "request head too large");
+                if (conn_reserve(sv->c, c->cap * 2) < 0)
+                    return SERVE_CLOSE;
+            }
+            ssize_t r = conn_read_wait(sv->c, head_deadline);
+            if (r == -ETIMEDOUT)
+                return http1_error_close(sv, 408, "request head not received in time");
+            if (r <= 0)
+                return SERVE_CLOSE;
+            continue;
+        }
+        if (n < 0)
+            return http1_error_close(sv, sv->rq.head.status ? sv->rq.head.status : 400,
+                               sv->rq.head.error ? sv->rq.head.error : "malformed request");
+        head_deadline = -1;
+        if (UNLIKELY(s->cfg.access_log_fd >= 0)) {
+            sv->rq.log_have_req = 1;
+            sv->rq.log_t0 = clock_mono_ns();
+        }
+        const char *body = NULL;
+        size_t body_len = 0, next = off;
+        if (read_body(sv, off, (size_t)n, &body, &body_len, &next))
+            return SERVE_CLOSE;
+        int keep = sv->rq.head.keep_alive && !server_draining(s);
+        int rc = request_dispatch(&sv->rq, body, body_len);
+        if (LIKELY(rc == 0))
+            rc = http1_send_answer(sv, keep);
+        if (UNLIKELY(s->cfg.access_log_fd >= 0)) {
+            access_log_write(&sv->rq);
+            sv->rq.log_have_req = 0;
+        }
+        if (rc < 0)
+            return SERVE_CLOSE;
+        if (sv->rq.resp.close)
+            keep = 0;
+        off = next;
+        if (!keep) {
+            http1_flush(sv);
+            return SERVE_CLOSE;
+        }
+        if (sv->out.len >= HTTP1_OUT_FLUSH_AT && http1_flush(sv) < 0)
+            return SERVE_CLOSE;
+    }
+}
+
+/* conn_proto.on_timeout of HTTP/1: an idle keep-alive connection past its time is closed. */
+void http1_on_timeout(struct conn *c)
+{
+    conn_destroy(c);
+}
+
+int http1_serve(struct coro *co, void *arg)
+{
+    struct conn *c = arg;
+    struct server *s = c->home->srv;
+    /* The serving state lives in this frame: no allocation per coroutine. The scheduler
+     * unwinds a coroutine it cancels by resuming it with -ECANCELED, so the cleanup below runs
+     * then too; only a coroutine freed while never resumed again would leave the heap parts of
+     * its buffers (grown past their inline sizes) behind, and that happens at most once per
+     * connection, at shutdown. */
+    struct http1_session state;
+    struct http1_session *sv = &state;
+    sv->c = c;
+    sv->srv = s;
+    sv->rq.c = c;
+    sv->rq.srv = s;
+    sv->rq.log_status = 0;
+    sv->rq.log_have_req = 0;
+    resp_init(&sv->rq.resp);
+    wbuf_init(&sv->out, sv->out_inline, sizeof(sv->out_inline));
+    sv->rq.max_headers = s->cfg.limits.max_headers;
+    sv->rq.hdrs = sv->rq.hdr_inline;
+    if (sv->rq.max_headers > INLINE_HEADERS) {
+        sv->rq.hdrs = coro_malloc(co, sizeof(struct http_header) * sv->rq.max_headers);
+        if (UNLIKELY(!sv->rq.hdrs)) {
+            conn_destroy(c);
+            return 0;
+        }
+    }
+    memset(&sv->rq.head, 0, sizeof(sv->rq.head));
+    int rc = SERVE_CLOSE;
+    if (c->pend) {
+        /* The rest of an answer the inline path began. */
+        struct iovec iov = {c->buf, c->pend};
+        if (conn_sendv(sv->c, &iov, 1, 0) < 0 || c->pend_close)
+            goto out;
+        c->pend = 0;
+    }
+    rc = serve_loop(sv);
+out:
+    serve_cleanup(sv);
+    if (rc == SERVE_CLOSE)
+        conn_destroy(c);
+    return 0;
+}
+

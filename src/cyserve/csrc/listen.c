@@ -1,0 +1,195 @@
+/* listen.c: the listeners and the per-worker control descriptor: accepting connections, and
+ * the worker's part of a shutdown (stop accepting, close the idle connections).
+ *
+ * Workers. The scheduler (sched.h) runs N worker threads. The control thread binds N listening
+ * sockets with SO_REUSEPORT before the workers start (so a port in use is reported at once, and
+ * port 0 resolves to one port for all of them); each worker's start hook registers its own
+ * listener in its own epoll (sched_io_add). The kernel spreads new connections over the
+ * listeners by hash, so accepting needs no lock and no cross-thread hand-off. This is lwan's and
+ * nginx's reuseport layout.
+ *
+ * Accepting. A listener's readiness calls listen_on_ready() on its worker, which spawns a short
+ * accept coroutine: accept4() until EAGAIN (in batches of LISTEN_ACCEPT_BATCH, yielding between
+ * batches so one flood of connections cannot starve the requests of this worker), register each
+ * connection edge-triggered on the worker that runs the accept (it becomes the connection's
+ * home), then sched_io_release() the listener so that its next readiness calls on_ready again.
+ *
+ * Each connection is opened with the protocol and transport of its listener: HTTP/1.1
+ * (http1_proto) over plain sockets (conn_plain) today.
+ *
+ * Shutdown, on the worker. server_shutdown (server.c) writes every worker's control eventfd;
+ * listen_ctl_on_ready() then shuts the listener down (shutdown(SHUT_RD): no new connections,
+ * accept fails) and arms a zero-delay timer that closes every idle connection in the same loop
+ * turn (from the timer pass, never from inside the event batch) unless its next request has
+ * already arrived: that one is answered with Connection: close. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "listen.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "coro.h"
+#include "http1.h"
+#include "sched.h"
+#include "server_int.h"
+
+/* Connections accepted before the accept coroutine yields to the requests of its worker. */
+#define LISTEN_ACCEPT_BATCH 64
+
+static int listen_acceptor(struct coro *co, void *arg)
+{
+    struct server_worker *w = arg;
+    struct server *s = w->srv;
+    for (;;) {
+        for (int i = 0; i < LISTEN_ACCEPT_BATCH; i++) {
+            int fd = accept4(w->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (LIKELY(fd >= 0)) {
+                if (UNLIKELY(server_draining(s)))
+                    close(fd);
+                else
+                    conn_open(s, fd, &http1_proto, &conn_plain);
+                continue;
+            }
+            switch (errno) {
+            case EINTR:
+            case ECONNABORTED:
+            case EPROTO:
+                continue; /* that one connection is gone; the next may be fine */
+            case EAGAIN:
+                goto drained;
+            case EMFILE:
+            case ENFILE:
+            case ENOBUFS:
+            case ENOMEM:
+                /* Out of descriptors or memory: the pending connection stays queued, and the
+                 * edge-triggered registration would not fire again for it, so retry shortly. */
+                if (sched_sleep_ns(10 * 1000 * 1000) < 0)
+                    return 0;
+                continue;
+            default:
+                /* EINVAL/EBADF: the listener was shut down by server_shutdown. Keep the
+                 * registration active so that on_ready is never called again. */
+                return 0;
+            }
+        }
+        if (sched_yield() < 0)
+            return 0;
+        continue;
+    drained:
+        if (sched_io_release(&w->lio) == -EAGAIN)
+            continue;
+        return 0;
+    }
+}
+
+static void listen_on_ready(struct sched_io *io, uint32_t events)
+{
+    struct server_worker *w = io->data;
+    if (UNLIKELY(sched_spawn(w->srv->sched, listen_acceptor, w) < 0))
+        return; /* stopping: nothing more to accept */
+}
+
+static int listen_ctl_rearm(struct coro *co, void *arg)
+{
+    struct server_worker *w = arg;
+    sched_io_release(&w->ctl_io);
+    return 0;
+}
+
+/* Timer callback (home's loop lock held) armed by listen_ctl_on_ready: close every idle connection.
+ * This runs from the timer pass, after the poll's batch of events: closing connections from
+ * inside the batch could free a connection whose event is still waiting further down it. */
+static void listen_ctl_close_idle(struct sched_timer *t)
+{
+    struct server_worker *w = t->data;
+    struct conn *c = w->conns;
+    while (c) {
+        struct conn *next = c->next;
+        /* An idle connection whose next request has already arrived (its readiness not yet
+         * reported) is left to the poll: its coroutine answers that request with Connection:
+         * close. Closing over unread bytes would reset it, and the request would be lost. */
+        char b;
+        if (!c->busy && conn_sock_peek(c->io.fd, &b) <= 0)
+            conn_destroy(c);
+        c = next;
+    }
+}
+
+/* Callback (home's loop lock held), not in a coroutine: server_shutdown wrote our eventfd.
+ * One-shot: the io stays active afterwards, so this never runs twice. */
+static void listen_ctl_on_ready(struct sched_io *io, uint32_t events)
+{
+    struct server_worker *w = io->data;
+    if (!server_draining(w->srv)) {
+        /* Not a shutdown (an eventfd is always writable, and a scheduler may report that):
+         * make the registration idle again so that the real wake-up calls us. */
+        sched_spawn(w->srv->sched, listen_ctl_rearm, w);
+        return;
+    }
+    /* Stop taking connections here. The descriptor stays open (and registered) until the
+     * workers are joined, so no accept coroutine can ever see a reused fd number. */
+    shutdown(w->lfd, SHUT_RD);
+    w->ctl_timer.cb = listen_ctl_close_idle;
+    w->ctl_timer.data = w;
+    sched_timer_arm(&w->ctl_timer, 0);
+}
+
+void listen_worker_start(struct sched *sched, unsigned id, void *ud)
+{
+    struct server *s = ud;
+    struct server_worker *w = &s->workers[id];
+    /* data before sched_io_add: from then on an event may be handled at once, by this worker or
+     * by a rescuer on another thread. */
+    w->lio.data = w;
+    if (sched_io_add(&w->lio, w->lfd, listen_on_ready) == 0)
+        w->lio_added = 1;
+    w->ctl_io.data = w;
+    if (sched_io_add(&w->ctl_io, w->ctl_fd, listen_ctl_on_ready) == 0)
+        w->ctl_added = 1;
+}
+
+int listen_open(const struct addrinfo *ai, int port, int reuseport, int backlog, int *out)
+{
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0) {
+        int e = -errno;
+        close(fd);
+        return e;
+    }
+    struct sockaddr_storage sa;
+    memcpy(&sa, ai->ai_addr, ai->ai_addrlen);
+    if (ai->ai_family == AF_INET6)
+        ((struct sockaddr_in6 *)&sa)->sin6_port = htons((uint16_t)port);
+    else
+        ((struct sockaddr_in *)&sa)->sin_port = htons((uint16_t)port);
+    if (bind(fd, (struct sockaddr *)&sa, ai->ai_addrlen) < 0 || listen(fd, backlog) < 0) {
+        int e = -errno;
+        close(fd);
+        return e;
+    }
+    *out = fd;
+    return 0;
+}
+
+int listen_bound_port(int fd)
+{
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof(sa);
+    if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0)
+        return -errno;
+    if (sa.ss_family == AF_INET6)
+        return ntohs(((struct sockaddr_in6 *)&sa)->sin6_port);
+    return ntohs(((struct sockaddr_in *)&sa)->sin_port);
+}
+

@@ -1,0 +1,248 @@
+/* request.c: the request core: the dispatch of a parsed request to its handler kind (static
+ * target, GIL-free handler, Python handler through the offload hooks, files), and the request
+ * API behind cyserve._core's nogil functions.
+ *
+ * Python handlers. A SERVER_PYTHON target is called through sched_offload(), so that the GIL is
+ * taken once per batch of calls on a worker by the offload hooks (server_set_offload_hooks); the
+ * call runs on the worker's own stack, never in the coroutine. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "request.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "access_log.h"
+#include "clock.h"
+#include "conn.h"
+#include "handler_files.h"
+#include "handler_static.h"
+#include "http1_inline.h"
+#include "sched.h"
+#include "server_int.h"
+#include "stream.h"
+
+/* A GIL-free handler that fails gets a 500, and the operator a line on standard error (a Python
+ * handler's failure gets a logged traceback), at most one a second for the whole process, so that
+ * a route failing on every request can neither flood the log nor slow the server down. */
+void request_note_failure(const struct http_request *req, int hrc)
+{
+    static _Atomic uint64_t next_ns, suppressed;
+    uint64_t now = clock_mono_ns();
+    /* safety: next_ns only rate-limits; the CAS makes one thread per second the writer. */
+    uint64_t due = atomic_load_explicit(&next_ns, memory_order_relaxed);
+    if (now < due || !atomic_compare_exchange_strong_explicit(&next_ns, &due, now + 1000000000ull,
+                                                              memory_order_relaxed,
+                                                              memory_order_relaxed)) {
+        atomic_fetch_add_explicit(&suppressed, 1, memory_order_relaxed);
+        return;
+    }
+    unsigned long long more = atomic_exchange_explicit(&suppressed, 0, memory_order_relaxed);
+    char line[512], tail[64] = "";
+    if (more)
+        snprintf(tail, sizeof(tail), " (and %llu more failures)", more);
+    int plen = req->path_len > 256 ? 256 : (int)req->path_len;
+    int n = snprintf(line, sizeof(line), "cyserve: GIL-free handler for %.*s %.*s returned %d; "
+                     "answered 500%s\n", (int)req->method_len, req->method, plen, req->path,
+                     hrc, tail);
+    if (n > 0) {
+        ssize_t w = write(2, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+        (void)w; /* nothing to do if standard error is gone */
+    }
+}
+
+struct py_job {
+    const struct server_target *t;
+    cyserve_request *req;
+    struct cyserve_response *resp;
+};
+
+static void py_trampoline(void *arg)
+{
+    struct py_job *j = arg;
+    j->t->py_call(j->t->opaque, j->req, j->resp);
+}
+
+int request_header_value(const struct request *rq, const char *name, size_t nlen,
+                         const char **v, size_t *vlen)
+{
+    for (size_t i = 0; i < rq->head.num_headers; i++) {
+        const struct http_header *h = &rq->hdrs[i];
+        if (h->name_len == nlen && strncasecmp(h->name, name, nlen) == 0) {
+            *v = h->value;
+            *vlen = h->value_len;
+            return 1;
+        }
+    }
+    *v = NULL;
+    *vlen = 0;
+    return 0;
+}
+
+void request_answer_simple(struct request_answer *a, char *buf, size_t cap, int status,
+                           const char *body, const char *extra)
+{
+    size_t blen = strlen(body);
+    int n = snprintf(buf, cap, "Content-Type: text/plain; charset=utf-8\r\n%s",
+                     extra ? extra : "");
+    if (n < 0 || (size_t)n >= cap)
+        n = 0;
+    *a = (struct request_answer){
+        .kind = REQUEST_BODY_BYTES,
+        .status = status,
+        .lines = buf,
+        .lines_len = (size_t)n,
+        .length = blen,
+        .body = body,
+        .body_len = blen,
+        .fd = -1,
+    };
+}
+
+/* The short answers of the request core: 256 bytes of header lines at most, as always. */
+static void answer_simple(struct request *rq, int status, const char *body, const char *extra)
+{
+    request_answer_simple(&rq->answer, rq->answer_lines, 256, status, body, extra);
+}
+
+int request_dispatch(struct request *rq, const char *body, size_t body_len)
+{
+    struct http_request *req = &rq->head;
+    int head_only = req->method_id == HTTP_HEAD;
+    struct request_answer *a = &rq->answer;
+    struct router_match m;
+    int rc = router_match(rq->srv->router, ROUTER_METHOD_BIT(req->method_id), req->path,
+                          req->path_len, &m);
+    if (rc == -ENOENT) {
+        answer_simple(rq, 404, "404 Not Found\n", NULL);
+        return 0;
+    }
+    if (rc == -ENOTSUP) {
+        char allow[128], line[160];
+        router_format_allow(m.allow, allow, sizeof(allow));
+        snprintf(line, sizeof(line), "Allow: %s\r\n", allow);
+        answer_simple(rq, 405, "405 Method Not Allowed\n", line);
+        return 0;
+    }
+    if (UNLIKELY(rc < 0)) {
+        answer_simple(rq, 500, "500 Internal Server Error\n", NULL);
+        return 0;
+    }
+    const struct server_target *t = m.target;
+    if (t->kind == SERVER_STATIC) {
+        *a = (struct request_answer){
+            .kind = REQUEST_BODY_STATIC,
+            .status = t->static_status,
+            .length = t->static_body_len,
+            .body = t->static_body,
+            .body_len = t->static_body_len,
+            .fd = t->static_fd,
+            .t = t,
+        };
+        return 0;
+    }
+    if (t->kind == SERVER_FILES) {
+        hfiles_serve(rq, t, &m);
+        return 0;
+    }
+
+    cyserve_request creq;
+    request_view(&creq, req, &m, body, body_len, rq);
+    resp_reset(&rq->resp);
+    int hrc;
+    if (t->kind == SERVER_NOGIL) {
+        /* safety: see inline_note. */
+        if (atomic_load_explicit(&t->inline_state, memory_order_relaxed) < INLINE_LEARN) {
+            uint64_t t0 = inline_ticks();
+            hrc = t->fn(&creq, &rq->resp, t->ctx);
+            uint64_t took = inline_ticks() - t0;
+            size_t blen;
+            resp_body(&rq->resp, &blen);
+            inline_note(t, took, blen);
+        } else {
+            hrc = t->fn(&creq, &rq->resp, t->ctx);
+        }
+    } else {
+        struct py_job job = {t, &creq, &rq->resp};
+        rc = sched_offload(py_trampoline, &job);
+        if (UNLIKELY(rc < 0))
+            return rc; /* cancelled: the server is stopping */
+        hrc = 0;
+    }
+    if (server_draining(rq->srv)) {
+        /* The server started shutting down while the handler ran: this is the last answer on
+         * this connection, and the client is told so. */
+        rq->resp.close = 1;
+    }
+    if (UNLIKELY(hrc != 0)) {
+        request_note_failure(&rq->head, hrc);
+        int close = rq->resp.close;
+        resp_reset(&rq->resp);
+        rq->resp.close = close;
+        answer_simple(rq, 500, "500 Internal Server Error\n", NULL);
+        a->close = close;
+        return 0;
+    }
+    if (UNLIKELY(rq->resp.stream)) {
+        *a = (struct request_answer){
+            .kind = REQUEST_BODY_STREAM,
+            .status = rq->resp.status,
+            .close = rq->resp.close,
+            .fd = -1,
+            .t = t,
+        };
+        return 0;
+    }
+    rc = request_answer_resp(a, &rq->resp, head_only);
+    if (UNLIKELY(rc)) {
+        access_log_note(rq, rq->resp.status, 0);
+        return rc;
+    }
+    /* A large body the handler promised outlives the server goes out of a memfd snapshot
+     * (handler_static.c); a HEAD sends no body, so it makes none. */
+    if (rq->resp.body_static && !head_only && a->body_len > STATIC_MEMFD_MIN) {
+        a->fd = static_ext_memfd(rq->srv, a->body, a->body_len);
+        a->offset = 0;
+    }
+    return 0;
+}
+
+_Static_assert(sizeof(struct http_header) == sizeof(cyserve_header), "header layout");
+_Static_assert(offsetof(struct http_header, name) == offsetof(cyserve_header, name.ptr),
+               "header layout");
+_Static_assert(offsetof(struct http_header, name_len) == offsetof(cyserve_header, name.len),
+               "header layout");
+_Static_assert(offsetof(struct http_header, value) == offsetof(cyserve_header, value.ptr),
+               "header layout");
+_Static_assert(offsetof(struct http_header, value_len) == offsetof(cyserve_header, value.len),
+               "header layout");
+
+int server_req_peer(const cyserve_request *req, const char **out)
+{
+    struct request *rq = req->engine;
+    if (!rq)
+        return -ENOTCONN;
+    const char *peer = conn_peer(rq->c); /* cached on the connection after its first call */
+    if (peer[0] == '-')
+        return -ENOTCONN;
+    *out = peer;
+    return 0;
+}
+
+int server_req_header(const cyserve_request *req, const char *name, size_t nlen,
+                      cyserve_str *out)
+{
+    for (size_t i = 0; i < req->num_headers; i++) {
+        const cyserve_header *h = &req->headers[i];
+        if (h->name.len == nlen && strncasecmp(h->name.ptr, name, nlen) == 0) {
+            *out = h->value;
+            return 0;
+        }
+    }
+    return -ENOENT;
+}

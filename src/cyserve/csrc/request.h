@@ -1,0 +1,170 @@
+/* request.h: the request core: one request from its parsed head to its answer, the view of it
+ * that handlers get (cyserve_request), and the dispatch from its route to the handler kind.
+ * Internal to the engine; error convention 0 or -errno. */
+#ifndef CYSERVE_REQUEST_H
+#define CYSERVE_REQUEST_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#include "compat.h"
+#include "cyserve/handler.h"
+#include "http_parse.h"
+#include "resp.h"
+#include "router.h"
+
+struct conn;
+struct server;
+
+/* Header slots that live in the request; a larger configured max_headers uses the arena. */
+#define INLINE_HEADERS 100
+
+/* What a request is answered with, whatever the protocol: the request core fills it
+ * (request_dispatch), the protocol frames it (HTTP/1: http1_send_answer) and sends it through
+ * the connection's transport. */
+enum request_body {
+    /* body[0..body_len) from memory, or from fd (a sealed memfd holding the same bytes, from
+     * offset) when fd >= 0. */
+    REQUEST_BODY_BYTES = 0,
+    /* body_len bytes of the file fd from offset (sendfile); fd is closed once sent. */
+    REQUEST_BODY_FILE,
+    /* Static target t: its body (t->static_body, or its memfd t->static_fd), and a head the
+     * protocol may keep serialised (HTTP/1: t->static_head). */
+    REQUEST_BODY_STATIC,
+    /* The handler's stream (resp.stream of the request, target t): the body so far is in resp,
+     * the rest comes piece by piece (stream_next). */
+    REQUEST_BODY_STREAM,
+};
+
+struct request_answer {
+    enum request_body kind;
+    int status;
+    int close;         /* the connection closes after this answer */
+    /* Header lines "Name: value\r\n", without Content-Length, Date or Connection, which the
+     * protocol frames. */
+    const char *lines;
+    size_t lines_len;
+    uint64_t length;   /* the Content-Length to announce (for HEAD, what GET would carry), or
+                        * REQUEST_LENGTH_NONE */
+    const char *body;
+    size_t body_len;   /* the body's bytes (0: none); a HEAD is framed without them */
+    int fd;            /* -1: none */
+    uint64_t offset;
+    const struct server_target *t;
+};
+
+/* One request, from its parsed head to its answer: what a handler's cyserve_request.engine
+ * points at. Its views point into the connection's read buffer. */
+struct request {
+    struct conn *c;
+    struct server *srv;
+    struct http_request head;
+    struct http_header *hdrs;
+    unsigned max_headers;
+    /* For the access log: the status and body bytes of the response being written (bytes -1:
+     * unknown), whether head holds a parsed request, and when it was complete. */
+    int log_status;
+    int64_t log_bytes;
+    int log_have_req;
+    uint64_t log_t0;
+    struct cyserve_response resp;
+    struct request_answer answer;
+    char answer_lines[512]; /* storage of answer.lines when the core makes them */
+    struct http_header hdr_inline[INLINE_HEADERS];
+};
+
+/* Fill *v, the view of the request with head h (routed by m, body[0..body_len)) that a
+ * handler sees; engine: the struct request behind it, or NULL (the inline path has none). The
+ * header views of the parser and of the public ABI have the same layout (checked in request.c),
+ * so the headers are handed over without a copy. The one place a cyserve_request is made. */
+static inline void request_view(cyserve_request *v, const struct http_request *h,
+                                const struct router_match *m, const char *body, size_t body_len,
+                                struct request *engine)
+{
+    *v = (cyserve_request){
+        .method = {h->method, h->method_len},
+        .target = {h->target, h->target_len},
+        .path = {h->path, h->path_len},
+        .query = {h->query ? h->query : "", h->query ? h->query_len : 0},
+        .minor_version = h->minor_version,
+        .headers = (const cyserve_header *)(const void *)h->headers,
+        .num_headers = h->num_headers,
+        .body = {body_len ? body : "", body_len},
+        .params = m->params,
+        .num_params = m->num_params,
+        .engine = engine,
+    };
+}
+
+/* request_answer.length when no length can be announced: a HEAD whose GET would stream. The
+ * HTTP/1 framer hands it on as HTTP_LENGTH_UNTIL_CLOSE, the same value (asserted in http1.c). */
+#define REQUEST_LENGTH_NONE (UINT64_MAX - 1)
+
+/* The answer a handler's response r makes (status, its header lines with a default
+ * Content-Type, its body, the length a HEAD announces) into *a; no memfd (a->fd = -1). 0, or
+ * -ENOMEM when the Content-Type line could not be added. Any thread; static inline for the
+ * inline path. */
+static inline int request_answer_resp(struct request_answer *a, struct cyserve_response *r,
+                                      int head_only)
+{
+    int status = r->status;
+    int bodyless = status < 200 || status == 204 || status == 304;
+    size_t body_len;
+    const char *body = resp_body(r, &body_len);
+    if (!r->has_content_type && body_len && !bodyless) {
+        static const char ct[] = "Content-Type: text/plain; charset=utf-8\r\n";
+        if (UNLIKELY(wbuf_append(&r->headers, ct, sizeof(ct) - 1)))
+            return -ENOMEM;
+    }
+    size_t blen = bodyless ? 0 : body_len;
+    /* An answer to HEAD announces the length GET would have: the handler's own when it gave
+     * one and no body (resp_set_head_length). */
+    uint64_t announce = blen;
+    if (UNLIKELY(head_only && !body_len && !bodyless && r->head_length != -1))
+        announce = r->head_length >= 0 ? (uint64_t)r->head_length : REQUEST_LENGTH_NONE;
+    *a = (struct request_answer){
+        .kind = REQUEST_BODY_BYTES,
+        .status = status,
+        .close = r->close,
+        .lines = r->headers.ptr,
+        .lines_len = r->headers.len,
+        .length = announce,
+        .body = body,
+        .body_len = blen,
+        .fd = -1,
+    };
+    return 0;
+}
+
+/* A short text answer naming the problem (404, 405, 500 ...) into *a: status, the text body,
+ * extra header lines (may be NULL), made in buf[0..cap). Any thread. */
+void request_answer_simple(struct request_answer *a, char *buf, size_t cap, int status,
+                           const char *body, const char *extra);
+
+/* Route the parsed request rq whose body is body[0..body_len) to its handler kind, run the
+ * handler if it has one, and fill rq->answer. Returns 0, or -errno when there is nothing to
+ * answer (the server stopped while a Python handler waited): the connection must close. The
+ * coroutine serving the connection. */
+int request_dispatch(struct request *rq, const char *body, size_t body_len);
+
+/* After the protocol sent rq->answer (or gave up): close its file, if it has one. */
+static inline void request_answer_done(struct request *rq)
+{
+    if (rq->answer.kind == REQUEST_BODY_FILE && rq->answer.fd >= 0) {
+        close(rq->answer.fd);
+        rq->answer.fd = -1;
+    }
+}
+
+/* The value of rq's first header name[0..nlen) (case-insensitive): 1 and *v, *vlen set, or 0
+ * and NULL, 0. */
+int request_header_value(const struct request *rq, const char *name, size_t nlen,
+                         const char **v, size_t *vlen);
+
+/* A GIL-free handler for req returned hrc != 0 (it is answered 500): a line on standard error,
+ * at most one a second for the process. Any thread. */
+void request_note_failure(const struct http_request *req, int hrc);
+
+#endif

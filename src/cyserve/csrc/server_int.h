@@ -1,0 +1,122 @@
+/* server_int.h: what the engine's files share: struct server and its per-worker state, and the
+ * sizes that shape them. Internal to csrc/ (server.h is the engine's API). The engine's design
+ * is told at the top of server.c, and of each file for its part. */
+#ifndef CYSERVE_SERVER_INT_H
+#define CYSERVE_SERVER_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compat.h"
+#include "sched.h"
+#include "server.h"
+
+struct conn;
+
+/* Read buffer of a connection; grown (up to the limits) only for large heads and bodies. 4 KiB
+ * holds any benchmark request and most browser requests. */
+#define CONN_BUF_INITIAL 4096
+/* Per-worker caches of free read buffers and connection structs (conn.h). */
+#define CONN_BUF_CACHE_MAX 64
+#define CONN_CACHE_MAX 1024
+/* Bodies up to this size are copied behind the head (one write); larger ones go out by writev
+ * without a copy. */
+#define BODY_COPY_MAX 16384
+/* Static bodies larger than this are kept in a sealed memfd and sent with sendfile(): the kernel
+ * then hands the page-cache pages to the socket instead of copying the body from user memory on
+ * every response (on /transfer, 133 KiB, that copy, _copy_from_iter, was 18% of the server's
+ * CPU in perf). Smaller ones stay on the copy path above: one write per batch of pipelined
+ * responses, where sendfile would cost a second syscall per response. Same value as
+ * BODY_COPY_MAX, so every static body is either copied into the output buffer or never copied at
+ * all. Measured just above it (server on one CPU, wrk -c64 on another, requests per server
+ * CPU-second, medians of 3): 17,000 bytes 175k by writev, 184k by sendfile; 64 KiB 103k vs
+ * 119k; 133,622 bytes 24k vs 80k. So sendfile already wins at the threshold; whether it would
+ * below it was not measured. */
+#define STATIC_MEMFD_MIN BODY_COPY_MAX
+/* Distinct large handler bodies (resp_set_body_static) that get a memfd of their own; any more
+ * are sent by writev from the handler's memory. */
+#define EXT_MEMFD_MAX 64
+
+/* Per worker: the listener, the control eventfd and the list of connections homed here are home
+ * state (under the worker's loop lock); the caches are per thread (touched only by the worker's
+ * own thread, see server_worker_self()). */
+struct server_worker {
+    struct server *srv;
+    unsigned id;
+    int lfd;                  /* listening socket, opened by the control thread */
+    struct sched_io lio;
+    int lio_added;
+    int ctl_fd;               /* eventfd written by server_shutdown */
+    struct sched_io ctl_io;
+    int ctl_added;
+    struct sched_timer ctl_timer; /* closes the idle connections once shutdown begins */
+    struct conn *conns;       /* every live connection homed here */
+    struct conn *free_conns;  /* cache, linked through next */
+    unsigned nfree_conns;
+    char *free_bufs[CONN_BUF_CACHE_MAX];
+    unsigned nfree_bufs;
+    _Atomic uint64_t inline_ok; /* requests answered inline by this thread */
+} CACHE_ALIGNED;
+
+struct server {
+    struct server_config cfg;
+    char *host;
+    const struct router *router;
+    struct sched *sched;
+    struct server_worker *workers;
+    unsigned nworkers;
+    int port;
+    void (*off_begin)(void *);
+    void (*off_end)(void *);
+    void *off_ud;
+    _Atomic int running;
+    _Atomic int draining;
+    _Atomic uint64_t live;
+    _Atomic int stopping;            /* a server_shutdown is in progress or done */
+    _Atomic uint64_t stop_deadline;  /* when the grace period of the shutdown ends */
+    /* memfds of large process-lifetime handler bodies, see static_ext_memfd(). Entries
+     * [0, ext_count) are immutable once published; ext_lock serialises the writers. */
+    pthread_mutex_t ext_lock;
+    /* stats_lock: server_get_stats (any thread, e.g. Python's while stop() runs on another)
+     * against start and teardown, which publish and free sched and workers under it. The
+     * counters of runs that ended are kept, so that stats() after stop() still tells. */
+    pthread_mutex_t stats_lock;
+    uint64_t ended_inline, ended_spawned;
+    /* Streams (stream.c) a stop cancelled before their handler could be
+     * told: no call can be offloaded any more. server_take_orphan() hands them to the caller of
+     * the stop, which releases them with their target's py_stream. Under orphan_lock (any
+     * worker, while stopping). */
+    pthread_mutex_t orphan_lock;
+    struct orphan {
+        const struct server_target *t;
+        void *stream;
+    } *orphans;
+    size_t n_orphans, cap_orphans;
+    _Atomic unsigned ext_count;
+    struct ext_memfd {
+        const char *ptr;
+        size_t len;
+        int fd; /* -1: no memfd could be made, send from ptr */
+    } ext[EXT_MEMFD_MAX];
+};
+
+/* Whether a shutdown has begun. Any thread. */
+static inline int server_draining(const struct server *s)
+{
+    /* safety: the flag only makes coroutines finish sooner; a late observation just serves one
+     * more request, so relaxed ordering is enough. */
+    return atomic_load_explicit(&s->draining, memory_order_relaxed);
+}
+
+/* The worker running the calling thread: its caches are this thread's alone. Not the home of
+ * anything: use c->home for home state. */
+static inline struct server_worker *server_worker_self(struct server *s)
+{
+    int id = sched_worker_id();
+    return &s->workers[id < 0 ? 0 : id];
+}
+
+
+#endif
