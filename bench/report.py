@@ -163,7 +163,7 @@ def markdown(result):
     ] + overview(result) + [""]
     for mode, title in (("pinned", "Pinned: one server core"),
                         ("allcore", "All cores (flagged: the client shares the cores with the server)"),
-                        ("hey", f"Second client: {cfg['hey']}, server pinned to one CPU (seed 001)")):
+                        ("hey", f"Second client: {cfg['hey']}, server pinned to one CPU")):
         lines += [f"## {title}", ""]
         for w in result["workloads"]:
             rows = s.get(mode, {}).get(w, {})
@@ -197,7 +197,7 @@ def markdown(result):
                              + " | ".join(_num(pts.get(str(t))) for t in threads) + " |")
             lines.append("")
     if "coro" in result:
-        lines += ["## Coroutines (seed 002, bench/coro)", ""] + _coro_table(result["coro"]) + [""]
+        lines += ["## Coroutines (bench/coro)", ""] + _coro_table(result["coro"]) + [""]
     lines += ["## Servers", "", "| server | version | status | note |", "|---|---|---|---|"]
     for info in result["servers"].values():
         status = "ok" if info["available"] else info["reason"]
@@ -348,7 +348,7 @@ def docs_section(result):
     ]
     hey = r["summary"].get("hey", {})
     for w, rows in hey.items():
-        lines += [f"### seed 001's client on /{w}: {cfg['hey']}, server pinned to one CPU", "",
+        lines += [f"### The second client on /{w}: {cfg['hey']}, server pinned to one CPU", "",
                   "| server | req/s | % nginx | p50 ms | p99 ms |", "|---|---:|---:|---:|---:|"]
         for n in sorted(rows, key=lambda n: -rows[n]["rps"]["median"]):
             f = rows[n]

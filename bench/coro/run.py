@@ -530,7 +530,7 @@ def render(report: dict[str, Any]) -> str:
               "spawn loop, so Go's spawn contains part of its run; compare totals."]
 
     r = report["ratios"]
-    lines += ["", "Targets (issue 2):"]
+    lines += ["", "Targets:"]
     for key, label, target in (
             ("cyserve-all/go-all", "cyserve-all total / go-all total", "≤ 0.5"),
             ("cyserve-all/asyncio", "cyserve-all total / asyncio total", "≤ 0.05")):

@@ -134,7 +134,7 @@ def test_runner_writes_results_report_and_marks_cells(tmp_path, bench_python, ca
     fig = result["summary"]["pinned"]["plaintext"]["min-threading"]
     assert fig["rps"]["median"] > 0 and fig["pct_nginx"] is None  # no nginx in this run
     md = (tmp_path / "latest.md").read_text()
-    assert "seed 001: threading" in md and "/plaintext" in md
+    assert "minimal: threading" in md and "/plaintext" in md
     assert report.markdown(result) == md
 
 
@@ -148,4 +148,4 @@ def test_report_embeds_the_coroutine_table_whatever_its_shape():
               "coro": {"unexpected": [1, 2]}}
     result["summary"] = report.summarize(result)
     md = report.markdown(result)
-    assert "## Coroutines (seed 002, bench/coro)" in md and '"unexpected"' in md
+    assert "## Coroutines (bench/coro)" in md and '"unexpected"' in md
