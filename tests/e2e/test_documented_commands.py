@@ -63,6 +63,7 @@ COMMANDISH = re.compile(r"^(?:make|cyserve|python3?|\.venv/bin/\S+)\s")
 
 SKIP = {
     r"^make test\b": "runs this very suite",
+    r"^make build\b": "builds, serves nothing: this suite runs on its result",
     r"^make (?:bench|bench-quick|bench-coro)\b": "benchmarks: install peers and run for "
                                                  "minutes (tests/test_bench_smoke.py covers the "
                                                  "runner)",
