@@ -22,6 +22,8 @@ enum http_method {
 /* The name of a named method ("GET"), or NULL for HTTP_OTHER and values out of range. */
 static inline const char *http_method_name(enum http_method m)
 {
+    /* One method a line: a table read down the methods. */
+    /* clang-format off */
     switch (m) {
     case HTTP_GET: return "GET";
     case HTTP_HEAD: return "HEAD";
@@ -34,6 +36,7 @@ static inline const char *http_method_name(enum http_method m)
     case HTTP_TRACE: return "TRACE";
     default: return NULL;
     }
+    /* clang-format on */
 }
 
 #endif

@@ -90,7 +90,8 @@ struct http_request {
     size_t host_len;
     /* on -1 */
     int status;             /* 400, 414, 431, 501 or 505 */
-    const char *error;      /* static string naming the rule, e.g. "content-length with transfer-encoding" */
+    const char *error;      /* static string naming the rule, e.g. "content-length with
+                             * transfer-encoding" */
 };
 
 /* Default limits (the values shown above). */

@@ -99,6 +99,8 @@ static int is_tchar(unsigned char c)
 {
     if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
         return 1;
+    /* The fifteen punctuation characters of tchar as one list, not one case a line. */
+    /* clang-format off */
     switch (c) {
     case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+':
     case '-': case '.': case '^': case '_': case '`': case '|': case '~':
@@ -106,6 +108,7 @@ static int is_tchar(unsigned char c)
     default:
         return 0;
     }
+    /* clang-format on */
 }
 
 static int name_is(const char *name, size_t nlen, const char *lit)
