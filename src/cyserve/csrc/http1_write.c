@@ -121,8 +121,7 @@ static char *put_lit(char *p, const char *s, size_t n)
 #define LIT(s) (s), (sizeof(s) - 1)
 
 int http_write_head(struct wbuf *out, int status, int minor_version, int keep_alive,
-                    uint64_t content_length, const char *extra, size_t extra_len,
-                    const char *date)
+                    uint64_t content_length, const char *extra, size_t extra_len, const char *date)
 {
     size_t rlen;
     const char *reason = http_reason(status, &rlen);

@@ -12,8 +12,15 @@
 
 enum http_method {
     HTTP_OTHER = 0, /* a valid token that is not one of these */
-    HTTP_GET, HTTP_HEAD, HTTP_POST, HTTP_PUT, HTTP_DELETE, HTTP_PATCH, HTTP_OPTIONS,
-    HTTP_CONNECT, HTTP_TRACE,
+    HTTP_GET,
+    HTTP_HEAD,
+    HTTP_POST,
+    HTTP_PUT,
+    HTTP_DELETE,
+    HTTP_PATCH,
+    HTTP_OPTIONS,
+    HTTP_CONNECT,
+    HTTP_TRACE,
 };
 
 /* One past the last named method: the named ones are HTTP_GET .. HTTP_METHOD_COUNT - 1. */

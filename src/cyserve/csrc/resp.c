@@ -169,8 +169,9 @@ int resp_add_header(struct cyserve_response *r, const char *name, size_t nlen, c
     for (size_t i = 0; i < nlen; i++)
         if (UNLIKELY(!is_tchar((unsigned char)name[i])))
             return -EINVAL;
-    if (UNLIKELY(name_is(name, nlen, "content-length") || name_is(name, nlen, "transfer-encoding") ||
-                 name_is(name, nlen, "date") || name_is(name, nlen, "server")))
+    if (UNLIKELY(name_is(name, nlen, "content-length") ||
+                 name_is(name, nlen, "transfer-encoding") || name_is(name, nlen, "date") ||
+                 name_is(name, nlen, "server")))
         return -EPERM; /* the engine writes these; Server is not a list, two would be invalid */
     if (name_is(name, nlen, "connection")) {
         /* The engine writes the Connection header itself; a handler may only ask to close. */
