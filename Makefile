@@ -97,7 +97,7 @@ dist: $(STAMP)
 test-c: $(STAMP)
 	$(PY) -m pytest tests/unit/test_c_units.py
 
-# The source gates alone (ruff, mypy, cython-lint, clang-format on .clang-format-files); `make test`
+# The source gates alone (ruff, mypy, cython-lint, clang-format on all the C); `make test`
 # runs them too.
 lint: $(STAMP)
 	$(PY) -m pytest -q tests/unit/test_sourcecode.py

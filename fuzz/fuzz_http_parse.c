@@ -63,8 +63,8 @@ static int parse_checked(const uint8_t *data, size_t size, const char *buf, size
               size);
         check(view_ok(buf, n, req->query, req->query_len), "query view", data, size);
         check(view_ok(buf, n, req->host, req->host_len), "host view", data, size);
-        check(req->num_headers <= cap && req->num_headers <= lim->max_headers, "header count",
-              data, size);
+        check(req->num_headers <= cap && req->num_headers <= lim->max_headers, "header count", data,
+              size);
         for (size_t i = 0; i < req->num_headers; i++) {
             check(view_ok(buf, n, req->headers[i].name, req->headers[i].name_len), "name view",
                   data, size);

@@ -165,8 +165,7 @@ static void fuzz_files(const uint8_t *d, size_t n)
         check(out[0] != '/', "normalised path is absolute");
         check(strstr(out, "//") == NULL, "empty segment left");
         check(strcmp(out, "..") != 0 && strncmp(out, "../", 3) != 0 &&
-                  strstr(out, "/../") == NULL &&
-                  (olen < 3 || strcmp(out + olen - 3, "/..") != 0),
+                  strstr(out, "/../") == NULL && (olen < 3 || strcmp(out + olen - 3, "/..") != 0),
               "'..' segment left");
     }
     uint64_t size = n > 0 ? d[0] : 0, start, end;

@@ -78,7 +78,8 @@ static double bench(const char *name, const char *buf, size_t len, long iters)
 int main(int argc, char **argv)
 {
     long iters = argc > 1 ? atol(argv[1]) : 2000000;
-    printf("scan loops: %s (build with -DHTTP_PARSE_NO_SIMD for the scalar ones)\n", HTTP_PARSE_SIMD);
+    printf("scan loops: %s (build with -DHTTP_PARSE_NO_SIMD for the scalar ones)\n",
+           HTTP_PARSE_SIMD);
     bench("browser", browser, sizeof(browser) - 1, iters);
     bench("wrk", wrk, sizeof(wrk) - 1, iters * 4);
     return 0;

@@ -67,12 +67,12 @@ int main(void)
     for (size_t i = 0; i < N_ELEMENTS(exact); i++)
         router_add(r, ROUTER_PATH, exact[i], strlen(exact[i]), 0, &targets[t++ % 64], NULL, 0);
     static const char *const patterns[] = {
-        "/users/{id:int}",         "/users/{name}",         "/users/{id:int}/posts/{post:int}",
-        "/orgs/{org}/repos/{repo}", "/static/{rest:path}",  "/v1/{a}/{b}/{c}/{d}",
+        "/users/{id:int}",          "/users/{name}",       "/users/{id:int}/posts/{post:int}",
+        "/orgs/{org}/repos/{repo}", "/static/{rest:path}", "/v1/{a}/{b}/{c}/{d}",
     };
     for (size_t i = 0; i < N_ELEMENTS(patterns); i++)
-        router_add(r, ROUTER_PATH, patterns[i], strlen(patterns[i]), get, &targets[t++ % 64],
-                   NULL, 0);
+        router_add(r, ROUTER_PATH, patterns[i], strlen(patterns[i]), get, &targets[t++ % 64], NULL,
+                   0);
     router_add(r, ROUTER_REGEX, "/item/([a-z]+)/([0-9]+)", 23, get, &targets[t++ % 64], NULL, 0);
     router_add(r, ROUTER_REGEX, "/blog/[0-9]{4}/.*", 17, get, &targets[t++ % 64], NULL, 0);
     router_add(r, ROUTER_PREFIX, "/files", 6, get, &targets[t++ % 64], NULL, 0);

@@ -40,14 +40,18 @@ static const char RESP[] = "HTTP/1.1 200 OK\r\nServer: p\r\nDate: Sun, 22 Nov 20
 #define MAX_FD 65536
 
 static volatile sig_atomic_t stop;
-static void on_sig(int s) { (void)s; stop = 1; }
+static void on_sig(int s)
+{
+    (void)s;
+    stop = 1;
+}
 
 static int listen_on(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in a = {
+        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 4096) < 0) {
         perror("listen");
         exit(1);
@@ -106,7 +110,8 @@ static int run_epoll(int lfd)
                     int one = 1;
                     setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
                     state[c] = 0;
-                    struct epoll_event ce = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET, .data.fd = c};
+                    struct epoll_event ce = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET,
+                                             .data.fd = c};
                     epoll_ctl(ep, EPOLL_CTL_ADD, c, &ce);
                 }
                 continue;
@@ -172,7 +177,8 @@ static int run_uring(int lfd)
     size_t brsz = NBUFS * sizeof(struct io_uring_buf);
     br = mmap(NULL, brsz, PROT_READ | PROT_WRITE, MAP_ANONYMOUS | MAP_PRIVATE, -1, 0);
     bufs = malloc((size_t)NBUFS * BUF_SZ);
-    struct io_uring_buf_reg reg = {.ring_addr = (unsigned long)br, .ring_entries = NBUFS, .bgid = 0};
+    struct io_uring_buf_reg reg = {
+        .ring_addr = (unsigned long)br, .ring_entries = NBUFS, .bgid = 0};
     if ((rc = io_uring_register_buf_ring(&ring, &reg, 0)) < 0) {
         fprintf(stderr, "io_uring_register_buf_ring: %s\n", strerror(-rc));
         return 1;

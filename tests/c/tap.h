@@ -42,22 +42,22 @@ static inline int tap__ok(int pass, const char *file, int line, const char *fmt,
 #define ok(cond, ...) tap__ok(!!(cond), __FILE__, __LINE__, __VA_ARGS__)
 
 /* is_int(got, expected, "description"): prints both values on failure. */
-#define is_int(got, expected, desc)                                                             \
-    do {                                                                                        \
-        int64_t tap__g = (int64_t)(got), tap__e = (int64_t)(expected);                          \
-        if (!tap__ok(tap__g == tap__e, __FILE__, __LINE__, "%s", (desc)))                       \
-            printf("#   got: %" PRId64 "\n#   expected: %" PRId64 "\n", tap__g, tap__e);        \
+#define is_int(got, expected, desc)                                                                \
+    do {                                                                                           \
+        int64_t tap__g = (int64_t)(got), tap__e = (int64_t)(expected);                             \
+        if (!tap__ok(tap__g == tap__e, __FILE__, __LINE__, "%s", (desc)))                          \
+            printf("#   got: %" PRId64 "\n#   expected: %" PRId64 "\n", tap__g, tap__e);           \
     } while (0)
 
 /* is_mem(got, got_len, expected_cstr, "description") for (ptr, len) views. */
-#define is_mem(got, got_len, expected, desc)                                                    \
-    do {                                                                                        \
-        const char *tap__g = (const char *)(got), *tap__e = (expected);                         \
-        size_t tap__gl = (size_t)(got_len), tap__el = strlen(tap__e);                           \
+#define is_mem(got, got_len, expected, desc)                                                       \
+    do {                                                                                           \
+        const char *tap__g = (const char *)(got), *tap__e = (expected);                            \
+        size_t tap__gl = (size_t)(got_len), tap__el = strlen(tap__e);                              \
         int tap__p = tap__gl == tap__el && (tap__gl == 0 || memcmp(tap__g, tap__e, tap__el) == 0); \
-        if (!tap__ok(tap__p, __FILE__, __LINE__, "%s", (desc)))                                 \
-            printf("#   got: '%.*s'\n#   expected: '%s'\n", (int)tap__gl, tap__g ? tap__g : "",   \
-                   tap__e);                                                                     \
+        if (!tap__ok(tap__p, __FILE__, __LINE__, "%s", (desc)))                                    \
+            printf("#   got: '%.*s'\n#   expected: '%s'\n", (int)tap__gl, tap__g ? tap__g : "",    \
+                   tap__e);                                                                        \
     } while (0)
 
 /* note("...") prints a TAP comment. */

@@ -287,12 +287,18 @@ static void test_hit(void)
     static const struct {
         const char *name, *type;
     } names[] = {
-        {"x.html", "text/html; charset=utf-8"}, {"x.json", "application/json"},
-        {"x.jpg", "image/jpeg"},   {"x.gif", "image/gif"},
-        {"x.svg", "image/svg+xml"}, {"x.ico", "image/x-icon"},
-        {"x.wasm", "application/wasm"}, {"x.pdf", "application/pdf"},
-        {"x.woff2", "font/woff2"}, {".html", "application/octet-stream"},
-        {"dir.d/x", "application/octet-stream"}, {"x.", "application/octet-stream"},
+        {"x.html", "text/html; charset=utf-8"},
+        {"x.json", "application/json"},
+        {"x.jpg", "image/jpeg"},
+        {"x.gif", "image/gif"},
+        {"x.svg", "image/svg+xml"},
+        {"x.ico", "image/x-icon"},
+        {"x.wasm", "application/wasm"},
+        {"x.pdf", "application/pdf"},
+        {"x.woff2", "font/woff2"},
+        {".html", "application/octet-stream"},
+        {"dir.d/x", "application/octet-stream"},
+        {"x.", "application/octet-stream"},
     };
     for (size_t i = 0; i < N_ELEMENTS(names); i++)
         is_mem(files__content_type(names[i].name), strlen(files__content_type(names[i].name)),

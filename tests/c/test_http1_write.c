@@ -52,15 +52,16 @@ static void test_head(void)
     out.len = 0;
     is_int(http_write_error(&out, 413, "body over 1048576 bytes", 0, date), 47,
            "returns the body's length");
-    ok(out.len > 32 && memcmp(out.ptr, "HTTP/1.1 413 Content Too Large\r\n", 32) == 0, "error status line");
+    ok(out.len > 32 && memcmp(out.ptr, "HTTP/1.1 413 Content Too Large\r\n", 32) == 0,
+       "error status line");
     ok(memmem(out.ptr, out.len, "Connection: close\r\n", 19) != NULL, "error closes");
-    ok(memmem(out.ptr, out.len, "\r\n\r\n413 Content Too Large: body over 1048576 bytes\n", 51) != NULL,
+    ok(memmem(out.ptr, out.len, "\r\n\r\n413 Content Too Large: body over 1048576 bytes\n", 51) !=
+           NULL,
        "error body names the problem");
     size_t full = out.len;
     out.len = 0;
     is_int(http_write_error(&out, 413, "body over 1048576 bytes", 1, date), 0, "HEAD: no body");
-    ok(out.len > 4 && memcmp(out.ptr + out.len - 4, "\r\n\r\n", 4) == 0 &&
-           out.len == full - 51 + 4,
+    ok(out.len > 4 && memcmp(out.ptr + out.len - 4, "\r\n\r\n", 4) == 0 && out.len == full - 51 + 4,
        "error to a HEAD: the same head, no body");
     wbuf_free(&out);
 }

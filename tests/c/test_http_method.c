@@ -11,8 +11,8 @@ int main(void)
     is_int(HTTP_GET, 1, "GET is 1");
     is_int(HTTP_TRACE, 9, "TRACE is 9");
     is_int(HTTP_METHOD_COUNT, 10, "ten values");
-    static const char *const names[] = {NULL,     "GET",     "HEAD",    "POST",  "PUT",
-                                        "DELETE", "PATCH",   "OPTIONS", "CONNECT", "TRACE"};
+    static const char *const names[] = {NULL,     "GET",   "HEAD",    "POST",    "PUT",
+                                        "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE"};
     for (int m = HTTP_OTHER; m < HTTP_METHOD_COUNT; m++) {
         const char *got = http_method_name((enum http_method)m);
         if (names[m])

@@ -23,8 +23,8 @@ static void guard_init(void)
 {
     page = (size_t)sysconf(_SC_PAGESIZE);
     guard_size = 4 * page; /* 3 writable pages: room for 8 KiB heads */
-    guard_base = mmap(NULL, guard_size + page, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    guard_base = mmap(NULL, guard_size + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                      -1, 0);
     if (guard_base == MAP_FAILED) {
         perror("mmap");
         exit(2);
@@ -354,13 +354,11 @@ static void test_chunked_errors(void)
     check_chunked_error("0\r\nX: 1\r\n\r\n", 0, 431, "trailer section too large",
                         "any trailer with a zero limit");
     check_chunked_error("g\r\n", 4096, 400, "invalid chunk size", "a non-hex size");
-    check_chunked_error("00000000000000005\r\n", 4096, 400, "invalid chunk size",
-                        "17 hex digits");
+    check_chunked_error("00000000000000005\r\n", 4096, 400, "invalid chunk size", "17 hex digits");
     check_chunked_error("5;a=b@\r\n", 4096, 400, "invalid chunk extension", "a bad extension");
     check_chunked_error("5\r\nhelloX", 4096, 400, "missing CRLF after chunk data",
                         "data longer than the size");
-    check_chunked_error("5\nhello", 4096, 400, "invalid chunk size",
-                        "a bare LF after the size");
+    check_chunked_error("5\nhello", 4096, 400, "invalid chunk size", "a bare LF after the size");
     check_chunked_error("0\r\n: x\r\n\r\n", 4096, 400, "invalid trailer field",
                         "a trailer line without a name");
     check_chunked_error("0\r\nX: a\x01\r\n\r\n", 4096, 400, "invalid trailer field",
@@ -379,8 +377,7 @@ static void test_field_once(const struct http_limits *lim)
     parse_at_guard(S(one), &req, lim);
     is_int(http_field_once(req.headers, req.num_headers, "range", 5, &v, &vl), 1, "one Range");
     is_mem(v, vl, "bytes=0-1", "its value");
-    is_int(http_field_once(req.headers, req.num_headers, "if-range", 8, &v, &vl), 0,
-           "no If-Range");
+    is_int(http_field_once(req.headers, req.num_headers, "if-range", 8, &v, &vl), 0, "no If-Range");
     ok(v == NULL && vl == 0, "absent: no value");
     const char two[] = "GET / HTTP/1.1\r\nHost: a\r\nrange: bytes=0-1\r\nX: y\r\n"
                        "RANGE: bytes=5-9\r\nRange: bytes=0-1\r\n\r\n";

@@ -177,19 +177,21 @@ static void test_regex(void)
     ok(strstr(errbuf, "bad regex") != NULL && strlen(errbuf) > 20, "regerror text: %s", errbuf);
     is_int(add(r, ROUTER_REGEX, "a)(b", GET, &T_ANY), -EINVAL, "stray ')' is not paired with ours");
     is_int(add(r, ROUTER_PATH, "/exact", GET, &T_EXACT), 0, "an exact path too");
-    static const char *const stacked[] = {"/a++", "/a*+", "/a+{2}", "/a{2}*", "/(b)?*",
-                                          "/a++++++++++++++++++++++++++++++,"};
+    static const char *const stacked[] = {"/a++",   "/a*+",   "/a+{2}",
+                                          "/a{2}*", "/(b)?*", "/a++++++++++++++++++++++++++++++,"};
     for (size_t i = 0; i < N_ELEMENTS(stacked); i++) {
         is_int(add(r, ROUTER_REGEX, stacked[i], GET, &T_ANY), -EINVAL, stacked[i]);
         ok(strstr(errbuf, "repetition") != NULL, "message: %s", errbuf);
     }
-    static const char *const fine[] = {"/a\\++", "/[+*]+", "/[]+]*", "/[^]*]?", "/[[:alpha:]+]*",
-                                       "/[[:alpha:]*+]", "/[[:alpha:](]*",
-                                       "/(a+)+", "/a{1,3}b*"};
+    static const char *const fine[] = {"/a\\++",         "/[+*]+",         "/[]+]*",
+                                       "/[^]*]?",        "/[[:alpha:]+]*", "/[[:alpha:]*+]",
+                                       "/[[:alpha:](]*", "/(a+)+",         "/a{1,3}b*"};
     for (size_t i = 0; i < N_ELEMENTS(fine); i++)
         is_int(add(r, ROUTER_REGEX, fine[i], GET, &T_ANY), 0, fine[i]);
 
-    /* The literal prefilter must never reject a path the regex would match. */
+    /* The literal prefilter must never reject a path the regex would match. Four cases a line,
+     * in columns. */
+    /* clang-format off */
     static const struct {
         const char *re, *lit;
     } lits[] = {
@@ -197,6 +199,7 @@ static void test_regex(void)
         {"/ab{2}", "/a"},             {"/ab+", "/ab"},     {"/a|/b", ""},      {"^.*", ""},
         {"(/x)", ""},                 {"/a\\.b", "/a"},   {"/a[bc]", "/a"},   {"/x$", "/x"},
     };
+    /* clang-format on */
     for (size_t i = 0; i < N_ELEMENTS(lits); i++) {
         size_t off, n;
         router__regex_literal(lits[i].re, strlen(lits[i].re), &off, &n);
@@ -421,6 +424,8 @@ static struct router *shared_router;
 
 static void *reader(void *arg)
 {
+    /* One case a line. */
+    /* clang-format off */
     static const struct {
         const char *path;
         unsigned method;
@@ -435,12 +440,13 @@ static void *reader(void *arg)
         {"/plaintext", POST, -ENOTSUP, NULL},
         {"/none", GET, -ENOENT, NULL},
     };
+    /* clang-format on */
     long bad = 0;
     for (int i = 0; i < 20000; i++) {
         size_t k = (size_t)(i + (intptr_t)arg) % N_ELEMENTS(cases);
         struct router_match m;
-        int rc = router_match(shared_router, cases[k].method, cases[k].path,
-                              strlen(cases[k].path), &m);
+        int rc = router_match(shared_router, cases[k].method, cases[k].path, strlen(cases[k].path),
+                              &m);
         bad += rc != cases[k].rc || (rc == 0 && m.target != cases[k].target);
     }
     return (void *)bad;

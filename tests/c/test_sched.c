@@ -23,8 +23,8 @@ static int get(int *p)
 
 static struct sched *new_sched(unsigned workers, unsigned cap, int randomize, int keep_alive)
 {
-    struct sched_config cfg = {.workers = workers, .runq_capacity = cap,
-                               .randomize = randomize, .keep_alive = keep_alive};
+    struct sched_config cfg = {
+        .workers = workers, .runq_capacity = cap, .randomize = randomize, .keep_alive = keep_alive};
     struct sched *s = NULL;
     int err = sched_new(&s, &cfg);
     if (err)
@@ -610,8 +610,8 @@ static int rs_server(struct coro *co, void *arg)
 static void rs_on_ready(struct sched_io *io, uint32_t events)
 {
     int home = get(&rs_home);
-    rs_ready_ok = get(&rs_spinning) && sched_worker_id() != home &&
-                  sched_home_held() == home && sched_current() == NULL;
+    rs_ready_ok = get(&rs_spinning) && sched_worker_id() != home && sched_home_held() == home &&
+                  sched_current() == NULL;
     sched_spawn(rs_sched, rs_server, NULL);
 }
 

@@ -1,6 +1,7 @@
 """The mechanical style gates, run as tests so that `make test` keeps the tree to them: ruff over
 the Python, mypy over the typed package (src/cyserve ships py.typed and _core.pyi), cython-lint
-over the Cython layer, and clang-format over the C files listed in .clang-format-files.
+over the Cython layer, and clang-format over every C source and header (src/cyserve/csrc,
+src/cyserve/include, tests/c, fuzz/*.c, bench/micro/*.c; the assembly is not formatted).
 
 Each tool is pinned in requirements-dev.txt and installed beside the interpreter that runs the
 tests; its configuration is in pyproject.toml (.clang-format for the C). A failure shows the
@@ -68,19 +69,36 @@ def test_cython_lint() -> None:
     assert not findings, "\n".join(findings)
 
 
-def clang_format_files() -> list[str]:
-    lines = (ROOT / ".clang-format-files").read_text().splitlines()
-    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+# Where the C lives: (folder, pattern), searched below the folder for the first three.
+C_SOURCES = (
+    ("src/cyserve/csrc", "**/*.[ch]"),
+    ("src/cyserve/include", "**/*.h"),
+    ("tests/c", "**/*.[ch]"),
+    ("fuzz", "*.c"),
+    ("bench/micro", "*.c"),
+)
 
 
-def test_clang_format_list_names_existing_files() -> None:
-    files = clang_format_files()
-    assert files
-    missing = [f for f in files if not (ROOT / f).is_file()]
-    assert not missing, f"listed in .clang-format-files but absent: {missing}"
+def c_sources() -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for top, pattern in C_SOURCES:
+        files = []
+        for path in (ROOT / top).glob(pattern):
+            rel = path.relative_to(ROOT)
+            # Build outputs (tests/c builds into build/) are not sources.
+            if path.is_file() and not any(part in ("build", ".build") for part in rel.parts):
+                files.append(str(rel))
+        found[top] = sorted(files)
+    return found
+
+
+def test_c_sources_found() -> None:
+    # A folder moved or renamed would otherwise leave its files unchecked without a word.
+    empty = [top for top, files in c_sources().items() if not files]
+    assert not empty, f"no C files found under {empty}: update C_SOURCES"
 
 
 def test_clang_format() -> None:
-    files = [f for f in clang_format_files() if (ROOT / f).is_file()]
+    files = [f for group in c_sources().values() for f in group]
     proc = run_tool("clang-format", "--style=file", "--dry-run", "--Werror", *files)
     assert proc.returncode == 0, report(proc)

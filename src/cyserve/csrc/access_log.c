@@ -37,8 +37,8 @@ static const char *access_log_date(void)
     if (now != last || !buf[0]) {
         struct tm tm;
         gmtime_r(&now, &tm);
-        snprintf(buf, sizeof(buf), "%02d/%s/%04d:%02d:%02d:%02d +0000", tm.tm_mday,
-                 mon[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+        snprintf(buf, sizeof(buf), "%02d/%s/%04d:%02d:%02d:%02d +0000", tm.tm_mday, mon[tm.tm_mon],
+                 tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
         last = now;
     }
     return buf;
@@ -57,8 +57,8 @@ void access_log_write(struct request *rq)
     int n;
     if (rq->log_have_req) {
         const struct http_request *r = &rq->head;
-        int tlen =
-            r->target_len > ACCESS_LOG_TARGET_MAX ? ACCESS_LOG_TARGET_MAX : (int)r->target_len;
+        int tlen = r->target_len > ACCESS_LOG_TARGET_MAX ? ACCESS_LOG_TARGET_MAX
+                                                         : (int)r->target_len;
         n = snprintf(line, sizeof(line), "%s - - [%s] \"%.*s %.*s HTTP/1.%d\" %d %s %.6f\n",
                      conn_peer(rq->c), access_log_date(), (int)r->method_len, r->method, tlen,
                      r->target, r->minor_version, rq->log_status, bytes, secs);
@@ -78,4 +78,3 @@ void access_log_write(struct request *rq)
     }
     rq->log_status = 0;
 }
-

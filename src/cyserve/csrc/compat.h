@@ -13,7 +13,7 @@
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 #define NOINLINE __attribute__((noinline))
 #define N_ELEMENTS(a) (sizeof(a) / sizeof((a)[0]))
-#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 #define CACHE_LINE 64
 #define CACHE_ALIGNED __attribute__((aligned(CACHE_LINE)))
 

@@ -56,22 +56,22 @@ struct conn_transport {
 };
 
 struct conn {
-    struct sched_io io;          /* io.data == this; io.fd is the socket */
+    struct sched_io io; /* io.data == this; io.fd is the socket */
     const struct conn_proto *proto;
-    void *proto_data;            /* the protocol's, NULL for HTTP/1 */
+    void *proto_data; /* the protocol's, NULL for HTTP/1 */
     const struct conn_transport *tp;
-    struct server_worker *home;  /* the worker whose epoll holds io */
-    struct conn *prev, *next;    /* home->conns; home worker only */
-    struct sched_timer idle;     /* lazy keep-alive timer; home worker only */
-    uint64_t idle_since;         /* sched_now_ns() when it last went idle */
-    char *buf;                   /* read buffer, NULL while idle */
-    size_t cap, len;             /* buf size, bytes held */
-    size_t pend;                 /* buf[0..pend): the unsent rest of an inline answer */
-    int pend_close;              /* ... after which the connection closes */
-    int drained;                 /* the last read was short: nothing more to read */
-    int busy;                    /* a coroutine serves it (or is about to); home worker only */
-    int timer_armed;             /* idle is armed; home worker only */
-    char *peer;                  /* "address:port" for the access log, made on its first line */
+    struct server_worker *home; /* the worker whose epoll holds io */
+    struct conn *prev, *next;   /* home->conns; home worker only */
+    struct sched_timer idle;    /* lazy keep-alive timer; home worker only */
+    uint64_t idle_since;        /* sched_now_ns() when it last went idle */
+    char *buf;                  /* read buffer, NULL while idle */
+    size_t cap, len;            /* buf size, bytes held */
+    size_t pend;                /* buf[0..pend): the unsent rest of an inline answer */
+    int pend_close;             /* ... after which the connection closes */
+    int drained;                /* the last read was short: nothing more to read */
+    int busy;                   /* a coroutine serves it (or is about to); home worker only */
+    int timer_armed;            /* idle is armed; home worker only */
+    char *peer;                 /* "address:port" for the access log, made on its first line */
 };
 
 /* The plain transport: the socket's own system calls. */

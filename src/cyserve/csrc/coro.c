@@ -65,8 +65,8 @@ struct coro_stack {
     struct coro_stack *next; /* pool free list */
     char *map;               /* start of the mapping (the guard page, if any) */
     size_t map_size;
-    char *lo;                /* lowest usable byte */
-    char *hi;                /* one past the highest usable byte (this header starts here) */
+    char *lo; /* lowest usable byte */
+    char *hi; /* one past the highest usable byte (this header starts here) */
     int guarded;
 };
 
@@ -265,8 +265,8 @@ static void coro_install_altstack(void)
     stack_t cur;
     if (sigaltstack(NULL, &cur) == 0 && !(cur.ss_flags & SS_DISABLE))
         return;
-    void *mem = mmap(NULL, CORO_ALTSTACK_SIZE, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *mem = mmap(NULL, CORO_ALTSTACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                     -1, 0);
     if (UNLIKELY(mem == MAP_FAILED))
         return;
     stack_t ss = {.ss_sp = mem, .ss_size = CORO_ALTSTACK_SIZE, .ss_flags = 0};
@@ -455,12 +455,13 @@ static NOINLINE struct coro *coro_struct_refill(struct coro_pool *pool)
     if (UNLIKELY(raw == MAP_FAILED))
         return NULL;
     /* Keep the 2 MiB-aligned 2 MiB inside the 4 MiB reservation, give the rest back. */
-    char *mem = (char *)(((uintptr_t)raw + CORO_SLAB_CHUNK - 1) & ~(uintptr_t)(CORO_SLAB_CHUNK - 1));
+    char *mem = (char *)(((uintptr_t)raw + CORO_SLAB_CHUNK - 1) &
+                         ~(uintptr_t)(CORO_SLAB_CHUNK - 1));
     if (mem > raw)
         munmap(raw, (size_t)(mem - raw));
     if (raw + 2 * (size_t)CORO_SLAB_CHUNK > mem + CORO_SLAB_CHUNK)
-        munmap(mem + CORO_SLAB_CHUNK, (size_t)(raw + 2 * (size_t)CORO_SLAB_CHUNK -
-                                               (mem + CORO_SLAB_CHUNK)));
+        munmap(mem + CORO_SLAB_CHUNK,
+               (size_t)(raw + 2 * (size_t)CORO_SLAB_CHUNK - (mem + CORO_SLAB_CHUNK)));
     return coro_struct_use_chunk(pool, mem);
 }
 

@@ -34,9 +34,9 @@
 #include "http_date.h"
 
 struct files_root {
-    int fd;              /* O_PATH|O_DIRECTORY */
-    bool use_openat2;    /* decided once by files_root_new */
-    char *real;          /* realpath of the root, for the fallback's check */
+    int fd;           /* O_PATH|O_DIRECTORY */
+    bool use_openat2; /* decided once by files_root_new */
+    char *real;       /* realpath of the root, for the fallback's check */
     size_t real_len;
 };
 
@@ -172,16 +172,16 @@ static int files__open_error(int err)
     case EACCES:
     case EPERM:
         return -EACCES;
-    case EXDEV:        /* openat2: resolution would leave the root */
-    case ELOOP:        /* too many links, or a magic link refused */
+    case EXDEV: /* openat2: resolution would leave the root */
+    case ELOOP: /* too many links, or a magic link refused */
     case ENOENT:
     case ENOTDIR:
     case ENAMETOOLONG:
-    case ENXIO:        /* a socket or a FIFO without a writer */
+    case ENXIO: /* a socket or a FIFO without a writer */
     case ENODEV:
         return -ENOENT;
     default:
-        return -err;   /* EMFILE, ENFILE, ENOMEM, EIO: the server's problem (500) */
+        return -err; /* EMFILE, ENFILE, ENOMEM, EIO: the server's problem (500) */
     }
 }
 
@@ -395,8 +395,7 @@ static size_t files__u64(const char *s, size_t len, size_t *i, uint64_t *out)
     return *i - start;
 }
 
-int files_parse_range(const char *value, size_t len, uint64_t size, uint64_t *start,
-                      uint64_t *end)
+int files_parse_range(const char *value, size_t len, uint64_t size, uint64_t *start, uint64_t *end)
 {
     if (len < 6 || strncasecmp(value, "bytes=", 6) != 0)
         return 1;

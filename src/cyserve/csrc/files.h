@@ -43,14 +43,14 @@ struct files_root;
 #define FILES_ETAG_SIZE 40
 
 struct files_hit {
-    int fd;                   /* open, O_RDONLY|O_CLOEXEC; the caller closes it */
-    uint64_t size;            /* bytes */
-    time_t mtime;             /* seconds since the epoch */
-    int64_t mtime_ns;         /* nanoseconds since the epoch */
-    char etag[FILES_ETAG_SIZE];   /* strong ETag, quoted, NUL-terminated */
+    int fd;                     /* open, O_RDONLY|O_CLOEXEC; the caller closes it */
+    uint64_t size;              /* bytes */
+    time_t mtime;               /* seconds since the epoch */
+    int64_t mtime_ns;           /* nanoseconds since the epoch */
+    char etag[FILES_ETAG_SIZE]; /* strong ETag, quoted, NUL-terminated */
     size_t etag_len;
     char last_modified[FILES_DATE_SIZE]; /* IMF-fixdate of mtime, NUL-terminated */
-    const char *content_type; /* static string, e.g. "text/html; charset=utf-8" */
+    const char *content_type;            /* static string, e.g. "text/html; charset=utf-8" */
     size_t content_type_len;
 };
 
@@ -93,8 +93,7 @@ int files_if_range(const struct files_hit *hit, const char *value, size_t len);
  * 206; -ERANGE for a 416 (a syntactically valid single range that is not satisfiable: a >= size,
  * "bytes=-0", or size == 0); 1 to ignore the header and serve 200 (another unit, several ranges,
  * anything unparseable, a > b). Thread-safe. */
-int files_parse_range(const char *value, size_t len, uint64_t size, uint64_t *start,
-                      uint64_t *end);
+int files_parse_range(const char *value, size_t len, uint64_t size, uint64_t *start, uint64_t *end);
 
 
 #endif

@@ -37,8 +37,7 @@ static int hfiles_not_modified(const struct request *rq, const struct files_hit 
     return files_not_modified(hit, NULL, 0, ims, ims_len);
 }
 
-void hfiles_serve(struct request *rq, const struct server_target *t,
-                  const struct router_match *m)
+void hfiles_serve(struct request *rq, const struct server_target *t, const struct router_match *m)
 {
     struct request_answer *a = &rq->answer;
     char *abuf = rq->answer_lines;
@@ -66,8 +65,7 @@ void hfiles_serve(struct request *rq, const struct server_target *t,
     /* Out of descriptors or memory is the server's state, not the file's: a 404 would be wrong
      * and cacheable. */
     if (rc == -EMFILE || rc == -ENFILE || rc == -ENOMEM) {
-        request_answer_simple(a, abuf, 256, 503, "503 Service Unavailable\n",
-                              "Retry-After: 1\r\n");
+        request_answer_simple(a, abuf, 256, 503, "503 Service Unavailable\n", "Retry-After: 1\r\n");
         return;
     }
     if (rc < 0) {
@@ -79,16 +77,16 @@ void hfiles_serve(struct request *rq, const struct server_target *t,
     /* Range and If-Range may appear once (RFC 9110 5.3): repeated, neither copy is used and the
      * whole file is sent, as a server may always ignore Range (RFC 9110 14.2). */
     http_field_once(rq->hdrs, rq->head.num_headers, "range", 5, &range, &range_len);
-    if (http_field_once(rq->hdrs, rq->head.num_headers, "if-range", 8, &if_range,
-                        &if_range_len) > 1)
+    if (http_field_once(rq->hdrs, rq->head.num_headers, "if-range", 8, &if_range, &if_range_len) >
+        1)
         range = NULL;
     /* A Range whose If-Range no longer matches is ignored: the client gets the whole new file. */
     if (range && !files_if_range(&hit, if_range, if_range_len))
         range = NULL;
     char *lines = abuf;
     size_t cap = sizeof(rq->answer_lines);
-    int n = snprintf(lines, cap, "ETag: %.*s\r\nLast-Modified: %s\r\n",
-                     (int)hit.etag_len, hit.etag, hit.last_modified);
+    int n = snprintf(lines, cap, "ETag: %.*s\r\nLast-Modified: %s\r\n", (int)hit.etag_len, hit.etag,
+                     hit.last_modified);
     if (hfiles_not_modified(rq, &hit)) {
         close(hit.fd);
         *a = (struct request_answer){
@@ -116,16 +114,15 @@ void hfiles_serve(struct request *rq, const struct server_target *t,
         if (r == 0) {
             status = 206;
             count = end - start + 1;
-            n += snprintf(lines + n, cap - (size_t)n,
-                          "Content-Range: bytes %llu-%llu/%llu\r\n", (unsigned long long)start,
-                          (unsigned long long)end, (unsigned long long)hit.size);
+            n += snprintf(lines + n, cap - (size_t)n, "Content-Range: bytes %llu-%llu/%llu\r\n",
+                          (unsigned long long)start, (unsigned long long)end,
+                          (unsigned long long)hit.size);
         }
     }
     if (status == 200)
         start = 0;
-    n += snprintf(lines + n, cap - (size_t)n,
-                  "Content-Type: %.*s\r\nAccept-Ranges: bytes\r\n", (int)hit.content_type_len,
-                  hit.content_type);
+    n += snprintf(lines + n, cap - (size_t)n, "Content-Type: %.*s\r\nAccept-Ranges: bytes\r\n",
+                  (int)hit.content_type_len, hit.content_type);
     *a = (struct request_answer){
         .kind = REQUEST_BODY_FILE,
         .status = status,
@@ -137,4 +134,3 @@ void hfiles_serve(struct request *rq, const struct server_target *t,
         .offset = start,
     };
 }
-

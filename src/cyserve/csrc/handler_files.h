@@ -10,7 +10,6 @@ struct request;
 /* Answer rq from file target t (m: its route match, whose prefix is cut from the path): fill
  * rq->answer, with the open file (REQUEST_BODY_FILE) when there is one to send. The serving
  * coroutine. */
-void hfiles_serve(struct request *rq, const struct server_target *t,
-                  const struct router_match *m);
+void hfiles_serve(struct request *rq, const struct server_target *t, const struct router_match *m);
 
 #endif

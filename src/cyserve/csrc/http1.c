@@ -31,8 +31,8 @@
 /* The request core says "no length" with its own name; the head writer takes it as is. */
 _Static_assert(REQUEST_LENGTH_NONE == HTTP_LENGTH_UNTIL_CLOSE, "one value for 'no length'");
 
-int http1_static_head(int status, const char *lines, size_t lines_len, size_t body_len,
-                      char **out, size_t *out_len)
+int http1_static_head(int status, const char *lines, size_t lines_len, size_t body_len, char **out,
+                      size_t *out_len)
 {
     struct wbuf h;
     wbuf_init(&h, NULL, 0);
@@ -134,8 +134,7 @@ static int send_static(struct http1_session *sv, const struct server_target *t, 
 }
 
 /* Write the head (if still in sv->out) and data[0..len) as one piece of a streamed body. */
-static int send_piece(struct http1_session *sv, const char *data, size_t len,
-                             int chunked)
+static int send_piece(struct http1_session *sv, const char *data, size_t len, int chunked)
 {
     if (!len)
         return http1_flush(sv);
@@ -145,8 +144,7 @@ static int send_piece(struct http1_session *sv, const char *data, size_t len,
     int n = snprintf(size, sizeof(size), "%zx\r\n", len);
     if (UNLIKELY(wbuf_append(&sv->out, size, (size_t)n)))
         return -ENOMEM;
-    struct iovec iov[3] = {
-        {sv->out.ptr, sv->out.len}, {(void *)data, len}, {(void *)"\r\n", 2}};
+    struct iovec iov[3] = {{sv->out.ptr, sv->out.len}, {(void *)data, len}, {(void *)"\r\n", 2}};
     int rc = conn_sendv(sv->c, iov, 3, 0);
     sv->out.len = 0;
     return rc;
@@ -178,7 +176,8 @@ static int send_stream(struct http1_session *sv, const struct server_target *t, 
         }
     }
     uint64_t announce = length >= 0 ? (uint64_t)length
-                        : chunked ? HTTP_LENGTH_CHUNKED : HTTP_LENGTH_UNTIL_CLOSE;
+                        : chunked   ? HTTP_LENGTH_CHUNKED
+                                    : HTTP_LENGTH_UNTIL_CLOSE;
     int rc = http_write_head(&sv->out, r->status, sv->rq.head.minor_version, keep, announce,
                              r->headers.ptr, r->headers.len, http1_date());
     if (UNLIKELY(rc) || head_only) {
@@ -457,7 +456,7 @@ static int serve_loop(struct http1_session *sv)
         }
         if (n < 0)
             return http1_error_close(sv, sv->rq.head.status ? sv->rq.head.status : 400,
-                               sv->rq.head.error ? sv->rq.head.error : "malformed request");
+                                     sv->rq.head.error ? sv->rq.head.error : "malformed request");
         head_deadline = -1;
         if (UNLIKELY(s->cfg.access_log_fd >= 0)) {
             sv->rq.log_have_req = 1;
@@ -539,4 +538,3 @@ out:
         conn_destroy(c);
     return 0;
 }
-

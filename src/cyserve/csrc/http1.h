@@ -103,8 +103,8 @@ static inline int http1_put_answer(struct wbuf *out, const struct request_answer
  * has no body, then the headers lines[0..lines_len)): *out (malloc'd, the caller frees it) and
  * *out_len. Returns 0 or -ENOMEM. Date, Connection and the empty line are added per request
  * by http1_static_head_put(). */
-int http1_static_head(int status, const char *lines, size_t lines_len, size_t body_len,
-                      char **out, size_t *out_len);
+int http1_static_head(int status, const char *lines, size_t lines_len, size_t body_len, char **out,
+                      size_t *out_len);
 
 /* Write sv's output buffer, then extra[0..extra_len) if any, in one send. flags: as conn_sendv.
  * 0 or -errno. The serving coroutine. */

@@ -104,9 +104,8 @@ static int inline_send(struct conn *c, struct server_worker *mine, const char *o
 
 /* Run GIL-free handler t for the request req (no body) inline and send its answer. Returns as
  * inline_send. */
-static int inline_nogil(struct conn *c, struct server_worker *mine,
-                        const struct server_target *t, const struct http_request *req,
-                        const struct router_match *m)
+static int inline_nogil(struct conn *c, struct server_worker *mine, const struct server_target *t,
+                        const struct http_request *req, const struct router_match *m)
 {
     struct server *s = c->home->srv;
     cyserve_request creq;
@@ -155,8 +154,7 @@ static int inline_nogil(struct conn *c, struct server_worker *mine,
 static int inline_serve(struct conn *c)
 {
     struct server *s = c->home->srv;
-    if (UNLIKELY(c->buf || s->cfg.access_log_fd >= 0 || server_draining(s) ||
-                 c->tp != &conn_plain))
+    if (UNLIKELY(c->buf || s->cfg.access_log_fd >= 0 || server_draining(s) || c->tp != &conn_plain))
         return 0;
     struct server_worker *mine = server_worker_self(s);
     char *buf = conn_buf_get(mine);

@@ -28,6 +28,8 @@ const char *http_date_cached(time_t now_s)
 const char *http_reason(int status, size_t *len)
 {
     const char *s;
+    /* One code a line: a table read down the codes. */
+    /* clang-format off */
     switch (status) {
     case 100: s = "Continue"; break;
     case 101: s = "Switching Protocols"; break;
@@ -92,6 +94,7 @@ const char *http_reason(int status, size_t *len)
      * where "Unknown" would be a claim. */
     default: s = ""; break;
     }
+    /* clang-format on */
     *len = strlen(s);
     return s;
 }
@@ -118,8 +121,7 @@ static char *put_lit(char *p, const char *s, size_t n)
 #define LIT(s) (s), (sizeof(s) - 1)
 
 int http_write_head(struct wbuf *out, int status, int minor_version, int keep_alive,
-                    uint64_t content_length, const char *extra, size_t extra_len,
-                    const char *date)
+                    uint64_t content_length, const char *extra, size_t extra_len, const char *date)
 {
     size_t rlen;
     const char *reason = http_reason(status, &rlen);

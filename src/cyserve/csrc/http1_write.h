@@ -34,8 +34,7 @@ const char *http_reason(int status, size_t *len);
  * empty line. minor_version is the request's (the status line always says HTTP/1.1).
  * Returns 0 or -ENOMEM. */
 int http_write_head(struct wbuf *out, int status, int minor_version, int keep_alive,
-                    uint64_t content_length, const char *extra, size_t extra_len,
-                    const char *date);
+                    uint64_t content_length, const char *extra, size_t extra_len, const char *date);
 
 /* Append a complete error response (text/plain body "<status> <reason>: <detail>\n") with
  * Connection: close; head_only (the request was HEAD): the same head, no body (RFC 9110 9.3.2).

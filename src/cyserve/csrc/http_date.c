@@ -13,7 +13,7 @@
 
 static const char date_days[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
 static const char date_months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                                          "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+                                        "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
 
 static void date_put2(char *p, int v)
 {
@@ -26,8 +26,7 @@ size_t http_date_format(time_t t, char out[HTTP_DATE_SIZE])
     /* Built by hand, not with strftime: %a and %b follow LC_TIME, which the Python process
      * may have set, and HTTP dates are always English. */
     struct tm tm;
-    if (UNLIKELY(gmtime_r(&t, &tm) == NULL || tm.tm_year + 1900 < 0 ||
-                 tm.tm_year + 1900 > 9999)) {
+    if (UNLIKELY(gmtime_r(&t, &tm) == NULL || tm.tm_year + 1900 < 0 || tm.tm_year + 1900 > 9999)) {
         out[0] = '\0';
         return 0;
     }
@@ -63,7 +62,7 @@ static int date_digits(const char *s, size_t n)
 }
 
 static const char *const date_long_days[7] = {"Sunday",   "Monday", "Tuesday", "Wednesday",
-                                                "Thursday", "Friday", "Saturday"};
+                                              "Thursday", "Friday", "Saturday"};
 
 static int date_month(const char *s)
 {
@@ -96,8 +95,12 @@ static int date_finish(int mday, int mon, int year, int hour, int min, int sec, 
 {
     if (mon < 0 || mday < 1 || mday > 31 || year < 0)
         return -EINVAL;
-    struct tm tm = {.tm_sec = sec == 60 ? 59 : sec, .tm_min = min, .tm_hour = hour,
-                    .tm_mday = mday, .tm_mon = mon, .tm_year = year - 1900};
+    struct tm tm = {.tm_sec = sec == 60 ? 59 : sec,
+                    .tm_min = min,
+                    .tm_hour = hour,
+                    .tm_mday = mday,
+                    .tm_mon = mon,
+                    .tm_year = year - 1900};
     time_t t = timegm(&tm);
     /* timegm normalises 31 Feb into March: reject dates that do not exist. */
     if (tm.tm_mday != mday || tm.tm_mon != mon)

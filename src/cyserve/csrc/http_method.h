@@ -12,8 +12,15 @@
 
 enum http_method {
     HTTP_OTHER = 0, /* a valid token that is not one of these */
-    HTTP_GET, HTTP_HEAD, HTTP_POST, HTTP_PUT, HTTP_DELETE, HTTP_PATCH, HTTP_OPTIONS,
-    HTTP_CONNECT, HTTP_TRACE,
+    HTTP_GET,
+    HTTP_HEAD,
+    HTTP_POST,
+    HTTP_PUT,
+    HTTP_DELETE,
+    HTTP_PATCH,
+    HTTP_OPTIONS,
+    HTTP_CONNECT,
+    HTTP_TRACE,
 };
 
 /* One past the last named method: the named ones are HTTP_GET .. HTTP_METHOD_COUNT - 1. */
@@ -22,6 +29,8 @@ enum http_method {
 /* The name of a named method ("GET"), or NULL for HTTP_OTHER and values out of range. */
 static inline const char *http_method_name(enum http_method m)
 {
+    /* One method a line: a table read down the methods. */
+    /* clang-format off */
     switch (m) {
     case HTTP_GET: return "GET";
     case HTTP_HEAD: return "HEAD";
@@ -34,6 +43,7 @@ static inline const char *http_method_name(enum http_method m)
     case HTTP_TRACE: return "TRACE";
     default: return NULL;
     }
+    /* clang-format on */
 }
 
 #endif

@@ -175,8 +175,7 @@ static ALWAYS_INLINE const char *skip_target_fast(const char *p, const char *end
     while (end - p >= 8) {
         uint64_t w;
         memcpy(&w, p, 8);
-        if (swar_has_less(w, 0x21) | swar_has_byte(w, 0x7f) | swar_has_byte(w, '#') |
-            (w & HIGHS))
+        if (swar_has_less(w, 0x21) | swar_has_byte(w, 0x7f) | swar_has_byte(w, '#') | (w & HIGHS))
             break;
         p += 8;
     }
@@ -402,10 +401,10 @@ static int64_t parse_content_length(const char *v, size_t n, const char **digits
 
 /* Per-head facts gathered from the fields, turned into the request's semantics at the end. */
 struct head_facts {
-    int te_seen;          /* a Transfer-Encoding field was present */
-    int te_last_chunked;  /* the last coding seen so far is chunked */
+    int te_seen;         /* a Transfer-Encoding field was present */
+    int te_last_chunked; /* the last coding seen so far is chunked */
     int te_chunked_count;
-    int te_other;         /* a coding other than chunked was seen */
+    int te_other; /* a coding other than chunked was seen */
     int conn_close, conn_keep_alive, conn_upgrade;
     int has_upgrade_field;
     int host_count;
@@ -537,8 +536,7 @@ static int on_field(struct http_request *req, struct head_facts *f, const struct
             if (f->cl_digits == NULL) {
                 f->cl_digits = d;
                 f->cl_digits_len = dlen;
-            } else if (UNLIKELY(dlen != f->cl_digits_len ||
-                                memcmp(d, f->cl_digits, dlen) != 0)) {
+            } else if (UNLIKELY(dlen != f->cl_digits_len || memcmp(d, f->cl_digits, dlen) != 0)) {
                 return fail(req, 400, "differing content-length");
             }
             req->content_length = v;
@@ -801,7 +799,7 @@ out:
             const char *t = req->method + req->method_len + 1;
             size_t avail = (size_t)(buf + len - t);
             const char *scan_end = t + (avail > lim->max_target_bytes ? lim->max_target_bytes + 1
-                                                                       : avail);
+                                                                      : avail);
             const char *q = skip_target_fast(t, scan_end);
             if ((size_t)(q - t) > lim->max_target_bytes)
                 return fail(req, 414, "request-target too long");

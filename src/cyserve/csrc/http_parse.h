@@ -55,9 +55,9 @@ struct http_header {
 };
 
 struct http_limits {
-    size_t max_header_bytes;  /* whole head incl. request line; over it: 431 (default 8192) */
-    size_t max_target_bytes;  /* request-target; over it: 414 (default 8192) */
-    unsigned max_headers;     /* header field count; over it: 431 (default 100) */
+    size_t max_header_bytes; /* whole head incl. request line; over it: 431 (default 8192) */
+    size_t max_target_bytes; /* request-target; over it: 414 (default 8192) */
+    unsigned max_headers;    /* header field count; over it: 431 (default 100) */
 };
 
 struct http_request {
@@ -65,16 +65,16 @@ struct http_request {
     const char *method;
     size_t method_len;
     enum http_method method_id;
-    const char *target;     /* the whole request-target */
+    const char *target; /* the whole request-target */
     size_t target_len;
     /* origin-form: the target up to '?' (not decoded). absolute-form: the path after the
      * authority, up to '?' (may be empty). authority-form (CONNECT) and asterisk-form
      * (OPTIONS *): the whole target. Always a view inside the target. */
     const char *path;
     size_t path_len;
-    const char *query;      /* after '?', without it; NULL if none */
+    const char *query; /* after '?', without it; NULL if none */
     size_t query_len;
-    int minor_version;      /* 0 or 1 */
+    int minor_version; /* 0 or 1 */
     /* header fields: the caller provides the array and its capacity in num_headers; on success
      * num_headers is the number of fields found */
     struct http_header *headers;
@@ -89,8 +89,9 @@ struct http_request {
                              * (uri-host [":" port], checked); NULL if neither */
     size_t host_len;
     /* on -1 */
-    int status;             /* 400, 414, 431, 501 or 505 */
-    const char *error;      /* static string naming the rule, e.g. "content-length with transfer-encoding" */
+    int status;        /* 400, 414, 431, 501 or 505 */
+    const char *error; /* static string naming the rule, e.g. "content-length with
+                        * transfer-encoding" */
 };
 
 /* Default limits (the values shown above). */
@@ -119,7 +120,7 @@ struct http_chunked {
     int state;          /* private */
     uint64_t total;     /* decoded body bytes so far */
     size_t trailer_bytes;
-    unsigned aux;       /* private: hex digits or chunk-extension bytes of the current line */
+    unsigned aux; /* private: hex digits or chunk-extension bytes of the current line */
     /* on -1: the status to answer, 431 for a trailer section over max_trailer_bytes, else 400,
      * and a static string naming the rule (e.g. "trailer section too large"), for the answer's
      * detail and for logs. Unset otherwise. */

@@ -192,4 +192,3 @@ int listen_bound_port(int fd)
         return ntohs(((struct sockaddr_in6 *)&sa)->sin6_port);
     return ntohs(((struct sockaddr_in *)&sa)->sin_port);
 }
-

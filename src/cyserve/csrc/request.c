@@ -36,9 +36,9 @@ void request_note_failure(const struct http_request *req, int hrc)
     uint64_t now = clock_mono_ns();
     /* safety: next_ns only rate-limits; the CAS makes one thread per second the writer. */
     uint64_t due = atomic_load_explicit(&next_ns, memory_order_relaxed);
-    if (now < due || !atomic_compare_exchange_strong_explicit(&next_ns, &due, now + 1000000000ull,
-                                                              memory_order_relaxed,
-                                                              memory_order_relaxed)) {
+    if (now < due ||
+        !atomic_compare_exchange_strong_explicit(&next_ns, &due, now + 1000000000ull,
+                                                 memory_order_relaxed, memory_order_relaxed)) {
         atomic_fetch_add_explicit(&suppressed, 1, memory_order_relaxed);
         return;
     }
@@ -47,9 +47,10 @@ void request_note_failure(const struct http_request *req, int hrc)
     if (more)
         snprintf(tail, sizeof(tail), " (and %llu more failures)", more);
     int plen = req->path_len > 256 ? 256 : (int)req->path_len;
-    int n = snprintf(line, sizeof(line), "cyserve: GIL-free handler for %.*s %.*s returned %d; "
-                     "answered 500%s\n", (int)req->method_len, req->method, plen, req->path,
-                     hrc, tail);
+    int n = snprintf(line, sizeof(line),
+                     "cyserve: GIL-free handler for %.*s %.*s returned %d; "
+                     "answered 500%s\n",
+                     (int)req->method_len, req->method, plen, req->path, hrc, tail);
     if (n > 0) {
         ssize_t w = write(2, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
         (void)w; /* nothing to do if standard error is gone */
@@ -68,8 +69,8 @@ static void py_trampoline(void *arg)
     j->t->py_call(j->t->opaque, j->req, j->resp);
 }
 
-int request_header_value(const struct request *rq, const char *name, size_t nlen,
-                         const char **v, size_t *vlen)
+int request_header_value(const struct request *rq, const char *name, size_t nlen, const char **v,
+                         size_t *vlen)
 {
     for (size_t i = 0; i < rq->head.num_headers; i++) {
         const struct http_header *h = &rq->hdrs[i];
@@ -88,8 +89,7 @@ void request_answer_simple(struct request_answer *a, char *buf, size_t cap, int 
                            const char *body, const char *extra)
 {
     size_t blen = strlen(body);
-    int n = snprintf(buf, cap, "Content-Type: text/plain; charset=utf-8\r\n%s",
-                     extra ? extra : "");
+    int n = snprintf(buf, cap, "Content-Type: text/plain; charset=utf-8\r\n%s", extra ? extra : "");
     if (n < 0 || (size_t)n >= cap)
         n = 0;
     *a = (struct request_answer){
@@ -234,8 +234,7 @@ int server_req_peer(const cyserve_request *req, const char **out)
     return 0;
 }
 
-int server_req_header(const cyserve_request *req, const char *name, size_t nlen,
-                      cyserve_str *out)
+int server_req_header(const cyserve_request *req, const char *name, size_t nlen, cyserve_str *out)
 {
     for (size_t i = 0; i < req->num_headers; i++) {
         const cyserve_header *h = &req->headers[i];

@@ -41,16 +41,16 @@ enum request_body {
 struct request_answer {
     enum request_body kind;
     int status;
-    int close;         /* the connection closes after this answer */
+    int close; /* the connection closes after this answer */
     /* Header lines "Name: value\r\n", without Content-Length, Date or Connection, which the
      * protocol frames. */
     const char *lines;
     size_t lines_len;
-    uint64_t length;   /* the Content-Length to announce (for HEAD, what GET would carry), or
-                        * REQUEST_LENGTH_NONE */
+    uint64_t length; /* the Content-Length to announce (for HEAD, what GET would carry), or
+                      * REQUEST_LENGTH_NONE */
     const char *body;
-    size_t body_len;   /* the body's bytes (0: none); a HEAD is framed without them */
-    int fd;            /* -1: none */
+    size_t body_len; /* the body's bytes (0: none); a HEAD is framed without them */
+    int fd;          /* -1: none */
     uint64_t offset;
     const struct server_target *t;
 };
@@ -160,8 +160,8 @@ static inline void request_answer_done(struct request *rq)
 
 /* The value of rq's first header name[0..nlen) (case-insensitive): 1 and *v, *vlen set, or 0
  * and NULL, 0. */
-int request_header_value(const struct request *rq, const char *name, size_t nlen,
-                         const char **v, size_t *vlen);
+int request_header_value(const struct request *rq, const char *name, size_t nlen, const char **v,
+                         size_t *vlen);
 
 /* A GIL-free handler for req returned hrc != 0 (it is answered 500): a line on standard error,
  * at most one a second for the process. Any thread. */

@@ -36,10 +36,10 @@ void resp_arena_reset(struct resp_arena *a);
  * cyserve_response. Header lines are kept serialised ("Name: value\r\n"), so emitting the
  * response head is one copy. */
 struct cyserve_response {
-    int status;               /* 200 unless set */
-    int close;                /* the handler asked for Connection: close */
-    int has_content_type;     /* a Content-Type line is in headers */
-    struct wbuf headers;      /* "Name: value\r\n" lines added by the handler */
+    int status;           /* 200 unless set */
+    int close;            /* the handler asked for Connection: close */
+    int has_content_type; /* a Content-Type line is in headers */
+    struct wbuf headers;  /* "Name: value\r\n" lines added by the handler */
     struct wbuf body;
     /* A body the handler promised outlives the server (resp_set_body_static): sent straight from
      * there, never copied into body. NULL when unset; then body is the body. */
@@ -55,7 +55,7 @@ struct cyserve_response {
     void *stream;
     /* The Content-Length a streamed body announced, or -1: then it goes out chunked. */
     int64_t stream_length;
-    struct resp_arena arena;  /* cyserve_resp_alloc() */
+    struct resp_arena arena; /* cyserve_resp_alloc() */
     char inline_headers[RESP_INLINE_HEADERS];
     char inline_body[RESP_INLINE_BODY];
 };

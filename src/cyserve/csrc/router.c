@@ -286,8 +286,7 @@ static int router__exact_grow(struct router *r)
     return 0;
 }
 
-static const struct rexact *router__exact_find(const struct router *r, const char *path,
-                                               size_t len)
+static const struct rexact *router__exact_find(const struct router *r, const char *path, size_t len)
 {
     if (r->exact_cap == 0)
         return NULL;
@@ -335,8 +334,7 @@ struct rseg {
 
 static bool router__is_name_char(char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
 }
 
 /* Parses one segment s[0..len) of a ROUTER_PATH pattern. */
@@ -457,7 +455,7 @@ static int router__add_path(struct router *r, struct rentry *e, size_t len, char
     for (size_t i = 1; i < len; i++)
         num_segs += p[i] == '/';
     struct rseg *segs = num_segs <= N_ELEMENTS(segs_small) ? segs_small
-                                                            : malloc(num_segs * sizeof(*segs));
+                                                           : malloc(num_segs * sizeof(*segs));
     if (UNLIKELY(segs == NULL))
         return -ENOMEM;
     int rc = 0;
@@ -550,8 +548,8 @@ static bool router__stacked_repetition(const char *p, size_t len)
             if (j < len && p[j] == ']')
                 j++;
             while (j < len && p[j] != ']') {
-                if (p[j] == '[' && j + 1 < len && (p[j + 1] == ':' || p[j + 1] == '.' ||
-                                                   p[j + 1] == '=')) {
+                if (p[j] == '[' && j + 1 < len &&
+                    (p[j + 1] == ':' || p[j + 1] == '.' || p[j + 1] == '=')) {
                     /* The class ends at its own ":]" (".]", "=]"), not at the first ':': in
                      * "[[:alpha:](]" the '(' is still inside the bracket. */
                     size_t k = j + 2;
@@ -662,8 +660,8 @@ static int router__add_prefix(struct router *r, struct rentry *e, size_t len, ch
         len--;
     e->pattern[len] = '\0';
     for (size_t i = 0; i < r->num_prefixes; i++) {
-        if (r->prefixes[i].len == len && memcmp(r->prefixes[i].entries->pattern, e->pattern,
-                                                len) == 0)
+        if (r->prefixes[i].len == len &&
+            memcmp(r->prefixes[i].entries->pattern, e->pattern, len) == 0)
             return router__append(&r->prefixes[i].entries, e, err, errlen);
     }
     struct rprefix *grown = realloc(r->prefixes, (r->num_prefixes + 1) * sizeof(*grown));
@@ -831,8 +829,8 @@ static bool router__match_regex(const struct rregex *x, struct rwalk *w)
     /* [0] is the match, [1..] the user's groups. The match must be the whole path: POSIX
      * regexec reports the leftmost match and, at that start, the longest, so if any match spans
      * the whole path, pm[0] is it. */
-    if (x->lit_len > 0 && (w->len < x->lit_len ||
-                           memcmp(w->path, x->entries->pattern + x->lit_off, x->lit_len) != 0))
+    if (x->lit_len > 0 &&
+        (w->len < x->lit_len || memcmp(w->path, x->entries->pattern + x->lit_off, x->lit_len) != 0))
         return false;
     regmatch_t pm[ROUTER_MAX_PARAMS + 1];
     size_t groups = x->num_groups < ROUTER_MAX_PARAMS ? x->num_groups : ROUTER_MAX_PARAMS;

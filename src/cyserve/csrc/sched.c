@@ -243,16 +243,16 @@ struct sched {
     unsigned n;
     struct sched_worker *w;
     pthread_mutex_t inject_lock;
-    struct coro *inj_head, *inj_tail; /* under inject_lock */
+    struct coro *inj_head, *inj_tail;                       /* under inject_lock */
     struct sched_spawn_block *sp_head, *sp_tail, *sp_spare; /* under inject_lock */
     long inj_len; /* coroutines + spawn records; written under inject_lock, read lock-free */
-    struct coro_pool *ext_pool;       /* for spawns from non-workers; under inject_lock */
-    uint64_t ext_spawned;             /* under inject_lock */
-    long alive;                       /* atomic */
-    int nspinning, nparked;           /* atomic */
-    int stopping, done;               /* atomic */
-    int running;                      /* atomic: workers started and not joined */
-    unsigned wake_rr;                 /* atomic: where wakep starts looking */
+    struct coro_pool *ext_pool; /* for spawns from non-workers; under inject_lock */
+    uint64_t ext_spawned;       /* under inject_lock */
+    long alive;                 /* atomic */
+    int nspinning, nparked;     /* atomic */
+    int stopping, done;         /* atomic */
+    int running;                /* atomic: workers started and not joined */
+    unsigned wake_rr;           /* atomic: where wakep starts looking */
     void (*off_begin)(void *), (*off_end)(void *);
     void *off_ud;
     void (*w_start)(struct sched *, unsigned, void *), (*w_stop)(struct sched *, unsigned, void *);
@@ -826,8 +826,8 @@ static void w_park(struct sched_worker *w, int watch)
      * this itself when it finds work (w_spin_stop). */
     /* safety: relaxed: a hint. A push after this load finds us W_RUNNING, and comes from a
      * worker that is not parked, which every parker watches. */
-    if (st != W_WOKEN_SPIN && (runq_len(&w->rq) > 0 || w->local_head ||
-                               __atomic_load_n(&w->remote, __ATOMIC_RELAXED))) {
+    if (st != W_WOKEN_SPIN &&
+        (runq_len(&w->rq) > 0 || w->local_head || __atomic_load_n(&w->remote, __ATOMIC_RELAXED))) {
         sched_fence(); /* safety: the recipe's StoreLoad, between our exchange and wakep's reads */
         sched_wakep(s);
     }

@@ -146,7 +146,7 @@ struct sched_io {
     uint32_t ready;       /* readiness seen and not yet consumed (home worker only) */
     uint32_t wait_events; /* what the waiter waits for */
     int home;             /* worker index owning the registration */
-    int active;           /* 1 while a coroutine serves io; 0: idle, the next event calls on_ready */
+    int active; /* 1 while a coroutine serves io; 0: idle, the next event calls on_ready */
 };
 
 /* ---- home sections ---- */
@@ -178,8 +178,8 @@ int sched_home_held(void);
  * readiness of that event is handed to on_ready and not kept, so the coroutine it spawns starts
  * by reading until EAGAIN. While io is active, events only record readiness for sched_io_wait().
  * Returns 0, -EPERM off a worker, or -errno from epoll_ctl. Worker only. */
-int sched_io_add(struct sched_io *io, int fd, void (*on_ready)(struct sched_io *io,
-                                                               uint32_t events));
+int sched_io_add(struct sched_io *io, int fd,
+                 void (*on_ready)(struct sched_io *io, uint32_t events));
 
 /* Wait until io is ready for any of events, consuming that readiness (Go's netpoll rule: read
  * or write until EAGAIN, then wait). deadline_ns is absolute on sched_now_ns()'s clock, or < 0

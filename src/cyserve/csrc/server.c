@@ -280,9 +280,9 @@ int server_shutdown(struct server *s, uint64_t grace_ns)
                                                  memory_order_acquire)) {
         uint64_t cur = atomic_load_explicit(&s->stop_deadline, memory_order_relaxed);
         /* safety: min-update of the deadline; the CAS loop only ever lowers it. */
-        while (deadline < cur && !atomic_compare_exchange_weak_explicit(
-                                     &s->stop_deadline, &cur, deadline, memory_order_relaxed,
-                                     memory_order_relaxed))
+        while (deadline < cur &&
+               !atomic_compare_exchange_weak_explicit(&s->stop_deadline, &cur, deadline,
+                                                      memory_order_relaxed, memory_order_relaxed))
             ;
         while (server_running(s)) {
             struct timespec ts = {0, 2 * 1000 * 1000};
@@ -348,4 +348,3 @@ void server_get_stats(struct server *s, struct server_stats *out)
     }
     pthread_mutex_unlock(&s->stats_lock);
 }
-

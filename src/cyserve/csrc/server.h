@@ -89,17 +89,17 @@ void server_target_clear(struct server_target *t);
 void server_target_never_inline(struct server_target *t);
 
 struct server_config {
-    const char *host;          /* numeric address or name, e.g. "127.0.0.1", "::", "localhost" */
-    int port;                  /* 0: an ephemeral port, the same for every worker */
-    unsigned threads;          /* workers; 0: the CPUs this process may use */
-    int backlog;               /* listen() backlog per worker */
-    int access_log_fd;         /* -1 (default): no access log; else one line per response is
-                                * written to it, each line in one write(2) (see access_log.c) */
-    int shared_port;           /* 1: join the SO_REUSEPORT group already on host:port (process
-                                * workers, cyserve/processes.py); 0: fail if the port is taken */
-    struct http_limits limits; /* header block, target, header count */
-    uint64_t max_body_bytes;   /* over it: 413 */
-    uint64_t keepalive_ns;     /* idle keep-alive connection is closed after this */
+    const char *host;           /* numeric address or name, e.g. "127.0.0.1", "::", "localhost" */
+    int port;                   /* 0: an ephemeral port, the same for every worker */
+    unsigned threads;           /* workers; 0: the CPUs this process may use */
+    int backlog;                /* listen() backlog per worker */
+    int access_log_fd;          /* -1 (default): no access log; else one line per response is
+                                 * written to it, each line in one write(2) (see access_log.c) */
+    int shared_port;            /* 1: join the SO_REUSEPORT group already on host:port (process
+                                 * workers, cyserve/processes.py); 0: fail if the port is taken */
+    struct http_limits limits;  /* header block, target, header count */
+    uint64_t max_body_bytes;    /* over it: 413 */
+    uint64_t keepalive_ns;      /* idle keep-alive connection is closed after this */
     uint64_t header_timeout_ns; /* whole head must arrive within this, from its first byte: 408 */
     uint64_t body_timeout_ns;   /* a body (or a response write) without progress for this: 408 */
 };
@@ -146,9 +146,9 @@ uint64_t server_live_connections(const struct server *s);
  * counted is kept); approximate while the server runs. Any thread, also while another one
  * starts or stops the server (a lock orders it against them). */
 struct server_stats {
-    uint64_t live;       /* open connections */
-    uint64_t inline_ok;  /* requests answered on the inline path, without a coroutine */
-    uint64_t spawned;    /* coroutines spawned (connections served, accept rounds) */
+    uint64_t live;      /* open connections */
+    uint64_t inline_ok; /* requests answered on the inline path, without a coroutine */
+    uint64_t spawned;   /* coroutines spawned (connections served, accept rounds) */
 };
 void server_get_stats(struct server *s, struct server_stats *out);
 
@@ -156,8 +156,7 @@ void server_get_stats(struct server *s, struct server_stats *out);
 
 /* Find header name[0..nlen) (case-insensitive) in req; 0 and *out set to the first match, or
  * -ENOENT. Any thread (req is the caller's). */
-int server_req_header(const cyserve_request *req, const char *name, size_t nlen,
-                      cyserve_str *out);
+int server_req_header(const cyserve_request *req, const char *name, size_t nlen, cyserve_str *out);
 
 /* After server_shutdown(): take one stream a stop cut short before its handler could release
  * it (the stop refuses offloaded calls). 1 and *t, *stream set (release it with t->py_stream,

@@ -45,15 +45,15 @@ struct conn;
 struct server_worker {
     struct server *srv;
     unsigned id;
-    int lfd;                  /* listening socket, opened by the control thread */
+    int lfd; /* listening socket, opened by the control thread */
     struct sched_io lio;
     int lio_added;
-    int ctl_fd;               /* eventfd written by server_shutdown */
+    int ctl_fd; /* eventfd written by server_shutdown */
     struct sched_io ctl_io;
     int ctl_added;
     struct sched_timer ctl_timer; /* closes the idle connections once shutdown begins */
-    struct conn *conns;       /* every live connection homed here */
-    struct conn *free_conns;  /* cache, linked through next */
+    struct conn *conns;           /* every live connection homed here */
+    struct conn *free_conns;      /* cache, linked through next */
     unsigned nfree_conns;
     char *free_bufs[CONN_BUF_CACHE_MAX];
     unsigned nfree_bufs;
@@ -74,8 +74,8 @@ struct server {
     _Atomic int running;
     _Atomic int draining;
     _Atomic uint64_t live;
-    _Atomic int stopping;            /* a server_shutdown is in progress or done */
-    _Atomic uint64_t stop_deadline;  /* when the grace period of the shutdown ends */
+    _Atomic int stopping;           /* a server_shutdown is in progress or done */
+    _Atomic uint64_t stop_deadline; /* when the grace period of the shutdown ends */
     /* memfds of large process-lifetime handler bodies, see static_ext_memfd(). Entries
      * [0, ext_count) are immutable once published; ext_lock serialises the writers. */
     pthread_mutex_t ext_lock;
