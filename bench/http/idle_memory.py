@@ -6,7 +6,7 @@ answer, so every connection has been served and is now idle, wait, read the RSS 
 The figure is the growth per idle connection. Servers run one after the other, in rounds, and
 the median over rounds is reported.
 
-    .venv/bin/python bench/idle_memory.py --servers cyserve-static,go-nethttp --conns 1000
+    .venv/bin/python bench/http/idle_memory.py --servers cyserve-static,go-nethttp --conns 1000
 """
 
 import argparse
@@ -19,9 +19,9 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench import harness  # noqa: E402
-from bench import servers as S  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from bench.http import harness  # noqa: E402
+from bench.http import servers as S  # noqa: E402
 
 
 def open_idle(port, n, path="/plaintext"):

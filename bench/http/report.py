@@ -1,8 +1,9 @@
-"""Summaries, the Markdown report and the plots of a benchmark result (bench/run.py writes it).
+"""Summaries, the Markdown report and the plots of an HTTP suite result (bench/http/run.py writes
+it).
 
 summarize() and markdown() are stdlib only (the CI smoke test calls them). plots() needs
 matplotlib, which lives in bench/.venv: write_all() runs this file there as
-`python bench/report.py --plots RESULT.json OUTDIR` when the calling interpreter lacks it.
+`python bench/http/report.py --plots RESULT.json OUTDIR` when the calling interpreter lacks it.
 
 Ratios are taken within a round (a server's figure divided by nginx's, or fasthttp's, measured in
 the same round and mode), then the median over rounds is reported, so slow drifts of the machine
@@ -15,8 +16,9 @@ import statistics
 import subprocess
 import sys
 
-# bench.common, also when this file runs as a script (the plots, in bench/.venv).
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# bench.common, also when this file runs as a script (the plots, in bench/.venv): the checkout's
+# root goes on the path (never bench/ itself, whose http/ would hide the standard library's).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from bench.common.stats import spread  # noqa: E402
 
 REFS = {"pct_nginx": ("nginx", 100.0), "x_fasthttp": ("go-fasthttp", 1.0)}

@@ -1,13 +1,14 @@
 """cyserve's benchmark suite (docs/benchmarks.md): every server, every workload, one command.
 
-    python bench/run.py --quick     a smoke run, a second per cell, 5 routes (make bench-quick)
-    python bench/run.py --full      the real run: 3 interleaved rounds of 5 s cells (make bench),
-                                    about 70 minutes on 2 cores; --duration 2 makes it about 35
+    python bench/http/run.py --quick     a smoke run, a second per cell, 5 routes (make bench-quick)
+    python bench/http/run.py --full      the real run: 3 interleaved rounds of 5 s cells (make bench),
+                                         about 70 minutes on 2 cores; --duration 2 makes it about 35
     options: --servers a,b  --workloads x,y  --rounds N  --duration S  --no-setup  --out DIR
 
 It installs what it needs first (wrk, nginx, hey, libev-dev with apt when root and missing; the
-Python peers in bench/.venv from bench/requirements.txt; the Go peers; the nogil Cython app),
-prints one line for each peer that cannot run and why, then measures:
+Python peers in bench/.venv from bench/peers/python/requirements.txt; the Go peers of bench/peers/go
+into bench/.build; the nogil Cython app), prints one line for each peer that cannot run and why,
+then measures:
 
   pinned   the primary mode: the server on CPU 0 (taskset) with one worker, wrk on CPU 1
            (-t1 -c64), so each figure is what one server core does
@@ -18,7 +19,7 @@ prints one line for each peer that cannot run and why, then measures:
 
 Servers are interleaved: each round visits every server once, in an order rotated per round, and
 the summary takes medians over rounds with min-max. Results: bench/results/<timestamp>.json and
-latest.json, latest.md and PNG plots (bench/report.py).
+latest.json, latest.md and PNG plots (bench/http/report.py).
 """
 
 import argparse
@@ -33,14 +34,15 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+BENCH = os.path.dirname(HERE)
+ROOT = os.path.dirname(BENCH)
 sys.path.insert(0, ROOT)
 
-from bench import harness, report  # noqa: E402
-from bench import servers as S  # noqa: E402
-from bench import workloads as W  # noqa: E402
+from bench.http import harness, report  # noqa: E402
+from bench.http import servers as S  # noqa: E402
+from bench.http import workloads as W  # noqa: E402
 
-RESULTS = os.path.join(HERE, "results")
+RESULTS = os.path.join(BENCH, "results")
 CONNECTIONS = 64
 SERVER_CPU, CLIENT_CPU = "0", "1"
 SLOW = ("fib", "loop")  # a million Python iterations per request: ~80 ms in a Python handler
@@ -93,7 +95,7 @@ def setup_tools(notes):
             if r.returncode != 0:
                 notes.append(f"apt-get install {pkg} failed: {r.stderr.strip()[-200:]}")
     if not harness.have("hey") and harness.have("go"):
-        gobin = os.path.join(HERE, ".build")
+        gobin = S.BUILD
         r = sh(["go", "install", "github.com/rakyll/hey@v0.1.4"], env=dict(os.environ, GOBIN=gobin))
         if r.returncode == 0:
             os.environ["PATH"] = gobin + os.pathsep + os.environ["PATH"]
@@ -105,7 +107,7 @@ def setup_tools(notes):
 
 
 def setup_venv(notes):
-    req = os.path.join(HERE, "requirements.txt")
+    req = os.path.join(BENCH, "peers", "python", "requirements.txt")
     stamp = os.path.join(S.VENV, ".req-stamp")
     if not os.path.exists(S.VENV_PY):
         say("setup: creating bench/.venv")
@@ -114,7 +116,7 @@ def setup_venv(notes):
             notes.append(f"bench/.venv: venv failed: {r.stderr.strip()[-200:]}")
             return
     if not os.path.exists(stamp) or os.path.getmtime(stamp) < os.path.getmtime(req):
-        say("setup: pip install -r bench/requirements.txt (into bench/.venv)")
+        say("setup: pip install -r bench/peers/python/requirements.txt (into bench/.venv)")
         pip = [S.VENV_PY, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
         r = sh(pip + ["-r", req])
         if r.returncode != 0:
@@ -139,7 +141,7 @@ def setup_go(notes):
     if not harness.have("go"):
         notes.append("Go peers: `go` is not installed")
         return
-    src = os.path.join(HERE, "peers", "go")
+    src = os.path.join(BENCH, "peers", "go")
     os.makedirs(S.BUILD, exist_ok=True)
     newest = max(os.path.getmtime(os.path.join(d, f)) for d, _, fs in os.walk(src) for f in fs)
     for name in ("nethttp", "fasthttp"):
@@ -191,6 +193,13 @@ def probe_modules(python, modules, env=None):
         return {m: "ERROR " + (r.stderr.strip().splitlines() or ["no python"])[-1] for m in modules}
 
 
+# The module each cyserve server imports its app from: probed before the run, so that an app that
+# does not import is one "skip" line instead of a server that fails to start.
+CYSERVE_APPS = {"cyserve-py": "bench.http.apps.cyserve_py", "cyserve-static": "bench.http.apps.cyserve_static_app",
+                "cyserve-nogil": "bench.http.apps.cyserve_nogil_app", "cyserve-wsgi": "bench.peers.python.wsgi_app",
+                "cyserve-files": "bench.http.apps.cyserve_files_app"}
+
+
 def availability(servers, nogil_error):
     """{name: None or reason} and {name: version string}."""
     reasons, versions = {}, {}
@@ -201,13 +210,11 @@ def availability(servers, nogil_error):
     if have_py and any(s.group == "cyserve" for s in servers):
         env = S.py_env()
         env["PYTHONPATH"] += os.pathsep + S.BUILD
-        cy = probe_modules(S.VENV_PY, ["cyserve", "bench.apps.cyserve_py", "bench.apps.cyserve_static_app",
-                                       "bench.apps.cyserve_nogil_app", "bench.apps.wsgi_app",
-                                       "bench.apps.cyserve_files_app"], env)
+        cy = probe_modules(S.VENV_PY, ["cyserve", *CYSERVE_APPS.values()], env)
     go_ver = sh(["go", "version"]).stdout.strip() if harness.have("go") else ""
     go_mods = {}
     try:
-        with open(os.path.join(HERE, "peers", "go", "go.mod")) as f:
+        with open(os.path.join(BENCH, "peers", "go", "go.mod")) as f:
             for line in f:
                 parts = line.split()
                 if len(parts) >= 2 and parts[0].startswith("github.com/"):
@@ -217,9 +224,7 @@ def availability(servers, nogil_error):
     for s in servers:
         why = None
         if s.group == "cyserve":
-            app_mod = {"cyserve-py": "bench.apps.cyserve_py", "cyserve-static": "bench.apps.cyserve_static_app",
-                       "cyserve-files": "bench.apps.cyserve_files_app", "cyserve-nogil": "bench.apps.cyserve_nogil_app",
-                       "cyserve-wsgi": "bench.apps.wsgi_app"}[getattr(s, "app_of", s.name)]
+            app_mod = CYSERVE_APPS[getattr(s, "app_of", s.name)]
             if not have_py:
                 why = "bench/.venv missing"
             elif cy.get("cyserve", "").startswith("ERROR"):
@@ -500,7 +505,7 @@ def main(argv=None):
         "started": started.isoformat(timespec="seconds"),
         "elapsed_s": round(elapsed, 1),
         "command": " ".join([os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(ROOT)
-                             else sys.executable, "bench/run.py"] + (argv if argv is not None else sys.argv[1:])),
+                             else sys.executable, "bench/http/run.py"] + (argv if argv is not None else sys.argv[1:])),
         "mode": mode_name,
         "config": {"rounds": mode["rounds"], "duration_s": mode["duration"], "warmup_s": mode["warmup"],
                    "connections": CONNECTIONS, "server_cpu": SERVER_CPU, "client_cpu": CLIENT_CPU,

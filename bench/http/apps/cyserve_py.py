@@ -1,10 +1,10 @@
-"""cyserve with Python handlers (the App API): every workload, the same code as the other Python
-peers (bench/apps/common.py). A handler's bytes are the body; the content type stays cyserve's
+"""cyserve with Python handlers (the App API): every workload, the same code as the Python peers
+(bench/peers/python/routes.py). A handler's bytes are the body; the content type stays cyserve's
 default for bytes."""
 
 import cyserve
 
-from bench.apps import common
+from bench.peers.python import routes
 
 app = cyserve.App()
 
@@ -17,5 +17,5 @@ def _route(fn):
     return handler
 
 
-for _path, _fn in common.ROUTES.items():
+for _path, _fn in routes.ROUTES.items():
     app.get(_path)(_route(_fn))
