@@ -38,6 +38,8 @@ BENCH = os.path.dirname(HERE)
 ROOT = os.path.dirname(BENCH)
 sys.path.insert(0, ROOT)
 
+from bench.common import processes  # noqa: E402
+from bench.common.procfs import tree_cpu_seconds  # noqa: E402
 from bench.http import harness, report  # noqa: E402
 from bench.http import servers as S  # noqa: E402
 from bench.http import workloads as W  # noqa: E402
@@ -84,17 +86,17 @@ def sh(argv, **kw):
 
 def setup_tools(notes):
     missing = [p for p, tool in (("wrk", "wrk"), ("nginx", "nginx"), ("hey", "hey"))
-               if not harness.have(tool)]
+               if not processes.have(tool)]
     if not os.path.exists("/usr/include/ev.h"):
         missing.append("libev-dev")  # bjoern's build needs libev's header
-    if missing and os.geteuid() == 0 and harness.have("apt-get"):
+    if missing and os.geteuid() == 0 and processes.have("apt-get"):
         say(f"setup: apt-get install {' '.join(missing)}")
         sh(["apt-get", "update", "-qq"])
         for pkg in missing:
             r = sh(["apt-get", "install", "-y", "-qq", pkg], env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
             if r.returncode != 0:
                 notes.append(f"apt-get install {pkg} failed: {r.stderr.strip()[-200:]}")
-    if not harness.have("hey") and harness.have("go"):
+    if not processes.have("hey") and processes.have("go"):
         gobin = S.BUILD
         r = sh(["go", "install", "github.com/rakyll/hey@v0.1.4"], env=dict(os.environ, GOBIN=gobin))
         if r.returncode == 0:
@@ -102,7 +104,7 @@ def setup_tools(notes):
         else:
             notes.append(f"hey: go install failed: {r.stderr.strip()[-200:]}")
     for tool in ("wrk", "nginx", "hey"):
-        if not harness.have(tool):
+        if not processes.have(tool):
             notes.append(f"{tool}: not installed (run as root with apt-get, or install it)")
 
 
@@ -138,7 +140,7 @@ def setup_venv(notes):
 
 
 def setup_go(notes):
-    if not harness.have("go"):
+    if not processes.have("go"):
         notes.append("Go peers: `go` is not installed")
         return
     src = os.path.join(BENCH, "peers", "go")
@@ -211,7 +213,7 @@ def availability(servers, nogil_error):
         env = S.py_env()
         env["PYTHONPATH"] += os.pathsep + S.BUILD
         cy = probe_modules(S.VENV_PY, ["cyserve", *CYSERVE_APPS.values()], env)
-    go_ver = sh(["go", "version"]).stdout.strip() if harness.have("go") else ""
+    go_ver = sh(["go", "version"]).stdout.strip() if processes.have("go") else ""
     go_mods = {}
     try:
         with open(os.path.join(BENCH, "peers", "go", "go.mod")) as f:
@@ -244,7 +246,7 @@ def availability(servers, nogil_error):
             lib = "github.com/valyala/fasthttp" if s.name == "go-fasthttp" else "net/http"
             versions[s.name] = f"{go_ver}; {lib} {go_mods.get(lib, '')}".strip()
         elif s.name == "nginx":
-            why = None if harness.have("nginx") else "nginx not installed"
+            why = None if processes.have("nginx") else "nginx not installed"
             if not why:
                 versions[s.name] = sh(["nginx", "-v"]).stderr.strip()
         elif s.name == "lwan":
@@ -296,9 +298,9 @@ def machine_info():
     except OSError:
         pass
     tools = {}
-    if harness.have("wrk"):
+    if processes.have("wrk"):
         tools["wrk"] = (sh(["wrk", "-v"]).stdout.splitlines() or ["?"])[0].strip()
-    if harness.have("hey"):
+    if processes.have("hey"):
         tools["hey"] = shutil.which("hey")
     return {"cpu": model, "cores": os.cpu_count(), "memory": mem, "kernel": platform.release(),
             "os": platform.platform(), "python": platform.python_version(), "tools": tools}
@@ -312,23 +314,23 @@ class Session:
         self.args, self.mode, self.tmp, self.expected = args, mode, tmp, expected
         self.runs, self.validation = [], {}
         self.t0 = time.monotonic()
-        self.client = "wrk" if harness.have("wrk") else "python"
+        self.client = "wrk" if processes.have("wrk") else "python"
 
     def start(self, server, threads, pinned):
-        port = harness.free_port()
+        port = processes.free_port()
         argv, env, cleanup = server.command(port, threads, self.tmp)
         log = os.path.join(self.tmp, f"{server.name}-{threads}-{port}.log")
-        return harness.start_server(argv, port, log, env=env, cwd=ROOT,
+        return processes.start_server(argv, port, log, env=env, cwd=ROOT,
                                     cpus=SERVER_CPU if pinned else None, cleanup=cleanup)
 
     def wait_idle(self, run, limit=1.0):
         """True once the server's tree used under 5 ms of CPU in 50 ms (it drained what the
         last client left queued); False after `limit` seconds."""
         end = time.monotonic() + limit
-        prev = harness.tree_cpu_seconds(run.pid)
+        prev = tree_cpu_seconds(run.pid)
         while time.monotonic() < end:
             time.sleep(0.05)
-            cur = harness.tree_cpu_seconds(run.pid)
+            cur = tree_cpu_seconds(run.pid)
             if cur - prev < 0.005:
                 return True
             prev = cur
@@ -395,7 +397,7 @@ class Session:
             ok = self.validated(run, server)
             # hey first, then the slow routes last: the cell after a slow one may need a restart
             # (queued abandoned requests), and the last cell of an instance never does.
-            hey = [w for w in ok if w in cfg["hey"]] if harness.have("hey") and self.client == "wrk" else []
+            hey = [w for w in ok if w in cfg["hey"]] if processes.have("hey") and self.client == "wrk" else []
             if cfg["hey_servers"] is not None and server.name not in cfg["hey_servers"]:
                 hey = []
             for w in hey:
@@ -483,7 +485,7 @@ def main(argv=None):
     live = [s for s in chosen if not reasons[s.name]]
     say(f"setup done in {time.monotonic() - t_setup:.0f} s; measuring {len(live)} servers "
         f"({mode_name}: {mode['rounds']} round(s), {mode['duration']} s cells, client "
-        f"{'wrk' if harness.have('wrk') and args.client != 'python' else 'python (figures measure the client)'})")
+        f"{'wrk' if processes.have('wrk') and args.client != 'python' else 'python (figures measure the client)'})")
 
     expected = W.expected_bodies()
     load_start = [round(x, 2) for x in os.getloadavg()]  # others' load on a shared machine: noise

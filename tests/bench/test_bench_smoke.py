@@ -1,5 +1,5 @@
-"""Smoke test of the HTTP benchmark suite (bench/http/): keeps `make bench` working without
-running it.
+"""Smoke test of the HTTP benchmark suite (bench/http/ on bench/common/): keeps `make bench`
+working without running it.
 
 Stdlib only and nothing installed: the peers used are bench/peers/python/minimal.py's threading
 design and http.server's ThreadingHTTPServer, run with this interpreter; the load comes from the
@@ -16,6 +16,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+from bench.common import processes  # noqa: E402
 from bench.http import harness, report  # noqa: E402
 from bench.http import workloads as W  # noqa: E402
 
@@ -36,9 +37,9 @@ def bench_python(monkeypatch):
 @pytest.fixture
 def threading_server(tmp_path, bench_python):
     server = bench_python.BY_NAME["min-threading"]
-    port = harness.free_port()
+    port = processes.free_port()
     argv, env, _ = server.command(port, 1, str(tmp_path))
-    run = harness.start_server(argv, port, str(tmp_path / "server.log"), env=env, cwd=ROOT)
+    run = processes.start_server(argv, port, str(tmp_path / "server.log"), env=env, cwd=ROOT)
     yield run
     run.stop()
     assert run.proc.poll() is not None, "the server outlived stop()"
