@@ -6,9 +6,9 @@ core count in the all-core mode; servers that cannot use more than one core say 
 scales=False and are run the same way in both modes.
 
 To add a server: write its app (bench/peers/python/ for a Python peer, bench/http/apps/ for one of
-cyserve's, bench/peers/ for the rest) answering the routes of bench/http/workloads.py, append a Server(...) to SERVERS below with its command, its routes
-(`workloads`; the others are reported "n/a") and an `available` check that returns None or a
-reason. The runner validates every route before measuring, so a wrong body shows up as "invalid".
+cyserve's, bench/peers/ for the rest) answering the routes of bench/http/workloads.py, append a
+Server(...) to SERVERS below with its command, its routes (`workloads`; the others are reported
+"n/a") and an `available` check that returns None or a reason. The runner validates every route before measuring, so a wrong body shows up as "invalid".
 """
 
 import os

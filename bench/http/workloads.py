@@ -2,7 +2,8 @@
 (docs/benchmarks.md#where-the-workloads-come-from).
 
 This module is the single definition the harness validates against; cyserve's apps in
-bench/http/apps/ and the peers in bench/peers/ implement the same routes. Stdlib only: the CI smoke test imports it.
+bench/http/apps/ and the peers in bench/peers/ implement the same routes. Stdlib only: the CI
+smoke test imports it.
 
   /plaintext  "Hello, World!"
   /fib        "Fibonacci(10^6) = <n> (with overflow)\n"         (10^6 iterations, 32-bit wrap)
