@@ -103,10 +103,10 @@ lint: $(STAMP)
 	$(PY) -m pytest -q tests/unit/test_sourcecode.py
 
 bench: build
-	$(PY) bench/run.py --full
+	$(PY) bench/http/run.py --full
 
 bench-quick: build
-	$(PY) bench/run.py --quick
+	$(PY) bench/http/run.py --quick
 
 # e.g. make bench-coro BENCH_CORO_ARGS="--wait-idle 600" on a shared machine
 BENCH_CORO_ARGS ?=

@@ -7,7 +7,8 @@ usage: python3 bench/micro/plaintext_floor.py ROUNDS SECONDS NAME...
 names: floor-epoll floor-uring (gcc ... -o /tmp/uring_vs_epoll first), cyserve-static,
 cyserve-nogil, go-fasthttp (make build, then a bench run for bench/.build), lwan (LWAN_BIN).
 A cyserve name may name another checkout to compare builds in the same rounds:
-cyserve-static@/path/to/worktree (built there with make build)."""
+cyserve-static@/path/to/worktree (built there with make build): that tree's interpreter and src/,
+this checkout's apps (bench/http/apps/), so that a tree from before bench/'s layout compares too."""
 import os
 import socket
 import subprocess
@@ -26,17 +27,17 @@ TMP = tempfile.mkdtemp(prefix="floor-")
 
 
 def servers(port, tree=MAIN):
-    env = dict(os.environ, PYTHONPATH=f"{tree}/src:{tree}:{MAIN}/bench/.build")
+    env = dict(os.environ, PYTHONPATH=f"{tree}/src:{MAIN}:{MAIN}/bench/.build")
     return {
         "floor-epoll": ([PROTO, "epoll", str(port)], None, None),
         "floor-uring": ([PROTO, "uring", str(port)], None, None),
         "go-fasthttp": ([f"{MAIN}/bench/.build/go-fasthttp", "-addr", f"127.0.0.1:{port}", "-threads", "1",
                          "-data", f"{MAIN}/bench/data"], None, None),
         "lwan": ([os.environ.get("LWAN_BIN", "lwan"), "-c", f"{TMP}/lwan{port}.conf"], None, TMP),
-        "cyserve-static": ([f"{tree}/.venv/bin/python", "-m", "cyserve", "bench.apps.cyserve_static_app:app",
-                            "--host", "127.0.0.1", "--port", str(port), "--threads", "1"], env, tree),
-        "cyserve-nogil": ([f"{tree}/.venv/bin/python", "-m", "cyserve", "bench.apps.cyserve_nogil_app:app",
-                           "--host", "127.0.0.1", "--port", str(port), "--threads", "1"], env, tree),
+        "cyserve-static": ([f"{tree}/.venv/bin/python", "-m", "cyserve", "bench.http.apps.cyserve_static_app:app",
+                            "--host", "127.0.0.1", "--port", str(port), "--threads", "1"], env, MAIN),
+        "cyserve-nogil": ([f"{tree}/.venv/bin/python", "-m", "cyserve", "bench.http.apps.cyserve_nogil_app:app",
+                           "--host", "127.0.0.1", "--port", str(port), "--threads", "1"], env, MAIN),
     }
 
 

@@ -1,9 +1,10 @@
-"""Smoke test of the benchmark harness (bench/): keeps `make bench` working without running it.
+"""Smoke test of the HTTP benchmark suite (bench/http/ on bench/common/): keeps `make bench`
+working without running it.
 
-Stdlib only and nothing installed: the peers used are bench/apps/minimal.py's threading design and
-http.server's ThreadingHTTPServer, run with this interpreter; the load comes from the harness's
-Python client, so no wrk or hey is needed. No figure is asserted, only that figures exist, that
-validation catches a wrong body, and the shape of the JSON the runner writes.
+Stdlib only and nothing installed: the peers used are bench/peers/python/minimal.py's threading
+design and http.server's ThreadingHTTPServer, run with this interpreter; the load comes from the
+harness's Python client, so no wrk or hey is needed. No figure is asserted, only that figures
+exist, that validation catches a wrong body, and the shape of the JSON the runner writes.
 """
 
 import json
@@ -15,8 +16,9 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from bench import harness, report  # noqa: E402
-from bench import workloads as W  # noqa: E402
+from bench.common import processes  # noqa: E402
+from bench.http import harness, report  # noqa: E402
+from bench.http import workloads as W  # noqa: E402
 
 
 @pytest.fixture
@@ -25,7 +27,7 @@ def bench_python(monkeypatch):
     monkeypatch.setenv("CYSERVE_BENCH_PYTHON", sys.executable)
     import importlib
 
-    from bench import servers
+    from bench.http import servers
     importlib.reload(servers)
     yield servers
     monkeypatch.delenv("CYSERVE_BENCH_PYTHON")
@@ -35,9 +37,9 @@ def bench_python(monkeypatch):
 @pytest.fixture
 def threading_server(tmp_path, bench_python):
     server = bench_python.BY_NAME["min-threading"]
-    port = harness.free_port()
+    port = processes.free_port()
     argv, env, _ = server.command(port, 1, str(tmp_path))
-    run = harness.start_server(argv, port, str(tmp_path / "server.log"), env=env, cwd=ROOT)
+    run = processes.start_server(argv, port, str(tmp_path / "server.log"), env=env, cwd=ROOT)
     yield run
     run.stop()
     assert run.proc.poll() is not None, "the server outlived stop()"
@@ -105,7 +107,7 @@ Status code distribution:
 
 
 def test_runner_writes_results_report_and_marks_cells(tmp_path, bench_python, capsys):
-    from bench import run
+    from bench.http import run
     rc = run.main(["--quick", "--no-setup", "--client", "python", "--servers", "min-threading,lwan",
                    "--workloads", "plaintext,msgpack,welcome", "--out", str(tmp_path)])
     assert rc == 0

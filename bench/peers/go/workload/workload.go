@@ -1,5 +1,5 @@
-// Package workload implements the benchmark's routes (bench/workloads.py is the definition) for
-// the Go peers, so that net/http and fasthttp run exactly the same code per request.
+// Package workload implements the benchmark's routes (bench/http/workloads.py is the definition)
+// for the Go peers, so that net/http and fasthttp run exactly the same code per request.
 package workload
 
 import (
@@ -12,8 +12,8 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// Record is one of bench/gen_data.py's records. Field order is the JSON key order, matching the
-// order in which Python writes the decoded maps.
+// Record is one of bench/http/gen_data.py's records. Field order is the JSON key order, matching
+// the order in which Python writes the decoded maps.
 type Record struct {
 	ID          int64   `msgpack:"id" json:"id"`
 	Name        string  `msgpack:"name" json:"name"`

@@ -1,12 +1,12 @@
 """Python's own http.server.ThreadingHTTPServer, HTTP/1.1 with keep-alive.
 
-Run: python -m bench.apps.stdlib_threading PORT
+Run: python -m bench.peers.python.stdlib_threading PORT
 """
 
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from bench.apps.common import handle
+from bench.peers.python.routes import handle
 
 
 class Handler(BaseHTTPRequestHandler):

@@ -6,7 +6,7 @@ answer, so every connection has been served and is now idle, wait, read the RSS 
 The figure is the growth per idle connection. Servers run one after the other, in rounds, and
 the median over rounds is reported.
 
-    .venv/bin/python bench/idle_memory.py --servers cyserve-static,go-nethttp --conns 1000
+    .venv/bin/python bench/http/idle_memory.py --servers cyserve-static,go-nethttp --conns 1000
 """
 
 import argparse
@@ -19,9 +19,11 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bench import harness  # noqa: E402
-from bench import servers as S  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from bench.common import processes  # noqa: E402
+from bench.common.procfs import tree_rss_kib  # noqa: E402
+from bench.http import harness  # noqa: E402
+from bench.http import servers as S  # noqa: E402
 
 
 def open_idle(port, n, path="/plaintext"):
@@ -43,18 +45,18 @@ def open_idle(port, n, path="/plaintext"):
 
 
 def measure(server, conns, threads, cpus, settle):
-    port = harness.free_port()
+    port = processes.free_port()
     with tempfile.TemporaryDirectory(prefix="cyserve-idle-") as tmp:
         argv, env, cleanup = server.command(port, threads, tmp)
-        run = harness.start_server(argv, port, os.path.join(tmp, "log"), env=env, cpus=cpus,
-                                   cleanup=cleanup)
+        run = processes.start_server(argv, port, os.path.join(tmp, "log"), env=env, cpus=cpus,
+                                     cleanup=cleanup)
         try:
             harness.http_get(port, "/plaintext")  # warm: first request served, caches made
             time.sleep(settle)
-            before = harness.tree_rss_kib(run.pid)
+            before = tree_rss_kib(run.pid)
             socks = open_idle(port, conns)
             time.sleep(settle)
-            after = harness.tree_rss_kib(run.pid)
+            after = tree_rss_kib(run.pid)
             for s in socks:
                 s.close()
         finally:

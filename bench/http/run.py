@@ -1,13 +1,14 @@
 """cyserve's benchmark suite (docs/benchmarks.md): every server, every workload, one command.
 
-    python bench/run.py --quick     a smoke run, a second per cell, 5 routes (make bench-quick)
-    python bench/run.py --full      the real run: 3 interleaved rounds of 5 s cells (make bench),
-                                    about 70 minutes on 2 cores; --duration 2 makes it about 35
+    python bench/http/run.py --quick     a smoke run, a second per cell, 5 routes (make bench-quick)
+    python bench/http/run.py --full      the real run: 3 interleaved rounds of 5 s cells (make bench),
+                                         about 70 minutes on 2 cores; --duration 2 makes it about 35
     options: --servers a,b  --workloads x,y  --rounds N  --duration S  --no-setup  --out DIR
 
 It installs what it needs first (wrk, nginx, hey, libev-dev with apt when root and missing; the
-Python peers in bench/.venv from bench/requirements.txt; the Go peers; the nogil Cython app),
-prints one line for each peer that cannot run and why, then measures:
+Python peers in bench/.venv from bench/peers/python/requirements.txt; the Go peers of bench/peers/go
+into bench/.build; the nogil Cython app), prints one line for each peer that cannot run and why,
+then measures:
 
   pinned   the primary mode: the server on CPU 0 (taskset) with one worker, wrk on CPU 1
            (-t1 -c64), so each figure is what one server core does
@@ -18,7 +19,7 @@ prints one line for each peer that cannot run and why, then measures:
 
 Servers are interleaved: each round visits every server once, in an order rotated per round, and
 the summary takes medians over rounds with min-max. Results: bench/results/<timestamp>.json and
-latest.json, latest.md and PNG plots (bench/report.py).
+latest.json, latest.md and PNG plots (bench/http/report.py).
 """
 
 import argparse
@@ -33,14 +34,17 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+BENCH = os.path.dirname(HERE)
+ROOT = os.path.dirname(BENCH)
 sys.path.insert(0, ROOT)
 
-from bench import harness, report  # noqa: E402
-from bench import servers as S  # noqa: E402
-from bench import workloads as W  # noqa: E402
+from bench.common import processes  # noqa: E402
+from bench.common.procfs import tree_cpu_seconds  # noqa: E402
+from bench.http import harness, report  # noqa: E402
+from bench.http import servers as S  # noqa: E402
+from bench.http import workloads as W  # noqa: E402
 
-RESULTS = os.path.join(HERE, "results")
+RESULTS = os.path.join(BENCH, "results")
 CONNECTIONS = 64
 SERVER_CPU, CLIENT_CPU = "0", "1"
 SLOW = ("fib", "loop")  # a million Python iterations per request: ~80 ms in a Python handler
@@ -82,30 +86,30 @@ def sh(argv, **kw):
 
 def setup_tools(notes):
     missing = [p for p, tool in (("wrk", "wrk"), ("nginx", "nginx"), ("hey", "hey"))
-               if not harness.have(tool)]
+               if not processes.have(tool)]
     if not os.path.exists("/usr/include/ev.h"):
         missing.append("libev-dev")  # bjoern's build needs libev's header
-    if missing and os.geteuid() == 0 and harness.have("apt-get"):
+    if missing and os.geteuid() == 0 and processes.have("apt-get"):
         say(f"setup: apt-get install {' '.join(missing)}")
         sh(["apt-get", "update", "-qq"])
         for pkg in missing:
             r = sh(["apt-get", "install", "-y", "-qq", pkg], env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
             if r.returncode != 0:
                 notes.append(f"apt-get install {pkg} failed: {r.stderr.strip()[-200:]}")
-    if not harness.have("hey") and harness.have("go"):
-        gobin = os.path.join(HERE, ".build")
+    if not processes.have("hey") and processes.have("go"):
+        gobin = S.BUILD
         r = sh(["go", "install", "github.com/rakyll/hey@v0.1.4"], env=dict(os.environ, GOBIN=gobin))
         if r.returncode == 0:
             os.environ["PATH"] = gobin + os.pathsep + os.environ["PATH"]
         else:
             notes.append(f"hey: go install failed: {r.stderr.strip()[-200:]}")
     for tool in ("wrk", "nginx", "hey"):
-        if not harness.have(tool):
+        if not processes.have(tool):
             notes.append(f"{tool}: not installed (run as root with apt-get, or install it)")
 
 
 def setup_venv(notes):
-    req = os.path.join(HERE, "requirements.txt")
+    req = os.path.join(BENCH, "peers", "python", "requirements.txt")
     stamp = os.path.join(S.VENV, ".req-stamp")
     if not os.path.exists(S.VENV_PY):
         say("setup: creating bench/.venv")
@@ -114,7 +118,7 @@ def setup_venv(notes):
             notes.append(f"bench/.venv: venv failed: {r.stderr.strip()[-200:]}")
             return
     if not os.path.exists(stamp) or os.path.getmtime(stamp) < os.path.getmtime(req):
-        say("setup: pip install -r bench/requirements.txt (into bench/.venv)")
+        say("setup: pip install -r bench/peers/python/requirements.txt (into bench/.venv)")
         pip = [S.VENV_PY, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
         r = sh(pip + ["-r", req])
         if r.returncode != 0:
@@ -136,10 +140,10 @@ def setup_venv(notes):
 
 
 def setup_go(notes):
-    if not harness.have("go"):
+    if not processes.have("go"):
         notes.append("Go peers: `go` is not installed")
         return
-    src = os.path.join(HERE, "peers", "go")
+    src = os.path.join(BENCH, "peers", "go")
     os.makedirs(S.BUILD, exist_ok=True)
     newest = max(os.path.getmtime(os.path.join(d, f)) for d, _, fs in os.walk(src) for f in fs)
     for name in ("nethttp", "fasthttp"):
@@ -191,6 +195,13 @@ def probe_modules(python, modules, env=None):
         return {m: "ERROR " + (r.stderr.strip().splitlines() or ["no python"])[-1] for m in modules}
 
 
+# The module each cyserve server imports its app from: probed before the run, so that an app that
+# does not import is one "skip" line instead of a server that fails to start.
+CYSERVE_APPS = {"cyserve-py": "bench.http.apps.cyserve_py", "cyserve-static": "bench.http.apps.cyserve_static_app",
+                "cyserve-nogil": "bench.http.apps.cyserve_nogil_app", "cyserve-wsgi": "bench.peers.python.wsgi_app",
+                "cyserve-files": "bench.http.apps.cyserve_files_app"}
+
+
 def availability(servers, nogil_error):
     """{name: None or reason} and {name: version string}."""
     reasons, versions = {}, {}
@@ -201,13 +212,11 @@ def availability(servers, nogil_error):
     if have_py and any(s.group == "cyserve" for s in servers):
         env = S.py_env()
         env["PYTHONPATH"] += os.pathsep + S.BUILD
-        cy = probe_modules(S.VENV_PY, ["cyserve", "bench.apps.cyserve_py", "bench.apps.cyserve_static_app",
-                                       "bench.apps.cyserve_nogil_app", "bench.apps.wsgi_app",
-                                       "bench.apps.cyserve_files_app"], env)
-    go_ver = sh(["go", "version"]).stdout.strip() if harness.have("go") else ""
+        cy = probe_modules(S.VENV_PY, ["cyserve", *CYSERVE_APPS.values()], env)
+    go_ver = sh(["go", "version"]).stdout.strip() if processes.have("go") else ""
     go_mods = {}
     try:
-        with open(os.path.join(HERE, "peers", "go", "go.mod")) as f:
+        with open(os.path.join(BENCH, "peers", "go", "go.mod")) as f:
             for line in f:
                 parts = line.split()
                 if len(parts) >= 2 and parts[0].startswith("github.com/"):
@@ -217,9 +226,7 @@ def availability(servers, nogil_error):
     for s in servers:
         why = None
         if s.group == "cyserve":
-            app_mod = {"cyserve-py": "bench.apps.cyserve_py", "cyserve-static": "bench.apps.cyserve_static_app",
-                       "cyserve-files": "bench.apps.cyserve_files_app", "cyserve-nogil": "bench.apps.cyserve_nogil_app",
-                       "cyserve-wsgi": "bench.apps.wsgi_app"}[getattr(s, "app_of", s.name)]
+            app_mod = CYSERVE_APPS[getattr(s, "app_of", s.name)]
             if not have_py:
                 why = "bench/.venv missing"
             elif cy.get("cyserve", "").startswith("ERROR"):
@@ -239,7 +246,7 @@ def availability(servers, nogil_error):
             lib = "github.com/valyala/fasthttp" if s.name == "go-fasthttp" else "net/http"
             versions[s.name] = f"{go_ver}; {lib} {go_mods.get(lib, '')}".strip()
         elif s.name == "nginx":
-            why = None if harness.have("nginx") else "nginx not installed"
+            why = None if processes.have("nginx") else "nginx not installed"
             if not why:
                 versions[s.name] = sh(["nginx", "-v"]).stderr.strip()
         elif s.name == "lwan":
@@ -291,9 +298,9 @@ def machine_info():
     except OSError:
         pass
     tools = {}
-    if harness.have("wrk"):
+    if processes.have("wrk"):
         tools["wrk"] = (sh(["wrk", "-v"]).stdout.splitlines() or ["?"])[0].strip()
-    if harness.have("hey"):
+    if processes.have("hey"):
         tools["hey"] = shutil.which("hey")
     return {"cpu": model, "cores": os.cpu_count(), "memory": mem, "kernel": platform.release(),
             "os": platform.platform(), "python": platform.python_version(), "tools": tools}
@@ -307,23 +314,23 @@ class Session:
         self.args, self.mode, self.tmp, self.expected = args, mode, tmp, expected
         self.runs, self.validation = [], {}
         self.t0 = time.monotonic()
-        self.client = "wrk" if harness.have("wrk") else "python"
+        self.client = "wrk" if processes.have("wrk") else "python"
 
     def start(self, server, threads, pinned):
-        port = harness.free_port()
+        port = processes.free_port()
         argv, env, cleanup = server.command(port, threads, self.tmp)
         log = os.path.join(self.tmp, f"{server.name}-{threads}-{port}.log")
-        return harness.start_server(argv, port, log, env=env, cwd=ROOT,
+        return processes.start_server(argv, port, log, env=env, cwd=ROOT,
                                     cpus=SERVER_CPU if pinned else None, cleanup=cleanup)
 
     def wait_idle(self, run, limit=1.0):
         """True once the server's tree used under 5 ms of CPU in 50 ms (it drained what the
         last client left queued); False after `limit` seconds."""
         end = time.monotonic() + limit
-        prev = harness.tree_cpu_seconds(run.pid)
+        prev = tree_cpu_seconds(run.pid)
         while time.monotonic() < end:
             time.sleep(0.05)
-            cur = harness.tree_cpu_seconds(run.pid)
+            cur = tree_cpu_seconds(run.pid)
             if cur - prev < 0.005:
                 return True
             prev = cur
@@ -390,7 +397,7 @@ class Session:
             ok = self.validated(run, server)
             # hey first, then the slow routes last: the cell after a slow one may need a restart
             # (queued abandoned requests), and the last cell of an instance never does.
-            hey = [w for w in ok if w in cfg["hey"]] if harness.have("hey") and self.client == "wrk" else []
+            hey = [w for w in ok if w in cfg["hey"]] if processes.have("hey") and self.client == "wrk" else []
             if cfg["hey_servers"] is not None and server.name not in cfg["hey_servers"]:
                 hey = []
             for w in hey:
@@ -478,7 +485,7 @@ def main(argv=None):
     live = [s for s in chosen if not reasons[s.name]]
     say(f"setup done in {time.monotonic() - t_setup:.0f} s; measuring {len(live)} servers "
         f"({mode_name}: {mode['rounds']} round(s), {mode['duration']} s cells, client "
-        f"{'wrk' if harness.have('wrk') and args.client != 'python' else 'python (figures measure the client)'})")
+        f"{'wrk' if processes.have('wrk') and args.client != 'python' else 'python (figures measure the client)'})")
 
     expected = W.expected_bodies()
     load_start = [round(x, 2) for x in os.getloadavg()]  # others' load on a shared machine: noise
@@ -500,7 +507,7 @@ def main(argv=None):
         "started": started.isoformat(timespec="seconds"),
         "elapsed_s": round(elapsed, 1),
         "command": " ".join([os.path.relpath(sys.executable, ROOT) if sys.executable.startswith(ROOT)
-                             else sys.executable, "bench/run.py"] + (argv if argv is not None else sys.argv[1:])),
+                             else sys.executable, "bench/http/run.py"] + (argv if argv is not None else sys.argv[1:])),
         "mode": mode_name,
         "config": {"rounds": mode["rounds"], "duration_s": mode["duration"], "warmup_s": mode["warmup"],
                    "connections": CONNECTIONS, "server_cpu": SERVER_CPU, "client_cpu": CLIENT_CPU,

@@ -1,7 +1,7 @@
 """Generate bench/data/: the records every server decodes, encodes and sends
 (docs/benchmarks.md#where-the-workloads-come-from).
 
-Run once with bench/.venv/bin/python bench/gen_data.py; the output is committed so that every
+Run once with bench/.venv/bin/python bench/http/gen_data.py; the output is committed so that every
 server, on every machine, reads the same bytes. The generator is deterministic (fixed seed), so a
 rerun reproduces the files exactly.
 
@@ -22,6 +22,7 @@ N_RECORDS = 1000
 TRANSFER_SIZE = 133622  # the /transfer workload's size; the last description is padded to reach it
 SEED = 3
 HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(os.path.dirname(HERE), "data")  # bench/data/
 
 NAMES = ["My name", "Other name", "Jane Roe", "John Doe", "Ada", "Grace Hopper", "Linus"]
 WORDS = "some words on here so it looks full of data and text for the benchmark".split()
@@ -66,10 +67,10 @@ def main():
     for r in records:
         assert float(r["created_at"]) != int(r["created_at"])
     packed = msgpack.packb([msgpack.packb(r, use_bin_type=True) for r in records], use_bin_type=True)
-    os.makedirs(os.path.join(HERE, "data"), exist_ok=True)
-    with open(os.path.join(HERE, "data", "records.msgpack"), "wb") as f:
+    os.makedirs(DATA, exist_ok=True)
+    with open(os.path.join(DATA, "records.msgpack"), "wb") as f:
         f.write(packed)
-    with open(os.path.join(HERE, "data", "transfer.json"), "wb") as f:
+    with open(os.path.join(DATA, "transfer.json"), "wb") as f:
         f.write(doc)
     print(f"records.msgpack: {len(packed)} bytes; transfer.json: {len(doc)} bytes")
 

@@ -1,6 +1,6 @@
 """The RSGI peer app: granian --interface rsgi (granian's own protocol)."""
 
-from bench.apps.common import handle
+from bench.peers.python.routes import handle
 
 
 async def app(scope, proto):

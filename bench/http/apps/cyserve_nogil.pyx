@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """cyserve's GIL-free handlers for the benchmark: /plaintext, /fib, /welcome, /loop, /transfer.
 
-Compiled by bench/build_nogil.py against cyserve.get_include() into bench/.build/. Each handler
+Compiled by bench/http/build_nogil.py against cyserve.get_include() into bench/.build/. Each handler
 is `noexcept nogil`: the worker calls it straight from C, inside the connection's coroutine, and
 the GIL is never taken. /msgpack and /json need Python objects and are measured in cyserve-py.
 """
@@ -15,7 +15,7 @@ from cyserve._core cimport (cyserve_request, cyserve_response, cyserve_resp_stat
                             cyserve_resp_set_body_static,
                             cyserve_handler_capsule)
 
-from bench import workloads as _workloads
+from bench.http import workloads as _workloads
 
 # The transfer body, copied once into memory that lives as long as the process (never freed): the
 # handler reads it without the GIL, so it cannot borrow a Python bytes object's buffer, and

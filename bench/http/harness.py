@@ -1,4 +1,5 @@
-"""The measuring half of the suite: start a server, check its answers, load it, read /proc.
+"""The HTTP half of the measuring: check a server's answers, load it with a client, and read the
+server's CPU time and memory around the load (bench/common/ starts, pins and stops it).
 
 Stdlib only, so the CI smoke test (tests/bench/test_bench_smoke.py) can drive it from cyserve's own venv.
 
@@ -13,19 +14,13 @@ Method (docs/benchmarks.md):
 """
 
 import http.client
-import os
 import re
-import shutil
-import signal
-import socket
 import subprocess
 import threading
 import time
 
 from bench.common.pinning import pinned
-# The /proc readers live in bench/common/; the drivers and their tests still reach them here.
-from bench.common.procfs import (CLK_TCK, RssSampler, process_tree,  # noqa: F401
-                                 tree_cpu_seconds, tree_rss_kib)
+from bench.common.procfs import CLK_TCK, RssSampler, tree_cpu_seconds
 
 # Shortest server CPU time worth dividing by: 50 ticks, so one tick of rounding at either end
 # moves requests per CPU-second by at most 4%.
@@ -33,85 +28,7 @@ MIN_CPU_S = 50 / CLK_TCK
 
 
 # ---------------------------------------------------------------------------------------------
-# Servers: start, wait, validate, stop.
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, proc, timeout):
-    """True once 127.0.0.1:port accepts a connection; False if proc exits or time runs out."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            return False
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return True
-        except OSError:
-            time.sleep(0.05)
-    return False
-
-
-class Running:
-    """A started server: its Popen (whose pid is the root of the measured tree) and its log."""
-
-    def __init__(self, proc, port, log_path, cleanup=None):
-        self.proc, self.port, self.log_path, self.cleanup = proc, port, log_path, cleanup
-
-    @property
-    def pid(self):
-        return self.proc.pid
-
-    def log_tail(self, n=600):
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read()[-n:].decode("utf-8", "replace").strip()
-        except OSError:
-            return ""
-
-    def stop(self, grace=1.0):
-        """Stop by the pid we started: SIGTERM to its process group (it was made a session
-        leader, so workers it forked go too), SIGKILL after `grace` seconds."""
-        if self.proc.poll() is None:
-            for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-                try:
-                    os.killpg(self.proc.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    self.proc.wait(wait)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-        # Workers that outlived their master (same group) are killed too, still by our pgid.
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        if self.cleanup:
-            self.cleanup()
-
-
-def start_server(argv, port, log_path, env=None, cwd=None, cpus=None, timeout=20.0, cleanup=None):
-    """Start argv (pinned to `cpus`, e.g. "0", with taskset when given) in its own session.
-
-    Returns a Running once the port accepts connections; raises RuntimeError with the log's tail
-    when it exits or never listens."""
-    argv = pinned(argv, cpus)
-    log = open(log_path, "wb")
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env=env, cwd=cwd, start_new_session=True)
-    log.close()
-    run = Running(proc, port, log_path, cleanup)
-    if not wait_port(port, proc, timeout):
-        run.stop()
-        why = "exited" if proc.poll() is not None else f"not listening after {timeout:.0f} s"
-        raise RuntimeError(f"{why}: {run.log_tail()}")
-    return run
-
+# Servers: check their answers.
 
 def http_get(port, path, timeout=30.0):
     """(status, body) of one GET over a fresh connection."""
@@ -262,10 +179,6 @@ def run_python_client(port, path, duration, connections=4):
 
     return {"client": "python", "rps": len(lat) / elapsed, "p50_ms": pct(0.50), "p99_ms": pct(0.99),
             "requests": len(lat), "errors": errors[0], "non2xx": non2xx[0], "raw": ""}
-
-
-def have(tool):
-    return shutil.which(tool) is not None
 
 
 def measure(run, path, duration, connections, client="wrk", client_threads=1, client_cpus=None):

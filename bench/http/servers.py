@@ -5,22 +5,25 @@ worker threads or processes the server is allowed: 1 in the pinned mode (one CPU
 core count in the all-core mode; servers that cannot use more than one core say so with
 scales=False and are run the same way in both modes.
 
-To add a server: write its app (bench/apps/ for Python, bench/peers/ for the rest) answering the
-routes of bench/workloads.py, append a Server(...) to SERVERS below with its command, its routes
-(`workloads`; the others are reported "n/a") and an `available` check that returns None or a
-reason. The runner validates every route before measuring, so a wrong body shows up as "invalid".
+To add a server: write its app (bench/peers/python/ for a Python peer, bench/http/apps/ for one of
+cyserve's, bench/peers/ for the rest) answering the routes of bench/http/workloads.py, append a
+Server(...) to SERVERS below with its command, its routes (`workloads`; the others are reported
+"n/a") and an `available` check that returns None or a reason. The runner validates every route before measuring, so a wrong body shows up as "invalid".
 """
 
 import os
 import shutil
 import tempfile
 
-from bench import workloads as W
+from bench.http import workloads as W
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-BUILD = os.path.join(HERE, ".build")
-VENV = os.path.join(HERE, ".venv")
+# bench/: the peers, the data, and what setup builds (bench/.venv, bench/.build), shared by the
+# HTTP suite's drivers and bench/micro/.
+BENCH = os.path.dirname(HERE)
+ROOT = os.path.dirname(BENCH)
+BUILD = os.path.join(BENCH, ".build")
+VENV = os.path.join(BENCH, ".venv")
 # CYSERVE_BENCH_PYTHON replaces bench/.venv's interpreter (the CI smoke test runs the stdlib-only
 # peers with cyserve's own venv, which has none of the third-party servers).
 VENV_PY = os.environ.get("CYSERVE_BENCH_PYTHON") or os.path.join(VENV, "bin", "python")
@@ -64,13 +67,13 @@ def _py(module_args):
 def _go(binary):
     def cmd(s, port, threads, tmp):
         return [os.path.join(BUILD, binary), "-addr", f"127.0.0.1:{port}", "-threads", str(threads),
-                "-data", os.path.join(HERE, "data")], None, None
+                "-data", W.DATA], None, None
     return cmd
 
 
 def _nginx(s, port, threads, tmp):
     prefix = tempfile.mkdtemp(prefix="nginx-", dir=tmp)
-    with open(os.path.join(HERE, "peers", "nginx", "nginx.conf.template")) as f:
+    with open(os.path.join(BENCH, "peers", "nginx", "nginx.conf.template")) as f:
         conf = f.read()
     for k, v in {"@WORKERS@": str(threads), "@PREFIX@": prefix, "@PORT@": str(port)}.items():
         conf = conf.replace(k, v)
@@ -120,7 +123,7 @@ def _gunicorn(worker):
         # gunicorn's documented default for sync workers is 2 x cores + 1; gevent: one per core.
         n = 2 * threads + 1 if worker == "sync" else threads
         argv = [s.python, "-m", "gunicorn", "-b", f"127.0.0.1:{port}", "-w", str(n), "-k", worker,
-                "--backlog", "2048", "--log-level", "warning", "bench.apps.wsgi_app:app"]
+                "--backlog", "2048", "--log-level", "warning", "bench.peers.python.wsgi_app:app"]
         if worker == "gevent":
             argv[argv.index("-k") + 2:argv.index("-k") + 2] = ["--worker-connections", "1000"]
         return argv, py_env(), None
@@ -129,20 +132,20 @@ def _gunicorn(worker):
 
 SERVERS = [
     Server("cyserve-nogil", "cyserve (nogil Cython handlers)", "cyserve",
-           _cyserve("bench.apps.cyserve_nogil_app:app"), workloads=NOGIL,
-           note="GIL-free Cython handlers (bench/apps/cyserve_nogil.pyx); /msgpack and /json need "
+           _cyserve("bench.http.apps.cyserve_nogil_app:app"), workloads=NOGIL,
+           note="GIL-free Cython handlers (bench/http/apps/cyserve_nogil.pyx); /msgpack and /json need "
                 "Python objects and are measured in cyserve-py"),
     Server("cyserve-static", "cyserve (app.static)", "cyserve",
-           _cyserve("bench.apps.cyserve_static_app:app"), workloads=STATIC,
+           _cyserve("bench.http.apps.cyserve_static_app:app"), workloads=STATIC,
            note="responses registered with app.static(): the C core answers alone"),
     Server("cyserve-files", "cyserve (app.files)", "cyserve",
-           _cyserve("bench.apps.cyserve_files_app:app"), workloads=STATIC,
+           _cyserve("bench.http.apps.cyserve_files_app:app"), workloads=STATIC,
            note="the same bodies as files on disk: opened, checked and sent with sendfile per request"),
     Server("cyserve-py", "cyserve (Python handlers)", "cyserve",
-           _cyserve("bench.apps.cyserve_py:app", processes=True), requires=("msgpack",),
+           _cyserve("bench.http.apps.cyserve_py:app", processes=True), requires=("msgpack",),
            note="all-core mode: --processes N --threads 1 (one GIL per process)"),
     Server("cyserve-wsgi", "cyserve (WSGI app)", "cyserve",
-           _cyserve("bench.apps.wsgi_app:app", processes=True), requires=("msgpack",),
+           _cyserve("bench.peers.python.wsgi_app:app", processes=True), requires=("msgpack",),
            note="the WSGI peers' app, unmodified (cyserve/wsgi.py); --processes N --threads 1"),
     Server("go-fasthttp", "Go fasthttp", "go", _go("go-fasthttp")),
     Server("go-nethttp", "Go net/http", "go", _go("go-nethttp")),
@@ -152,20 +155,20 @@ SERVERS = [
            note="optional: a binary built by the user from Lwan's source, named by LWAN_BIN"),
     Server("granian-rsgi", "granian RSGI", "python-async",
            _py(["granian", "--interface", "rsgi", "--host", "127.0.0.1", "--port", "{port}",
-                "--workers", "{threads}", "--log-level", "warning", "bench.apps.rsgi_app:app"]),
+                "--workers", "{threads}", "--log-level", "warning", "bench.peers.python.rsgi_app:app"]),
            requires=("granian", "msgpack")),
     Server("granian-asgi", "granian ASGI", "python-async",
            _py(["granian", "--interface", "asgi", "--host", "127.0.0.1", "--port", "{port}",
-                "--workers", "{threads}", "--log-level", "warning", "bench.apps.asgi_app:app"]),
+                "--workers", "{threads}", "--log-level", "warning", "bench.peers.python.asgi_app:app"]),
            requires=("granian", "msgpack")),
     Server("granian-wsgi", "granian WSGI", "python-wsgi",
            _py(["granian", "--interface", "wsgi", "--host", "127.0.0.1", "--port", "{port}",
-                "--workers", "{threads}", "--log-level", "warning", "bench.apps.wsgi_app:app"]),
+                "--workers", "{threads}", "--log-level", "warning", "bench.peers.python.wsgi_app:app"]),
            requires=("granian", "msgpack")),
     Server("uvicorn", "uvicorn (uvloop, httptools)", "python-async",
            _py(["uvicorn", "--host", "127.0.0.1", "--port", "{port}", "--workers", "{threads}",
                 "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning",
-                "bench.apps.asgi_app:app"]),
+                "bench.peers.python.asgi_app:app"]),
            requires=("uvicorn", "uvloop", "httptools", "msgpack")),
     Server("gunicorn-sync", "gunicorn (sync)", "python-wsgi", _gunicorn("sync"),
            requires=("gunicorn", "msgpack"), note="2 x cores + 1 workers; closes every connection"),
@@ -173,25 +176,25 @@ SERVERS = [
            requires=("gunicorn", "gevent", "msgpack")),
     Server("waitress", "waitress", "python-wsgi",
            _py(["waitress", "--listen=127.0.0.1:{port}", "--threads=4", "--backlog=2048",
-                "bench.apps.wsgi_app:app"]),
+                "bench.peers.python.wsgi_app:app"]),
            scales=False, requires=("waitress", "msgpack"), note="one process, 4 threads"),
-    Server("bjoern", "bjoern", "python-wsgi", _py(["bench.apps.bjoern_app", "{port}"]),
+    Server("bjoern", "bjoern", "python-wsgi", _py(["bench.peers.python.bjoern_app", "{port}"]),
            scales=False, requires=("bjoern", "msgpack"), note="one process, one thread (C event loop)"),
-    Server("socketify", "socketify", "python-async", _py(["bench.apps.socketify_app", "{port}"]),
+    Server("socketify", "socketify", "python-async", _py(["bench.peers.python.socketify_app", "{port}"]),
            scales=False, requires=("socketify", "msgpack"), note="one process"),
     Server("stdlib-threading", "http.server ThreadingHTTPServer", "python-minimal",
-           _py(["bench.apps.stdlib_threading", "{port}"]), scales=False),
+           _py(["bench.peers.python.stdlib_threading", "{port}"]), scales=False),
     Server("min-sequential", "minimal: sequential", "python-minimal",
-           _py(["bench.apps.minimal", "sequential", "{port}"]), scales=False,
+           _py(["bench.peers.python.minimal", "sequential", "{port}"]), scales=False,
            note="one request per connection (Connection: close), as in the minimal designs"),
     Server("min-forking", "minimal: forking", "python-minimal",
-           _py(["bench.apps.minimal", "forking", "{port}"]), scales=False,
+           _py(["bench.peers.python.minimal", "forking", "{port}"]), scales=False,
            note="a process per connection, one request each"),
     Server("min-threading", "minimal: threading", "python-minimal",
-           _py(["bench.apps.minimal", "threading", "{port}"]), scales=False,
+           _py(["bench.peers.python.minimal", "threading", "{port}"]), scales=False,
            note="a thread per connection, one request each"),
     Server("min-asyncio", "minimal: asyncio", "python-minimal",
-           _py(["bench.apps.minimal", "asyncio", "{port}"]), scales=False,
+           _py(["bench.peers.python.minimal", "asyncio", "{port}"]), scales=False,
            note="asyncio streams, one request per connection"),
 ]
 
@@ -202,7 +205,7 @@ def from_tree(server, tree):
     """`server` (a cyserve one) run from another checkout's build, as NAME-base: that tree's src/
     (built there with `make build`) goes first on the path, the apps and everything else stay
     this checkout's. Measured in the same rounds as `server`, it is an A/B of two builds on the
-    same machine state (`bench/run.py --baseline TREE`)."""
+    same machine state (`bench/http/run.py --baseline TREE`)."""
     tree = os.path.abspath(tree)
     mine = os.path.join(ROOT, "src")
 

@@ -1,8 +1,9 @@
-"""Summaries, the Markdown report and the plots of a benchmark result (bench/run.py writes it).
+"""Summaries, the Markdown report and the plots of an HTTP suite result (bench/http/run.py writes
+it).
 
 summarize() and markdown() are stdlib only (the CI smoke test calls them). plots() needs
 matplotlib, which lives in bench/.venv: write_all() runs this file there as
-`python bench/report.py --plots RESULT.json OUTDIR` when the calling interpreter lacks it.
+`python bench/http/report.py --plots RESULT.json OUTDIR` when the calling interpreter lacks it.
 
 Ratios are taken within a round (a server's figure divided by nginx's, or fasthttp's, measured in
 the same round and mode), then the median over rounds is reported, so slow drifts of the machine
@@ -15,8 +16,12 @@ import statistics
 import subprocess
 import sys
 
-# bench.common, also when this file runs as a script (the plots, in bench/.venv).
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# bench.common, also when this file runs as a script (the plots, in bench/.venv): the checkout's
+# root goes on the path (never bench/ itself, whose http/ would hide the standard library's).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from bench.common.report import cell as _cell  # noqa: E402
+from bench.common.report import num as _num  # noqa: E402
+from bench.common.report import table  # noqa: E402
 from bench.common.stats import spread  # noqa: E402
 
 REFS = {"pct_nginx": ("nginx", 100.0), "x_fasthttp": ("go-fasthttp", 1.0)}
@@ -84,19 +89,6 @@ def summarize(result):
 
 # ---------------------------------------------------------------------------------------------
 # Markdown.
-
-def _num(v, fmt="{:,.0f}"):
-    return "" if v is None else fmt.format(v)
-
-
-def _cell(st, fmt="{:,.0f}", spread=True):
-    if not st:
-        return ""
-    s = fmt.format(st["median"])
-    if spread and st["n"] > 1:
-        s += f" ({fmt.format(st['min'])}–{fmt.format(st['max'])})"
-    return s
-
 
 def _status(result, server, workload):
     info = result["servers"][server]
@@ -223,22 +215,7 @@ def _coro_table(coro):
         return render(coro).splitlines()
     except Exception as e:  # its shape may change under us: fall back rather than fail the report
         note = [f"(bench/coro's renderer failed: {type(e).__name__}: {e}; raw figures below)", ""]
-    return note + _generic_table(coro)
-
-
-def _generic_table(coro):
-    rows = coro.get("results") if isinstance(coro, dict) else coro
-    if isinstance(rows, dict):
-        rows = [dict(name=k, **v) if isinstance(v, dict) else {"name": k, "value": v} for k, v in rows.items()]
-    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
-        return ["```", json.dumps(coro, indent=1)[:3000], "```"]
-    cols = []
-    for r in rows:
-        cols += [k for k in r if k not in cols and not isinstance(r[k], (dict, list))]
-    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        out.append("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
-    return out
+    return note + table(coro)
 
 
 # ---------------------------------------------------------------------------------------------

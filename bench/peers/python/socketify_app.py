@@ -1,13 +1,13 @@
 """The socketify peer (uWebSockets through CFFI): its native App API, one route per workload.
 
-Run: python -m bench.apps.socketify_app PORT
+Run: python -m bench.peers.python.socketify_app PORT
 """
 
 import sys
 
 from socketify import App, AppListenOptions
 
-from bench.apps.common import ROUTES, handle
+from bench.peers.python.routes import ROUTES, handle
 
 
 def _route(path):

@@ -1,8 +1,9 @@
 """The workloads, by path: what every server must answer, byte for byte
 (docs/benchmarks.md#where-the-workloads-come-from).
 
-This module is the single definition the harness validates against; the apps in bench/apps/ and
-bench/peers/ implement the same routes. Stdlib only: the CI smoke test imports it.
+This module is the single definition the harness validates against; cyserve's apps in
+bench/http/apps/ and the peers in bench/peers/ implement the same routes. Stdlib only: the CI
+smoke test imports it.
 
   /plaintext  "Hello, World!"
   /fib        "Fibonacci(10^6) = <n> (with overflow)\n"         (10^6 iterations, 32-bit wrap)
@@ -16,7 +17,8 @@ bench/peers/ implement the same routes. Stdlib only: the CI smoke test imports i
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DATA = os.path.join(HERE, "data")
+# bench/data/: read by every server, the Go peers and bench/micro/ too, so it stays beside them.
+DATA = os.path.join(os.path.dirname(HERE), "data")
 RECORDS_PATH = os.path.join(DATA, "records.msgpack")
 TRANSFER_PATH = os.path.join(DATA, "transfer.json")
 

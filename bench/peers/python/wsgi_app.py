@@ -1,6 +1,6 @@
 """The WSGI peer app: gunicorn (sync, gevent), waitress, bjoern, granian --interface wsgi."""
 
-from bench.apps.common import handle
+from bench.peers.python.routes import handle
 
 _REASONS = {200: "200 OK", 404: "404 Not Found", 500: "500 Internal Server Error"}
 

@@ -9,7 +9,7 @@ import tempfile
 
 import cyserve
 
-from bench import workloads
+from bench.http import workloads
 
 _root = tempfile.mkdtemp(prefix="cyserve-files-")
 atexit.register(shutil.rmtree, _root, True)

@@ -2,7 +2,7 @@
 
 import cyserve
 
-from bench import workloads
+from bench.http import workloads
 
 _bodies = workloads.expected_bodies()
 app = cyserve.App()

@@ -1,6 +1,6 @@
 """The ASGI peer app: uvicorn (uvloop + httptools), granian --interface asgi."""
 
-from bench.apps.common import handle
+from bench.peers.python.routes import handle
 
 
 async def app(scope, receive, send):

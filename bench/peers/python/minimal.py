@@ -4,7 +4,7 @@ Like the seed's, each reads one request, answers it and closes the connection (n
 sequential server that kept connections open would serve one client and starve the rest). They
 read until the end of the request head and ignore any body. Listen backlog 128, as in the seed.
 
-Run: python -m bench.apps.minimal DESIGN PORT     (DESIGN: sequential | forking | threading | asyncio)
+Run: python -m bench.peers.python.minimal DESIGN PORT     (DESIGN: sequential | forking | threading | asyncio)
 """
 
 import asyncio
@@ -13,7 +13,7 @@ import socket
 import sys
 import threading
 
-from bench.apps.common import handle
+from bench.peers.python.routes import handle
 
 BACKLOG = 128
 _REASONS = {200: b"OK", 404: b"Not Found", 500: b"Internal Server Error"}

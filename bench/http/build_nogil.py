@@ -1,4 +1,4 @@
-"""Compile bench/apps/cyserve_nogil.pyx against the cyserve in src/ into bench/.build/.
+"""Compile bench/http/apps/cyserve_nogil.pyx against the cyserve in src/ into bench/.build/.
 
 Run with a Python that has Cython and imports cyserve (the runner uses bench/.venv). Exits non-zero
 with the compiler's message when cyserve's cimport-able API is not there yet."""
@@ -7,8 +7,8 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-BUILD = os.path.join(HERE, ".build")
+ROOT = os.path.dirname(os.path.dirname(HERE))
+BUILD = os.path.join(ROOT, "bench", ".build")  # where servers.py puts it on the path
 
 
 def main():

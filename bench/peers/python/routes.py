@@ -1,4 +1,5 @@
-"""The workloads in plain Python, shared by every Python peer (bench/apps/*.py).
+"""The workloads in plain Python, shared by every Python peer (bench/peers/python/*.py) and by
+cyserve-py (bench/http/apps/cyserve_py.py).
 
 Each handler returns (body bytes, content type). The records are decoded once at import into the
 cache that /json encodes (/json: "having cached the previous step"); /msgpack decodes the
@@ -8,7 +9,7 @@ CI smoke test), /msgpack and /json answer 500 and the harness marks those cells 
 
 import json
 
-from bench import workloads
+from bench.http import workloads
 
 try:
     import msgpack
