@@ -10,19 +10,10 @@ from cyserve.native.includes.http_parse cimport (
     http_parse_request, http_chunked_decode,
 )
 
-cdef extern from "csrc/http_parse.h":
-    # The values of enum http_method, taken from the header rather than numbered again here.
-    enum:
-        HTTP_OTHER
-        HTTP_GET
-        HTTP_HEAD
-        HTTP_POST
-        HTTP_PUT
-        HTTP_DELETE
-        HTTP_PATCH
-        HTTP_OPTIONS
-        HTTP_CONNECT
-        HTTP_TRACE
+# The values of enum http_method (csrc/http_method.h), not numbered again here.
+from cyserve.native.includes.http_parse cimport (HTTP_OTHER, HTTP_GET, HTTP_HEAD, HTTP_POST,
+                                                 HTTP_PUT, HTTP_DELETE, HTTP_PATCH, HTTP_OPTIONS,
+                                                 HTTP_CONNECT, HTTP_TRACE)
 
 _METHOD_IDS = {HTTP_OTHER: "OTHER", HTTP_GET: "GET", HTTP_HEAD: "HEAD", HTTP_POST: "POST",
                HTTP_PUT: "PUT", HTTP_DELETE: "DELETE", HTTP_PATCH: "PATCH",

@@ -16,19 +16,11 @@ from cyserve.native.includes.router cimport (router_t, router_new, router_free, 
                                              files_root_t, files_root_new, files_root_free,
                                              ROUTER_PATH, ROUTER_PREFIX, ROUTER_REGEX)
 
-cdef extern from "csrc/http_parse.h":
-    # The values of enum http_method, which the parser gives each request and the router keeps
-    # one bit for (bit 1 << value). Taken from the header so that the two cannot drift apart.
-    enum:
-        HTTP_GET
-        HTTP_HEAD
-        HTTP_POST
-        HTTP_PUT
-        HTTP_DELETE
-        HTTP_PATCH
-        HTTP_OPTIONS
-        HTTP_CONNECT
-        HTTP_TRACE
+# The values of enum http_method (csrc/http_method.h), which the parser gives each request and
+# the router keeps one bit for (bit 1 << value): taken from the header so the two cannot drift.
+from cyserve.native.includes.http_parse cimport (HTTP_GET, HTTP_HEAD, HTTP_POST, HTTP_PUT,
+                                                 HTTP_DELETE, HTTP_PATCH, HTTP_OPTIONS,
+                                                 HTTP_CONNECT, HTTP_TRACE)
 
 # A route's method names (cyserve.app.METHODS) to their enum http_method values.
 _METHOD_BITS = {"GET": HTTP_GET, "HEAD": HTTP_HEAD, "POST": HTTP_POST, "PUT": HTTP_PUT,

@@ -1,8 +1,23 @@
 # cython: language_level=3
-# Extern declarations of csrc/http_parse.h, for the engine's Cython code and the parser test hook.
-# Compiled into cyserve._core and, for the parser hooks, cyserve._testhooks (each links its own
+# Extern declarations of csrc/http_parse.h and http_method.h, for the engine's Cython code and
+# the parser test hook. Compiled into cyserve._core and, for the parser hooks, cyserve._testhooks (each links its own
 # copy of csrc/http_parse.c). Contracts: see the header.
 from libc.stdint cimport int64_t, uint64_t
+
+# The method enum: the parser gives each request one, the router keeps a bit per value. Its
+# values come from the header, never numbered again in Cython.
+cdef extern from "csrc/http_method.h" nogil:
+    enum http_method:
+        HTTP_OTHER
+        HTTP_GET
+        HTTP_HEAD
+        HTTP_POST
+        HTTP_PUT
+        HTTP_DELETE
+        HTTP_PATCH
+        HTTP_OPTIONS
+        HTTP_CONNECT
+        HTTP_TRACE
 
 cdef extern from "csrc/http_parse.h" nogil:
     struct http_header:
@@ -15,18 +30,6 @@ cdef extern from "csrc/http_parse.h" nogil:
         size_t max_header_bytes
         size_t max_target_bytes
         unsigned max_headers
-
-    enum http_method:
-        HTTP_OTHER
-        HTTP_GET
-        HTTP_HEAD
-        HTTP_POST
-        HTTP_PUT
-        HTTP_DELETE
-        HTTP_PATCH
-        HTTP_OPTIONS
-        HTTP_CONNECT
-        HTTP_TRACE
 
     struct http_request:
         const char *method
