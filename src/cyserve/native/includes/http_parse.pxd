@@ -1,7 +1,7 @@
 # cython: language_level=3
 # Extern declarations of csrc/http_parse.h and http_method.h, for the engine's Cython code and
-# the parser test hook. Compiled into cyserve._core and, for the parser hooks, cyserve._testhooks (each links its own
-# copy of csrc/http_parse.c). Contracts: see the header.
+# the parser test hook. Compiled into cyserve._core and, for the parser hooks,
+# cyserve._testhooks (each links its own copy of csrc/http_parse.c). Contracts: see the headers.
 from libc.stdint cimport int64_t, uint64_t
 
 # The method enum: the parser gives each request one, the router keeps a bit per value. Its
