@@ -38,10 +38,13 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "conn.h"
 #include "coro.h"
 #include "http1.h"
@@ -50,6 +53,52 @@
 
 /* Connections accepted before the accept coroutine yields to the requests of its worker. */
 #define LISTEN_ACCEPT_BATCH 64
+/* The pause of an acceptor out of descriptors or memory: the first one, doubled while the
+ * failures go on, up to the last. */
+#define LISTEN_BACKOFF_MIN_NS (10ull * 1000 * 1000)
+#define LISTEN_BACKOFF_MAX_NS (80ull * 1000 * 1000)
+
+/* Say on standard error why accepting pauses (err: EMFILE, ENFILE, ENOBUFS or ENOMEM), at most
+ * once a second per process: silent, a server at its descriptor limit leaves clients hanging in
+ * the accept queue with nothing to tell the operator why; a line per retry would flood the log.
+ * Any thread. */
+static void listen_note_accept_failure(int err)
+{
+    static _Atomic uint64_t next_ns, suppressed;
+    uint64_t now = clock_mono_ns();
+    /* safety: next_ns only rate-limits; the CAS makes one thread per second the writer. */
+    uint64_t due = atomic_load_explicit(&next_ns, memory_order_relaxed);
+    if (now < due || !atomic_compare_exchange_strong_explicit(&next_ns, &due, now + 1000000000ull,
+                                                              memory_order_relaxed,
+                                                              memory_order_relaxed)) {
+        atomic_fetch_add_explicit(&suppressed, 1, memory_order_relaxed);
+        return;
+    }
+    unsigned long long more = atomic_exchange_explicit(&suppressed, 0, memory_order_relaxed);
+    char what[160], tail[64] = "", line[384];
+    struct rlimit rl;
+    if (err == EMFILE && getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        snprintf(what, sizeof(what), "too many open files (EMFILE): the process is at its "
+                 "limit of %llu descriptors; raise it (ulimit -n)",
+                 (unsigned long long)rl.rlim_cur);
+    else if (err == EMFILE)
+        snprintf(what, sizeof(what), "too many open files (EMFILE): the process is at its "
+                 "descriptor limit; raise it (ulimit -n)");
+    else if (err == ENFILE)
+        snprintf(what, sizeof(what), "too many open files in the system (ENFILE): raise "
+                 "fs.file-max or close files elsewhere");
+    else
+        snprintf(what, sizeof(what), "out of memory (%s)", err == ENOBUFS ? "ENOBUFS" : "ENOMEM");
+    if (more)
+        snprintf(tail, sizeof(tail), " (%llu more failures since the last line)", more);
+    int n = snprintf(line, sizeof(line), "cyserve: cannot accept connections: %s; new "
+                     "connections wait in the queue, retried every %llu-%llu ms%s\n", what,
+                     LISTEN_BACKOFF_MIN_NS / 1000000, LISTEN_BACKOFF_MAX_NS / 1000000, tail);
+    if (n > 0) {
+        ssize_t wr = write(2, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+        (void)wr; /* nothing to do if standard error is gone */
+    }
+}
 
 /* Shut w's listener (no new connections; accept fails from now on), once its queue has been
  * drained by a stop, and tell the stop's wait. Any thread; only the first call does it. */
@@ -67,11 +116,13 @@ static int listen_acceptor(struct coro *co, void *arg)
 {
     struct server_worker *w = arg;
     struct server *s = w->srv;
+    uint64_t backoff = LISTEN_BACKOFF_MIN_NS;
     unsigned stopping_taken = 0;
     for (;;) {
         for (int i = 0; i < LISTEN_ACCEPT_BATCH; i++) {
             int fd = accept4(w->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
             if (LIKELY(fd >= 0)) {
+                backoff = LISTEN_BACKOFF_MIN_NS;
                 /* While stopping too: the client's request is answered with Connection: close
                  * (closing it here would reset it). */
                 conn_open(s, fd, &http1_proto, &conn_plain);
@@ -81,7 +132,8 @@ static int listen_acceptor(struct coro *co, void *arg)
                     goto drained;
                 continue;
             }
-            switch (errno) {
+            int err = errno;
+            switch (err) {
             case EINTR:
             case ECONNABORTED:
             case EPROTO:
@@ -93,9 +145,14 @@ static int listen_acceptor(struct coro *co, void *arg)
             case ENOBUFS:
             case ENOMEM:
                 /* Out of descriptors or memory: the pending connection stays queued, and the
-                 * edge-triggered registration would not fire again for it, so retry shortly. */
-                if (sched_sleep_ns(10 * 1000 * 1000) < 0)
+                 * edge-triggered registration would not fire again for it, so retry after a
+                 * pause (this listener takes nothing meanwhile; its registration stays with
+                 * this coroutine), longer while the failures go on, and say why. */
+                listen_note_accept_failure(err);
+                if (sched_sleep_ns(backoff) < 0)
                     return 0;
+                if (backoff < LISTEN_BACKOFF_MAX_NS)
+                    backoff *= 2;
                 continue;
             default:
                 /* EINVAL/EBADF: the listener was shut down by a stop (listen_shut). Keep the
