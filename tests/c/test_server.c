@@ -1,7 +1,8 @@
 /* test_server.c: the engine driven from C, with no Python: two workers, a static route and a
  * GIL-free handler, client threads doing keep-alive and pipelined requests at the same time, a
- * silent connection, and a graceful shutdown. Built under ASan+UBSan by the Makefile; also meant
- * to run under TSan (the engine's cross-thread state: draining flag, live counter, hops). */
+ * silent connection, a graceful shutdown, and a stop that finds requests waiting in the accept
+ * queue behind a busy worker (answered, not reset). Built under ASan+UBSan by the Makefile; also
+ * meant to run under TSan (the engine's cross-thread state: draining flag, live counter, hops). */
 #define _GNU_SOURCE
 #include "csrc/coro.c"
 #include "csrc/sched.c"
@@ -39,6 +40,16 @@ static int hello(cyserve_request *req, cyserve_response *resp, void *ctx)
     else
         resp_write(resp, "anon", 4);
     return resp_write(resp, ctx, strlen(ctx));
+}
+
+/* A GIL-free handler that holds its worker for a while, as a slow handler does. */
+static _Atomic int sleepy_started;
+
+static int sleepy(cyserve_request *req, cyserve_response *resp, void *ctx)
+{
+    atomic_store(&sleepy_started, 1);
+    usleep(300 * 1000);
+    return resp_write(resp, "slept", 5);
 }
 
 static int connect_to(int port)
@@ -79,6 +90,90 @@ static int read_responses(int fd, int count, const char *suffix)
         len = (size_t)(end - p);
     }
     return got;
+}
+
+/* Read until the end of the stream into buf (NUL-terminated): its length, or -errno (a reset:
+ * -ECONNRESET). */
+static ssize_t read_to_end(int fd, char *buf, size_t cap)
+{
+    size_t len = 0;
+    for (;;) {
+        ssize_t n = read(fd, buf + len, cap - 1 - len);
+        if (n < 0) {
+            buf[len] = 0;
+            return -errno;
+        }
+        len += (size_t)n;
+        buf[len] = 0;
+        if (n == 0 || len == cap - 1)
+            return (ssize_t)len;
+    }
+}
+
+/* A stop answers what waits in the accept queue. One worker, busy in a slow handler; QUEUED
+ * requests wait behind it in the kernel's accept queue when the shutdown begins. Shutting the
+ * listener down without taking them reset every one. */
+#define QUEUED 5
+
+static void test_stop_drains_the_accept_queue(struct server_target *st)
+{
+    struct router *r;
+    is_int(router_new(&r), 0, "router for the drain test");
+    struct server_target zt;
+    memset(&zt, 0, sizeof(zt));
+    zt.kind = SERVER_NOGIL;
+    zt.fn = sleepy;
+    router_add(r, ROUTER_PATH, "/static", 7, 0, st, NULL, 0);
+    router_add(r, ROUTER_PATH, "/sleepy", 7, 0, &zt, NULL, 0);
+    struct server_config cfg;
+    server_config_default(&cfg);
+    cfg.port = 0;
+    cfg.threads = 1;
+    cfg.keepalive_ns = 30ull * 1000 * 1000 * 1000; /* only the stop may close the silent one */
+    struct server *s;
+    is_int(server_new(&s, &cfg, r), 0, "server_new (one worker)");
+    char err[128];
+    is_int(server_start(s, err, sizeof(err)), 0, "server_start (one worker)");
+    int port = server_port(s);
+
+    int busy = connect_to(port);
+    static const char zreq[] = "GET /sleepy HTTP/1.1\r\nHost: t\r\n\r\n";
+    ok(write(busy, zreq, sizeof(zreq) - 1) > 0, "sent the slow request");
+    while (!atomic_load(&sleepy_started))
+        usleep(1000);
+    int q[QUEUED];
+    static const char sreq[] = "GET /static HTTP/1.1\r\nHost: t\r\n\r\n";
+    for (int i = 0; i < QUEUED; i++) {
+        q[i] = connect_to(port);
+        if (write(q[i], sreq, sizeof(sreq) - 1) < 0)
+            ok(0, "queued request %d sent", i);
+    }
+    int silent = connect_to(port); /* queued too, but sends nothing */
+    uint64_t t0 = clock_mono_ns();
+    is_int(server_shutdown(s, 20ull * 1000 * 1000 * 1000), 0, "shutdown with a queue");
+    uint64_t took = clock_mono_ns() - t0;
+    ok(took < 5ull * 1000 * 1000 * 1000, "the stop waited for no timeout: %.2f s",
+       (double)took / 1e9);
+    char buf[4096];
+    int answered = 0;
+    for (int i = 0; i < QUEUED; i++) {
+        ssize_t n = read_to_end(q[i], buf, sizeof(buf));
+        if (n > 0 && strstr(buf, "HTTP/1.1 200 ") == buf && strstr(buf, "Connection: close") &&
+            strstr(buf, "static!"))
+            answered++;
+        else
+            note("queued connection %d: %zd %s", i, n, n < 0 ? strerror((int)-n) : buf);
+        close(q[i]);
+    }
+    is_int(answered, QUEUED, "every queued request answered with Connection: close, no reset");
+    ssize_t n = read_to_end(busy, buf, sizeof(buf));
+    ok(n > 0 && strstr(buf, "slept"), "the slow request was answered");
+    close(busy);
+    ok(read_to_end(silent, buf, sizeof(buf)) <= 0, "the silent connection was closed");
+    close(silent);
+    is_int(server_live_connections(s), 0, "no live connection left");
+    server_free(s);
+    router_free(r);
 }
 
 struct client {
@@ -202,6 +297,7 @@ int main(void)
     is_int(server_live_connections(s), 0, "no live connection left");
     is_int(server_shutdown(s, 0), 0, "shutdown is idempotent");
     server_free(s);
+    test_stop_drains_the_accept_queue(&st);
     server_target_clear(&st);
     router_free(r);
     return done_testing();

@@ -71,6 +71,7 @@ struct conn {
     int drained;                /* the last read was short: nothing more to read */
     int busy;                   /* a coroutine serves it (or is about to); home worker only */
     int timer_armed;            /* idle is armed; home worker only */
+    int stray_crlf;             /* HTTP/1: a lone CRLF was let go since the last request */
     char *peer;                 /* "address:port" for the access log, made on its first line */
 };
 

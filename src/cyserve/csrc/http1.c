@@ -366,18 +366,6 @@ static int read_body(struct http1_session *sv, size_t off, size_t head_len, cons
     return 0;
 }
 
-/* Whether b[0..n) is nothing but complete empty lines (CRLF pairs), which RFC 9112 2.2 lets a
- * server ignore before a request line. */
-static int only_empty_lines(const char *b, size_t n)
-{
-    if (n == 0 || n % 2)
-        return 0;
-    for (size_t i = 0; i < n; i += 2)
-        if (b[i] != '\r' || b[i + 1] != '\n')
-            return 0;
-    return 1;
-}
-
 static int serve_loop(struct http1_session *sv)
 {
     struct conn *c = sv->c;
@@ -418,10 +406,16 @@ static int serve_loop(struct http1_session *sv)
                 return SERVE_CLOSE;
         }
         int n = parse_head(sv, off);
-        if (n == -2 && only_empty_lines(c->buf + off, c->len - off)) {
+        if (n == -2 && c->len - off == 2 && c->buf[off] == '\r' && c->buf[off + 1] == '\n' &&
+            (!c->stray_crlf || UNLIKELY(server_draining(s)))) {
             /* A stray CRLF after a request (clients send one after a POST body) is not the
              * start of a head: drop it and let the connection go idle, rather than start the
-             * head deadline and answer 408 to a request nobody sent. */
+             * head deadline and answer 408 to a request nobody sent. One, as RFC 9112 2.2
+             * asks: more empty lines are the start of a head, bound by its size limit and its
+             * deadline (dropping them all let a client hold a connection for ever with a CRLF
+             * every few seconds, each restarting the keep-alive timer). While stopping, no
+             * head is waited for after it anyway. */
+            c->stray_crlf = 1;
             off = c->len;
             head_deadline = -1; /* no head has begun */
             continue;
@@ -458,6 +452,7 @@ static int serve_loop(struct http1_session *sv)
             return http1_error_close(sv, sv->rq.head.status ? sv->rq.head.status : 400,
                                      sv->rq.head.error ? sv->rq.head.error : "malformed request");
         head_deadline = -1;
+        c->stray_crlf = 0;
         if (UNLIKELY(s->cfg.access_log_fd >= 0)) {
             sv->rq.log_have_req = 1;
             sv->rq.log_t0 = clock_mono_ns();

@@ -185,6 +185,7 @@ static int inline_serve(struct conn *c)
     req.num_headers = INLINE_HEADERS;
     if (http_parse_request(buf, (size_t)n, &req, &s->cfg.limits) != (int)n)
         return 0;
+    c->stray_crlf = 0; /* a request came: the next one may be followed by a CRLF again */
     http1_empty_path_is_root(&req);
     if (req.content_length > 0 || req.chunked || !req.keep_alive)
         return 0;

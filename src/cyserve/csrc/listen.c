@@ -18,10 +18,17 @@
  * (http1_proto) over plain sockets (conn_plain) today.
  *
  * Shutdown, on the worker. server_shutdown (server.c) writes every worker's control eventfd;
- * listen_ctl_on_ready() then shuts the listener down (shutdown(SHUT_RD): no new connections,
- * accept fails) and arms a zero-delay timer that closes every idle connection in the same loop
- * turn (from the timer pass, never from inside the event batch) unless its next request has
- * already arrived: that one is answered with Connection: close. */
+ * listen_ctl_on_ready() then arms a zero-delay timer that closes every idle connection in the
+ * same loop turn (from the timer pass, never from inside the event batch) unless its next
+ * request has already arrived: that one is answered with Connection: close. And it drains the
+ * listener before shutting it: shutdown(SHUT_RD) on a listening socket resets every connection
+ * still in its accept queue (each listener of a SO_REUSEPORT group has a queue of its own, which
+ * no other listener takes over), so a client whose connection the kernel had taken, request
+ * sent, would lose it. An acceptor runs until the queue is empty, opening what it takes like any
+ * connection (its request is answered with Connection: close), then shuts the listener (no new
+ * connections, accept fails) and closes what it opened that has sent nothing. The stop waits for
+ * every listener to be drained so (server.c). A connection that completes its handshake between
+ * the acceptor's last accept and the shutdown is still reset: a window of microseconds. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -30,10 +37,14 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "conn.h"
 #include "coro.h"
 #include "http1.h"
@@ -42,22 +53,91 @@
 
 /* Connections accepted before the accept coroutine yields to the requests of its worker. */
 #define LISTEN_ACCEPT_BATCH 64
+/* The pause of an acceptor out of descriptors or memory: the first one, doubled while the
+ * failures go on, up to the last. */
+#define LISTEN_BACKOFF_MIN_NS (10ull * 1000 * 1000)
+#define LISTEN_BACKOFF_MAX_NS (80ull * 1000 * 1000)
+
+/* Say on standard error why accepting pauses (err: EMFILE, ENFILE, ENOBUFS or ENOMEM), at most
+ * once a second per process: silent, a server at its descriptor limit leaves clients hanging in
+ * the accept queue with nothing to tell the operator why; a line per retry would flood the log.
+ * Any thread. */
+static void listen_note_accept_failure(int err)
+{
+    static _Atomic uint64_t next_ns, suppressed;
+    uint64_t now = clock_mono_ns();
+    /* safety: next_ns only rate-limits; the CAS makes one thread per second the writer. */
+    uint64_t due = atomic_load_explicit(&next_ns, memory_order_relaxed);
+    if (now < due ||
+        !atomic_compare_exchange_strong_explicit(&next_ns, &due, now + 1000000000ull,
+                                                 memory_order_relaxed, memory_order_relaxed)) {
+        atomic_fetch_add_explicit(&suppressed, 1, memory_order_relaxed);
+        return;
+    }
+    unsigned long long more = atomic_exchange_explicit(&suppressed, 0, memory_order_relaxed);
+    char what[160], tail[64] = "", line[384];
+    struct rlimit rl;
+    if (err == EMFILE && getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        snprintf(what, sizeof(what),
+                 "too many open files (EMFILE): the process is at its "
+                 "limit of %llu descriptors; raise it (ulimit -n)",
+                 (unsigned long long)rl.rlim_cur);
+    else if (err == EMFILE)
+        snprintf(what, sizeof(what),
+                 "too many open files (EMFILE): the process is at its "
+                 "descriptor limit; raise it (ulimit -n)");
+    else if (err == ENFILE)
+        snprintf(what, sizeof(what),
+                 "too many open files in the system (ENFILE): raise "
+                 "fs.file-max or close files elsewhere");
+    else
+        snprintf(what, sizeof(what), "out of memory (%s)", err == ENOBUFS ? "ENOBUFS" : "ENOMEM");
+    if (more)
+        snprintf(tail, sizeof(tail), " (%llu more failures since the last line)", more);
+    int n = snprintf(line, sizeof(line),
+                     "cyserve: cannot accept connections: %s; new "
+                     "connections wait in the queue, retried every %llu-%llu ms%s\n",
+                     what, LISTEN_BACKOFF_MIN_NS / 1000000, LISTEN_BACKOFF_MAX_NS / 1000000, tail);
+    if (n > 0) {
+        ssize_t wr = write(2, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+        (void)wr; /* nothing to do if standard error is gone */
+    }
+}
+
+/* Shut w's listener (no new connections; accept fails from now on), once its queue has been
+ * drained by a stop, and tell the stop's wait. Any thread; only the first call does it. */
+static void listen_shut(struct server_worker *w)
+{
+    /* safety: the exchange elects one caller. The release orders the connections this
+     * coroutine opened (the live count) before the stop's wait sees this listener done. */
+    if (atomic_exchange_explicit(&w->lshut, 1, memory_order_relaxed))
+        return;
+    shutdown(w->lfd, SHUT_RD);
+    atomic_fetch_sub_explicit(&w->srv->undrained, 1, memory_order_release);
+}
 
 static int listen_acceptor(struct coro *co, void *arg)
 {
     struct server_worker *w = arg;
     struct server *s = w->srv;
+    uint64_t backoff = LISTEN_BACKOFF_MIN_NS;
+    unsigned stopping_taken = 0;
     for (;;) {
         for (int i = 0; i < LISTEN_ACCEPT_BATCH; i++) {
             int fd = accept4(w->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
             if (LIKELY(fd >= 0)) {
-                if (UNLIKELY(server_draining(s)))
-                    close(fd);
-                else
-                    conn_open(s, fd, &http1_proto, &conn_plain);
+                backoff = LISTEN_BACKOFF_MIN_NS;
+                /* While stopping too: the client's request is answered with Connection: close
+                 * (closing it here would reset it). */
+                conn_open(s, fd, &http1_proto, &conn_plain);
+                /* What was queued when the stop began is at most a backlog; more is a flood
+                 * arriving since, which the stop does not wait for. */
+                if (UNLIKELY(server_draining(s)) && ++stopping_taken > (unsigned)s->cfg.backlog)
+                    goto drained;
                 continue;
             }
-            switch (errno) {
+            int err = errno;
+            switch (err) {
             case EINTR:
             case ECONNABORTED:
             case EPROTO:
@@ -69,13 +149,20 @@ static int listen_acceptor(struct coro *co, void *arg)
             case ENOBUFS:
             case ENOMEM:
                 /* Out of descriptors or memory: the pending connection stays queued, and the
-                 * edge-triggered registration would not fire again for it, so retry shortly. */
-                if (sched_sleep_ns(10 * 1000 * 1000) < 0)
+                 * edge-triggered registration would not fire again for it, so retry after a
+                 * pause (this listener takes nothing meanwhile; its registration stays with
+                 * this coroutine), longer while the failures go on, and say why. */
+                listen_note_accept_failure(err);
+                if (sched_sleep_ns(backoff) < 0)
                     return 0;
+                if (backoff < LISTEN_BACKOFF_MAX_NS)
+                    backoff *= 2;
                 continue;
             default:
-                /* EINVAL/EBADF: the listener was shut down by server_shutdown. Keep the
+                /* EINVAL/EBADF: the listener was shut down by a stop (listen_shut). Keep the
                  * registration active so that on_ready is never called again. */
+                if (server_draining(s))
+                    goto drained; /* and close what this acceptor opened that is idle */
                 return 0;
             }
         }
@@ -83,6 +170,19 @@ static int listen_acceptor(struct coro *co, void *arg)
             return 0;
         continue;
     drained:
+        if (UNLIKELY(server_draining(s))) {
+            /* Stopping, and the queue is empty (or a backlog's worth was taken): the listener
+             * can be shut without resetting anyone. The registration stays active, so on_ready
+             * is never called again. What this worker just opened is closed by its idle pass
+             * unless its request has arrived. */
+            listen_shut(w);
+            int home = sched_home_enter(-1);
+            if (home >= 0) {
+                sched_timer_arm(&s->workers[home].ctl_timer, 0);
+                sched_home_exit();
+            }
+            return 0;
+        }
         if (sched_io_release(&w->lio) == -EAGAIN)
             continue;
         return 0;
@@ -104,8 +204,9 @@ static int listen_ctl_rearm(struct coro *co, void *arg)
 }
 
 /* Timer callback (home's loop lock held) armed by listen_ctl_on_ready: close every idle connection.
- * This runs from the timer pass, after the poll's batch of events: closing connections from
- * inside the batch could free a connection whose event is still waiting further down it. */
+ * Armed again by an acceptor that drained a listener during a stop, for what it opened. This
+ * runs from the timer pass, after the poll's batch of events: closing connections from inside
+ * the batch could free a connection whose event is still waiting further down it. */
 static void listen_ctl_close_idle(struct sched_timer *t)
 {
     struct server_worker *w = t->data;
@@ -133,11 +234,11 @@ static void listen_ctl_on_ready(struct sched_io *io, uint32_t events)
         sched_spawn(w->srv->sched, listen_ctl_rearm, w);
         return;
     }
-    /* Stop taking connections here. The descriptor stays open (and registered) until the
+    /* Stop taking connections here, once what is queued has been taken (the acceptor shuts the
+     * listener when the queue is empty). The descriptor stays open (and registered) until the
      * workers are joined, so no accept coroutine can ever see a reused fd number. */
-    shutdown(w->lfd, SHUT_RD);
-    w->ctl_timer.cb = listen_ctl_close_idle;
-    w->ctl_timer.data = w;
+    if (sched_spawn(w->srv->sched, listen_acceptor, w) < 0)
+        listen_shut(w); /* the workers are stopping: nothing will be served any more */
     sched_timer_arm(&w->ctl_timer, 0);
 }
 
@@ -150,9 +251,13 @@ void listen_worker_start(struct sched *sched, unsigned id, void *ud)
     w->lio.data = w;
     if (sched_io_add(&w->lio, w->lfd, listen_on_ready) == 0)
         w->lio_added = 1;
+    w->ctl_timer.cb = listen_ctl_close_idle;
+    w->ctl_timer.data = w;
     w->ctl_io.data = w;
     if (sched_io_add(&w->ctl_io, w->ctl_fd, listen_ctl_on_ready) == 0)
         w->ctl_added = 1;
+    else
+        atomic_fetch_sub_explicit(&s->undrained, 1, memory_order_relaxed); /* no stop comes */
 }
 
 int listen_open(const struct addrinfo *ai, int port, int reuseport, int backlog, int *out)

@@ -19,13 +19,15 @@
  *
  * Shutdown (server_shutdown). 1. Set the draining flag: every coroutine answers its current
  * request with Connection: close and closes. 2. Wake every worker through its control eventfd;
- * on the worker, listen_ctl_on_ready() (listen.c) shuts the listener down and arms a zero-delay
- * timer that closes every idle connection unless its next request has already arrived: that
- * one is answered with Connection: close, as is one a coroutine finds in its socket when it
- * would otherwise close (one non-blocking read, nothing waited for). 3. Wait up to grace for
- * the live connection count to reach zero. 4. sched_stop() cancels what is left and the
- * workers are joined. 5. With no worker running, close the listeners and free every
- * connection.
+ * on the worker, listen_ctl_on_ready() (listen.c) arms a zero-delay timer that closes every
+ * idle connection unless its next request has already arrived: that one is answered with
+ * Connection: close, as is one a coroutine finds in its socket when it would otherwise close
+ * (one non-blocking read, nothing waited for). And it drains the listener: the connections
+ * still in the kernel's accept queue are accepted and served like those (shutting a listener
+ * down resets what its queue holds), then the listener is shut. 3. Wait up to grace for every
+ * listener to be drained and the live connection count to reach zero. 4. sched_stop() cancels
+ * what is left and the workers are joined. 5. With no worker running, close the listeners and
+ * free every connection.
  *
  * Not done on purpose: no per-request heap allocation on the static and nogil paths (the
  * response builder starts in inline storage, the serving state lives on the coroutine's stack);
@@ -254,6 +256,8 @@ int server_start(struct server *s, char *errmsg, size_t errlen)
     /* safety: workers read draining only after sched_start's thread creation, which orders
      * this store before them. */
     atomic_store_explicit(&s->draining, 0, memory_order_relaxed);
+    /* safety: as draining; from here on only listen.c's workers lower it. */
+    atomic_store_explicit(&s->undrained, s->nworkers, memory_order_relaxed);
     rc = sched_start(s->sched);
     if (rc < 0)
         goto fail_sched;
@@ -301,7 +305,10 @@ int server_shutdown(struct server *s, uint64_t grace_ns)
         ssize_t n = write(s->workers[i].ctl_fd, &one, sizeof(one));
         (void)n; /* an eventfd write of 1 only fails on counter overflow, impossible here */
     }
-    while (server_live_connections(s) > 0 &&
+    /* safety: acquire pairs with listen_shut's release: once a listener is seen drained, the
+     * connections its acceptor opened are in the live count. */
+    while ((atomic_load_explicit(&s->undrained, memory_order_acquire) > 0 ||
+            server_live_connections(s) > 0) &&
            clock_mono_ns() < atomic_load_explicit(&s->stop_deadline, memory_order_relaxed)) {
         struct timespec ts = {0, 2 * 1000 * 1000};
         nanosleep(&ts, NULL);

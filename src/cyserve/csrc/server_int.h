@@ -52,6 +52,7 @@ struct server_worker {
     struct sched_io ctl_io;
     int ctl_added;
     struct sched_timer ctl_timer; /* closes the idle connections once shutdown begins */
+    _Atomic int lshut;            /* the stop has drained and shut the listener (listen_shut) */
     struct conn *conns;           /* every live connection homed here */
     struct conn *free_conns;      /* cache, linked through next */
     unsigned nfree_conns;
@@ -76,6 +77,7 @@ struct server {
     _Atomic uint64_t live;
     _Atomic int stopping;           /* a server_shutdown is in progress or done */
     _Atomic uint64_t stop_deadline; /* when the grace period of the shutdown ends */
+    _Atomic unsigned undrained;     /* listeners a stop has not yet drained and shut */
     /* memfds of large process-lifetime handler bodies, see static_ext_memfd(). Entries
      * [0, ext_count) are immutable once published; ext_lock serialises the writers. */
     pthread_mutex_t ext_lock;
