@@ -71,8 +71,7 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PATH_CHARS = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=:@%]*")
 # Headers the engine writes itself on every response; a static route setting them would produce
 # a response that lies about its own framing.
-_ENGINE_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "date",
-                             "server"})
+_ENGINE_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "date"})
 
 
 @dataclass
@@ -584,6 +583,9 @@ def _check_headers(where: str, headers: Iterable[tuple[str, str]]) -> list[tuple
             raise RouteError(f"{where}: invalid header name {name!r}")
         if name.lower() in _ENGINE_HEADERS:
             raise RouteError(f"{where}: header {name!r} is written by the server itself")
+        # A route's own Server replaces the engine's; it is not a list, so two are invalid.
+        if name.lower() == "server" and any(n.lower() == "server" for n, _ in out):
+            raise RouteError(f"{where}: header {name!r} given twice")
         _check_header_value(where, name, value)
         out.append((name, value))
     return out

@@ -22,13 +22,15 @@ How a request maps onto the environ, and how the answer goes out:
   and given as latin-1 text (PEP 3333's bytes in a str), ``QUERY_STRING`` the raw query.
 - A request header whose name holds "_" is left out, as nginx and gunicorn do: otherwise
   "X_User: admin" would arrive as ``HTTP_X_USER``, the same key as "X-User".
-- From the answer: Date and Server are the engine's (the app's are dropped); Content-Length is
+- From the answer: Date is the engine's (the app's is dropped); the app's Server is sent, and
+  the engine adds its own (``Server: cyserve``) only when the app set none; Content-Length is
   checked against the body (an answer to HEAD may have no body and announce what GET would
   send; one to HEAD with neither says no length); ``Connection: close`` closes the connection
   after the answer, ``Connection: keep-alive`` and ``Keep-Alive`` are dropped;
   Transfer-Encoding, TE, Trailer and Upgrade are an error (PEP 3333: hop-by-hop headers are the
-  server's). The reason phrase sent is the engine's for the code (the IANA registry's; none for
-  an unregistered code).
+  server's). The app's reason phrase is sent as given ("200 Everything Fine"); one with a
+  control character (RFC 9112: HTAB, SP, VCHAR and obs-text only) is an error. A bare code
+  ("200") gets the engine's phrase (the IANA registry's; none for an unregistered code).
 - Anything the app gets wrong (no start_response, a str chunk, a bad status or header) is a 500
   and a logged error that names it, like an exception raised by the app.
 - An answer with a body and no Content-Type gets the engine's default, text/plain; charset=utf-8.

@@ -46,6 +46,26 @@ static void test_head(void)
            "HTTP/1.1 299 \r\nServer: cyserve\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
            "Connection: close\r\n\r\n",
            "until the close: no length; an unregistered code gets an empty reason (RFC 9112 4)");
+    out.len = 0;
+    is_int(http_write_head_own(&out, 200, "Everything Fine", 15, 1, 1, 1, 2, "Server: app\r\n", 13,
+                               date),
+           0, "a head the handler shaped");
+    is_mem(out.ptr, out.len,
+           "HTTP/1.1 200 Everything Fine\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
+           "Content-Length: 2\r\nServer: app\r\n\r\n",
+           "the handler's reason and Server, no Server of the engine's");
+    out.len = 0;
+    http_write_head_own(&out, 404, NULL, 0, 1, 1, 1, 0, "Server: app\r\n", 13, date);
+    is_mem(out.ptr, out.len,
+           "HTTP/1.1 404 Not Found\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
+           "Content-Length: 0\r\nServer: app\r\n\r\n",
+           "own Server alone: the table's reason");
+    out.len = 0;
+    http_write_head_own(&out, 200, "", 0, 0, 1, 1, 0, NULL, 0, date);
+    is_mem(out.ptr, out.len,
+           "HTTP/1.1 200 \r\nServer: cyserve\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
+           "Content-Length: 0\r\n\r\n",
+           "own empty reason alone: the engine's Server");
     size_t rlen;
     const char *teapot = http_reason(418, &rlen);
     is_mem(teapot, rlen, "I'm a teapot", "418's reason");

@@ -23,12 +23,22 @@ static void test_resp(void)
     is_int(resp_add_header(&r, "X-B", 3, "a\x01b", 3), -EINVAL, "control byte in value rejected");
     is_int(resp_add_header(&r, "X-B", 3, "a\x7f", 2), -EINVAL, "DEL in value rejected");
     is_int(resp_add_header(&r, "content-length", 14, "5", 1), -EPERM, "Content-Length is ours");
-    is_int(resp_add_header(&r, "Server", 6, "mine", 4), -EPERM, "Server is ours: not two of them");
+    is_int(r.own_head, 0, "the engine's head unless the handler shapes it");
+    is_int(resp_add_header(&r, "Server", 6, "mine", 4), 0, "the handler's Server is kept");
+    is_int(r.own_head, RESP_OWN_SERVER, "and the engine writes none");
+    is_int(resp_add_header(&r, "server", 6, "again", 5), -EEXIST, "Server is not a list");
+    is_int(resp_set_reason(&r, "Fine\r\nX-A: 1", 13), -EINVAL, "CRLF in a reason refused");
+    is_int(resp_set_reason(&r, "Fine\x01", 5), -EINVAL, "control byte in a reason refused");
+    is_int(r.own_head, RESP_OWN_SERVER, "a refused reason leaves the engine's");
+    is_int(resp_set_reason(&r, "All\tFine \xe9", 10), 0, "HTAB, SP, VCHAR, obs-text");
+    is_mem(r.reason, r.reason_len, "All\tFine \xe9", "reason kept");
+    is_int(r.own_head, RESP_OWN_SERVER | RESP_OWN_REASON, "reason recorded");
     is_int(resp_add_header(&r, "Connection", 10, "close", 5), 0, "Connection: close accepted");
     is_int(r.close, 1, "close recorded");
     is_int(resp_set_content_type(&r, "text/html", 9), 0, "content type");
     is_int(resp_set_content_type(&r, "text/html", 9), -EEXIST, "second content type refused");
-    is_mem(r.headers.ptr, r.headers.len, "X-A: 1\r\nContent-Type: text/html\r\n", "header lines");
+    is_mem(r.headers.ptr, r.headers.len, "X-A: 1\r\nServer: mine\r\nContent-Type: text/html\r\n",
+           "header lines");
     char big[3000];
     memset(big, 'x', sizeof(big));
     is_int(resp_write(&r, big, sizeof(big)), 0, "body grows past inline storage");
@@ -47,6 +57,7 @@ static void test_resp(void)
     resp_reset(&r);
     is_int(r.body.len, 0, "reset empties the body");
     is_int(r.status, 200, "reset restores 200");
+    ok(r.own_head == 0 && r.reason == NULL, "reset restores the engine's head");
     ok(r.stream == NULL && r.stream_length == -1 && r.head_length == -1,
        "reset forgets the stream and the head length");
     resp_free(&r);

@@ -95,6 +95,16 @@ cdef int handle_bad_header(cyserve_request *req, cyserve_response *resp,
     return cyserve_resp_write(resp, buf, <size_t>n)
 
 
+cdef int handle_own_server(cyserve_request *req, cyserve_response *resp,
+                           void *ctx) noexcept nogil:
+    # The handler's Server replaces the engine's; a second one is refused (not a list).
+    cdef char buf[64]
+    cdef int rc1 = cyserve_resp_header(resp, b"Server", 6, b"hello-nogil", 11)
+    cdef int rc2 = cyserve_resp_header(resp, b"Server", 6, b"again", 5)
+    cdef int n = snprintf(buf, sizeof(buf), b"rc=%d,%d", rc1, rc2)
+    return cyserve_resp_write(resp, buf, <size_t>n)
+
+
 cdef int handle_ctx(cyserve_request *req, cyserve_response *resp, void *ctx) noexcept nogil:
     cdef const char *s = <const char *>ctx
     return cyserve_resp_write(resp, s, strlen(s))
@@ -205,6 +215,7 @@ INSPECT = cyserve_handler_capsule(handle_inspect)
 FAIL = cyserve_handler_capsule(handle_fail)
 FAIL_CLOSING = cyserve_handler_capsule(handle_fail_closing)
 BAD_HEADER = cyserve_handler_capsule(handle_bad_header)
+OWN_SERVER = cyserve_handler_capsule(handle_own_server)
 HOG = cyserve_handler_capsule(handle_hog)
 PROBE = cyserve_handler_capsule(handle_probe)
 RELEASE = cyserve_handler_capsule(handle_release)

@@ -202,6 +202,7 @@ def nogil_server(hello, threads=1):
         ("path", "/fail", None, "nogil", hello.FAIL),
         ("path", "/maybe", None, "nogil", hello.MAYBE),
         ("path", "/big", None, "nogil", hello.BIG_STATIC),
+        ("path", "/own-server", None, "nogil", hello.OWN_SERVER),
     ], threads=threads)
 
 
@@ -229,16 +230,24 @@ def test_a_nogil_route_runs_inline_after_its_learning_calls(hello):
     (b"HEAD /inspect/7 HTTP/1.1\r\nHost: t\r\n\r\n", True),
     (get("/fail"), False),
     (b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", False),
+    (get("/own-server"), False),
 ])
 def test_nogil_answers_match_the_coroutine_path(hello, req, head_only):
     with nogil_server(hello) as srv:
         with Conn(srv.port) as c:  # learn every route the requests use
-            for path in ("/", "/inspect/1", "/fail"):
+            for path in ("/", "/inspect/1", "/fail", "/own-server"):
                 calls(c, path, LEARN + 8)
         alone, piped = inline_then_coroutine(srv, req, head_only)
         assert same(alone, piped)
         if b"/fail" in req:
             assert alone.status == 500
+        # One Server line on both paths: the handler's where it set one, else the engine's.
+        for r in (alone, piped):
+            assert r.raw_head.lower().count(b"\r\nserver:") == 1
+            if b"/own-server" in req:
+                assert (r.header("server"), r.body) == ("hello-nogil", b"rc=0,-17")
+            else:
+                assert r.header("server") == "cyserve"
 
 
 def test_a_slow_route_never_runs_inline(hello):

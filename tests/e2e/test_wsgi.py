@@ -161,13 +161,16 @@ def test_a_bytes_subclass_is_bytes() -> None:
 
 
 def test_an_unregistered_status_has_no_made_up_reason() -> None:
+    # The app's own reason phrase is sent as given; without one, an unregistered code gets none.
     def app(environ: Environ, start_response: Any) -> list[bytes]:
-        start_response("299 Whatever", [])
+        start_response("299" + environ["QUERY_STRING"].replace("_", " "), [])
         return [b""]
 
     with serve_wsgi(app) as srv:
         r = request(srv.port, get("/"))
         assert (r.status, r.raw_head.split(b"\r\n")[0]) == (299, b"HTTP/1.1 299 ")
+        r = request(srv.port, get("/?_Whatever"))
+        assert (r.status, r.raw_head.split(b"\r\n")[0]) == (299, b"HTTP/1.1 299 Whatever")
 
 
 def test_serve_tells_the_app_where_it_runs() -> None:
@@ -232,7 +235,8 @@ def test_write_callable_and_iterable_together() -> None:
         assert request(srv.port, get("/")).body == b"from write, then the iterable"
 
 
-def test_the_apps_own_date_and_server_give_way_to_the_engines() -> None:
+def test_the_apps_own_server_is_kept_and_its_date_gives_way_to_the_engines() -> None:
+    # As gunicorn and uvicorn do: the app's Server is sent, and the engine adds none.
     def app(environ: Environ, start_response: Any) -> list[bytes]:
         start_response("200 OK", [("Date", "yesterday"), ("Server", "app/1"),
                                   ("Connection", "keep-alive"), ("Keep-Alive", "timeout=5")])
@@ -240,10 +244,61 @@ def test_the_apps_own_date_and_server_give_way_to_the_engines() -> None:
 
     with serve_wsgi(app) as srv:
         r = request(srv.port, get("/"))
-        assert r.status == 200
-        assert r.raw_head.count(b"Server:") == 1 and r.header("server") == "cyserve"
+        assert (r.status, r.reason) == (200, "OK")
+        assert r.raw_head.count(b"Server:") == 1 and r.header("server") == "app/1"
         assert r.header("date") != "yesterday"
         assert r.header("keep-alive") is None
+
+
+@pytest.mark.parametrize("status, reason", [
+    ("200 OK", "OK"), ("200", "OK"), ("404 Not Found", "Not Found"),
+    ("200 Everything Fine", "Everything Fine"), ("404 Nowhere\tto be\xe9n", "Nowhere\tto be\xe9n"),
+    ("200 ", ""), ("299 Custom", "Custom"),
+])
+def test_the_apps_reason_phrase_is_sent_as_given(status: str, reason: str) -> None:
+    def app(environ: Environ, start_response: Any) -> list[bytes]:
+        start_response(status, [])
+        return [b"x"]
+
+    with serve_wsgi(app) as srv, Conn(srv.port) as c:
+        for _ in range(2):  # the second from the status lines already seen
+            c.send(get("/"))
+            r = c.reply()
+            assert r.raw_head.startswith(f"HTTP/1.1 {status[:3]} {reason}\r\n".encode("latin-1"))
+            # Without a Server of the app's, the engine's.
+            assert r.raw_head.count(b"Server:") == 1 and r.header("server") == "cyserve"
+            assert r.body == b"x"
+
+
+def test_a_streamed_answer_keeps_the_apps_server_and_reason() -> None:
+    def app(environ: Environ, start_response: Any) -> Iterator[bytes]:
+        start_response("202 Taken Care Of", [("Server", "app/2")])
+        yield b"a"
+        yield b"b"
+
+    with serve_wsgi(app) as srv:
+        r = request(srv.port, get("/"))
+        assert (r.status, r.reason, r.body) == (202, "Taken Care Of", b"ab")
+        assert r.raw_head.count(b"Server:") == 1 and r.header("server") == "app/2"
+        assert r.header("transfer-encoding") == "chunked"
+
+
+@pytest.mark.parametrize("kind, why", [
+    ("bad reason", "the reason phrase holds a control character"),
+    ("DEL in reason", "the reason phrase holds a control character"),
+    ("CR in reason", "invalid WSGI status"),
+    ("two Server", "header 'server' given twice"),
+])
+def test_a_bad_reason_or_server_is_a_500_that_names_it(
+        kind: str, why: str, caplog: pytest.LogCaptureFixture) -> None:
+    closed: list[bool] = []
+    with serve_wsgi(failing_app(kind, closed)) as srv, caplog.at_level(logging.ERROR):
+        r = request(srv.port, get("/"))
+    assert (r.status, r.reason, r.body) == (500, "Internal Server Error",
+                                            b"500 Internal Server Error\n")
+    assert r.raw_head.count(b"Server:") == 1 and r.header("server") == "cyserve"
+    text = "\n".join(rec.getMessage() + "\n" + (rec.exc_text or "") for rec in caplog.records)
+    assert why in text
 
 
 def test_content_length_from_the_app_is_checked_and_announced_for_head() -> None:
@@ -345,6 +400,14 @@ def failing_app(kind: str, closed: list[bool]) -> Any:
         if kind == "too long":  # with a length, the first piece does not start the answer
             start_response("200 OK", [("Content-Length", "3")])
             return Closing([b"ok", b"ok"], closed)
+        if kind == "bad reason":
+            start_response("200 Fine\x01", [])
+        if kind == "DEL in reason":
+            start_response("200 Fine\x7f", [])
+        if kind == "CR in reason":
+            start_response("200 Fine\r\nInjected: yes", [])
+        if kind == "two Server":
+            start_response("200 OK", [("Server", "a"), ("server", "b")])
         if kind == "body on 204":
             start_response("204 No Content", [])
         return Closing([b"body"], closed)

@@ -65,6 +65,9 @@ ROUTES = [
     ("path", "/nan", None, "python", lambda req: {"x": float("nan")}),
     ("path", "/ctl-header", None, "python", lambda req: Response("x", headers={"X-A": "a\x01"})),
     ("path", "/server-header", None, "python", lambda req: Response("x", headers={"Server": "a"})),
+    ("path", "/server-twice", None, "python",
+     lambda req: Response("x", headers=[("Server", "a"), ("server", "b")])),
+    ("path", "/static-server", ("GET",), "static", (404, [("Server", "mine/2")], b"gone")),
     ("path", "/204-body", None, "python", lambda req: Response("x", status=204)),
     ("path", "/length-ok", None, "python",
      lambda req: Response("four", headers=[("Content-Length", " 4 ")])),
@@ -92,6 +95,7 @@ def port():
 def test_static_response(port):
     r = request(port, get("/plaintext"))
     assert (r.status, r.body) == (200, b"Hello, World!")
+    assert r.raw_head.startswith(b"HTTP/1.1 200 OK\r\nServer: cyserve\r\n")
     assert r.header("content-type") == "text/plain"
     assert r.header("content-length") == "13"
     assert r.header("date") and r.header("date").endswith(" GMT")
@@ -158,7 +162,8 @@ def test_request_fields(port):
     ("/late-body", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
     ("/nan", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
     ("/ctl-header", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
-    ("/server-header", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
+    ("/server-header", 200, "text/plain; charset=utf-8", b"x"),
+    ("/server-twice", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
     ("/204-body", 500, "text/plain; charset=utf-8", b"500 Internal Server Error\n"),
     ("/length-ok", 200, "text/plain; charset=utf-8", b"four"),
     ("/304-length", 304, None, b""),  # a 304's Content-Length is GET's: not checked
@@ -172,7 +177,7 @@ def test_return_values(port, path, status, ctype, body, caplog):
     if status == 500:
         why = {"/bad-return": "float", "/interim": "200..599", "/late-body": "int",
                "/nan": "JSON", "/ctl-header": "X-A",
-               "/server-header": "written by the server",
+               "/server-twice": "header 'server' given twice",
                "/204-body": "a 204 response cannot have a body",
                "/length-wrong": "Content-Length 5 does not match the body's 4 bytes",
                "/length-bad": "invalid Content-Length '+4'",
@@ -184,6 +189,19 @@ def test_return_values(port, path, status, ctype, body, caplog):
         assert r.header("content-length") is None
     if path == "/created":
         assert r.header("x-a") == "1"
+    # The handler's own Server replaces the engine's, which every other answer carries (a 500
+    # too: the refused answer's Server is gone with it).
+    assert r.raw_head.lower().count(b"\r\nserver:") == 1
+    assert r.header("server") == ("a" if path == "/server-header" else "cyserve")
+
+
+def test_static_route_with_its_own_server(port):
+    # A static route's Server replaces the engine's in its pre-built head, keep-alive or not.
+    for req in (get("/static-server"), b"GET /static-server HTTP/1.0\r\n\r\n"):
+        r = request(port, req)
+        assert (r.status, r.body, r.header("server")) == (404, b"gone", "mine/2")
+        assert r.raw_head.startswith(b"HTTP/1.1 404 Not Found\r\nContent-Length: 4\r\n")
+        assert r.raw_head.lower().count(b"\r\nserver:") == 1
 
 
 def test_head_announces_the_length_an_empty_response_gives(port):

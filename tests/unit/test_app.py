@@ -144,7 +144,8 @@ def test_static_route_serialises_body_and_headers() -> None:
     ({"body": "x", "status": True}, "status must be an integer"),
     ({"body": "x", "status": 204}, "a 204 response cannot have a body"),
     ({"body": "x", "headers": [("Content-Length", "1")]}, "written by the server itself"),
-    ({"body": "x", "headers": [("Server", "mine")]}, "written by the server itself"),
+    # A route's own Server replaces the engine's, but Server is not a list.
+    ({"body": "x", "headers": [("Server", "a"), ("server", "b")]}, "'server' given twice"),
     ({"body": "x", "headers": [("Transfer-Encoding", "chunked")]}, "written by the server"),
     ({"body": "x", "headers": [("Bad Name", "1")]}, "invalid header name"),
     ({"body": "x", "headers": [("X-A", "1\r\nX-B: 2")]}, "invalid value for header 'X-A'"),
@@ -159,6 +160,13 @@ def test_static_route_mistakes(kwargs: dict[str, Any], message: str) -> None:
         app.static("/s", **kwargs)
     assert "app.static('/s')" in str(info.value)
     assert len(app) == 0
+
+
+def test_static_route_may_set_its_own_server() -> None:
+    app = cyserve.App()
+    app.static("/s", "x", headers=[("Server", "mine/1")])
+    assert app.build()[0][4][1] == [("Content-Type", "text/plain; charset=utf-8"),
+                                    ("Server", "mine/1")]
 
 
 def test_static_204_without_body_is_fine() -> None:
@@ -482,3 +490,13 @@ def test_every_route_method_is_the_parsers_enum_value() -> None:
         assert rc == len(head), (name, rc, info)
         assert info["method_id"] == name
         assert _core._METHOD_BITS[name] == info["method_code"], name
+
+
+def test_engine_takes_one_server_header_on_a_static_route() -> None:
+    from cyserve._core import Server
+
+    one: Any = ("path", "/s", None, "static", (200, [("Server", "mine")], b"x"))
+    Server([one], host="127.0.0.1", port=0, threads=1)
+    two: Any = ("path", "/s", None, "static", (200, [("Server", "a"), ("SERVER", "b")], b"x"))
+    with pytest.raises(ValueError, match="header 'SERVER' given twice"):
+        Server([two], host="127.0.0.1", port=0, threads=1)

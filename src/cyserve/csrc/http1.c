@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -31,6 +32,20 @@
 /* The request core says "no length" with its own name; the head writer takes it as is. */
 _Static_assert(REQUEST_LENGTH_NONE == HTTP_LENGTH_UNTIL_CLOSE, "one value for 'no length'");
 
+/* Whether the serialised lines[0..len) hold a Server line of their own. */
+static int lines_have_server(const char *lines, size_t len)
+{
+    for (size_t i = 0; i + 7 <= len;) {
+        if (strncasecmp(lines + i, "server:", 7) == 0)
+            return 1;
+        const char *nl = memchr(lines + i, '\n', len - i);
+        if (!nl)
+            break;
+        i = (size_t)(nl - lines) + 1;
+    }
+    return 0;
+}
+
 int http1_static_head(int status, const char *lines, size_t lines_len, size_t body_len, char **out,
                       size_t *out_len)
 {
@@ -39,8 +54,9 @@ int http1_static_head(int status, const char *lines, size_t lines_len, size_t bo
     size_t rlen;
     const char *reason = http_reason(status, &rlen);
     char line[96];
-    int n = snprintf(line, sizeof(line), "HTTP/1.1 %03d %.*s\r\nServer: cyserve\r\n", status,
-                     (int)rlen, reason);
+    /* A route's own Server replaces the engine's (decided once here, not per request). */
+    int n = snprintf(line, sizeof(line), "HTTP/1.1 %03d %.*s\r\n%s", status, (int)rlen, reason,
+                     lines_have_server(lines, lines_len) ? "" : "Server: cyserve\r\n");
     int rc = wbuf_append(&h, line, (size_t)n);
     if (status >= 200 && status != 204 && status != 304) {
         n = snprintf(line, sizeof(line), "Content-Length: %zu\r\n", body_len);
@@ -178,8 +194,12 @@ static int send_stream(struct http1_session *sv, const struct server_target *t, 
     uint64_t announce = length >= 0 ? (uint64_t)length
                         : chunked   ? HTTP_LENGTH_CHUNKED
                                     : HTTP_LENGTH_UNTIL_CLOSE;
-    int rc = http_write_head(&sv->out, r->status, sv->rq.head.minor_version, keep, announce,
-                             r->headers.ptr, r->headers.len, http1_date());
+    int rc = UNLIKELY(r->own_head)
+                 ? http_write_head_own(&sv->out, r->status, r->reason, r->reason_len,
+                                       r->own_head & RESP_OWN_SERVER, sv->rq.head.minor_version,
+                                       keep, announce, r->headers.ptr, r->headers.len, http1_date())
+                 : http_write_head(&sv->out, r->status, sv->rq.head.minor_version, keep, announce,
+                                   r->headers.ptr, r->headers.len, http1_date());
     if (UNLIKELY(rc) || head_only) {
         stream_abandon(&sv->rq, t, stream);
         access_log_note(&sv->rq, r->status, 0);
@@ -221,8 +241,7 @@ static int send_body(struct http1_session *sv, const struct request_answer *a, i
                      int head_only)
 {
     access_log_note(&sv->rq, a->status, head_only ? 0 : (int64_t)a->body_len);
-    int rc = http_write_head(&sv->out, a->status, sv->rq.head.minor_version, keep, a->length,
-                             a->lines, a->lines_len, http1_date());
+    int rc = http1_answer_head(&sv->out, a, sv->rq.head.minor_version, keep);
     if (UNLIKELY(rc) || head_only || !a->body_len)
         return rc;
     if (a->kind == REQUEST_BODY_FILE) {

@@ -87,20 +87,32 @@ static inline char *http1_static_head_put(char *p, const struct server_target *t
     return p + 4;
 }
 
+/* The head of answer a into out (http_write_head, or http_write_head_own when the handler set
+ * its own Server or reason phrase). 0 or -ENOMEM. */
+static inline int http1_answer_head(struct wbuf *out, const struct request_answer *a, int minor,
+                                    int keep)
+{
+    if (UNLIKELY(a->own_head))
+        return http_write_head_own(out, a->status, a->reason, a->reason_len,
+                                   a->own_head & RESP_OWN_SERVER, minor, keep, a->length, a->lines,
+                                   a->lines_len, http1_date());
+    return http_write_head(out, a->status, minor, keep, a->length, a->lines, a->lines_len,
+                           http1_date());
+}
+
 /* Frame answer a, whose body is in memory (REQUEST_BODY_BYTES), into out: its head, then its
  * body unless head_only. 0 or -ENOMEM. For the inline path, which sends out at once. */
 static inline int http1_put_answer(struct wbuf *out, const struct request_answer *a, int minor,
                                    int keep, int head_only)
 {
-    int rc = http_write_head(out, a->status, minor, keep, a->length, a->lines, a->lines_len,
-                             http1_date());
+    int rc = http1_answer_head(out, a, minor, keep);
     if (!rc && !head_only && a->body_len)
         rc = wbuf_append(out, a->body, a->body_len);
     return rc;
 }
 
-/* The pre-serialised head of a static answer (status, Server, Content-Length unless the status
- * has no body, then the headers lines[0..lines_len)): *out (malloc'd, the caller frees it) and
+/* The pre-serialised head of a static answer (status, Server unless lines hold their own,
+ * Content-Length unless the status has no body, then the headers lines[0..lines_len)): *out (malloc'd, the caller frees it) and
  * *out_len. Returns 0 or -ENOMEM. Date, Connection and the empty line are added per request
  * by http1_static_head_put(). */
 int http1_static_head(int status, const char *lines, size_t lines_len, size_t body_len, char **out,

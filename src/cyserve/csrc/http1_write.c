@@ -120,11 +120,13 @@ static char *put_lit(char *p, const char *s, size_t n)
 
 #define LIT(s) (s), (sizeof(s) - 1)
 
-int http_write_head(struct wbuf *out, int status, int minor_version, int keep_alive,
-                    uint64_t content_length, const char *extra, size_t extra_len, const char *date)
+/* The one head writer; both entry points inline it, http_write_head with constants, so the
+ * common head compiles to what it was before a handler could shape it. */
+static ALWAYS_INLINE int write_head(struct wbuf *out, int status, const char *reason, size_t rlen,
+                                    int server, int minor_version, int keep_alive,
+                                    uint64_t content_length, const char *extra, size_t extra_len,
+                                    const char *date)
 {
-    size_t rlen;
-    const char *reason = http_reason(status, &rlen);
     /* Fixed parts: status line (<= 13 + reason), Server, Date, Content-Length (<= 38),
      * Connection (<= 24), CRLF. 160 covers them with room to spare. */
     int rc = wbuf_reserve(out, 160 + rlen + extra_len);
@@ -137,7 +139,10 @@ int http_write_head(struct wbuf *out, int status, int minor_version, int keep_al
     *p++ = (char)('0' + status % 10);
     *p++ = ' ';
     p = put_lit(p, reason, rlen);
-    p = put_lit(p, LIT("\r\nServer: cyserve\r\nDate: "));
+    if (server)
+        p = put_lit(p, LIT("\r\nServer: cyserve\r\nDate: "));
+    else
+        p = put_lit(p, LIT("\r\nDate: "));
     p = put_lit(p, date, HTTP_DATE_LEN);
     p = put_lit(p, LIT("\r\n"));
     /* RFC 9110 8.6: no Content-Length in 1xx and 204; in 304 it would have to be the length
@@ -160,6 +165,25 @@ int http_write_head(struct wbuf *out, int status, int minor_version, int keep_al
     p = put_lit(p, LIT("\r\n"));
     out->len = (size_t)(p - out->ptr);
     return 0;
+}
+
+int http_write_head(struct wbuf *out, int status, int minor_version, int keep_alive,
+                    uint64_t content_length, const char *extra, size_t extra_len, const char *date)
+{
+    size_t rlen;
+    const char *reason = http_reason(status, &rlen);
+    return write_head(out, status, reason, rlen, 1, minor_version, keep_alive, content_length,
+                      extra, extra_len, date);
+}
+
+int http_write_head_own(struct wbuf *out, int status, const char *reason, size_t reason_len,
+                        int own_server, int minor_version, int keep_alive, uint64_t content_length,
+                        const char *extra, size_t extra_len, const char *date)
+{
+    if (!reason)
+        reason = http_reason(status, &reason_len);
+    return write_head(out, status, reason, reason_len, !own_server, minor_version, keep_alive,
+                      content_length, extra, extra_len, date);
 }
 
 int http_write_error(struct wbuf *out, int status, const char *detail, int head_only,

@@ -36,6 +36,14 @@ const char *http_reason(int status, size_t *len);
 int http_write_head(struct wbuf *out, int status, int minor_version, int keep_alive,
                     uint64_t content_length, const char *extra, size_t extra_len, const char *date);
 
+/* http_write_head for a head the handler shaped (resp.h's own_head): reason[0..reason_len)
+ * instead of the table's when reason is not NULL, and no Server line when the handler's own is
+ * among the extra lines (own_server). Called only when either is so, which keeps the common
+ * head's path free of both tests. Returns 0 or -ENOMEM. */
+int http_write_head_own(struct wbuf *out, int status, const char *reason, size_t reason_len,
+                        int own_server, int minor_version, int keep_alive, uint64_t content_length,
+                        const char *extra, size_t extra_len, const char *date);
+
 /* Append a complete error response (text/plain body "<status> <reason>: <detail>\n") with
  * Connection: close; head_only (the request was HEAD): the same head, no body (RFC 9110 9.3.2).
  * Returns the body bytes appended (0 for head_only; for the access log), or -ENOMEM. */

@@ -46,6 +46,11 @@ struct request_answer {
      * protocol frames. */
     const char *lines;
     size_t lines_len;
+    /* The handler's RESP_OWN_* (resp.h): its own Server line is among lines, its own reason
+     * phrase is reason[0..reason_len). 0 for every answer the engine makes. */
+    unsigned own_head;
+    const char *reason;
+    size_t reason_len;
     uint64_t length; /* the Content-Length to announce (for HEAD, what GET would carry), or
                       * REQUEST_LENGTH_NONE */
     const char *body;
@@ -130,6 +135,9 @@ static inline int request_answer_resp(struct request_answer *a, struct cyserve_r
         .close = r->close,
         .lines = r->headers.ptr,
         .lines_len = r->headers.len,
+        .own_head = r->own_head,
+        .reason = r->reason,
+        .reason_len = r->reason_len,
         .length = announce,
         .body = body,
         .body_len = blen,

@@ -52,6 +52,9 @@ void resp_init(struct cyserve_response *r)
     r->status = 200;
     r->close = 0;
     r->has_content_type = 0;
+    r->own_head = 0;
+    r->reason = NULL;
+    r->reason_len = 0;
     wbuf_init(&r->headers, r->inline_headers, sizeof(r->inline_headers));
     wbuf_init(&r->body, r->inline_body, sizeof(r->inline_body));
     r->body_static = NULL;
@@ -67,6 +70,9 @@ void resp_reset(struct cyserve_response *r)
     r->status = 200;
     r->close = 0;
     r->has_content_type = 0;
+    r->own_head = 0;
+    r->reason = NULL;
+    r->reason_len = 0;
     r->headers.len = 0;
     r->body.len = 0;
     r->body_static = NULL;
@@ -170,9 +176,18 @@ int resp_add_header(struct cyserve_response *r, const char *name, size_t nlen, c
         if (UNLIKELY(!is_tchar((unsigned char)name[i])))
             return -EINVAL;
     if (UNLIKELY(name_is(name, nlen, "content-length") ||
-                 name_is(name, nlen, "transfer-encoding") || name_is(name, nlen, "date") ||
-                 name_is(name, nlen, "server")))
-        return -EPERM; /* the engine writes these; Server is not a list, two would be invalid */
+                 name_is(name, nlen, "transfer-encoding") || name_is(name, nlen, "date")))
+        return -EPERM; /* the engine writes these */
+    if (name_is(name, nlen, "server")) {
+        /* The handler's Server replaces the engine's; Server is not a list, so two would be
+         * an invalid response. */
+        if (UNLIKELY(r->own_head & RESP_OWN_SERVER))
+            return -EEXIST;
+        int rc = append_line(&r->headers, name, nlen, value, vlen);
+        if (!rc)
+            r->own_head |= RESP_OWN_SERVER;
+        return rc;
+    }
     if (name_is(name, nlen, "connection")) {
         /* The engine writes the Connection header itself; a handler may only ask to close. */
         if (vlen == 5 && name_is(value, vlen, "close")) {
@@ -187,6 +202,23 @@ int resp_add_header(struct cyserve_response *r, const char *name, size_t nlen, c
         r->has_content_type = 1;
     }
     return append_line(&r->headers, name, nlen, value, vlen);
+}
+
+int resp_set_reason(struct cyserve_response *r, const char *reason, size_t len)
+{
+    /* RFC 9112 4: reason-phrase = 1*( HTAB / SP / VCHAR / obs-text ), the bytes a header value
+     * may hold; a CR or LF would end the status line early and start headers of the handler's. */
+    if (UNLIKELY(!value_ok(reason, len)))
+        return -EINVAL;
+    char *copy = resp_arena_alloc(&r->arena, len);
+    if (UNLIKELY(!copy))
+        return -ENOMEM;
+    if (len)
+        memcpy(copy, reason, len);
+    r->reason = copy;
+    r->reason_len = len;
+    r->own_head |= RESP_OWN_REASON;
+    return 0;
 }
 
 int resp_set_content_type(struct cyserve_response *r, const char *value, size_t vlen)

@@ -39,7 +39,13 @@ struct cyserve_response {
     int status;           /* 200 unless set */
     int close;            /* the handler asked for Connection: close */
     int has_content_type; /* a Content-Type line is in headers */
-    struct wbuf headers;  /* "Name: value\r\n" lines added by the handler */
+    /* RESP_OWN_* bits: the handler sent its own Server line (in headers) or reason phrase, so
+     * the head is not the engine's usual one. 0 in the common case, which the framer tests
+     * once and otherwise never looks further (http1_write.h). */
+    unsigned own_head;
+    const char *reason; /* the handler's reason phrase (arena memory) when RESP_OWN_REASON */
+    size_t reason_len;
+    struct wbuf headers; /* "Name: value\r\n" lines added by the handler */
     struct wbuf body;
     /* A body the handler promised outlives the server (resp_set_body_static): sent straight from
      * there, never copied into body. NULL when unset; then body is the body. */
@@ -60,6 +66,9 @@ struct cyserve_response {
     char inline_body[RESP_INLINE_BODY];
 };
 
+#define RESP_OWN_SERVER 1u
+#define RESP_OWN_REASON 2u
+
 /* Prepare r for a request (status 200, no headers, empty body). */
 void resp_init(struct cyserve_response *r);
 
@@ -74,10 +83,17 @@ int resp_set_status(struct cyserve_response *r, int status);
 
 /* Add a header line. Names are tokens, values have no control characters but HTAB: -EINVAL
  * otherwise, which is
- * what stops a handler from splitting the response. Content-Length, Transfer-Encoding, Date,
- * Server and Connection are managed by the engine: -EPERM. Returns 0, -EINVAL, -EPERM or -ENOMEM. */
+ * what stops a handler from splitting the response. Content-Length, Transfer-Encoding, Date and
+ * Connection are managed by the engine: -EPERM. Server is the handler's when it sets one (the
+ * engine then writes none); a second is -EEXIST, as Server is not a list (RFC 9110 10.2.4).
+ * Returns 0, -EINVAL, -EPERM, -EEXIST or -ENOMEM. */
 int resp_add_header(struct cyserve_response *r, const char *name, size_t nlen, const char *value,
                     size_t vlen);
+
+/* Send reason[0..len) as the reason phrase instead of the engine's for the status. It must be
+ * an RFC 9112 reason-phrase: HTAB, SP, VCHAR and obs-text only (no CR, LF or other control
+ * byte): -EINVAL otherwise. Copied into r's arena. Returns 0, -EINVAL or -ENOMEM. */
+int resp_set_reason(struct cyserve_response *r, const char *reason, size_t len);
 
 /* Set Content-Type (replacing a previous one set this way is not supported: -EEXIST). */
 int resp_set_content_type(struct cyserve_response *r, const char *value, size_t vlen);

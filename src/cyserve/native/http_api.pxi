@@ -44,8 +44,9 @@ cdef int cyserve_req_header(const cyserve_request *req, const char *name, size_t
 # The status (200..599, else -EINVAL: it is the final one). Default 200.
 cdef int cyserve_resp_status(cyserve_response *resp, int status) noexcept nogil
 # Add a header line. -EINVAL for a name that is not a token or a value with a control character
-# other than HTAB; -EPERM for Content-Length, Transfer-Encoding, Date, Server (the server writes
-# them) and Connection other than "close"; -ENOMEM.
+# other than HTAB; -EPERM for Content-Length, Transfer-Encoding, Date (the server writes them)
+# and Connection other than "close"; -ENOMEM. A Server header replaces the server's own
+# ("Server: cyserve"); a second one is -EEXIST.
 cdef int cyserve_resp_header(cyserve_response *resp, const char *name, size_t name_len,
                              const char *value, size_t value_len) noexcept nogil
 # Content-Type (default text/plain; charset=utf-8 when the body is not empty); -EEXIST if set.

@@ -346,7 +346,7 @@ cdef int _check_rc(int rc, str what) except -1:
     if rc == -1:  # EPERM
         raise ValueError(f"{what}: this header is written by the server")
     if rc == -17:  # EEXIST
-        raise ValueError(f"{what}: Content-Type given twice")
+        raise ValueError(f"{what} given twice")
     raise MemoryError(what)
 
 

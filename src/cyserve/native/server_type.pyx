@@ -48,6 +48,7 @@ _atexit.register(_stop_all_at_exit)
 
 cdef bytes _serialise_headers(headers, str where):
     parts = []
+    cdef bint server = False  # a Server line: it replaces the engine's, and one at most
     for item in headers:
         try:
             name, value = item
@@ -61,6 +62,10 @@ cdef bytes _serialise_headers(headers, str where):
             raise ValueError(f"{where}: header {name!r} has a CR, LF or NUL in its value")
         if name.lower() in ("content-length", "transfer-encoding", "date", "connection"):
             raise ValueError(f"{where}: header {name!r} is written by the server")
+        if name.lower() == "server":
+            if server:
+                raise ValueError(f"{where}: header {name!r} given twice")
+            server = True
         parts.append(f"{name}: {value}\r\n".encode("latin-1"))
     return b"".join(parts)
 

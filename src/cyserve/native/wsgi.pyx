@@ -19,7 +19,12 @@ cdef extern from "<strings.h>" nogil:
     int strncasecmp(const char *a, const char *b, size_t n)
 
 _HOP_BY_HOP_ERRORS = frozenset({"transfer-encoding", "te", "trailer", "upgrade"})
-_WSGI_DROPPED = frozenset({"date", "server", "keep-alive"})
+_WSGI_DROPPED = frozenset({"date", "keep-alive"})
+# The reason phrase to send for each WSGI status line seen: None where it is the engine's own for
+# the code (then the head is the engine's common one), else its bytes. Apps use a few constant
+# status lines, so this saves validating them on every request. Bounded: past it, computed each
+# time.
+_WSGI_REASONS = {}
 _METHODS_INTERNED = {}
 # The environ key of each request header name seen, by its bytes as received (names repeat on
 # every request; computing "HTTP_" + upper per header would cost more than the rest together).
@@ -377,6 +382,7 @@ cdef class _WSGIAnswer:
     returns it and _fill_response copies it into the engine's response."""
 
     cdef int status  # 0 until start_response
+    cdef object reason  # the app's own reason phrase as bytes, or None: the engine's
     cdef list headers
     cdef list chunks
     cdef Py_ssize_t total  # bytes in chunks
@@ -401,6 +407,7 @@ cdef class _WSGIAnswer:
         # first answer (PEP 3333 re-raises exc_info only once headers went out).
         exc_info = None  # no reference cycle through the traceback
         cdef int code = _wsgi_status(status)
+        reason = _wsgi_reason(<str>status, code)
         if not isinstance(headers, list):
             raise WSGIError(f"WSGI response headers must be a list of (name, value) tuples, "
                             f"got {type(headers).__name__}")
@@ -429,6 +436,7 @@ cdef class _WSGIAnswer:
             else:
                 out.append(item)
         self.status = code
+        self.reason = reason
         self.headers = out
         self.length = length
         self.close = close
@@ -461,6 +469,38 @@ cdef int _wsgi_status(status) except -1:
     return (ord(s[0]) - 48) * 100 + (ord(s[1]) - 48) * 10 + (ord(s[2]) - 48)
 
 
+cdef extern from "csrc/http1_write.h" nogil:
+    const char *http_reason(int status, size_t *len)
+
+
+cdef object _wsgi_reason(str s, int code):
+    """The reason phrase of the valid WSGI status line s (of code) as bytes to send, or None when
+    it is the engine's own (or s has none)."""
+    cdef PyObject *hit = PyDict_GetItem(_WSGI_REASONS, s)
+    if hit != NULL:
+        return <object>hit
+    cdef size_t rlen
+    cdef const char *ours
+    reason = None
+    if len(s) > 3:
+        try:
+            b = s[4:].encode("latin-1")
+        except UnicodeEncodeError:
+            raise WSGIError(f"invalid WSGI status {s!r}: the reason phrase must be latin-1 "
+                            "text") from None
+        # RFC 9112 4: reason-phrase = *( HTAB / SP / VCHAR / obs-text ).
+        for c in b:
+            if (c < 0x20 and c != 0x09) or c == 0x7f:
+                raise WSGIError(f"invalid WSGI status {s!r}: the reason phrase holds a "
+                                "control character")
+        ours = http_reason(code, &rlen)
+        if <size_t>len(b) != rlen or memcmp(<const char *>b, ours, rlen) != 0:
+            reason = b
+    if len(_WSGI_REASONS) < 256:
+        _WSGI_REASONS[s] = reason
+    return reason
+
+
 cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx) except -1:
     cdef bytes body
     cdef object length
@@ -468,6 +508,9 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx) except -1:
     try:
         if cs.resp_set_status(resp, a.status):
             _check_rc(-22, f"status {a.status}")
+        if a.reason is not None:
+            _check_rc(cs.resp_set_reason(resp, PyBytes_AS_STRING(a.reason),
+                                         <size_t>PyBytes_GET_SIZE(a.reason)), "reason phrase")
         for name, value in a.headers:
             _add_header(resp, name, value)
         if a.close:

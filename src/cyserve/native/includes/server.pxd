@@ -27,6 +27,7 @@ cdef extern from "csrc/resp.h" nogil:
     void resp_reset(resp_t *r)
     int resp_set_status(resp_t *r, int status)
     int resp_add_header(resp_t *r, const char *name, size_t nlen, const char *value, size_t vlen)
+    int resp_set_reason(resp_t *r, const char *reason, size_t len)
     int resp_set_content_type(resp_t *r, const char *value, size_t vlen)
     int resp_write(resp_t *r, const void *data, size_t len)
     int resp_set_body_static(resp_t *r, const void *data, size_t len)
