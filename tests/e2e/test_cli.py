@@ -316,3 +316,12 @@ def test_format_address() -> None:
     assert signals.format_address("127.0.0.1", 80) == "127.0.0.1:80"
     assert signals.format_address("::", 0) == "[::]:0"
     assert signals.format_address("localhost", 1) == "localhost:1"
+
+
+def test_help_lists_the_limits_and_timeouts() -> None:
+    proc = subprocess.run([sys.executable, "-m", "cyserve", "--help"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    for option in ("--max-body-bytes", "--keepalive-timeout", "--header-timeout",
+                   "--body-timeout", "--graceful-timeout", "--threads", "--processes"):
+        assert option in proc.stdout, option

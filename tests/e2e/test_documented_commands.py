@@ -306,7 +306,16 @@ def collect() -> tuple[list[Case], list[tuple[str, str]], list[str]]:
                     cases.append(_python_block_case(s))
                 continue
             text = s.text
-            if CLI.match(text):
+            if CLI.match(text) and shlex.split(text)[-1] != "..." and not any(
+                    APP_SPEC.match(w) or w in PLACEHOLDER_APPS for w in shlex.split(text)[1:]):
+                # A command with no app (`cyserve --help`) serves nothing: skipped with a reason
+                # like any other, or reported as unknown.
+                reason = next((why for pat, why in SKIP.items() if re.search(pat, text)), None)
+                if reason:
+                    skipped.append((f"{where} {text}", reason))
+                else:
+                    unknown.append(f"{where} `{text}`")
+            elif CLI.match(text):
                 words = shlex.split(text)
                 if words[-1] == "...":
                     assert s.paragraph in last_cli, f"{where}: '...' with no command before it"
