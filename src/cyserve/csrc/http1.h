@@ -112,9 +112,9 @@ static inline int http1_put_answer(struct wbuf *out, const struct request_answer
 }
 
 /* The pre-serialised head of a static answer (status, Server unless lines hold their own,
- * Content-Length unless the status has no body, then the headers lines[0..lines_len)): *out (malloc'd, the caller frees it) and
- * *out_len. Returns 0 or -ENOMEM. Date, Connection and the empty line are added per request
- * by http1_static_head_put(). */
+ * Content-Length unless the status has no body, then the headers lines[0..lines_len)): *out
+ * (malloc'd, the caller frees it) and *out_len. Returns 0 or -ENOMEM. Date, Connection and the
+ * empty line are added per request by http1_static_head_put(). */
 int http1_static_head(int status, const char *lines, size_t lines_len, size_t body_len, char **out,
                       size_t *out_len);
 

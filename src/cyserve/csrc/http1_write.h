@@ -3,8 +3,8 @@
  * The room where a response becomes HTTP/1 bytes; the response itself is built in resp.h.
  *
  * Error convention: 0 or -ENOMEM. No I/O: the engine (http1.c, conn.c) owns the sockets and
- * decides when bytes go out. Nothing here is shared between threads: the output buffer belongs to the caller
- * and the Date cache is per thread. */
+ * decides when bytes go out. Nothing here is shared between threads: the output buffer belongs
+ * to the caller and the Date cache is per thread. */
 #ifndef CYSERVE_HTTP1_WRITE_H
 #define CYSERVE_HTTP1_WRITE_H
 

@@ -15,8 +15,9 @@
  *   woken by their eventfd when work is injected for them: no fixed sleeps.
  *
  * Threads: functions marked "coroutine only" must be called from inside a coroutine run by this
- * scheduler (elsewhere they return -EPERM and do nothing); "worker only" from a worker thread (a coroutine, or a hook/callback run by a
- * worker); "any thread" from anywhere, including threads the scheduler does not know.
+ * scheduler (elsewhere they return -EPERM and do nothing); "worker only" from a worker thread (a
+ * coroutine, or a hook/callback run by a worker); "any thread" from anywhere, including threads
+ * the scheduler does not know.
  *
  * Thread-locals in coroutine bodies: any call below that may suspend (yield, sleep, wait, offload,
  * sched_io_*) may return on another thread. Do not keep the address of a __thread variable across
@@ -111,8 +112,8 @@ int sched_sleep_ns(uint64_t ns);
 /* Suspend the running coroutine until fd is ready for events (EPOLLIN and/or EPOLLOUT), or until
  * timeout_ns has passed (timeout_ns < 0: no timeout). The fd is registered one-shot in the epoll
  * of the worker running the coroutine (which becomes its home) for the duration of the wait;
- * two coroutines waiting on the same fd at once on one worker get -EEXIST. Returns the ready events (> 0),
- * -ETIMEDOUT, -ECANCELED if the scheduler is stopping, or -errno from epoll_ctl.
+ * two coroutines waiting on the same fd at once on one worker get -EEXIST. Returns the ready
+ * events (> 0), -ETIMEDOUT, -ECANCELED if the scheduler is stopping, or -errno from epoll_ctl.
  * Coroutine only. */
 int sched_wait_fd(int fd, uint32_t events, int64_t timeout_ns);
 

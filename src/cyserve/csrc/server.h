@@ -38,10 +38,10 @@ enum server_target_kind {
  * the fields by hand for the other kinds. */
 struct server_target {
     enum server_target_kind kind;
-    /* SERVER_STATIC: the HTTP/1 head, kept serialised by the HTTP/1 module
-     * (http1_static_head): "HTTP/1.1 <status> <reason>\r\nServer: cyserve\r\nContent-Length:
-     * N\r\n" (no Server line when the user's lines hold one) plus the user's header lines (owned, malloc'd); Date and the final CRLF are added
-     * per request, then the body. static_status: the status alone. */
+    /* SERVER_STATIC: the HTTP/1 head, kept serialised by the HTTP/1 module (http1_static_head):
+     * "HTTP/1.1 <status> <reason>\r\nServer: cyserve\r\nContent-Length: N\r\n" (no Server line when
+     * the user's lines hold one) plus the user's header lines (owned, malloc'd); Date and the final
+     * CRLF are added per request, then the body. static_status: the status alone. */
     char *static_head;
     size_t static_head_len;
     int static_status;
