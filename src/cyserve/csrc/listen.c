@@ -64,17 +64,10 @@
  * Any thread. */
 static void listen_note_accept_failure(int err)
 {
-    static _Atomic uint64_t next_ns, suppressed;
-    uint64_t now = clock_mono_ns();
-    /* safety: next_ns only rate-limits; the CAS makes one thread per second the writer. */
-    uint64_t due = atomic_load_explicit(&next_ns, memory_order_relaxed);
-    if (now < due ||
-        !atomic_compare_exchange_strong_explicit(&next_ns, &due, now + 1000000000ull,
-                                                 memory_order_relaxed, memory_order_relaxed)) {
-        atomic_fetch_add_explicit(&suppressed, 1, memory_order_relaxed);
+    static struct clock_once_a_second gate;
+    unsigned long long more;
+    if (!clock_once_a_second(&gate, &more))
         return;
-    }
-    unsigned long long more = atomic_exchange_explicit(&suppressed, 0, memory_order_relaxed);
     char what[160], tail[64] = "", line[384];
     struct rlimit rl;
     if (err == EMFILE && getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)

@@ -32,17 +32,10 @@
  * a route failing on every request can neither flood the log nor slow the server down. */
 void request_note_failure(const struct http_request *req, int hrc)
 {
-    static _Atomic uint64_t next_ns, suppressed;
-    uint64_t now = clock_mono_ns();
-    /* safety: next_ns only rate-limits; the CAS makes one thread per second the writer. */
-    uint64_t due = atomic_load_explicit(&next_ns, memory_order_relaxed);
-    if (now < due ||
-        !atomic_compare_exchange_strong_explicit(&next_ns, &due, now + 1000000000ull,
-                                                 memory_order_relaxed, memory_order_relaxed)) {
-        atomic_fetch_add_explicit(&suppressed, 1, memory_order_relaxed);
+    static struct clock_once_a_second gate;
+    unsigned long long more;
+    if (!clock_once_a_second(&gate, &more))
         return;
-    }
-    unsigned long long more = atomic_exchange_explicit(&suppressed, 0, memory_order_relaxed);
     char line[512], tail[64] = "";
     if (more)
         snprintf(tail, sizeof(tail), " (and %llu more failures)", more);
