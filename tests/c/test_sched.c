@@ -5,6 +5,7 @@
 #include "csrc/sched.c"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include "tap.h"
@@ -766,6 +767,120 @@ static void test_rescue_after_idle(int round)
     close(ri_b[1]);
 }
 
+/* ---- relief: a worker stuck in a long offloaded call has its loop taken over ----
+ * One worker, two relief threads. The owner registers an io on its worker, then it (and, in the
+ * second round, one more coroutine) offloads a call that blocks until released: the worker's
+ * only thread is stuck, and no idle worker exists to rescue it. A relief thread must serve the
+ * io while the calls block, the second call must not wait behind the first (it is taken from
+ * the stuck batch and runs on a relief thread), and once released the worker serves its io
+ * itself again. The waits are bounded so that a broken scheduler fails instead of hanging. */
+static struct sched_io rl_io;
+static int rl_sv[2];
+static int rl_in, rl_max_in, rl_release, rl_served, rl_second_done;
+static int rl_served_by[2];
+
+static void rl_sleep_ms(int ms)
+{
+    struct timespec ts = {0, ms * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void rl_block_fn(void *arg)
+{
+    int in = add(&rl_in, 1);
+    int m = get(&rl_max_in);
+    /* safety: a max-update of a test counter. */
+    while (m < in &&
+           !__atomic_compare_exchange_n(&rl_max_in, &m, in, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+        ;
+    for (int i = 0; i < 10000 && !get(&rl_release); i++)
+        rl_sleep_ms(1);
+    add(&rl_in, -1);
+}
+
+static void rl_on_ready(struct sched_io *io, uint32_t events)
+{
+    char buf[16];
+    while (read(io->fd, buf, sizeof(buf)) > 0)
+        ;
+    int n = add(&rl_served, 1);
+    if (n <= 2)
+        rl_served_by[n - 1] = sched_worker_id();
+    ssize_t w = write(io->fd, "pong", 4);
+    (void)w;
+    sched_io_idle(io);
+}
+
+static int rl_owner(struct coro *co, void *arg)
+{
+    sched_home_enter(-1);
+    rl_io.data = NULL;
+    int rc = sched_io_add(&rl_io, rl_sv[0], rl_on_ready);
+    sched_home_exit();
+    if (rc != 0 || sched_offload(rl_block_fn, NULL) != 0)
+        return -1;
+    for (int i = 0; i < 5000 && !get(&rl_second_done); i++)
+        sched_sleep_ns(1000000);
+    sched_io_del(&rl_io);
+    return 0;
+}
+
+static int rl_blocker(struct coro *co, void *arg)
+{
+    return sched_offload(rl_block_fn, NULL) == 0 ? 0 : -1;
+}
+
+/* Send "ping" and wait (bounded) for "pong". */
+static int rl_ping(void)
+{
+    if (write(rl_sv[1], "ping", 4) != 4)
+        return 0;
+    struct pollfd p = {.fd = rl_sv[1], .events = POLLIN};
+    if (poll(&p, 1, 5000) != 1)
+        return 0;
+    char buf[4];
+    return read(rl_sv[1], buf, 4) == 4 && memcmp(buf, "pong", 4) == 0;
+}
+
+static void test_relief(int nblock)
+{
+    rl_in = rl_max_in = rl_release = rl_served = rl_second_done = 0;
+    rl_served_by[0] = rl_served_by[1] = -1;
+    struct sched_config cfg = {.workers = 1, .relief = 2};
+    struct sched *s = NULL;
+    ok((sched_new(&s, &cfg)) == (0), "relief %d: a scheduler with 1 worker and 2 relief threads",
+       nblock);
+    ok(((int)sched_threads(s)) == (3), "relief %d: 3 thread slots", nblock);
+    socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, rl_sv);
+    sched_spawn(s, rl_owner, NULL);
+    for (int i = 1; i < nblock; i++)
+        sched_spawn(s, rl_blocker, NULL);
+    sched_start(s);
+    for (int i = 0; i < 5000 && get(&rl_in) < nblock; i++)
+        rl_sleep_ms(1);
+    ok((get(&rl_in)) == (nblock), "relief %d: every blocking call runs at once", nblock);
+    ok(rl_ping(), "relief %d: the stuck worker's io was served while the calls blocked", nblock);
+    ok((get(&rl_in)) == (nblock), "relief %d: (the calls were still blocked then)", nblock);
+    ok(rl_served_by[0] >= 1, "relief %d: by a relief thread (slot %d)", nblock, rl_served_by[0]);
+    add(&rl_release, 1);
+    for (int i = 0; i < 5000 && get(&rl_in) > 0; i++)
+        rl_sleep_ms(1);
+    rl_sleep_ms(20);
+    ok(rl_ping(), "relief %d: served again after the calls returned", nblock);
+    ok((rl_served_by[1]) == (0), "relief %d: by the worker itself (the relief let go)", nblock);
+    add(&rl_second_done, 1);
+    sched_join(s);
+    struct sched_stats st;
+    sched_get_stats(s, &st);
+    ok((get(&rl_max_in)) == (nblock), "relief %d: at most %d calls ran at once", nblock, nblock);
+    ok(st.reliefs >= (uint64_t)nblock, "relief %d: %llu reliefs", nblock,
+       (unsigned long long)st.reliefs);
+    ok(((int)st.relief_threads) == (nblock), "relief %d: relief threads started", nblock);
+    sched_free(s);
+    close(rl_sv[0]);
+    close(rl_sv[1]);
+}
+
 int main(void)
 {
     test_config();
@@ -783,5 +898,7 @@ int main(void)
     test_rescue();
     for (int round = 1; round <= 3; round++)
         test_rescue_after_idle(round);
+    test_relief(1);
+    test_relief(2);
     return done_testing();
 }

@@ -2,8 +2,10 @@
  *
  * One translation unit. Its self-contained parts are fragments that this file #includes, each
  * opening with what it holds: sched_inject.c.h (the inject queue and spawn records),
- * sched_timer.c.h (the per-worker timer heaps), sched_io.c.h (waits, epoll polling, sched_io)
- * and sched_offload.c.h (offload batches, with their own essay). The rest stays here although it
+ * sched_timer.c.h (the per-worker timer heaps), sched_io.c.h (waits, epoll polling, sched_io),
+ * sched_offload.c.h (offload batches, with their own essay) and sched_relief.c.h (relief threads
+ * and their monitor: a worker stuck in a long offloaded call has its loop taken over, with its
+ * own essay). The rest stays here although it
  * is over 1,200 lines: about 200 of them are this essay, and the others (loop locks and rescue,
  * the wake-up recipe, the worker loop, parking, the lifecycle and stop) are the one algorithm the
  * essay describes, which is checked by reading them together.
@@ -104,9 +106,11 @@
  *   6. park in epoll_wait with the next timer as timeout (at most one rescue threshold while
  *      another worker runs coroutine code).
  *
- * ---- Offload batches ----
+ * ---- Offload batches and relief ----
  * How sched_offload() calls are batched, and why a batch is bounded: the essay at the top of
- * sched_offload.c.h.
+ * sched_offload.c.h. What happens when every worker is stuck in a long call (rescue needs an idle
+ * worker): relief threads beyond the N workers (slots w[n, n_all)), sent by a monitor thread,
+ * the essay at the top of sched_relief.c.h.
  *
  * ---- Spinning and parking (Go's protocol) ----
  * A worker looking for work is "spinning" (nspinning counts them; at most half the busy workers
@@ -169,6 +173,7 @@
 #include "sched.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -209,10 +214,25 @@ struct sched_worker {
     /* safety (field): a rescuer's sample of run_seq and when it took it; written and read by
      * any rescuer with relaxed atomics; a torn pair only moves one rescue earlier or later. */
     uint64_t watch_seq, watch_at;
+    /* safety (field): relief (sched_relief.c.h). off_start: when this thread's offload batch
+     * started its first call (sched_clock_ns), 0 between batches; written by the owner (seq_cst:
+     * the monitor's deep park pairs with it), read by the monitor and relief threads.
+     * relieved_by (homes): the relief slot running this home's loop steps, or -1; set by the
+     * monitor, cleared by that relief thread (CAS). relief_of (relief threads): the home it
+     * relieves, RELIEF_BUSY while it finishes its own work, RELIEF_IDLE while it waits; only the
+     * monitor moves it out of RELIEF_IDLE, only the thread itself moves it elsewhere. */
+    uint64_t off_start CACHE_ALIGNED;
+    int relieved_by, relief_of;
+    /* safety (field): batch_lock (a word, taken for a few instructions) guards batch_rest: the
+     * calls of the running batch not started yet. The owner takes them one at a time; a thread
+     * relieving a stuck batch takes all that are left (sched_relief.c.h). */
+    int batch_lock CACHE_ALIGNED;
+    struct coro *batch_rest;
     /* Owner-only (this thread) from here on, except the home state marked "Under L(W)". */
     struct sched *s CACHE_ALIGNED;
     unsigned id;
     pthread_t thread;
+    int started; /* relief slots: a thread runs it (written by the monitor, read after joins) */
     int epfd, evfd;
     struct coro_pool *pool;
     struct coro *current;
@@ -240,7 +260,8 @@ struct sched_worker {
 
 struct sched {
     struct sched_config cfg;
-    unsigned n;
+    unsigned n;     /* workers: the homes, w[0, n) */
+    unsigned n_all; /* thread slots: the workers, then the relief threads, w[n, n_all) */
     struct sched_worker *w;
     pthread_mutex_t inject_lock;
     struct coro *inj_head, *inj_tail;                       /* under inject_lock */
@@ -257,6 +278,14 @@ struct sched {
     void *off_ud;
     void (*w_start)(struct sched *, unsigned, void *), (*w_stop)(struct sched *, unsigned, void *);
     void *w_ud;
+    /* The relief monitor (sched_relief.c.h): its thread and eventfd (-1 without relief), and
+     * whether it sleeps without a timeout (atomic; a batch that starts then wakes it). */
+    pthread_t mon;
+    int mon_started; /* written by the starting thread before the monitor exists, read at join */
+    int mon_evfd;
+    int mon_deep;
+    int relief_quit; /* atomic: set at join to end the monitor and relief threads */
+    uint64_t st_reliefs, st_relief_threads; /* written by the monitor only (relaxed) */
 };
 
 static __thread struct sched_worker *sched_tls_worker;
@@ -441,15 +470,19 @@ static void sched_wake_worker(struct sched *s, struct sched_worker *w)
     /* safety: seq_cst CAS after the seq_cst exchange that published the work (recipe step 3). */
     if (__atomic_compare_exchange_n(&w->parked, &expect, W_WOKEN, 0, __ATOMIC_SEQ_CST,
                                     __ATOMIC_SEQ_CST)) {
-        __atomic_fetch_sub(&s->nparked, 1, __ATOMIC_SEQ_CST);
+        /* safety: nparked counts workers only; a relief thread parks without counting. */
+        if (w->id < s->n)
+            __atomic_fetch_sub(&s->nparked, 1, __ATOMIC_SEQ_CST);
         sched_eventfd_kick(w->evfd);
     }
 }
 
 static void sched_wake_all(struct sched *s)
 {
-    for (unsigned i = 0; i < s->n; i++)
+    for (unsigned i = 0; i < s->n_all; i++)
         sched_eventfd_kick(s->w[i].evfd);
+    if (s->mon_evfd >= 0)
+        sched_eventfd_kick(s->mon_evfd);
 }
 
 /* ---- per-worker queues ---- */
@@ -544,6 +577,10 @@ static void parked_remove(struct sched_worker *w, struct coro *co)
 
 /* In the home-section code below; timers, waits and sched_io enter home sections. */
 static int home_enter(struct sched_worker **wp, int home);
+
+/* epoll data of a relieved home's epoll fd in a relief thread's epoll (sched_relief.c.h): never
+ * a pointer (wait records are aligned, sched_io tags are odd, the eventfd's is 0). */
+#define RELIEF_EV_HOME ((uintptr_t)2)
 
 #include "sched_timer.c.h"
 
@@ -650,11 +687,12 @@ static struct coro *w_next_local(struct sched_worker *w)
 static struct coro *w_steal(struct sched_worker *w)
 {
     struct sched *s = w->s;
-    if (s->n < 2)
+    if (s->n_all < 2)
         return NULL;
-    unsigned start = sched_rand(w) % s->n;
-    for (unsigned i = 0; i < s->n; i++) {
-        unsigned v = (start + i) % s->n;
+    /* Relief threads are victims too: one stuck in a long call may hold runnable coroutines. */
+    unsigned start = sched_rand(w) % s->n_all;
+    for (unsigned i = 0; i < s->n_all; i++) {
+        unsigned v = (start + i) % s->n_all;
         if (v == w->id)
             continue;
         struct coro *co = runq_steal(&w->rq, &s->w[v].rq);
@@ -717,10 +755,38 @@ static int w_work_visible(struct sched_worker *w)
         return 1;
     if (w->local_head || w->n_off)
         return 1;
-    for (unsigned i = 0; i < s->n; i++)
+    for (unsigned i = 0; i < s->n_all; i++)
         if (runq_len(&s->w[i].rq) > 0)
             return 1;
     return 0;
+}
+
+static int relief_take_batch(struct sched_worker *w, struct sched_worker *v, uint64_t now);
+
+/* Run v's loop step here: its events, due timers and hopped coroutines (those run on this
+ * thread). Called holding w's own lock and no other; try-locks v's (the rule: never block on a
+ * second loop lock) and gives up w's own meanwhile: a hopped coroutine we resume may leave its
+ * home section and run long, and we must hold at most one loop lock when we do. Returns the
+ * events, timers and coroutines handled, or -1 if v's lock was taken (v is back in its loop, or
+ * another thread is in v's home state right now). Holds w's own lock again on return. */
+static int w_rescue_step(struct sched_worker *w, struct sched_worker *v)
+{
+    if (!lock_try(v))
+        return -1;
+    lock_release(w);
+    w->held = (int)v->id;
+    int did = w_poll(w, v, 0);
+    remote_drain(v);
+    int kept = 1;
+    struct coro *co;
+    while (kept && (co = w_local_pop(v)) != NULL) {
+        kept = w_run(w, co, v, 1);
+        did++;
+    }
+    if (kept)
+        loop_unlock(w);
+    loop_lock(w, w); /* holding nothing: blocking is deadlock-free */
+    return did;
 }
 
 /* Rescue (see the essay): look for workers that have run one coroutine for SCHED_RESCUE_NS
@@ -739,7 +805,7 @@ static int w_rescue(struct sched_worker *w, int *watch)
         struct sched_worker *v = &s->w[i];
         if (v == w)
             continue;
-        /* safety: hints; the trylock below decides. */
+        /* safety: hints; the trylock in w_rescue_step decides. */
         uint64_t seq = __atomic_load_n(&v->run_seq, __ATOMIC_RELAXED);
         if (!(seq & 1))
             continue;
@@ -753,27 +819,15 @@ static int w_rescue(struct sched_worker *w, int *watch)
         /* safety: as above. */
         if (now - __atomic_load_n(&v->watch_at, __ATOMIC_RELAXED) < SCHED_RESCUE_NS)
             continue;
-        /* Try-lock only: we hold our own lock (rule: never block on a second loop lock). Failure
-         * means v is back in its loop, or another thread is in v's home state right now. */
-        if (!lock_try(v))
+        int r = w_rescue_step(w, v);
+        if (r < 0)
             continue;
-        /* Give up our own lock while we work for v: a hopped coroutine we resume may leave its
-         * home section and run long, and we must hold at most one loop lock when we do. */
-        lock_release(w);
-        w->held = (int)v->id;
         /* safety: one rescue per threshold per stalled worker, by whoever comes first. */
         __atomic_store_n(&v->watch_at, now, __ATOMIC_RELAXED);
-        did += w_poll(w, v, 0);
-        remote_drain(v);
-        int kept = 1;
-        struct coro *co;
-        while (kept && (co = w_local_pop(v)) != NULL) {
-            kept = w_run(w, co, v, 1);
-            did++;
-        }
-        if (kept)
-            loop_unlock(w);
-        loop_lock(w, w); /* holding nothing: blocking is deadlock-free */
+        did += r;
+        /* A stalled batch's calls that have not started would wait behind the long one: take
+         * them here (they run in our next batch). */
+        did += relief_take_batch(w, v, now);
     }
     return did;
 }
@@ -953,6 +1007,8 @@ static void *w_main(void *arg)
     return NULL;
 }
 
+#include "sched_relief.c.h"
+
 /* ---- public API: lifecycle ---- */
 
 static unsigned sched_default_workers(void)
@@ -970,7 +1026,7 @@ static unsigned sched_default_workers(void)
 int sched_new(struct sched **out, const struct sched_config *cfg)
 {
     struct sched_config c = *cfg;
-    if (c.workers > SCHED_MAX_WORKERS)
+    if (c.workers > SCHED_MAX_WORKERS || c.relief > SCHED_MAX_RELIEF)
         return -EINVAL;
     if (c.stack_size == 0)
         c.stack_size = CORO_STACK_DEFAULT;
@@ -992,25 +1048,29 @@ int sched_new(struct sched **out, const struct sched_config *cfg)
         return -ENOMEM;
     s->cfg = c;
     s->n = c.workers;
+    s->n_all = c.workers + c.relief;
+    s->mon_evfd = -1;
     pthread_mutex_init(&s->inject_lock, NULL);
     int err = coro_pool_new(&s->ext_pool, c.stack_size);
     if (UNLIKELY(err)) {
         free(s);
         return err;
     }
-    s->w = aligned_alloc(CACHE_LINE, sizeof(*s->w) * s->n);
+    s->w = aligned_alloc(CACHE_LINE, sizeof(*s->w) * s->n_all);
     if (UNLIKELY(!s->w)) {
         coro_pool_free(s->ext_pool);
         free(s);
         return -ENOMEM;
     }
-    memset(s->w, 0, sizeof(*s->w) * s->n);
-    for (unsigned i = 0; i < s->n; i++) {
+    memset(s->w, 0, sizeof(*s->w) * s->n_all);
+    for (unsigned i = 0; i < s->n_all; i++) {
         struct sched_worker *w = &s->w[i];
         w->s = s;
         w->id = i;
         w->epfd = w->evfd = -1;
         w->held = -1;
+        w->relieved_by = -1;
+        w->relief_of = i < s->n ? RELIEF_BUSY : RELIEF_IDLE;
         w->rng = c.seed + 0x9E3779B97F4A7C15ull * (i + 1);
         err = runq_init(&w->rq, c.runq_capacity);
         if (!err) {
@@ -1025,7 +1085,15 @@ int sched_new(struct sched **out, const struct sched_config *cfg)
                 err = -errno;
         }
         if (UNLIKELY(err)) {
-            s->n = i + 1;
+            s->n_all = i + 1;
+            sched_free(s);
+            return err;
+        }
+    }
+    if (c.relief > 0) {
+        s->mon_evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (s->mon_evfd < 0) {
+            err = -errno;
             sched_free(s);
             return err;
         }
@@ -1039,6 +1107,11 @@ unsigned sched_workers(const struct sched *s)
     return s->n;
 }
 
+unsigned sched_threads(const struct sched *s)
+{
+    return s->n_all;
+}
+
 /* Free every coroutine still held anywhere (workers not running). Calling thread. */
 static void sched_free_leftovers(struct sched *s)
 {
@@ -1047,7 +1120,7 @@ static void sched_free_leftovers(struct sched *s)
      * sched_spawn, which takes it). The worker threads are gone: this thread borrows their
      * owner-only queues. */
     struct coro *list = NULL;
-    for (unsigned i = 0; i < s->n; i++) {
+    for (unsigned i = 0; i < s->n_all; i++) {
         struct sched_worker *w = &s->w[i];
         struct coro *co;
         remote_drain(w);
@@ -1112,7 +1185,7 @@ void sched_free(struct sched *s)
         return;
     if (s->w) {
         sched_free_leftovers(s);
-        for (unsigned i = 0; i < s->n; i++) {
+        for (unsigned i = 0; i < s->n_all; i++) {
             struct sched_worker *w = &s->w[i];
             if (w->rq.buf)
                 runq_destroy(&w->rq);
@@ -1124,6 +1197,8 @@ void sched_free(struct sched *s)
         }
         free(s->w);
     }
+    if (s->mon_evfd >= 0)
+        close(s->mon_evfd);
     free(s->sp_spare);
     coro_pool_free(s->ext_pool);
     pthread_mutex_destroy(&s->inject_lock);
@@ -1196,6 +1271,15 @@ static int sched_start_workers(struct sched *s)
     /* safety: plain flags reset before any worker exists. */
     __atomic_store_n(&s->done, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&s->running, 1, __ATOMIC_RELEASE);
+    for (unsigned i = s->n; i < s->n_all; i++) {
+        struct sched_worker *r = &s->w[i];
+        r->started = 0;
+        /* safety: no relief thread or monitor exists yet. */
+        __atomic_store_n(&r->relief_of, RELIEF_IDLE, __ATOMIC_RELAXED);
+    }
+    for (unsigned i = 0; i < s->n; i++)
+        /* safety: as above. */
+        __atomic_store_n(&s->w[i].relieved_by, -1, __ATOMIC_RELAXED);
     for (unsigned i = 0; i < s->n; i++) {
         int err = pthread_create(&s->w[i].thread, NULL, w_main, &s->w[i]);
         if (UNLIKELY(err)) {
@@ -1208,6 +1292,13 @@ static int sched_start_workers(struct sched *s)
             return -err;
         }
     }
+    /* The monitor is optional: without it, relief never starts, and rescue by idle workers is
+     * all there is (as with relief = 0). */
+    s->mon_started = 0;
+    /* safety: before the monitor exists. */
+    __atomic_store_n(&s->relief_quit, 0, __ATOMIC_RELAXED);
+    if (s->mon_evfd >= 0 && pthread_create(&s->mon, NULL, mon_main, s) == 0)
+        s->mon_started = 1;
     return 0;
 }
 
@@ -1243,6 +1334,22 @@ int sched_join(struct sched *s)
         return 0;
     for (unsigned i = 0; i < s->n; i++)
         pthread_join(s->w[i].thread, NULL);
+    if (s->mon_started) {
+        /* Batch mode ends with the last coroutine, not a stop: tell the monitor and the
+         * relief threads apart (the workers are gone, so none of them has work left). */
+        __atomic_store_n(&s->relief_quit, 1, __ATOMIC_RELEASE);
+        sched_eventfd_kick(s->mon_evfd);
+        pthread_join(s->mon, NULL);
+        s->mon_started = 0;
+        /* The monitor is gone, so `started` is ours to read: join what it started. */
+        for (unsigned i = s->n; i < s->n_all; i++) {
+            if (s->w[i].started) {
+                sched_eventfd_kick(s->w[i].evfd);
+                pthread_join(s->w[i].thread, NULL);
+                s->w[i].started = 0;
+            }
+        }
+    }
     /* safety: release pairs with sched_spawn's acquire: no wake-ups for joined workers. */
     __atomic_store_n(&s->running, 0, __ATOMIC_RELEASE);
     if (sched_is_stopping(s))
@@ -1322,7 +1429,7 @@ int sched_home_enter(int home)
         return -EPERM;
     if (home < 0)
         home = (int)w->id;
-    if (UNLIKELY((unsigned)home >= w->s->n))
+    if (UNLIKELY((unsigned)home >= w->s->n_all))
         return -EINVAL;
     if (w->held == home)
         return home;
@@ -1350,7 +1457,10 @@ int sched_home_held(void)
 void sched_get_stats(const struct sched *s, struct sched_stats *out)
 {
     memset(out, 0, sizeof(*out));
-    for (unsigned i = 0; i < s->n; i++) {
+    /* safety: relaxed reads of monitor-written counters. */
+    out->reliefs = __atomic_load_n(&s->st_reliefs, __ATOMIC_RELAXED);
+    out->relief_threads = __atomic_load_n(&s->st_relief_threads, __ATOMIC_RELAXED);
+    for (unsigned i = 0; i < s->n_all; i++) {
         const struct sched_worker *w = &s->w[i];
         /* safety: relaxed reads of owner-written counters; totals are approximate while
          * running, exact once the workers are joined. */

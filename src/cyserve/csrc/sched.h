@@ -44,18 +44,31 @@ struct sched_config {
     uint64_t seed;          /* seed for randomize and for victim selection; 0: from the clock */
     int keep_alive;         /* 0: batch mode, sched_run() returns when no coroutine is left;
                              * 1: server mode, workers run until sched_stop() */
+    unsigned relief;        /* relief threads: how many threads may take over the loops of
+                             * workers whose offloaded call runs long (sched.c, "Relief"), so
+                             * that this many calls may block at once while every worker's
+                             * events are still served; 0: none. Started on first need. */
 };
 
 /* Limits checked by sched_new(). */
 #define SCHED_MAX_WORKERS 1024u
+#define SCHED_MAX_RELIEF 1024u
 
-/* Create a scheduler. Returns 0, -EINVAL for workers > SCHED_MAX_WORKERS, a stack size outside
+/* Create a scheduler. Returns 0, -EINVAL for workers > SCHED_MAX_WORKERS, relief >
+ * SCHED_MAX_RELIEF, a stack size outside
  * [CORO_STACK_MIN, CORO_STACK_MAX] or a runq_capacity that is not a power of two >= 2; -ENOMEM.
  * Workers are not started yet. Any thread. */
 int sched_new(struct sched **out, const struct sched_config *cfg);
 
-/* Number of workers (after resolving 0 to the CPU count). Any thread. */
+/* Number of workers (after resolving 0 to the CPU count): the homes, indexes [0, workers). Any
+ * thread. */
 unsigned sched_workers(const struct sched *s);
+
+/* Number of thread slots: the workers, then the relief threads. sched_worker_id() on a relief
+ * thread is in [sched_workers(), sched_threads()); per-thread caches are indexed by it. A relief
+ * thread is never the home of a connection the engine opens (it names the home it means), but
+ * may be its own home for sleeps and fd waits of coroutines it runs. Any thread. */
+unsigned sched_threads(const struct sched *s);
 
 /* Free a scheduler whose workers are not running (never started, or sched_run()/sched_join()
  * returned). Coroutines still queued or suspended are cancelled (their deferred calls run) and
@@ -90,7 +103,8 @@ int sched_join(struct sched *s);
 /* The coroutine running on this thread, or NULL. Any thread. */
 struct coro *sched_current(void);
 
-/* Index of the worker this thread runs, or -1 on a thread that is not a worker. Any thread. */
+/* Index of the worker this thread runs (a relief thread's slot: >= sched_workers()), or -1 on a
+ * thread that is not the scheduler's. Any thread. */
 int sched_worker_id(void);
 
 /* Put the running coroutine at the back of its worker's run queue and run others first. Returns
@@ -124,13 +138,15 @@ int sched_wait_fd(int fd, uint32_t events, int64_t timeout_ns);
  * Coroutine only. */
 int sched_offload(void (*fn)(void *), void *arg);
 
-/* Hooks run by every worker around a batch of offloaded calls. Set before the workers start. */
+/* Hooks run by every worker (and relief thread) around a batch of offloaded calls. Set before
+ * the workers start. */
 void sched_set_offload_hooks(struct sched *s, void (*begin)(void *ud), void (*end)(void *ud),
                              void *ud);
 
 /* Hooks run by each worker thread when it starts (before its loop) and when it exits (after it
  * cancelled its coroutines), with the worker index. The HTTP engine opens and closes its
- * per-worker listening socket there. Set before the workers start. */
+ * per-worker listening socket there. Relief threads run neither: they are nobody's home. Set
+ * before the workers start. */
 void sched_set_worker_hooks(struct sched *s, void (*start)(struct sched *s, unsigned id, void *ud),
                             void (*stop)(struct sched *s, unsigned id, void *ud), void *ud);
 
@@ -233,6 +249,8 @@ uint64_t sched_now_ns(void);
 /* Counters for tests and benchmarks; totals over all workers, approximate while running. */
 struct sched_stats {
     uint64_t spawned, finished, steals, parks, hops, offloads;
+    uint64_t reliefs;        /* times a relief thread took over a stuck worker's loop */
+    uint64_t relief_threads; /* relief threads started */
 };
 void sched_get_stats(const struct sched *s, struct sched_stats *out);
 

@@ -92,6 +92,9 @@ static int w_poll(struct sched_worker *self, struct sched_worker *home, int time
         } else if (p & 1) {
             io_event(self, home, (struct sched_io *)(p & ~(uintptr_t)1), evs[i].events);
             handled++;
+        } else if (p == RELIEF_EV_HOME) {
+            /* A relief thread's park: the home it relieves has events; its loop runs that
+             * home's step next (sched_relief.c.h). */
         } else {
             struct sched_wait *rec = (struct sched_wait *)p;
             wait_finish(self, home, rec, (int)evs[i].events);

@@ -30,10 +30,12 @@
  *   turn as if it were one entry of the FIFO queue, so a busy run queue (fast nogil handlers under
  *   load, a yielding coroutine) delays Python calls by one pass over the queue, not until it
  *   empties. Stolen coroutines only make the turn come sooner.
- * - Rescue does not change this: a rescuer runs the stalled worker's loop step (events, timers,
- *   hopped coroutines) but never its offload queue; coroutines it wakes run, and offload, on the
- *   rescuer. A worker stuck in one long call keeps its other queued calls until the call returns,
- *   then runs the resumed coroutines and, at its turn, the next batch.
+ * - Rescue and relief (sched_relief.c.h) run the stalled worker's loop step (events, timers,
+ *   hopped coroutines) but never its queue of calls not yet batched; coroutines they wake run,
+ *   and offload, on the rescuer. What they do take is the running batch's calls that have not
+ *   started once it has run SCHED_RELIEF_NS (w->batch_rest, under a small lock): those coroutines
+ *   are resumed with SCHED_OFFLOAD_AGAIN on the taker and offload there, so that a fast call
+ *   never waits behind a slow one that blocks.
  * The numbers: 1 ms is the rescue threshold already (SCHED_RESCUE_NS), i.e. the latency we accept
  * for a stalled worker's clients; fast handlers (a few microseconds of Python each) fill the 64
  * calls long before it, so they still share one GIL acquisition per 64 calls (test_sched.c:
@@ -75,12 +77,56 @@ static void w_resume_offloaded(struct sched_worker *w, struct coro *list, int va
     }
 }
 
+/* The batch's calls not started yet (w->batch_rest) are shared: a thread relieving a batch
+ * that runs long takes them (batch_steal, sched_relief.c.h), so that a second slow call does not
+ * wait behind the first. The lock is held for a few instructions. */
+static void batch_lock(struct sched_worker *w)
+{
+    int zero = 0;
+    /* safety: acquire/release pair the holders' accesses to batch_rest. */
+    while (!__atomic_compare_exchange_n(&w->batch_lock, &zero, 1, 1, __ATOMIC_ACQUIRE,
+                                        __ATOMIC_RELAXED)) {
+        zero = 0;
+        cpu_relax();
+    }
+}
+
+static void batch_unlock(struct sched_worker *w)
+{
+    /* safety: publishes batch_rest to the next holder. */
+    __atomic_store_n(&w->batch_lock, 0, __ATOMIC_RELEASE);
+}
+
+/* The next call of w's running batch, or NULL once none is left (all run, or taken). Owner. */
+static struct coro *batch_take(struct sched_worker *w)
+{
+    batch_lock(w);
+    struct coro *c = w->batch_rest;
+    if (c)
+        w->batch_rest = coro_sched_node(c)->next;
+    batch_unlock(w);
+    return c;
+}
+
+/* Take every call of w's running batch that has not started (a list linked through node next,
+ * in order), or NULL. Any thread. */
+static struct coro *batch_steal(struct sched_worker *w)
+{
+    batch_lock(w);
+    struct coro *c = w->batch_rest;
+    w->batch_rest = NULL;
+    batch_unlock(w);
+    return c;
+}
+
+static void mon_notice_batch(struct sched *s);
+
 /* Run one batch of w's queued offloaded calls between the begin/end hooks, bounded by
  * SCHED_OFFLOAD_BATCH calls and SCHED_OFFLOAD_SLICE_NS (by this thread's clock, counted from
  * the first call, not from the begin hook: a long wait for the GIL is no reason to take it
- * again sooner), then make every queued coroutine runnable: those whose call ran with 0, the
- * others with SCHED_OFFLOAD_AGAIN, behind them. cancel: run no call, resume all with
- * -ECANCELED (stop). Owner only, with no loop lock held unless cancel. */
+ * again sooner), then make the coroutines runnable: those whose call ran with 0, then those
+ * left (not taken by a relief thread meanwhile) with SCHED_OFFLOAD_AGAIN. cancel: run no call,
+ * resume all with -ECANCELED (stop). Owner only, with no loop lock held unless cancel. */
 static void w_run_offloads(struct sched_worker *w, int cancel)
 {
     struct sched *s = w->s;
@@ -95,24 +141,42 @@ static void w_run_offloads(struct sched_worker *w, int cancel)
     }
     if (s->off_begin)
         s->off_begin(s->off_ud);
+    batch_lock(w);
+    w->batch_rest = coro_sched_node(list)->next;
+    batch_unlock(w);
     uint64_t start = sched_clock_ns(), now;
+    /* safety: seq_cst store, then mon_notice_batch's seq_cst load: the monitor's deep park
+     * (store mon_deep, load off_start) cannot miss this batch (sched_relief.c.h). */
+    __atomic_store_n(&w->off_start, start, __ATOMIC_SEQ_CST);
+    if (s->mon_evfd >= 0)
+        mon_notice_batch(s);
     unsigned ran = 0;
-    struct coro *c = list, *last_ran;
-    do {
+    struct coro *c = list, *last_ran = list;
+    for (;;) {
         struct sched_offload_rec *rec = coro_sched_node(c)->wait;
         rec->fn(rec->arg);
         stat_inc(&w->st_offloads);
         ran++;
-        last_ran = c;
-        c = coro_sched_node(c)->next;
+        if (c != last_ran) {
+            coro_sched_node(last_ran)->next = c;
+            last_ran = c;
+        }
         now = sched_clock_ns();
-    } while (c && ran < SCHED_OFFLOAD_BATCH && now - start < SCHED_OFFLOAD_SLICE_NS);
+        if (ran >= SCHED_OFFLOAD_BATCH || now - start >= SCHED_OFFLOAD_SLICE_NS)
+            break;
+        c = batch_take(w);
+        if (!c)
+            break;
+    }
+    struct coro *rest = batch_steal(w);
+    /* safety: readers only ever act late on a stale stamp (relief_loop re-checks). */
+    __atomic_store_n(&w->off_start, 0, __ATOMIC_RELEASE);
     if (s->off_end)
         s->off_end(s->off_ud);
     w->now = now; /* the batch may have run long: keep sched_now_ns() fresh for the resumed */
     coro_sched_node(last_ran)->next = NULL;
     w_resume_offloaded(w, list, 0);
-    w_resume_offloaded(w, c, SCHED_OFFLOAD_AGAIN);
+    w_resume_offloaded(w, rest, SCHED_OFFLOAD_AGAIN);
 }
 
 /* Queue co's offloaded call on w, in the order the calls were first queued. A new call goes at

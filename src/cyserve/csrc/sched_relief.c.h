@@ -1,0 +1,358 @@
+/* sched_relief.c.h: relief threads, which take over the loop of a worker whose offloaded call
+ * runs long, and the monitor thread that sends them.
+ *
+ * Part of sched.c's translation unit, not compiled alone: sched.c includes it after the worker
+ * loop, whose pieces (w_rescue_step, w_run, w_poll, w_loop_offloads, w_drain) it uses.
+ *
+ * ---- Relief (the problem: a Python call that blocks stalls everything homed on its worker) ----
+ * An offloaded call runs on its worker's own thread (sched_offload.c.h), which is the cheapest
+ * place to run it: no hand-off, no wake-up. But a call that blocks (time.sleep, a slow database,
+ * a wait for the GIL that another blocking call holds) keeps that thread, and with it the
+ * worker's loop: every connection homed there waits, static and C-only routes included. Rescue
+ * (sched.c) helps only while another worker is idle; with every worker in a blocking call,
+ * nobody is. Handing every call to a pool of Python threads instead would cost each call a
+ * cross-thread wake-up, which this VM prices at 40-60 us each way (bench/micro/handoff.c) where
+ * a whole /py request costs about 10 us of CPU.
+ * So the call stays inline, and the loop moves when a call runs long, as Go's sysmon hands a P
+ * whose M blocks in a syscall to another M:
+ * - The monitor, one thread, looks every SCHED_RELIEF_NS (1 ms) while offload batches are being
+ *   run somewhere (each batch stamps off_start when its first call starts), and sleeps without a
+ *   timeout after SCHED_MON_LINGER_NS without any batch; the first batch after that wakes it
+ *   (one eventfd write per idle spell, none under load).
+ * - A worker whose batch started over SCHED_RELIEF_NS ago is stuck. The monitor gives its home
+ *   to an idle relief thread (started on first need, at most cfg.relief of them): it sets the
+ *   home's relieved_by and the thread's relief_of, and kicks the thread's eventfd.
+ * - The relief thread adds the home's epoll fd to its own epoll (level-triggered), so that the
+ *   home's events wake it at once, and runs the home's loop step (w_rescue_step: the same
+ *   try-lock protocol as rescue, so the home's own thread, back from its call, simply takes its
+ *   lock back). The coroutines this wakes run on the relief thread, and their offloaded calls
+ *   run in its own batches: that is how up to cfg.relief calls may block at once while every
+ *   home's events are still served. It also takes the calls a stuck batch has not started
+ *   (batch_steal) and steals from stuck threads' run queues, so a fast call never waits behind
+ *   a slow one.
+ * - When the home's thread is back (off_start no longer old), or the monitor gave the home to
+ *   another relief thread because this one got stuck in its own long call, the relief thread
+ *   lets go of the home; once its own work is done it waits for the next assignment.
+ * Costs: per batch, one seq_cst store and a load of mon_deep (two while relief is configured,
+ * none without); the monitor's 1 ms wake-ups while batches run (measured in docs/benchmarks.md);
+ * a stuck worker's clients wait at most about 2 ms (the threshold plus one monitor period) for
+ * the relief thread, and then at its pace. Relief threads are nobody's home: the engine opens
+ * connections on the home whose listener accepted them, so a relief thread can stop relieving
+ * and leave nothing behind except its own sleeps and fd waits, which it serves until they end.
+ *
+ * Ownership of the fields (declared in sched.c): off_start is written by its thread; relieved_by
+ * by the monitor (assign) and the relief thread (CAS back to -1 when it lets go); relief_of:
+ * RELIEF_IDLE -> home by the monitor only, anything else by the relief thread only. */
+
+/* A batch running this long makes its worker stuck: relief begins. As SCHED_RESCUE_NS: far above
+ * a normal call (microseconds), and the latency we accept for a stalled worker's clients. */
+#define SCHED_RELIEF_NS 1000000ull
+/* The monitor keeps looking this long after it last saw a batch, then sleeps until one starts. */
+#define SCHED_MON_LINGER_NS 100000000ull
+/* relief_of values that are not a home. */
+#define RELIEF_BUSY (-1) /* relieves nobody, but finishes its own coroutines first */
+#define RELIEF_IDLE (-2) /* waits for the monitor */
+
+/* Is x's thread in an offload batch that started at least SCHED_RELIEF_NS before now? Any
+ * thread; now and off_start come from the same monotonic clock, but from different threads:
+ * a batch stamped after our clock read is not old. */
+static int relief_stuck(struct sched_worker *x, uint64_t now)
+{
+    /* safety: seq_cst pairs with the owner's stores (see w_run_offloads). */
+    uint64_t st = __atomic_load_n(&x->off_start, __ATOMIC_SEQ_CST);
+    return st != 0 && now > st && now - st >= SCHED_RELIEF_NS;
+}
+
+/* Take v's batch calls that have not started, if v is stuck, and make their coroutines runnable
+ * on w with SCHED_OFFLOAD_AGAIN (they offload again on w). Returns how many. Owner of w. */
+static int relief_take_batch(struct sched_worker *w, struct sched_worker *v, uint64_t now)
+{
+    if (!relief_stuck(v, now))
+        return 0;
+    struct coro *rest = batch_steal(v);
+    int n = 0;
+    for (struct coro *c = rest; c; c = coro_sched_node(c)->next)
+        n++;
+    w_resume_offloaded(w, rest, SCHED_OFFLOAD_AGAIN);
+    return n;
+}
+
+/* Should the monitor and relief threads end? (A stop, or the end of a batch-mode run.) */
+static int relief_ending(struct sched *s)
+{
+    /* safety: acquire pairs with the release stores of the flags. */
+    return sched_is_stopping(s) || __atomic_load_n(&s->relief_quit, __ATOMIC_ACQUIRE);
+}
+
+/* Wake the monitor if it sleeps without a timeout (a batch has just started). Any worker. */
+static void mon_notice_batch(struct sched *s)
+{
+    int one = 1;
+    /* safety: seq_cst load after the caller's seq_cst store of off_start; the CAS elects one
+     * waker per deep sleep. */
+    if (UNLIKELY(__atomic_load_n(&s->mon_deep, __ATOMIC_SEQ_CST)) &&
+        __atomic_compare_exchange_n(&s->mon_deep, &one, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+        sched_eventfd_kick(s->mon_evfd);
+}
+
+/* ---- relief threads ---- */
+
+/* Put home h's epoll fd in r's epoll (h >= 0), after taking the previous one (was >= 0) out. */
+static void relief_attach(struct sched_worker *r, int was, int h)
+{
+    struct sched *s = r->s;
+    if (was >= 0)
+        (void)epoll_ctl(r->epfd, EPOLL_CTL_DEL, s->w[was].epfd, NULL);
+    if (h >= 0) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = (void *)RELIEF_EV_HOME};
+        (void)epoll_ctl(r->epfd, EPOLL_CTL_ADD, s->w[h].epfd, &ev);
+    }
+}
+
+/* Steal from the run queues of stuck threads. Returns a coroutine to run, or NULL. Owner. */
+static struct coro *relief_steal(struct sched_worker *r, uint64_t now)
+{
+    struct sched *s = r->s;
+    for (unsigned i = 0; i < s->n_all; i++) {
+        struct sched_worker *v = &s->w[i];
+        if (v == r || !relief_stuck(v, now))
+            continue;
+        struct coro *co = runq_steal(&r->rq, &v->rq);
+        if (co) {
+            stat_inc(&r->st_steals);
+            return co;
+        }
+    }
+    return NULL;
+}
+
+/* Is there anything for r to do instead of sleeping? Read after its parked flag and fence, as a
+ * worker's w_work_visible (remote pushes wake it through sched_wake_worker). */
+static int relief_work_visible(struct sched_worker *r, int h)
+{
+    /* safety: seq_cst reads after the parker's fence. */
+    if (__atomic_load_n(&r->s->stopping, __ATOMIC_SEQ_CST) ||
+        __atomic_load_n(&r->s->relief_quit, __ATOMIC_SEQ_CST) ||
+        __atomic_load_n(&r->remote, __ATOMIC_SEQ_CST) ||
+        __atomic_load_n(&r->relief_of, __ATOMIC_SEQ_CST) != h)
+        return 1;
+    return r->local_head || r->n_off || runq_len(&r->rq) > 0;
+}
+
+static void relief_park(struct sched_worker *r, int h, int timeout_ms)
+{
+    /* safety: as w_park's recipe, without nparked (relief threads are not workers to wake). */
+    __atomic_store_n(&r->parked, W_PARKED, __ATOMIC_SEQ_CST);
+    sched_fence();
+    if (!relief_work_visible(r, h)) {
+        stat_inc(&r->st_parks);
+        w_poll(r, r, timeout_ms);
+    }
+    /* safety: take our state back. */
+    __atomic_exchange_n(&r->parked, W_RUNNING, __ATOMIC_SEQ_CST);
+}
+
+/* The relief thread's loop: relieve the home the monitor gave it while that home is stuck, run
+ * the coroutines this wakes (and their offloaded calls), and wait for the next assignment when
+ * nothing is left. Holds its own loop lock, except while it runs coroutines or batches. */
+static void relief_loop(struct sched_worker *r)
+{
+    struct sched *s = r->s;
+    int attached = -1;
+    while (!relief_ending(s)) {
+        uint64_t now = sched_clock_ns();
+        r->now = now;
+        /* safety: acquire pairs with the monitor's release store of the assignment. */
+        int h = __atomic_load_n(&r->relief_of, __ATOMIC_ACQUIRE);
+        if (h >= 0) {
+            struct sched_worker *v = &s->w[h];
+            int mine = (int)r->id;
+            /* safety: acquire, as above. */
+            if (__atomic_load_n(&v->relieved_by, __ATOMIC_ACQUIRE) != mine ||
+                !relief_stuck(v, now)) {
+                /* The home's thread is back, or another relief thread has it now. */
+                /* safety: only clears our own claim; a newer assignment is kept. */
+                __atomic_compare_exchange_n(&v->relieved_by, &mine, -1, 0, __ATOMIC_RELEASE,
+                                            __ATOMIC_RELAXED);
+                /* safety: only this thread moves relief_of out of a home. */
+                __atomic_store_n(&r->relief_of, RELIEF_BUSY, __ATOMIC_RELEASE);
+                h = RELIEF_BUSY;
+            }
+        }
+        if (attached != (h >= 0 ? h : -1)) {
+            relief_attach(r, attached, h >= 0 ? h : -1);
+            attached = h >= 0 ? h : -1;
+        }
+        int did = 0;
+        if (h >= 0) {
+            struct sched_worker *v = &s->w[h];
+            int got = w_rescue_step(r, v);
+            did += got > 0 ? got : 0;
+            for (unsigned i = 0; i < s->n_all; i++)
+                if (&s->w[i] != r)
+                    did += relief_take_batch(r, &s->w[i], now);
+        }
+        remote_drain(r);
+        int handed = 0;
+        struct coro *co = w_local_pop(r);
+        if (co)
+            handed = 1;
+        else
+            co = runq_pop(&r->rq);
+        if (!co && h >= 0)
+            co = relief_steal(r, now);
+        if (co) {
+            w_run(r, co, r, handed);
+            if (w_offloads_due(r))
+                w_loop_offloads(r);
+            continue;
+        }
+        w_flush_finished(r);
+        if (r->n_off) {
+            w_loop_offloads(r);
+            continue;
+        }
+        if ((r->parked_head || r->heap_len) && w_poll(r, r, 0) > 0)
+            continue;
+        if (did)
+            continue;
+        if (h >= 0) {
+            /* Woken at once by the home's events (its epoll fd is in ours); the timeout only
+             * serves the home's timers, which do not show in its epoll. */
+            relief_park(r, h, (int)(SCHED_RELIEF_NS / 1000000));
+            continue;
+        }
+        if (!r->parked_head && !r->heap_len) {
+            /* Nothing left of our own: wait for the next assignment. */
+            int busy = RELIEF_BUSY;
+            /* safety: only this thread leaves RELIEF_BUSY; the monitor assigns from IDLE. */
+            __atomic_compare_exchange_n(&r->relief_of, &busy, RELIEF_IDLE, 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_RELAXED);
+            relief_park(r, RELIEF_IDLE, -1);
+            continue;
+        }
+        relief_park(r, h, w_next_timeout_ms(r));
+    }
+    relief_attach(r, attached, -1);
+}
+
+static void *relief_main(void *arg)
+{
+    struct sched_worker *r = arg;
+    struct sched *s = r->s;
+    sched_tls_worker = r;
+    r->now = sched_clock_ns();
+    if (UNLIKELY(coro_pool_new_shared(&r->pool, s->cfg.stack_size, s->ext_pool) != 0)) {
+        static const char msg[] = "cyserve: a relief thread could not allocate its stack pool\n";
+        ssize_t wr = write(2, msg, sizeof(msg) - 1);
+        (void)wr;
+        /* The home it was sent to stays with its own thread; later needs find no idle one. */
+        sched_tls_worker = NULL;
+        return NULL;
+    }
+    loop_lock(r, r);
+    relief_loop(r);
+    if (sched_is_stopping(s))
+        w_drain(r);
+    w_flush_finished(r);
+    loop_unlock(r);
+    coro_pool_free(r->pool);
+    r->pool = NULL;
+    sched_tls_worker = NULL;
+    return NULL;
+}
+
+/* ---- the monitor ---- */
+
+/* Give home h to a relief thread unless a healthy one has it. Monitor only. */
+static void mon_relieve(struct sched *s, unsigned h, uint64_t now)
+{
+    struct sched_worker *home = &s->w[h];
+    /* safety: acquire pairs with the relief thread's release when it lets go. */
+    int cur = __atomic_load_n(&home->relieved_by, __ATOMIC_ACQUIRE);
+    if (cur >= 0 && !relief_stuck(&s->w[cur], now) &&
+        __atomic_load_n(&s->w[cur].relief_of, __ATOMIC_ACQUIRE) == (int)h)
+        return;
+    for (unsigned i = s->n; i < s->n_all; i++) {
+        struct sched_worker *r = &s->w[i];
+        if (r->started) {
+            /* safety: only the monitor moves relief_of out of RELIEF_IDLE, so what we read
+             * stays true until our store below. */
+            if (__atomic_load_n(&r->relief_of, __ATOMIC_SEQ_CST) != RELIEF_IDLE)
+                continue;
+            /* The home first: the thread checks relieved_by once it sees relief_of. */
+            __atomic_store_n(&home->relieved_by, (int)i, __ATOMIC_RELEASE);
+            __atomic_store_n(&r->relief_of, (int)h, __ATOMIC_RELEASE);
+            sched_eventfd_kick(r->evfd);
+        } else {
+            /* safety: the thread does not exist yet; pthread_create orders these stores. */
+            __atomic_store_n(&home->relieved_by, (int)i, __ATOMIC_RELAXED);
+            __atomic_store_n(&r->relief_of, (int)h, __ATOMIC_RELAXED);
+            if (pthread_create(&r->thread, NULL, relief_main, r) != 0) {
+                __atomic_store_n(&r->relief_of, RELIEF_IDLE, __ATOMIC_RELAXED);
+                __atomic_store_n(&home->relieved_by, -1, __ATOMIC_RELAXED);
+                return;
+            }
+            r->started = 1;
+            stat_inc(&s->st_relief_threads);
+        }
+        stat_inc(&s->st_reliefs);
+        return;
+    }
+    /* Every relief thread is busy: more calls block at once than were allowed for. The home
+     * waits for its own thread (or an idle worker's rescue). */
+}
+
+/* Look at every thread's batch; relieve the homes of stuck ones. Returns whether any batch is
+ * running. Monitor only. */
+static int mon_scan(struct sched *s, uint64_t now)
+{
+    int busy = 0;
+    for (unsigned i = 0; i < s->n_all; i++) {
+        struct sched_worker *x = &s->w[i];
+        /* safety: seq_cst, pairs with the owner's stores (see w_run_offloads). */
+        if (__atomic_load_n(&x->off_start, __ATOMIC_SEQ_CST) == 0)
+            continue;
+        busy = 1;
+        if (!relief_stuck(x, now))
+            continue;
+        /* A stuck worker's own home; a stuck relief thread's charge. */
+        int h = i < s->n ? (int)i : __atomic_load_n(&x->relief_of, __ATOMIC_ACQUIRE);
+        if (h >= 0)
+            mon_relieve(s, (unsigned)h, now);
+    }
+    return busy;
+}
+
+static void *mon_main(void *arg)
+{
+    struct sched *s = arg;
+    uint64_t last_busy = sched_clock_ns();
+    while (!relief_ending(s)) {
+        uint64_t now = sched_clock_ns();
+        if (mon_scan(s, now))
+            last_busy = now;
+        int timeout = (int)(SCHED_RELIEF_NS / 1000000);
+        if (now - last_busy >= SCHED_MON_LINGER_NS) {
+            /* safety: seq_cst store, then seq_cst loads of every off_start (mon_scan): either a
+             * batch's mon_notice_batch sees mon_deep set, or we see its off_start. */
+            __atomic_store_n(&s->mon_deep, 1, __ATOMIC_SEQ_CST);
+            if (mon_scan(s, sched_clock_ns())) {
+                __atomic_store_n(&s->mon_deep, 0, __ATOMIC_SEQ_CST);
+                last_busy = now;
+                continue;
+            }
+            timeout = -1;
+        }
+        struct pollfd p = {.fd = s->mon_evfd, .events = POLLIN};
+        if (poll(&p, 1, timeout) > 0) {
+            uint64_t v;
+            ssize_t r = read(s->mon_evfd, &v, sizeof(v));
+            (void)r;
+            last_busy = sched_clock_ns(); /* a batch woke us: watch it */
+        }
+        /* safety: back to watching; a batch's CAS may have cleared it already. */
+        __atomic_store_n(&s->mon_deep, 0, __ATOMIC_SEQ_CST);
+    }
+    return NULL;
+}
