@@ -32,8 +32,8 @@ EXIT_USAGE = 2
 
 # Numeric options arrive as text and are converted here rather than by argparse, so that a bad
 # value gets the same "invalid --NAME VALUE: REASON" line as a value Config rejects.
-_INT_OPTIONS = ("port", "threads", "processes", "backlog", "max_header_bytes", "max_target_bytes",
-                "max_headers", "max_body_bytes")
+_INT_OPTIONS = ("port", "threads", "processes", "blocking_threads", "backlog", "max_header_bytes",
+                "max_target_bytes", "max_headers", "max_body_bytes")
 _FLOAT_OPTIONS = ("keepalive_timeout", "header_timeout", "body_timeout", "graceful_timeout")
 
 
@@ -64,6 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--processes", metavar="N", default=str(defaults.processes),
                    help="worker processes, each with --threads threads (default 1); Python "
                         "handlers need more than one to use more than one core")
+    p.add_argument("--blocking-threads", metavar="N", default=str(defaults.blocking_threads),
+                   help="Python calls that may block at once (sleep, a slow database) while "
+                        "every worker keeps serving its other connections: threads kept to "
+                        "take over a worker stuck in a long call (default "
+                        f"{defaults.blocking_threads}; 0 = none)")
     p.add_argument("--backlog", metavar="N", default=str(defaults.backlog), help="listen() backlog")
     p.add_argument("--max-header-bytes", metavar="BYTES", default=str(defaults.max_header_bytes),
                    help="largest header block (431 beyond)")

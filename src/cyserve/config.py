@@ -28,6 +28,8 @@ MAX_THREADS = 1024
 
 # Worker processes: each is a whole interpreter and server; more than this is a mistake.
 MAX_PROCESSES = 256
+# The scheduler's limit on relief threads (SCHED_MAX_RELIEF in csrc/sched.h).
+MAX_BLOCKING_THREADS = 1024
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
@@ -68,6 +70,10 @@ class Config:
     port: int = 8000
     threads: int = 0  # 0: one worker per CPU available to the process
     processes: int = 1  # worker processes, each with `threads` threads (supervisor.py)
+    # Python calls that may block at once (time.sleep, a slow database) while every worker
+    # still serves its connections: threads kept to take over a stuck worker's loop
+    # (csrc/sched_relief.c.h)
+    blocking_threads: int = 16
     backlog: int = 1024
     max_header_bytes: int = 8192  # the whole header block; more gets 431
     max_target_bytes: int = 8192  # the request target; longer gets 414
@@ -112,6 +118,7 @@ class Config:
             "host": self.host,
             "port": self.port,
             "threads": self.workers,
+            "blocking_threads": self.blocking_threads,
             "backlog": self.backlog,
             # A worker process joins its siblings' SO_REUSEPORT group (supervisor.py).
             "shared_port": self.shared_port,
@@ -131,6 +138,7 @@ class Config:
         _check_int("port", self.port, 0, 65535)
         _check_int("threads", self.threads, 0, MAX_THREADS)
         _check_int("processes", self.processes, 1, MAX_PROCESSES)
+        _check_int("blocking_threads", self.blocking_threads, 0, MAX_BLOCKING_THREADS)
         if self.processes > 1 and self.port == 0:
             raise ConfigError("processes", self.processes, "needs a fixed port: with port 0 "
                               "each process would listen on a port of its own")

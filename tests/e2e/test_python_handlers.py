@@ -34,7 +34,9 @@ def test_slow_handlers_answer_one_by_one():
         return "slow"
 
     routes = [("path", "/slow", None, "python", slow)]
-    with serving(routes, threads=1) as srv:
+    # Without relief threads, so that the one worker runs every call itself: this is about how
+    # its batches are bounded (with relief, the calls run at once: test_blocking_handlers.py).
+    with serving(routes, threads=1, blocking_threads=0) as srv:
         socks = [socket.create_connection(("127.0.0.1", srv.port), timeout=10)
                  for _ in range(N_CONN)]
         sel = selectors.DefaultSelector()

@@ -70,9 +70,11 @@ def _stop_with_a_queue() -> tuple[list[str], float, bool]:
         ("path", "/plaintext", ("GET",), "static", (200, [("Content-Type", "text/plain")], PLAIN)),
         ("path", "/slow", None, "python", slow),
     ]
-    # One worker: nothing can accept while the handler runs. A long keep-alive timeout, so that
-    # only the stop's own close can end the silent connection soon.
-    srv = Server(routes, host="127.0.0.1", port=0, threads=1, keepalive_timeout=30.0)
+    # One worker and no relief threads: nothing can accept while the handler runs (with relief,
+    # as many calls as blocking_threads allows, and then the same). A long keep-alive timeout, so
+    # that only the stop's own close can end the silent connection soon.
+    srv = Server(routes, host="127.0.0.1", port=0, threads=1, keepalive_timeout=30.0,
+                 blocking_threads=0)
     srv.start()
     conns: list[Conn] = []
     try:
@@ -223,7 +225,9 @@ def _sigterm_with_a_queue(srv: Started, workers: int) -> list[str]:
 
 
 def test_sigterm_answers_what_waits_in_the_accept_queue(tmp_path: Path) -> None:
-    srv = Started(tmp_path, ["--port", "0", "--threads", "2", "--graceful-timeout", "10"], 1)
+    # No relief threads, so that the slow handlers hold every thread that could accept.
+    srv = Started(tmp_path, ["--port", "0", "--threads", "2", "--graceful-timeout", "10",
+                             "--blocking-threads", "0"], 1)
     try:
         results = _sigterm_with_a_queue(srv, 2)
     finally:
@@ -238,7 +242,7 @@ def test_sigterm_under_processes_answers_what_waits_in_each_accept_queue(
     # SO_REUSEPORT group with its siblings'.
     port = free_port()
     srv = Started(tmp_path, ["--port", str(port), "--threads", "1", "--processes", "2",
-                             "--graceful-timeout", "10"], 2)
+                             "--graceful-timeout", "10", "--blocking-threads", "0"], 2)
     try:
         results = _sigterm_with_a_queue(srv, 2)
     finally:

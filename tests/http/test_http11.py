@@ -573,7 +573,9 @@ def test_shutdown_answers_a_request_that_already_arrived():
     # One worker, busy in a Python handler; meanwhile an idle keep-alive connection sends its next
     # request, which the kernel holds. Shutdown used to close that connection as idle, over the
     # unread request (a reset, the request lost); it must be answered, with Connection: close.
-    srv = Server(ROUTES, host="127.0.0.1", port=0, threads=1)
+    # No relief threads: with them the worker's loop is taken over and the request answered at
+    # once (tests/e2e/test_blocking_handlers.py); this is the case where none is left.
+    srv = Server(ROUTES, host="127.0.0.1", port=0, threads=1, blocking_threads=0)
     srv.start()
     try:
         waiting = Conn(srv.port)

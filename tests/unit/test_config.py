@@ -21,12 +21,13 @@ def test_defaults_are_those_of_the_issue() -> None:
     assert (c.keepalive_timeout, c.header_timeout, c.body_timeout) == (5.0, 10.0, 10.0)
     assert c.graceful_timeout == 5.0
     assert c.log_level == "info"
+    assert c.blocking_threads == 16
 
 
 def test_server_kwargs_match_the_engine_contract() -> None:
     c = Config(port=0, threads=3, keepalive_timeout=2)
     assert c.server_kwargs() == {
-        "host": "127.0.0.1", "port": 0, "threads": 3, "backlog": 1024,
+        "host": "127.0.0.1", "port": 0, "threads": 3, "blocking_threads": 16, "backlog": 1024,
         "max_header_bytes": 8192, "max_target_bytes": 8192, "max_headers": 100,
         "max_body_bytes": 1048576, "keepalive_timeout": 2.0, "header_timeout": 10.0,
         "body_timeout": 10.0, "shared_port": False, "access_log": False,

@@ -179,20 +179,23 @@ void conn_destroy(struct conn *c)
     atomic_fetch_sub_explicit(&w->srv->live, 1, memory_order_relaxed);
 }
 
-void conn_open(struct server *s, int fd, const struct conn_proto *proto,
+void conn_open(struct server *s, unsigned home, int fd, const struct conn_proto *proto,
                const struct conn_transport *tp)
 {
-    int home = sched_home_enter(-1);
-    if (UNLIKELY(home < 0)) {
+    /* Usually the acceptor runs on its listener's worker and this takes its own lock; on another
+     * thread it may hop there (the connection's events are served by that home from now on). */
+    int h = sched_home_enter((int)home);
+    if (UNLIKELY(h < 0)) {
         close(fd);
         return;
     }
-    /* Our own worker, so no hop: its caches are this thread's too. */
-    struct server_worker *w = &s->workers[home];
-    struct conn *c = w->free_conns;
+    struct server_worker *w = &s->workers[h];
+    /* The caches are this thread's (read after the home section began: it may have hopped). */
+    struct server_worker *mine = server_worker_self(s);
+    struct conn *c = mine->free_conns;
     if (c) {
-        w->free_conns = c->next;
-        w->nfree_conns--;
+        mine->free_conns = c->next;
+        mine->nfree_conns--;
     } else {
         c = malloc(sizeof(*c));
         if (UNLIKELY(!c)) {

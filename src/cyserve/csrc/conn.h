@@ -149,10 +149,11 @@ static inline void conn_idle_inline(struct conn *c, struct server_worker *mine)
     sched_io_idle(&c->io);
 }
 
-/* Register the accepted socket fd on the worker running the acceptor (its home from now on),
- * spoken by proto over tp. On failure fd is closed. Acceptor coroutine, outside any home
- * section. */
-void conn_open(struct server *s, int fd, const struct conn_proto *proto,
+/* Register the accepted socket fd on worker `home` (the acceptor's listener's: the connection's
+ * home from now on; the acceptor may run on another thread, a rescuer or a relief thread, which
+ * must not become a home), spoken by proto over tp. On failure fd is closed. Acceptor
+ * coroutine, outside any home section. */
+void conn_open(struct server *s, unsigned home, int fd, const struct conn_proto *proto,
                const struct conn_transport *tp);
 
 /* Close and free c (its protocol's close first). From a callback holding the home's loop lock,

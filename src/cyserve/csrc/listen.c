@@ -122,7 +122,7 @@ static int listen_acceptor(struct coro *co, void *arg)
                 backoff = LISTEN_BACKOFF_MIN_NS;
                 /* While stopping too: the client's request is answered with Connection: close
                  * (closing it here would reset it). */
-                conn_open(s, fd, &http1_proto, &conn_plain);
+                conn_open(s, w->id, fd, &http1_proto, &conn_plain);
                 /* What was queued when the stop began is at most a backlog; more is a flood
                  * arriving since, which the stop does not wait for. */
                 if (UNLIKELY(server_draining(s)) && ++stopping_taken > (unsigned)s->cfg.backlog)
@@ -169,7 +169,7 @@ static int listen_acceptor(struct coro *co, void *arg)
              * is never called again. What this worker just opened is closed by its idle pass
              * unless its request has arrived. */
             listen_shut(w);
-            int home = sched_home_enter(-1);
+            int home = sched_home_enter((int)w->id);
             if (home >= 0) {
                 sched_timer_arm(&s->workers[home].ctl_timer, 0);
                 sched_home_exit();

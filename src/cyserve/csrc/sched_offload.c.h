@@ -139,17 +139,19 @@ static void w_run_offloads(struct sched_worker *w, int cancel)
         w_resume_offloaded(w, list, -ECANCELED);
         return;
     }
-    if (s->off_begin)
-        s->off_begin(s->off_ud);
     batch_lock(w);
     w->batch_rest = coro_sched_node(list)->next;
     batch_unlock(w);
-    uint64_t start = sched_clock_ns(), now;
+    /* Stamped before the begin hook: a long wait for the GIL (held by a call that computes)
+     * stalls this worker's loop as surely as a call that blocks. */
     /* safety: seq_cst store, then mon_notice_batch's seq_cst load: the monitor's deep park
      * (store mon_deep, load off_start) cannot miss this batch (sched_relief.c.h). */
-    __atomic_store_n(&w->off_start, start, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&w->off_start, sched_clock_ns(), __ATOMIC_SEQ_CST);
     if (s->mon_evfd >= 0)
         mon_notice_batch(s);
+    if (s->off_begin)
+        s->off_begin(s->off_ud);
+    uint64_t start = sched_clock_ns(), now;
     unsigned ran = 0;
     struct coro *c = list, *last_ran = list;
     for (;;) {

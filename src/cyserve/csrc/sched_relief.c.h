@@ -15,11 +15,11 @@
  * a whole /py request costs about 10 us of CPU.
  * So the call stays inline, and the loop moves when a call runs long, as Go's sysmon hands a P
  * whose M blocks in a syscall to another M:
- * - The monitor, one thread, looks every SCHED_RELIEF_NS (1 ms) while offload batches are being
- *   run somewhere (each batch stamps off_start when its first call starts), and sleeps without a
+ * - The monitor, one thread, looks every millisecond while offload batches are being run
+ *   somewhere (each batch stamps off_start as it begins, before it takes the GIL), and sleeps without a
  *   timeout after SCHED_MON_LINGER_NS without any batch; the first batch after that wakes it
  *   (one eventfd write per idle spell, none under load).
- * - A worker whose batch started over SCHED_RELIEF_NS ago is stuck. The monitor gives its home
+ * - A worker whose batch started over SCHED_RELIEF_NS (2 ms) ago is stuck. The monitor gives its home
  *   to an idle relief thread (started on first need, at most cfg.relief of them): it sets the
  *   home's relieved_by and the thread's relief_of, and kicks the thread's eventfd.
  * - The relief thread adds the home's epoll fd to its own epoll (level-triggered), so that the
@@ -35,7 +35,7 @@
  *   lets go of the home; once its own work is done it waits for the next assignment.
  * Costs: per batch, one seq_cst store and a load of mon_deep (two while relief is configured,
  * none without); the monitor's 1 ms wake-ups while batches run (measured in docs/benchmarks.md);
- * a stuck worker's clients wait at most about 2 ms (the threshold plus one monitor period) for
+ * a stuck worker's clients wait at most about 3 ms (the threshold plus one monitor period) for
  * the relief thread, and then at its pace. Relief threads are nobody's home: the engine opens
  * connections on the home whose listener accepted them, so a relief thread can stop relieving
  * and leave nothing behind except its own sleeps and fd waits, which it serves until they end.
@@ -44,9 +44,11 @@
  * by the monitor (assign) and the relief thread (CAS back to -1 when it lets go); relief_of:
  * RELIEF_IDLE -> home by the monitor only, anything else by the relief thread only. */
 
-/* A batch running this long makes its worker stuck: relief begins. As SCHED_RESCUE_NS: far above
- * a normal call (microseconds), and the latency we accept for a stalled worker's clients. */
-#define SCHED_RELIEF_NS 1000000ull
+/* A batch running this long (its wait for the GIL included) makes its worker stuck: relief
+ * begins. Twice the batch's time slice: a batch of fast calls ends by its slice (1 ms) or its
+ * 64 calls well before, so only a call that itself runs past a millisecond or so (or a GIL held
+ * that long elsewhere) sends relief; and the latency we accept for a stalled worker's clients. */
+#define SCHED_RELIEF_NS (2 * SCHED_OFFLOAD_SLICE_NS)
 /* The monitor keeps looking this long after it last saw a batch, then sleeps until one starts. */
 #define SCHED_MON_LINGER_NS 100000000ull
 /* relief_of values that are not a home. */
@@ -219,7 +221,7 @@ static void relief_loop(struct sched_worker *r)
         if (h >= 0) {
             /* Woken at once by the home's events (its epoll fd is in ours); the timeout only
              * serves the home's timers, which do not show in its epoll. */
-            relief_park(r, h, (int)(SCHED_RELIEF_NS / 1000000));
+            relief_park(r, h, 1);
             continue;
         }
         if (!r->parked_head && !r->heap_len) {
@@ -332,7 +334,7 @@ static void *mon_main(void *arg)
         uint64_t now = sched_clock_ns();
         if (mon_scan(s, now))
             last_busy = now;
-        int timeout = (int)(SCHED_RELIEF_NS / 1000000);
+        int timeout = 1; /* ms: a stuck worker waits SCHED_RELIEF_NS plus at most this */
         if (now - last_busy >= SCHED_MON_LINGER_NS) {
             /* safety: seq_cst store, then seq_cst loads of every off_start (mon_scan): either a
              * batch's mon_notice_batch sees mon_deep set, or we see its off_start. */

@@ -63,6 +63,7 @@ void server_config_default(struct server_config *cfg)
     cfg->host = "127.0.0.1";
     cfg->port = 8000;
     cfg->threads = 0;
+    cfg->blocking_threads = 16;
     cfg->backlog = 1024;
     cfg->access_log_fd = -1;
     http_limits_default(&cfg->limits);
@@ -132,7 +133,7 @@ static int start_fail(char *errmsg, size_t errlen, int rc, const char *fmt, cons
 
 static void close_workers(struct server *s)
 {
-    for (unsigned i = 0; s->workers && i < s->nworkers; i++) {
+    for (unsigned i = 0; s->workers && i < s->nthreads; i++) {
         struct server_worker *w = &s->workers[i];
         if (w->lfd >= 0)
             close(w->lfd);
@@ -169,7 +170,7 @@ static void close_workers(struct server *s)
 static void teardown(struct server *s)
 {
     pthread_mutex_lock(&s->stats_lock);
-    for (unsigned i = 0; s->workers && i < s->nworkers; i++)
+    for (unsigned i = 0; s->workers && i < s->nthreads; i++)
         s->ended_inline += atomic_load_explicit(&s->workers[i].inline_ok, memory_order_relaxed);
     if (s->sched) {
         struct sched_stats st;
@@ -215,6 +216,7 @@ int server_start(struct server *s, char *errmsg, size_t errlen)
     struct sched_config sc;
     memset(&sc, 0, sizeof(sc));
     sc.workers = s->cfg.threads;
+    sc.relief = s->cfg.blocking_threads;
     sc.keep_alive = 1;
     struct sched *sched;
     rc = sched_new(&sched, &sc);
@@ -225,13 +227,14 @@ int server_start(struct server *s, char *errmsg, size_t errlen)
     pthread_mutex_lock(&s->stats_lock);
     s->sched = sched;
     s->nworkers = sched_workers(s->sched);
-    s->workers = calloc(s->nworkers, sizeof(*s->workers));
+    s->nthreads = sched_threads(s->sched);
+    s->workers = calloc(s->nthreads, sizeof(*s->workers));
     pthread_mutex_unlock(&s->stats_lock);
     if (!s->workers) {
         rc = -ENOMEM;
         goto fail_sched;
     }
-    for (unsigned i = 0; i < s->nworkers; i++) {
+    for (unsigned i = 0; i < s->nthreads; i++) {
         s->workers[i].srv = s;
         s->workers[i].id = i;
         s->workers[i].lfd = s->workers[i].ctl_fd = -1;
@@ -346,7 +349,7 @@ void server_get_stats(struct server *s, struct server_stats *out)
     pthread_mutex_lock(&s->stats_lock);
     out->inline_ok = s->ended_inline;
     out->spawned = s->ended_spawned;
-    for (unsigned i = 0; s->workers && i < s->nworkers; i++)
+    for (unsigned i = 0; s->workers && i < s->nthreads; i++)
         out->inline_ok += atomic_load_explicit(&s->workers[i].inline_ok, memory_order_relaxed);
     if (s->sched) {
         struct sched_stats st;

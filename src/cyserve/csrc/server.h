@@ -92,6 +92,8 @@ struct server_config {
     const char *host;           /* numeric address or name, e.g. "127.0.0.1", "::", "localhost" */
     int port;                   /* 0: an ephemeral port, the same for every worker */
     unsigned threads;           /* workers; 0: the CPUs this process may use */
+    unsigned blocking_threads;  /* relief threads: how many Python calls may block at once while
+                                 * every worker's connections are still served (sched.h) */
     int backlog;                /* listen() backlog per worker */
     int access_log_fd;          /* -1 (default): no access log; else one line per response is
                                  * written to it, each line in one write(2) (see access_log.c) */
@@ -105,7 +107,7 @@ struct server_config {
 };
 
 /* Defaults: keep-alive 5 s, head 10 s, body 10 s, 8 KiB head/target, 100 headers,
- * 1 MiB body, backlog 1024, host 127.0.0.1, port 8000, threads 0. */
+ * 1 MiB body, backlog 1024, host 127.0.0.1, port 8000, threads 0, blocking_threads 16. */
 void server_config_default(struct server_config *cfg);
 
 /* Create a server over router (borrowed, must outlive the server; its targets are

@@ -67,7 +67,9 @@ struct server {
     const struct router *router;
     struct sched *sched;
     struct server_worker *workers;
-    unsigned nworkers;
+    unsigned nworkers; /* the homes: one listener each, [0, nworkers) of workers */
+    unsigned nthreads; /* every scheduler thread slot (relief threads after the homes): per-thread
+                        * caches, indexed by sched_worker_id() */
     int port;
     void (*off_begin)(void *);
     void (*off_end)(void *);

@@ -4,6 +4,7 @@
 # everything spawned from here is a C body.
 from libc.stdint cimport uint32_t, uint64_t, int64_t
 from libc.stdlib cimport calloc, free
+from libc.string cimport memset
 
 from cyserve.native.includes cimport sched as csched
 
@@ -13,6 +14,7 @@ from cyserve.native.includes cimport sched as csched
 cdef int cyserve_sched_new(cyserve_sched **out, unsigned workers, size_t stack_size,
                            int keep_alive) noexcept nogil:
     cdef csched.sched_config cfg
+    memset(&cfg, 0, sizeof(cfg))  # fields added later (relief) default to 0
     cfg.workers = workers
     cfg.stack_size = stack_size
     cfg.runq_capacity = 0
@@ -133,6 +135,7 @@ cdef class Scheduler:
         if self._s != NULL:
             raise RuntimeError("Scheduler.__init__ called twice")
         cdef csched.sched_config cfg
+        memset(&cfg, 0, sizeof(cfg))  # fields added later (relief) default to 0
         cfg.workers = workers
         cfg.stack_size = stack_size
         cfg.runq_capacity = runq_capacity

@@ -23,6 +23,7 @@ cdef extern from "csrc/sched.h" nogil:
         int randomize
         uint64_t seed
         int keep_alive
+        unsigned relief
     cdef struct sched_stats:
         uint64_t spawned
         uint64_t finished

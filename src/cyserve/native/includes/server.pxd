@@ -63,6 +63,7 @@ cdef extern from "csrc/server.h" nogil:
         const char *host
         int port
         unsigned threads
+        unsigned blocking_threads
         int backlog
         int access_log_fd
         int shared_port
