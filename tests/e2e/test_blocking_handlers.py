@@ -4,6 +4,8 @@ relief thread (csrc/sched_relief.c.h), up to `blocking_threads` calls at once.""
 
 from __future__ import annotations
 
+import socket
+import struct
 import threading
 import time
 
@@ -119,3 +121,52 @@ def test_blocking_threads_is_validated() -> None:
     from cyserve._core import Server
     with pytest.raises(ValueError, match="blocking_threads"):
         Server([], host="127.0.0.1", port=0, threads=1, blocking_threads=-1)
+
+
+def test_calls_of_clients_that_reset_are_dropped(capfd: pytest.CaptureFixture[str]) -> None:
+    # One worker and no relief, so that calls queue: eleven requests arrive together and go into
+    # one batch of calls; the first call to run blocks, and the clients of the ten queued behind
+    # it reset their connections. When it returns, those ten are not run (each was queued over
+    # 10 ms: its client is checked first) and are logged as 499; the server was not made to
+    # spend ten calls' time on nobody.
+    first = threading.Event()
+    gate = threading.Event()
+    ran: list[int] = []
+
+    def handler(req: object) -> str:
+        if not first.is_set():
+            first.set()
+            gate.wait(20)
+            return "first"
+        ran.append(1)
+        return "ran"
+
+    routes = [("path", "/call", None, "python", handler)]
+    with serving(routes, threads=1, blocking_threads=0, access_log=True) as srv:
+        keeper = Conn(srv.port)
+        others = [socket_conn(srv.port) for _ in range(10)]
+        try:
+            keeper.send(get("/call"))
+            for s in others:
+                s.sendall(get("/call"))
+            assert first.wait(10)
+            time.sleep(0.05)
+            for s in others:  # reset: SO_LINGER with a zero timeout
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                s.close()
+            time.sleep(0.05)
+            gate.set()
+            assert keeper.reply().body == b"first"
+        finally:
+            gate.set()
+            keeper.close()
+    out = capfd.readouterr().out
+    dropped = out.count('" 499 ')
+    # Requests the worker had not read before the resets are never read (the connection is
+    # gone): no call either. Those it had read were queued, and must be the 499s.
+    assert ran == [], f"{len(ran)} calls ran for clients that had reset"
+    assert dropped >= 1, out
+
+
+def socket_conn(port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=10)
