@@ -173,12 +173,15 @@
 #include "sched.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -223,6 +226,7 @@ struct sched_worker {
      * monitor moves it out of RELIEF_IDLE, only the thread itself moves it elsewhere. */
     uint64_t off_start CACHE_ALIGNED;
     int relieved_by, relief_of;
+    int tid; /* the thread's id (gettid), for the monitor's look at its state; set at start */
     /* safety (field): batch_lock (a word, taken for a few instructions) guards batch_rest: the
      * calls of the running batch not started yet. The owner takes them one at a time; a thread
      * relieving a stuck batch takes all that are left (sched_relief.c.h). */
@@ -978,6 +982,8 @@ static void *w_main(void *arg)
     struct sched_worker *w = arg;
     struct sched *s = w->s;
     sched_tls_worker = w;
+    /* safety: read by the monitor only (relief_waiting); relaxed: a stale 0 means "unknown". */
+    __atomic_store_n(&w->tid, (int)syscall(SYS_gettid), __ATOMIC_RELAXED);
     w->now = sched_clock_ns();
     /* The worker's pool is created on the worker (it owns the pool, and the pool gives this
      * thread its alternate signal stack) and shares the scheduler's slab of structs. */

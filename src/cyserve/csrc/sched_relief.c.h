@@ -242,7 +242,10 @@ static void *relief_main(void *arg)
 {
     struct sched_worker *r = arg;
     struct sched *s = r->s;
+    pthread_setname_np(pthread_self(), "cyserve-relief");
     sched_tls_worker = r;
+    /* safety: as in w_main. */
+    __atomic_store_n(&r->tid, (int)syscall(SYS_gettid), __ATOMIC_RELAXED);
     r->now = sched_clock_ns();
     if (UNLIKELY(coro_pool_new_shared(&r->pool, s->cfg.stack_size, s->ext_pool) != 0)) {
         static const char msg[] = "cyserve: a relief thread could not allocate its stack pool\n";
@@ -265,6 +268,42 @@ static void *relief_main(void *arg)
 }
 
 /* ---- the monitor ---- */
+
+/* Is thread x waiting (asleep in the kernel: a blocking call, a lock, the GIL) rather than
+ * running or ready to run? /proc says; a read costs some microseconds, so the monitor asks
+ * only about a thread that is stuck and not yet relieved. Unknown counts as waiting. */
+static int relief_waiting(struct sched_worker *x)
+{
+    /* safety: see w_main's store. */
+    int tid = __atomic_load_n(&x->tid, __ATOMIC_RELAXED);
+    if (tid <= 0)
+        return 1;
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 1;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 1;
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+    if (!p || p[1] != ' ')
+        return 1;
+    return p[2] != 'R';
+}
+
+/* Does the home that stuck thread x stands for already have a healthy relief thread? */
+static int mon_relieved(struct sched *s, struct sched_worker *x, uint64_t now)
+{
+    int h = x->id < s->n ? (int)x->id : __atomic_load_n(&x->relief_of, __ATOMIC_ACQUIRE);
+    if (h < 0)
+        return 1; /* nothing to relieve */
+    int cur = __atomic_load_n(&s->w[h].relieved_by, __ATOMIC_ACQUIRE);
+    return cur >= 0 && !relief_stuck(&s->w[cur], now) &&
+           __atomic_load_n(&s->w[cur].relief_of, __ATOMIC_ACQUIRE) == h;
+}
 
 /* Give home h to a relief thread unless a healthy one has it. Monitor only. */
 static void mon_relieve(struct sched *s, unsigned h, uint64_t now)
@@ -305,18 +344,31 @@ static void mon_relieve(struct sched *s, unsigned h, uint64_t now)
      * waits for its own thread (or an idle worker's rescue). */
 }
 
-/* Look at every thread's batch; relieve the homes of stuck ones. Returns whether any batch is
- * running. Monitor only. */
-static int mon_scan(struct sched *s, uint64_t now)
+/* Look at every thread's batch; relieve the homes of stuck ones. Returns the start of the
+ * oldest batch running and not yet stuck (UINT64_MAX: none), or 0 when no batch runs at all.
+ * Monitor only. */
+static uint64_t mon_scan(struct sched *s, uint64_t now)
 {
-    int busy = 0;
+    uint64_t busy = 0;
     for (unsigned i = 0; i < s->n_all; i++) {
         struct sched_worker *x = &s->w[i];
         /* safety: seq_cst, pairs with the owner's stores (see w_run_offloads). */
-        if (__atomic_load_n(&x->off_start, __ATOMIC_SEQ_CST) == 0)
+        uint64_t st0 = __atomic_load_n(&x->off_start, __ATOMIC_SEQ_CST);
+        if (st0 == 0)
             continue;
-        busy = 1;
+        if (!busy)
+            busy = UINT64_MAX;
+        if (!relief_stuck(x, now) && st0 < busy)
+            busy = st0;
         if (!relief_stuck(x, now))
+            continue;
+        /* A thread that computes (or waits for a CPU: a crowded machine preempted it) is not
+         * helped by another thread competing for the same CPUs, and a batch of fast calls can
+         * look long when its thread was preempted: relief for such a thread only once it has
+         * been stuck four times as long. One that sleeps in the kernel gets it at once. */
+        uint64_t st = __atomic_load_n(&x->off_start, __ATOMIC_RELAXED);
+        if (st && now > st && now - st < 4 * SCHED_RELIEF_NS && !mon_relieved(s, x, now) &&
+            !relief_waiting(x))
             continue;
         /* A stuck worker's own home; a stuck relief thread's charge. */
         int h = i < s->n ? (int)i : __atomic_load_n(&x->relief_of, __ATOMIC_ACQUIRE);
@@ -329,12 +381,19 @@ static int mon_scan(struct sched *s, uint64_t now)
 static void *mon_main(void *arg)
 {
     struct sched *s = arg;
+    pthread_setname_np(pthread_self(), "cyserve-monitor"); /* for top -H, /proc, debuggers */
     uint64_t last_busy = sched_clock_ns();
     while (!relief_ending(s)) {
         uint64_t now = sched_clock_ns();
-        if (mon_scan(s, now))
+        uint64_t oldest = mon_scan(s, now);
+        if (oldest)
             last_busy = now;
-        int timeout = 1; /* ms: a stuck worker waits SCHED_RELIEF_NS plus at most this */
+        /* Look again when the oldest running batch would become stuck, within 1-2 ms: a
+         * stuck worker waits SCHED_RELIEF_NS plus at most a millisecond, and a busy server
+         * wakes the monitor 500-1,000 times a second, not more. */
+        int timeout = 2;
+        if (oldest && oldest != UINT64_MAX && oldest + SCHED_RELIEF_NS < now + 1500000)
+            timeout = 1;
         if (now - last_busy >= SCHED_MON_LINGER_NS) {
             /* safety: seq_cst store, then seq_cst loads of every off_start (mon_scan): either a
              * batch's mon_notice_batch sees mon_deep set, or we see its off_start. */
