@@ -243,6 +243,9 @@ static void conn_on_ready(struct sched_io *io, uint32_t events)
 {
     struct conn *c = io->data;
     c->busy = 1;
+    if (UNLIKELY(events & (EPOLLHUP | EPOLLERR)))
+        /* safety: a hint for request.c; see the field. */
+        __atomic_store_n(&c->peer_reset, 1, __ATOMIC_RELAXED);
     c->proto->on_readable(c, events);
 }
 

@@ -73,6 +73,10 @@ struct conn {
     int timer_armed;            /* idle is armed; home worker only */
     int stray_crlf;             /* HTTP/1: a lone CRLF was let go since the last request */
     char *peer;                 /* "address:port" for the access log, made on its first line */
+    /* safety (field): set (relaxed) by on_ready when the readiness that woke the connection
+     * said the peer reset it (EPOLLHUP/EPOLLERR): whatever request is still in the buffer has
+     * nobody to answer. Read as a hint by the request's Python call (request.c). */
+    int peer_reset;
 };
 
 /* The plain transport: the socket's own system calls. */

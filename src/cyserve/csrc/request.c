@@ -55,7 +55,7 @@ struct py_job {
     const struct server_target *t;
     cyserve_request *req;
     struct cyserve_response *resp;
-    int fd;          /* the connection's socket */
+    struct conn *c;  /* the connection */
     uint64_t queued; /* clock_mono_ns() when the call was offloaded */
     int gone;        /* set instead of calling: the client had gone */
 };
@@ -85,7 +85,11 @@ static void py_trampoline(void *arg)
     /* A call queued behind slow ones, whose client has meanwhile gone (it gave up, reset), is
      * dropped without running: ten clients that send and reset at once must not cost ten calls
      * of the slow handler. */
-    if (UNLIKELY(clock_mono_ns() - j->queued > REQUEST_GONE_CHECK_NS) && request_peer_gone(j->fd)) {
+    /* safety: peer_reset is a relaxed hint (conn.h). A request read after its client reset
+     * (the kernel keeps the bytes it had received) is dropped too. */
+    if (UNLIKELY(__atomic_load_n(&j->c->peer_reset, __ATOMIC_RELAXED)) ||
+        (UNLIKELY(clock_mono_ns() - j->queued > REQUEST_GONE_CHECK_NS) &&
+         request_peer_gone(j->c->io.fd))) {
         j->gone = 1;
         return;
     }
@@ -191,7 +195,7 @@ int request_dispatch(struct request *rq, const char *body, size_t body_len)
             hrc = t->fn(&creq, &rq->resp, t->ctx);
         }
     } else {
-        struct py_job job = {t, &creq, &rq->resp, rq->c->io.fd, clock_mono_ns(), 0};
+        struct py_job job = {t, &creq, &rq->resp, rq->c, clock_mono_ns(), 0};
         rc = sched_offload(py_trampoline, &job);
         if (UNLIKELY(rc < 0))
             return rc; /* cancelled: the server is stopping */
