@@ -14,7 +14,7 @@ CORE_SOURCES := $(wildcard src/cyserve/*.pyx src/cyserve/*.pxd src/cyserve/nativ
 	src/cyserve/native/*.pxi src/cyserve/native/includes/*.pxd src/cyserve/csrc/*.c \
 	src/cyserve/csrc/*.h src/cyserve/csrc/*.S src/cyserve/include/cyserve/*.h) setup.py
 
-.PHONY: all build run test test-c test-asan test-pythons venv-tests dist lint bench bench-quick bench-coro fuzz clean
+.PHONY: all build run test test-c test-asan test-pythons venv-tests dist lint bench bench-quick bench-coro fuzz fuzz-net clean
 
 all: build
 
@@ -115,6 +115,15 @@ bench-coro: build
 
 fuzz: build
 	$(MAKE) -C fuzz run
+
+# Network fuzzing of the whole server, sanitizer build, ten minutes (FUZZ_NET_SECONDS=), with wrk
+# on /plaintext meanwhile; `make test` runs eight seconds of it (tests/e2e/test_fuzz_net.py).
+FUZZ_NET_SECONDS ?= 600
+fuzz-net: $(ASAN_PKG)/.built
+	cp src/cyserve/*.py src/cyserve/*.pyi $(ASAN_PKG)/cyserve/
+	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	PYTHONPATH=$(ASAN_PKG) $(PY) fuzz/net/fuzz_net.py --seconds $(FUZZ_NET_SECONDS) --wrk
 
 clean:
 	rm -rf build src/cyserve/_core.c src/cyserve/_core*.so src/cyserve/_testhooks.c \

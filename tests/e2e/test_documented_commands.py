@@ -67,8 +67,9 @@ SKIP = {
     r"^make (?:bench|bench-quick|bench-coro)\b": "benchmarks: install peers and run for "
                                                  "minutes (tests/test_bench_smoke.py covers the "
                                                  "runner)",
-    r"^make fuzz\b": "needs clang, which a plain machine lacks; tests/test_fuzz_replay.py "
-                     "replays the corpus with gcc",
+    r"^make fuzz\b": "make fuzz needs clang (tests/test_fuzz_replay.py replays the corpus "
+                     "with gcc); make fuzz-net runs for ten minutes (tests/e2e/test_fuzz_net.py "
+                     "runs eight seconds of it)",
     r"^\.venv/bin/python bench/": "benchmark scripts: same as make bench",
     r"^python -m build\b": "packaging: tests/e2e/test_packaging.py builds the sdist and the wheel "
                           "and serves from the installed wheel",
