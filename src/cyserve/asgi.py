@@ -26,10 +26,10 @@ An app that returns without completing its answer is treated the same way. At a 
 still pending when the grace period ends are given up (their connections closed) and their tasks
 cancelled.
 
-lifespan: ``startup`` runs before the server starts accepting; ``startup.failed`` or an exception
-raised after the app received the startup message ends the start with the app's error (the
-command exits non-zero); an app that raises before receiving anything does not support lifespan,
-and is served without. ``shutdown`` runs at a stop, after the requests in flight finished. The
+lifespan: ``startup`` runs before the server starts accepting; ``lifespan.startup.failed`` ends
+the start with the app's message (the command exits non-zero; Starlette and FastAPI send it when
+their startup raises); an app that raises instead of completing its startup does not support
+lifespan (as uvicorn reads it) and is served without. ``shutdown`` runs at a stop, after the requests in flight finished. The
 state the app puts in ``scope["state"]`` is copied into every request's scope.
 """
 
@@ -87,7 +87,6 @@ class _Lifespan:
         self.app = app
         self.state = state
         self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self.received = False
         self.startup: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.shutdown: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.supported = True
@@ -99,27 +98,23 @@ class _Lifespan:
         try:
             await self.app(scope, self._receive, self._send)
         except BaseException as exc:  # noqa: BLE001 (reported to whoever waits)
-            if not self.received:
+            if not self.startup.done():
+                # As uvicorn reads it: an app that raises instead of completing (or failing)
+                # its startup does not speak lifespan (a bare app that only knows http).
                 self.supported = False
-                _log.info("cyserve: the ASGI application does not support lifespan (%s: %s)",
-                          type(exc).__name__, exc)
-                for fut in (self.startup, self.shutdown):
-                    if not fut.done():
-                        fut.set_result(None)
-                return
-            for fut in (self.startup, self.shutdown):
-                if not fut.done():
-                    fut.set_exception(LifespanError(
-                        f"the ASGI application's lifespan raised {type(exc).__name__}: {exc}"))
-                    _log.error("cyserve: ASGI lifespan failed", exc_info=exc)
-                    return
+                _log.info("cyserve: ASGI 'lifespan' appears unsupported by the application "
+                          "(%s: %s); serving without it", type(exc).__name__, exc)
+                self.startup.set_result(None)
+            elif not self.shutdown.done():
+                _log.error("cyserve: ASGI lifespan failed", exc_info=exc)
+                self.shutdown.set_exception(LifespanError(
+                    f"the ASGI application's lifespan raised {type(exc).__name__}: {exc}"))
         finally:
             for fut in (self.startup, self.shutdown):
                 if not fut.done():
                     fut.set_result(None)
 
     async def _receive(self) -> dict[str, Any]:
-        self.received = True
         return await self.inbox.get()
 
     async def _send(self, message: dict[str, Any]) -> None:
