@@ -29,8 +29,9 @@ cancelled.
 lifespan: ``startup`` runs before the server starts accepting; ``lifespan.startup.failed`` ends
 the start with the app's message (the command exits non-zero; Starlette and FastAPI send it when
 their startup raises); an app that raises instead of completing its startup does not support
-lifespan (as uvicorn reads it) and is served without. ``shutdown`` runs at a stop, after the requests in flight finished. The
-state the app puts in ``scope["state"]`` is copied into every request's scope.
+lifespan (as uvicorn reads it) and is served without. ``shutdown`` runs at a stop, after the
+requests in flight finished. The state the app puts in ``scope["state"]`` is copied into every
+request's scope.
 """
 
 from __future__ import annotations

@@ -49,8 +49,11 @@ def common(q: str | None = None) -> dict[str, Any]:
     return {"q": q}
 
 
+COMMON = Depends(common)
+
+
 @fastapi_app.get("/items/{item_id}")
-async def read_item(item_id: int, params: dict[str, Any] = Depends(common)) -> dict[str, Any]:
+async def read_item(item_id: int, params: dict[str, Any] = COMMON) -> dict[str, Any]:
     return {"item_id": item_id, **params}
 
 

@@ -193,7 +193,8 @@ def test_a_factory_without_factory_is_one_line(capsys: pytest.CaptureFixture[str
     status, err = run_main(capsys, f"{name}:create_app", "--app-dir", str(tmp_path),
                            "--factory")
     assert (status, err) == (2, f"cyserve: '{name}:create_app' (its factory's result): expected "
-                                f"a cyserve.App, a WSGI or an ASGI application, got NoneType None\n")
+                                f"a cyserve.App, a WSGI or an ASGI application, got NoneType "
+                                f"None\n")
 
 
 def test_unknown_interface_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -157,9 +157,8 @@ cdef class _Exchange:
                 self._give(0)
                 return
             if more:
-                _check_rc(cs.resp_set_stream(resp, <void *>self.h,
-                                          -1 if self.length is None else self.length),
-                          "ASGI response")
+                announced = -1 if self.length is None else self.length
+                _check_rc(cs.resp_set_stream(resp, <void *>self.h, announced), "ASGI response")
                 self.streaming = True
         if body:
             _set_body(resp, bytes(body))
@@ -188,8 +187,8 @@ cdef class _Exchange:
                 continue
             _add_header(resp, bytes(name).decode("latin-1"), bytes(value).decode("latin-1"))
         if self.head:
-            _check_rc(cs.resp_set_head_length(resp, cs.RESP_LENGTH_UNKNOWN if self.length is None
-                                           else self.length), "ASGI HEAD length")
+            announced = cs.RESP_LENGTH_UNKNOWN if self.length is None else self.length
+            _check_rc(cs.resp_set_head_length(resp, announced), "ASGI HEAD length")
         return 0
 
     cdef void _give(self, int more) noexcept:
