@@ -91,6 +91,7 @@ class _Lifespan:
         self.startup: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.shutdown: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.supported = True
+        self.failed = False  # the app sent lifespan.startup.failed or lifespan.shutdown.failed
         self.task = asyncio.get_running_loop().create_task(self._main())
 
     async def _main(self) -> None:
@@ -103,13 +104,10 @@ class _Lifespan:
                 # As uvicorn reads it: an app that raises instead of completing (or failing)
                 # its startup does not speak lifespan (a bare app that only knows http).
                 self.supported = False
-                _log.info("cyserve: ASGI 'lifespan' appears unsupported by the application "
-                          "(%s: %s); serving without it", type(exc).__name__, exc)
-                self.startup.set_result(None)
-            elif not self.shutdown.done():
-                _log.error("cyserve: ASGI lifespan failed", exc_info=exc)
-                self.shutdown.set_exception(LifespanError(
-                    f"the ASGI application's lifespan raised {type(exc).__name__}: {exc}"))
+                _log.info("ASGI 'lifespan' appears unsupported by the application (%s: %s); "
+                          "serving without it", type(exc).__name__, exc)
+            elif not self.failed:  # after a startup.failed, the raise is the app's way out
+                _log.error("ASGI lifespan failed", exc_info=exc)
         finally:
             for fut in (self.startup, self.shutdown):
                 if not fut.done():
@@ -130,8 +128,9 @@ class _Lifespan:
         if fut.done():
             return
         if failed:
+            self.failed = True
             fut.set_exception(LifespanError(f"the ASGI application's lifespan {failed} failed: "
-                                            f"{message.get('message', '')}"))
+                                            f"{message.get('message', '')}".rstrip()))
         else:
             fut.set_result(None)
 
@@ -186,7 +185,7 @@ class ASGIRuntime:
                 try:
                     await life.shutdown
                 except LifespanError as exc:
-                    _log.error("cyserve: %s", exc)
+                    _log.error("%s", exc)
 
     async def _cancel_requests(self, timeout: float) -> None:
         from ._core import _asgi_live

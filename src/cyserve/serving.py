@@ -111,7 +111,7 @@ def _start_asgi(routes: list[Any], config: Config) -> Any:
     try:
         runtime.start()
     except LifespanError as exc:
-        raise CyserveError(f"ASGI lifespan startup failed: {exc}") from exc
+        raise CyserveError(str(exc)) from exc
     return runtime
 
 

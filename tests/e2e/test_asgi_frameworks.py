@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 from _rawhttp import Conn, get, request
-from _subserve import free_port, running
+from _subserve import env_with_src, free_port, running
 from fastapi import BackgroundTasks, Depends, FastAPI
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from pydantic import BaseModel
@@ -154,6 +155,25 @@ def test_starlette_mounted_under_a_prefix_beside_native_routes() -> None:
             "path": "/api/hello", "root_path": "/api", "query": {"a": "1"}}
         assert body_json(port, get("/api/inner/bob")) == {"sub": "bob"}
         assert request(port, get("/ping")).body == b"pong"
+
+
+def test_a_failed_startup_ends_the_command_with_the_apps_error(tmp_path: Path) -> None:
+    (tmp_path / "fa_bad.py").write_text(
+        "import contextlib\n"
+        "from starlette.applications import Starlette\n"
+        "@contextlib.asynccontextmanager\n"
+        "async def lifespan(app):\n"
+        "    raise RuntimeError('database unreachable')\n"
+        "    yield\n"
+        "app = Starlette(lifespan=lifespan)\n")
+    proc = subprocess.run([sys.executable, "-m", "cyserve", "fa_bad:app", "--port",
+                           str(free_port()), "--app-dir", str(tmp_path)],
+                          env=env_with_src(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "cyserve: the ASGI application's lifespan startup failed:" in proc.stderr
+    assert "RuntimeError: database unreachable" in proc.stderr
+    assert "serving on" not in proc.stdout + proc.stderr
+    assert "never retrieved" not in proc.stderr
 
 
 def test_the_command_serves_a_fastapi_app(tmp_path: Path) -> None:

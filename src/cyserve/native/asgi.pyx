@@ -65,7 +65,7 @@ def _asgi_run_batch(list batch):
         try:
             fn(arg)
         except BaseException:
-            _asgi_log.exception("cyserve: ASGI dispatch failed")
+            _asgi_log.exception("ASGI dispatch failed")
 
 
 cdef inline void _asgi_queue_call(fn, arg):
@@ -78,7 +78,7 @@ cdef void _asgi_flush_hook() noexcept with gil:
     try:
         _asgi_flush()
     except BaseException:
-        _asgi_log.exception("cyserve: handing ASGI calls to the event loop failed")
+        _asgi_log.exception("handing ASGI calls to the event loop failed")
 
 
 cyserve__asgi_flush = _asgi_flush_hook
