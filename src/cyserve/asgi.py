@@ -188,9 +188,9 @@ class ASGIRuntime:
                     _log.error("%s", exc)
 
     async def _cancel_requests(self, timeout: float) -> None:
-        from ._core import _asgi_live
-
-        tasks = [t for t in list(_asgi_live) if not t.done()]
+        # Every task but this one and the lifespans': the requests' and what they spawned.
+        keep = {asyncio.current_task(), *(life.task for life in self._lifespans)}
+        tasks = [t for t in asyncio.all_tasks() if t not in keep]
         for task in tasks:
             task.cancel()
         if tasks:

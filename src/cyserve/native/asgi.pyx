@@ -328,15 +328,10 @@ cdef class ASGIHandler:
         return ex
 
 
-# Every exchange whose application still runs, so that a stop can cancel them (cyserve.asgi).
-_asgi_live = set()
-
-
 def _asgi_spawn(args):
+    # Not tracked here: a stop cancels every task of the loop but the lifespans' (cyserve.asgi).
     ex, app, scope = args
-    task = _asgi_loop.create_task((<_Exchange>ex)._run(app, scope))
-    _asgi_live.add(task)
-    task.add_done_callback(_asgi_live.discard)
+    _asgi_loop.create_task((<_Exchange>ex)._run(app, scope))
 
 
 cdef void _asgi_call(void *opaque, cs.req_t *req, cs.resp_t *resp) noexcept nogil:
