@@ -433,3 +433,18 @@ def test_many_concurrent_requests_are_all_answered() -> None:
         for t in threads:
             t.join()
     assert errors == []
+
+
+def test_pipelined_requests_are_answered_in_order() -> None:
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = (await receive())["body"]
+        await asyncio.sleep(0.01 if scope["path"] == "/slow" else 0)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": scope["path"].encode() + body})
+
+    with serving_app(app) as port, Conn(port) as c:
+        c.send(get("/slow") + b"POST /b HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi"
+               + get("/c"))
+        assert [c.reply().body for _ in range(3)] == [b"/slow", b"/bhi", b"/c"]
