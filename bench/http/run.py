@@ -199,6 +199,7 @@ def probe_modules(python, modules, env=None):
 # does not import is one "skip" line instead of a server that fails to start.
 CYSERVE_APPS = {"cyserve-py": "bench.http.apps.cyserve_py", "cyserve-static": "bench.http.apps.cyserve_static_app",
                 "cyserve-nogil": "bench.http.apps.cyserve_nogil_app", "cyserve-wsgi": "bench.peers.python.wsgi_app",
+                "cyserve-asgi": "bench.peers.python.asgi_app",
                 "cyserve-files": "bench.http.apps.cyserve_files_app"}
 
 

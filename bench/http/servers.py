@@ -147,6 +147,10 @@ SERVERS = [
     Server("cyserve-wsgi", "cyserve (WSGI app)", "cyserve",
            _cyserve("bench.peers.python.wsgi_app:app", processes=True), requires=("msgpack",),
            note="the WSGI peers' app, unmodified (cyserve/wsgi.py); --processes N --threads 1"),
+    Server("cyserve-asgi", "cyserve (ASGI app)", "cyserve",
+           _cyserve("bench.peers.python.asgi_app:app", processes=True), requires=("msgpack",),
+           note="the ASGI peers' app (uvicorn's, granian's), unmodified (cyserve/asgi.py); "
+                "--processes N --threads 1, one event loop thread per process"),
     Server("go-fasthttp", "Go fasthttp", "go", _go("go-fasthttp")),
     Server("go-nethttp", "Go net/http", "go", _go("go-nethttp")),
     Server("nginx", "nginx", "c", _nginx, workloads=STATIC,

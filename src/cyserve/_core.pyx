@@ -4,7 +4,7 @@ C-level API declared in _core.pxd to other Cython modules (see STYLE.md section 
 
 The pieces live in native/*.pyx and are included here because they share C state: the coroutine
 runtime's API (sched.pyx), the exported nogil handler API (http_api.pyx), one file per Python-level
-handler kind (python_handler.pyx, then wsgi.pyx, which builds on it), and the Server type that
+handler kind (python_handler.pyx, then wsgi.pyx and asgi.pyx, which build on it), and the Server type that
 routes to them (server_type.pyx). Hooks for tests and benchmarks are in the separate extension
 cyserve._testhooks, built only for them."""
 
@@ -12,4 +12,5 @@ include "native/sched.pyx"
 include "native/http_api.pyx"
 include "native/python_handler.pyx"
 include "native/wsgi.pyx"
+include "native/asgi.pyx"
 include "native/server_type.pyx"

@@ -191,7 +191,7 @@ class App:
         method; ``SCRIPT_NAME`` is the prefix and ``PATH_INFO`` the rest (cyserve.wsgi says how
         requests and answers map, and what differs from a streaming server)."""
         from ._core import WSGIHandler
-        from .wsgi import is_asgi_app
+        from .asgi import is_asgi_app
 
         where = f"app.wsgi({prefix!r})"
         if isinstance(app, App):
@@ -201,12 +201,32 @@ class App:
                                    f"{_describe_object(app)}")
         if is_asgi_app(app):
             raise RouteError(f"{where}: {_describe_object(app)} is an async (ASGI) "
-                             "application; cyserve runs WSGI applications only")
+                             "application; mount it with app.asgi()")
         _check_wsgi_signature(where, app)
         if not isinstance(prefix, str):
             raise RouteError(f"{where}: pattern must be a str, got {type(prefix).__name__}")
         handler = WSGIHandler(app, prefix)
         label = "WSGI " + getattr(app, "__module__", "?") + "." + getattr(
+            app, "__qualname__", type(app).__name__)
+        self._add_kind("prefix", prefix, None, "python", handler, label, where)
+
+    def asgi(self, prefix: str, app: Callable[..., Any]) -> None:
+        """Serve the ASGI 3 application ``app`` (http and lifespan scopes) for every path under
+        ``prefix``, any method: ``root_path`` is the prefix and ``path`` the whole path, as
+        Starlette's Mount reads them (cyserve.asgi says how requests and answers map)."""
+        from ._core import ASGIHandler
+        from .asgi import is_asgi_app
+
+        where = f"app.asgi({prefix!r})"
+        if isinstance(app, App):
+            raise RouteError(f"{where}: this is a cyserve.App, not an ASGI application")
+        if not is_asgi_app(app):
+            raise HandlerTypeError(f"{where}: an ASGI application is an async callable "
+                                   f"(scope, receive, send), got {_describe_object(app)}")
+        if not isinstance(prefix, str):
+            raise RouteError(f"{where}: pattern must be a str, got {type(prefix).__name__}")
+        handler = ASGIHandler(app, prefix)
+        label = "ASGI " + getattr(app, "__module__", "?") + "." + getattr(
             app, "__qualname__", type(app).__name__)
         self._add_kind("prefix", prefix, None, "python", handler, label, where)
 
@@ -294,27 +314,36 @@ class App:
 
 def as_app(obj: object, interface: str = "auto") -> App:
     """The App to serve for ``obj``: obj itself when it is an App, else an App serving it as a
-    WSGI application at "/". ``interface`` is "cyserve" (obj must be an App), "wsgi" (obj must
-    be a WSGI callable) or "auto" (whichever it is). HandlerTypeError (a TypeError) otherwise,
-    saying what obj is; an async callable is named as ASGI, which cyserve does not run."""
+    WSGI or an ASGI application at "/". ``interface`` is "cyserve" (obj must be an App), "wsgi"
+    (obj must be a WSGI callable), "asgi" (an async callable) or "auto" (whichever it is; an
+    async callable is ASGI, as uvicorn tells them). HandlerTypeError (a TypeError) otherwise,
+    saying what obj is."""
+    from .asgi import is_asgi_app
     from .config import INTERFACES
-    from .wsgi import is_asgi_app
 
     if interface not in INTERFACES:
         raise ValueError(f"interface must be one of {', '.join(INTERFACES)}, "
                          f"got {interface!r}")
     if isinstance(obj, App):
-        if interface == "wsgi":
-            raise HandlerTypeError("interface 'wsgi' was asked for, but this is a cyserve.App")
+        if interface in ("wsgi", "asgi"):
+            raise HandlerTypeError(f"interface {interface!r} was asked for, but this is a "
+                                   "cyserve.App")
         return obj
     what = _describe_object(obj)
     if interface == "cyserve" or not callable(obj):
         wanted = ("a cyserve.App" if interface == "cyserve"
-                  else "a cyserve.App or a WSGI application")
+                  else "a cyserve.App, a WSGI or an ASGI application")
         raise HandlerTypeError(f"expected {wanted}, got {what}")
+    if interface == "asgi" or (interface == "auto" and is_asgi_app(obj)):
+        if not is_asgi_app(obj):
+            raise HandlerTypeError(f"interface 'asgi' was asked for, but {what} is not an "
+                                   "async callable")
+        app = App()
+        app.asgi("/", obj)
+        return app
     if is_asgi_app(obj):
-        raise HandlerTypeError(f"{what} is an async (ASGI) application; cyserve runs cyserve.App "
-                               "and WSGI applications")
+        raise HandlerTypeError(f"{what} is an async (ASGI) application, but interface 'wsgi' "
+                               "was asked for")
     app = App()
     app.wsgi("/", obj)
     return app

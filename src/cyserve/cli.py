@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 from . import __version__
 from .app import App, as_app
-from .config import INTERFACES, LOG_LEVELS, Config
+from .config import INTERFACES, LOG_LEVELS, LOOPS, Config
 from .errors import (AppLoadError, ConfigError, CyserveError, HandlerTypeError, ListenError,
                      RouteError)
 
@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="cyserve", description="Serve a cyserve.App over HTTP/1.1.",
                 epilog="Ctrl-C or SIGTERM stops the server gracefully; a second Ctrl-C forces it.")
     p.add_argument("app", metavar="MODULE:APP",
-                   help="the cyserve.App or WSGI application to serve, e.g. "
+                   help="the cyserve.App, WSGI or ASGI application to serve, e.g. "
                         "examples.demo.app:app")
     p.add_argument("--host", default=defaults.host,
                    help=f"address to bind (default {defaults.host})")
@@ -94,8 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "and the seconds the request took)")
     p.add_argument("--interface", default=defaults.interface, choices=INTERFACES,
                    type=str.lower,
-                   help="what MODULE:APP is: a cyserve.App, a WSGI application, or auto "
-                        "(default: whichever it is)")
+                   help="what MODULE:APP is: a cyserve.App, a WSGI or an ASGI application, "
+                        "or auto (default: whichever it is)")
+    p.add_argument("--loop", default=defaults.loop, choices=LOOPS, type=str.lower,
+                   help="the event loop of an ASGI application (default auto: uvloop when "
+                        "installed, else asyncio)")
     p.add_argument("--factory", action="store_true",
                    help="MODULE:APP is a function that returns the application: call it (with "
                         "no arguments) first")
@@ -108,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> Config:
     """A validated Config from parsed arguments; ConfigError names the flag's option."""
     options: dict[str, Any] = {"host": args.host, "log_level": args.log_level,
-                               "access_log": args.access_log, "interface": args.interface}
+                               "access_log": args.access_log, "interface": args.interface,
+                               "loop": args.loop}
     for name in _INT_OPTIONS:
         raw = getattr(args, name)
         try:

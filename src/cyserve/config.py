@@ -12,6 +12,7 @@ body that makes no progress for 10 s is dropped.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import os
 from dataclasses import dataclass, fields
@@ -33,8 +34,12 @@ MAX_BLOCKING_THREADS = 1024
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
-# What the object served is (app.as_app): "auto" tells a cyserve.App from a WSGI callable.
-INTERFACES = ("auto", "cyserve", "wsgi")
+# What the object served is (app.as_app): "auto" tells a cyserve.App from a WSGI or an ASGI
+# callable.
+INTERFACES = ("auto", "cyserve", "wsgi", "asgi")
+
+# The event loop of ASGI applications (cyserve.asgi): auto takes uvloop when it is installed.
+LOOPS = ("auto", "asyncio", "uvloop")
 
 # Options whose value is a count or a size: integers of at least 1.
 _LIMITS = ("backlog", "max_header_bytes", "max_target_bytes", "max_headers", "max_body_bytes")
@@ -85,7 +90,8 @@ class Config:
     graceful_timeout: float = 5.0  # on shutdown, in-flight requests get this long to finish
     log_level: str = "info"
     access_log: bool = False  # one line per response on standard output (csrc/access_log.c)
-    interface: str = "auto"  # a cyserve.App, a WSGI application, or "auto": whichever it is
+    interface: str = "auto"  # a cyserve.App, a WSGI or ASGI application, or "auto"
+    loop: str = "auto"  # the event loop of ASGI applications (cyserve.asgi)
     # Set by the process supervisor for its workers only (not a user option: the CLI has no flag).
     shared_port: bool = dataclasses.field(default=False, repr=False)
 
@@ -154,6 +160,10 @@ class Config:
         if self.interface not in INTERFACES:
             raise ConfigError("interface", repr(self.interface),
                               "must be one of " + ", ".join(INTERFACES))
+        if self.loop not in LOOPS:
+            raise ConfigError("loop", repr(self.loop), "must be one of " + ", ".join(LOOPS))
+        if self.loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
+            raise ConfigError("loop", "'uvloop'", "uvloop is not installed")
         if not isinstance(self.log_level, str) or self.log_level.lower() not in LOG_LEVELS:
             raise ConfigError("log_level", self.log_level,
                               "must be one of " + ", ".join(LOG_LEVELS))

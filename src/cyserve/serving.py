@@ -64,6 +64,7 @@ def serve_process(app: App, config: Config, *, stop_event: threading.Event | Non
     server_cls = _server_class()
     srv = server_cls(routes, **config.server_kwargs())
     _bind_wsgi(routes, config, config.port)
+    runtime = _start_asgi(routes, config)
     waiter = Waiter(stop_event)
     waiter.install()
     try:
@@ -89,16 +90,41 @@ def serve_process(app: App, config: Config, *, stop_event: threading.Event | Non
                 srv.stop(grace=0.0)
     finally:
         waiter.uninstall()
+        if runtime is not None:
+            # The requests in flight are done (or given up): the lifespan shutdown runs now.
+            runtime.stop()
+
+
+def _start_asgi(routes: list[Any], config: Config) -> Any:
+    """Start the event loop of the ASGI apps among the routes, and run their lifespan startup,
+    before anything is accepted; None when there are none. CyserveError when a startup fails."""
+    from ._core import ASGIHandler
+
+    handlers = [route[4] for route in routes if isinstance(route[4], ASGIHandler)]
+    if not handlers:
+        return None
+    from .asgi import ASGIRuntime, LifespanError
+
+    for handler in handlers:
+        handler.bind(config.host, config.port)
+    runtime = ASGIRuntime(handlers, config.loop)
+    try:
+        runtime.start()
+    except LifespanError as exc:
+        raise CyserveError(str(exc)) from exc
+    return runtime
 
 
 def _bind_wsgi(routes: list[Any], config: Config, port: int) -> None:
     """Tell the WSGI apps among the routes where they run (their environ's SERVER_NAME and
     SERVER_PORT when a request has no Host, wsgi.multithread, wsgi.multiprocess)."""
-    from ._core import WSGIHandler
+    from ._core import ASGIHandler, WSGIHandler
 
     for route in routes:
         if isinstance(route[4], WSGIHandler):
             route[4].bind(config.host, port, config.workers, config.shared_port)
+        elif isinstance(route[4], ASGIHandler):
+            route[4].bind(config.host, port)  # the scope's "server"
 
 
 def _stop(srv: Server, grace: float, waiter: Waiter) -> None:

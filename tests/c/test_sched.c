@@ -1,6 +1,7 @@
 /* test_sched.c: the scheduler end to end (also built under ThreadSanitizer): exact step counts
  * under many workers, coroutines and yields (also with a tiny run queue and randomised choices),
- * sleeps, fd waits, the sched_io flow (on_ready, wait, release, hop home), offload, stop. */
+ * sleeps, fd waits, the sched_io flow (on_ready, wait, release, hop home), offload, stop, signals
+ * (set from other threads, a stress run, a stop racing the setters). */
 #include "csrc/coro.c"
 #include "csrc/sched.c"
 
@@ -563,6 +564,172 @@ static void test_stop(void)
     is_int(stop_defers, 0, "defers registered inside a body do not exist before it runs");
 }
 
+/* ---- signals: a coroutine parks, any thread sets (sched_signal.c.h) ---- */
+
+static struct sched_signal sg_sig;
+static int sg_value, sg_seen, sg_early, sg_done;
+
+static int sg_waiter(struct coro *co, void *arg)
+{
+    /* Set before the first wait: returns at once and consumes it. */
+    sg_early = sched_signal_wait(&sg_sig) == 0;
+    add(&sg_done, 1); /* the main thread sets again once it sees this */
+    int rc = sched_signal_wait(&sg_sig);
+    /* safety: written by the setter before sched_signal_set: the signal orders it. */
+    sg_seen = rc == 0 ? __atomic_load_n(&sg_value, __ATOMIC_RELAXED) : -1;
+    add(&sg_done, 1);
+    return 0;
+}
+
+static void test_signal(void)
+{
+    is_int(sched_signal_wait(&sg_sig), -EPERM, "signal wait refuses off a coroutine");
+    struct sched *s = new_sched(2, 0, 0, 1);
+    sched_signal_init(&sg_sig);
+    is_int(sched_signal_set(&sg_sig), 0, "a set with nobody waiting wakes nobody");
+    is_int(sched_start(s), 0, "start");
+    sched_spawn(s, sg_waiter, NULL);
+    for (int i = 0; i < 20000 && get(&sg_done) < 1; i++)
+        usleep(100);
+    ok(sg_early, "a set before the wait is remembered");
+    usleep(20000); /* let it park */
+    is_int(get(&sg_done), 1, "the second wait parks");
+    __atomic_store_n(&sg_value, 42, __ATOMIC_RELAXED); /* safety: ordered by the set below */
+    is_int(sched_signal_set(&sg_sig), 1, "a set from a thread that is not a worker wakes it");
+    for (int i = 0; i < 20000 && get(&sg_done) < 2; i++)
+        usleep(100);
+    is_int(sg_seen, 42, "and the waiter sees what was written before the set");
+    sched_stop(s);
+    sched_join(s);
+    sched_free(s);
+}
+
+/* Stress: coroutines on 4 workers (randomised, a tiny run queue) ask, each through its own
+ * signal, for SG_ROUNDS answers from two setter threads that also set at random (spurious sets
+ * must be re-checked, not trusted); some coroutines yield or sleep between rounds so that they
+ * wait from different workers. Every answer must arrive exactly once, in order. */
+enum { SG_N = 64, SG_ROUNDS = 300 };
+static struct sched_signal sg_sigs[SG_N];
+static int sg_asked[SG_N], sg_answered[SG_N], sg_finished, sg_stop_setters;
+
+static int sg_asker(struct coro *co, void *arg)
+{
+    int i = (int)(intptr_t)arg;
+    for (int k = 1; k <= SG_ROUNDS; k++) {
+        /* safety: the setters read it; the signal orders the answer. */
+        __atomic_store_n(&sg_asked[i], k, __ATOMIC_RELEASE);
+        while (__atomic_load_n(&sg_answered[i], __ATOMIC_ACQUIRE) < k)
+            if (sched_signal_wait(&sg_sigs[i]) != 0)
+                return -1;
+        if (__atomic_load_n(&sg_answered[i], __ATOMIC_ACQUIRE) != k)
+            return -1;
+        if (k % 7 == i % 7)
+            sched_yield();
+        else if (k % 50 == i % 50)
+            sched_sleep_ns(10000);
+    }
+    add(&sg_finished, 1);
+    return 0;
+}
+
+static void *sg_setter(void *arg)
+{
+    unsigned r = (unsigned)(uintptr_t)arg;
+    while (!get(&sg_stop_setters)) {
+        for (int i = 0; i < SG_N; i++) {
+            r = r * 1103515245u + 12345u;
+            int asked = __atomic_load_n(&sg_asked[i], __ATOMIC_ACQUIRE);
+            int answered = __atomic_load_n(&sg_answered[i], __ATOMIC_ACQUIRE);
+            if (asked > answered &&
+                __atomic_compare_exchange_n(&sg_answered[i], &answered, asked, 0, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_ACQUIRE))
+                sched_signal_set(&sg_sigs[i]);
+            else if ((r >> 16) % 8 == 0)
+                sched_signal_set(&sg_sigs[i]); /* spurious */
+        }
+    }
+    return NULL;
+}
+
+static void test_signal_stress(void)
+{
+    struct sched *s = new_sched(4, 4, 1, 1);
+    for (int i = 0; i < SG_N; i++)
+        sched_signal_init(&sg_sigs[i]);
+    is_int(sched_start(s), 0, "start");
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, sg_setter, (void *)(uintptr_t)(i + 1));
+    for (int i = 0; i < SG_N; i++)
+        sched_spawn(s, sg_asker, (void *)(intptr_t)i);
+    for (int i = 0; i < 600000 && get(&sg_finished) < SG_N; i++)
+        usleep(100);
+    is_int(get(&sg_finished), SG_N, "every answer of every coroutine arrived, once and in order");
+    __atomic_store_n(&sg_stop_setters, 1, __ATOMIC_SEQ_CST); /* safety: a flag */
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    sched_stop(s);
+    sched_join(s);
+    sched_free(s);
+}
+
+/* A stop: the owner cancels the signals first (their waiters end with -ECANCELED, defers run),
+ * while a setter races it; a set that comes as the workers drain is not lost either. */
+enum { SGS_N = 40 };
+static struct sched_signal sgs_sigs[SGS_N];
+static int sgs_started, sgs_cancelled, sgs_woken, sgs_quit;
+
+static int sgs_waiter(struct coro *co, void *arg)
+{
+    struct sched_signal *sig = arg;
+    coro_defer(co, stop_defer, NULL);
+    add(&sgs_started, 1);
+    for (;;) {
+        int rc = sched_signal_wait(sig);
+        if (rc == -ECANCELED) {
+            add(&sgs_cancelled, 1);
+            return 0;
+        }
+        add(&sgs_woken, 1);
+    }
+}
+
+static void *sgs_setter(void *arg)
+{
+    while (!get(&sgs_quit))
+        for (int i = 0; i < SGS_N; i += 2)
+            sched_signal_set(&sgs_sigs[i]); /* the odd ones are never set */
+    return NULL;
+}
+
+static void test_signal_stop(void)
+{
+    struct sched *s = new_sched(3, 0, 1, 1);
+    for (int i = 0; i < SGS_N; i++)
+        sched_signal_init(&sgs_sigs[i]);
+    stop_defers = 0;
+    is_int(sched_start(s), 0, "start");
+    for (int i = 0; i < SGS_N; i++)
+        sched_spawn(s, sgs_waiter, &sgs_sigs[i]);
+    for (int i = 0; i < 20000 && get(&sgs_started) < SGS_N; i++)
+        usleep(100);
+    pthread_t th;
+    pthread_create(&th, NULL, sgs_setter, NULL);
+    usleep(20000);
+    for (int i = 0; i < SGS_N; i++)
+        sched_signal_cancel(&sgs_sigs[i]);
+    for (int i = 0; i < 20000 && get(&sgs_cancelled) < SGS_N; i++)
+        usleep(100);
+    sched_stop(s);
+    sched_join(s);
+    __atomic_store_n(&sgs_quit, 1, __ATOMIC_SEQ_CST); /* safety: a flag */
+    pthread_join(th, NULL);
+    sched_free(s);
+    is_int(get(&sgs_cancelled), SGS_N, "every cancelled waiter saw -ECANCELED");
+    is_int(get(&stop_defers), SGS_N, "and ran its defers");
+    ok(get(&sgs_woken) > 0, "the set ones were woken meanwhile");
+}
+
 /* ---- rescue: a worker stuck in one coroutine has its loop step run by the idle one ---- */
 
 /* The hog registers a sched_io and arms a timer on its own worker (H), then spins without ever
@@ -895,6 +1062,9 @@ int main(void)
     test_offload();
     test_offload_bounded();
     test_stop();
+    test_signal();
+    test_signal_stress();
+    test_signal_stop();
     test_rescue();
     for (int round = 1; round <= 3; round++)
         test_rescue_after_idle(round);

@@ -20,6 +20,7 @@
 #include "csrc/handler_static.c"
 #include "csrc/handler_files.c"
 #include "csrc/stream.c"
+#include "csrc/handoff.c"
 #include "csrc/access_log.c"
 #include "csrc/http1.c"
 #include "csrc/http1_inline.c"
@@ -217,6 +218,143 @@ static void *client_main(void *arg)
     return NULL;
 }
 
+/* ---- deferred answers (handoff.c): made by a thread of their own, as an event loop does ---- */
+
+/* The producer: a thread that answers the handoffs py_call queued (all but those whose target
+ * says "never"), each with "deferred:" and the request's X-Name. */
+static pthread_mutex_t df_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t df_cond = PTHREAD_COND_INITIALIZER;
+static struct handoff *df_queue[256];
+static char df_names[256][16];
+static int df_head, df_tail, df_quit, df_held;
+
+static void df_call(void *opaque, cyserve_request *req, struct cyserve_response *resp)
+{
+    struct handoff *h;
+    if (handoff_new(&h) != 0) {
+        resp_set_status(resp, 500);
+        return;
+    }
+    cyserve_str v = {"anon", 4};
+    server_req_header(req, "x-name", 6, &v);
+    resp_set_defer(resp, h);
+    if (opaque) { /* "never": the producer keeps it and never gives */
+        pthread_mutex_lock(&df_lock);
+        df_held++;
+        pthread_mutex_unlock(&df_lock);
+        handoff_release(h); /* the producer's reference: the engine's stays */
+        return;
+    }
+    pthread_mutex_lock(&df_lock);
+    int slot = df_tail++ % 256;
+    df_queue[slot] = h;
+    snprintf(df_names[slot], sizeof(df_names[slot]), "%.*s", (int)v.len, v.ptr);
+    pthread_cond_signal(&df_cond);
+    pthread_mutex_unlock(&df_lock);
+}
+
+static void *df_producer(void *arg)
+{
+    pthread_mutex_lock(&df_lock);
+    for (;;) {
+        while (df_head == df_tail && !df_quit)
+            pthread_cond_wait(&df_cond, &df_lock);
+        if (df_head == df_tail)
+            break;
+        int slot = df_head++ % 256;
+        struct handoff *h = df_queue[slot];
+        char name[16];
+        memcpy(name, df_names[slot], sizeof(name));
+        pthread_mutex_unlock(&df_lock);
+        resp_set_status(&h->resp, 200);
+        resp_write(&h->resp, "deferred:", 9);
+        resp_write(&h->resp, name, strlen(name));
+        handoff_give(h, 0);
+        handoff_release(h);
+        pthread_mutex_lock(&df_lock);
+    }
+    pthread_mutex_unlock(&df_lock);
+    return NULL;
+}
+
+static void *df_client(void *arg)
+{
+    struct client *cl = arg;
+    int fd = connect_to(cl->port);
+    if (fd < 0)
+        return NULL;
+    static const char one[] = "GET /deferred HTTP/1.1\r\nHost: t\r\nX-Name: d\r\n\r\n";
+    for (int i = 0; i < REQUESTS / 4; i++) {
+        if (write(fd, one, sizeof(one) - 1) < 0)
+            break;
+        cl->ok += read_responses(fd, 1, "deferred:d");
+    }
+    close(fd);
+    return NULL;
+}
+
+/* Many clients at once get answers made by the producer thread while their coroutines park on
+ * the handoffs' signals (under TSan too); a stop ends the wait of an answer that never comes
+ * (its connection is closed) instead of hanging. */
+static void test_deferred_answers(void)
+{
+    struct router *r;
+    router_new(&r);
+    struct server_target dt, nt;
+    memset(&dt, 0, sizeof(dt));
+    dt.kind = SERVER_PYTHON;
+    dt.py_call = df_call;
+    nt = dt;
+    nt.opaque = "never";
+    router_add(r, ROUTER_PATH, "/deferred", 9, 0, &dt, NULL, 0);
+    router_add(r, ROUTER_PATH, "/never", 6, 0, &nt, NULL, 0);
+    struct server_config cfg;
+    server_config_default(&cfg);
+    cfg.port = 0;
+    cfg.threads = 2;
+    struct server *s;
+    server_new(&s, &cfg, r);
+    char err[128];
+    is_int(server_start(s, err, sizeof(err)), 0, "deferred: server_start");
+    pthread_t prod;
+    pthread_create(&prod, NULL, df_producer, NULL);
+    pthread_t th[CLIENTS];
+    struct client cl[CLIENTS];
+    for (int i = 0; i < CLIENTS; i++) {
+        cl[i].port = server_port(s);
+        cl[i].ok = 0;
+        pthread_create(&th[i], NULL, df_client, &cl[i]);
+    }
+    int all = 0;
+    for (int i = 0; i < CLIENTS; i++) {
+        pthread_join(th[i], NULL);
+        all += cl[i].ok;
+    }
+    is_int(all, CLIENTS * (REQUESTS / 4), "every deferred answer arrived");
+    int fd = connect_to(server_port(s));
+    static const char nreq[] = "GET /never HTTP/1.1\r\nHost: t\r\n\r\n";
+    ok(write(fd, nreq, sizeof(nreq) - 1) > 0, "sent a request whose answer never comes");
+    for (int i = 0; i < 2000; i++) {
+        pthread_mutex_lock(&df_lock);
+        int held = df_held;
+        pthread_mutex_unlock(&df_lock);
+        if (held)
+            break;
+        usleep(1000);
+    }
+    is_int(server_shutdown(s, 200ull * 1000 * 1000), 0, "the stop returns after its grace");
+    char tail[16];
+    is_int(read(fd, tail, sizeof(tail)), 0, "the connection of the given-up answer is closed");
+    close(fd);
+    pthread_mutex_lock(&df_lock);
+    df_quit = 1;
+    pthread_cond_signal(&df_cond);
+    pthread_mutex_unlock(&df_lock);
+    pthread_join(prod, NULL);
+    server_free(s);
+    router_free(r);
+}
+
 int main(void)
 {
     struct router *r;
@@ -298,6 +436,7 @@ int main(void)
     is_int(server_shutdown(s, 0), 0, "shutdown is idempotent");
     server_free(s);
     test_stop_drains_the_accept_queue(&st);
+    test_deferred_answers();
     server_target_clear(&st);
     router_free(r);
     return done_testing();

@@ -115,8 +115,8 @@ def test_attribute_that_is_not_an_app(capsys: pytest.CaptureFixture[str], tmp_pa
                                       isolated_path: None) -> None:
     name = write_module(tmp_path, "app = 42\n")
     status, err = run_main(capsys, f"{name}:app", "--app-dir", str(tmp_path))
-    assert (status, err) == (2, f"cyserve: '{name}:app': expected a cyserve.App or a WSGI "
-                                "application, got int 42\n")
+    assert (status, err) == (2, f"cyserve: '{name}:app': expected a cyserve.App, a WSGI "
+                                "or an ASGI application, got int 42\n")
 
 
 def test_a_wsgi_callable_is_served_as_one(tmp_path: Path, isolated_path: None) -> None:
@@ -138,8 +138,10 @@ def test_a_wsgi_callable_is_served_as_one(tmp_path: Path, isolated_path: None) -
      "interface 'wsgi' was asked for, but this is a cyserve.App"),
     ("def app(environ, start_response):\n    return []\n", ("--interface", "cyserve"),
      "expected a cyserve.App, got function"),
-    ("async def app(scope, receive, send):\n    pass\n", (),
-     "is an async (ASGI) application; cyserve runs cyserve.App and WSGI applications"),
+    ("async def app(scope, receive, send):\n    pass\n", ("--interface", "wsgi"),
+     "is an async (ASGI) application, but interface 'wsgi' was asked for"),
+    ("def app(environ, start_response):\n    return []\n", ("--interface", "asgi"),
+     "interface 'asgi' was asked for, but function"),
 ])
 def test_interface_mismatch_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                         isolated_path: None, source: str,
@@ -191,12 +193,13 @@ def test_a_factory_without_factory_is_one_line(capsys: pytest.CaptureFixture[str
     status, err = run_main(capsys, f"{name}:create_app", "--app-dir", str(tmp_path),
                            "--factory")
     assert (status, err) == (2, f"cyserve: '{name}:create_app' (its factory's result): expected "
-                                f"a cyserve.App or a WSGI application, got NoneType None\n")
+                                f"a cyserve.App, a WSGI or an ASGI application, got NoneType "
+                                f"None\n")
 
 
 def test_unknown_interface_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    status, err = run_main(capsys, "m:app", "--interface", "asgi")
-    assert status == 2 and err.startswith("cyserve: argument --interface: invalid choice: 'asgi'")
+    status, err = run_main(capsys, "m:app", "--interface", "rsgi")
+    assert status == 2 and err.startswith("cyserve: argument --interface: invalid choice: 'rsgi'")
 
 
 def test_dotted_attribute(tmp_path: Path, isolated_path: None) -> None:

@@ -17,8 +17,9 @@ Which of those are commands (the patterns below, nothing else):
                application factory such as `myapp:create_app`"), that app replaces the command's.
 How a command is made runnable (and only this):
   - placeholders: the app names in PLACEHOLDER_APPS become small modules written for the test
-    (an App, a WSGI application, a factory); `N` is 2; `...` after `python -m cyserve` stands
-    for the arguments of the command before it in the paragraph (as the README writes it);
+    (an App, a WSGI application, a factory, an ASGI application); `N` is 2; `...` after
+    `python -m cyserve` stands for the arguments of the command before it in the paragraph (as
+    the README writes it);
   - the port is replaced by a free one (added when absent), `python` by this interpreter;
   - cyserve.run() calls get that port as a keyword; a python block is run as a script.
 What each must answer: the demo app (make run) its documented "Hello, World!" at / and
@@ -83,6 +84,7 @@ PLACEHOLDER_APPS = {
     "module:app": "docapp:app",
     "myproject.wsgi:application": "docwsgi:application",
     "myapp:create_app": "docwsgi:create_app",
+    "main:app": "docasgi:app",
 }
 
 FIXTURE_MODULES = {
@@ -100,9 +102,17 @@ FIXTURE_MODULES = {
         def create_app():
             return application
     ''',
+    "docasgi.py": '''
+        async def app(scope, receive, send):
+            if scope["type"] != "http":
+                return
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": b"doc asgi"})
+    ''',
 }
 # The body each placeholder app (by the module it comes from) answers at "/".
-FIXTURE_BODIES = {"docapp": b"doc app", "docwsgi": b"doc wsgi"}
+FIXTURE_BODIES = {"docapp": b"doc app", "docwsgi": b"doc wsgi", "docasgi": b"doc asgi"}
 # Documented in README.md ("serves the demo app") and examples/demo/app.py's docstring.
 DEMO_ANSWERS = {"/": b"Hello, World!", "/plaintext": b"Hello, World!"}
 

@@ -734,11 +734,13 @@ class AsgiClass:
 
 
 @pytest.mark.parametrize("obj, interface, message", [
-    (42, "auto", "expected a cyserve.App or a WSGI application, got int 42"),
+    (42, "auto", "expected a cyserve.App, a WSGI or an ASGI application, got int 42"),
     (echo_environ, "cyserve", "expected a cyserve.App, got function"),
     (cyserve.App(), "wsgi", "interface 'wsgi' was asked for, but this is a cyserve.App"),
-    (asgi_app, "auto", "is an async (ASGI) application"),
+    (asgi_app, "wsgi", "is an async (ASGI) application, but interface 'wsgi' was asked for"),
     (AsgiClass(), "wsgi", "is an async (ASGI) application"),
+    (echo_environ, "asgi", "interface 'asgi' was asked for, but function"),
+    (cyserve.App(), "asgi", "interface 'asgi' was asked for, but this is a cyserve.App"),
 ])
 def test_as_app_refuses_what_it_cannot_serve(obj: Any, interface: str, message: str) -> None:
     with pytest.raises(HandlerTypeError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -765,8 +767,8 @@ def test_app_wsgi_checks_its_arguments() -> None:
 
 
 def test_interface_option_is_validated() -> None:
-    with pytest.raises(cyserve.ConfigError, match="invalid interface 'asgi'"):
-        Config(interface="asgi")
+    with pytest.raises(cyserve.ConfigError, match="invalid interface 'rsgi'"):
+        Config(interface="rsgi")
 
 
 def test_request_client_is_the_peer_address() -> None:

@@ -77,6 +77,8 @@ enum { SERVE_IDLE = 0, SERVE_CLOSE = 1 };
 static void serve_cleanup(void *arg)
 {
     struct http1_session *sv = arg;
+    if (sv->rq.defer)
+        request_leave_defer(&sv->rq);
     resp_free(&sv->rq.resp);
     wbuf_free(&sv->out);
 }
@@ -525,6 +527,7 @@ int http1_serve(struct coro *co, void *arg)
     sv->rq.srv = s;
     sv->rq.log_status = 0;
     sv->rq.log_have_req = 0;
+    sv->rq.defer = NULL;
     resp_init(&sv->rq.resp);
     wbuf_init(&sv->out, sv->out_inline, sizeof(sv->out_inline));
     sv->rq.max_headers = s->cfg.limits.max_headers;

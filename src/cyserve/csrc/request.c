@@ -21,6 +21,7 @@
 #include "access_log.h"
 #include "clock.h"
 #include "conn.h"
+#include "handoff.h"
 #include "handler_files.h"
 #include "handler_static.h"
 #include "http1_inline.h"
@@ -137,6 +138,33 @@ static void answer_simple(struct request *rq, int status, const char *body, cons
     request_answer_simple(&rq->answer, rq->answer_lines, 256, status, body, extra);
 }
 
+void request_leave_defer(struct request *rq)
+{
+    handoff_leave(rq->defer);
+    rq->defer = NULL;
+}
+
+/* The handler deferred its answer to another thread (handoff.h): wait for it, without holding
+ * the worker, and take it into rq->resp as if the handler had made it. 0, or -ECANCELED (the
+ * server stops; the handoff is left) or -ENOMEM. */
+static int await_deferred(struct request *rq)
+{
+    struct handoff *h = rq->resp.defer;
+    rq->resp.defer = NULL;
+    rq->defer = h;
+    int rc = handoff_await(rq->srv, h);
+    if (LIKELY(rc == 0))
+        rc = resp_take(&rq->resp, &h->resp);
+    if (UNLIKELY(rc < 0)) {
+        request_leave_defer(rq);
+        resp_reset(&rq->resp);
+        return rc;
+    }
+    if (!rq->resp.stream)
+        request_leave_defer(rq); /* the whole answer is here: the producer is done */
+    return 0;
+}
+
 int request_dispatch(struct request *rq, const char *body, size_t body_len)
 {
     struct http_request *req = &rq->head;
@@ -205,6 +233,11 @@ int request_dispatch(struct request *rq, const char *body, size_t body_len)
             return -ECONNRESET;
         }
         hrc = 0;
+        if (UNLIKELY(rq->resp.defer != NULL)) {
+            rc = await_deferred(rq);
+            if (UNLIKELY(rc < 0))
+                return rc;
+        }
     }
     if (server_draining(rq->srv)) {
         /* The server started shutting down while the handler ran: this is the last answer on

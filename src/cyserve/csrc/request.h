@@ -16,6 +16,7 @@
 #include "router.h"
 
 struct conn;
+struct handoff;
 struct server;
 
 /* Header slots that live in the request; a larger configured max_headers uses the arena. */
@@ -75,6 +76,9 @@ struct request {
     int log_have_req;
     uint64_t log_t0;
     struct cyserve_response resp;
+    /* The handoff the answer comes through when a handler deferred it (handoff.h), held until
+     * the answer is sent or given up; NULL otherwise. */
+    struct handoff *defer;
     struct request_answer answer;
     char answer_lines[512]; /* storage of answer.lines when the core makes them */
     struct http_header hdr_inline[INLINE_HEADERS];
@@ -157,13 +161,19 @@ void request_answer_simple(struct request_answer *a, char *buf, size_t cap, int 
  * coroutine serving the connection. */
 int request_dispatch(struct request *rq, const char *body, size_t body_len);
 
-/* After the protocol sent rq->answer (or gave up): close its file, if it has one. */
+/* Leave rq's handoff, if it has one. The serving coroutine. */
+void request_leave_defer(struct request *rq);
+
+/* After the protocol sent rq->answer (or gave up): close its file, if it has one; leave its
+ * handoff, if it has one. */
 static inline void request_answer_done(struct request *rq)
 {
     if (rq->answer.kind == REQUEST_BODY_FILE && rq->answer.fd >= 0) {
         close(rq->answer.fd);
         rq->answer.fd = -1;
     }
+    if (UNLIKELY(rq->defer != NULL))
+        request_leave_defer(rq);
 }
 
 /* The value of rq's first header name[0..nlen) (case-insensitive): 1 and *v, *vlen set, or 0

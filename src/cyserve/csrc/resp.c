@@ -62,6 +62,7 @@ void resp_init(struct cyserve_response *r)
     r->head_length = -1;
     r->stream = NULL;
     r->stream_length = -1;
+    r->defer = NULL;
     r->arena.head = NULL;
 }
 
@@ -80,6 +81,7 @@ void resp_reset(struct cyserve_response *r)
     r->head_length = -1;
     r->stream = NULL;
     r->stream_length = -1;
+    r->defer = NULL;
     resp_arena_reset(&r->arena);
 }
 
@@ -269,6 +271,44 @@ int resp_set_stream(struct cyserve_response *r, void *stream, int64_t length)
     r->stream = stream;
     r->stream_length = length;
     return 0;
+}
+
+int resp_set_defer(struct cyserve_response *r, void *h)
+{
+    if (UNLIKELY(!h))
+        return -EINVAL;
+    r->defer = h;
+    return 0;
+}
+
+int resp_take(struct cyserve_response *dst, struct cyserve_response *src)
+{
+    int rc = 0;
+    dst->status = src->status;
+    dst->close = src->close;
+    dst->has_content_type = src->has_content_type;
+    dst->own_head = src->own_head;
+    dst->head_length = src->head_length;
+    dst->stream = src->stream;
+    dst->stream_length = src->stream_length;
+    if (src->reason_len) {
+        char *reason = resp_arena_alloc(&dst->arena, src->reason_len);
+        if (reason) {
+            memcpy(reason, src->reason, src->reason_len);
+            dst->reason = reason;
+            dst->reason_len = src->reason_len;
+        } else {
+            rc = -ENOMEM;
+        }
+    }
+    if (!rc && src->headers.len)
+        rc = wbuf_append(&dst->headers, src->headers.ptr, src->headers.len);
+    size_t blen;
+    const char *body = resp_body(src, &blen);
+    if (!rc && blen)
+        rc = wbuf_append(&dst->body, body, blen);
+    resp_reset(src);
+    return rc;
 }
 
 void *resp_alloc(struct cyserve_response *r, size_t size)

@@ -61,6 +61,10 @@ struct cyserve_response {
     void *stream;
     /* The Content-Length a streamed body announced, or -1: then it goes out chunked. */
     int64_t stream_length;
+    /* Set by a Python handler whose answer another thread produces later (resp_set_defer): a
+     * struct handoff (handoff.h) the engine waits on, without blocking its worker. NULL for an
+     * answer made by the call itself. Not owned here. */
+    void *defer;
     struct resp_arena arena; /* cyserve_resp_alloc() */
     char inline_headers[RESP_INLINE_HEADERS];
     char inline_body[RESP_INLINE_BODY];
@@ -121,6 +125,15 @@ int resp_set_head_length(struct cyserve_response *r, int64_t n);
  * announced it, else -1 (the body then goes out chunked). Returns 0, or -EINVAL for NULL, a
  * static body or a length under -1. */
 int resp_set_stream(struct cyserve_response *r, void *stream, int64_t length);
+
+/* Mark r's answer as produced later by another thread, through the handoff h (handoff.h): the
+ * handler leaves r otherwise empty. Returns 0, or -EINVAL for NULL. */
+int resp_set_defer(struct cyserve_response *r, void *h);
+
+/* Move what src holds (status, reason, header lines, body, lengths, stream) into dst, which a
+ * handler has not filled yet (after resp_reset), copying the bytes; src is reset. Returns 0 or
+ * -ENOMEM (dst then holds part of it: answer 500). */
+int resp_take(struct cyserve_response *dst, struct cyserve_response *src);
 
 /* The body to send: the static one if set, else the written one. Sets *len. */
 static inline const char *resp_body(const struct cyserve_response *r, size_t *len)

@@ -592,6 +592,8 @@ static int home_enter(struct sched_worker **wp, int home);
 
 #include "sched_offload.c.h"
 
+#include "sched_signal.c.h"
+
 /* ---- running a coroutine ---- */
 
 static void w_finished(struct sched_worker *w, struct coro *co)

@@ -223,6 +223,42 @@ void sched_io_idle(struct sched_io *io);
  * must hold the home's loop lock (sched_home_held() == io->home). Worker only. */
 void sched_io_del(struct sched_io *io);
 
+/* ---- signals: a coroutine waits, any thread wakes it (sched_signal.c.h) ---- */
+
+/* A flag one coroutine at a time parks on and any thread sets, for an answer produced off the
+ * workers (an application's event loop). A set with nobody waiting is remembered for the next
+ * wait (one, not a count). Zero-initialised memory is an EMPTY signal. All fields private.
+ * A stop does not end a wait on a signal (its drain cannot see it): cancel every signal a
+ * coroutine may wait on before sched_stop(). */
+struct sched_signal {
+    int state;
+    int cancelled;
+    int home;
+    struct coro *waiter;
+    struct sched *s;
+};
+
+/* Make sig EMPTY. Any thread, while nobody waits on it or sets it. */
+void sched_signal_init(struct sched_signal *sig);
+
+/* Park the running coroutine until sig is set, without blocking the worker (it serves other
+ * coroutines meanwhile); returns at once, consuming the set, if sig was set before. What the
+ * setter wrote before sched_signal_set() is visible after this returns. One waiter at a time per
+ * signal; the coroutine runs again on the worker it waited on. Returns 0; -ECANCELED once sig
+ * was cancelled, or (instead of parking) when the scheduler is stopping; -EPERM off a
+ * coroutine. Coroutine only. */
+int sched_signal_wait(struct sched_signal *sig);
+
+/* Set sig: wake its waiter, or, with none, let the next wait return at once. Never blocks, never
+ * suspends. Returns 1 if a waiter was woken, else 0. Any thread. The caller keeps sig's memory
+ * valid for the call, and the scheduler is not freed meanwhile (a waiter woken as a stop drains
+ * is freed, its defers run, by sched_join or sched_free). */
+int sched_signal_set(struct sched_signal *sig);
+
+/* Set sig for good: its wait, and every later one, returns -ECANCELED. Returns as
+ * sched_signal_set. Any thread. */
+int sched_signal_cancel(struct sched_signal *sig);
+
 /* ---- timers, for the HTTP engine's idle keep-alive deadline ---- */
 
 struct sched_timer {

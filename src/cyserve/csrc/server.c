@@ -51,6 +51,7 @@
 
 #include "clock.h"
 #include "conn.h"
+#include "handoff.h"
 #include "listen.h"
 #include "sched.h"
 #include "server_int.h"
@@ -92,6 +93,7 @@ int server_new(struct server **out, const struct server_config *cfg, const struc
     pthread_mutex_init(&s->ext_lock, NULL);
     pthread_mutex_init(&s->stats_lock, NULL);
     pthread_mutex_init(&s->orphan_lock, NULL);
+    pthread_mutex_init(&s->handoff_lock, NULL);
     *out = s;
     return 0;
 }
@@ -316,6 +318,9 @@ int server_shutdown(struct server *s, uint64_t grace_ns)
         struct timespec ts = {0, 2 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+    /* Answers still being made off the workers are not waited for any longer; a wait on them is
+     * invisible to the scheduler's drain, so it is ended here, before the stop. */
+    handoff_cancel_all(s);
     sched_stop(s->sched);
     sched_join(s->sched);
     teardown(s);
@@ -337,6 +342,7 @@ void server_free(struct server *s)
     pthread_mutex_destroy(&s->ext_lock);
     pthread_mutex_destroy(&s->stats_lock);
     pthread_mutex_destroy(&s->orphan_lock);
+    pthread_mutex_destroy(&s->handoff_lock);
     free(s->orphans); /* what was not taken is leaked: its owner (Python) is not here */
     free(s->host);
     free(s);

@@ -98,6 +98,12 @@ struct server {
         void *stream;
     } *orphans;
     size_t n_orphans, cap_orphans;
+    /* Handoffs (handoff.h) whose coroutines wait for an answer made off the workers, so that a
+     * stop can end those waits: under handoff_lock; cancelled: the stop did, new waits end at
+     * once. */
+    pthread_mutex_t handoff_lock;
+    struct handoff *handoffs;
+    int handoffs_cancelled;
     _Atomic unsigned ext_count;
     struct ext_memfd {
         const char *ptr;

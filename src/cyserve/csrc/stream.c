@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "compat.h"
+#include "handoff.h"
 #include "request.h"
 #include "sched.h"
 #include "server_int.h"
@@ -62,12 +63,38 @@ static void stream_orphan(struct server *s, const struct server_target *t, void 
 void stream_abandon(struct request *rq, const struct server_target *t, void *stream)
 {
     struct py_stream_job job = {t, stream, &rq->resp, SERVER_STREAM_ABANDON, 0};
-    if (sched_offload(py_stream_trampoline, &job) < 0)
+    if (sched_offload(py_stream_trampoline, &job) < 0 && stream != rq->defer)
         stream_orphan(rq->srv, t, stream);
+    /* A deferred stream is not kept as an orphan: its producer runs on a thread of its own, and
+     * learns from handoff_gone() (the handoff is left with the answer) that the client went. */
+}
+
+/* The next piece of a deferred answer (handoff.h): tell the producer, by an offloaded call of
+ * py_stream, that the last one was written (that is what paces it), then wait for it to give
+ * the next. */
+static int stream_next_deferred(struct request *rq, const struct server_target *t,
+                                struct handoff *h, int *more)
+{
+    struct py_stream_job job = {t, h, &rq->resp, SERVER_STREAM_NEXT, 0};
+    int rc = sched_offload(py_stream_trampoline, &job);
+    if (LIKELY(rc == 0))
+        rc = handoff_await(rq->srv, h);
+    if (UNLIKELY(rc < 0))
+        return rc; /* the server is stopping; the handoff is left with the answer */
+    *more = h->more;
+    size_t len;
+    const char *body = resp_body(&h->resp, &len);
+    rc = wbuf_append(&rq->resp.body, body, len);
+    resp_reset(&h->resp);
+    if (UNLIKELY(rc))
+        *more = -1;
+    return 0;
 }
 
 int stream_next(struct request *rq, const struct server_target *t, void *stream, int *more)
 {
+    if (stream == rq->defer)
+        return stream_next_deferred(rq, t, rq->defer, more);
     struct py_stream_job job = {t, stream, &rq->resp, SERVER_STREAM_NEXT, 0};
     int rc = sched_offload(py_stream_trampoline, &job);
     if (UNLIKELY(rc < 0)) {

@@ -101,9 +101,16 @@ cdef extern from *:
                                                            memory_order_relaxed) + 1);
     }
 
+    /* ASGI (native/asgi.pyx): set when this batch queued calls for the event loop, which the
+     * end hook hands over in one wake-up before the GIL goes. */
+    static int cyserve__asgi_queued;
+    static void (*cyserve__asgi_flush)(void);
+
     static void cyserve__offload_end(void *ud)
     {
         (void)ud;
+        if (cyserve__asgi_queued && cyserve__asgi_flush)
+            cyserve__asgi_flush();
         if (cyserve__borrowed) {
             cyserve__borrowed = 0;
             PyGILState_Release(cyserve__gil_state);

@@ -185,6 +185,9 @@ cdef class Server:
             t.kind = cs.SERVER_PYTHON
             t.py_call = _py_call
             t.py_stream = _py_stream  # native/wsgi.pyx: WSGI bodies streamed piece by piece
+            if isinstance(target, ASGIHandler):  # native/asgi.pyx: answers made on the loop
+                t.py_call = _asgi_call
+                t.py_stream = _asgi_stream
             t.opaque = <void *>info
         elif kind == "nogil":
             inline = True

@@ -95,3 +95,15 @@ cdef extern from "csrc/server.h" nogil:
     int server_req_header(const req_t *req, const char *name, size_t nlen, void *out)
     int server_req_peer(const req_t *req, const char **out)
     int server_take_orphan(server_t *s, const server_target_t **t, void **stream)
+
+cdef extern from "csrc/resp.h" nogil:
+    int resp_set_defer(resp_t *r, void *h)
+
+cdef extern from "csrc/handoff.h" nogil:
+    ctypedef struct handoff_t "struct handoff":
+        resp_t resp
+        void *producer
+    int handoff_new(handoff_t **out)
+    void handoff_release(handoff_t *h)
+    int handoff_give(handoff_t *h, int more)
+    int handoff_gone(const handoff_t *h)

@@ -1,0 +1,214 @@
+"""ASGI 3 applications (the ``http`` and ``lifespan`` scopes) on cyserve.
+
+``cyserve module:app`` serves an ASGI application (FastAPI, Starlette ...) when it finds one (an
+async callable, as uvicorn tells them; ``--interface asgi`` insists), ``cyserve.run(asgi_app)``
+too, and ``app.asgi(prefix, asgi_app)`` mounts one beside native, GIL-free and WSGI routes, with
+``root_path`` set to the prefix and ``path`` the whole path (as Starlette's Mount reads it).
+
+Where it runs: one asyncio event loop per process, on a thread of its own ("cyserve-asgi"),
+started before the server accepts anything (``--loop auto|asyncio|uvloop``; auto takes uvloop
+when it is installed). The application may use all of asyncio there: tasks, sleeps, timeouts, its
+own sockets, run_in_executor. The engine's workers never wait for it: a request's coroutine parks
+until the application has sent its answer (docs/architecture.md, "ASGI").
+
+The http scope: ``http_version``, ``method``, ``scheme`` ("http"), ``path`` (percent-decoded,
+UTF-8), ``raw_path``, ``query_string`` (raw), ``root_path``, ``headers`` (lower-cased names, raw
+byte values, in order), ``client`` and ``server`` ((host, port)), ``state`` (a copy of the
+lifespan's). ``receive()`` gives the body (read whole by the engine before the call, within
+``max_body_bytes``) as ``http.request`` messages of at most 64 KiB, then ``http.disconnect`` once
+the response is complete or the client went away while a body streamed. ``send()``:
+``http.response.start`` is kept until the first body message, which goes out with it; a body with
+``more_body`` is streamed (chunked, or as announced by the app's Content-Length) and each such
+``send()`` returns once the engine has written the piece: a slow reader slows the app down. An
+answer to HEAD is its head (the body the app sends goes nowhere). An exception before the answer
+started is a 500 (and a logged traceback); after it, the connection closes without the last chunk.
+An app that returns without completing its answer is treated the same way. At a stop, answers
+still pending when the grace period ends are given up (their connections closed) and their tasks
+cancelled.
+
+lifespan: ``startup`` runs before the server starts accepting; ``lifespan.startup.failed`` ends
+the start with the app's message (the command exits non-zero; Starlette and FastAPI send it when
+their startup raises); an app that raises instead of completing its startup does not support
+lifespan (as uvicorn reads it) and is served without. ``shutdown`` runs at a stop, after the
+requests in flight finished. The state the app puts in ``scope["state"]`` is copied into every
+request's scope.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from .config import LOOPS
+
+__all__ = ["is_asgi_app", "ASGIRuntime", "LifespanError", "loop_factory"]
+
+_log = logging.getLogger("cyserve.asgi")
+_STOP_TASKS_SECONDS = 5.0
+
+
+def is_asgi_app(obj: object) -> bool:
+    """Whether obj is an ASGI 3 application: a coroutine function, or an object whose __call__
+    is one (uvicorn's test)."""
+    if inspect.iscoroutinefunction(obj):
+        return True
+    call = getattr(obj, "__call__", None)  # noqa: B004 (the method itself is inspected)
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+class LifespanError(RuntimeError):
+    """The application's lifespan startup (or shutdown) failed."""
+
+
+def loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop]:
+    """The event loop constructor for ``--loop`` kind: uvloop's when asked for (an error if it
+    is not installed) or, with "auto", when installed; asyncio's otherwise."""
+    if kind not in LOOPS:
+        raise ValueError(f"loop must be one of {', '.join(LOOPS)}, got {kind!r}")
+    if kind in ("auto", "uvloop"):
+        try:
+            import uvloop  # type: ignore[import-not-found]
+        except ImportError:
+            if kind == "uvloop":
+                raise
+        else:
+            return uvloop.new_event_loop  # type: ignore[no-any-return]
+    return asyncio.new_event_loop
+
+
+class _Lifespan:
+    """The lifespan scope of one application, driven from the loop thread."""
+
+    def __init__(self, app: Any, state: dict[str, Any]) -> None:
+        self.app = app
+        self.state = state
+        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.startup: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.shutdown: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.supported = True
+        self.failed = False  # the app sent lifespan.startup.failed or lifespan.shutdown.failed
+        self.task = asyncio.get_running_loop().create_task(self._main())
+
+    async def _main(self) -> None:
+        scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.4"},
+                 "state": self.state}
+        try:
+            await self.app(scope, self._receive, self._send)
+        except BaseException as exc:  # noqa: BLE001 (reported to whoever waits)
+            if not self.startup.done():
+                # As uvicorn reads it: an app that raises instead of completing (or failing)
+                # its startup does not speak lifespan (a bare app that only knows http).
+                self.supported = False
+                _log.info("ASGI 'lifespan' appears unsupported by the application (%s: %s); "
+                          "serving without it", type(exc).__name__, exc)
+            elif not self.failed:  # after a startup.failed, the raise is the app's way out
+                _log.error("ASGI lifespan failed", exc_info=exc)
+        finally:
+            for fut in (self.startup, self.shutdown):
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def _receive(self) -> dict[str, Any]:
+        return await self.inbox.get()
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        t = message["type"]
+        done = {"lifespan.startup.complete": (self.startup, None),
+                "lifespan.shutdown.complete": (self.shutdown, None),
+                "lifespan.startup.failed": (self.startup, "startup"),
+                "lifespan.shutdown.failed": (self.shutdown, "shutdown")}
+        if t not in done:
+            raise RuntimeError(f"ASGI lifespan: unexpected message {t!r}")
+        fut, failed = done[t]
+        if fut.done():
+            return
+        if failed:
+            self.failed = True
+            fut.set_exception(LifespanError(f"the ASGI application's lifespan {failed} failed: "
+                                            f"{message.get('message', '')}".rstrip()))
+        else:
+            fut.set_result(None)
+
+
+class ASGIRuntime:
+    """The process's event loop thread and the lifespans of the ASGI handlers it serves."""
+
+    def __init__(self, handlers: list[Any], loop: str = "auto") -> None:
+        self.handlers = handlers
+        self.loop = loop_factory(loop)()
+        self.thread = threading.Thread(target=self._run, name="cyserve-asgi", daemon=True)
+        self._lifespans: list[_Lifespan] = []
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def _call(self, coro: Any, timeout: float | None = None) -> Any:
+        fut: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return fut.result(timeout)
+
+    def start(self) -> None:
+        """Start the loop and run every application's lifespan startup; LifespanError when one
+        fails (the loop is stopped again)."""
+        from ._core import _asgi_set_loop
+
+        self.thread.start()
+        _asgi_set_loop(self.loop)
+        try:
+            self._call(self._startup())
+        except BaseException:
+            self.stop(0.0, lifespan=False)
+            raise
+
+    async def _startup(self) -> None:
+        seen: dict[int, _Lifespan] = {}
+        for handler in self.handlers:
+            life = seen.get(id(handler.app))
+            if life is None:
+                state: dict[str, Any] = {}
+                life = _Lifespan(handler.app, state)
+                seen[id(handler.app)] = life
+                self._lifespans.append(life)
+                life.inbox.put_nowait({"type": "lifespan.startup"})
+                await life.startup
+            handler.state = life.state
+
+    async def _shutdown(self) -> None:
+        for life in self._lifespans:
+            if life.supported and not life.task.done():
+                life.inbox.put_nowait({"type": "lifespan.shutdown"})
+                try:
+                    await life.shutdown
+                except LifespanError as exc:
+                    _log.error("%s", exc)
+
+    async def _cancel_requests(self, timeout: float) -> None:
+        # Every task but this one and the lifespans': the requests' and what they spawned.
+        keep = {asyncio.current_task(), *(life.task for life in self._lifespans)}
+        tasks = [t for t in asyncio.all_tasks() if t not in keep]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+
+    def stop(self, timeout: float = _STOP_TASKS_SECONDS, lifespan: bool = True) -> None:
+        """After the server stopped: cancel the requests' tasks still running (their answers
+        were given up by the stop), run the lifespan shutdowns, stop and close the loop."""
+        from ._core import _asgi_set_loop
+
+        if not self.thread.is_alive():
+            return
+        try:
+            self._call(self._cancel_requests(timeout), timeout + 1.0)
+            if lifespan:
+                self._call(self._shutdown(), None)
+        finally:
+            _asgi_set_loop(None)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join()
+            self.loop.close()

@@ -1,0 +1,93 @@
+/* handoff.c: answers produced off the workers; the design is in handoff.h. */
+#include "handoff.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "compat.h"
+#include "server_int.h"
+
+int handoff_new(struct handoff **out)
+{
+    struct handoff *h = calloc(1, sizeof(*h));
+    if (UNLIKELY(!h))
+        return -ENOMEM;
+    sched_signal_init(&h->ready);
+    h->refs = 2;
+    resp_init(&h->resp);
+    *out = h;
+    return 0;
+}
+
+void handoff_release(struct handoff *h)
+{
+    /* safety: acq_rel: every access of either side happens before the free. */
+    if (__atomic_sub_fetch(&h->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        resp_free(&h->resp);
+        free(h);
+    }
+}
+
+int handoff_gone(const struct handoff *h)
+{
+    /* safety: acquire pairs with handoff_leave's release. */
+    return __atomic_load_n(&h->gone, __ATOMIC_ACQUIRE);
+}
+
+int handoff_give(struct handoff *h, int more)
+{
+    if (handoff_gone(h))
+        return -EPIPE;
+    h->more = more;
+    sched_signal_set(&h->ready); /* orders resp and more before the engine's reads */
+    return 0;
+}
+
+static void track(struct server *s, struct handoff *h, int on)
+{
+    pthread_mutex_lock(&s->handoff_lock);
+    if (on && !s->handoffs_cancelled) {
+        h->prev = NULL;
+        h->next = s->handoffs;
+        if (s->handoffs)
+            s->handoffs->prev = h;
+        s->handoffs = h;
+        h->tracked = 1;
+    } else if (on) {
+        sched_signal_cancel(&h->ready); /* the stop already cancelled the others */
+    } else if (h->tracked) {
+        if (h->prev)
+            h->prev->next = h->next;
+        else
+            s->handoffs = h->next;
+        if (h->next)
+            h->next->prev = h->prev;
+        h->tracked = 0;
+    }
+    pthread_mutex_unlock(&s->handoff_lock);
+}
+
+int handoff_await(struct server *s, struct handoff *h)
+{
+    track(s, h, 1);
+    int rc = sched_signal_wait(&h->ready);
+    track(s, h, 0);
+    return rc;
+}
+
+void handoff_leave(struct handoff *h)
+{
+    /* safety: release: the producer that sees gone stops giving. */
+    __atomic_store_n(&h->gone, 1, __ATOMIC_RELEASE);
+    handoff_release(h);
+}
+
+void handoff_cancel_all(struct server *s)
+{
+    pthread_mutex_lock(&s->handoff_lock);
+    s->handoffs_cancelled = 1;
+    for (struct handoff *h = s->handoffs; h; h = h->next)
+        sched_signal_cancel(&h->ready);
+    pthread_mutex_unlock(&s->handoff_lock);
+}

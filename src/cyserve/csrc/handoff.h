@@ -1,0 +1,67 @@
+/* handoff.h: answers produced off the workers (prefix handoff_). A Python handler that only
+ * starts the work (an ASGI application, run on an event loop thread) leaves a handoff in its
+ * response (resp_set_defer); the request's coroutine parks on it, without blocking its worker,
+ * until the producing thread has filled the handoff's response and handed its turn over; for a
+ * streamed body the turn goes back and forth once per piece.
+ *
+ * The turn: exactly one side touches resp and more at a time. The producer has it from
+ * handoff_new until handoff_give; the engine from the wake-up until it asks for the next piece
+ * (the target's py_stream, offloaded: the producer learns there that the piece was written, which
+ * is what paces it). The signal orders the two sides' accesses.
+ *
+ * Lifetime: two references, the producer's and the engine's; the last release frees it. The
+ * engine leaves (handoff_leave) when the answer is sent, the client is gone or the server stops;
+ * a producer that gives to a handoff the engine left gets -EPIPE and nothing else happens.
+ * Error convention 0 or -errno. */
+#ifndef CYSERVE_HANDOFF_H
+#define CYSERVE_HANDOFF_H
+
+#include "resp.h"
+#include "sched.h"
+
+struct server;
+
+struct handoff {
+    struct sched_signal ready; /* set when the producer hands its turn to the engine */
+    int refs;                  /* atomic */
+    int gone;                  /* atomic: the engine left and reads nothing more */
+    /* Under the turn: the answer (first time) or the next piece of its body; more: 1 more
+     * pieces follow, 0 this is the last, -1 the producer failed midway (close without the last
+     * chunk). */
+    int more;
+    struct cyserve_response resp;
+    void *producer; /* the producer's own (Python: its exchange); never read by the engine */
+    /* The server's list of handoffs its coroutines wait on, for a stop (handoff_cancel_all);
+     * under the server's handoff_lock. */
+    struct handoff *prev, *next;
+    int tracked;
+};
+
+/* A new handoff, holding two references (the producer's, the engine's), its response empty.
+ * Returns 0 or -ENOMEM. Any thread. */
+int handoff_new(struct handoff **out);
+
+/* Drop one reference; the last frees h. Any thread. */
+void handoff_release(struct handoff *h);
+
+/* Producer: hand the turn to the engine, with more as above. Returns 0, or -EPIPE when the
+ * engine has left (the piece goes nowhere). Any thread, holding the turn. */
+int handoff_give(struct handoff *h, int more);
+
+/* Whether the engine has left. Any thread. */
+int handoff_gone(const struct handoff *h);
+
+/* Engine: wait until the producer gives the turn (it may have already), tracked by server s so
+ * that a stop can end the wait. Returns 0, or -ECANCELED (the server stops). The request's
+ * coroutine. */
+int handoff_await(struct server *s, struct handoff *h);
+
+/* Engine: leave h (mark it gone, drop the engine's reference). The request's coroutine. */
+void handoff_leave(struct handoff *h);
+
+/* Cancel every wait on a handoff of s: each returns -ECANCELED. Called by the stop once the
+ * grace period is over, before the scheduler stops (signals are not seen by its drain). Any
+ * thread. */
+void handoff_cancel_all(struct server *s);
+
+#endif

@@ -1,0 +1,377 @@
+# ASGI 3 applications (the http scope), included in cyserve._core after python_handler.pyx and
+# wsgi.pyx. cyserve/asgi.py runs the event loop and lifespan; docs/architecture.md ("ASGI") has
+# the design and its measurements.
+#
+# Who runs what: an ASGI route is a Python target whose call (_asgi_call, on a worker in its
+# offload batch, GIL held) builds the scope and an _Exchange, queues the application's start for
+# the loop, and defers the answer (cs.resp_set_defer) through the exchange's handoff
+# (csrc/handoff.h): the request's coroutine then parks without holding the worker. At the end of
+# the batch the offload hook calls _asgi_flush: one call_soon_threadsafe for every start and
+# every notice the batch queued. On the loop thread the app's send() fills the handoff's
+# response and gives the turn to the engine (a scheduler signal, no GIL on the engine's side).
+# A streamed body goes back and forth once per piece: the engine writes the piece, then asks for
+# the next through the target's py_stream (_asgi_stream, offloaded), which resolves the pending
+# send(): awaiting send() on a slow reader suspends the app, nothing queues without bound.
+from cpython.bytes cimport PyBytes_FromStringAndSize
+
+# The offload end hook (python_handler.pyx) calls cyserve__asgi_flush, GIL held, when
+# cyserve__asgi_queued says this batch queued something for the loop.
+cdef extern from *:
+    int cyserve__asgi_queued
+    void (*cyserve__asgi_flush)() noexcept
+
+import asyncio as _asyncio
+import logging as _logging_asgi
+
+_asgi_log = _logging_asgi.getLogger("cyserve.asgi")
+
+# The loop the applications run on (cyserve.asgi sets it when it starts the loop thread), and what
+# the current batch queued for it: (callable, argument) pairs.
+cdef object _asgi_loop = None
+cdef list _asgi_queue = []
+
+# Headers the engine writes itself: an application's are dropped (a Content-Length is used as the
+# announced length of a streamed body, or of a HEAD answer).
+cdef frozenset _ASGI_ENGINE_HEADERS = frozenset((b"content-length", b"transfer-encoding",
+                                                 b"date", b"connection"))
+cdef dict _ASGI_VERSION = {"version": "3.0", "spec_version": "2.4"}
+cdef Py_ssize_t _ASGI_CHUNK = 65536  # receive() hands a large body over in pieces of this size
+
+
+def _asgi_set_loop(loop):
+    global _asgi_loop
+    _asgi_loop = loop
+
+
+def _asgi_flush():
+    """Hand what this batch queued to the loop, in one wake-up. GIL held."""
+    global _asgi_queue, cyserve__asgi_queued
+    cyserve__asgi_queued = 0
+    if not _asgi_queue:
+        return
+    batch = _asgi_queue
+    _asgi_queue = []
+    loop = _asgi_loop
+    if loop is None or loop.is_closed():
+        return
+    try:
+        loop.call_soon_threadsafe(_asgi_run_batch, batch)
+    except RuntimeError:  # the loop was closed meanwhile: the stop cancels what is left
+        pass
+
+
+def _asgi_run_batch(list batch):
+    for fn, arg in batch:
+        try:
+            fn(arg)
+        except BaseException:
+            _asgi_log.exception("ASGI dispatch failed")
+
+
+cdef inline void _asgi_queue_call(fn, arg):
+    global cyserve__asgi_queued
+    _asgi_queue.append((fn, arg))
+    cyserve__asgi_queued = 1
+
+
+cdef void _asgi_flush_hook() noexcept with gil:
+    try:
+        _asgi_flush()
+    except BaseException:
+        _asgi_log.exception("handing ASGI calls to the event loop failed")
+
+
+cyserve__asgi_flush = _asgi_flush_hook
+
+
+class ClientDisconnected(OSError):
+    """send() after the client went away (as uvicorn raises)."""
+
+
+cdef class _Exchange:
+    """One request of an ASGI application: its receive() and send(), and the handoff its answer
+    goes through."""
+    cdef cs.handoff_t *h
+    cdef object handler      # the ASGIHandler
+    cdef bytes body          # the request body, whole (the engine reads it before the call)
+    cdef Py_ssize_t body_off
+    cdef bint body_done, started, complete, gone, head, streaming
+    cdef int status
+    cdef list headers        # the response's (name, value) pairs, checked at start
+    cdef object length       # the app's Content-Length, or None
+    cdef object written      # the future a streamed send() waits on
+    cdef object ended        # the future receive() waits on for http.disconnect
+    cdef readonly str label
+
+    def __dealloc__(self):
+        if self.h != NULL:
+            self.h.producer = NULL
+            cs.handoff_release(self.h)
+            self.h = NULL
+
+    async def receive(self):
+        if not self.body_done:
+            n = len(self.body)
+            end = self.body_off + _ASGI_CHUNK
+            if end >= n:
+                chunk = self.body if self.body_off == 0 else self.body[self.body_off:]
+                self.body_done = True
+                self.body = b""
+                return {"type": "http.request", "body": chunk, "more_body": False}
+            chunk = self.body[self.body_off:end]
+            self.body_off = end
+            return {"type": "http.request", "body": chunk, "more_body": True}
+        if not (self.complete or self.gone):
+            if self.ended is None:
+                self.ended = _asgi_loop.create_future()
+            await _asyncio.shield(self.ended)
+        return {"type": "http.disconnect"}
+
+    async def send(self, message):
+        t = message["type"]
+        if t == "http.response.start":
+            if self.started:
+                raise RuntimeError("ASGI: http.response.start sent twice")
+            self.status = int(message["status"])
+            self.headers = list(message.get("headers") or ())
+            self.started = True
+            return
+        if t != "http.response.body":
+            raise RuntimeError(f"ASGI: unexpected message {t!r} in the http scope")
+        if not self.started:
+            raise RuntimeError("ASGI: http.response.body before http.response.start")
+        if self.gone:
+            raise ClientDisconnected("the client went away")
+        if self.complete:
+            if self.head:
+                return  # an answer to HEAD is complete with its head: the rest goes nowhere
+            raise RuntimeError("ASGI: http.response.body after the response was complete")
+        body = message.get("body", b"")
+        more = bool(message.get("more_body", False))
+        cdef cs.resp_t *resp = &self.h.resp
+        if not self.streaming:
+            if self.head and self.length is None and not more:
+                self.length = len(body)  # what GET would carry: announced, not sent
+            self._fill_head(resp)
+            if self.head:
+                self._give(0)
+                return
+            if more:
+                announced = -1 if self.length is None else self.length
+                _check_rc(cs.resp_set_stream(resp, <void *>self.h, announced), "ASGI response")
+                self.streaming = True
+        if body:
+            _set_body(resp, bytes(body))
+        if not more:
+            self._give(0)
+            return
+        self.written = _asgi_loop.create_future()
+        self._give(1)
+        # The engine writes the piece, then asks for the next (_asgi_stream): that resolves it.
+        await self.written
+
+    cdef int _fill_head(self, cs.resp_t *resp) except -1:
+        cdef bint ct = False
+        _check_rc(cs.resp_set_status(resp, self.status), "ASGI status")
+        for name, value in self.headers:
+            lname = bytes(name).lower()
+            if lname in _ASGI_ENGINE_HEADERS:
+                if lname == b"content-length" and self.length is None:
+                    self.length = int(value)
+                continue
+            if lname == b"content-type":
+                if ct:
+                    continue
+                ct = True
+                _set_ct(resp, bytes(value))
+                continue
+            _add_header(resp, bytes(name).decode("latin-1"), bytes(value).decode("latin-1"))
+        if self.head:
+            announced = cs.RESP_LENGTH_UNKNOWN if self.length is None else self.length
+            _check_rc(cs.resp_set_head_length(resp, announced), "ASGI HEAD length")
+        return 0
+
+    cdef void _give(self, int more) noexcept:
+        if more == 0:
+            self._finish()
+        if cs.handoff_give(self.h, more) != 0:
+            self._mark_gone()
+
+    cdef void _finish(self) noexcept:
+        self.complete = True
+        if self.ended is not None and not self.ended.done():
+            self.ended.set_result(None)
+
+    cdef void _mark_gone(self) noexcept:
+        self.gone = True
+        if self.written is not None and not self.written.done():
+            self.written.set_exception(ClientDisconnected("the client went away"))
+        if self.ended is not None and not self.ended.done():
+            self.ended.set_result(None)
+
+    def _piece_written(self, _):
+        if self.written is not None and not self.written.done():
+            self.written.set_result(None)
+
+    def _client_gone(self, _):
+        self._mark_gone()
+
+    async def _run(self, app, scope):
+        try:
+            await app(scope, self.receive, self.send)
+        except BaseException as exc:
+            _asgi_log.error("Exception in ASGI application %s for %s %s", self.label,
+                            scope["method"], scope["raw_path"].decode("latin-1"),
+                            exc_info=exc)
+            self._failed()
+            if not isinstance(exc, Exception):
+                raise
+            return
+        if not self.complete and not self.gone:
+            if not self.started or not self.streaming:
+                _asgi_log.error("ASGI application %s returned without completing its "
+                                "response to %s %s", self.label, scope["method"],
+                                scope["raw_path"].decode("latin-1"))
+            self._failed()
+
+    def cancel(self):
+        """The server stops: the engine no longer waits for this answer."""
+        self._mark_gone()
+
+    cdef void _failed(self) noexcept:
+        # Before the head went out: a 500. After it: the connection is closed without the last
+        # chunk, which tells the client the body is incomplete.
+        if self.complete or self.gone:
+            return
+        cdef cs.resp_t *resp = &self.h.resp
+        if not self.streaming:
+            _answer_500(resp)
+            self._give(0)
+        else:
+            self._finish()
+            if cs.handoff_give(self.h, -1) != 0:
+                self._mark_gone()
+
+
+cdef class ASGIHandler:
+    """The target of an ASGI route: the application and what every scope shares."""
+    cdef readonly object app
+    cdef readonly str root_path
+    cdef bytes _root_b
+    cdef public object server   # (host, port), set by bind()
+    cdef public dict state      # the lifespan's state, copied into each scope
+    cdef str _label
+
+    def __init__(self, app, str root_path=""):
+        self.app = app
+        self.root_path = root_path.rstrip("/")
+        self._root_b = self.root_path.encode("utf-8")
+        self.server = None
+        self.state = {}
+        self._label = getattr(app, "__qualname__", None) or type(app).__qualname__
+
+    def bind(self, str host, int port):
+        self.server = (host, port)
+
+    def __call__(self, request):
+        # A Python target must be callable; an ASGI route's calls go through _asgi_call.
+        raise RuntimeError("an ASGI route is called by the engine, not as a handler")
+
+    def __repr__(self):
+        return f"<ASGIHandler {self._label} at {self.root_path or '/'}>"
+
+    cdef dict _scope(self, const cyserve_request *req):
+        cdef size_t i
+        cdef const cyserve_header *h
+        cdef const char *peer
+        cdef list headers = []
+        for i in range(req.num_headers):
+            h = &req.headers[i]
+            headers.append((PyBytes_FromStringAndSize(h.name.ptr, <Py_ssize_t>h.name.len).lower(),
+                            PyBytes_FromStringAndSize(h.value.ptr, <Py_ssize_t>h.value.len)))
+        raw_path = PyBytes_FromStringAndSize(req.path.ptr, <Py_ssize_t>req.path.len)
+        client = None
+        if cs.server_req_peer(<const cs.req_t *>req, &peer) == 0:
+            host, _, port = (<bytes>peer).decode("latin-1").rpartition(":")
+            client = (host.strip("[]"), int(port))
+        return {
+            "type": "http",
+            "asgi": _ASGI_VERSION,
+            "http_version": "1.1" if req.minor_version == 1 else "1.0",
+            "method": _method_str(req.method),
+            "scheme": "http",
+            "path": _unquote_latin1(req.path.ptr, req.path.len).encode("latin-1").decode(
+                "utf-8", "surrogateescape"),
+            "raw_path": raw_path,
+            "query_string": PyBytes_FromStringAndSize(req.query.ptr, <Py_ssize_t>req.query.len),
+            "root_path": self.root_path,
+            "headers": headers,
+            "client": client,
+            "server": self.server,
+            "state": self.state.copy(),
+            "extensions": {},
+        }
+
+    cdef _Exchange _start(self, const cyserve_request *req):
+        scope = self._scope(req)
+        cdef _Exchange ex = _Exchange.__new__(_Exchange)
+        ex.handler = self
+        ex.label = self._label
+        ex.body = PyBytes_FromStringAndSize(req.body.ptr, <Py_ssize_t>req.body.len)
+        ex.head = req.method.len == 4 and memcmp(req.method.ptr, "HEAD", 4) == 0
+        # Last, so that nothing can fail between it and resp_set_defer, which hands the
+        # engine its reference.
+        if cs.handoff_new(&ex.h) != 0:
+            raise MemoryError()
+        ex.h.producer = <void *>ex
+        _asgi_queue_call(_asgi_spawn, (ex, self.app, scope))
+        return ex
+
+
+def _asgi_spawn(args):
+    # Not tracked here: a stop cancels every task of the loop but the lifespans' (cyserve.asgi).
+    ex, app, scope = args
+    _asgi_loop.create_task((<_Exchange>ex)._run(app, scope))
+
+
+cdef void _asgi_call(void *opaque, cs.req_t *req, cs.resp_t *resp) noexcept nogil:
+    # The target's py_call for an ASGI route, between the offload hooks like _py_call.
+    with gil:
+        _asgi_call_impl(<object>opaque, <cyserve_request *>req, resp)
+
+
+cdef void _asgi_call_impl(tuple info, cyserve_request *req, cs.resp_t *resp) noexcept:
+    cdef ASGIHandler handler = <ASGIHandler>info[0]
+    cdef _Exchange ex
+    try:
+        if _asgi_loop is None:
+            raise RuntimeError("the ASGI event loop is not running")
+        ex = handler._start(req)
+        # The engine's reference to the handoff: released when the engine leaves it.
+        cs.resp_set_defer(resp, <void *>ex.h)
+    except BaseException:
+        _answer_500(resp)
+        try:
+            _error_log.exception("ASGI application %s failed for %s %s", info[2],
+                                 _latin1(req.method), _latin1(req.target))
+        except BaseException:
+            pass
+
+
+cdef int _asgi_stream(void *opaque, void *stream, cs.resp_t *resp, int op) noexcept nogil:
+    # The target's py_stream for an ASGI route: the engine wrote the last piece (NEXT) or gave
+    # up on the answer (ABANDON). It only tells the producer; the next piece comes through the
+    # handoff.
+    with gil:
+        _asgi_stream_impl(<cs.handoff_t *>stream, op)
+    return 2
+
+
+cdef void _asgi_stream_impl(cs.handoff_t *h, int op) noexcept:
+    if h.producer == NULL:
+        return  # the exchange is gone already: nobody to tell
+    ex = <_Exchange>h.producer
+    if op == cs.SERVER_STREAM_NEXT:
+        _asgi_queue_call(ex._piece_written, None)
+    else:
+        _asgi_queue_call(ex._client_gone, None)
