@@ -14,7 +14,7 @@ CORE_SOURCES := $(wildcard src/cyserve/*.pyx src/cyserve/*.pxd src/cyserve/nativ
 	src/cyserve/native/*.pxi src/cyserve/native/includes/*.pxd src/cyserve/csrc/*.c \
 	src/cyserve/csrc/*.h src/cyserve/csrc/*.S src/cyserve/include/cyserve/*.h) setup.py
 
-.PHONY: all build run test test-c test-asan test-pythons venv-tests dist lint bench bench-quick bench-coro fuzz fuzz-net clean
+.PHONY: all build run test test-c test-asan test-pythons venv-tests dist lint bench bench-quick bench-coro fuzz fuzz-tools fuzz-net clean
 
 all: build
 
@@ -113,8 +113,20 @@ BENCH_CORO_ARGS ?=
 bench-coro: build
 	$(PY) bench/coro/run.py $(BENCH_CORO_ARGS)
 
-fuzz: build
+fuzz: build fuzz-tools
 	$(MAKE) -C fuzz run
+
+# libFuzzer needs clang, which a plain Debian machine lacks: install Debian's package, as a new
+# user would (as root with apt; otherwise say what to install).
+fuzz-tools:
+	@command -v clang >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "make fuzz needs clang: installing Debian's clang package"; \
+	    apt-get update -qq && apt-get install -y -qq clang; \
+	  else \
+	    echo "make fuzz needs clang: install it (Debian/Ubuntu: sudo apt-get install clang)"; \
+	    exit 1; \
+	  fi; }
 
 # Network fuzzing of the whole server, sanitizer build, ten minutes (FUZZ_NET_SECONDS=), with wrk
 # on /plaintext meanwhile; `make test` runs eight seconds of it (tests/e2e/test_fuzz_net.py).
