@@ -1,0 +1,197 @@
+/* faults.c: an LD_PRELOAD shim that makes system calls fail now and then, to show that the server
+ * keeps serving, frees what it held and says so (tests/e2e/test_faults.py).
+ *
+ * CYSERVE_FAULTS lists what to inject, "call=ERRNO:PERMILLE" separated by commas, e.g.
+ *   accept4=EMFILE:200,sendmsg=EPIPE:20,sendfile=ECONNRESET:50,epoll_ctl=ENOMEM:20
+ * Calls: accept4, sendmsg, sendto, writev, sendfile, recvfrom, read, epoll_ctl (EPOLL_CTL_ADD
+ * only: a failed removal would only be a kernel-side leak). ERRNO: EMFILE, ENFILE, EPIPE,
+ * ECONNRESET, ENOMEM, ENOSPC, EIO. The send and receive calls fail only on sockets (an fstat on
+ * the injecting path), so that the access log on a pipe and the eventfds are left alone.
+ * CYSERVE_FAULTS_FROM_MS / CYSERVE_FAULTS_UNTIL_MS (from the shim's load; default 0 / forever)
+ * bound the window; CYSERVE_FAULTS_SEED seeds the choice; CYSERVE_FAULTS_REPORT names a file
+ * that gets "call count" lines at exit.
+ * A release build makes recv and send directly (csrc/conn.h), so recvfrom and sendto are only
+ * reached under the sanitizer build, where the libc calls stay. Put this shim first in
+ * LD_PRELOAD, before the sanitizer runtimes (ASAN_OPTIONS=verify_asan_link_order=0). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { F_ACCEPT4, F_SENDMSG, F_SENDTO, F_WRITEV, F_SENDFILE, F_RECVFROM, F_READ, F_EPOLL_CTL, F_N };
+static const char *const names[F_N] = {"accept4",  "sendmsg",  "sendto", "writev",
+                                       "sendfile", "recvfrom", "read",   "epoll_ctl"};
+static int err_of[F_N];
+static unsigned permille[F_N];
+static atomic_ulong injected[F_N];
+static uint64_t from_ns, until_ns = UINT64_MAX, t0;
+static atomic_ullong rng_state;
+static const char *report;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int errno_named(const char *s)
+{
+    static const struct {
+        const char *n;
+        int e;
+    } t[] = {{"EMFILE", EMFILE}, {"ENFILE", ENFILE}, {"EPIPE", EPIPE}, {"ECONNRESET", ECONNRESET},
+             {"ENOMEM", ENOMEM}, {"ENOSPC", ENOSPC}, {"EIO", EIO}};
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+        if (strcmp(s, t[i].n) == 0)
+            return t[i].e;
+    return 0;
+}
+
+__attribute__((constructor)) static void faults_init(void)
+{
+    t0 = now_ns();
+    const char *v = getenv("CYSERVE_FAULTS_FROM_MS");
+    if (v)
+        from_ns = t0 + strtoull(v, NULL, 10) * 1000000ull;
+    v = getenv("CYSERVE_FAULTS_UNTIL_MS");
+    if (v)
+        until_ns = t0 + strtoull(v, NULL, 10) * 1000000ull;
+    v = getenv("CYSERVE_FAULTS_SEED");
+    atomic_store(&rng_state, v ? strtoull(v, NULL, 10) | 1 : 0x9E3779B97F4A7C15ull);
+    report = getenv("CYSERVE_FAULTS_REPORT");
+    const char *spec = getenv("CYSERVE_FAULTS");
+    if (!spec)
+        return;
+    char buf[1024];
+    snprintf(buf, sizeof(buf), "%s", spec);
+    for (char *save = NULL, *item = strtok_r(buf, ",", &save); item;
+         item = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(item, '='), *colon = eq ? strchr(eq, ':') : NULL;
+        if (!eq || !colon)
+            continue;
+        *eq = *colon = 0;
+        for (int i = 0; i < F_N; i++) {
+            if (strcmp(item, names[i]) == 0) {
+                err_of[i] = errno_named(eq + 1);
+                permille[i] = (unsigned)strtoul(colon + 1, NULL, 10);
+            }
+        }
+    }
+}
+
+__attribute__((destructor)) static void faults_report(void)
+{
+    if (!report)
+        return;
+    FILE *f = fopen(report, "w");
+    if (!f)
+        return;
+    for (int i = 0; i < F_N; i++)
+        fprintf(f, "%s %lu\n", names[i], atomic_load(&injected[i]));
+    fclose(f);
+}
+
+/* Inject call k now? Sets errno and counts when it does. */
+static int fault(int k, int fd)
+{
+    if (!permille[k] || !err_of[k])
+        return 0;
+    uint64_t t = now_ns();
+    if (t < from_ns || t >= until_ns)
+        return 0;
+    /* xorshift64*, shared: a lost update only repeats a number. */
+    unsigned long long x = atomic_load_explicit(&rng_state, memory_order_relaxed);
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    atomic_store_explicit(&rng_state, x, memory_order_relaxed);
+    if ((unsigned)(((x * 0x2545F4914F6CDD1Dull) >> 33) % 1000) >= permille[k])
+        return 0;
+    if (fd >= 0) {
+        struct stat st;
+        if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode))
+            return 0;
+    }
+    atomic_fetch_add(&injected[k], 1);
+    errno = err_of[k];
+    return 1;
+}
+
+/* The next definition of name (libc's, or a sanitizer's interceptor), looked up once. */
+#define REAL(name)                                                                                 \
+    ({                                                                                             \
+        static __typeof__(&name) real_;                                                            \
+        if (!real_)                                                                                \
+            real_ = (__typeof__(&name))dlsym(RTLD_NEXT, #name);                                    \
+        real_;                                                                                     \
+    })
+
+int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+    if (fault(F_ACCEPT4, -1))
+        return -1;
+    return REAL(accept4)(fd, addr, len, flags);
+}
+
+ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+    if (fault(F_SENDMSG, fd))
+        return -1;
+    return REAL(sendmsg)(fd, msg, flags);
+}
+
+ssize_t sendto(int fd, const void *buf, size_t len, int flags, const struct sockaddr *a,
+               socklen_t alen)
+{
+    if (fault(F_SENDTO, fd))
+        return -1;
+    return REAL(sendto)(fd, buf, len, flags, a, alen);
+}
+
+ssize_t writev(int fd, const struct iovec *iov, int cnt)
+{
+    if (fault(F_WRITEV, fd))
+        return -1;
+    return REAL(writev)(fd, iov, cnt);
+}
+
+ssize_t sendfile(int out, int in, off_t *off, size_t count)
+{
+    if (fault(F_SENDFILE, out))
+        return -1;
+    return REAL(sendfile)(out, in, off, count);
+}
+
+ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *a, socklen_t *alen)
+{
+    if (fault(F_RECVFROM, fd))
+        return -1;
+    return REAL(recvfrom)(fd, buf, len, flags, a, alen);
+}
+
+ssize_t read(int fd, void *buf, size_t len)
+{
+    if (fault(F_READ, fd))
+        return -1;
+    return REAL(read)(fd, buf, len);
+}
+
+int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
+{
+    if (op == EPOLL_CTL_ADD && fault(F_EPOLL_CTL, -1))
+        return -1;
+    return REAL(epoll_ctl)(epfd, op, fd, ev);
+}
