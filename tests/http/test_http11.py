@@ -296,6 +296,20 @@ def test_expect_100_continue(port):
         assert (r.status, r.body) == (200, b"data")
 
 
+@pytest.mark.parametrize("target,status", [
+    (b"/nowhere", 404), (b"/plaintext", 405),
+], ids=["no-route", "method-not-allowed"])
+def test_expect_100_continue_is_answered_after_routing(port, target, status):
+    # The final answer comes instead of 100 Continue, so the client never uploads for nothing;
+    # the body it did not send is not waited for, and the connection closes after the answer.
+    with Conn(port) as c:
+        c.send(b"POST " + target + b" HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n"
+               b"Expect: 100-continue\r\n\r\n")
+        r = c.reply()
+        assert (r.status, r.header("connection")) == (status, "close")
+        assert c.is_closed()
+
+
 def test_expect_100_continue_not_sent_when_body_is_there(port):
     with Conn(port) as c:
         c.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n"

@@ -478,6 +478,21 @@ static int serve_loop(struct http1_session *sv)
             sv->rq.log_have_req = 1;
             sv->rq.log_t0 = clock_mono_ns();
         }
+        if (UNLIKELY(sv->rq.head.expect_continue) && !request_reads_body(&sv->rq)) {
+            /* Routing comes before 100 Continue: a 404, a 405, or a route that reads no body is
+             * the answer, so the client never uploads for nothing. What it sends anyway is not
+             * read: the connection closes after the answer. (413 comes from read_body's
+             * limits, also before 100 Continue.) */
+            int rc = request_dispatch(&sv->rq, NULL, 0);
+            if (LIKELY(rc == 0))
+                rc = http1_send_answer(sv, 0);
+            if (UNLIKELY(s->cfg.access_log_fd >= 0)) {
+                access_log_write(&sv->rq);
+                sv->rq.log_have_req = 0;
+            }
+            http1_flush(sv);
+            return SERVE_CLOSE;
+        }
         const char *body = NULL;
         size_t body_len = 0, next = off;
         if (read_body(sv, off, (size_t)n, &body, &body_len, &next))

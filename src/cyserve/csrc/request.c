@@ -165,6 +165,17 @@ static int await_deferred(struct request *rq)
     return 0;
 }
 
+int request_reads_body(struct request *rq)
+{
+    struct router_match m;
+    int rc = router_match(rq->srv->router, ROUTER_METHOD_BIT(rq->head.method_id), rq->head.path,
+                          rq->head.path_len, &m);
+    if (rc < 0)
+        return 0; /* 404, 405, 500: answered without it */
+    const struct server_target *t = m.target;
+    return t->kind != SERVER_STATIC && t->kind != SERVER_FILES;
+}
+
 int request_dispatch(struct request *rq, const char *body, size_t body_len)
 {
     struct http_request *req = &rq->head;

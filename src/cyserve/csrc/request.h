@@ -161,6 +161,11 @@ void request_answer_simple(struct request_answer *a, char *buf, size_t cap, int 
  * coroutine serving the connection. */
 int request_dispatch(struct request *rq, const char *body, size_t body_len);
 
+/* Would the answer to the parsed request rq need its body? No for a 404, a 405, and a static or
+ * files route: a client that asked `Expect: 100-continue` then gets that answer instead of
+ * 100 Continue, and never sends the body for nothing. The coroutine serving the connection. */
+int request_reads_body(struct request *rq);
+
 /* Leave rq's handoff, if it has one. The serving coroutine. */
 void request_leave_defer(struct request *rq);
 
