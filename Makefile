@@ -14,7 +14,7 @@ CORE_SOURCES := $(wildcard src/cyserve/*.pyx src/cyserve/*.pxd src/cyserve/nativ
 	src/cyserve/native/*.pxi src/cyserve/native/includes/*.pxd src/cyserve/csrc/*.c \
 	src/cyserve/csrc/*.h src/cyserve/csrc/*.S src/cyserve/include/cyserve/*.h) setup.py
 
-.PHONY: all build run test test-c test-asan test-pythons venv-tests dist lint bench bench-quick bench-coro fuzz fuzz-tools fuzz-net clean
+.PHONY: all build run test test-c test-asan test-pythons venv-tests dist lint bench bench-quick bench-coro soak fuzz fuzz-tools fuzz-net clean
 
 all: build
 
@@ -127,6 +127,12 @@ fuzz-tools:
 	    echo "make fuzz needs clang: install it (Debian/Ubuntu: sudo apt-get install clang)"; \
 	    exit 1; \
 	  fi; }
+
+# A ten-minute mixed soak (SOAK_SECONDS=): --processes 2 with a worker killed every minute, RSS
+# and descriptors sampled every 10 s, a report with a plot in bench/results/soak/.
+SOAK_SECONDS ?= 600
+soak: build
+	$(PY) bench/soak.py --seconds $(SOAK_SECONDS)
 
 # Network fuzzing of the whole server, sanitizer build, ten minutes (FUZZ_NET_SECONDS=), with wrk
 # on /plaintext meanwhile; `make test` runs eight seconds of it (tests/e2e/test_fuzz_net.py).

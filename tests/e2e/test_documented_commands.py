@@ -65,9 +65,9 @@ COMMANDISH = re.compile(r"^(?:make|cyserve|python3?|\.venv/bin/\S+)\s")
 SKIP = {
     r"^make test\b": "runs this very suite",
     r"^make build\b": "builds, serves nothing: this suite runs on its result",
-    r"^make (?:bench|bench-quick|bench-coro)\b": "benchmarks: install peers and run for "
-                                                 "minutes (tests/test_bench_smoke.py covers the "
-                                                 "runner)",
+    r"^make (?:bench|bench-quick|bench-coro|soak)\b": "benchmarks and the soak: install peers "
+                                                      "or run for minutes (tests/bench/ runs "
+                                                      "short versions of each)",
     r"^make fuzz\b": "make fuzz needs clang (tests/test_fuzz_replay.py replays the corpus "
                      "with gcc); make fuzz-net runs for ten minutes (tests/e2e/test_fuzz_net.py "
                      "runs eight seconds of it)",
