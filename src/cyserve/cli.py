@@ -33,7 +33,8 @@ EXIT_USAGE = 2
 # Numeric options arrive as text and are converted here rather than by argparse, so that a bad
 # value gets the same "invalid --NAME VALUE: REASON" line as a value Config rejects.
 _INT_OPTIONS = ("port", "threads", "processes", "blocking_threads", "backlog", "max_header_bytes",
-                "max_target_bytes", "max_headers", "max_body_bytes")
+                "max_target_bytes", "max_headers", "max_body_bytes", "body_budget",
+                "min_body_rate")
 _FLOAT_OPTIONS = ("keepalive_timeout", "header_timeout", "body_timeout", "graceful_timeout")
 
 
@@ -85,6 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds for the whole header block (408 beyond)")
     p.add_argument("--body-timeout", metavar="SECONDS", default=str(defaults.body_timeout),
                    help="seconds a body may make no progress (408 beyond)")
+    p.add_argument("--body-budget", metavar="BYTES", default=str(defaults.body_budget),
+                   help="request body bytes all connections may hold at once while bodies "
+                        "arrive; past it bodies wait unread, 503 after --body-timeout (default "
+                        f"{defaults.body_budget}; 0 = no bound)")
+    p.add_argument("--min-body-rate", metavar="BYTES_PER_S", default=str(defaults.min_body_rate),
+                   help="bytes/s a body must average once --body-timeout has passed since it "
+                        f"began; slower gets 408 (default {defaults.min_body_rate}; 0 = none)")
     p.add_argument("--graceful-timeout", metavar="SECONDS", default=str(defaults.graceful_timeout),
                    help="seconds in-flight requests get to finish on shutdown")
     p.add_argument("--log-level", default=defaults.log_level, choices=LOG_LEVELS, type=str.lower,

@@ -87,6 +87,12 @@ class Config:
     keepalive_timeout: float = 5.0  # an idle keep-alive connection is closed after this
     header_timeout: float = 10.0  # the whole header block must arrive within this (else 408)
     body_timeout: float = 10.0  # a body that makes no progress for this long gets 408
+    # Request body bytes all connections may hold at once while bodies arrive (0: no bound);
+    # past it bodies are not read until it frees, and get 503 after body_timeout.
+    body_budget: int = 64 << 20
+    # Bytes/s a body must average once body_timeout has passed since it began (0: no minimum);
+    # slower gets 408, as Apache's mod_reqtimeout MinRate (500 is its default too).
+    min_body_rate: int = 500
     graceful_timeout: float = 5.0  # on shutdown, in-flight requests get this long to finish
     log_level: str = "info"
     access_log: bool = False  # one line per response on standard output (csrc/access_log.c)
@@ -136,6 +142,8 @@ class Config:
             "keepalive_timeout": float(self.keepalive_timeout),
             "header_timeout": float(self.header_timeout),
             "body_timeout": float(self.body_timeout),
+            "body_budget": self.body_budget,
+            "min_body_rate": self.min_body_rate,
         }
 
     def _validate(self) -> None:
@@ -145,6 +153,8 @@ class Config:
         _check_int("threads", self.threads, 0, MAX_THREADS)
         _check_int("processes", self.processes, 1, MAX_PROCESSES)
         _check_int("blocking_threads", self.blocking_threads, 0, MAX_BLOCKING_THREADS)
+        _check_int("body_budget", self.body_budget, 0, 1 << 40)
+        _check_int("min_body_rate", self.min_body_rate, 0, 1 << 40)
         if self.processes > 1 and self.port == 0:
             raise ConfigError("processes", self.processes, "needs a fixed port: with port 0 "
                               "each process would listen on a port of its own")

@@ -537,7 +537,8 @@ def test_silent_connection_is_closed():
 
 
 def test_slow_but_steady_body_is_not_cut():
-    with serving(ROUTES, threads=1, body_timeout=0.4) as srv:
+    # Progress restarts body_timeout; the minimum rate (below) is turned off for this one.
+    with serving(ROUTES, threads=1, body_timeout=0.4, min_body_rate=0) as srv:
         with Conn(srv.port) as c:
             c.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 12\r\n\r\n")
             for i in range(12):  # 12 x 0.15 s: longer than body_timeout in total
@@ -545,6 +546,60 @@ def test_slow_but_steady_body_is_not_cut():
                 c.send(b"%x" % i)
             r = c.reply()
             assert (r.status, r.body) == (200, b"0123456789ab")
+
+
+def test_body_below_the_minimum_rate_gets_408():
+    # A byte every 0.15 s restarts body_timeout each time, but averages far below
+    # min_body_rate once body_timeout (the grace) has passed: 408, as Apache's MinRate.
+    with serving(ROUTES, threads=1, body_timeout=0.4, min_body_rate=100) as srv:
+        with Conn(srv.port) as c:
+            c.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n")
+            t0 = time.monotonic()
+            try:
+                for _ in range(40):
+                    time.sleep(0.15)
+                    c.send(b"x")
+            except OSError:
+                pass
+            r = c.reply()
+            assert (r.status, r.body) == (408, b"408 Request Timeout: request body too slow\n")
+            assert time.monotonic() - t0 < 4.0
+
+
+def test_bodies_past_the_budget_wait_unread_then_go_on():
+    # A budget for one body: the second waits (its bytes stay in the kernel) until the first
+    # is answered, then is read and answered too.
+    with serving(ROUTES, threads=1, body_budget=60_000, body_timeout=5.0) as srv:
+        with Conn(srv.port) as a, Conn(srv.port) as b:
+            a.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 50000\r\n\r\n")
+            a.send(b"a" * 1000)
+            time.sleep(0.2)  # a holds 50,000 of the budget now
+            b.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 50000\r\n\r\n")
+            b.send(b"b" * 50000)
+            b.sock.settimeout(0.5)
+            with pytest.raises(TimeoutError):  # b waits: nothing comes back yet
+                b.sock.recv(1)
+            b.sock.settimeout(10)
+            a.send(b"a" * 49000)
+            assert a.reply().body == b"a" * 50000
+            assert b.reply().body == b"b" * 50000
+
+
+def test_a_body_that_waits_past_body_timeout_for_the_budget_gets_503():
+    with serving(ROUTES, threads=1, body_budget=60_000, body_timeout=0.5,
+                 min_body_rate=0) as srv:
+        with Conn(srv.port) as a, Conn(srv.port) as b:
+            a.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 50000\r\n\r\n")
+            for _ in range(4):  # keeps a's body alive (progress within body_timeout)
+                a.send(b"a")
+                time.sleep(0.1)
+            b.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 50000\r\n\r\n")
+            b.send(b"b" * 100)
+            for _ in range(10):
+                time.sleep(0.1)
+                a.send(b"a")
+            r = b.reply()
+            assert (r.status, r.header("connection")) == (503, "close")
 
 
 def test_stalled_body_gets_408():

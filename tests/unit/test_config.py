@@ -31,6 +31,7 @@ def test_server_kwargs_match_the_engine_contract() -> None:
         "max_header_bytes": 8192, "max_target_bytes": 8192, "max_headers": 100,
         "max_body_bytes": 1048576, "keepalive_timeout": 2.0, "header_timeout": 10.0,
         "body_timeout": 10.0, "shared_port": False, "access_log": False,
+        "body_budget": 64 << 20, "min_body_rate": 500,
     }
     assert isinstance(c.server_kwargs()["keepalive_timeout"], float)
     # Set only by the process supervisor for its workers (cyserve/supervisor.py).

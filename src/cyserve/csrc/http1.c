@@ -74,9 +74,63 @@ int http1_static_head(int status, const char *lines, size_t lines_len, size_t bo
 
 enum { SERVE_IDLE = 0, SERVE_CLOSE = 1 };
 
+/* ---- the server-wide body budget ---- */
+
+/* Give back what this request holds of the budget. Any path: after the answer, and at the
+ * session's end (serve_cleanup, which also runs when a stop cancels the coroutine). */
+static void body_budget_release(struct http1_session *sv)
+{
+    if (sv->body_held) {
+        /* safety: a counter; see body_budget_hold. */
+        atomic_fetch_sub_explicit(&sv->srv->body_held, sv->body_held, memory_order_relaxed);
+        sv->body_held = 0;
+    }
+}
+
+/* Hold `total` bytes of the budget for this request's body (the part it holds already counts).
+ * While the budget is spent, wait without reading (the client's sends back up: TCP pushes back),
+ * looking again every few milliseconds, until deadline. A request may always hold its body when
+ * nothing else is held, so that one body as large as the budget still passes. Returns 0, or
+ * -EBUSY at the deadline (the caller answers 503). */
+static int body_budget_hold(struct http1_session *sv, uint64_t total, int64_t deadline)
+{
+    struct server *s = sv->srv;
+    uint64_t cap = s->cfg.body_budget;
+    if (!cap || total <= sv->body_held)
+        return 0;
+    uint64_t more = total - sv->body_held;
+    for (;;) {
+        /* safety: relaxed: the counter only bounds memory; no data is published through it. */
+        uint64_t cur = atomic_load_explicit(&s->body_held, memory_order_relaxed);
+        if (cur + more <= cap || cur == sv->body_held) {
+            if (atomic_compare_exchange_weak_explicit(&s->body_held, &cur, cur + more,
+                                                      memory_order_relaxed, memory_order_relaxed)) {
+                sv->body_held += more;
+                return 0;
+            }
+            continue;
+        }
+        if (deadline >= 0 && sched_now_ns() >= (uint64_t)deadline)
+            return -EBUSY;
+        if (sched_sleep_ns(5 * 1000 * 1000) < 0)
+            return -EBUSY; /* stopping */
+    }
+}
+
+/* The minimum rate (cfg.min_body_rate, after a grace of body_timeout): got bytes since t0. */
+static int body_too_slow(const struct server *s, uint64_t t0, uint64_t got)
+{
+    uint64_t rate = s->cfg.min_body_rate;
+    if (!rate)
+        return 0;
+    uint64_t el = sched_now_ns() - t0;
+    return el > s->cfg.body_timeout_ns && got < rate * (el / 1000000000ull);
+}
+
 static void serve_cleanup(void *arg)
 {
     struct http1_session *sv = arg;
+    body_budget_release(sv);
     if (sv->rq.defer)
         request_leave_defer(&sv->rq);
     resp_free(&sv->rq.resp);
@@ -316,6 +370,7 @@ static int read_body(struct http1_session *sv, size_t off, size_t head_len, cons
     size_t head_end = off + head_len;
     char *old_buf = c->buf;
     int sent_continue = 0;
+    uint64_t t0 = 0; /* when reading the body began (sched_now_ns), for the minimum rate */
     *body = NULL;
     *body_len = 0;
     if (sv->rq.head.chunked) {
@@ -343,6 +398,12 @@ static int read_body(struct http1_session *sv, size_t off, size_t head_len, cons
                 return http1_error_close(sv, 413, "request body too large");
             if (maybe_continue(sv, &sent_continue))
                 return SERVE_CLOSE;
+            if (!t0)
+                t0 = sched_now_ns();
+            else if (body_too_slow(s, t0, dec))
+                return http1_error_close(sv, 408, "request body too slow");
+            if (body_budget_hold(sv, dec + 4096, conn_deadline_after(s->cfg.body_timeout_ns)))
+                return http1_error_close(sv, 503, "too many request bodies in progress");
             if (conn_reserve(sv->c, c->len + 4096) < 0)
                 return http1_error_close(sv, 413, "request body too large");
             ssize_t n = conn_read_wait(sv->c, conn_deadline_after(s->cfg.body_timeout_ns));
@@ -361,9 +422,16 @@ static int read_body(struct http1_session *sv, size_t off, size_t head_len, cons
         if (c->len < need) {
             if (maybe_continue(sv, &sent_continue))
                 return SERVE_CLOSE;
+            /* Held before the buffer grows: the budget bounds what the server will hold. */
+            if (body_budget_hold(sv, cl, conn_deadline_after(s->cfg.body_timeout_ns)))
+                return http1_error_close(sv, 503, "too many request bodies in progress");
             if (conn_reserve(sv->c, need) < 0)
                 return http1_error_close(sv, 413, "request body too large");
+            t0 = sched_now_ns();
+            size_t had = c->len;
             while (c->len < need) {
+                if (body_too_slow(s, t0, c->len - had))
+                    return http1_error_close(sv, 408, "request body too slow");
                 ssize_t n = conn_read_wait(sv->c, conn_deadline_after(s->cfg.body_timeout_ns));
                 if (n == -ETIMEDOUT)
                     return http1_error_close(sv, 408, "request body timed out");
@@ -501,6 +569,7 @@ static int serve_loop(struct http1_session *sv)
         int rc = request_dispatch(&sv->rq, body, body_len);
         if (LIKELY(rc == 0))
             rc = http1_send_answer(sv, keep);
+        body_budget_release(sv);
         if (UNLIKELY(s->cfg.access_log_fd >= 0)) {
             access_log_write(&sv->rq);
             sv->rq.log_have_req = 0;
@@ -543,6 +612,7 @@ int http1_serve(struct coro *co, void *arg)
     sv->rq.log_status = 0;
     sv->rq.log_have_req = 0;
     sv->rq.defer = NULL;
+    sv->body_held = 0;
     resp_init(&sv->rq.resp);
     wbuf_init(&sv->out, sv->out_inline, sizeof(sv->out_inline));
     sv->rq.max_headers = s->cfg.limits.max_headers;

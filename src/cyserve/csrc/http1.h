@@ -32,6 +32,7 @@ struct http1_session {
     struct wbuf out;
     char out_inline[HTTP1_OUT_INLINE];
     struct request rq;
+    uint64_t body_held; /* bytes of the server's body budget this request holds (http1.c) */
 };
 
 /* HTTP/1.1 as a connection's protocol (conn_proto): on_readable tries the inline path, then

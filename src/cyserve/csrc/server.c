@@ -65,6 +65,8 @@ void server_config_default(struct server_config *cfg)
     cfg->port = 8000;
     cfg->threads = 0;
     cfg->blocking_threads = 16;
+    cfg->body_budget = 64ull << 20;
+    cfg->min_body_rate = 500;
     cfg->backlog = 1024;
     cfg->access_log_fd = -1;
     http_limits_default(&cfg->limits);

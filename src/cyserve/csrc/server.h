@@ -104,6 +104,11 @@ struct server_config {
     uint64_t keepalive_ns;      /* idle keep-alive connection is closed after this */
     uint64_t header_timeout_ns; /* whole head must arrive within this, from its first byte: 408 */
     uint64_t body_timeout_ns;   /* a body (or a response write) without progress for this: 408 */
+    uint64_t body_budget;       /* request body bytes all connections may hold at once while
+                                 * bodies arrive; past it, bodies are not read (TCP pushes back)
+                                 * until it frees, 503 after body_timeout; 0: no bound */
+    uint64_t min_body_rate;     /* bytes/s a body must average once body_timeout has passed since
+                                 * it began (Apache's MinRate): slower gets 408; 0: no minimum */
 };
 
 /* Defaults: keep-alive 5 s, head 10 s, body 10 s, 8 KiB head/target, 100 headers,

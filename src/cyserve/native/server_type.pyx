@@ -95,13 +95,16 @@ cdef class Server:
                  int max_header_bytes=8192, int max_target_bytes=8192, int max_headers=100,
                  max_body_bytes=1048576, double keepalive_timeout=5.0,
                  double header_timeout=10.0, double body_timeout=10.0, bint shared_port=False,
-                 bint access_log=False, int blocking_threads=16):
+                 bint access_log=False, int blocking_threads=16, body_budget=64 << 20,
+                 min_body_rate=500):
         if self._router != NULL:
             raise RuntimeError("Server.__init__ called twice")
         if not 0 <= port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {port}")
         if threads < 0:
             raise ValueError(f"threads must be >= 0, got {threads}")
+        if not 0 <= body_budget <= 1 << 40 or not 0 <= min_body_rate <= 1 << 40:
+            raise ValueError("body_budget and min_body_rate must be in 0..2**40")
         if not 0 <= blocking_threads <= 1024:
             raise ValueError(f"blocking_threads must be in 0..1024, got {blocking_threads}")
         if backlog < 1:
@@ -138,6 +141,8 @@ cdef class Server:
         cfg.port = port
         cfg.threads = threads
         cfg.blocking_threads = blocking_threads
+        cfg.body_budget = body_budget
+        cfg.min_body_rate = min_body_rate
         cfg.backlog = backlog
         cfg.shared_port = 1 if shared_port else 0
         # The access log goes to standard output, one write(2) per line from the workers.

@@ -64,6 +64,8 @@ cdef extern from "csrc/server.h" nogil:
         int port
         unsigned threads
         unsigned blocking_threads
+        uint64_t body_budget
+        uint64_t min_body_rate
         int backlog
         int access_log_fd
         int shared_port
