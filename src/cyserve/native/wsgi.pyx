@@ -6,13 +6,17 @@
 #
 # A WSGIHandler is the target of an ordinary "python" route (app.wsgi mounts one under a prefix),
 # so it runs on a worker thread holding the GIL, between the offload hooks, like any handler.
+import io as _io
 from io import BytesIO as _BytesIO
+import os as _os
+import stat as _stat
 import sys as _sys
 from wsgiref.util import FileWrapper as _FileWrapper
 
 from cpython.dict cimport PyDict_Copy, PyDict_GetItem
 from cpython.unicode cimport PyUnicode_DecodeLatin1
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
+from libc.stdint cimport uint64_t
 from libc.string cimport memchr, memcmp
 
 cdef extern from "<strings.h>" nogil:
@@ -211,7 +215,9 @@ cdef class WSGIHandler:
         cdef bint head = req.method.len == 4 and memcmp(req.method.ptr, "HEAD", 4) == 0
         cdef bint streaming = False
         try:
-            if type(result) is list or type(result) is tuple:
+            if type(result) is _FileWrapper and _wsgi_file(answer, <object>result):
+                pass  # sent from the file, with sendfile; closed below
+            elif type(result) is list or type(result) is tuple:
                 # The whole body at once: nothing can be gained by streaming it.
                 for chunk in result:
                     _wsgi_take(answer, chunk)
@@ -227,6 +233,34 @@ cdef class WSGIHandler:
                 _wsgi_close(answer.result)
             raise WSGIError("the WSGI application returned without calling start_response")
         return answer
+
+
+cdef bint _wsgi_file(_WSGIAnswer answer, wrapper) except -1:
+    """When wrapper (wsgi.file_wrapper's) reads a regular file in binary mode and the answer can
+    be all of its rest, take a descriptor of the file into answer (its body, sent with sendfile
+    from the file's current position to its end) and return True. Otherwise False: the wrapper
+    is iterated as any iterable, with the same outcome for the app as before."""
+    if answer.status == 0 or answer.status == 204 or answer.status == 304 or answer.chunks:
+        return False
+    f = getattr(wrapper, "filelike", None)
+    if not isinstance(f, (_io.BufferedIOBase, _io.RawIOBase)):
+        return False  # a text file would yield str (the app's error), a socket is no file
+    try:
+        fd = f.fileno()
+        st = _os.fstat(fd)
+        if not _stat.S_ISREG(st.st_mode):
+            return False
+        pos = f.tell()
+    except (OSError, ValueError):  # io.UnsupportedOperation is both
+        return False
+    rest = max(0, st.st_size - pos)
+    length = answer.length_value()
+    if length is not None and length != rest:
+        return False  # what iterating gives (a mismatch is the app's error)
+    answer.file_fd = _os.dup(fd)  # the app's file is closed next; this stays open
+    answer.file_offset = pos
+    answer.file_len = rest
+    return True
 
 
 cdef int _wsgi_take(_WSGIAnswer answer, chunk) except -1:
@@ -304,6 +338,7 @@ cdef int _py_stream_impl(tuple info, PyObject *ref, cs.resp_t *resp, int op) noe
     cdef _WSGIStream st = <_WSGIStream>ref
     cdef int rc = -1
     cdef bint entered = False
+    _leases_drain()  # the piece before this one, among others
     try:
         # Every piece, and the close, in the context the app's call ran in: what the call set
         # (Flask's request context) is there, and what a piece sets is there for the next.
@@ -391,6 +426,14 @@ cdef class _WSGIAnswer:
     cdef bint head_unknown  # an answer to HEAD whose GET length is not known
     cdef object it  # the rest of the body, when it is streamed
     cdef object result
+    # A body in a file (wsgi.file_wrapper, _wsgi_file): our descriptor of it, or None.
+    cdef object file_fd
+    cdef uint64_t file_offset
+    cdef uint64_t file_len
+
+    def __dealloc__(self):
+        if self.file_fd is not None:  # never handed to the engine (the answer failed)
+            _os.close(self.file_fd)
 
     cdef object length_value(self):
         """The announced Content-Length as an int, or None (none, or a 204/304's)."""
@@ -515,6 +558,11 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx) except -1:
             _add_header(resp, name, value)
         if a.close:
             _add_header(resp, "Connection", "close")
+        if a.file_fd is not None:
+            _check_rc(cs.resp_set_body_file(resp, <int>a.file_fd, a.file_offset, a.file_len),
+                      "file body")
+            a.file_fd = None  # the response's now
+            return 0
         chunks = a.chunks
         if not chunks or a.head_unknown:  # an answer to HEAD sends none of it anyway
             body = b""
