@@ -520,9 +520,7 @@ cdef void _py_call(void *opaque, cs.req_t *req, cs.resp_t *resp) noexcept nogil:
 
 
 cdef void _py_call_impl(tuple info, cyserve_request *req, cs.resp_t *resp) noexcept:
-    cdef Request r = Request.__new__(Request)
-    r._req = req
-    r._int_params = info[1]
+    cdef Request r = None
     handler = info[0]
     cdef object ctx = None
     _leases_drain()
@@ -530,7 +528,13 @@ cdef void _py_call_impl(tuple info, cyserve_request *req, cs.resp_t *resp) noexc
         # A context of its own for each call (see the top of this file).
         ctx = PyContext_New()
         PyContext_Enter(ctx)
-        result = handler(r)
+        if type(handler) is WSGIHandler:  # native/wsgi.pyx: no Request needed
+            result = (<WSGIHandler>handler)._call(req)
+        else:
+            r = Request.__new__(Request)
+            r._req = req
+            r._int_params = info[1]
+            result = handler(r)
         head = req.method.len == 4 and (<const char *>req.method.ptr)[:4] == b"HEAD"
         if type(result) is _WSGIAnswer:  # native/wsgi.pyx
             _fill_wsgi(<_WSGIAnswer>result, resp, head, ctx)
@@ -544,7 +548,8 @@ cdef void _py_call_impl(tuple info, cyserve_request *req, cs.resp_t *resp) noexc
         except BaseException:
             pass
     finally:
-        r._req = NULL
+        if r is not None:
+            r._req = NULL
         if ctx is not None:
             _context_exit(ctx)
 
