@@ -125,6 +125,8 @@ cdef object _env_key(const char *name, size_t n):
 
 cdef extern from "Python.h":
     object _PyDict_NewPresized(Py_ssize_t minused)
+    PyObject *PyDict_SetDefault(object d, object key, object value) except NULL  # borrowed
+    Py_ssize_t PyDict_GET_SIZE(object d)
 
 
 cdef dict _presized(dict items):
@@ -205,6 +207,7 @@ cdef class WSGIHandler:
         cdef bytes body = PyBytes_FromStringAndSize(req.body.ptr, <Py_ssize_t>req.body.len)
         env["wsgi.input"] = _BytesIO(body)
         cdef bint had_length = False
+        cdef Py_ssize_t used
         for i in range(req.num_headers):
             h = &req.headers[i]
             key = _env_key(h.name.ptr, h.name.len)
@@ -213,10 +216,11 @@ cdef class WSGIHandler:
                     had_length = True
                 continue
             value = _str_of(h.value)
-            old = env.get(key)
-            if old is None:
-                env[key] = value
-            else:  # a repeated field: one value, as Request.headers joins them
+            # One lookup that inserts, rather than a get and a set; the dict grew when the name
+            # was new (not "the value came back": one-character and empty strs are shared).
+            used = PyDict_GET_SIZE(env)
+            old = <object>PyDict_SetDefault(env, key, value)
+            if PyDict_GET_SIZE(env) == used:  # repeated: one value, as Request.headers joins them
                 env[key] = old + ("; " if key == "HTTP_COOKIE" else ", ") + value
         if req.body.len or had_length:
             env["CONTENT_LENGTH"] = str(req.body.len)
