@@ -108,13 +108,13 @@ void resp_init(struct cyserve_response *r)
 }
 
 /* Let go of a lent body and of a file body the request core did not take. */
-static void body_let_go(struct cyserve_response *r)
+static inline void body_let_go(struct cyserve_response *r)
 {
-    if (r->lease) {
+    if (UNLIKELY(r->lease != NULL)) {
         resp_lease_give_back(r->lease);
         r->lease = NULL;
     }
-    if (r->body_fd >= 0) {
+    if (UNLIKELY(r->body_fd >= 0)) {
         close(r->body_fd);
         r->body_fd = -1;
     }
@@ -324,10 +324,8 @@ int resp_set_body_lent(struct cyserve_response *r, const void *data, size_t len,
     return 0;
 }
 
-void resp_body_return(struct cyserve_response *r)
+void resp_body_return_lent(struct cyserve_response *r)
 {
-    if (!r->lease)
-        return;
     resp_lease_give_back(r->lease);
     r->lease = NULL;
     r->body_static = NULL;

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "compat.h"
 #include "wbuf.h"
 
 #include "cyserve/handler.h"
@@ -166,9 +167,14 @@ int resp_set_body_static(struct cyserve_response *r, const void *data, size_t le
 int resp_set_body_lent(struct cyserve_response *r, const void *data, size_t len,
                        struct resp_lease *lease);
 
-/* Hand r's lent body back now (the bytes are written) and forget the body. No-op without one.
- * The serving coroutine. */
-void resp_body_return(struct cyserve_response *r);
+/* Hand r's lent body back now (the bytes are written) and forget the body. No-op without one
+ * (inline: a test on every response's path). The serving coroutine. */
+void resp_body_return_lent(struct cyserve_response *r);
+static inline void resp_body_return(struct cyserve_response *r)
+{
+    if (UNLIKELY(r->lease != NULL))
+        resp_body_return_lent(r);
+}
 
 /* Make len bytes of the file fd from offset the whole body, sent with sendfile; r takes fd
  * (closed by resp_reset or resp_free unless the request core took it). -EEXIST if the body was

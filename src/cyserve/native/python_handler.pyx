@@ -403,13 +403,16 @@ cdef extern from *:
     cs.resp_lease_list cyserve__leases_back
 
 
-cdef void _leases_drain() noexcept:
-    """Drop the references of every body the engine handed back. GIL held."""
-    cdef cs.resp_lease *lease
+cdef inline void _leases_drain() noexcept:
+    """Drop the references of every body the engine handed back. GIL held. Inline: one relaxed
+    load on every Python call, the loop only when there is something to drop."""
+    if cs.resp_lease_pending(&cyserve__leases_back):
+        _leases_drop()
+
+
+cdef void _leases_drop() noexcept:
     cdef cs.resp_lease *nxt
-    if not cs.resp_lease_pending(&cyserve__leases_back):
-        return
-    lease = cs.resp_lease_take_all(&cyserve__leases_back)
+    cdef cs.resp_lease *lease = cs.resp_lease_take_all(&cyserve__leases_back)
     while lease != NULL:
         nxt = lease.next
         Py_DECREF(<object>lease.owner)
@@ -417,17 +420,25 @@ cdef void _leases_drain() noexcept:
         lease = nxt
 
 
-cdef int _set_body(cs.resp_t *resp, bytes b) except -1:
+cdef inline int _set_body(cs.resp_t *resp, bytes b) except -1:
     cdef Py_ssize_t n = PyBytes_GET_SIZE(b)
-    cdef cs.resp_lease *lease
-    if n >= LEND_MIN:
-        lease = cs.resp_lease_new(<void *>b, &cyserve__leases_back)
-        if lease != NULL:
-            if cs.resp_set_body_lent(resp, PyBytes_AS_STRING(b), <size_t>n, lease) == 0:
-                Py_INCREF(b)  # the lease's reference, dropped by _leases_drain
-                return 0
-            cs.resp_lease_free(lease)  # refused (a body was set): copied, with its error
-    return _check_rc(cs.resp_write(resp, PyBytes_AS_STRING(b), <size_t>n), "body")
+    if n >= LEND_MIN and _lend_body(resp, b, n):
+        return 0
+    cdef int rc = cs.resp_write(resp, PyBytes_AS_STRING(b), <size_t>n)
+    return _check_rc(rc, "body") if rc else 0
+
+
+cdef bint _lend_body(cs.resp_t *resp, bytes b, Py_ssize_t n) noexcept:
+    """Lend b to resp: True, or False when it cannot be (no memory, or a body already set: the
+    copy then says why)."""
+    cdef cs.resp_lease *lease = cs.resp_lease_new(<void *>b, &cyserve__leases_back)
+    if lease == NULL:
+        return False
+    if cs.resp_set_body_lent(resp, PyBytes_AS_STRING(b), <size_t>n, lease) != 0:
+        cs.resp_lease_free(lease)
+        return False
+    Py_INCREF(b)  # the lease's reference, dropped by _leases_drop
+    return True
 
 
 cdef int _set_ct(cs.resp_t *resp, ct) except -1:
