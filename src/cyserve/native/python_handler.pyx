@@ -430,7 +430,10 @@ cdef inline int _set_body(cs.resp_t *resp, bytes b) except -1:
 
 cdef bint _lend_body(cs.resp_t *resp, bytes b, Py_ssize_t n) noexcept:
     """Lend b to resp: True, or False when it cannot be (no memory, or a body already set: the
-    copy then says why)."""
+    copy then says why). Whoever lends also drops what came back: so the references held for
+    written bodies stay bounded whatever calls _set_body (a handler trampoline that does not
+    drain itself, another thread holding the GIL)."""
+    _leases_drain()
     cdef cs.resp_lease *lease = cs.resp_lease_new(<void *>b, &cyserve__leases_back)
     if lease == NULL:
         return False
