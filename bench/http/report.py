@@ -24,7 +24,12 @@ from bench.common.report import num as _num  # noqa: E402
 from bench.common.report import table  # noqa: E402
 from bench.common.stats import spread  # noqa: E402
 
-REFS = {"pct_nginx": ("nginx", 100.0), "x_fasthttp": ("go-fasthttp", 1.0)}
+REFS = {"pct_nginx": ("nginx", 100.0), "x_fasthttp": ("go-fasthttp", 1.0),
+        "x_fastpysgi": ("fastpysgi-wsgi", 1.0)}
+# The reference the Python rows are read against: the fastest Python server of the public runs.
+PY_REF = "fastpysgi-wsgi"
+PY_GROUPS = ("python-wsgi", "python-async")
+PY_CYSERVE = ("cyserve-py", "cyserve-wsgi")
 MODES = ("pinned", "allcore", "hey")
 
 
@@ -132,6 +137,32 @@ def overview(result):
     return lines
 
 
+def python_reference(result):
+    """The Python rows against fastpysgi WSGI: a row per Python server (cyserve's Python and WSGI
+    paths first), a column per workload, each cell the median of the per-round ratios of
+    requests per server CPU-second (pinned), min–max beside. Empty when fastpysgi did not run."""
+    s = result["summary"].get("pinned", {})
+    ws = [w for w in result["workloads"] if PY_REF in s.get(w, {})]
+    if not ws:
+        return []
+    names = [n for n in result["servers"] if _cyserve_of(result, n) in PY_CYSERVE]
+    names += [n for n, i in result["servers"].items() if i.get("group") in PY_GROUPS and n != PY_REF]
+    lines = ["| server (pinned, per server CPU-second) | " + " | ".join(f"/{w}" for w in ws) + " |",
+             "|---|" + "---:|" * len(ws)]
+    for name in names:
+        cells = []
+        for w in ws:
+            f = s.get(w, {}).get(name)
+            cells.append(_cell(f["x_fastpysgi_cpu"], "{:.2f}", True) if f else _status(result, name, w))
+        lines.append(f"| {result['servers'][name]['label']} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _cyserve_of(result, name):
+    """The cyserve server a row is (NAME-base rows of a --baseline run are their NAME)."""
+    return name[:-5] if name.endswith("-base") else name
+
+
 def markdown(result):
     s = result["summary"]
     m = result["machine"]
@@ -153,6 +184,10 @@ def markdown(result):
         "## Overview: requests/s · requests per server CPU-second (pinned)",
         "",
     ] + overview(result) + [""]
+    ref = python_reference(result)
+    if ref:
+        lines += ["## The Python rows against fastpysgi WSGI (× its requests per CPU-second, "
+                  "per-round ratios: median (min–max))", ""] + ref + [""]
     for mode, title in (("pinned", "Pinned: one server core"),
                         ("allcore", "All cores (flagged: the client shares the cores with the server)"),
                         ("hey", f"Second client: {cfg['hey']}, server pinned to one CPU")):
@@ -323,6 +358,10 @@ def docs_section(result):
         "unavailable: see the server table in the report (Lwan needs `LWAN_BIN`).",
         "",
     ]
+    ref = python_reference(r)
+    if ref:
+        lines += ["### The Python rows against fastpysgi WSGI: × its requests per server CPU-second "
+                  "(pinned; per-round ratios, median (min–max))", ""] + ref + [""]
     hey = r["summary"].get("hey", {})
     for w, rows in hey.items():
         lines += [f"### The second client on /{w}: {cfg['hey']}, server pinned to one CPU", "",

@@ -3,6 +3,9 @@
 #include "csrc/wbuf.c"
 #include "csrc/resp.c"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "tap.h"
 
 static void test_resp(void)
@@ -63,8 +66,69 @@ static void test_resp(void)
     resp_free(&r);
 }
 
+/* Lent bodies: sent from the lender's memory, and every lease handed back exactly once, whether
+ * the body was sent (resp_body_return), or the response was reset or freed first. */
+static void test_lent_body(void)
+{
+    static const char big[] = "lent body bytes";
+    struct resp_lease_list back = {NULL};
+    struct cyserve_response r;
+    resp_init(&r);
+    int owner1, owner2, owner3;
+    struct resp_lease *l1 = resp_lease_new(&owner1, &back);
+    ok(l1 != NULL, "a lease");
+    is_int(resp_set_body_lent(&r, big, sizeof(big) - 1, NULL), -EINVAL,
+           "a lent body needs a lease");
+    is_int(resp_set_body_lent(&r, big, sizeof(big) - 1, l1), 0, "lent");
+    size_t n;
+    ok(resp_body(&r, &n) == big && n == sizeof(big) - 1, "sent from the lender's memory");
+    is_int(resp_write(&r, "x", 1), -EEXIST, "no bytes after a lent body");
+    ok(!resp_lease_pending(&back), "kept while the response needs it");
+    is_int(resp_set_stream(&r, &owner3, -1), 0, "a lent first piece may start a stream");
+    resp_body_return(&r);
+    ok(resp_lease_pending(&back), "handed back once sent");
+    resp_body(&r, &n);
+    is_int((int)n, 0, "and the body is forgotten");
+    resp_body_return(&r); /* no-op */
+    struct resp_lease *got = resp_lease_take_all(&back);
+    ok(got == l1 && got->owner == &owner1 && got->next == NULL, "taken back, once");
+    ok(resp_lease_take_all(&back) == NULL, "nothing more");
+    resp_lease_free(got);
+
+    /* Reset before sending (a failed request), and free (the coroutine's end) hand it back. */
+    resp_reset(&r);
+    struct resp_lease *l2 = resp_lease_new(&owner2, &back);
+    is_int(resp_set_body_lent(&r, big, 4, l2), 0, "lent again");
+    resp_reset(&r);
+    struct resp_lease *l3 = resp_lease_new(&owner3, &back);
+    is_int(resp_write(&r, "y", 1), 0, "written");
+    is_int(resp_set_body_lent(&r, big, 4, l3), -EEXIST, "not over written bytes");
+    resp_reset(&r);
+    is_int(resp_set_body_lent(&r, big, 4, l3), 0, "lent a third time");
+    resp_free(&r);
+    got = resp_lease_take_all(&back);
+    ok(got == l3 && got->next == l2 && got->next->next == NULL, "reset and free hand back");
+    resp_lease_free(got->next);
+    resp_lease_free(got);
+
+    /* A file body: the response owns the descriptor until the request core takes it. */
+    resp_init(&r);
+    int fds[2];
+    ok(pipe(fds) == 0, "pipe");
+    is_int(resp_set_body_file(&r, -1, 0, 1), -EINVAL, "a file body needs a descriptor");
+    is_int(resp_set_body_file(&r, fds[0], 3, 9), 0, "file body");
+    is_int(resp_set_body_file(&r, fds[1], 0, 1), -EEXIST, "set once");
+    is_int(resp_write(&r, "z", 1), -EEXIST, "no bytes after a file body");
+    resp_reset(&r);
+    errno = 0;
+    ok(fcntl(fds[0], F_GETFD) == -1 && errno == EBADF, "reset closes a file not taken");
+    close(fds[1]);
+    resp_free(&r);
+}
+
 int main(void)
 {
     test_resp();
+    test_lent_body();
     return done_testing();
 }

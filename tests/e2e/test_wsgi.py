@@ -59,7 +59,8 @@ def echo_port() -> Iterator[int]:
 
 def test_environ_of_a_get(echo_port: int) -> None:
     env = environ_of(echo_port, b"GET /a/b?x=1&y=%20 HTTP/1.1\r\nHost: example.com:8080\r\n"
-                                b"Accept: a\r\nAccept: b\r\nCookie: c=1\r\nCookie: d=2\r\n\r\n")
+                                b"Accept: a\r\nAccept: b\r\nCookie: c=1\r\nCookie: d=2\r\n"
+                                b"X-Same: s\r\nX-Same: s\r\nX-Empty:\r\nX-Empty:\r\n\r\n")
     assert env["REQUEST_METHOD"] == "GET"
     assert (env["SCRIPT_NAME"], env["PATH_INFO"]) == ("", "/a/b")
     assert env["QUERY_STRING"] == "x=1&y=%20"  # raw, as PEP 3333 wants it
@@ -67,6 +68,8 @@ def test_environ_of_a_get(echo_port: int) -> None:
     assert (env["SERVER_NAME"], env["SERVER_PORT"]) == ("example.com", "8080")
     assert env["HTTP_HOST"] == "example.com:8080"
     assert env["HTTP_ACCEPT"] == "a, b"
+    # Repeated with the same value (one-character and empty strs are shared objects).
+    assert (env["HTTP_X_SAME"], env["HTTP_X_EMPTY"]) == ("s, s", ", ")
     assert env["HTTP_COOKIE"] == "c=1; d=2"
     assert "CONTENT_LENGTH" not in env and "CONTENT_TYPE" not in env
     assert env["body"] == b""

@@ -271,6 +271,7 @@ static int send_stream(struct http1_session *sv, const struct server_target *t, 
         if (rc || !more || (length >= 0 && sent == (uint64_t)length))
             break;
         r->body.len = 0;
+        resp_body_return(r); /* this piece is written: a lent one goes back */
         rc = stream_next(&sv->rq, t, stream, &more);
         if (UNLIKELY(rc < 0))
             return rc; /* the server is stopping: an orphan now */
@@ -331,6 +332,9 @@ int http1_send_answer(struct http1_session *sv, int keep)
         break;
     }
     request_answer_done(&sv->rq);
+    /* Whatever happened, the body is written or will never be: a lent one goes back now rather
+     * than at the next request, so that an idle keep-alive connection holds no Python object. */
+    resp_body_return(&sv->rq.resp);
     return rc;
 }
 

@@ -279,9 +279,29 @@ int request_dispatch(struct request *rq, const char *body, size_t body_len)
         access_log_note(rq, rq->resp.status, 0);
         return rc;
     }
+    if (UNLIKELY(rq->resp.body_fd >= 0)) {
+        /* A body in a file (a WSGI file wrapper): the answer takes the descriptor, closed by
+         * request_answer_done once sent. */
+        int bodyless = a->status == 204 || a->status == 304;
+        if (!rq->resp.has_content_type && !bodyless) {
+            static const char ct[] = "Content-Type: text/plain; charset=utf-8\r\n";
+            if (UNLIKELY(wbuf_append(&rq->resp.headers, ct, sizeof(ct) - 1)))
+                return -ENOMEM;
+            a->lines = rq->resp.headers.ptr;
+            a->lines_len = rq->resp.headers.len;
+        }
+        a->kind = REQUEST_BODY_FILE;
+        a->fd = rq->resp.body_fd;
+        a->offset = rq->resp.body_file_offset;
+        a->length = bodyless ? 0 : rq->resp.body_file_len;
+        a->body_len = bodyless ? 0 : (size_t)rq->resp.body_file_len;
+        rq->resp.body_fd = -1;
+        return 0;
+    }
     /* A large body the handler promised outlives the server goes out of a memfd snapshot
-     * (handler_static.c); a HEAD sends no body, so it makes none. */
-    if (rq->resp.body_static && !head_only && a->body_len > STATIC_MEMFD_MIN) {
+     * (handler_static.c); a HEAD sends no body, so it makes none. A lent body lives only as
+     * long as its answer: it is sent from where it is. */
+    if (rq->resp.body_static && !rq->resp.lease && !head_only && a->body_len > STATIC_MEMFD_MIN) {
         a->fd = static_ext_memfd(rq->srv, a->body, a->body_len);
         a->offset = 0;
     }

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "compat.h"
 
@@ -45,6 +46,43 @@ void resp_arena_reset(struct resp_arena *a)
     a->head = NULL;
 }
 
+/* ---- lent bodies ---- */
+
+struct resp_lease *resp_lease_new(void *owner, struct resp_lease_list *back)
+{
+    struct resp_lease *l = malloc(sizeof(*l));
+    if (UNLIKELY(!l))
+        return NULL;
+    l->next = NULL;
+    l->owner = owner;
+    l->back = back;
+    return l;
+}
+
+void resp_lease_give_back(struct resp_lease *lease)
+{
+    struct resp_lease_list *l = lease->back;
+    struct resp_lease *head = atomic_load_explicit(&l->head, memory_order_relaxed);
+    do {
+        lease->next = head;
+        /* release: the taker sees the node's fields; the lender's bytes were only read. */
+    } while (!atomic_compare_exchange_weak_explicit(&l->head, &head, lease, memory_order_release,
+                                                    memory_order_relaxed));
+}
+
+struct resp_lease *resp_lease_take_all(struct resp_lease_list *l)
+{
+    if (!resp_lease_pending(l))
+        return NULL;
+    /* acquire: pairs with give_back's release, so the nodes' fields are seen whole. */
+    return atomic_exchange_explicit(&l->head, NULL, memory_order_acquire);
+}
+
+void resp_lease_free(struct resp_lease *lease)
+{
+    free(lease);
+}
+
 /* ---- response builder ---- */
 
 void resp_init(struct cyserve_response *r)
@@ -59,11 +97,28 @@ void resp_init(struct cyserve_response *r)
     wbuf_init(&r->body, r->inline_body, sizeof(r->inline_body));
     r->body_static = NULL;
     r->body_static_len = 0;
+    r->lease = NULL;
+    r->body_fd = -1;
+    r->body_file_offset = 0;
+    r->body_file_len = 0;
     r->head_length = -1;
     r->stream = NULL;
     r->stream_length = -1;
     r->defer = NULL;
     r->arena.head = NULL;
+}
+
+/* Let go of a lent body and of a file body the request core did not take. */
+static inline void body_let_go(struct cyserve_response *r)
+{
+    if (UNLIKELY(r->lease != NULL)) {
+        resp_lease_give_back(r->lease);
+        r->lease = NULL;
+    }
+    if (UNLIKELY(r->body_fd >= 0)) {
+        close(r->body_fd);
+        r->body_fd = -1;
+    }
 }
 
 void resp_reset(struct cyserve_response *r)
@@ -76,6 +131,7 @@ void resp_reset(struct cyserve_response *r)
     r->reason_len = 0;
     r->headers.len = 0;
     r->body.len = 0;
+    body_let_go(r);
     r->body_static = NULL;
     r->body_static_len = 0;
     r->head_length = -1;
@@ -87,6 +143,7 @@ void resp_reset(struct cyserve_response *r)
 
 void resp_free(struct cyserve_response *r)
 {
+    body_let_go(r);
     wbuf_free(&r->headers);
     wbuf_free(&r->body);
     resp_arena_reset(&r->arena);
@@ -238,7 +295,7 @@ int resp_write(struct cyserve_response *r, const void *data, size_t len)
 {
     if (UNLIKELY(len && !data))
         return -EINVAL;
-    if (UNLIKELY(r->body_static))
+    if (UNLIKELY(r->body_static || r->body_fd >= 0))
         return -EEXIST;
     return wbuf_append(&r->body, data, len);
 }
@@ -256,6 +313,39 @@ int resp_set_body_static(struct cyserve_response *r, const void *data, size_t le
     return 0;
 }
 
+int resp_set_body_lent(struct cyserve_response *r, const void *data, size_t len,
+                       struct resp_lease *lease)
+{
+    if (UNLIKELY(!data || !lease))
+        return -EINVAL;
+    if (UNLIKELY(r->body_static || r->body.len || r->body_fd >= 0))
+        return -EEXIST;
+    r->body_static = len ? data : "";
+    r->body_static_len = len;
+    r->lease = lease;
+    return 0;
+}
+
+void resp_body_return_lent(struct cyserve_response *r)
+{
+    resp_lease_give_back(r->lease);
+    r->lease = NULL;
+    r->body_static = NULL;
+    r->body_static_len = 0;
+}
+
+int resp_set_body_file(struct cyserve_response *r, int fd, uint64_t offset, uint64_t len)
+{
+    if (UNLIKELY(fd < 0))
+        return -EINVAL;
+    if (UNLIKELY(r->body_static || r->body.len || r->body_fd >= 0))
+        return -EEXIST;
+    r->body_fd = fd;
+    r->body_file_offset = offset;
+    r->body_file_len = len;
+    return 0;
+}
+
 int resp_set_head_length(struct cyserve_response *r, int64_t n)
 {
     if (UNLIKELY(n < 0 && n != RESP_LENGTH_UNKNOWN))
@@ -266,7 +356,9 @@ int resp_set_head_length(struct cyserve_response *r, int64_t n)
 
 int resp_set_stream(struct cyserve_response *r, void *stream, int64_t length)
 {
-    if (UNLIKELY(!stream || r->body_static || length < -1))
+    /* A lent first piece is fine (it goes back before the next piece is asked for); a static
+     * body or a file cannot be followed by pieces. */
+    if (UNLIKELY(!stream || (r->body_static && !r->lease) || r->body_fd >= 0 || length < -1))
         return -EINVAL;
     r->stream = stream;
     r->stream_length = length;

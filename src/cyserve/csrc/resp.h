@@ -9,9 +9,11 @@
 #ifndef CYSERVE_RESP_H
 #define CYSERVE_RESP_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "compat.h"
 #include "wbuf.h"
 
 #include "cyserve/handler.h"
@@ -26,6 +28,42 @@ struct resp_arena {
 /* 16-byte aligned memory that lives until resp_arena_reset(). Returns NULL on ENOMEM. */
 void *resp_arena_alloc(struct resp_arena *a, size_t size);
 void resp_arena_reset(struct resp_arena *a);
+
+/* ---- lent bodies ---- */
+
+/* A body lent to a response by its owner (a Python bytes object), sent from the owner's memory
+ * instead of being copied. The owner must outlive the sending, and only the lender can drop its
+ * reference (the engine's threads hold no GIL): so the engine hands the lease back through a
+ * list, and the lender takes the whole list at a time when it can drop references (the next
+ * batch of Python calls, or after the server stopped). Lock-free: pushed from any thread, taken
+ * all at once; no ABA, since nodes are only ever pushed singly and taken together. */
+struct resp_lease {
+    struct resp_lease *next;
+    void *owner;                  /* the lender's token, opaque here */
+    struct resp_lease_list *back; /* where the lease goes when the engine is done with it */
+};
+
+struct resp_lease_list {
+    _Atomic(struct resp_lease *) head;
+};
+
+/* A lease of owner, to go back to *back: malloc'd, NULL on ENOMEM. The lender's thread. */
+struct resp_lease *resp_lease_new(void *owner, struct resp_lease_list *back);
+
+/* Hand lease back to its list. Any thread. */
+void resp_lease_give_back(struct resp_lease *lease);
+
+/* Whether the list holds leases (a relaxed load: a lease pushed meanwhile is taken next time). */
+static inline int resp_lease_pending(struct resp_lease_list *l)
+{
+    return atomic_load_explicit(&l->head, memory_order_relaxed) != NULL;
+}
+
+/* Take every lease handed back so far (NULL when none), newest first; the taker releases each
+ * owner and frees each node with resp_lease_free. Any thread. */
+struct resp_lease *resp_lease_take_all(struct resp_lease_list *l);
+
+void resp_lease_free(struct resp_lease *lease);
 
 /* ---- the response builder ---- */
 
@@ -51,6 +89,15 @@ struct cyserve_response {
      * there, never copied into body. NULL when unset; then body is the body. */
     const char *body_static;
     size_t body_static_len;
+    /* Set with body_static by resp_set_body_lent: the body is lent, not static, and goes back
+     * (resp_lease_give_back) once sent, or when the response is reset or freed. NULL otherwise. */
+    struct resp_lease *lease;
+    /* A body in a file (resp_set_body_file): body_file_len bytes of body_fd from
+     * body_file_offset, sent with sendfile. The response owns the descriptor until the request
+     * core takes it for the answer; -1 when none. */
+    int body_fd;
+    uint64_t body_file_offset;
+    uint64_t body_file_len;
     /* The Content-Length an answer to HEAD announces when the body is empty: what the same
      * request with GET would carry (a WSGI app answers HEAD with no body but its length). -1
      * when unset: then the body's own length. Never used for other methods. */
@@ -102,7 +149,8 @@ int resp_set_reason(struct cyserve_response *r, const char *reason, size_t len);
 /* Set Content-Type (replacing a previous one set this way is not supported: -EEXIST). */
 int resp_set_content_type(struct cyserve_response *r, const char *value, size_t vlen);
 
-/* Append to the body. Returns 0, -ENOMEM, or -EEXIST when a static body was set. */
+/* Append to the body. Returns 0, -ENOMEM, or -EEXIST when a static, lent or file body was
+ * set. */
 int resp_write(struct cyserve_response *r, const void *data, size_t len);
 
 /* Make data[0..len) the whole body without copying it per response: the engine writes it to the
@@ -113,6 +161,29 @@ int resp_write(struct cyserve_response *r, const void *data, size_t len);
  * resp_write: -EEXIST if the body already has bytes or a static body was set; -EINVAL for
  * data == NULL with len > 0. Returns 0. */
 int resp_set_body_static(struct cyserve_response *r, const void *data, size_t len);
+
+/* Make data[0..len) the whole body, lent by the owner behind lease (resp_lease_new) until the
+ * engine has sent it: no copy. The lease goes back to its list once the answer is written (or
+ * the client left, or the request failed, or the server stopped), at the latest when r is reset
+ * or freed; data must stay valid and unchanged until then. Exclusive with resp_write and
+ * resp_set_body_static: -EEXIST if the body already has bytes or was set; -EINVAL for a NULL
+ * data or lease. On error the lease stays the caller's. Returns 0. */
+int resp_set_body_lent(struct cyserve_response *r, const void *data, size_t len,
+                       struct resp_lease *lease);
+
+/* Hand r's lent body back now (the bytes are written) and forget the body. No-op without one
+ * (inline: a test on every response's path). The serving coroutine. */
+void resp_body_return_lent(struct cyserve_response *r);
+static inline void resp_body_return(struct cyserve_response *r)
+{
+    if (UNLIKELY(r->lease != NULL))
+        resp_body_return_lent(r);
+}
+
+/* Make len bytes of the file fd from offset the whole body, sent with sendfile; r takes fd
+ * (closed by resp_reset or resp_free unless the request core took it). -EEXIST if the body was
+ * set or has bytes, -EINVAL for fd < 0; on error fd stays the caller's. Returns 0. */
+int resp_set_body_file(struct cyserve_response *r, int fd, uint64_t offset, uint64_t len);
 
 /* Announce n as the Content-Length of an answer to HEAD whose body is empty (see head_length),
  * or, with RESP_LENGTH_UNKNOWN, announce none (GET's length is not known: its body would be

@@ -299,6 +299,7 @@ cdef class Server:
         cdef void *stream
         while cs.server_take_orphan(self._srv, &t, &stream):
             t.py_stream(t.opaque, stream, NULL, cs.SERVER_STREAM_ABANDON)
+        _leases_drain()  # bodies lent to answers the stop ended (python_handler.pyx)
 
     @property
     def running(self):

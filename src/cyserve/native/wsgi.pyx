@@ -6,13 +6,18 @@
 #
 # A WSGIHandler is the target of an ordinary "python" route (app.wsgi mounts one under a prefix),
 # so it runs on a worker thread holding the GIL, between the offload hooks, like any handler.
+import io as _io
 from io import BytesIO as _BytesIO
+import os as _os
+import stat as _stat
 import sys as _sys
 from wsgiref.util import FileWrapper as _FileWrapper
 
 from cpython.dict cimport PyDict_Copy, PyDict_GetItem
+from cpython.list cimport PyList_GET_ITEM
 from cpython.unicode cimport PyUnicode_DecodeLatin1
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
+from libc.stdint cimport uint64_t
 from libc.string cimport memchr, memcmp
 
 cdef extern from "<strings.h>" nogil:
@@ -28,11 +33,23 @@ _WSGI_REASONS = {}
 _METHODS_INTERNED = {}
 # The environ key of each request header name seen, by its bytes as received (names repeat on
 # every request; computing "HTTP_" + upper per header would cost more than the rest together).
-# None for a name that gets no key. Bounded: past it, keys are computed each time.
-cdef dict _wsgi_keys = {}
-DEF WSGI_KEYS_MAX = 512
+# None for a name that gets no key. A table of WSGI_KEYS_SLOTS slots indexed by a hash of the
+# name's bytes, each holding the last name seen there and its key: a hit costs a hash and a
+# memcmp, no bytes object and no dict lookup (a siphash of a new object); a collision only
+# recomputes. So it is bounded, whatever names clients send.
+DEF WSGI_KEYS_SLOTS = 512
+cdef list _wsgi_key_names = [None] * WSGI_KEYS_SLOTS
+cdef list _wsgi_key_values = [None] * WSGI_KEYS_SLOTS
 # An answer with a Content-Length is collected whole up to this many bytes, then streamed.
 DEF WSGI_STREAM_AFTER = 65536
+# start_response's view of a response header name: kept, the Content-Length (checked, then
+# written by the engine), dropped (the engine writes its own), Connection (only "close" means
+# something), or a hop-by-hop header the app must not set.
+DEF _H_KEEP = 0
+DEF _H_LENGTH = 1
+DEF _H_DROP = 2
+DEF _H_CONNECTION = 3
+DEF _H_ERROR = 4
 
 
 class WSGIError(Exception):
@@ -82,10 +99,16 @@ cdef object _env_key(const char *name, size_t n):
     """The environ key of header name[0..n): "HTTP_" + upper-cased name with '-' as '_',
     CONTENT_TYPE for Content-Type, None for Content-Length (the body's length is given as
     CONTENT_LENGTH) and for a name holding '_' (X_User must not pass for X-User)."""
+    cdef size_t i
+    cdef unsigned h = 2166136261u  # FNV-1a
+    for i in range(n):
+        h = (h ^ <unsigned char>name[i]) * 16777619u
+    cdef Py_ssize_t slot = <Py_ssize_t>(h & (WSGI_KEYS_SLOTS - 1))
+    cdef object seen = <object>PyList_GET_ITEM(_wsgi_key_names, slot)
+    if (seen is not None and <size_t>PyBytes_GET_SIZE(seen) == n
+            and memcmp(PyBytes_AS_STRING(seen), name, n) == 0):
+        return <object>PyList_GET_ITEM(_wsgi_key_values, slot)
     cdef bytes raw = PyBytes_FromStringAndSize(name, <Py_ssize_t>n)
-    cdef PyObject *hit = PyDict_GetItem(_wsgi_keys, raw)
-    if hit != NULL:
-        return <object>hit
     cdef str lname = raw.decode("latin-1").lower()
     if lname == "content-type":
         key = "CONTENT_TYPE"
@@ -93,9 +116,27 @@ cdef object _env_key(const char *name, size_t n):
         key = None
     else:
         key = "HTTP_" + lname.upper().replace("-", "_")
-    if len(_wsgi_keys) < WSGI_KEYS_MAX:
-        _wsgi_keys[raw] = key
+    # The value first: a reader between the two stores (none: the GIL is held) would see the
+    # old name with the new key, never the reverse.
+    _wsgi_key_values[slot] = key
+    _wsgi_key_names[slot] = raw
     return key
+
+
+cdef extern from "Python.h":
+    object _PyDict_NewPresized(Py_ssize_t minused)
+    PyObject *PyDict_SetDefault(object d, object key, object value) except NULL  # borrowed
+    Py_ssize_t PyDict_GET_SIZE(object d)
+
+
+cdef dict _presized(dict items):
+    """items in a dict whose table has room for a whole environ (the base's keys, the request's
+    and a browser's dozen headers): PyDict_Copy clones the table with its size, so that the
+    request's keys go in without a resize. Same keys, same order."""
+    cdef dict d = _PyDict_NewPresized(32)
+    for k, v in items.items():
+        d[k] = v
+    return d
 
 
 cdef class WSGIHandler:
@@ -105,13 +146,14 @@ cdef class WSGIHandler:
     cdef readonly object app
     cdef readonly str script_name
     cdef dict _base  # the environ's keys that are the same on every request
+    cdef object _host_split  # (Host, SERVER_NAME, SERVER_PORT) of the last request, or None
 
     def __init__(self, app, str script_name=""):
         if not callable(app):
             raise TypeError(f"a WSGI application must be callable, got {type(app).__name__}")
         self.app = app
         self.script_name = script_name.rstrip("/")
-        self._base = {
+        self._base = _presized({
             "SCRIPT_NAME": self.script_name,
             "SERVER_NAME": "localhost",
             "SERVER_PORT": "80",
@@ -123,12 +165,12 @@ cdef class WSGIHandler:
             "wsgi.run_once": False,
             "wsgi.input_terminated": True,
             "wsgi.file_wrapper": _FileWrapper,
-        }
+        })
 
     def bind(self, str host, int port, int threads, bint processes):
         """Where the app runs, set by cyserve.serve() before requests arrive: SERVER_NAME and
         SERVER_PORT for a request without Host, wsgi.multithread, wsgi.multiprocess."""
-        base = dict(self._base)
+        base = _presized(self._base)
         base["SERVER_NAME"] = host or "localhost"
         base["SERVER_PORT"] = str(port)
         base["wsgi.multithread"] = threads > 1
@@ -165,6 +207,7 @@ cdef class WSGIHandler:
         cdef bytes body = PyBytes_FromStringAndSize(req.body.ptr, <Py_ssize_t>req.body.len)
         env["wsgi.input"] = _BytesIO(body)
         cdef bint had_length = False
+        cdef Py_ssize_t used
         for i in range(req.num_headers):
             h = &req.headers[i]
             key = _env_key(h.name.ptr, h.name.len)
@@ -173,16 +216,25 @@ cdef class WSGIHandler:
                     had_length = True
                 continue
             value = _str_of(h.value)
-            old = env.get(key)
-            if old is None:
-                env[key] = value
-            else:  # a repeated field: one value, as Request.headers joins them
+            # One lookup that inserts, rather than a get and a set; the dict grew when the name
+            # was new (not "the value came back": one-character and empty strs are shared).
+            used = PyDict_GET_SIZE(env)
+            old = <object>PyDict_SetDefault(env, key, value)
+            if PyDict_GET_SIZE(env) == used:  # repeated: one value, as Request.headers joins them
                 env[key] = old + ("; " if key == "HTTP_COOKIE" else ", ") + value
         if req.body.len or had_length:
             env["CONTENT_LENGTH"] = str(req.body.len)
         host = env.get("HTTP_HOST")
         if host:
-            name, port = _split_host(host)
+            # Nearly every request names the same host: its split is kept (one tuple, replaced
+            # whole, so that threads never see a host with another's parts).
+            last = self._host_split
+            if last is not None and (<tuple>last)[0] == host:
+                name = (<tuple>last)[1]
+                port = (<tuple>last)[2]
+            else:
+                name, port = _split_host(host)
+                self._host_split = (host, name, port)
             if name:  # else (":80") the server's own, from the base
                 env["SERVER_NAME"] = name
             env["SERVER_PORT"] = port or "80"
@@ -203,7 +255,11 @@ cdef class WSGIHandler:
 
     def __call__(self, Request request):
         request._check()
-        cdef const cyserve_request *req = request._req
+        return self._call(request._req)
+
+    cdef _WSGIAnswer _call(self, const cyserve_request *req):
+        """The answer to req (the handler trampoline calls this directly: a WSGI app has no use
+        for a Request object)."""
         env = self._environ(req)
         cdef _WSGIAnswer answer = _WSGIAnswer.__new__(_WSGIAnswer)
         answer.chunks = []
@@ -211,14 +267,17 @@ cdef class WSGIHandler:
         cdef bint head = req.method.len == 4 and memcmp(req.method.ptr, "HEAD", 4) == 0
         cdef bint streaming = False
         try:
-            if type(result) is list or type(result) is tuple:
+            if type(result) is _FileWrapper and _wsgi_file(answer, <object>result):
+                pass  # sent from the file, with sendfile; closed below
+            elif type(result) is list or type(result) is tuple:
                 # The whole body at once: nothing can be gained by streaming it.
                 for chunk in result:
                     _wsgi_take(answer, chunk)
             else:
                 streaming = _wsgi_collect(answer, iter(result), result, head)
         finally:
-            if not streaming:
+            # A list or a tuple has no close (and, exact types, no subclass to add one).
+            if not streaming and type(result) is not list and type(result) is not tuple:
                 close = getattr(result, "close", None)
                 if close is not None:
                     close()
@@ -227,6 +286,34 @@ cdef class WSGIHandler:
                 _wsgi_close(answer.result)
             raise WSGIError("the WSGI application returned without calling start_response")
         return answer
+
+
+cdef bint _wsgi_file(_WSGIAnswer answer, wrapper) except -1:
+    """When wrapper (wsgi.file_wrapper's) reads a regular file in binary mode and the answer can
+    be all of its rest, take a descriptor of the file into answer (its body, sent with sendfile
+    from the file's current position to its end) and return True. Otherwise False: the wrapper
+    is iterated as any iterable, with the same outcome for the app as before."""
+    if answer.status == 0 or answer.status == 204 or answer.status == 304 or answer.chunks:
+        return False
+    f = getattr(wrapper, "filelike", None)
+    if not isinstance(f, (_io.BufferedIOBase, _io.RawIOBase)):
+        return False  # a text file would yield str (the app's error), a socket is no file
+    try:
+        fd = f.fileno()
+        st = _os.fstat(fd)
+        if not _stat.S_ISREG(st.st_mode):
+            return False
+        pos = f.tell()
+    except (OSError, ValueError):  # io.UnsupportedOperation is both
+        return False
+    rest = max(0, st.st_size - pos)
+    length = answer.length_value()
+    if length is not None and length != rest:
+        return False  # what iterating gives (a mismatch is the app's error)
+    answer.file_fd = _os.dup(fd)  # the app's file is closed next; this stays open
+    answer.file_offset = pos
+    answer.file_len = rest
+    return True
 
 
 cdef int _wsgi_take(_WSGIAnswer answer, chunk) except -1:
@@ -304,6 +391,7 @@ cdef int _py_stream_impl(tuple info, PyObject *ref, cs.resp_t *resp, int op) noe
     cdef _WSGIStream st = <_WSGIStream>ref
     cdef int rc = -1
     cdef bint entered = False
+    _leases_drain()  # the piece before this one, among others
     try:
         # Every piece, and the close, in the context the app's call ran in: what the call set
         # (Flask's request context) is there, and what a piece sets is there for the next.
@@ -355,7 +443,12 @@ cdef dict _METHOD_STRS = {}
 
 
 cdef str _method_str(cyserve_str m):
-    # The same few methods on every request: one str each, not one per request.
+    # The same few methods on every request: one str each, not one per request; GET and POST
+    # without even a lookup.
+    if m.len == 3 and memcmp(m.ptr, "GET", 3) == 0:
+        return "GET"
+    if m.len == 4 and memcmp(m.ptr, "POST", 4) == 0:
+        return "POST"
     cdef bytes raw = PyBytes_FromStringAndSize(m.ptr, <Py_ssize_t>m.len)
     cdef PyObject *hit = PyDict_GetItem(_METHOD_STRS, raw)
     if hit != NULL:
@@ -391,13 +484,21 @@ cdef class _WSGIAnswer:
     cdef bint head_unknown  # an answer to HEAD whose GET length is not known
     cdef object it  # the rest of the body, when it is streamed
     cdef object result
+    # A body in a file (wsgi.file_wrapper, _wsgi_file): our descriptor of it, or None.
+    cdef object file_fd
+    cdef uint64_t file_offset
+    cdef uint64_t file_len
+
+    def __dealloc__(self):
+        if self.file_fd is not None:  # never handed to the engine (the answer failed)
+            _os.close(self.file_fd)
 
     cdef object length_value(self):
         """The announced Content-Length as an int, or None (none, or a 204/304's)."""
         if self.length is None or self.status == 204 or self.status == 304:
             return None
         if type(self.length) is not int:
-            self.length = _content_length(self.length)
+            self.length = _wsgi_length(self.length)
         return self.length
 
     def start_response(self, status, headers, exc_info=None):
@@ -406,8 +507,18 @@ cdef class _WSGIAnswer:
         # Nothing is sent before the app has finished, so an error page may always replace the
         # first answer (PEP 3333 re-raises exc_info only once headers went out).
         exc_info = None  # no reference cycle through the traceback
-        cdef int code = _wsgi_status(status)
-        reason = _wsgi_reason(<str>status, code)
+        cdef int code
+        cdef PyObject *hit = NULL
+        if type(status) is str:
+            hit = PyDict_GetItem(_WSGI_STATUSES, status)
+        if hit != NULL:  # a status line seen (and checked) before
+            code = (<tuple>hit)[0]
+            reason = (<tuple>hit)[1]
+        else:
+            code = _wsgi_status(status)
+            reason = _wsgi_reason(<str>status, code)
+            if type(status) is str and len(_WSGI_STATUSES) < 256:
+                _WSGI_STATUSES[status] = (code, reason)
         if not isinstance(headers, list):
             raise WSGIError(f"WSGI response headers must be a list of (name, value) tuples, "
                             f"got {type(headers).__name__}")
@@ -420,27 +531,26 @@ cdef class _WSGIAnswer:
                 raise WSGIError(f"invalid WSGI response header {item!r}: must be a (str, str) "
                                 "tuple")
             name = (<tuple>item)[0]
-            lname = name.lower()
-            if lname == "content-type":
+            kind = _header_kind(name)
+            if kind == _H_KEEP:
                 out.append(item)
-            elif lname == "content-length":
+            elif kind == _H_LENGTH:
                 length = item[1]
-            elif lname in _WSGI_DROPPED:
+            elif kind == _H_DROP:
                 continue
-            elif lname == "connection":
+            elif kind == _H_CONNECTION:
                 if "close" in [t.strip() for t in item[1].lower().split(",")]:
                     close = True
-            elif lname in _HOP_BY_HOP_ERRORS:
+            else:
                 raise WSGIError(f"the WSGI application set the hop-by-hop header {name!r}, "
                                 "which is the server's to write")
-            else:
-                out.append(item)
         self.status = code
         self.reason = reason
         self.headers = out
         self.length = length
         self.close = close
-        del self.chunks[:]  # what write() sent for the answer this one replaces
+        if self.chunks:
+            del self.chunks[:]  # what write() sent for the answer this one replaces
         self.total = 0
         return self.write
 
@@ -452,6 +562,52 @@ cdef class _WSGIAnswer:
         data = bytes(data)
         self.chunks.append(data)
         self.total += len(<bytes>data)
+
+
+cdef object _wsgi_length(value):
+    """The Content-Length header value an app gave, as an int (_content_length's checks). Digits
+    in an ASCII str, the usual case, are read here without the str methods."""
+    cdef Py_ssize_t n, i = 0
+    cdef const char *p
+    cdef long long v = 0
+    if type(value) is str and PyUnicode_IS_ASCII(value):
+        p = PyUnicode_AsUTF8AndSize(value, &n)
+        if 0 < n <= 18:
+            while i < n and c'0' <= p[i] <= c'9':
+                v = v * 10 + (p[i] - c'0')
+                i += 1
+            if i == n:
+                return v
+    return _content_length(value)  # spaces, or not a number: its message
+
+
+# start_response's view of a response header name (_H_* above), computed once per name an app
+# uses (the names are an app's constants), bounded; past the bound, computed each time.
+cdef dict _HEADER_KINDS = {}
+# The (code, reason) of each valid WSGI status line seen, as _wsgi_status and _wsgi_reason give.
+cdef dict _WSGI_STATUSES = {}
+
+
+cdef int _header_kind(name) except -1:
+    cdef PyObject *hit = NULL
+    if type(name) is str:  # a subclass may hash and compare as it likes
+        hit = PyDict_GetItem(_HEADER_KINDS, name)
+    if hit != NULL:
+        return <int><object>hit
+    lname = name.lower()
+    if lname == "content-length":
+        kind = _H_LENGTH
+    elif lname in _WSGI_DROPPED:
+        kind = _H_DROP
+    elif lname == "connection":
+        kind = _H_CONNECTION
+    elif lname in _HOP_BY_HOP_ERRORS:
+        kind = _H_ERROR
+    else:
+        kind = _H_KEEP
+    if type(name) is str and len(_HEADER_KINDS) < 256:
+        _HEADER_KINDS[name] = kind
+    return kind
 
 
 cdef int _wsgi_status(status) except -1:
@@ -515,6 +671,11 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx) except -1:
             _add_header(resp, name, value)
         if a.close:
             _add_header(resp, "Connection", "close")
+        if a.file_fd is not None:
+            _check_rc(cs.resp_set_body_file(resp, <int>a.file_fd, a.file_offset, a.file_len),
+                      "file body")
+            a.file_fd = None  # the response's now
+            return 0
         chunks = a.chunks
         if not chunks or a.head_unknown:  # an answer to HEAD sends none of it anyway
             body = b""

@@ -24,6 +24,17 @@ ctypedef void (*py_call_t)(void *opaque, req_t *req, resp_t *resp) noexcept nogi
 ctypedef int (*py_stream_t)(void *opaque, void *stream, resp_t *resp, int op) noexcept nogil
 
 cdef extern from "csrc/resp.h" nogil:
+    struct resp_lease_list:
+        pass
+    struct resp_lease:
+        resp_lease *next
+        void *owner
+    resp_lease *resp_lease_new(void *owner, resp_lease_list *back)
+    int resp_lease_pending(resp_lease_list *l)
+    resp_lease *resp_lease_take_all(resp_lease_list *l)
+    void resp_lease_free(resp_lease *lease)
+    int resp_set_body_lent(resp_t *r, const void *data, size_t len, resp_lease *lease)
+    int resp_set_body_file(resp_t *r, int fd, uint64_t offset, uint64_t len)
     void resp_reset(resp_t *r)
     int resp_set_status(resp_t *r, int status)
     int resp_add_header(resp_t *r, const char *name, size_t nlen, const char *value, size_t vlen)
