@@ -109,6 +109,7 @@ class Soak:
         self.kills: list[float] = []
         self.samples: list[dict[str, float]] = []
         self.t0 = 0.0
+        self.wrk_summary = ""
 
     def near_kill(self) -> bool:
         now = time.monotonic()
@@ -235,6 +236,8 @@ class Soak:
         return self.report(died, rc, wrk_out)
 
     def report(self, died: bool, rc: int, wrk_out: str) -> int:
+        line = [x for x in wrk_out.splitlines() if "requests in" in x]
+        self.wrk_summary = line[0].strip() if line else "no summary"
         warm = min(60.0, self.seconds / 3)
         after = [s for s in self.samples if s["t"] >= warm] or self.samples[-1:]
         base = after[0]["rss_mib"] if after else 0.0
@@ -253,9 +256,13 @@ class Soak:
              "wrk": wrk_out}, indent=1))
         rows = "\n".join(f"| {s['t']:.0f} | {s['rss_mib']:.1f} | {s['fds']:.0f} |"
                          for s in self.samples)
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                             capture_output=True, text=True).stdout.strip() or "unknown"
         (self.out / "report.md").write_text(
             f"# Soak: {self.seconds:.0f} s, --processes 2 --threads 2, a worker killed every "
-            f"{KILL_EVERY_S:.0f} s\n\n"
+            f"{KILL_EVERY_S:.0f} s\n\ngit {rev}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+            f"{os.cpu_count()} CPUs; wrk: "
+            + " ".join(w for w in self.wrk_summary.split() if w) + "\n\n"
             + "\n".join(f"- {k}: {v}" for k, v in verdict.items())
             + "\n\n| s | RSS MiB (all processes) | descriptors |\n|---:|---:|---:|\n" + rows
             + "\n\n![RSS and descriptors](plot.svg)\n")
