@@ -418,8 +418,15 @@ const char *conn_peer(struct conn *c)
     struct sockaddr_storage sa;
     socklen_t len = sizeof(sa);
     char host[INET6_ADDRSTRLEN + 2] = "-", port[8] = "";
-    if (getpeername(c->io.fd, (struct sockaddr *)&sa, &len) == 0 &&
-        getnameinfo((struct sockaddr *)&sa, len, host, sizeof(host), port, sizeof(port),
+    if (getpeername(c->io.fd, (struct sockaddr *)&sa, &len) != 0)
+        return "-";
+    if (sa.ss_family != AF_INET && sa.ss_family != AF_INET6) {
+        /* A Unix socket's client has no address to tell (its path is usually empty, and
+         * getnameinfo would make one up from the host name): "-", kept, as CLF writes it. */
+        c->peer = strdup("-");
+        return c->peer ? c->peer : "-";
+    }
+    if (getnameinfo((struct sockaddr *)&sa, len, host, sizeof(host), port, sizeof(port),
                     NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
         size_t n = strlen(host) + strlen(port) + 4;
         c->peer = malloc(n);

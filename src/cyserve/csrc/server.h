@@ -88,7 +88,21 @@ void server_target_clear(struct server_target *t);
  * server starts. */
 void server_target_never_inline(struct server_target *t);
 
+/* A listener beyond the one host and port of struct server_config. */
+struct server_listen {
+    const char *host; /* TCP: numeric address or name; one SO_REUSEPORT listener per worker */
+    int port;         /* TCP: 0 for an ephemeral port (the same for every worker) */
+    int fd;           /* -1 for TCP; else a listening stream socket (a Unix socket, one inherited
+                       * from systemd) that every worker accepts from. Borrowed: the caller keeps
+                       * it open until server_shutdown() returns and closes it itself. The engine
+                       * makes it non-blocking and never shuts it down, since other processes
+                       * may accept from it too (see listen.c). */
+};
+
 struct server_config {
+    const struct server_listen *listen; /* nlisten listeners (copied by server_new); when
+                                         * nlisten is 0, host and port make the only one */
+    unsigned nlisten;
     const char *host;           /* numeric address or name, e.g. "127.0.0.1", "::", "localhost" */
     int port;                   /* 0: an ephemeral port, the same for every worker */
     unsigned threads;           /* workers; 0: the CPUs this process may use */
@@ -123,8 +137,13 @@ void server_set_offload_hooks(struct server *s, void (*begin)(void *), void (*en
  * left open. errmsg (may be NULL) receives a sentence for the user. Control thread. */
 int server_start(struct server *s, char *errmsg, size_t errlen);
 
-/* The bound port (after server_start). Any thread. */
+/* The bound port (after server_start) of the first TCP listener, 0 when there is none. Any
+ * thread. */
 int server_port(const struct server *s);
+
+/* The bound port of listener i (in cfg.listen's order) after server_start; 0 for a shared
+ * descriptor; -EINVAL when there is no listener i. Any thread. */
+int server_listen_port(const struct server *s, unsigned i);
 
 /* Whether the workers are running (started and not yet shut down). Any thread. */
 int server_running(const struct server *s);

@@ -59,7 +59,14 @@ cdef extern from "csrc/server.h" nogil:
         void *opaque
         files_root_t *root
 
+    ctypedef struct server_listen_t "struct server_listen":
+        const char *host
+        int port
+        int fd
+
     ctypedef struct server_config_t "struct server_config":
+        const server_listen_t *listen
+        unsigned nlisten
         const char *host
         int port
         unsigned threads
@@ -82,6 +89,7 @@ cdef extern from "csrc/server.h" nogil:
                                   void (*end)(void *) noexcept nogil, void *ud)
     int server_start(server_t *s, char *errmsg, size_t errlen)
     int server_port(const server_t *s)
+    int server_listen_port(const server_t *s, unsigned i)
     int server_running(const server_t *s)
     int server_shutdown(server_t *s, uint64_t grace_ns)
     void server_free(server_t *s)
