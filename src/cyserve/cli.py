@@ -96,8 +96,43 @@ def build_parser() -> argparse.ArgumentParser:
                         "no arguments) first")
     p.add_argument("--app-dir", metavar="DIR", default=".",
                    help="folder put first on sys.path before importing (default: the current one)")
+    _add_listen_options(p)
     p.add_argument("--version", action="version", version=f"cyserve {__version__}")
     return p
+
+
+def _add_listen_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "where to listen",
+        "Any of --bind, --uds and --fd replaces --host/--port; with none of them, sockets passed "
+        "by systemd's socket activation (LISTEN_FDS) are served if there are any.")
+    g.add_argument("-b", "--bind", metavar="ADDRESS", action="append", default=[],
+                   help="an address to serve, repeatable: HOST:PORT, [V6]:PORT, unix:PATH or "
+                        "fd://N (default: none, --host and --port)")
+    g.add_argument("--uds", metavar="PATH", default=None,
+                   help="serve on a Unix socket made at PATH (a stale socket file nobody "
+                        "listens on is replaced; removed at exit) (default: none)")
+    g.add_argument("--uds-perms", metavar="OCTAL", default=None,
+                   help="mode of the Unix socket, e.g. 660 (default: what the umask leaves)")
+    g.add_argument("--fd", metavar="N", default=None,
+                   help="serve on listening socket N inherited from the parent process "
+                        "(default: none)")
+
+
+def _listen_options(args: argparse.Namespace) -> dict[str, Any]:
+    options: dict[str, Any] = {"bind": tuple(args.bind), "uds": args.uds}
+    if args.uds_perms is not None:
+        try:
+            options["uds_perms"] = int(args.uds_perms, 8)
+        except ValueError:
+            raise ConfigError("uds_perms", args.uds_perms,
+                              "must be an octal mode such as 660") from None
+    if args.fd is not None:
+        try:
+            options["fd"] = int(args.fd, 10)
+        except ValueError:
+            raise ConfigError("fd", args.fd, "must be a descriptor number") from None
+    return options
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
@@ -116,6 +151,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
             options[name] = float(raw)
         except ValueError:
             raise ConfigError(name, raw, "must be a number of seconds") from None
+    options.update(_listen_options(args))
     return Config(**options)
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from .errors import ConfigError
+from .listeners import check_uds_path, parse_bind
 
 __all__ = ["Config", "INTERFACES", "LOG_LEVELS", "MAX_PROCESSES", "MAX_THREADS",
            "available_cpus"]
@@ -80,6 +81,11 @@ class Config:
     log_level: str = "info"
     access_log: bool = False  # one line per response on standard output (csrc/access_log.c)
     interface: str = "auto"  # a cyserve.App, a WSGI application, or "auto": whichever it is
+    # Where to listen beyond host and port (cyserve.listeners): any of these replaces host:port.
+    bind: tuple[str, ...] = ()  # HOST:PORT, [V6]:PORT, unix:PATH, fd://N (gunicorn's spelling)
+    uds: str | None = None  # a Unix socket's path (made at start, removed at exit)
+    uds_perms: int | None = None  # its mode, e.g. 0o660 (default: the umask's)
+    fd: int | None = None  # a listening socket inherited from the parent process
     # Set by the process supervisor for its workers only (not a user option: the CLI has no flag).
     shared_port: bool = dataclasses.field(default=False, repr=False)
 
@@ -131,7 +137,8 @@ class Config:
         _check_int("port", self.port, 0, 65535)
         _check_int("threads", self.threads, 0, MAX_THREADS)
         _check_int("processes", self.processes, 1, MAX_PROCESSES)
-        if self.processes > 1 and self.port == 0:
+        self._validate_listen()
+        if self.processes > 1 and self.port == 0 and not self._listens_elsewhere():
             raise ConfigError("processes", self.processes, "needs a fixed port: with port 0 "
                               "each process would listen on a port of its own")
         for name in _LIMITS:
@@ -149,6 +156,40 @@ class Config:
         if not isinstance(self.log_level, str) or self.log_level.lower() not in LOG_LEVELS:
             raise ConfigError("log_level", self.log_level,
                               "must be one of " + ", ".join(LOG_LEVELS))
+
+
+    def _listens_elsewhere(self) -> bool:
+        """Whether bind, uds or fd replace host and port."""
+        return bool(self.bind) or self.uds is not None or self.fd is not None
+
+    def _validate_listen(self) -> None:
+        if isinstance(self.bind, str):  # bind="0.0.0.0:80": one address, not its characters
+            object.__setattr__(self, "bind", (self.bind,))
+        if not isinstance(self.bind, (tuple, list)):
+            raise ConfigError("bind", repr(self.bind), "must be a list of addresses")
+        object.__setattr__(self, "bind", tuple(self.bind))
+        addresses = [parse_bind(b) for b in self.bind]
+        if self.uds is not None:
+            if not isinstance(self.uds, str) or not self.uds:
+                raise ConfigError("uds", repr(self.uds), "must be a socket path")
+            check_uds_path("uds", self.uds, self.uds)
+            addresses.append(parse_bind("unix:" + self.uds, "uds"))
+        if self.uds_perms is not None:
+            _check_int("uds_perms", self.uds_perms, 0, 0o777)
+            if not any(a.kind == "unix" for a in addresses):
+                raise ConfigError("uds_perms", oct(self.uds_perms),
+                                  "applies to a Unix socket: give --uds or --bind unix:PATH")
+        if self.fd is not None:
+            _check_int("fd", self.fd, 0, 1 << 30)
+        paths = [a.path for a in addresses if a.kind == "unix"]
+        if len(paths) != len(set(paths)):
+            raise ConfigError("bind", ", ".join(self.bind), "names a Unix socket twice")
+        if self.processes > 1:
+            for a in addresses:
+                if a.kind == "tcp" and a.port == 0:
+                    raise ConfigError("processes", self.processes,
+                                      f"needs fixed ports: {a.url()} would be a port of its "
+                                      "own in each process")
 
 
 def _check_int(name: str, value: object, low: int, high: int | None) -> None:

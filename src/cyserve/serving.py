@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 from .app import App
 from .config import Config
-from .errors import CyserveError
+from .errors import CyserveError, ListenError
+from .listeners import Listeners
 from .signals import POLL_SECONDS, Waiter, configure_logging, format_address, listen_error, say
 
 if TYPE_CHECKING:
@@ -53,29 +54,62 @@ _FORCE_WAIT_SECONDS = 2.0
 
 
 def serve_process(app: App, config: Config, *, stop_event: threading.Event | None = None,
-                  ready: Callable[[Server], None] | None = None) -> None:
+                  ready: Callable[[Server], None] | None = None,
+                  listeners: Listeners | None = None) -> None:
     """Serve ``app`` in this process until a stop request (see the module docstring).
 
     Outside the main thread no signal handler can be installed: the server then runs until
     ``stop_event`` is set (setting it once acts like one Ctrl-C). ``ready`` is called with the
-    started Server (its ``port`` is the bound port when config.port is 0)."""
+    started Server (its ``port`` is the bound port when config.port is 0). ``listeners``: the
+    sockets already made by a process supervisor (else they are made, and closed, here)."""
     configure_logging(config.log_level)
     routes = app.build()
     server_cls = _server_class()
-    srv = server_cls(routes, **config.server_kwargs())
-    _bind_wsgi(routes, config, config.port)
+    own = listeners is None
+    if listeners is None:
+        listeners = Listeners.for_config(config)
+        listeners.open()
+    try:
+        _serve_on(app, config, routes, server_cls, listeners, stop_event, ready)
+    finally:
+        if own:
+            listeners.close()
+
+
+def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Server],
+              listeners: Listeners, stop_event: threading.Event | None,
+              ready: Callable[[Server], None] | None) -> None:
+    kwargs = config.server_kwargs()
+    tcp = listeners.tcp
+    if not listeners.default:
+        kwargs["listen"] = listeners.engine_listen()
+    # WSGI's SERVER_NAME and SERVER_PORT (for a request without Host): the first TCP address.
+    wsgi_host, wsgi_port = (tcp[0].host, tcp[0].port) if tcp else ("localhost", 80)
+    srv = server_cls(routes, **kwargs)
+    _bind_wsgi(routes, config, wsgi_port, wsgi_host)
     waiter = Waiter(stop_event)
     waiter.install()
     try:
         try:
             srv.start()
         except OSError as exc:
-            raise listen_error(config.host, config.port, exc) from exc
-        if config.port == 0:
-            _bind_wsgi(routes, config, srv.port)  # now that the port is known
+            if listeners.default:
+                raise listen_error(config.host, config.port, exc) from exc
+            # The engine's sentence names the address that failed.
+            err = ListenError(exc.strerror or str(exc))
+            err.errno = exc.errno
+            raise err from exc
+        if tcp and wsgi_port == 0:
+            _bind_wsgi(routes, config, srv.port, wsgi_host)  # now that the port is known
         try:
             workers = config.workers
-            say(f"cyserve: serving on http://{format_address(config.host, srv.port)} with "
+            if listeners.default:
+                where = f"http://{format_address(config.host, srv.port)}"
+            else:
+                ports = srv.ports
+                where = ", ".join(a.url(ports[i] if a.kind == "tcp" else None)
+                                  for i, a in enumerate(listeners.addresses))
+            say(f"cyserve: serving on {where} with "
                 f"{workers} thread{'s' if workers != 1 else ''} (pid {os.getpid()})")
             if ready is not None:
                 ready(srv)
@@ -91,14 +125,15 @@ def serve_process(app: App, config: Config, *, stop_event: threading.Event | Non
         waiter.uninstall()
 
 
-def _bind_wsgi(routes: list[Any], config: Config, port: int) -> None:
+def _bind_wsgi(routes: list[Any], config: Config, port: int, host: str | None = None) -> None:
     """Tell the WSGI apps among the routes where they run (their environ's SERVER_NAME and
     SERVER_PORT when a request has no Host, wsgi.multithread, wsgi.multiprocess)."""
     from ._core import WSGIHandler
 
     for route in routes:
         if isinstance(route[4], WSGIHandler):
-            route[4].bind(config.host, port, config.workers, config.shared_port)
+            route[4].bind(config.host if host is None else host, port, config.workers,
+                          config.shared_port)
 
 
 def _stop(srv: Server, grace: float, waiter: Waiter) -> None:

@@ -39,6 +39,7 @@ from typing import Any
 from .app import App
 from .config import Config
 from .errors import CyserveError, ListenError
+from .listeners import Listeners
 from .serving import serve_process
 from .signals import Waiter, configure_logging, format_address, listen_error, say
 
@@ -58,19 +59,31 @@ def serve_processes(app: App, config: Config) -> int:
         raise CyserveError("processes > 1 needs the main thread (it supervises by signals)")
     configure_logging(config.log_level)
     app.build()  # a bad route is reported here, once
+    listeners = Listeners.for_config(config)
+    for a in listeners.tcp:
+        try:
+            _probe_bind(a.host, a.port)
+        except OSError as exc:
+            raise listen_error(a.host, a.port, exc) from exc
+    # Unix sockets and inherited descriptors: one socket for every worker process, made (or
+    # checked) here once, so that a worker that is replaced leaves what waits in its queue to
+    # the others and to its successor.
+    listeners.open()
     try:
-        _probe_bind(config.host, config.port)
-    except OSError as exc:
-        raise listen_error(config.host, config.port, exc) from exc
-
-    sup = _Supervisor(app, config)
-    sup.install()
-    try:
-        say(f"cyserve: supervising {config.processes} processes on "
-            f"http://{format_address(config.host, config.port)} (pid {os.getpid()})")
-        return sup.run()
+        sup = _Supervisor(app, config, listeners)
+        sup.install()
+        try:
+            if listeners.default:
+                where = f"http://{format_address(config.host, config.port)}"
+            else:
+                where = ", ".join(a.url() for a in listeners.addresses)
+            say(f"cyserve: supervising {config.processes} processes on {where} "
+                f"(pid {os.getpid()})")
+            return sup.run()
+        finally:
+            sup.uninstall()
     finally:
-        sup.uninstall()
+        listeners.close()
 
 
 def _probe_bind(host: str, port: int) -> None:
@@ -89,9 +102,10 @@ def _probe_bind(host: str, port: int) -> None:
 
 
 class _Supervisor:
-    def __init__(self, app: App, config: Config) -> None:
+    def __init__(self, app: App, config: Config, listeners: Listeners) -> None:
         self.app = app
         self.config = config
+        self.listeners = listeners
         self.children: dict[int, float] = {}  # pid -> start time
         self.waiter = Waiter(None)  # counts SIGINT/SIGTERM/SIGHUP, like a single server's loop
         self.giving_up = False
@@ -135,7 +149,7 @@ class _Supervisor:
             code = 1
             try:
                 code = _worker_main(self.app, self.config, self.waiter.previous_handlers(),
-                                    supervisor)
+                                    supervisor, self.listeners)
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else 1
             except BaseException:  # noqa: B036 - whatever happens, leave by os._exit
@@ -202,7 +216,8 @@ class _Supervisor:
         return status
 
 
-def _worker_main(app: App, config: Config, previous: dict[int, Any], supervisor: int) -> int:
+def _worker_main(app: App, config: Config, previous: dict[int, Any], supervisor: int,
+                 listeners: Listeners) -> int:
     # Own process group: a terminal's Ctrl-C goes to the supervisor's group only.
     os.setpgid(0, 0)
     try:
@@ -217,7 +232,7 @@ def _worker_main(app: App, config: Config, previous: dict[int, Any], supervisor:
     for signum, handler in previous.items():
         signal.signal(signum, handler)
     try:
-        serve_process(app, config.replace(processes=1, shared_port=True))
+        serve_process(app, config.replace(processes=1, shared_port=True), listeners=listeners)
     except ListenError as exc:
         say(f"cyserve: {exc}", sys.stderr)
         return 1
