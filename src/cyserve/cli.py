@@ -97,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--app-dir", metavar="DIR", default=".",
                    help="folder put first on sys.path before importing (default: the current one)")
     _add_listen_options(p)
+    _add_proxy_options(p)
     p.add_argument("--version", action="version", version=f"cyserve {__version__}")
     return p
 
@@ -117,6 +118,20 @@ def _add_listen_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--fd", metavar="N", default=None,
                    help="serve on listening socket N inherited from the parent process "
                         "(default: none)")
+
+
+def _add_proxy_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "behind a proxy",
+        "From a trusted peer, X-Forwarded-For, X-Forwarded-Proto and Forwarded (RFC 7239) say "
+        "who the client is and which scheme it used: the access log, WSGI's REMOTE_ADDR and "
+        "Request.client and Request.scheme tell that instead of the proxy's own address.")
+    g.add_argument("--proxy-headers", action="store_true",
+                   help="believe proxy headers from --forwarded-allow-ips (default: off)")
+    g.add_argument("--forwarded-allow-ips", metavar="LIST", default=None,
+                   help="the trusted peers: addresses and networks (CIDR) separated by commas, "
+                        "or * for all; implies --proxy-headers (default: $FORWARDED_ALLOW_IPS, "
+                        "else 127.0.0.1; a Unix socket's peer is always trusted)")
 
 
 def _listen_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -152,6 +167,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         except ValueError:
             raise ConfigError(name, raw, "must be a number of seconds") from None
     options.update(_listen_options(args))
+    options.update(proxy_headers=args.proxy_headers,
+                   forwarded_allow_ips=args.forwarded_allow_ips)
     return Config(**options)
 
 

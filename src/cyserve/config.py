@@ -12,6 +12,7 @@ body that makes no progress for 10 s is dropped.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import os
 from dataclasses import dataclass, fields
@@ -86,6 +87,9 @@ class Config:
     uds: str | None = None  # a Unix socket's path (made at start, removed at exit)
     uds_perms: int | None = None  # its mode, e.g. 0o660 (default: the umask's)
     fd: int | None = None  # a listening socket inherited from the parent process
+    # Behind a proxy (csrc/proxy.c): believe X-Forwarded-For/-Proto and Forwarded from these peers.
+    proxy_headers: bool = False  # also on when forwarded_allow_ips is given
+    forwarded_allow_ips: str | None = None  # None: $FORWARDED_ALLOW_IPS, else "127.0.0.1"
     # Set by the process supervisor for its workers only (not a user option: the CLI has no flag).
     shared_port: bool = dataclasses.field(default=False, repr=False)
 
@@ -138,6 +142,7 @@ class Config:
         _check_int("threads", self.threads, 0, MAX_THREADS)
         _check_int("processes", self.processes, 1, MAX_PROCESSES)
         self._validate_listen()
+        self._validate_proxy()
         if self.processes > 1 and self.port == 0 and not self._listens_elsewhere():
             raise ConfigError("processes", self.processes, "needs a fixed port: with port 0 "
                               "each process would listen on a port of its own")
@@ -157,6 +162,23 @@ class Config:
             raise ConfigError("log_level", self.log_level,
                               "must be one of " + ", ".join(LOG_LEVELS))
 
+
+    def trusted_proxies(self) -> str | None:
+        """The peers whose proxy headers are believed, as the engine takes them, or None when
+        proxy headers are off."""
+        if not self.proxy_headers and self.forwarded_allow_ips is None:
+            return None
+        if self.forwarded_allow_ips is not None:
+            return self.forwarded_allow_ips
+        return os.environ.get("FORWARDED_ALLOW_IPS", DEFAULT_FORWARDED_ALLOW_IPS)
+
+    def _validate_proxy(self) -> None:
+        if not isinstance(self.proxy_headers, bool):
+            raise ConfigError("proxy_headers", repr(self.proxy_headers), "must be True or False")
+        if self.forwarded_allow_ips is not None:
+            check_forwarded_allow_ips("forwarded_allow_ips", self.forwarded_allow_ips)
+        elif self.proxy_headers and "FORWARDED_ALLOW_IPS" in os.environ:
+            check_forwarded_allow_ips("forwarded_allow_ips", os.environ["FORWARDED_ALLOW_IPS"])
 
     def _listens_elsewhere(self) -> bool:
         """Whether bind, uds or fd replace host and port."""
@@ -190,6 +212,25 @@ class Config:
                     raise ConfigError("processes", self.processes,
                                       f"needs fixed ports: {a.url()} would be a port of its "
                                       "own in each process")
+
+
+# Whose proxy headers are believed when --proxy-headers gives no list: uvicorn's default.
+DEFAULT_FORWARDED_ALLOW_IPS = "127.0.0.1"
+
+
+def check_forwarded_allow_ips(name: str, value: object) -> None:
+    """ConfigError unless value is a comma-separated list of IP addresses, CIDR networks or *."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(name, repr(value), "must list addresses or networks (CIDR), or *")
+    for item in value.split(","):
+        item = item.strip()
+        if item == "*":
+            continue
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise ConfigError(name, value, f"{item!r} is not an IP address or network "
+                                           "(10.0.0.0/8, ::1, or * for every peer)") from None
 
 
 def _check_int(name: str, value: object, low: int, high: int | None) -> None:

@@ -83,6 +83,9 @@ def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Serv
     tcp = listeners.tcp
     if not listeners.default:
         kwargs["listen"] = listeners.engine_listen()
+    trusted = config.trusted_proxies()
+    if trusted is not None:
+        kwargs["forwarded_allow_ips"] = trusted
     # WSGI's SERVER_NAME and SERVER_PORT (for a request without Host): the first TCP address.
     wsgi_host, wsgi_port = (tcp[0].host, tcp[0].port) if tcp else ("localhost", 80)
     srv = server_cls(routes, **kwargs)

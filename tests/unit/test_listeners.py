@@ -88,3 +88,20 @@ def test_config_refuses(options: dict[str, object], option: str) -> None:
 
 def test_processes_with_only_a_unix_socket_need_no_port() -> None:
     assert Config(port=0, processes=2, uds="/tmp/x").processes == 2
+
+
+def test_proxy_headers_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FORWARDED_ALLOW_IPS", raising=False)
+    assert Config().trusted_proxies() is None
+    assert Config(proxy_headers=True).trusted_proxies() == "127.0.0.1"
+    assert Config(forwarded_allow_ips="10.0.0.0/8,::1").trusted_proxies() == "10.0.0.0/8,::1"
+    monkeypatch.setenv("FORWARDED_ALLOW_IPS", "192.168.0.0/16")
+    assert Config(proxy_headers=True).trusted_proxies() == "192.168.0.0/16"
+    assert Config().trusted_proxies() is None  # the variable alone turns nothing on
+
+
+@pytest.mark.parametrize("value", ["", "proxy.local", "10.0.0.0/33", "1.2.3.4,,", 7])
+def test_forwarded_allow_ips_refused(value: object) -> None:
+    with pytest.raises(ConfigError) as e:
+        Config.from_options(forwarded_allow_ips=value)
+    assert e.value.option == "forwarded_allow_ips"

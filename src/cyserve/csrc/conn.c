@@ -157,6 +157,7 @@ void conn_destroy(struct conn *c)
     close(c->io.fd);
     free(c->peer);
     c->peer = NULL;
+    c->peer_trust = 0;
     struct server_worker *mine = server_worker_self(w->srv);
     if (c->buf)
         conn_buf_put(mine, c->buf, c->cap);

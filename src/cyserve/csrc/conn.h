@@ -73,6 +73,7 @@ struct conn {
     int timer_armed;            /* idle is armed; home worker only */
     int stray_crlf;             /* HTTP/1: a lone CRLF was let go since the last request */
     char *peer;                 /* "address:port" for the access log, made on its first line */
+    int peer_trust; /* proxy headers: 0 not asked yet, 1 the peer is trusted, 2 it is not */
 };
 
 /* The plain transport: the socket's own system calls. */

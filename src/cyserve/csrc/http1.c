@@ -472,6 +472,7 @@ static int serve_loop(struct http1_session *sv)
                                      sv->rq.head.error ? sv->rq.head.error : "malformed request");
         head_deadline = -1;
         c->stray_crlf = 0;
+        sv->rq.client_done = REQUEST_CLIENT_TODO;
         if (UNLIKELY(s->cfg.access_log_fd >= 0)) {
             sv->rq.log_have_req = 1;
             sv->rq.log_t0 = clock_mono_ns();
@@ -488,6 +489,7 @@ static int serve_loop(struct http1_session *sv)
             access_log_write(&sv->rq);
             sv->rq.log_have_req = 0;
         }
+        sv->rq.client_done = REQUEST_CLIENT_NO_HEAD;
         if (rc < 0)
             return SERVE_CLOSE;
         if (sv->rq.resp.close)
@@ -525,6 +527,7 @@ int http1_serve(struct coro *co, void *arg)
     sv->rq.srv = s;
     sv->rq.log_status = 0;
     sv->rq.log_have_req = 0;
+    sv->rq.client_done = REQUEST_CLIENT_NO_HEAD;
     resp_init(&sv->rq.resp);
     wbuf_init(&sv->out, sv->out_inline, sizeof(sv->out_inline));
     sv->rq.max_headers = s->cfg.limits.max_headers;

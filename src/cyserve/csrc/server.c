@@ -129,6 +129,17 @@ int server_new(struct server **out, const struct server_config *cfg, const struc
     }
     s->cfg.listen = NULL; /* the copies above are the server's */
     s->cfg.nlisten = 0;
+    if (cfg->forwarded_allow_ips) {
+        int rc = proxy_trust_parse(&s->trust, cfg->forwarded_allow_ips);
+        if (rc < 0) {
+            server_free_listens(s);
+            free(s->host);
+            free(s);
+            return rc;
+        }
+        s->proxy_headers = 1;
+    }
+    s->cfg.forwarded_allow_ips = NULL; /* parsed into s->trust */
     s->router = router;
     pthread_mutex_init(&s->ext_lock, NULL);
     pthread_mutex_init(&s->stats_lock, NULL);
@@ -493,6 +504,7 @@ void server_free(struct server *s)
     pthread_mutex_destroy(&s->orphan_lock);
     free(s->orphans); /* what was not taken is leaked: its owner (Python) is not here */
     server_free_listens(s);
+    proxy_trust_free(&s->trust);
     free(s->host);
     free(s);
 }

@@ -116,6 +116,11 @@ struct server_config {
     uint64_t keepalive_ns;      /* idle keep-alive connection is closed after this */
     uint64_t header_timeout_ns; /* whole head must arrive within this, from its first byte: 408 */
     uint64_t body_timeout_ns;   /* a body (or a response write) without progress for this: 408 */
+    /* Proxy headers: NULL (default) ignores them; else the peers whose X-Forwarded-For,
+     * X-Forwarded-Proto and Forwarded say who the client is (proxy.h's list: addresses, CIDR
+     * networks, "*"). The client they name is then the one server_req_peer, server_req_scheme
+     * and the access log tell. */
+    const char *forwarded_allow_ips;
 };
 
 /* Defaults: keep-alive 5 s, head 10 s, body 10 s, 8 KiB head/target, 100 headers,
@@ -182,10 +187,15 @@ int server_req_header(const cyserve_request *req, const char *name, size_t nlen,
  * op SERVER_STREAM_ABANDON, resp NULL), or 0 when none is left. Any thread. */
 int server_take_orphan(struct server *s, const struct server_target **t, void **stream);
 
-/* The client's address of req's connection as "host:port" ("[v6]:port" for IPv6), NUL-ended:
+/* The client's address of req's connection as "host:port" ("[v6]:port" for IPv6), NUL-ended
+ * (with proxy headers on and a trusted peer, the client its headers name, "host:0"):
  * 0 and *out set, owned by the connection and valid until the handler returns; -ENOTCONN when
  * it is unknown (the socket is gone, or req was not made by a coroutine's serve loop). The
  * handler's thread only (the first call per connection makes it: getpeername, malloc). */
 int server_req_peer(const cyserve_request *req, const char **out);
+
+/* The scheme req was made with, "http" or "https": "http" unless a trusted proxy says "https"
+ * (server_config.forwarded_allow_ips). Static storage. The handler's thread only. */
+const char *server_req_scheme(const cyserve_request *req);
 
 #endif

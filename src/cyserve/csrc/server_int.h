@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "compat.h"
+#include "proxy.h"
 #include "sched.h"
 #include "server.h"
 
@@ -78,6 +79,9 @@ struct server {
     struct server_listen *listens;
     int *ports;
     unsigned nlistens;
+    /* Proxy headers (cfg.forwarded_allow_ips): on, and the peers trusted. */
+    int proxy_headers;
+    struct proxy_trust trust;
     const struct router *router;
     struct sched *sched;
     struct server_worker *workers;

@@ -99,7 +99,7 @@ cdef class Server:
                  int max_header_bytes=8192, int max_target_bytes=8192, int max_headers=100,
                  max_body_bytes=1048576, double keepalive_timeout=5.0,
                  double header_timeout=10.0, double body_timeout=10.0, bint shared_port=False,
-                 bint access_log=False, listen=None):
+                 bint access_log=False, listen=None, forwarded_allow_ips=None):
         if self._router != NULL:
             raise RuntimeError("Server.__init__ called twice")
         if not 0 <= port <= 65535:
@@ -141,6 +141,11 @@ cdef class Server:
         cfg.threads = threads
         cfg.backlog = backlog
         cfg.shared_port = 1 if shared_port else 0
+        if forwarded_allow_ips is not None:
+            # Proxy headers on: the peers whose forwarding headers are believed (csrc/proxy.h).
+            fw = str(forwarded_allow_ips).encode("ascii")
+            self._keep.append(fw)
+            cfg.forwarded_allow_ips = fw
         if listen:
             self._set_listen(listen)
             cfg.listen = self._listen
@@ -155,6 +160,9 @@ cdef class Server:
         cfg.header_timeout_ns = <uint64_t>(header_timeout * 1e9)
         cfg.body_timeout_ns = <uint64_t>(body_timeout * 1e9)
         rc = cs.server_new(&self._srv, &cfg, self._router)
+        if rc != 0 and forwarded_allow_ips is not None:
+            raise ValueError(f"invalid forwarded_allow_ips {forwarded_allow_ips!r}: addresses "
+                             "or networks (CIDR) separated by commas, or *")
         if rc != 0:
             raise ValueError(f"invalid server configuration (error {-rc})")
         cs.server_set_offload_hooks(self._srv, cyserve__offload_begin, cyserve__offload_end,

@@ -78,6 +78,7 @@ cdef extern from "csrc/server.h" nogil:
         uint64_t keepalive_ns
         uint64_t header_timeout_ns
         uint64_t body_timeout_ns
+        const char *forwarded_allow_ips
 
     int server_target_static(server_target_t *t, int status, const char *headers,
                              size_t headers_len, const char *body, size_t body_len)
@@ -101,4 +102,5 @@ cdef extern from "csrc/server.h" nogil:
     void server_get_stats(server_t *s, server_stats_t *out)
     int server_req_header(const req_t *req, const char *name, size_t nlen, void *out)
     int server_req_peer(const req_t *req, const char **out)
+    const char *server_req_scheme(const req_t *req)
     int server_take_orphan(server_t *s, const server_target_t **t, void **stream)
