@@ -64,6 +64,7 @@ class Served:
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      start_new_session=True)
         self.lines: queue.Queue[str] = queue.Queue()
+        self.stderr = ""
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         self.serving: list[str] = []
@@ -91,6 +92,8 @@ class Served:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
         self._reader.join(TIMEOUT)
+        if self.proc.stderr is not None and not self.proc.stderr.closed:
+            self.stderr = self.proc.stderr.read()  # the process has exited: this ends
         for f in (self.proc.stdout, self.proc.stderr):
             if f is not None:
                 f.close()

@@ -16,7 +16,7 @@ import importlib
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from . import __version__
@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds for the whole header block (408 beyond)")
     p.add_argument("--body-timeout", metavar="SECONDS", default=str(defaults.body_timeout),
                    help="seconds a body may make no progress (408 beyond)")
-    p.add_argument("--graceful-timeout", metavar="SECONDS", default=str(defaults.graceful_timeout),
+    p.add_argument("--graceful-timeout", "--timeout-graceful-shutdown", metavar="SECONDS",
+                   default=str(defaults.graceful_timeout),
                    help="seconds in-flight requests get to finish on shutdown")
     p.add_argument("--log-level", default=defaults.log_level, choices=LOG_LEVELS, type=str.lower,
                    help="level of the cyserve logger (default info)")
@@ -98,8 +99,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder put first on sys.path before importing (default: the current one)")
     _add_listen_options(p)
     _add_proxy_options(p)
+    _add_lifecycle_options(p)
+    p.formatter_class = _HelpWithDefaults
     p.add_argument("--version", action="version", version=f"cyserve {__version__}")
     return p
+
+
+class _HelpWithDefaults(argparse.HelpFormatter):
+    """--help says every option's default, so that nobody has to read config.py for it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if ("default" in text or not action.option_strings
+                or action.default is argparse.SUPPRESS):
+            return text
+        if action.nargs == 0:  # a flag
+            return f"{text} (default: off)"
+        if action.default in (None, "", []):
+            return f"{text} (default: none)"
+        return f"{text} (default %(default)s)"
 
 
 def _add_listen_options(p: argparse.ArgumentParser) -> None:
@@ -132,6 +150,42 @@ def _add_proxy_options(p: argparse.ArgumentParser) -> None:
                    help="the trusted peers: addresses and networks (CIDR) separated by commas, "
                         "or * for all; implies --proxy-headers (default: $FORWARDED_ALLOW_IPS, "
                         "else 127.0.0.1; a Unix socket's peer is always trusted)")
+
+
+def _add_lifecycle_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "worker processes",
+        "A supervisor runs the workers with --processes 2 or more, or with --max-requests (then "
+        "even one worker: its replacement starts before it stops). SIGHUP to the supervisor "
+        "reloads: new workers with the application imported again, then the old ones stop "
+        "gracefully.")
+    g.add_argument("--max-requests", metavar="N", default="0",
+                   help="replace a worker process after it has answered N requests; it finishes "
+                        "what is in flight once its replacement serves (default 0: never)")
+    g.add_argument("--max-requests-jitter", metavar="J", default="0",
+                   help="add a random 0..J to each worker's --max-requests, so that workers are "
+                        "not all replaced at once (default 0)")
+
+
+def _app_reloader(args: argparse.Namespace, config: Config) -> Callable[[], App]:
+    """What imports the application again for a reload (SIGHUP to a process supervisor): the
+    modules imported since now whose files are under --app-dir (the application's own code, not
+    the libraries it uses, nor cyserve) are forgotten, then MODULE:APP is loaded as at start."""
+    before = set(sys.modules)
+    folder = os.path.abspath(args.app_dir) + os.sep
+
+    def reload_app() -> App:
+        for name, module in list(sys.modules.items()):
+            path = getattr(module, "__file__", None)
+            if (name in before or name == "cyserve" or name.startswith("cyserve.") or not path
+                    or not os.path.abspath(path).startswith(folder)
+                    or f"{os.sep}site-packages{os.sep}" in path):
+                continue
+            del sys.modules[name]
+        importlib.invalidate_caches()
+        return load_app(args.app, args.app_dir, config.interface, args.factory)
+
+    return reload_app
 
 
 def _listen_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -167,6 +221,12 @@ def config_from_args(args: argparse.Namespace) -> Config:
         except ValueError:
             raise ConfigError(name, raw, "must be a number of seconds") from None
     options.update(_listen_options(args))
+    for name in ("max_requests", "max_requests_jitter"):
+        raw = getattr(args, name)
+        try:
+            options[name] = int(raw, 10)
+        except ValueError:
+            raise ConfigError(name, raw, "must be an integer") from None
     options.update(proxy_headers=args.proxy_headers,
                    forwarded_allow_ips=args.forwarded_allow_ips)
     return Config(**options)
@@ -232,6 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         return _fail(exc.for_cli(), EXIT_USAGE)
 
+    reload_app = _app_reloader(args, config)
     try:
         app = load_app(args.app, args.app_dir, config.interface, args.factory)
     except AppLoadError as exc:
@@ -246,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # load_app has already resolved --interface and made the application an App: serve() must
         # take that App as it is, not check it against "wsgi" a second time.
-        serve(app, config.replace(interface="cyserve"))
+        serve(app, config.replace(interface="cyserve"), loader=reload_app)
     except (RouteError, ConfigError) as exc:
         return _fail(str(exc), EXIT_USAGE)
     except ListenError as exc:

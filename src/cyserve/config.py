@@ -90,6 +90,10 @@ class Config:
     # Behind a proxy (csrc/proxy.c): believe X-Forwarded-For/-Proto and Forwarded from these peers.
     proxy_headers: bool = False  # also on when forwarded_allow_ips is given
     forwarded_allow_ips: str | None = None  # None: $FORWARDED_ALLOW_IPS, else "127.0.0.1"
+    # Worker recycling (supervisor.py): a worker process that has answered max_requests (plus a
+    # random 0..max_requests_jitter of its own) is replaced, the new one serving first. 0: never.
+    max_requests: int = 0
+    max_requests_jitter: int = 0
     # Set by the process supervisor for its workers only (not a user option: the CLI has no flag).
     shared_port: bool = dataclasses.field(default=False, repr=False)
 
@@ -143,6 +147,7 @@ class Config:
         _check_int("processes", self.processes, 1, MAX_PROCESSES)
         self._validate_listen()
         self._validate_proxy()
+        self._validate_recycling()
         if self.processes > 1 and self.port == 0 and not self._listens_elsewhere():
             raise ConfigError("processes", self.processes, "needs a fixed port: with port 0 "
                               "each process would listen on a port of its own")
@@ -171,6 +176,26 @@ class Config:
         if self.forwarded_allow_ips is not None:
             return self.forwarded_allow_ips
         return os.environ.get("FORWARDED_ALLOW_IPS", DEFAULT_FORWARDED_ALLOW_IPS)
+
+    @property
+    def supervised(self) -> bool:
+        """Whether a process supervisor runs the workers: for several processes, and for
+        recycling (--max-requests), which needs a process to start the next worker."""
+        return self.processes > 1 or self.max_requests > 0
+
+    def _validate_recycling(self) -> None:
+        _check_int("max_requests", self.max_requests, 0, 1 << 62)
+        _check_int("max_requests_jitter", self.max_requests_jitter, 0, 1 << 62)
+        if self.max_requests and self.port == 0 and not self._listens_elsewhere():
+            raise ConfigError("max_requests", self.max_requests, "needs a fixed port: a new "
+                              "worker must listen where the one it replaces did")
+        if self.max_requests:
+            for b in self.bind:
+                a = parse_bind(b)
+                if a.kind == "tcp" and a.port == 0:
+                    raise ConfigError("max_requests", self.max_requests,
+                                      f"needs fixed ports: {a.url()} would change with each "
+                                      "new worker")
 
     def _validate_proxy(self) -> None:
         if not isinstance(self.proxy_headers, bool):

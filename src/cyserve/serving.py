@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import sys
 import threading
 import time
@@ -55,13 +56,16 @@ _FORCE_WAIT_SECONDS = 2.0
 
 def serve_process(app: App, config: Config, *, stop_event: threading.Event | None = None,
                   ready: Callable[[Server], None] | None = None,
-                  listeners: Listeners | None = None) -> None:
+                  listeners: Listeners | None = None,
+                  tick: Callable[[Server], None] | None = None) -> None:
     """Serve ``app`` in this process until a stop request (see the module docstring).
 
     Outside the main thread no signal handler can be installed: the server then runs until
     ``stop_event`` is set (setting it once acts like one Ctrl-C). ``ready`` is called with the
     started Server (its ``port`` is the bound port when config.port is 0). ``listeners``: the
-    sockets already made by a process supervisor (else they are made, and closed, here)."""
+    sockets already made by a process supervisor (else they are made, and closed, here).
+    ``tick`` is called with the Server every POLL_SECONDS while it serves (the supervisor's
+    workers check --max-requests with it)."""
     configure_logging(config.log_level)
     routes = app.build()
     server_cls = _server_class()
@@ -70,7 +74,7 @@ def serve_process(app: App, config: Config, *, stop_event: threading.Event | Non
         listeners = Listeners.for_config(config)
         listeners.open()
     try:
-        _serve_on(app, config, routes, server_cls, listeners, stop_event, ready)
+        _serve_on(app, config, routes, server_cls, listeners, stop_event, ready, tick)
     finally:
         if own:
             listeners.close()
@@ -78,7 +82,8 @@ def serve_process(app: App, config: Config, *, stop_event: threading.Event | Non
 
 def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Server],
               listeners: Listeners, stop_event: threading.Event | None,
-              ready: Callable[[Server], None] | None) -> None:
+              ready: Callable[[Server], None] | None,
+              tick: Callable[[Server], None] | None = None) -> None:
     kwargs = config.server_kwargs()
     tcp = listeners.tcp
     if not listeners.default:
@@ -92,6 +97,11 @@ def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Serv
     _bind_wsgi(routes, config, wsgi_port, wsgi_host)
     waiter = Waiter(stop_event)
     waiter.install()
+    if waiter.owns_process():
+        # A worker process forked by the supervisor starts with them blocked (supervisor.py):
+        # from here on they reach the handlers just installed.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM,
+                                                    signal.SIGHUP})
     try:
         try:
             srv.start()
@@ -116,7 +126,12 @@ def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Serv
                 f"{workers} thread{'s' if workers != 1 else ''} (pid {os.getpid()})")
             if ready is not None:
                 ready(srv)
-            waiter.wait_for_request(srv)
+            if tick is None:
+                waiter.wait_for_request(srv)
+            else:
+                while srv.running and waiter.pending() == 0:
+                    time.sleep(POLL_SECONDS)
+                    tick(srv)
             if srv.running:
                 say(waiter.shutdown_line())
                 _stop(srv, config.graceful_timeout, waiter)

@@ -209,6 +209,7 @@ void conn_open(struct server *s, int fd, const struct conn_proto *proto,
     c->idle.cb = conn_idle_timeout;
     c->idle.data = c;
     c->io.data = c; /* before sched_io_add: its events are delivered from then on */
+    c->fresh = 1;
     int one = 1;
     /* Responses go out in one write; Nagle would only delay them. */
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -241,6 +242,7 @@ static void conn_on_ready(struct sched_io *io, uint32_t events)
 {
     struct conn *c = io->data;
     c->busy = 1;
+    c->fresh = 0;
     c->proto->on_readable(c, events);
 }
 

@@ -485,6 +485,15 @@ static int serve_loop(struct http1_session *sv)
         int rc = request_dispatch(&sv->rq, body, body_len);
         if (LIKELY(rc == 0))
             rc = http1_send_answer(sv, keep);
+        {
+            /* --max-requests and Server.stats() read the sum over the threads.
+             * safety: written by this thread only (its own worker's entry: a plain store, no
+             * locked add), read by server_get_stats; relaxed atomics make that read defined. */
+            struct server_worker *mine = server_worker_self(s);
+            atomic_store_explicit(&mine->answered,
+                                  atomic_load_explicit(&mine->answered, memory_order_relaxed) + 1,
+                                  memory_order_relaxed);
+        }
         if (UNLIKELY(s->cfg.access_log_fd >= 0)) {
             access_log_write(&sv->rq);
             sv->rq.log_have_req = 0;

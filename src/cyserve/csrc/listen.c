@@ -70,6 +70,11 @@
 
 /* Connections accepted before the accept coroutine yields to the requests of its worker. */
 #define LISTEN_ACCEPT_BATCH 64
+/* How long a stop leaves a connection that was accepted but has sent nothing yet: its client
+ * has just connected, and its request is on its way (a stop drains the accept queues, so it
+ * accepts such connections itself). Closing it at once would reset a client that did nothing
+ * wrong; one that sends nothing within this is closed like any idle connection. */
+#define LISTEN_FRESH_GRACE_NS (200ull * 1000 * 1000)
 /* The pause of an acceptor out of descriptors or memory: the first one, doubled while the
  * failures go on, up to the last. */
 #define LISTEN_BACKOFF_MIN_NS (10ull * 1000 * 1000)
@@ -138,6 +143,11 @@ static int listen_acceptor(struct coro *co, void *arg)
     unsigned stopping_taken = 0;
     for (;;) {
         for (int i = 0; i < LISTEN_ACCEPT_BATCH; i++) {
+            /* A shared listener of a worker process under a supervisor is not drained by a
+             * stop: its siblings, or the worker replacing this one, accept what it queues,
+             * and what this one would take now could not be served for long. */
+            if (UNLIKELY(l->shared && s->cfg.shared_port && server_draining(s)))
+                goto drained;
             int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
             if (LIKELY(fd >= 0)) {
                 backoff = LISTEN_BACKOFF_MIN_NS;
@@ -225,16 +235,27 @@ static void listen_ctl_close_idle(struct sched_timer *t)
 {
     struct server_worker *w = t->data;
     struct conn *c = w->conns;
+    uint64_t now = sched_now_ns(), again = 0;
     while (c) {
         struct conn *next = c->next;
         /* An idle connection whose next request has already arrived (its readiness not yet
          * reported) is left to the poll: its coroutine answers that request with Connection:
-         * close. Closing over unread bytes would reset it, and the request would be lost. */
+         * close. Closing over unread bytes would reset it, and the request would be lost. A
+         * connection just accepted gets LISTEN_FRESH_GRACE_NS for its first bytes. */
         char b;
-        if (!c->busy && conn_sock_peek(c->io.fd, &b) <= 0)
-            conn_destroy(c);
+        if (!c->busy && conn_sock_peek(c->io.fd, &b) <= 0) {
+            uint64_t until = c->idle_since + LISTEN_FRESH_GRACE_NS;
+            if (c->fresh && until > now) {
+                if (!again || until < again)
+                    again = until;
+            } else {
+                conn_destroy(c);
+            }
+        }
         c = next;
     }
+    if (again)
+        sched_timer_arm(&w->ctl_timer, again);
 }
 
 /* Callback (home's loop lock held), not in a coroutine: server_shutdown wrote our eventfd.
@@ -296,7 +317,8 @@ int listen_open(const struct addrinfo *ai, int port, int reuseport, int backlog,
         ((struct sockaddr_in6 *)&sa)->sin6_port = htons((uint16_t)port);
     else
         ((struct sockaddr_in *)&sa)->sin_port = htons((uint16_t)port);
-    if (bind(fd, (struct sockaddr *)&sa, ai->ai_addrlen) < 0 || listen(fd, backlog) < 0) {
+    if (bind(fd, (struct sockaddr *)&sa, ai->ai_addrlen) < 0 ||
+        (backlog > 0 && listen(fd, backlog) < 0)) {
         int e = -errno;
         close(fd);
         return e;

@@ -272,8 +272,10 @@ static void close_workers(struct server *s)
 static void teardown(struct server *s)
 {
     pthread_mutex_lock(&s->stats_lock);
-    for (unsigned i = 0; s->workers && i < s->nworkers; i++)
+    for (unsigned i = 0; s->workers && i < s->nworkers; i++) {
         s->ended_inline += atomic_load_explicit(&s->workers[i].inline_ok, memory_order_relaxed);
+        s->ended_answered += atomic_load_explicit(&s->workers[i].answered, memory_order_relaxed);
+    }
     if (s->sched) {
         struct sched_stats st;
         sched_get_stats(s->sched, &st);
@@ -323,10 +325,13 @@ int server_start(struct server *s, char *errmsg, size_t errlen)
         /* Probe without SO_REUSEPORT: a reuseport bind would silently join another server's
          * group on the same port instead of failing, and "address already in use" must be
          * reported. With shared_port the group is ours (sibling processes; their supervisor
-         * made that probe), so the probe joins it. */
+         * made that probe), so the probe binds into it without listening: a listening probe
+         * would take its share of the group's new connections while the siblings serve (a
+         * replacement starts beside them) and reset them when it closes. */
         int probe = -1;
         port = l->port;
-        rc = listen_open(res[li], l->port, s->cfg.shared_port ? 1 : 0, 1, &probe);
+        int shared = s->cfg.shared_port ? 1 : 0;
+        rc = listen_open(res[li], l->port, shared, shared ? 0 : 1, &probe);
         if (rc < 0)
             goto fail_res;
         s->ports[li] = listen_bound_port(probe);
@@ -515,9 +520,13 @@ void server_get_stats(struct server *s, struct server_stats *out)
     out->live = server_live_connections(s);
     pthread_mutex_lock(&s->stats_lock);
     out->inline_ok = s->ended_inline;
+    out->requests = s->ended_inline + s->ended_answered;
     out->spawned = s->ended_spawned;
-    for (unsigned i = 0; s->workers && i < s->nworkers; i++)
-        out->inline_ok += atomic_load_explicit(&s->workers[i].inline_ok, memory_order_relaxed);
+    for (unsigned i = 0; s->workers && i < s->nworkers; i++) {
+        uint64_t inl = atomic_load_explicit(&s->workers[i].inline_ok, memory_order_relaxed);
+        out->inline_ok += inl;
+        out->requests += inl + atomic_load_explicit(&s->workers[i].answered, memory_order_relaxed);
+    }
     if (s->sched) {
         struct sched_stats st;
         sched_get_stats(s->sched, &st);

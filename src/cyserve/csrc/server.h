@@ -172,6 +172,7 @@ uint64_t server_live_connections(const struct server *s);
 struct server_stats {
     uint64_t live;      /* open connections */
     uint64_t inline_ok; /* requests answered on the inline path, without a coroutine */
+    uint64_t requests;  /* requests answered (inline or not; error answers to a parsed head too) */
     uint64_t spawned;   /* coroutines spawned (connections served, accept rounds) */
 };
 void server_get_stats(struct server *s, struct server_stats *out);

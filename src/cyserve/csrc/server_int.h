@@ -69,6 +69,7 @@ struct server_worker {
     char *free_bufs[CONN_BUF_CACHE_MAX];
     unsigned nfree_bufs;
     _Atomic uint64_t inline_ok; /* requests answered inline by this thread */
+    _Atomic uint64_t answered;  /* requests answered by coroutines on this thread */
 } CACHE_ALIGNED;
 
 struct server {
@@ -103,7 +104,7 @@ struct server {
      * against start and teardown, which publish and free sched and workers under it. The
      * counters of runs that ended are kept, so that stats() after stop() still tells. */
     pthread_mutex_t stats_lock;
-    uint64_t ended_inline, ended_spawned;
+    uint64_t ended_inline, ended_spawned, ended_answered;
     /* Streams (stream.c) a stop cancelled before their handler could be
      * told: no call can be offloaded any more. server_take_orphan() hands them to the caller of
      * the stop, which releases them with their target's py_stream. Under orphan_lock (any

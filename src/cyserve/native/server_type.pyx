@@ -366,6 +366,16 @@ cdef class Server:
         cs.server_get_stats(self._srv, &st)
         return {"live": st.live, "inline": st.inline_ok, "spawned": st.spawned}
 
+    @property
+    def requests(self):
+        """Requests answered since the server was made (every run), approximate while it
+        serves: what --max-requests counts."""
+        cdef cs.server_stats_t st
+        if self._srv == NULL:
+            return 0
+        cs.server_get_stats(self._srv, &st)
+        return st.requests
+
     def __dealloc__(self):
         cdef Py_ssize_t i
         if self._srv != NULL:

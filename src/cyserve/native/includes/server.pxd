@@ -98,6 +98,7 @@ cdef extern from "csrc/server.h" nogil:
     ctypedef struct server_stats_t "struct server_stats":
         uint64_t live
         uint64_t inline_ok
+        uint64_t requests
         uint64_t spawned
     void server_get_stats(server_t *s, server_stats_t *out)
     int server_req_header(const req_t *req, const char *name, size_t nlen, void *out)
