@@ -162,6 +162,9 @@ def _add_lifecycle_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-requests", metavar="N", default="0",
                    help="replace a worker process after it has answered N requests; it finishes "
                         "what is in flight once its replacement serves (default 0: never)")
+    p.add_argument("--health-path", metavar="PATH", default=None,
+                   help="answer GET PATH with 200 \"ok\" from C, for a load balancer's health "
+                        "checks, e.g. /healthz (default: none)")
     g.add_argument("--max-requests-jitter", metavar="J", default="0",
                    help="add a random 0..J to each worker's --max-requests, so that workers are "
                         "not all replaced at once (default 0)")
@@ -227,6 +230,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
             options[name] = int(raw, 10)
         except ValueError:
             raise ConfigError(name, raw, "must be an integer") from None
+    options["health_path"] = args.health_path
     options.update(proxy_headers=args.proxy_headers,
                    forwarded_allow_ips=args.forwarded_allow_ips)
     return Config(**options)

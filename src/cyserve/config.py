@@ -94,6 +94,8 @@ class Config:
     # random 0..max_requests_jitter of its own) is replaced, the new one serving first. 0: never.
     max_requests: int = 0
     max_requests_jitter: int = 0
+    # A path answered 200 "ok" from C (a static route), for load balancers' health checks.
+    health_path: str | None = None
     # Set by the process supervisor for its workers only (not a user option: the CLI has no flag).
     shared_port: bool = dataclasses.field(default=False, repr=False)
 
@@ -148,6 +150,11 @@ class Config:
         self._validate_listen()
         self._validate_proxy()
         self._validate_recycling()
+        if self.health_path is not None and (
+                not isinstance(self.health_path, str) or not self.health_path.startswith("/")
+                or any(c.isspace() or c in "?#" for c in self.health_path)):
+            raise ConfigError("health_path", repr(self.health_path),
+                              "must be a path such as /healthz")
         if self.processes > 1 and self.port == 0 and not self._listens_elsewhere():
             raise ConfigError("processes", self.processes, "needs a fixed port: with port 0 "
                               "each process would listen on a port of its own")

@@ -68,6 +68,11 @@ def serve_process(app: App, config: Config, *, stop_event: threading.Event | Non
     workers check --max-requests with it)."""
     configure_logging(config.log_level)
     routes = app.build()
+    if config.health_path is not None:
+        # Served from C like any static route; a route of the application's own on the same
+        # path is reported as a conflict by the engine.
+        routes = routes + [("path", config.health_path, ("GET",), "static",
+                            (200, [("Content-Type", "text/plain")], b"ok\n"))]
     server_cls = _server_class()
     own = listeners is None
     if listeners is None:

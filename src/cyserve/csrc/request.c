@@ -250,7 +250,8 @@ const char *server_req_scheme(const cyserve_request *req)
 {
     struct request *rq = req->engine;
     const char *scheme = "http";
-    if (rq)
+    /* Without proxy headers the answer is known: no peer lookup for it. */
+    if (rq && rq->srv->proxy_headers)
         request_client(rq, &scheme);
     return scheme;
 }
