@@ -16,7 +16,7 @@ import importlib
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from . import __version__
@@ -93,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-body-rate", metavar="BYTES_PER_S", default=str(defaults.min_body_rate),
                    help="bytes/s a body must average once --body-timeout has passed since it "
                         f"began; slower gets 408 (default {defaults.min_body_rate}; 0 = none)")
-    p.add_argument("--graceful-timeout", metavar="SECONDS", default=str(defaults.graceful_timeout),
+    p.add_argument("--graceful-timeout", "--timeout-graceful-shutdown", metavar="SECONDS",
+                   default=str(defaults.graceful_timeout),
                    help="seconds in-flight requests get to finish on shutdown")
     p.add_argument("--log-level", default=defaults.log_level, choices=LOG_LEVELS, type=str.lower,
                    help="level of the cyserve logger (default info)")
@@ -112,8 +113,114 @@ def build_parser() -> argparse.ArgumentParser:
                         "no arguments) first")
     p.add_argument("--app-dir", metavar="DIR", default=".",
                    help="folder put first on sys.path before importing (default: the current one)")
+    _add_listen_options(p)
+    _add_proxy_options(p)
+    _add_lifecycle_options(p)
+    p.formatter_class = _HelpWithDefaults
     p.add_argument("--version", action="version", version=f"cyserve {__version__}")
     return p
+
+
+class _HelpWithDefaults(argparse.HelpFormatter):
+    """--help says every option's default, so that nobody has to read config.py for it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if ("default" in text or not action.option_strings
+                or action.default is argparse.SUPPRESS):
+            return text
+        if action.nargs == 0:  # a flag
+            return f"{text} (default: off)"
+        if action.default in (None, "", []):
+            return f"{text} (default: none)"
+        return f"{text} (default %(default)s)"
+
+
+def _add_listen_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "where to listen",
+        "Any of --bind, --uds and --fd replaces --host/--port; with none of them, sockets passed "
+        "by systemd's socket activation (LISTEN_FDS) are served if there are any.")
+    g.add_argument("-b", "--bind", metavar="ADDRESS", action="append", default=[],
+                   help="an address to serve, repeatable: HOST:PORT, [V6]:PORT, unix:PATH or "
+                        "fd://N (default: none, --host and --port)")
+    g.add_argument("--uds", metavar="PATH", default=None,
+                   help="serve on a Unix socket made at PATH (a stale socket file nobody "
+                        "listens on is replaced; removed at exit) (default: none)")
+    g.add_argument("--uds-perms", metavar="OCTAL", default=None,
+                   help="mode of the Unix socket, e.g. 660 (default: what the umask leaves)")
+    g.add_argument("--fd", metavar="N", default=None,
+                   help="serve on listening socket N inherited from the parent process "
+                        "(default: none)")
+
+
+def _add_proxy_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "behind a proxy",
+        "From a trusted peer, X-Forwarded-For, X-Forwarded-Proto and Forwarded (RFC 7239) say "
+        "who the client is and which scheme it used: the access log, WSGI's REMOTE_ADDR and "
+        "Request.client and Request.scheme tell that instead of the proxy's own address.")
+    g.add_argument("--proxy-headers", action="store_true",
+                   help="believe proxy headers from --forwarded-allow-ips (default: off)")
+    g.add_argument("--forwarded-allow-ips", metavar="LIST", default=None,
+                   help="the trusted peers: addresses and networks (CIDR) separated by commas, "
+                        "or * for all; implies --proxy-headers (default: $FORWARDED_ALLOW_IPS, "
+                        "else 127.0.0.1; a Unix socket's peer is always trusted)")
+
+
+def _add_lifecycle_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "worker processes",
+        "A supervisor runs the workers with --processes 2 or more, or with --max-requests (then "
+        "even one worker: its replacement starts before it stops). SIGHUP to the supervisor "
+        "reloads: new workers with the application imported again, then the old ones stop "
+        "gracefully.")
+    g.add_argument("--max-requests", metavar="N", default="0",
+                   help="replace a worker process after it has answered N requests; it finishes "
+                        "what is in flight once its replacement serves (default 0: never)")
+    p.add_argument("--health-path", metavar="PATH", default=None,
+                   help="answer GET PATH with 200 \"ok\" from C, for a load balancer's health "
+                        "checks, e.g. /healthz (default: none)")
+    g.add_argument("--max-requests-jitter", metavar="J", default="0",
+                   help="add a random 0..J to each worker's --max-requests, so that workers are "
+                        "not all replaced at once (default 0)")
+
+
+def _app_reloader(args: argparse.Namespace, config: Config) -> Callable[[], App]:
+    """What imports the application again for a reload (SIGHUP to a process supervisor): the
+    modules imported since now whose files are under --app-dir (the application's own code, not
+    the libraries it uses, nor cyserve) are forgotten, then MODULE:APP is loaded as at start."""
+    before = set(sys.modules)
+    folder = os.path.abspath(args.app_dir) + os.sep
+
+    def reload_app() -> App:
+        for name, module in list(sys.modules.items()):
+            path = getattr(module, "__file__", None)
+            if (name in before or name == "cyserve" or name.startswith("cyserve.") or not path
+                    or not os.path.abspath(path).startswith(folder)
+                    or f"{os.sep}site-packages{os.sep}" in path):
+                continue
+            del sys.modules[name]
+        importlib.invalidate_caches()
+        return load_app(args.app, args.app_dir, config.interface, args.factory)
+
+    return reload_app
+
+
+def _listen_options(args: argparse.Namespace) -> dict[str, Any]:
+    options: dict[str, Any] = {"bind": tuple(args.bind), "uds": args.uds}
+    if args.uds_perms is not None:
+        try:
+            options["uds_perms"] = int(args.uds_perms, 8)
+        except ValueError:
+            raise ConfigError("uds_perms", args.uds_perms,
+                              "must be an octal mode such as 660") from None
+    if args.fd is not None:
+        try:
+            options["fd"] = int(args.fd, 10)
+        except ValueError:
+            raise ConfigError("fd", args.fd, "must be a descriptor number") from None
+    return options
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
@@ -133,6 +240,16 @@ def config_from_args(args: argparse.Namespace) -> Config:
             options[name] = float(raw)
         except ValueError:
             raise ConfigError(name, raw, "must be a number of seconds") from None
+    options.update(_listen_options(args))
+    for name in ("max_requests", "max_requests_jitter"):
+        raw = getattr(args, name)
+        try:
+            options[name] = int(raw, 10)
+        except ValueError:
+            raise ConfigError(name, raw, "must be an integer") from None
+    options["health_path"] = args.health_path
+    options.update(proxy_headers=args.proxy_headers,
+                   forwarded_allow_ips=args.forwarded_allow_ips)
     return Config(**options)
 
 
@@ -196,6 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         return _fail(exc.for_cli(), EXIT_USAGE)
 
+    reload_app = _app_reloader(args, config)
     try:
         app = load_app(args.app, args.app_dir, config.interface, args.factory)
     except AppLoadError as exc:
@@ -210,7 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # load_app has already resolved --interface and made the application an App: serve() must
         # take that App as it is, not check it against "wsgi" a second time.
-        serve(app, config.replace(interface="cyserve"))
+        serve(app, config.replace(interface="cyserve"), loader=reload_app)
     except (RouteError, ConfigError) as exc:
         return _fail(str(exc), EXIT_USAGE)
     except ListenError as exc:

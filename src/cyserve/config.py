@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import ipaddress
 import math
 import os
 from dataclasses import dataclass, fields
 from typing import Any
 
 from .errors import ConfigError
+from .listeners import check_uds_path, parse_bind
 
 __all__ = ["Config", "INTERFACES", "LOG_LEVELS", "MAX_PROCESSES", "MAX_THREADS",
            "available_cpus"]
@@ -98,6 +100,20 @@ class Config:
     access_log: bool = False  # one line per response on standard output (csrc/access_log.c)
     interface: str = "auto"  # a cyserve.App, a WSGI or ASGI application, or "auto"
     loop: str = "auto"  # the event loop of ASGI applications (cyserve.asgi)
+    # Where to listen beyond host and port (cyserve.listeners): any of these replaces host:port.
+    bind: tuple[str, ...] = ()  # HOST:PORT, [V6]:PORT, unix:PATH, fd://N (gunicorn's spelling)
+    uds: str | None = None  # a Unix socket's path (made at start, removed at exit)
+    uds_perms: int | None = None  # its mode, e.g. 0o660 (default: the umask's)
+    fd: int | None = None  # a listening socket inherited from the parent process
+    # Behind a proxy (csrc/proxy.c): believe X-Forwarded-For/-Proto and Forwarded from these peers.
+    proxy_headers: bool = False  # also on when forwarded_allow_ips is given
+    forwarded_allow_ips: str | None = None  # None: $FORWARDED_ALLOW_IPS, else "127.0.0.1"
+    # Worker recycling (supervisor.py): a worker process that has answered max_requests (plus a
+    # random 0..max_requests_jitter of its own) is replaced, the new one serving first. 0: never.
+    max_requests: int = 0
+    max_requests_jitter: int = 0
+    # A path answered 200 "ok" from C (a static route), for load balancers' health checks.
+    health_path: str | None = None
     # Set by the process supervisor for its workers only (not a user option: the CLI has no flag).
     shared_port: bool = dataclasses.field(default=False, repr=False)
 
@@ -155,7 +171,15 @@ class Config:
         _check_int("blocking_threads", self.blocking_threads, 0, MAX_BLOCKING_THREADS)
         _check_int("body_budget", self.body_budget, 0, 1 << 40)
         _check_int("min_body_rate", self.min_body_rate, 0, 1 << 40)
-        if self.processes > 1 and self.port == 0:
+        self._validate_listen()
+        self._validate_proxy()
+        self._validate_recycling()
+        if self.health_path is not None and (
+                not isinstance(self.health_path, str) or not self.health_path.startswith("/")
+                or any(c.isspace() or c in "?#" for c in self.health_path)):
+            raise ConfigError("health_path", repr(self.health_path),
+                              "must be a path such as /healthz")
+        if self.processes > 1 and self.port == 0 and not self._listens_elsewhere():
             raise ConfigError("processes", self.processes, "needs a fixed port: with port 0 "
                               "each process would listen on a port of its own")
         for name in _LIMITS:
@@ -177,6 +201,96 @@ class Config:
         if not isinstance(self.log_level, str) or self.log_level.lower() not in LOG_LEVELS:
             raise ConfigError("log_level", self.log_level,
                               "must be one of " + ", ".join(LOG_LEVELS))
+
+
+    def trusted_proxies(self) -> str | None:
+        """The peers whose proxy headers are believed, as the engine takes them, or None when
+        proxy headers are off."""
+        if not self.proxy_headers and self.forwarded_allow_ips is None:
+            return None
+        if self.forwarded_allow_ips is not None:
+            return self.forwarded_allow_ips
+        return os.environ.get("FORWARDED_ALLOW_IPS", DEFAULT_FORWARDED_ALLOW_IPS)
+
+    @property
+    def supervised(self) -> bool:
+        """Whether a process supervisor runs the workers: for several processes, and for
+        recycling (--max-requests), which needs a process to start the next worker."""
+        return self.processes > 1 or self.max_requests > 0
+
+    def _validate_recycling(self) -> None:
+        _check_int("max_requests", self.max_requests, 0, 1 << 62)
+        _check_int("max_requests_jitter", self.max_requests_jitter, 0, 1 << 62)
+        if self.max_requests and self.port == 0 and not self._listens_elsewhere():
+            raise ConfigError("max_requests", self.max_requests, "needs a fixed port: a new "
+                              "worker must listen where the one it replaces did")
+        if self.max_requests:
+            for b in self.bind:
+                a = parse_bind(b)
+                if a.kind == "tcp" and a.port == 0:
+                    raise ConfigError("max_requests", self.max_requests,
+                                      f"needs fixed ports: {a.url()} would change with each "
+                                      "new worker")
+
+    def _validate_proxy(self) -> None:
+        if not isinstance(self.proxy_headers, bool):
+            raise ConfigError("proxy_headers", repr(self.proxy_headers), "must be True or False")
+        if self.forwarded_allow_ips is not None:
+            check_forwarded_allow_ips("forwarded_allow_ips", self.forwarded_allow_ips)
+        elif self.proxy_headers and "FORWARDED_ALLOW_IPS" in os.environ:
+            check_forwarded_allow_ips("forwarded_allow_ips", os.environ["FORWARDED_ALLOW_IPS"])
+
+    def _listens_elsewhere(self) -> bool:
+        """Whether bind, uds or fd replace host and port."""
+        return bool(self.bind) or self.uds is not None or self.fd is not None
+
+    def _validate_listen(self) -> None:
+        if isinstance(self.bind, str):  # bind="0.0.0.0:80": one address, not its characters
+            object.__setattr__(self, "bind", (self.bind,))
+        if not isinstance(self.bind, (tuple, list)):
+            raise ConfigError("bind", repr(self.bind), "must be a list of addresses")
+        object.__setattr__(self, "bind", tuple(self.bind))
+        addresses = [parse_bind(b) for b in self.bind]
+        if self.uds is not None:
+            if not isinstance(self.uds, str) or not self.uds:
+                raise ConfigError("uds", repr(self.uds), "must be a socket path")
+            check_uds_path("uds", self.uds, self.uds)
+            addresses.append(parse_bind("unix:" + self.uds, "uds"))
+        if self.uds_perms is not None:
+            _check_int("uds_perms", self.uds_perms, 0, 0o777)
+            if not any(a.kind == "unix" for a in addresses):
+                raise ConfigError("uds_perms", oct(self.uds_perms),
+                                  "applies to a Unix socket: give --uds or --bind unix:PATH")
+        if self.fd is not None:
+            _check_int("fd", self.fd, 0, 1 << 30)
+        paths = [a.path for a in addresses if a.kind == "unix"]
+        if len(paths) != len(set(paths)):
+            raise ConfigError("bind", ", ".join(self.bind), "names a Unix socket twice")
+        if self.processes > 1:
+            for a in addresses:
+                if a.kind == "tcp" and a.port == 0:
+                    raise ConfigError("processes", self.processes,
+                                      f"needs fixed ports: {a.url()} would be a port of its "
+                                      "own in each process")
+
+
+# Whose proxy headers are believed when --proxy-headers gives no list: uvicorn's default.
+DEFAULT_FORWARDED_ALLOW_IPS = "127.0.0.1"
+
+
+def check_forwarded_allow_ips(name: str, value: object) -> None:
+    """ConfigError unless value is a comma-separated list of IP addresses, CIDR networks or *."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(name, repr(value), "must list addresses or networks (CIDR), or *")
+    for item in value.split(","):
+        item = item.strip()
+        if item == "*":
+            continue
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise ConfigError(name, value, f"{item!r} is not an IP address or network "
+                                           "(10.0.0.0/8, ::1, or * for every peer)") from None
 
 
 def _check_int(name: str, value: object, low: int, high: int | None) -> None:

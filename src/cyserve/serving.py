@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import sys
 import threading
 import time
@@ -38,7 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 from .app import App
 from .config import Config
-from .errors import CyserveError
+from .errors import CyserveError, ListenError
+from .listeners import Listeners
 from .signals import POLL_SECONDS, Waiter, configure_logging, format_address, listen_error, say
 
 if TYPE_CHECKING:
@@ -53,34 +55,89 @@ _FORCE_WAIT_SECONDS = 2.0
 
 
 def serve_process(app: App, config: Config, *, stop_event: threading.Event | None = None,
-                  ready: Callable[[Server], None] | None = None) -> None:
+                  ready: Callable[[Server], None] | None = None,
+                  listeners: Listeners | None = None,
+                  tick: Callable[[Server], None] | None = None) -> None:
     """Serve ``app`` in this process until a stop request (see the module docstring).
 
     Outside the main thread no signal handler can be installed: the server then runs until
     ``stop_event`` is set (setting it once acts like one Ctrl-C). ``ready`` is called with the
-    started Server (its ``port`` is the bound port when config.port is 0)."""
+    started Server (its ``port`` is the bound port when config.port is 0). ``listeners``: the
+    sockets already made by a process supervisor (else they are made, and closed, here).
+    ``tick`` is called with the Server every POLL_SECONDS while it serves (the supervisor's
+    workers check --max-requests with it)."""
     configure_logging(config.log_level)
     routes = app.build()
+    if config.health_path is not None:
+        # Served from C like any static route; a route of the application's own on the same
+        # path is reported as a conflict by the engine.
+        routes = routes + [("path", config.health_path, ("GET",), "static",
+                            (200, [("Content-Type", "text/plain")], b"ok\n"))]
     server_cls = _server_class()
-    srv = server_cls(routes, **config.server_kwargs())
-    _bind_wsgi(routes, config, config.port)
+    own = listeners is None
+    if listeners is None:
+        listeners = Listeners.for_config(config)
+        listeners.open()
+    try:
+        _serve_on(app, config, routes, server_cls, listeners, stop_event, ready, tick)
+    finally:
+        if own:
+            listeners.close()
+
+
+def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Server],
+              listeners: Listeners, stop_event: threading.Event | None,
+              ready: Callable[[Server], None] | None,
+              tick: Callable[[Server], None] | None = None) -> None:
+    kwargs = config.server_kwargs()
+    tcp = listeners.tcp
+    if not listeners.default:
+        kwargs["listen"] = listeners.engine_listen()
+    trusted = config.trusted_proxies()
+    if trusted is not None:
+        kwargs["forwarded_allow_ips"] = trusted
+    # WSGI's SERVER_NAME and SERVER_PORT (for a request without Host): the first TCP address.
+    wsgi_host, wsgi_port = (tcp[0].host, tcp[0].port) if tcp else ("localhost", 80)
+    srv = server_cls(routes, **kwargs)
+    _bind_wsgi(routes, config, wsgi_port, wsgi_host)
     runtime = _start_asgi(routes, config)
     waiter = Waiter(stop_event)
     waiter.install()
+    if waiter.owns_process():
+        # A worker process forked by the supervisor starts with them blocked (supervisor.py):
+        # from here on they reach the handlers just installed.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM,
+                                                    signal.SIGHUP})
     try:
         try:
             srv.start()
         except OSError as exc:
-            raise listen_error(config.host, config.port, exc) from exc
-        if config.port == 0:
-            _bind_wsgi(routes, config, srv.port)  # now that the port is known
+            if listeners.default:
+                raise listen_error(config.host, config.port, exc) from exc
+            # The engine's sentence names the address that failed.
+            err = ListenError(exc.strerror or str(exc))
+            err.errno = exc.errno
+            raise err from exc
+        if tcp and wsgi_port == 0:
+            _bind_wsgi(routes, config, srv.port, wsgi_host)  # now that the port is known
         try:
             workers = config.workers
-            say(f"cyserve: serving on http://{format_address(config.host, srv.port)} with "
+            if listeners.default:
+                where = f"http://{format_address(config.host, srv.port)}"
+            else:
+                ports = srv.ports
+                where = ", ".join(a.url(ports[i] if a.kind == "tcp" else None)
+                                  for i, a in enumerate(listeners.addresses))
+            say(f"cyserve: serving on {where} with "
                 f"{workers} thread{'s' if workers != 1 else ''} (pid {os.getpid()})")
             if ready is not None:
                 ready(srv)
-            waiter.wait_for_request(srv)
+            if tick is None:
+                waiter.wait_for_request(srv)
+            else:
+                while srv.running and waiter.pending() == 0:
+                    time.sleep(POLL_SECONDS)
+                    tick(srv)
             if srv.running:
                 say(waiter.shutdown_line())
                 _stop(srv, config.graceful_timeout, waiter)
@@ -115,16 +172,17 @@ def _start_asgi(routes: list[Any], config: Config) -> Any:
     return runtime
 
 
-def _bind_wsgi(routes: list[Any], config: Config, port: int) -> None:
+def _bind_wsgi(routes: list[Any], config: Config, port: int, host: str | None = None) -> None:
     """Tell the WSGI apps among the routes where they run (their environ's SERVER_NAME and
     SERVER_PORT when a request has no Host, wsgi.multithread, wsgi.multiprocess)."""
     from ._core import ASGIHandler, WSGIHandler
 
     for route in routes:
         if isinstance(route[4], WSGIHandler):
-            route[4].bind(config.host, port, config.workers, config.shared_port)
+            route[4].bind(config.host if host is None else host, port, config.workers,
+                          config.shared_port)
         elif isinstance(route[4], ASGIHandler):
-            route[4].bind(config.host, port)  # the scope's "server"
+            route[4].bind(config.host if host is None else host, port)  # the scope's "server"
 
 
 def _stop(srv: Server, grace: float, waiter: Waiter) -> None:

@@ -99,8 +99,9 @@ class Waiter:
     def shutdown_line(self) -> str:
         """What to print when the stop begins."""
         if self.first_signal == signal.SIGHUP:
-            return ("cyserve: SIGHUP: reloading is not supported; shutting down gracefully "
-                    "(start the server again to load new code)")
+            return ("cyserve: SIGHUP: reloading needs a process supervisor (--processes 2 or "
+                    "more, or --max-requests); shutting down gracefully (start the server again "
+                    "to load new code)")
         return "cyserve: shutting down"
 
     def pending(self) -> int:

@@ -48,19 +48,21 @@ def run(app: App | Callable[..., Any], host: str = "127.0.0.1", port: int = 8000
 
 def serve(app: App | Callable[..., Any], config: Config, *,
           stop_event: threading.Event | None = None,
-          ready: Callable[[Server], None] | None = None) -> None:
+          ready: Callable[[Server], None] | None = None,
+          loader: Callable[[], App] | None = None) -> None:
     """Run ``app`` with ``config``: what run() does, for callers holding a Config.
 
     Outside the main thread no signal handler can be installed: the server then runs until
     ``stop_event`` is set (setting it once acts like one Ctrl-C). ``ready`` is called with the
-    started Server (its ``port`` is the bound port when config.port is 0).
+    started Server (its ``port`` is the bound port when config.port is 0). ``loader`` imports the
+    application again, for a process supervisor's reload (SIGHUP).
     """
     app = as_app(app, config.interface)
-    if config.processes > 1:
+    if config.supervised:  # processes > 1, or worker recycling (max_requests)
         if stop_event is not None or ready is not None:
             raise CyserveError("processes > 1 is run from the main thread by signals; "
                                "stop_event and ready apply to one process only")
-        if serve_processes(app, config.replace(interface="cyserve")) != 0:
+        if serve_processes(app, config.replace(interface="cyserve"), loader) != 0:
             raise CyserveError("stopped: worker processes failed (see above)")
         return
     serve_process(app, config, stop_event=stop_event, ready=ready)

@@ -18,10 +18,24 @@ The supervisor (the process the user started) never serves. In order:
 3. A worker that exits while the server is running is replaced. One that exits within
    _QUICK_EXIT_SECONDS of its start counts as a failure to start; after _MAX_QUICK_EXITS in a
    row the supervisor stops everything and exits with status 1 rather than fork forever.
-4. The first SIGINT, SIGTERM or SIGHUP is passed on as SIGTERM: every worker stops gracefully
+4. The first SIGINT or SIGTERM is passed on as SIGTERM: every worker stops gracefully
    (its own graceful_timeout). A second is passed on again, which a worker takes as "force" (see
    serving.py). A third, or workers still alive graceful_timeout + _FORCE_EXTRA_SECONDS after the
    first, get SIGKILL.
+5. Handovers, where a worker is replaced with nothing refused: the new worker is started first,
+   and the old one is told to stop (SIGTERM: it finishes what is in flight, as any graceful
+   stop) only once the new one serves, which it says on a pipe of its own ("R"). While both
+   run they share the addresses: TCP listeners join one SO_REUSEPORT group, and a Unix socket or
+   an inherited descriptor is one socket made here, which every worker accepts from, so what
+   waits in its queue is served by whoever accepts next. This is why --max-requests runs under
+   a supervisor even with one process.
+   - --max-requests N (+ a random 0..--max-requests-jitter per worker): a worker past its count
+     says so on its pipe ("M") and keeps serving until its replacement does.
+   - SIGHUP: a reload, as gunicorn's. The application is imported again here first (when the
+     command line gave it as module:attribute: the modules under its folder are forgotten and
+     imported anew), so an application that no longer imports or builds is reported and the old
+     workers keep serving; then as many new workers start, and once they all serve, the old
+     ones stop. A new worker that exits before it serves aborts the reload the same way.
 """
 
 from __future__ import annotations
@@ -38,7 +52,12 @@ from typing import Any
 
 from .app import App
 from .config import Config
+import random
+import traceback
+from collections.abc import Callable
+
 from .errors import CyserveError, ListenError
+from .listeners import Listeners
 from .serving import serve_process
 from .signals import Waiter, configure_logging, format_address, listen_error, say
 
@@ -49,28 +68,43 @@ _QUICK_EXIT_SECONDS = 1.0
 _MAX_QUICK_EXITS = 5
 _FORCE_EXTRA_SECONDS = 5.0
 _PR_SET_PDEATHSIG = 1
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
-def serve_processes(app: App, config: Config) -> int:
+def serve_processes(app: App, config: Config, loader: Callable[[], App] | None = None) -> int:
     """Supervise config.processes worker processes serving ``app``; return the exit status
-    (0 after a requested stop). Raises ListenError/RouteError/CyserveError before forking."""
+    (0 after a requested stop). Raises ListenError/RouteError/CyserveError before forking.
+    ``loader`` imports the application again, for a reload (SIGHUP); without it a reload
+    starts new workers with the same application."""
     if threading.current_thread() is not threading.main_thread():
         raise CyserveError("processes > 1 needs the main thread (it supervises by signals)")
     configure_logging(config.log_level)
     app.build()  # a bad route is reported here, once
+    listeners = Listeners.for_config(config)
+    for a in listeners.tcp:
+        try:
+            _probe_bind(a.host, a.port)
+        except OSError as exc:
+            raise listen_error(a.host, a.port, exc) from exc
+    # Unix sockets and inherited descriptors: one socket for every worker process, made (or
+    # checked) here once, so that a worker that is replaced leaves what waits in its queue to
+    # the others and to its successor.
+    listeners.open()
     try:
-        _probe_bind(config.host, config.port)
-    except OSError as exc:
-        raise listen_error(config.host, config.port, exc) from exc
-
-    sup = _Supervisor(app, config)
-    sup.install()
-    try:
-        say(f"cyserve: supervising {config.processes} processes on "
-            f"http://{format_address(config.host, config.port)} (pid {os.getpid()})")
-        return sup.run()
+        sup = _Supervisor(app, config, listeners, loader)
+        sup.install()
+        try:
+            if listeners.default:
+                where = f"http://{format_address(config.host, config.port)}"
+            else:
+                where = ", ".join(a.url() for a in listeners.addresses)
+            say(f"cyserve: supervising {config.processes} processes on {where} "
+                f"(pid {os.getpid()})")
+            return sup.run()
+        finally:
+            sup.uninstall()
     finally:
-        sup.uninstall()
+        listeners.close()
 
 
 def _probe_bind(host: str, port: int) -> None:
@@ -89,19 +123,37 @@ def _probe_bind(host: str, port: int) -> None:
 
 
 class _Supervisor:
-    def __init__(self, app: App, config: Config) -> None:
+    def __init__(self, app: App, config: Config, listeners: Listeners,
+                 loader: Callable[[], App] | None = None) -> None:
         self.app = app
         self.config = config
+        self.listeners = listeners
+        self.loader = loader
         self.children: dict[int, float] = {}  # pid -> start time
-        self.waiter = Waiter(None)  # counts SIGINT/SIGTERM/SIGHUP, like a single server's loop
+        self.waiter = Waiter(None)  # counts SIGINT/SIGTERM, like a single server's loop
         self.giving_up = False
         self.quick_exits = 0
+        # Handovers (point 5 above).
+        self.pipes: dict[int, int] = {}  # pid -> the read end of the worker's pipe
+        self.ready: set[int] = set()  # workers that serve
+        self.retiring: set[int] = set()  # told to stop by a handover: their exit is expected
+        self.spent: set[int] = set()  # past --max-requests, waiting for a replacement
+        self.replacing: dict[int, int] = {}  # new pid -> the spent pid it replaces
+        self.reload_new: set[int] = set()  # a reload's new workers, until they all serve
+        self.reload_old: set[int] = set()  # the workers they replace
+        self.hups = 0
 
     def install(self) -> None:
         self.waiter.install()
+        if self.waiter.owns_process():
+            # SIGHUP reloads here, instead of stopping as it does a single server.
+            signal.signal(signal.SIGHUP, self._on_hup)
 
     def uninstall(self) -> None:
-        self.waiter.uninstall()
+        self.waiter.uninstall()  # puts SIGHUP's own previous handler back too
+
+    def _on_hup(self, signum: int, frame: Any) -> None:
+        self.hups += 1  # acted on by the main loop, as a stop request is
 
     def run(self) -> int:
         for _ in range(self.config.processes):
@@ -109,10 +161,29 @@ class _Supervisor:
         status = 0
         while not self.giving_up and self.waiter.pending() == 0:
             time.sleep(_POLL_SECONDS)
+            self._read_pipes()
+            if self.hups and not self.reload_new:
+                # One reload at a time: a SIGHUP during a reload (the code changed again) is
+                # acted on once it is over, and several collapse into one.
+                self.hups = 0
+                self._begin_reload()
+            self._hand_over()
             for pid, code in self._reap():
                 started = self.children.pop(pid)
+                was_old = pid in self.reload_old
+                self._forget(pid)
+                if pid in self.retiring:
+                    self.retiring.discard(pid)
+                    if not (os.WIFEXITED(code) and os.WEXITSTATUS(code) == 0):
+                        say(f"cyserve: worker process {pid} {_describe(code)} while stopping",
+                            sys.stderr)
+                    continue
                 if self.giving_up or self.waiter.pending():
                     continue  # stopping anyway: _stop() accounts for the others
+                if pid in self.reload_new:
+                    self._abort_reload(f"new worker process {pid} {_describe(code)} before "
+                                       "it served")
+                    continue
                 quick = time.monotonic() - started < _QUICK_EXIT_SECONDS
                 self.quick_exits = self.quick_exits + 1 if quick else 0
                 if self.quick_exits >= _MAX_QUICK_EXITS:
@@ -121,6 +192,18 @@ class _Supervisor:
                     status = 1
                     self.giving_up = True
                     continue
+                if pid in self.replacing:  # a replacement that failed: _hand_over tries again
+                    del self.replacing[pid]
+                    say(f"cyserve: new worker process {pid} {_describe(code)} before it "
+                        "served", sys.stderr)
+                    continue
+                taking_over = [new for new, old in self.replacing.items() if old == pid]
+                for new in taking_over:
+                    del self.replacing[new]  # it takes the place of the one that died
+                if taking_over or was_old:
+                    say(f"cyserve: worker process {pid} {_describe(code)}; the new one "
+                        "takes its place", sys.stderr)
+                    continue
                 say(f"cyserve: worker process {pid} {_describe(code)}; starting a new one",
                     sys.stderr)
                 self._spawn()
@@ -128,14 +211,114 @@ class _Supervisor:
             say(self.waiter.shutdown_line())
         return self._stop(status)
 
-    def _spawn(self) -> None:
+    def _read_pipes(self) -> None:
+        for pid, fd in list(self.pipes.items()):
+            try:
+                data = os.read(fd, 64)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            if not data:  # the worker closed it (it exits): its exit is reaped as any
+                os.close(fd)
+                del self.pipes[pid]
+                continue
+            if b"R" in data:
+                self.ready.add(pid)
+            if b"M" in data and pid not in self.retiring:
+                self.spent.add(pid)
+
+    def _hand_over(self) -> None:
+        """Move every handover on: start a replacement for each spent worker, stop the old
+        worker once its replacement serves; finish a reload once all its new workers serve."""
+        if self.reload_new:
+            if self.reload_new <= self.ready:
+                say(f"cyserve: reload: {len(self.reload_new)} new worker processes serve; "
+                    "stopping the old ones gracefully")
+                for pid in self.reload_old:
+                    self._retire(pid)
+                self.reload_new = set()
+                self.reload_old = set()
+            return  # spent workers wait for the reload to end
+        for new, old in list(self.replacing.items()):
+            if new in self.ready:
+                del self.replacing[new]
+                self._retire(old)
+        waiting = set(self.replacing.values())
+        for pid in sorted(self.spent - waiting):
+            if pid in self.children and pid not in self.retiring:
+                say(f"cyserve: worker process {pid} answered its --max-requests; starting "
+                    "its replacement")
+                self.replacing[self._spawn()] = pid
+
+    def _retire(self, pid: int) -> None:
+        self.spent.discard(pid)
+        if pid in self.children and pid not in self.retiring:
+            self.retiring.add(pid)
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def _begin_reload(self) -> None:
+        if self.loader is not None:
+            try:
+                app = self.loader()
+                app.build()
+            except BaseException as exc:  # noqa: B036 - any failure keeps the old workers
+                if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                    raise
+                traceback.print_exc()
+                say(f"cyserve: reload failed: {type(exc).__name__}: {exc}; the old worker "
+                    "processes keep serving", sys.stderr)
+                return
+            self.app = app
+            say("cyserve: SIGHUP: reloading: application imported again; starting "
+                f"{self.config.processes} new worker processes")
+        else:
+            say("cyserve: SIGHUP: reloading: starting new worker processes (the application "
+                "was given as an object: it is not imported again)")
+        self.reload_old = {pid for pid in self.children if pid not in self.retiring}
+        self.reload_new = {self._spawn() for _ in range(self.config.processes)}
+        # Spent workers are replaced by the reload itself.
+        for new in list(self.replacing):
+            self.replacing.pop(new)
+            self.reload_old.add(new)
+
+    def _abort_reload(self, why: str) -> None:
+        say(f"cyserve: reload failed: {why}; the old worker processes keep serving", sys.stderr)
+        for pid in self.reload_new:
+            self._retire(pid)
+        self.reload_new = set()
+        self.reload_old = set()
+
+    def _forget(self, pid: int) -> None:
+        fd = self.pipes.pop(pid, None)
+        if fd is not None:
+            os.close(fd)
+        self.ready.discard(pid)
+        self.spent.discard(pid)
+        self.reload_old.discard(pid)
+
+    def _spawn(self) -> int:
         supervisor = os.getpid()
+        rfd, wfd = os.pipe2(os.O_CLOEXEC)
+        # The stop signals stay blocked in the new worker until its own handlers are in place
+        # (serving.py unblocks them): a SIGTERM sent meanwhile (a stop while a replacement
+        # starts) would otherwise reach the supervisor's handlers, inherited and deaf in the
+        # worker, or the default action, and be lost or end it without a graceful stop.
+        previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
         pid = os.fork()
+        if pid != 0:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
         if pid == 0:  # the worker: never returns into the supervisor's code
             code = 1
             try:
+                os.close(rfd)
+                for fd in self.pipes.values():  # its siblings' pipes are not its business
+                    os.close(fd)
                 code = _worker_main(self.app, self.config, self.waiter.previous_handlers(),
-                                    supervisor)
+                                    supervisor, self.listeners, wfd)
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else 1
             except BaseException:  # noqa: B036 - whatever happens, leave by os._exit
@@ -145,7 +328,11 @@ class _Supervisor:
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(code)
+        os.close(wfd)
+        os.set_blocking(rfd, False)
+        self.pipes[pid] = rfd
         self.children[pid] = time.monotonic()
+        return pid
 
     def _reap(self) -> list[tuple[int, int]]:
         done: list[tuple[int, int]] = []
@@ -183,6 +370,8 @@ class _Supervisor:
         while self.children:
             for pid, code in self._reap():
                 self.children.pop(pid, None)
+                if self.giving_up and pid not in self.ready:
+                    continue  # one more that could not start: the line above says so
                 if not (os.WIFEXITED(code) and os.WEXITSTATUS(code) == 0) and not killed:
                     say(f"cyserve: worker process {pid} {_describe(code)}", sys.stderr)
                     status = status or 1
@@ -202,7 +391,8 @@ class _Supervisor:
         return status
 
 
-def _worker_main(app: App, config: Config, previous: dict[int, Any], supervisor: int) -> int:
+def _worker_main(app: App, config: Config, previous: dict[int, Any], supervisor: int,
+                 listeners: Listeners, pipe: int) -> int:
     # Own process group: a terminal's Ctrl-C goes to the supervisor's group only.
     os.setpgid(0, 0)
     try:
@@ -217,11 +407,37 @@ def _worker_main(app: App, config: Config, previous: dict[int, Any], supervisor:
     for signum, handler in previous.items():
         signal.signal(signum, handler)
     try:
-        serve_process(app, config.replace(processes=1, shared_port=True))
+        serve_process(app, config.replace(processes=1, shared_port=True, max_requests=0),
+                      listeners=listeners, ready=lambda srv: _tell(pipe, b"R"),
+                      tick=_max_requests_tick(config, pipe))
     except ListenError as exc:
         say(f"cyserve: {exc}", sys.stderr)
         return 1
     return 0
+
+
+def _tell(pipe: int, what: bytes) -> None:
+    try:
+        os.write(pipe, what)
+    except OSError:  # the supervisor is gone: PR_SET_PDEATHSIG stops this worker
+        pass
+
+
+def _max_requests_tick(config: Config, pipe: int) -> Callable[[Any], None] | None:
+    """What a worker checks while it waits for a stop request: whether it has answered its
+    --max-requests (plus its own jitter), then says so once on its pipe."""
+    if not config.max_requests:
+        return None
+    limit = config.max_requests + random.randint(0, config.max_requests_jitter)
+    told = False
+
+    def tick(srv: Any) -> None:
+        nonlocal told
+        if not told and srv.requests >= limit:
+            told = True
+            _tell(pipe, b"M")
+
+    return tick
 
 
 def _describe(wstatus: int) -> str:

@@ -21,6 +21,10 @@ How a command is made runnable (and only this):
     `python -m cyserve` stands for the arguments of the command before it in the paragraph (as
     the README writes it);
   - the port is replaced by a free one (added when absent), `python` by this interpreter;
+    where a command names its addresses (`--bind HOST:PORT`, `--bind unix:PATH`, `--uds PATH`),
+    the first TCP address gets the free port, a socket path is put in the test's folder under
+    its own file name, and a command with no TCP address gets `--bind 127.0.0.1:PORT` added so
+    that it can be asked for a page;
   - cyserve.run() calls get that port as a keyword; a python block is run as a script.
 What each must answer: the demo app (make run) its documented "Hello, World!" at / and
 /plaintext; the placeholder apps their known bodies; a python block the body of each static
@@ -53,6 +57,8 @@ from _subserve import PYTHON, ROOT, free_port, running
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # Stands for the free port in a collected command until it runs.
 PORT = "__PORT__"
+# Stands for the test's folder in a socket path until it runs.
+TMPDIR = "__TMPDIR__"
 
 CLI = re.compile(r"^(?:cyserve|python3? -m cyserve|\.venv/bin/python -m cyserve)\s")
 MAKE_RUN = re.compile(r"^make run(?:\s|$)")
@@ -218,12 +224,39 @@ def _cli_argv(words: list[str]) -> tuple[list[str], str]:
         words = [str(script), *words[1:]] if script.exists() else [PYTHON, "-m", *words]
     else:
         words = [PYTHON, *words[1:]]
-    if "--port" in words:
+    if _names_addresses(words):
+        words = _addresses_runnable(words)
+    elif "--port" in words:
         words[words.index("--port") + 1] = PORT
     else:
         words += ["--port", PORT]
     spec = next(w for w in words[1:] if APP_SPEC.match(w))
     return words, spec.partition(":")[0]
+
+
+def _names_addresses(words: list[str]) -> bool:
+    return any(w in ("--bind", "-b", "--uds") for w in words)
+
+
+def _addresses_runnable(words: list[str]) -> list[str]:
+    """The first TCP address on the free port, socket paths in the test's folder, and a TCP
+    address added where there is none (see the module docstring)."""
+    out = list(words)
+    tcp = False
+    for i, w in enumerate(out[:-1]):
+        value = out[i + 1]
+        if w in ("--bind", "-b") and value.startswith("unix:"):
+            out[i + 1] = f"unix:{TMPDIR}/{Path(value[5:]).name}"
+        elif w == "--uds":
+            out[i + 1] = f"{TMPDIR}/{Path(value).name}"
+        elif w in ("--bind", "-b") and not value.startswith("fd://") and not tcp:
+            host = value[:value.rindex("]") + 1] if value.startswith("[") else \
+                value.partition(":")[0]
+            out[i + 1] = f"{host}:{PORT}"
+            tcp = True
+    if not tcp:
+        out += ["--bind", f"127.0.0.1:{PORT}"]
+    return out
 
 
 def _answers_for_module(module: str) -> dict[str, bytes | None]:
@@ -396,7 +429,7 @@ def test_the_docs_show_the_commands_this_file_expects():
 
 
 def _with_port(case: Case, port: int) -> Case:
-    argv = [str(port) if a == PORT else a for a in case.argv]
+    argv = [a.replace(PORT, str(port)) for a in case.argv]
     script = case.script.replace(PORT, str(port)) if case.script else None
     return Case(case.id, argv, script, case.answers, case.access_log, case.source)
 
@@ -407,7 +440,7 @@ def test_documented_command_serves(case: Case, tmp_path: Path) -> None:
         (tmp_path / name).write_text(textwrap.dedent(source))
     port = free_port()
     case = _with_port(case, port)
-    argv = case.argv
+    argv = [a.replace(TMPDIR, str(tmp_path)) for a in case.argv]
     cwd = tmp_path
     if case.script is not None:
         (tmp_path / "snippet.py").write_text(case.script)

@@ -170,13 +170,29 @@ def test_two_processes_share_the_port_and_both_answer(supervised: Supervised) ->
     assert all(_gone(pid) for pid in supervised.workers)
 
 
-def test_sighup_stops_the_supervisor_and_its_workers_gracefully(
+def test_sighup_replaces_the_workers_then_sigterm_stops_them_gracefully(
         supervised: Supervised) -> None:
+    # SIGHUP reloads (tests/e2e/test_lifecycle.py tests it under load): new workers, then the
+    # old ones stop; the supervisor goes on until SIGTERM.
     os.killpg(supervised.proc.pid, signal.SIGHUP)
-    assert supervised.next_line().startswith("cyserve: SIGHUP: reloading is not supported")
+    assert supervised.next_line().startswith("cyserve: SIGHUP: reloading: application imported "
+                                             "again; starting 2 new worker processes")
+    new: set[int] = set()
+    while len(new) < 2:
+        m = SERVING.fullmatch(supervised.next_line())
+        if m:
+            new.add(int(m.group(2)))
+    assert new.isdisjoint(supervised.workers)
+    deadline = time.monotonic() + TIMEOUT
+    while not all(_gone(pid) for pid in supervised.workers):
+        assert time.monotonic() < deadline, "the old workers did not stop"
+        time.sleep(0.05)
+    assert supervised.pids_seen(new) == new
+    old, supervised.workers = supervised.workers, new
+    os.killpg(supervised.proc.pid, signal.SIGTERM)
     code, err = supervised.finish()
     assert (code, err) == (0, "")
-    assert all(_gone(pid) for pid in supervised.workers)
+    assert all(_gone(pid) for pid in new | old)
 
 
 def test_a_wsgi_app_runs_in_every_process(tmp_path: Path) -> None:

@@ -182,11 +182,13 @@ def test_request_in_flight_completes(tmp_path: Path, servers: list[ServerProcess
     srv.wait_for_marker()
     t0 = time.monotonic()
     srv.proc.send_signal(signum)
-    # SIGHUP (a process manager's "reload") stops gracefully too, saying why: its default
-    # action would end the process under the request.
+    # SIGHUP (a process manager's "reload") stops a single server gracefully too, saying why:
+    # its default action would end the process under the request, and reloading needs a
+    # process supervisor (tests/e2e/test_lifecycle.py).
     assert srv.next_line(EXIT_TIMEOUT) == (
-        "cyserve: SIGHUP: reloading is not supported; shutting down gracefully (start the "
-        "server again to load new code)" if signum == signal.SIGHUP else "cyserve: shutting down")
+        "cyserve: SIGHUP: reloading needs a process supervisor (--processes 2 or more, or "
+        "--max-requests); shutting down gracefully (start the server again to load new code)"
+        if signum == signal.SIGHUP else "cyserve: shutting down")
     # Once shutting down, the server accepts no new connection.
     deadline = time.monotonic() + EXIT_TIMEOUT
     while not refuses_connections(srv.port):

@@ -54,16 +54,18 @@ void access_log_write(struct request *rq)
     if (rq->log_bytes >= 0)
         snprintf(bytes, sizeof(bytes), "%lld", (long long)rq->log_bytes);
     double secs = rq->log_have_req ? (double)(clock_mono_ns() - rq->log_t0) / 1e9 : 0.0;
+    const char *scheme;
+    const char *client = request_client(rq, &scheme); /* the peer, or who a trusted proxy names */
     int n;
     if (rq->log_have_req) {
         const struct http_request *r = &rq->head;
         int tlen = r->target_len > ACCESS_LOG_TARGET_MAX ? ACCESS_LOG_TARGET_MAX
                                                          : (int)r->target_len;
-        n = snprintf(line, sizeof(line), "%s - - [%s] \"%.*s %.*s HTTP/1.%d\" %d %s %.6f\n",
-                     conn_peer(rq->c), access_log_date(), (int)r->method_len, r->method, tlen,
-                     r->target, r->minor_version, rq->log_status, bytes, secs);
+        n = snprintf(line, sizeof(line), "%s - - [%s] \"%.*s %.*s HTTP/1.%d\" %d %s %.6f\n", client,
+                     access_log_date(), (int)r->method_len, r->method, tlen, r->target,
+                     r->minor_version, rq->log_status, bytes, secs);
     } else {
-        n = snprintf(line, sizeof(line), "%s - - [%s] \"-\" %d %s %.6f\n", conn_peer(rq->c),
+        n = snprintf(line, sizeof(line), "%s - - [%s] \"-\" %d %s %.6f\n", client,
                      access_log_date(), rq->log_status, bytes, secs);
     }
     if (n > 0) {

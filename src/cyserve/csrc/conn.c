@@ -157,6 +157,7 @@ void conn_destroy(struct conn *c)
     close(c->io.fd);
     free(c->peer);
     c->peer = NULL;
+    c->peer_trust = 0;
     struct server_worker *mine = server_worker_self(w->srv);
     if (c->buf)
         conn_buf_put(mine, c->buf, c->cap);
@@ -211,6 +212,7 @@ void conn_open(struct server *s, unsigned home, int fd, const struct conn_proto 
     c->idle.cb = conn_idle_timeout;
     c->idle.data = c;
     c->io.data = c; /* before sched_io_add: its events are delivered from then on */
+    c->fresh = 1;
     int one = 1;
     /* Responses go out in one write; Nagle would only delay them. */
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -218,9 +220,9 @@ void conn_open(struct server *s, unsigned home, int fd, const struct conn_proto 
     if (UNLIKELY(rc < 0)) {
         sched_home_exit();
         close(fd);
-        c->next = w->free_conns;
-        w->free_conns = c;
-        w->nfree_conns++;
+        c->next = mine->free_conns;
+        mine->free_conns = c;
+        mine->nfree_conns++;
         return;
     }
     /* A client that connects and never sends a byte is an idle connection too: it gets the
@@ -243,6 +245,7 @@ static void conn_on_ready(struct sched_io *io, uint32_t events)
 {
     struct conn *c = io->data;
     c->busy = 1;
+    c->fresh = 0;
     if (UNLIKELY(events & (EPOLLHUP | EPOLLERR)))
         /* safety: a hint for request.c; see the field. */
         __atomic_store_n(&c->peer_reset, 1, __ATOMIC_RELAXED);
@@ -424,8 +427,15 @@ const char *conn_peer(struct conn *c)
     struct sockaddr_storage sa;
     socklen_t len = sizeof(sa);
     char host[INET6_ADDRSTRLEN + 2] = "-", port[8] = "";
-    if (getpeername(c->io.fd, (struct sockaddr *)&sa, &len) == 0 &&
-        getnameinfo((struct sockaddr *)&sa, len, host, sizeof(host), port, sizeof(port),
+    if (getpeername(c->io.fd, (struct sockaddr *)&sa, &len) != 0)
+        return "-";
+    if (sa.ss_family != AF_INET && sa.ss_family != AF_INET6) {
+        /* A Unix socket's client has no address to tell (its path is usually empty, and
+         * getnameinfo would make one up from the host name): "-", kept, as CLF writes it. */
+        c->peer = strdup("-");
+        return c->peer ? c->peer : "-";
+    }
+    if (getnameinfo((struct sockaddr *)&sa, len, host, sizeof(host), port, sizeof(port),
                     NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
         size_t n = strlen(host) + strlen(port) + 4;
         c->peer = malloc(n);

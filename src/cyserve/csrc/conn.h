@@ -71,8 +71,10 @@ struct conn {
     int drained;                /* the last read was short: nothing more to read */
     int busy;                   /* a coroutine serves it (or is about to); home worker only */
     int timer_armed;            /* idle is armed; home worker only */
-    int stray_crlf;             /* HTTP/1: a lone CRLF was let go since the last request */
-    char *peer;                 /* "address:port" for the access log, made on its first line */
+    int fresh; /* accepted, and nothing read from it yet (no readiness seen); home worker only */
+    int stray_crlf; /* HTTP/1: a lone CRLF was let go since the last request */
+    char *peer;     /* "address:port" for the access log, made on its first line */
+    int peer_trust; /* proxy headers: 0 not asked yet, 1 the peer is trusted, 2 it is not */
     /* safety (field): set (relaxed) by on_ready when the readiness that woke the connection
      * said the peer reset it (EPOLLHUP/EPOLLERR): whatever request is still in the buffer has
      * nobody to answer. Read as a hint by the request's Python call (request.c). */

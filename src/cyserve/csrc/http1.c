@@ -546,6 +546,7 @@ static int serve_loop(struct http1_session *sv)
                                      sv->rq.head.error ? sv->rq.head.error : "malformed request");
         head_deadline = -1;
         c->stray_crlf = 0;
+        sv->rq.client_done = REQUEST_CLIENT_TODO;
         if (UNLIKELY(s->cfg.access_log_fd >= 0)) {
             sv->rq.log_have_req = 1;
             sv->rq.log_t0 = clock_mono_ns();
@@ -574,10 +575,20 @@ static int serve_loop(struct http1_session *sv)
         if (LIKELY(rc == 0))
             rc = http1_send_answer(sv, keep);
         body_budget_release(sv);
+        {
+            /* --max-requests and Server.stats() read the sum over the threads.
+             * safety: written by this thread only (its own worker's entry: a plain store, no
+             * locked add), read by server_get_stats; relaxed atomics make that read defined. */
+            struct server_worker *mine = server_worker_self(s);
+            atomic_store_explicit(&mine->answered,
+                                  atomic_load_explicit(&mine->answered, memory_order_relaxed) + 1,
+                                  memory_order_relaxed);
+        }
         if (UNLIKELY(s->cfg.access_log_fd >= 0)) {
             access_log_write(&sv->rq);
             sv->rq.log_have_req = 0;
         }
+        sv->rq.client_done = REQUEST_CLIENT_NO_HEAD;
         if (rc < 0)
             return SERVE_CLOSE;
         if (sv->rq.resp.close)
@@ -617,6 +628,7 @@ int http1_serve(struct coro *co, void *arg)
     sv->rq.log_have_req = 0;
     sv->rq.defer = NULL;
     sv->body_held = 0;
+    sv->rq.client_done = REQUEST_CLIENT_NO_HEAD;
     resp_init(&sv->rq.resp);
     wbuf_init(&sv->out, sv->out_inline, sizeof(sv->out_inline));
     sv->rq.max_headers = s->cfg.limits.max_headers;

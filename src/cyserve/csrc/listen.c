@@ -8,6 +8,23 @@
  * listeners by hash, so accepting needs no lock and no cross-thread hand-off. This is lwan's and
  * nginx's reuseport layout.
  *
+ * Shared listeners. A Unix socket and a descriptor inherited from a parent (systemd's socket
+ * activation, --fd) cannot be cloned per worker: SO_REUSEPORT makes a group of sockets bound to
+ * one address, and a Unix path names one socket (a second bind fails), while an inherited socket
+ * is one that somebody else made. So such a listener is one descriptor, registered in every
+ * worker's epoll (edge-triggered, like a worker's own), and each worker has a slot for it
+ * (struct server_lslot) with the same acceptor. A new connection wakes the workers parked on it
+ * and the first accept4 wins; the others meet EAGAIN and release their slot. That is one wasted
+ * wake-up per parked worker and connection, not per request (keep-alive connections stay on the
+ * worker that accepted them). EPOLLEXCLUSIVE would wake one worker only, but it can only be set
+ * when the descriptor is added to an epoll (the scheduler's sched_io_add sets the flags of every
+ * registration), and putting the listener in an epoll of its own nested in the worker's does not
+ * help: the kernel counts a wake-up against the flag only for a thread waiting in that epoll
+ * itself, so every nested one is woken. A shared descriptor is never
+ * shut down by a stop (listen_shut): other workers, sibling processes under a supervisor, or
+ * systemd hold it too, and what arrives after this process's last accept stays queued for them.
+ * The engine borrows it: the caller closes it (and unlinks a Unix socket's path).
+ *
  * Accepting. A listener's readiness calls listen_on_ready() on its worker, which spawns a short
  * accept coroutine: accept4() until EAGAIN (in batches of LISTEN_ACCEPT_BATCH, yielding between
  * batches so one flood of connections cannot starve the requests of this worker), register each
@@ -53,6 +70,11 @@
 
 /* Connections accepted before the accept coroutine yields to the requests of its worker. */
 #define LISTEN_ACCEPT_BATCH 64
+/* How long a stop leaves a connection that was accepted but has sent nothing yet: its client
+ * has just connected, and its request is on its way (a stop drains the accept queues, so it
+ * accepts such connections itself). Closing it at once would reset a client that did nothing
+ * wrong; one that sends nothing within this is closed like any idle connection. */
+#define LISTEN_FRESH_GRACE_NS (200ull * 1000 * 1000)
 /* The pause of an acceptor out of descriptors or memory: the first one, doubled while the
  * failures go on, up to the last. */
 #define LISTEN_BACKOFF_MIN_NS (10ull * 1000 * 1000)
@@ -97,32 +119,41 @@ static void listen_note_accept_failure(int err)
     }
 }
 
-/* Shut w's listener (no new connections; accept fails from now on), once its queue has been
- * drained by a stop, and tell the stop's wait. Any thread; only the first call does it. */
-static void listen_shut(struct server_worker *w)
+/* Shut l's listener (no new connections; accept fails from now on), once its queue has been
+ * drained by a stop, and tell the stop's wait. A shared descriptor is not shut down: other
+ * workers and other processes (siblings under a supervisor, systemd's socket) may go on
+ * accepting from it, and what arrives after this worker's last accept waits in its queue for
+ * them. Any thread; only the first call does it. */
+static void listen_shut(struct server_lslot *l)
 {
     /* safety: the exchange elects one caller. The release orders the connections this
      * coroutine opened (the live count) before the stop's wait sees this listener done. */
-    if (atomic_exchange_explicit(&w->lshut, 1, memory_order_relaxed))
+    if (atomic_exchange_explicit(&l->shut, 1, memory_order_relaxed))
         return;
-    shutdown(w->lfd, SHUT_RD);
-    atomic_fetch_sub_explicit(&w->srv->undrained, 1, memory_order_release);
+    if (!l->shared)
+        shutdown(l->fd, SHUT_RD);
+    atomic_fetch_sub_explicit(&l->w->srv->undrained, 1, memory_order_release);
 }
 
 static int listen_acceptor(struct coro *co, void *arg)
 {
-    struct server_worker *w = arg;
-    struct server *s = w->srv;
+    struct server_lslot *l = arg;
+    struct server *s = l->w->srv;
     uint64_t backoff = LISTEN_BACKOFF_MIN_NS;
     unsigned stopping_taken = 0;
     for (;;) {
         for (int i = 0; i < LISTEN_ACCEPT_BATCH; i++) {
-            int fd = accept4(w->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            /* A shared listener of a worker process under a supervisor is not drained by a
+             * stop: its siblings, or the worker replacing this one, accept what it queues,
+             * and what this one would take now could not be served for long. */
+            if (UNLIKELY(l->shared && s->cfg.shared_port && server_draining(s)))
+                goto drained;
+            int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
             if (LIKELY(fd >= 0)) {
                 backoff = LISTEN_BACKOFF_MIN_NS;
                 /* While stopping too: the client's request is answered with Connection: close
                  * (closing it here would reset it). */
-                conn_open(s, w->id, fd, &http1_proto, &conn_plain);
+                conn_open(s, l->w->id, fd, &http1_proto, &conn_plain);
                 /* What was queued when the stop began is at most a backlog; more is a flood
                  * arriving since, which the stop does not wait for. */
                 if (UNLIKELY(server_draining(s)) && ++stopping_taken > (unsigned)s->cfg.backlog)
@@ -168,15 +199,15 @@ static int listen_acceptor(struct coro *co, void *arg)
              * can be shut without resetting anyone. The registration stays active, so on_ready
              * is never called again. What this worker just opened is closed by its idle pass
              * unless its request has arrived. */
-            listen_shut(w);
-            int home = sched_home_enter((int)w->id);
+            listen_shut(l);
+            int home = sched_home_enter((int)l->w->id);
             if (home >= 0) {
                 sched_timer_arm(&s->workers[home].ctl_timer, 0);
                 sched_home_exit();
             }
             return 0;
         }
-        if (sched_io_release(&w->lio) == -EAGAIN)
+        if (sched_io_release(&l->io) == -EAGAIN)
             continue;
         return 0;
     }
@@ -184,8 +215,8 @@ static int listen_acceptor(struct coro *co, void *arg)
 
 static void listen_on_ready(struct sched_io *io, uint32_t events)
 {
-    struct server_worker *w = io->data;
-    if (UNLIKELY(sched_spawn(w->srv->sched, listen_acceptor, w) < 0))
+    struct server_lslot *l = io->data;
+    if (UNLIKELY(sched_spawn(l->w->srv->sched, listen_acceptor, l) < 0))
         return; /* stopping: nothing more to accept */
 }
 
@@ -204,16 +235,27 @@ static void listen_ctl_close_idle(struct sched_timer *t)
 {
     struct server_worker *w = t->data;
     struct conn *c = w->conns;
+    uint64_t now = sched_now_ns(), again = 0;
     while (c) {
         struct conn *next = c->next;
         /* An idle connection whose next request has already arrived (its readiness not yet
          * reported) is left to the poll: its coroutine answers that request with Connection:
-         * close. Closing over unread bytes would reset it, and the request would be lost. */
+         * close. Closing over unread bytes would reset it, and the request would be lost. A
+         * connection just accepted gets LISTEN_FRESH_GRACE_NS for its first bytes. */
         char b;
-        if (!c->busy && conn_sock_peek(c->io.fd, &b) <= 0)
-            conn_destroy(c);
+        if (!c->busy && conn_sock_peek(c->io.fd, &b) <= 0) {
+            uint64_t until = c->idle_since + LISTEN_FRESH_GRACE_NS;
+            if (c->fresh && until > now) {
+                if (!again || until < again)
+                    again = until;
+            } else {
+                conn_destroy(c);
+            }
+        }
         c = next;
     }
+    if (again)
+        sched_timer_arm(&w->ctl_timer, again);
 }
 
 /* Callback (home's loop lock held), not in a coroutine: server_shutdown wrote our eventfd.
@@ -230,8 +272,9 @@ static void listen_ctl_on_ready(struct sched_io *io, uint32_t events)
     /* Stop taking connections here, once what is queued has been taken (the acceptor shuts the
      * listener when the queue is empty). The descriptor stays open (and registered) until the
      * workers are joined, so no accept coroutine can ever see a reused fd number. */
-    if (sched_spawn(w->srv->sched, listen_acceptor, w) < 0)
-        listen_shut(w); /* the workers are stopping: nothing will be served any more */
+    for (unsigned i = 0; i < w->srv->nlistens; i++)
+        if (sched_spawn(w->srv->sched, listen_acceptor, &w->ls[i]) < 0)
+            listen_shut(&w->ls[i]); /* the workers are stopping: nothing will be served any more */
     sched_timer_arm(&w->ctl_timer, 0);
 }
 
@@ -241,16 +284,19 @@ void listen_worker_start(struct sched *sched, unsigned id, void *ud)
     struct server_worker *w = &s->workers[id];
     /* data before sched_io_add: from then on an event may be handled at once, by this worker or
      * by a rescuer on another thread. */
-    w->lio.data = w;
-    if (sched_io_add(&w->lio, w->lfd, listen_on_ready) == 0)
-        w->lio_added = 1;
+    for (unsigned i = 0; i < s->nlistens; i++) {
+        struct server_lslot *l = &w->ls[i];
+        l->io.data = l;
+        if (sched_io_add(&l->io, l->fd, listen_on_ready) == 0)
+            l->added = 1;
+    }
     w->ctl_timer.cb = listen_ctl_close_idle;
     w->ctl_timer.data = w;
     w->ctl_io.data = w;
     if (sched_io_add(&w->ctl_io, w->ctl_fd, listen_ctl_on_ready) == 0)
         w->ctl_added = 1;
     else
-        atomic_fetch_sub_explicit(&s->undrained, 1, memory_order_relaxed); /* no stop comes */
+        atomic_fetch_sub_explicit(&s->undrained, s->nlistens, memory_order_relaxed); /* no stop */
 }
 
 int listen_open(const struct addrinfo *ai, int port, int reuseport, int backlog, int *out)
@@ -271,7 +317,8 @@ int listen_open(const struct addrinfo *ai, int port, int reuseport, int backlog,
         ((struct sockaddr_in6 *)&sa)->sin6_port = htons((uint16_t)port);
     else
         ((struct sockaddr_in *)&sa)->sin_port = htons((uint16_t)port);
-    if (bind(fd, (struct sockaddr *)&sa, ai->ai_addrlen) < 0 || listen(fd, backlog) < 0) {
+    if (bind(fd, (struct sockaddr *)&sa, ai->ai_addrlen) < 0 ||
+        (backlog > 0 && listen(fd, backlog) < 0)) {
         int e = -errno;
         close(fd);
         return e;

@@ -12,7 +12,8 @@ struct addrinfo;
 void listen_worker_start(struct sched *sched, unsigned id, void *ud);
 
 /* A listening socket for ai's address on port (0: an ephemeral one), SO_REUSEPORT when
- * reuseport. 0 and *out set, or -errno (nothing left open). Control thread. */
+ * reuseport; backlog 0: bound only, not listening (a probe that must take no connection).
+ * 0 and *out set, or -errno (nothing left open). Control thread. */
 int listen_open(const struct addrinfo *ai, int port, int reuseport, int backlog, int *out);
 
 /* The port socket fd is bound to, or -errno. */

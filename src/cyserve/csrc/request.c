@@ -318,12 +318,54 @@ _Static_assert(offsetof(struct http_header, value) == offsetof(cyserve_header, v
 _Static_assert(offsetof(struct http_header, value_len) == offsetof(cyserve_header, value.len),
                "header layout");
 
+const char *request_client(struct request *rq, const char **scheme)
+{
+    struct server *s = rq->srv;
+    if (LIKELY(!s->proxy_headers)) {
+        *scheme = "http";
+        return conn_peer(rq->c); /* cached on the connection after its first call */
+    }
+    if (rq->client_done == REQUEST_CLIENT_NO_HEAD) {
+        *scheme = "http"; /* an error answer before a head was parsed: no headers to read */
+        return conn_peer(rq->c);
+    }
+    if (rq->client_done == REQUEST_CLIENT_TODO) {
+        rq->client_done = REQUEST_CLIENT_DONE;
+        rq->scheme = "http";
+        rq->client[0] = 0;
+        struct conn *c = rq->c;
+        if (!c->peer_trust) {
+            struct sockaddr_storage sa;
+            socklen_t len = sizeof(sa);
+            c->peer_trust = 2;
+            if (getpeername(c->io.fd, (struct sockaddr *)&sa, &len) == 0 &&
+                proxy_trusted_peer(&s->trust, (struct sockaddr *)&sa))
+                c->peer_trust = 1;
+        }
+        if (c->peer_trust == 1)
+            proxy_resolve(&s->trust, &rq->head, rq->client, &rq->scheme);
+    }
+    *scheme = rq->scheme;
+    return rq->client[0] ? rq->client : conn_peer(rq->c);
+}
+
+const char *server_req_scheme(const cyserve_request *req)
+{
+    struct request *rq = req->engine;
+    const char *scheme = "http";
+    /* Without proxy headers the answer is known: no peer lookup for it. */
+    if (rq && rq->srv->proxy_headers)
+        request_client(rq, &scheme);
+    return scheme;
+}
+
 int server_req_peer(const cyserve_request *req, const char **out)
 {
     struct request *rq = req->engine;
     if (!rq)
         return -ENOTCONN;
-    const char *peer = conn_peer(rq->c); /* cached on the connection after its first call */
+    const char *scheme;
+    const char *peer = request_client(rq, &scheme);
     if (peer[0] == '-')
         return -ENOTCONN;
     *out = peer;

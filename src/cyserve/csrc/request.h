@@ -12,6 +12,7 @@
 #include "compat.h"
 #include "cyserve/handler.h"
 #include "http_parse.h"
+#include "proxy.h"
 #include "resp.h"
 #include "router.h"
 
@@ -75,6 +76,12 @@ struct request {
     int64_t log_bytes;
     int log_have_req;
     uint64_t log_t0;
+    /* Proxy headers: the client and scheme this request's trusted headers name (request_client),
+     * worked out on the first ask: client_done is REQUEST_CLIENT_TODO once a head is parsed, then
+     * DONE; NO_HEAD between requests (an error answer then has no headers to believe). */
+    int client_done;
+    const char *scheme;
+    char client[PROXY_CLIENT_MAX];
     struct cyserve_response resp;
     /* The handoff the answer comes through when a handler deferred it (handoff.h), held until
      * the answer is sent or given up; NULL otherwise. */
@@ -83,6 +90,14 @@ struct request {
     char answer_lines[512]; /* storage of answer.lines when the core makes them */
     struct http_header hdr_inline[INLINE_HEADERS];
 };
+
+enum { REQUEST_CLIENT_TODO = 0, REQUEST_CLIENT_DONE, REQUEST_CLIENT_NO_HEAD };
+
+/* The client's address ("host:port", "-" when unknown) and, into *scheme, the scheme ("http",
+ * "https") of rq: the connection's peer, or with proxy headers on and a trusted peer what its
+ * headers say. The connection's coroutine only (the strings live as long as the request, or
+ * the connection for the peer). */
+const char *request_client(struct request *rq, const char **scheme);
 
 /* Fill *v, the view of the request with head h (routed by m, body[0..body_len)) that a
  * handler sees; engine: the struct request behind it, or NULL (the inline path has none). The

@@ -45,7 +45,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -76,6 +78,18 @@ void server_config_default(struct server_config *cfg)
     cfg->body_timeout_ns = 10000000000ull;
 }
 
+/* Free the listeners' copies (server_new, server_free). */
+static void server_free_listens(struct server *s)
+{
+    for (unsigned i = 0; s->listens && i < s->nlistens; i++)
+        free((char *)s->listens[i].host);
+    free(s->listens);
+    free(s->ports);
+    s->listens = NULL;
+    s->ports = NULL;
+    s->nlistens = 0;
+}
+
 int server_new(struct server **out, const struct server_config *cfg, const struct router *router)
 {
     if (UNLIKELY(!cfg || !router || cfg->port < 0 || cfg->port > 65535 || cfg->backlog < 1 ||
@@ -91,6 +105,45 @@ int server_new(struct server **out, const struct server_config *cfg, const struc
         return -ENOMEM;
     }
     s->cfg.host = s->host;
+    /* The listeners: cfg's list, or one of host and port. */
+    unsigned nl = cfg->nlisten ? cfg->nlisten : 1;
+    s->listens = calloc(nl, sizeof(*s->listens));
+    s->ports = calloc(nl, sizeof(*s->ports));
+    if (UNLIKELY(!s->listens || !s->ports)) {
+        server_free_listens(s);
+        free(s->host);
+        free(s);
+        return -ENOMEM;
+    }
+    s->nlistens = nl;
+    for (unsigned i = 0; i < nl; i++) {
+        struct server_listen l = {.host = s->host, .port = cfg->port, .fd = -1};
+        if (cfg->nlisten)
+            l = cfg->listen[i];
+        int bad = l.fd < 0 ? (!l.host || l.port < 0 || l.port > 65535) : 0;
+        s->listens[i].fd = l.fd;
+        s->listens[i].port = l.port;
+        s->listens[i].host = l.fd < 0 && l.host ? strdup(l.host) : NULL;
+        if (UNLIKELY(bad || (l.fd < 0 && !s->listens[i].host))) {
+            server_free_listens(s);
+            free(s->host);
+            free(s);
+            return bad ? -EINVAL : -ENOMEM;
+        }
+    }
+    s->cfg.listen = NULL; /* the copies above are the server's */
+    s->cfg.nlisten = 0;
+    if (cfg->forwarded_allow_ips) {
+        int rc = proxy_trust_parse(&s->trust, cfg->forwarded_allow_ips);
+        if (rc < 0) {
+            server_free_listens(s);
+            free(s->host);
+            free(s);
+            return rc;
+        }
+        s->proxy_headers = 1;
+    }
+    s->cfg.forwarded_allow_ips = NULL; /* parsed into s->trust */
     s->router = router;
     pthread_mutex_init(&s->ext_lock, NULL);
     pthread_mutex_init(&s->stats_lock, NULL);
@@ -111,6 +164,13 @@ void server_set_offload_hooks(struct server *s, void (*begin)(void *), void (*en
 int server_port(const struct server *s)
 {
     return s->port;
+}
+
+int server_listen_port(const struct server *s, unsigned i)
+{
+    if (i >= s->nlistens)
+        return -EINVAL;
+    return s->ports[i];
 }
 
 int server_running(const struct server *s)
@@ -135,15 +195,58 @@ static int start_fail(char *errmsg, size_t errlen, int rc, const char *fmt, cons
     return rc;
 }
 
+/* errmsg for listener l that failed with rc: "cannot listen on HOST:PORT: reason" (IPv6 in
+ * brackets), or one naming the shared descriptor. */
+static int listen_fail(char *errmsg, size_t errlen, int rc, const struct server_listen *l, int port)
+{
+    if (!errmsg || !errlen)
+        return rc;
+    if (l->fd >= 0)
+        snprintf(errmsg, errlen, "cannot accept on descriptor %d: %s", l->fd,
+                 rc == -ENOTSOCK ? "it is not a socket"
+                 : rc == -EINVAL ? "it is not a listening stream socket"
+                                 : strerror(-rc));
+    else
+        snprintf(errmsg, errlen,
+                 strchr(l->host, ':') ? "cannot listen on [%s]:%d: %s"
+                                      : "cannot listen on %s:%d: %s",
+                 l->host, port, strerror(-rc));
+    return rc;
+}
+
+/* Check that fd is a listening stream socket and make it non-blocking (the acceptors read it
+ * until EAGAIN). 0 or -errno (-ENOTSOCK, -EINVAL: not listening or not a stream). */
+static int shared_listener_check(int fd)
+{
+    int v = 0;
+    socklen_t len = sizeof(v);
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &v, &len) < 0)
+        return -errno;
+    if (v != SOCK_STREAM)
+        return -EINVAL;
+    len = sizeof(v);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &len) < 0)
+        return -errno;
+    if (!v)
+        return -EINVAL;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+        return -errno;
+    return 0;
+}
+
 static void close_workers(struct server *s)
 {
     for (unsigned i = 0; s->workers && i < s->nthreads; i++) {
         struct server_worker *w = &s->workers[i];
-        if (w->lfd >= 0)
-            close(w->lfd);
+        for (unsigned j = 0; w->ls && j < s->nlistens; j++)
+            if (w->ls[j].fd >= 0 && !w->ls[j].shared)
+                close(w->ls[j].fd);
+        free(w->ls);
+        w->ls = NULL;
         if (w->ctl_fd >= 0)
             close(w->ctl_fd);
-        w->lfd = w->ctl_fd = -1;
+        w->ctl_fd = -1;
         /* No worker runs any more: the connections are plain memory now. */
         while (w->conns) {
             struct conn *c = w->conns;
@@ -174,8 +277,10 @@ static void close_workers(struct server *s)
 static void teardown(struct server *s)
 {
     pthread_mutex_lock(&s->stats_lock);
-    for (unsigned i = 0; s->workers && i < s->nthreads; i++)
+    for (unsigned i = 0; s->workers && i < s->nthreads; i++) {
         s->ended_inline += atomic_load_explicit(&s->workers[i].inline_ok, memory_order_relaxed);
+        s->ended_answered += atomic_load_explicit(&s->workers[i].answered, memory_order_relaxed);
+    }
     if (s->sched) {
         struct sched_stats st;
         sched_get_stats(s->sched, &st);
@@ -194,29 +299,55 @@ int server_start(struct server *s, char *errmsg, size_t errlen)
     /* safety: the control thread is the only writer of running. */
     if (atomic_load_explicit(&s->running, memory_order_relaxed) || s->sched)
         return -EALREADY;
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE;
-    int gai = getaddrinfo(s->host, NULL, &hints, &res);
-    if (gai != 0 || !res) {
-        if (errmsg && errlen)
-            snprintf(errmsg, errlen, "cannot resolve host %s: %s", s->host, gai_strerror(gai));
-        return -EINVAL;
+    unsigned nl = s->nlistens;
+    struct addrinfo **res = calloc(nl, sizeof(*res));
+    if (!res)
+        return -ENOMEM;
+    int rc = 0, port = 0;
+    unsigned li = 0;
+    for (li = 0; li < nl; li++) {
+        struct server_listen *l = &s->listens[li];
+        if (l->fd >= 0) {
+            rc = shared_listener_check(l->fd);
+            if (rc < 0)
+                goto fail_res;
+            s->ports[li] = 0;
+            continue;
+        }
+        struct addrinfo hints;
+        memset(&hints, 0, sizeof(hints));
+        hints.ai_family = AF_UNSPEC;
+        hints.ai_socktype = SOCK_STREAM;
+        hints.ai_flags = AI_PASSIVE;
+        int gai = getaddrinfo(l->host, NULL, &hints, &res[li]);
+        if (gai != 0 || !res[li]) {
+            res[li] = NULL;
+            if (errmsg && errlen)
+                snprintf(errmsg, errlen, "cannot resolve host %s: %s", l->host, gai_strerror(gai));
+            rc = -EINVAL;
+            goto fail_res_quiet;
+        }
+        /* Probe without SO_REUSEPORT: a reuseport bind would silently join another server's
+         * group on the same port instead of failing, and "address already in use" must be
+         * reported. With shared_port the group is ours (sibling processes; their supervisor
+         * made that probe), so the probe binds into it without listening: a listening probe
+         * would take its share of the group's new connections while the siblings serve (a
+         * replacement starts beside them) and reset them when it closes. */
+        int probe = -1;
+        port = l->port;
+        int shared = s->cfg.shared_port ? 1 : 0;
+        rc = listen_open(res[li], l->port, shared, shared ? 0 : 1, &probe);
+        if (rc < 0)
+            goto fail_res;
+        s->ports[li] = listen_bound_port(probe);
+        close(probe);
     }
-    /* Probe without SO_REUSEPORT: a reuseport bind would silently join another server's group
-     * on the same port instead of failing, and "address already in use" must be reported. With
-     * shared_port the group is ours (sibling processes; their supervisor made that probe), so
-     * the probe joins it. */
-    int probe = -1;
-    int rc = listen_open(res, s->cfg.port, s->cfg.shared_port ? 1 : 0, 1, &probe);
-    if (rc < 0) {
-        freeaddrinfo(res);
-        return start_fail(errmsg, errlen, rc, "cannot listen on %s:%d: %s", s->host, s->cfg.port);
-    }
-    int port = listen_bound_port(probe);
-    close(probe);
+    s->port = 0;
+    for (li = 0; li < nl; li++)
+        if (s->listens[li].fd < 0) {
+            s->port = s->ports[li];
+            break;
+        }
     struct sched_config sc;
     memset(&sc, 0, sizeof(sc));
     sc.workers = s->cfg.threads;
@@ -225,8 +356,12 @@ int server_start(struct server *s, char *errmsg, size_t errlen)
     struct sched *sched;
     rc = sched_new(&sched, &sc);
     if (rc < 0) {
-        freeaddrinfo(res);
-        return start_fail(errmsg, errlen, rc, "cannot start workers for %s:%d: %s", s->host, port);
+        for (li = 0; li < nl; li++)
+            if (res[li])
+                freeaddrinfo(res[li]);
+        free(res);
+        return start_fail(errmsg, errlen, rc, "cannot start workers for %s:%d: %s", s->host,
+                          s->port);
     }
     pthread_mutex_lock(&s->stats_lock);
     s->sched = sched;
@@ -234,29 +369,56 @@ int server_start(struct server *s, char *errmsg, size_t errlen)
     s->nthreads = sched_threads(s->sched);
     s->workers = calloc(s->nthreads, sizeof(*s->workers));
     pthread_mutex_unlock(&s->stats_lock);
+    li = 0;
     if (!s->workers) {
         rc = -ENOMEM;
         goto fail_sched;
     }
+    /* Every thread slot (relief threads after the workers) has its caches and counters; only
+     * the workers, the homes, listen. */
     for (unsigned i = 0; i < s->nthreads; i++) {
-        s->workers[i].srv = s;
-        s->workers[i].id = i;
-        s->workers[i].lfd = s->workers[i].ctl_fd = -1;
+        struct server_worker *w = &s->workers[i];
+        w->srv = s;
+        w->id = i;
+        w->ctl_fd = -1;
+        if (i >= s->nworkers)
+            continue;
+        w->ls = calloc(nl, sizeof(*w->ls));
+        if (!w->ls) {
+            rc = -ENOMEM;
+            goto fail_sched;
+        }
+        for (unsigned j = 0; j < nl; j++) {
+            w->ls[j].w = w;
+            w->ls[j].fd = -1;
+        }
     }
     for (unsigned i = 0; i < s->nworkers; i++) {
         struct server_worker *w = &s->workers[i];
-        rc = listen_open(res, port, 1, s->cfg.backlog, &w->lfd);
-        if (rc < 0)
-            goto fail_sched;
+        for (li = 0; li < nl; li++) {
+            struct server_lslot *l = &w->ls[li];
+            if (s->listens[li].fd >= 0) {
+                l->fd = s->listens[li].fd;
+                l->shared = 1;
+                continue;
+            }
+            port = s->ports[li];
+            rc = listen_open(res[li], port, 1, s->cfg.backlog, &l->fd);
+            if (rc < 0)
+                goto fail_sched;
+        }
         w->ctl_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (w->ctl_fd < 0) {
             rc = -errno;
+            li = 0;
             goto fail_sched;
         }
     }
-    freeaddrinfo(res);
+    for (li = 0; li < nl; li++)
+        if (res[li])
+            freeaddrinfo(res[li]);
+    free(res);
     res = NULL;
-    s->port = port;
     sched_set_worker_hooks(s->sched, listen_worker_start, NULL, s);
     if (s->off_begin || s->off_end)
         sched_set_offload_hooks(s->sched, s->off_begin, s->off_end, s->off_ud);
@@ -264,19 +426,34 @@ int server_start(struct server *s, char *errmsg, size_t errlen)
      * this store before them. */
     atomic_store_explicit(&s->draining, 0, memory_order_relaxed);
     /* safety: as draining; from here on only listen.c's workers lower it. */
-    atomic_store_explicit(&s->undrained, s->nworkers, memory_order_relaxed);
+    atomic_store_explicit(&s->undrained, s->nworkers * nl, memory_order_relaxed);
     rc = sched_start(s->sched);
-    if (rc < 0)
+    if (rc < 0) {
+        li = 0;
         goto fail_sched;
+    }
     /* safety: release pairs with server_running's acquire. */
     atomic_store_explicit(&s->running, 1, memory_order_release);
     return 0;
 
 fail_sched:
-    if (res)
-        freeaddrinfo(res);
+    if (res) {
+        for (unsigned j = 0; j < nl; j++)
+            if (res[j])
+                freeaddrinfo(res[j]);
+        free(res);
+    }
     teardown(s);
-    return start_fail(errmsg, errlen, rc, "cannot listen on %s:%d: %s", s->host, port);
+    return listen_fail(errmsg, errlen, rc, &s->listens[li < nl ? li : 0], port);
+
+fail_res:
+    listen_fail(errmsg, errlen, rc, &s->listens[li], port);
+fail_res_quiet:
+    for (unsigned j = 0; j < nl; j++)
+        if (res[j])
+            freeaddrinfo(res[j]);
+    free(res);
+    return rc;
 }
 
 int server_shutdown(struct server *s, uint64_t grace_ns)
@@ -346,6 +523,8 @@ void server_free(struct server *s)
     pthread_mutex_destroy(&s->orphan_lock);
     pthread_mutex_destroy(&s->handoff_lock);
     free(s->orphans); /* what was not taken is leaked: its owner (Python) is not here */
+    server_free_listens(s);
+    proxy_trust_free(&s->trust);
     free(s->host);
     free(s);
 }
@@ -356,9 +535,13 @@ void server_get_stats(struct server *s, struct server_stats *out)
     out->live = server_live_connections(s);
     pthread_mutex_lock(&s->stats_lock);
     out->inline_ok = s->ended_inline;
+    out->requests = s->ended_inline + s->ended_answered;
     out->spawned = s->ended_spawned;
-    for (unsigned i = 0; s->workers && i < s->nthreads; i++)
-        out->inline_ok += atomic_load_explicit(&s->workers[i].inline_ok, memory_order_relaxed);
+    for (unsigned i = 0; s->workers && i < s->nthreads; i++) {
+        uint64_t inl = atomic_load_explicit(&s->workers[i].inline_ok, memory_order_relaxed);
+        out->inline_ok += inl;
+        out->requests += inl + atomic_load_explicit(&s->workers[i].answered, memory_order_relaxed);
+    }
     if (s->sched) {
         struct sched_stats st;
         sched_get_stats(s->sched, &st);

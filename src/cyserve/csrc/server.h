@@ -88,7 +88,21 @@ void server_target_clear(struct server_target *t);
  * server starts. */
 void server_target_never_inline(struct server_target *t);
 
+/* A listener beyond the one host and port of struct server_config. */
+struct server_listen {
+    const char *host; /* TCP: numeric address or name; one SO_REUSEPORT listener per worker */
+    int port;         /* TCP: 0 for an ephemeral port (the same for every worker) */
+    int fd;           /* -1 for TCP; else a listening stream socket (a Unix socket, one inherited
+                       * from systemd) that every worker accepts from. Borrowed: the caller keeps
+                       * it open until server_shutdown() returns and closes it itself. The engine
+                       * makes it non-blocking and never shuts it down, since other processes
+                       * may accept from it too (see listen.c). */
+};
+
 struct server_config {
+    const struct server_listen *listen; /* nlisten listeners (copied by server_new); when
+                                         * nlisten is 0, host and port make the only one */
+    unsigned nlisten;
     const char *host;           /* numeric address or name, e.g. "127.0.0.1", "::", "localhost" */
     int port;                   /* 0: an ephemeral port, the same for every worker */
     unsigned threads;           /* workers; 0: the CPUs this process may use */
@@ -109,6 +123,11 @@ struct server_config {
                                  * until it frees, 503 after body_timeout; 0: no bound */
     uint64_t min_body_rate;     /* bytes/s a body must average once body_timeout has passed since
                                  * it began (Apache's MinRate): slower gets 408; 0: no minimum */
+    /* Proxy headers: NULL (default) ignores them; else the peers whose X-Forwarded-For,
+     * X-Forwarded-Proto and Forwarded say who the client is (proxy.h's list: addresses, CIDR
+     * networks, "*"). The client they name is then the one server_req_peer, server_req_scheme
+     * and the access log tell. */
+    const char *forwarded_allow_ips;
 };
 
 /* Defaults: keep-alive 5 s, head 10 s, body 10 s, 8 KiB head/target, 100 headers,
@@ -130,8 +149,13 @@ void server_set_offload_hooks(struct server *s, void (*begin)(void *), void (*en
  * left open. errmsg (may be NULL) receives a sentence for the user. Control thread. */
 int server_start(struct server *s, char *errmsg, size_t errlen);
 
-/* The bound port (after server_start). Any thread. */
+/* The bound port (after server_start) of the first TCP listener, 0 when there is none. Any
+ * thread. */
 int server_port(const struct server *s);
+
+/* The bound port of listener i (in cfg.listen's order) after server_start; 0 for a shared
+ * descriptor; -EINVAL when there is no listener i. Any thread. */
+int server_listen_port(const struct server *s, unsigned i);
 
 /* Whether the workers are running (started and not yet shut down). Any thread. */
 int server_running(const struct server *s);
@@ -155,6 +179,7 @@ uint64_t server_live_connections(const struct server *s);
 struct server_stats {
     uint64_t live;      /* open connections */
     uint64_t inline_ok; /* requests answered on the inline path, without a coroutine */
+    uint64_t requests;  /* requests answered (inline or not; error answers to a parsed head too) */
     uint64_t spawned;   /* coroutines spawned (connections served, accept rounds) */
 };
 void server_get_stats(struct server *s, struct server_stats *out);
@@ -170,10 +195,15 @@ int server_req_header(const cyserve_request *req, const char *name, size_t nlen,
  * op SERVER_STREAM_ABANDON, resp NULL), or 0 when none is left. Any thread. */
 int server_take_orphan(struct server *s, const struct server_target **t, void **stream);
 
-/* The client's address of req's connection as "host:port" ("[v6]:port" for IPv6), NUL-ended:
+/* The client's address of req's connection as "host:port" ("[v6]:port" for IPv6), NUL-ended
+ * (with proxy headers on and a trusted peer, the client its headers name, "host:0"):
  * 0 and *out set, owned by the connection and valid until the handler returns; -ENOTCONN when
  * it is unknown (the socket is gone, or req was not made by a coroutine's serve loop). The
  * handler's thread only (the first call per connection makes it: getpeername, malloc). */
 int server_req_peer(const cyserve_request *req, const char **out);
+
+/* The scheme req was made with, "http" or "https": "http" unless a trusted proxy says "https"
+ * (server_config.forwarded_allow_ips). Static storage. The handler's thread only. */
+const char *server_req_scheme(const cyserve_request *req);
 
 #endif

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "compat.h"
+#include "proxy.h"
 #include "sched.h"
 #include "server.h"
 
@@ -39,31 +40,49 @@ struct conn;
  * are sent by writev from the handler's memory. */
 #define EXT_MEMFD_MAX 64
 
-/* Per worker: the listener, the control eventfd and the list of connections homed here are home
+/* One listener as one worker accepts from it (listen.c): the worker's own SO_REUSEPORT socket of
+ * a TCP address, or the one descriptor of a shared listener (a Unix socket, an inherited one),
+ * which every worker registers in its own epoll. Home state of its worker. */
+struct server_lslot {
+    struct server_worker *w;
+    int fd;     /* opened by the control thread; a shared one is the caller's (never closed here) */
+    int shared; /* fd is shared by every worker (and maybe other processes): never shut down */
+    int added;
+    struct sched_io io;
+    _Atomic int shut; /* a stop has drained this slot (listen_shut) */
+};
+
+/* Per worker: the listeners, the control eventfd and the list of connections homed here are home
  * state (under the worker's loop lock); the caches are per thread (touched only by the worker's
  * own thread, see server_worker_self()). */
 struct server_worker {
     struct server *srv;
     unsigned id;
-    int lfd; /* listening socket, opened by the control thread */
-    struct sched_io lio;
-    int lio_added;
-    int ctl_fd; /* eventfd written by server_shutdown */
+    struct server_lslot *ls; /* one per listener of the server (s->nlistens), in its order */
+    int ctl_fd;              /* eventfd written by server_shutdown */
     struct sched_io ctl_io;
     int ctl_added;
     struct sched_timer ctl_timer; /* closes the idle connections once shutdown begins */
-    _Atomic int lshut;            /* the stop has drained and shut the listener (listen_shut) */
     struct conn *conns;           /* every live connection homed here */
     struct conn *free_conns;      /* cache, linked through next */
     unsigned nfree_conns;
     char *free_bufs[CONN_BUF_CACHE_MAX];
     unsigned nfree_bufs;
     _Atomic uint64_t inline_ok; /* requests answered inline by this thread */
+    _Atomic uint64_t answered;  /* requests answered by coroutines on this thread */
 } CACHE_ALIGNED;
 
 struct server {
     struct server_config cfg;
     char *host;
+    /* The listeners (owned copies of cfg.listen, or one made of host and port) and the port each
+     * TCP one is bound to once started (0 for a shared descriptor). */
+    struct server_listen *listens;
+    int *ports;
+    unsigned nlistens;
+    /* Proxy headers (cfg.forwarded_allow_ips): on, and the peers trusted. */
+    int proxy_headers;
+    struct proxy_trust trust;
     const struct router *router;
     struct sched *sched;
     struct server_worker *workers;
@@ -80,7 +99,7 @@ struct server {
     _Atomic uint64_t body_held;     /* request body bytes held against cfg.body_budget (http1.c) */
     _Atomic int stopping;           /* a server_shutdown is in progress or done */
     _Atomic uint64_t stop_deadline; /* when the grace period of the shutdown ends */
-    _Atomic unsigned undrained;     /* listeners a stop has not yet drained and shut */
+    _Atomic unsigned undrained;     /* listener slots a stop has not yet drained and shut */
     /* memfds of large process-lifetime handler bodies, see static_ext_memfd(). Entries
      * [0, ext_count) are immutable once published; ext_lock serialises the writers. */
     pthread_mutex_t ext_lock;
@@ -88,7 +107,7 @@ struct server {
      * against start and teardown, which publish and free sched and workers under it. The
      * counters of runs that ended are kept, so that stats() after stop() still tells. */
     pthread_mutex_t stats_lock;
-    uint64_t ended_inline, ended_spawned;
+    uint64_t ended_inline, ended_spawned, ended_answered;
     /* Streams (stream.c) a stop cancelled before their handler could be
      * told: no call can be offloaded any more. server_take_orphan() hands them to the caller of
      * the stop, which releases them with their target's py_stream. Under orphan_lock (any

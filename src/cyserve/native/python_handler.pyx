@@ -283,8 +283,15 @@ cdef class Request:
         return self._params
 
     @property
+    def scheme(self):
+        """"http", or "https" when a trusted proxy says the client used it (proxy headers)."""
+        self._check()
+        return (<bytes>cs.server_req_scheme(<const cs.req_t *>self._req)).decode("ascii")
+
+    @property
     def client(self):
-        """The client's address as (host, port), or None when it is not known."""
+        """The client's address as (host, port), or None when it is not known. With proxy
+        headers on and a trusted peer, the client its headers name, with port 0."""
         cdef const char *peer
         if self._client is None:
             self._check()

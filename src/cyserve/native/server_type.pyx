@@ -82,6 +82,8 @@ cdef class Server:
     cdef readonly int threads
     cdef int _port
     cdef bint _started
+    cdef cs.server_listen_t *_listen
+    cdef unsigned _nlisten
     cdef object __weakref__
 
     def __cinit__(self):
@@ -90,13 +92,15 @@ cdef class Server:
         self._targets = NULL
         self._ntargets = 0
         self._keep = []
+        self._listen = NULL
+        self._nlisten = 0
 
     def __init__(self, list routes, *, str host, int port, int threads, int backlog=1024,
                  int max_header_bytes=8192, int max_target_bytes=8192, int max_headers=100,
                  max_body_bytes=1048576, double keepalive_timeout=5.0,
                  double header_timeout=10.0, double body_timeout=10.0, bint shared_port=False,
                  bint access_log=False, int blocking_threads=16, body_budget=64 << 20,
-                 min_body_rate=500):
+                 min_body_rate=500, listen=None, forwarded_allow_ips=None):
         if self._router != NULL:
             raise RuntimeError("Server.__init__ called twice")
         if not 0 <= port <= 65535:
@@ -145,6 +149,15 @@ cdef class Server:
         cfg.min_body_rate = min_body_rate
         cfg.backlog = backlog
         cfg.shared_port = 1 if shared_port else 0
+        if forwarded_allow_ips is not None:
+            # Proxy headers on: the peers whose forwarding headers are believed (csrc/proxy.h).
+            fw = str(forwarded_allow_ips).encode("ascii")
+            self._keep.append(fw)
+            cfg.forwarded_allow_ips = fw
+        if listen:
+            self._set_listen(listen)
+            cfg.listen = self._listen
+            cfg.nlisten = self._nlisten
         # The access log goes to standard output, one write(2) per line from the workers.
         cfg.access_log_fd = 1 if access_log else -1
         cfg.limits.max_header_bytes = max_header_bytes
@@ -155,10 +168,42 @@ cdef class Server:
         cfg.header_timeout_ns = <uint64_t>(header_timeout * 1e9)
         cfg.body_timeout_ns = <uint64_t>(body_timeout * 1e9)
         rc = cs.server_new(&self._srv, &cfg, self._router)
+        if rc != 0 and forwarded_allow_ips is not None:
+            raise ValueError(f"invalid forwarded_allow_ips {forwarded_allow_ips!r}: addresses "
+                             "or networks (CIDR) separated by commas, or *")
         if rc != 0:
             raise ValueError(f"invalid server configuration (error {-rc})")
         cs.server_set_offload_hooks(self._srv, cyserve__offload_begin, cyserve__offload_end,
                                     NULL)
+
+    cdef _set_listen(self, listen):
+        # listen: the addresses to serve, each (host, port) for TCP (one SO_REUSEPORT listener
+        # per worker) or an int, a listening socket's descriptor that every worker accepts from
+        # (kept open by the caller until stop() returns).
+        items = list(listen)
+        self._listen = <cs.server_listen_t *>calloc(len(items), sizeof(cs.server_listen_t))
+        if self._listen == NULL:
+            raise MemoryError()
+        self._nlisten = len(items)
+        cdef Py_ssize_t i
+        for i, item in enumerate(items):
+            if isinstance(item, int) and not isinstance(item, bool):
+                if item < 0:
+                    raise ValueError(f"listen: a descriptor must be >= 0, got {item}")
+                self._listen[i].fd = item
+                self._listen[i].host = NULL
+                continue
+            try:
+                host, port = item
+            except (TypeError, ValueError):
+                raise ValueError(f"listen: expected (host, port) or a descriptor, got {item!r}")
+            if not isinstance(port, int) or not 0 <= port <= 65535:
+                raise ValueError(f"listen: port must be in 0..65535, got {port!r}")
+            hb = str(host).encode("idna") if host else b"0.0.0.0"
+            self._keep.append(hb)
+            self._listen[i].fd = -1
+            self._listen[i].host = hb
+            self._listen[i].port = port
 
     cdef _add_route(self, Py_ssize_t i, route):
         cdef cs.server_target_t *t = &self._targets[i]
@@ -310,6 +355,15 @@ cdef class Server:
         return self._port
 
     @property
+    def ports(self):
+        """The bound port of each listener (in the order of ``listen``; 0 for a descriptor),
+        once started."""
+        if self._srv == NULL or not self._started:
+            return []
+        n = self._nlisten if self._nlisten else 1
+        return [cs.server_listen_port(self._srv, i) for i in range(n)]
+
+    @property
     def live_connections(self):
         """Connections accepted and not yet closed (for tests)."""
         return cs.server_live_connections(self._srv) if self._srv != NULL else 0
@@ -323,6 +377,16 @@ cdef class Server:
             return {"live": 0, "inline": 0, "spawned": 0}
         cs.server_get_stats(self._srv, &st)
         return {"live": st.live, "inline": st.inline_ok, "spawned": st.spawned}
+
+    @property
+    def requests(self):
+        """Requests answered since the server was made (every run), approximate while it
+        serves: what --max-requests counts."""
+        cdef cs.server_stats_t st
+        if self._srv == NULL:
+            return 0
+        cs.server_get_stats(self._srv, &st)
+        return st.requests
 
     def __dealloc__(self):
         cdef Py_ssize_t i
@@ -340,6 +404,9 @@ cdef class Server:
                     self._targets[i].root = NULL
                 cs.server_target_clear(&self._targets[i])
             free(self._targets)
+        if self._listen != NULL:
+            free(self._listen)
+            self._listen = NULL
             self._targets = NULL
         if self._router != NULL:
             router_free(self._router)

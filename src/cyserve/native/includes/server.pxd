@@ -70,7 +70,14 @@ cdef extern from "csrc/server.h" nogil:
         void *opaque
         files_root_t *root
 
+    ctypedef struct server_listen_t "struct server_listen":
+        const char *host
+        int port
+        int fd
+
     ctypedef struct server_config_t "struct server_config":
+        const server_listen_t *listen
+        unsigned nlisten
         const char *host
         int port
         unsigned threads
@@ -85,6 +92,7 @@ cdef extern from "csrc/server.h" nogil:
         uint64_t keepalive_ns
         uint64_t header_timeout_ns
         uint64_t body_timeout_ns
+        const char *forwarded_allow_ips
 
     int server_target_static(server_target_t *t, int status, const char *headers,
                              size_t headers_len, const char *body, size_t body_len)
@@ -96,6 +104,7 @@ cdef extern from "csrc/server.h" nogil:
                                   void (*end)(void *) noexcept nogil, void *ud)
     int server_start(server_t *s, char *errmsg, size_t errlen)
     int server_port(const server_t *s)
+    int server_listen_port(const server_t *s, unsigned i)
     int server_running(const server_t *s)
     int server_shutdown(server_t *s, uint64_t grace_ns)
     void server_free(server_t *s)
@@ -103,10 +112,12 @@ cdef extern from "csrc/server.h" nogil:
     ctypedef struct server_stats_t "struct server_stats":
         uint64_t live
         uint64_t inline_ok
+        uint64_t requests
         uint64_t spawned
     void server_get_stats(server_t *s, server_stats_t *out)
     int server_req_header(const req_t *req, const char *name, size_t nlen, void *out)
     int server_req_peer(const req_t *req, const char **out)
+    const char *server_req_scheme(const req_t *req)
     int server_take_orphan(server_t *s, const server_target_t **t, void **stream)
 
 cdef extern from "csrc/resp.h" nogil:

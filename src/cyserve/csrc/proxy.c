@@ -1,0 +1,350 @@
+/* proxy.c: the client and scheme behind a trusted proxy (see proxy.h).
+ *
+ * Design. A proxy in front of the server connects from its own address, so the socket's peer
+ * is the proxy, not the client; the proxy says who the client was in a header. Anyone can send
+ * such a header, so it is believed only from the peers the operator lists (uvicorn's and
+ * gunicorn's --forwarded-allow-ips, default 127.0.0.1). Each proxy on the way appends the
+ * address it received the request from, so the list reads client, proxy1, proxy2...; its right
+ * end was written by the proxy nearest to us. The client is therefore the rightmost hop that is
+ * not itself a trusted proxy: anything to its left was written by the client or its side and
+ * cannot be believed. When every hop is trusted, the leftmost is the best there is; with "*"
+ * (trust every peer, for a server reachable only through proxies) the leftmost is taken, as
+ * uvicorn does. Only an IP address is taken as a client: the value ends up in the access log
+ * and in the application's REMOTE_ADDR, and what it may contain there is kept to an address
+ * that inet_ntop formats. RFC 7239 Forwarded carries for= and proto= per hop; the element of
+ * the chosen hop gives both. The forwarded port is not used (X-Forwarded-For has none): the
+ * client is "host:0", as uvicorn's ("host", 0).
+ *
+ * Only the request's own header views are read: no allocation, no copy beyond the formatted
+ * address. The engine calls proxy_resolve lazily, once per request, and only with proxy headers
+ * on (request.c). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "proxy.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+/* Hops looked at, from the right: a longer list is someone's padding, and what decides is at
+ * its right end. */
+#define PROXY_MAX_HOPS 32
+
+struct proxy_hop {
+    int family; /* 0: not an IP address */
+    uint8_t addr[16];
+    const char *proto; /* Forwarded's proto= of this hop, or NULL */
+    size_t proto_len;
+};
+
+static int parse_ip(const char *s, size_t len, int *family, uint8_t addr[16])
+{
+    char buf[INET6_ADDRSTRLEN + 1];
+    if (len == 0 || len >= sizeof(buf))
+        return -EINVAL;
+    memcpy(buf, s, len);
+    buf[len] = 0;
+    if (inet_pton(AF_INET, buf, addr) == 1) {
+        *family = AF_INET;
+        return 0;
+    }
+    if (inet_pton(AF_INET6, buf, addr) == 1) {
+        *family = AF_INET6;
+        return 0;
+    }
+    return -EINVAL;
+}
+
+static void trim(const char **s, size_t *len)
+{
+    while (*len && (**s == ' ' || **s == '\t')) {
+        (*s)++;
+        (*len)--;
+    }
+    while (*len && ((*s)[*len - 1] == ' ' || (*s)[*len - 1] == '\t'))
+        (*len)--;
+}
+
+int proxy_trust_parse(struct proxy_trust *t, const char *spec)
+{
+    memset(t, 0, sizeof(*t));
+    size_t cap = 1;
+    for (const char *p = spec; *p; p++)
+        cap += *p == ',';
+    struct proxy_net *nets = calloc(cap, sizeof(*nets));
+    if (!nets)
+        return -ENOMEM;
+    unsigned n = 0;
+    int all = 0;
+    const char *p = spec;
+    for (;;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *item = p;
+        trim(&item, &len);
+        if (len == 1 && item[0] == '*') {
+            all = 1;
+        } else if (len) {
+            const char *slash = memchr(item, '/', len);
+            size_t alen = slash ? (size_t)(slash - item) : len;
+            struct proxy_net *net = &nets[n];
+            if (parse_ip(item, alen, &net->family, net->addr) < 0)
+                goto bad;
+            unsigned max = net->family == AF_INET ? 32 : 128;
+            net->bits = max;
+            if (slash) {
+                const char *d = slash + 1;
+                size_t dlen = len - alen - 1;
+                if (dlen == 0 || dlen > 3)
+                    goto bad;
+                unsigned bits = 0;
+                for (size_t i = 0; i < dlen; i++) {
+                    if (d[i] < '0' || d[i] > '9')
+                        goto bad;
+                    bits = bits * 10 + (unsigned)(d[i] - '0');
+                }
+                if (bits > max)
+                    goto bad;
+                net->bits = bits;
+            }
+            n++;
+        } else if (end || p != spec) {
+            goto bad; /* an empty item between commas */
+        }
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    if (!n && !all)
+        goto bad; /* nothing listed */
+    t->all = all;
+    t->n = n;
+    t->nets = nets;
+    return 0;
+bad:
+    free(nets);
+    return -EINVAL;
+}
+
+void proxy_trust_free(struct proxy_trust *t)
+{
+    free(t->nets);
+    memset(t, 0, sizeof(*t));
+}
+
+static int prefix_match(const uint8_t *a, const uint8_t *b, unsigned bits)
+{
+    unsigned whole = bits / 8, rest = bits % 8;
+    if (memcmp(a, b, whole) != 0)
+        return 0;
+    if (!rest)
+        return 1;
+    uint8_t mask = (uint8_t)(0xff << (8 - rest));
+    return (a[whole] & mask) == (b[whole] & mask);
+}
+
+/* Whether address addr of family is in the list; an IPv4-mapped IPv6 address (a dual-stack
+ * socket's view of an IPv4 peer) is matched as the IPv4 address it is. */
+static int trusted_addr(const struct proxy_trust *t, int family, const uint8_t *addr)
+{
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (t->all)
+        return 1;
+    if (family == AF_INET6 && memcmp(addr, mapped, 12) == 0) {
+        family = AF_INET;
+        addr += 12;
+    }
+    for (unsigned i = 0; i < t->n; i++)
+        if (t->nets[i].family == family && prefix_match(t->nets[i].addr, addr, t->nets[i].bits))
+            return 1;
+    return 0;
+}
+
+int proxy_trusted_peer(const struct proxy_trust *t, const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return trusted_addr(t, AF_INET,
+                            (const uint8_t *)&((const struct sockaddr_in *)sa)->sin_addr);
+    if (sa->sa_family == AF_INET6)
+        return trusted_addr(t, AF_INET6,
+                            (const uint8_t *)&((const struct sockaddr_in6 *)sa)->sin6_addr);
+    return sa->sa_family == AF_UNIX;
+}
+
+/* Add hop s[0..len) of X-Forwarded-For (an address, maybe "[v6]" or "v4:port") to hops. */
+static void add_hop(struct proxy_hop *hops, unsigned *n, unsigned *dropped, const char *s,
+                    size_t len)
+{
+    if (*n == PROXY_MAX_HOPS) { /* keep the rightmost ones */
+        memmove(hops, hops + 1, sizeof(*hops) * (PROXY_MAX_HOPS - 1));
+        (*n)--;
+        (*dropped)++;
+    }
+    struct proxy_hop *h = &hops[(*n)++];
+    memset(h, 0, sizeof(*h));
+    trim(&s, &len);
+    if (len >= 2 && s[0] == '"' && s[len - 1] == '"') {
+        s++;
+        len -= 2;
+    }
+    if (len && s[0] == '[') {
+        const char *close = memchr(s, ']', len);
+        if (!close)
+            return;
+        s++;
+        len = (size_t)(close - s);
+    } else {
+        const char *colon = memchr(s, ':', len);
+        if (colon && !memchr(colon + 1, ':', len - (size_t)(colon - s) - 1))
+            len = (size_t)(colon - s); /* v4:port */
+    }
+    if (parse_ip(s, len, &h->family, h->addr) < 0)
+        h->family = 0;
+}
+
+/* The hops of every X-Forwarded-For field (several fields read as one list, in order). */
+static unsigned xff_hops(const struct http_request *r, struct proxy_hop *hops, unsigned *dropped)
+{
+    unsigned n = 0;
+    for (size_t i = 0; i < r->num_headers; i++) {
+        const struct http_header *f = &r->headers[i];
+        if (f->name_len != 15 || strncasecmp(f->name, "x-forwarded-for", 15) != 0)
+            continue;
+        const char *p = f->value, *end = f->value + f->value_len;
+        while (p <= end) {
+            const char *comma = memchr(p, ',', (size_t)(end - p));
+            const char *stop = comma ? comma : end;
+            add_hop(hops, &n, dropped, p, (size_t)(stop - p));
+            p = stop + 1;
+        }
+    }
+    return n;
+}
+
+/* The hops of every Forwarded field: per element, its for= and proto=. */
+static unsigned forwarded_hops(const struct http_request *r, struct proxy_hop *hops,
+                               unsigned *dropped, int *present)
+{
+    unsigned n = 0;
+    for (size_t i = 0; i < r->num_headers; i++) {
+        const struct http_header *f = &r->headers[i];
+        if (f->name_len != 9 || strncasecmp(f->name, "forwarded", 9) != 0)
+            continue;
+        *present = 1;
+        const char *p = f->value, *end = f->value + f->value_len;
+        while (p <= end) {
+            const char *comma = memchr(p, ',', (size_t)(end - p));
+            const char *stop = comma ? comma : end;
+            const char *proto = NULL;
+            size_t proto_len = 0;
+            const char *forv = NULL;
+            size_t for_len = 0;
+            const char *q = p;
+            while (q < stop) {
+                const char *semi = memchr(q, ';', (size_t)(stop - q));
+                const char *pend = semi ? semi : stop;
+                const char *pair = q;
+                size_t plen = (size_t)(pend - q);
+                trim(&pair, &plen);
+                const char *eq = memchr(pair, '=', plen);
+                if (eq) {
+                    size_t klen = (size_t)(eq - pair);
+                    const char *v = eq + 1;
+                    size_t vlen = plen - klen - 1;
+                    if (klen == 3 && strncasecmp(pair, "for", 3) == 0) {
+                        forv = v;
+                        for_len = vlen;
+                    } else if (klen == 5 && strncasecmp(pair, "proto", 5) == 0) {
+                        if (vlen >= 2 && v[0] == '"' && v[vlen - 1] == '"') {
+                            v++;
+                            vlen -= 2;
+                        }
+                        proto = v;
+                        proto_len = vlen;
+                    }
+                }
+                q = pend + 1;
+            }
+            add_hop(hops, &n, dropped, forv ? forv : "", forv ? for_len : 0);
+            hops[n - 1].proto = proto;
+            hops[n - 1].proto_len = proto_len;
+            p = stop + 1;
+        }
+    }
+    return n;
+}
+
+/* "http" or "https" for value s[0..len) (any case, spaces around), or NULL. */
+static const char *scheme_of(const char *s, size_t len)
+{
+    trim(&s, &len);
+    if (len == 4 && strncasecmp(s, "http", 4) == 0)
+        return "http";
+    if (len == 5 && strncasecmp(s, "https", 5) == 0)
+        return "https";
+    return NULL;
+}
+
+static const struct proxy_hop *choose(const struct proxy_trust *t, const struct proxy_hop *hops,
+                                      unsigned n, unsigned dropped)
+{
+    if (!n)
+        return NULL;
+    if (t->all)
+        return dropped ? NULL : &hops[0]; /* the leftmost was cut off: believe none */
+    for (unsigned i = n; i-- > 0;)
+        if (!hops[i].family || !trusted_addr(t, hops[i].family, hops[i].addr))
+            return &hops[i];
+    return dropped ? NULL : &hops[0];
+}
+
+static void format_client(const struct proxy_hop *h, char *client)
+{
+    char text[INET6_ADDRSTRLEN];
+    client[0] = 0;
+    if (!h || !h->family || !inet_ntop(h->family, h->addr, text, sizeof(text)))
+        return;
+    snprintf(client, PROXY_CLIENT_MAX, h->family == AF_INET6 ? "[%s]:0" : "%s:0", text);
+}
+
+void proxy_resolve(const struct proxy_trust *t, const struct http_request *r, char *client,
+                   const char **scheme)
+{
+    struct proxy_hop hops[PROXY_MAX_HOPS];
+    unsigned dropped = 0;
+    int present = 0;
+    client[0] = 0;
+    unsigned n = forwarded_hops(r, hops, &dropped, &present);
+    if (present) {
+        const struct proxy_hop *h = choose(t, hops, n, dropped);
+        format_client(h, client);
+        const char *s = h && h->proto ? scheme_of(h->proto, h->proto_len) : NULL;
+        if (s)
+            *scheme = s;
+        return;
+    }
+    dropped = 0;
+    n = xff_hops(r, hops, &dropped);
+    format_client(choose(t, hops, n, dropped), client);
+    const char *proto;
+    size_t proto_len;
+    /* One value (a list would be several proxies' views: the first is the client's side). */
+    for (size_t i = 0; i < r->num_headers; i++) {
+        const struct http_header *f = &r->headers[i];
+        if (f->name_len != 17 || strncasecmp(f->name, "x-forwarded-proto", 17) != 0)
+            continue;
+        proto = f->value;
+        const char *comma = memchr(proto, ',', f->value_len);
+        proto_len = comma ? (size_t)(comma - proto) : f->value_len;
+        const char *s = scheme_of(proto, proto_len);
+        if (s)
+            *scheme = s;
+        break;
+    }
+}

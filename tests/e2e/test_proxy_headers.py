@@ -1,0 +1,152 @@
+"""Behind a proxy (--proxy-headers, --forwarded-allow-ips; csrc/proxy.c): from a trusted peer,
+X-Forwarded-For/-Proto and Forwarded name the client and scheme that Request.client,
+Request.scheme, WSGI's REMOTE_ADDR and the access log tell; from any other peer they are
+ignored. Each server runs as the real command in a subprocess (tests/c/test_proxy.c holds the
+header-reading cases)."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from _served import TIMEOUT, Served, free_port
+
+pytestmark = pytest.mark.native
+
+APP = """
+import cyserve
+
+app = cyserve.App()
+
+
+@app.get("/who")
+def who(request):
+    return f"{request.client} {request.scheme}"
+
+
+def legacy(environ, start_response):
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [f"{environ.get('REMOTE_ADDR')} {environ.get('REMOTE_PORT')}".encode()]
+
+
+app.wsgi("/wsgi", legacy)
+"""
+
+FORWARDED = ("X-Forwarded-For: 198.51.100.1, 203.0.113.7\r\n"
+             "X-Forwarded-Proto: https\r\n")
+
+
+def get(address: object, path: str, extra: str = "", family: int = socket.AF_INET) -> str:
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.settimeout(TIMEOUT)
+        s.connect(address)
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n{extra}Connection: close\r\n\r\n"
+                  .encode())
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 "), head
+    return body.decode()
+
+
+def start(tmp: Path, *args: str) -> tuple[Served, int]:
+    port = free_port()
+    srv = Served(tmp, "--port", str(port), "--threads", "2", "--access-log", *args, app=APP)
+    return srv, port
+
+
+def access_lines(srv: Served, count: int) -> list[str]:
+    lines = []
+    while len(lines) < count:
+        line = srv.lines.get(timeout=TIMEOUT)
+        if '"GET ' in line:
+            lines.append(line)
+    return lines
+
+
+@pytest.fixture
+def app_dir(tmp_path: Path) -> Path:
+    (tmp_path / "listen_app.py").write_text(textwrap.dedent(APP))
+    return tmp_path
+
+
+def test_a_trusted_peer_names_the_client_and_scheme(app_dir: Path) -> None:
+    srv, port = start(app_dir, "--proxy-headers")  # trusts 127.0.0.1 by default
+    try:
+        assert get(("127.0.0.1", port), "/who", FORWARDED) == "('203.0.113.7', 0) https"
+        assert get(("127.0.0.1", port), "/wsgi", FORWARDED) == "203.0.113.7 0"
+        forwarded = 'Forwarded: for="[2001:db8::17]:4711";proto=https\r\n'
+        assert get(("127.0.0.1", port), "/who", forwarded) == "('2001:db8::17', 0) https"
+        # Without the headers, the peer as it is.
+        assert re.fullmatch(r"\('127\.0\.0\.1', \d+\) http", get(("127.0.0.1", port), "/who"))
+        lines = access_lines(srv, 4)
+        assert lines[0].startswith("203.0.113.7:0 - - [")
+        assert lines[1].startswith("203.0.113.7:0 - - [")
+        assert lines[2].startswith("[2001:db8::17]:0 - - [")
+        assert re.match(r"127\.0\.0\.1:\d+ - - \[", lines[3])
+        assert srv.stop() == 0
+    finally:
+        srv.close()
+
+
+def test_an_untrusted_peer_is_not_believed(app_dir: Path) -> None:
+    srv, port = start(app_dir, "--forwarded-allow-ips", "10.0.0.0/8, 192.168.0.1")
+    try:
+        assert re.fullmatch(r"\('127\.0\.0\.1', \d+\) http",
+                            get(("127.0.0.1", port), "/who", FORWARDED))
+        assert re.fullmatch(r"127\.0\.0\.1 \d+", get(("127.0.0.1", port), "/wsgi", FORWARDED))
+        line = access_lines(srv, 1)[0]
+        assert re.match(r"127\.0\.0\.1:\d+ - - \[", line), line
+        assert srv.stop() == 0
+    finally:
+        srv.close()
+
+
+def test_without_proxy_headers_nothing_is_believed(app_dir: Path) -> None:
+    srv, port = start(app_dir)
+    try:
+        assert re.fullmatch(r"\('127\.0\.0\.1', \d+\) http",
+                            get(("127.0.0.1", port), "/who", FORWARDED))
+        assert srv.stop() == 0
+    finally:
+        srv.close()
+
+
+def test_a_cidr_and_star_and_a_unix_socket_peer(app_dir: Path) -> None:
+    sock = app_dir / "p.sock"
+    srv = Served(app_dir, "--bind", "127.0.0.1:0", "--uds", str(sock), "--threads", "1",
+                 "--forwarded-allow-ips", "127.0.0.0/8", app=APP)
+    try:
+        port = int(srv.serving[0].split(",")[0].rsplit(":", 1)[1])
+        assert get(("127.0.0.1", port), "/who", FORWARDED) == "('203.0.113.7', 0) https"
+        # A Unix socket's peer is trusted: who may connect is the socket file's mode.
+        assert get(str(sock), "/who", FORWARDED, socket.AF_UNIX) == "('203.0.113.7', 0) https"
+        assert srv.stop() == 0
+    finally:
+        srv.close()
+    srv = Served(app_dir, "--port", str(free_port()), "--threads", "1",
+                 "--forwarded-allow-ips", "*", app=APP)
+    try:
+        port = int(srv.serving[0].rsplit(":", 1)[1])
+        # With *, the leftmost hop: nobody is told apart from a proxy.
+        assert get(("127.0.0.1", port), "/who", FORWARDED) == "('198.51.100.1', 0) https"
+        assert srv.stop() == 0
+    finally:
+        srv.close()
+
+
+def test_a_bad_list_is_one_line(app_dir: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "cyserve", "listen_app:app",
+                        "--forwarded-allow-ips", "10.0.0.0/8, proxy.local"], cwd=app_dir,
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 2
+    assert r.stderr == ("cyserve: invalid --forwarded-allow-ips 10.0.0.0/8, proxy.local: "
+                        "'proxy.local' is not an IP address or network (10.0.0.0/8, ::1, or * "
+                        "for every peer)\n")
