@@ -32,7 +32,8 @@ def who(request):
 
 def legacy(environ, start_response):
     start_response("200 OK", [("Content-Type", "text/plain")])
-    return [f"{environ.get('REMOTE_ADDR')} {environ.get('REMOTE_PORT')}".encode()]
+    return [f"{environ.get('REMOTE_ADDR')} {environ.get('REMOTE_PORT')} "
+            f"{environ['wsgi.url_scheme']}".encode()]
 
 
 app.wsgi("/wsgi", legacy)
@@ -81,7 +82,7 @@ def test_a_trusted_peer_names_the_client_and_scheme(app_dir: Path) -> None:
     srv, port = start(app_dir, "--proxy-headers")  # trusts 127.0.0.1 by default
     try:
         assert get(("127.0.0.1", port), "/who", FORWARDED) == "('203.0.113.7', 0) https"
-        assert get(("127.0.0.1", port), "/wsgi", FORWARDED) == "203.0.113.7 0"
+        assert get(("127.0.0.1", port), "/wsgi", FORWARDED) == "203.0.113.7 0 https"
         forwarded = 'Forwarded: for="[2001:db8::17]:4711";proto=https\r\n'
         assert get(("127.0.0.1", port), "/who", forwarded) == "('2001:db8::17', 0) https"
         # Without the headers, the peer as it is.
@@ -101,7 +102,8 @@ def test_an_untrusted_peer_is_not_believed(app_dir: Path) -> None:
     try:
         assert re.fullmatch(r"\('127\.0\.0\.1', \d+\) http",
                             get(("127.0.0.1", port), "/who", FORWARDED))
-        assert re.fullmatch(r"127\.0\.0\.1 \d+", get(("127.0.0.1", port), "/wsgi", FORWARDED))
+        assert re.fullmatch(r"127\.0\.0\.1 \d+ http",
+                            get(("127.0.0.1", port), "/wsgi", FORWARDED))
         line = access_lines(srv, 1)[0]
         assert re.match(r"127\.0\.0\.1:\d+ - - \[", line), line
         assert srv.stop() == 0

@@ -251,6 +251,9 @@ cdef class WSGIHandler:
                     env["REMOTE_ADDR"] = PyUnicode_DecodeLatin1(p, colon - p, NULL)
                 env["REMOTE_PORT"] = PyUnicode_DecodeLatin1(colon + 1, peer + n - colon - 1,
                                                             NULL)
+        # "http" unless a trusted proxy said "https" (X-Forwarded-Proto, Forwarded: proto=).
+        if cs.server_req_scheme(<const cs.req_t *>req)[4] == c's':
+            env["wsgi.url_scheme"] = "https"
         return env
 
     def __call__(self, Request request):
