@@ -25,6 +25,7 @@
 struct server;
 struct router;
 struct files_root;
+struct conn_transport;
 
 enum server_target_kind {
     SERVER_STATIC = 1, /* a response serialised once at startup, served in C */
@@ -104,6 +105,11 @@ struct server_config {
     uint64_t keepalive_ns;      /* idle keep-alive connection is closed after this */
     uint64_t header_timeout_ns; /* whole head must arrive within this, from its first byte: 408 */
     uint64_t body_timeout_ns;   /* a body (or a response write) without progress for this: 408 */
+    /* How accepted connections carry their bytes: NULL (default) plain TCP, else that transport
+     * (tls_transport, tls.h) with transport_ctx its shared state (a struct tls_ctx), borrowed:
+     * both must outlive the server. */
+    const struct conn_transport *transport;
+    void *transport_ctx;
 };
 
 /* Defaults: keep-alive 5 s, head 10 s, body 10 s, 8 KiB head/target, 100 headers,
@@ -170,5 +176,9 @@ int server_take_orphan(struct server *s, const struct server_target **t, void **
  * it is unknown (the socket is gone, or req was not made by a coroutine's serve loop). The
  * handler's thread only (the first call per connection makes it: getpeername, malloc). */
 int server_req_peer(const cyserve_request *req, const char **out);
+
+/* 1 when req came over TLS (its connection's transport is not plain TCP), else 0. The thread
+ * serving req. */
+int server_req_tls(const cyserve_request *req);
 
 #endif

@@ -275,6 +275,12 @@ cdef class Request:
         return self._params
 
     @property
+    def scheme(self):
+        """"https" when the request came over TLS, else "http"."""
+        self._check()
+        return "https" if cs.server_req_tls(<const cs.req_t *>self._req) else "http"
+
+    @property
     def client(self):
         """The client's address as (host, port), or None when it is not known."""
         cdef const char *peer

@@ -82,6 +82,8 @@ cdef class Server:
     cdef readonly int threads
     cdef int _port
     cdef bint _started
+    cdef cs.tls_ctx_t *_tls
+    cdef readonly str scheme
     cdef object __weakref__
 
     def __cinit__(self):
@@ -90,12 +92,14 @@ cdef class Server:
         self._targets = NULL
         self._ntargets = 0
         self._keep = []
+        self._tls = NULL
 
     def __init__(self, list routes, *, str host, int port, int threads, int backlog=1024,
                  int max_header_bytes=8192, int max_target_bytes=8192, int max_headers=100,
                  max_body_bytes=1048576, double keepalive_timeout=5.0,
                  double header_timeout=10.0, double body_timeout=10.0, bint shared_port=False,
-                 bint access_log=False, int blocking_threads=16):
+                 bint access_log=False, int blocking_threads=16, str ssl_certfile=None,
+                 str ssl_keyfile=None, str ssl_keyfile_password=None, str ssl_ciphers=None):
         if self._router != NULL:
             raise RuntimeError("Server.__init__ called twice")
         if not 0 <= port <= 65535:
@@ -119,6 +123,12 @@ cdef class Server:
         self.host = host
         self._port = port
         self.threads = threads
+        self.scheme = "http"
+        if ssl_certfile:
+            self._tls_context(ssl_certfile, ssl_keyfile, ssl_keyfile_password, ssl_ciphers)
+            self.scheme = "https"
+        elif ssl_keyfile or ssl_keyfile_password or ssl_ciphers:
+            raise ValueError("ssl_keyfile, ssl_keyfile_password and ssl_ciphers need ssl_certfile")
         if router_new(&self._router) != 0:
             raise MemoryError()
         self._ntargets = len(routes)
@@ -149,11 +159,34 @@ cdef class Server:
         cfg.keepalive_ns = <uint64_t>(keepalive_timeout * 1e9)
         cfg.header_timeout_ns = <uint64_t>(header_timeout * 1e9)
         cfg.body_timeout_ns = <uint64_t>(body_timeout * 1e9)
+        if self._tls != NULL:
+            cfg.transport = cs.tls_transport_ptr
+            cfg.transport_ctx = <void *>self._tls
         rc = cs.server_new(&self._srv, &cfg, self._router)
         if rc != 0:
             raise ValueError(f"invalid server configuration (error {-rc})")
         cs.server_set_offload_hooks(self._srv, cyserve__offload_begin, cyserve__offload_end,
                                     NULL)
+
+    cdef _tls_context(self, str certfile, str keyfile, str password, str ciphers):
+        """The TLS context of this server, from its certificate and key files: ValueError with
+        OpenSSL's reason and the file's name when they cannot be used."""
+        cdef cs.tls_options_t o
+        cdef char err[512]
+        cdef bytes cert_b = _os.fsencode(certfile)
+        cdef bytes key_b = _os.fsencode(keyfile) if keyfile else b""
+        cdef bytes ciphers_b = ciphers.encode("ascii", "replace") if ciphers else b""
+        cdef bytes pw_b = password.encode("utf-8") if password else b""
+        # Empty strings mean "not given" to tls_ctx_new.
+        o.certfile = cert_b
+        o.keyfile = key_b
+        o.ciphers = ciphers_b
+        o.password = pw_b
+        err[0] = 0
+        rc = cs.tls_ctx_new(&o, &self._tls, err, sizeof(err))
+        if rc != 0:
+            self._tls = NULL
+            raise ValueError(err.decode("utf-8", "replace"))
 
     cdef _add_route(self, Py_ssize_t i, route):
         cdef cs.server_target_t *t = &self._targets[i]
@@ -335,3 +368,6 @@ cdef class Server:
         if self._router != NULL:
             router_free(self._router)
             self._router = NULL
+        if self._tls != NULL:  # after server_free: no connection uses it any more
+            cs.tls_ctx_free(self._tls)
+            self._tls = NULL
