@@ -55,8 +55,9 @@ def openssl_flags():
     rc, _ = pkg("--atleast-version=3.0")
     if rc != 0:
         found = pkg("--modversion")[1]
-        raise SystemExit(OPENSSL_MISSING + (f" (pkg-config found OpenSSL {found[0]}, older than 3.0)"
-                                            if found else " (pkg-config does not know openssl)"))
+        why = (f"pkg-config found OpenSSL {found[0]}, older than 3.0" if found
+               else "pkg-config does not know openssl")
+        raise SystemExit(f"{OPENSSL_MISSING} ({why})")
     return pkg("--cflags")[1], pkg("--libs")[1]
 
 

@@ -49,6 +49,13 @@ class Response:
 
 HandlerResult = Union[str, bytes, dict[str, Any], list[Any], Response, None]
 
+def check_tls(
+    ssl_certfile: str,
+    ssl_keyfile: Optional[str] = None,
+    ssl_keyfile_password: Optional[str] = None,
+    ssl_ciphers: Optional[str] = None,
+) -> None: ...
+
 class Server:
     host: str
     threads: int

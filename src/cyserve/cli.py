@@ -101,6 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "no arguments) first")
     p.add_argument("--app-dir", metavar="DIR", default=".",
                    help="folder put first on sys.path before importing (default: the current one)")
+    p.add_argument("--ssl-certfile", metavar="FILE", default=None,
+                   help="serve HTTPS with this certificate (PEM, then its chain)")
+    p.add_argument("--ssl-keyfile", metavar="FILE", default=None,
+                   help="the certificate's private key (PEM; default: in --ssl-certfile)")
+    p.add_argument("--ssl-keyfile-password", metavar="PASSWORD", default=None,
+                   help="the password of an encrypted --ssl-keyfile")
+    p.add_argument("--ssl-ciphers", metavar="CIPHERS", default=None,
+                   help="OpenSSL cipher list for TLS 1.2 (default: OpenSSL's)")
     p.add_argument("--version", action="version", version=f"cyserve {__version__}")
     return p
 
@@ -109,6 +117,9 @@ def config_from_args(args: argparse.Namespace) -> Config:
     """A validated Config from parsed arguments; ConfigError names the flag's option."""
     options: dict[str, Any] = {"host": args.host, "log_level": args.log_level,
                                "access_log": args.access_log, "interface": args.interface}
+    for name in ("ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
     for name in _INT_OPTIONS:
         raw = getattr(args, name)
         try:

@@ -86,6 +86,11 @@ class Config:
     log_level: str = "info"
     access_log: bool = False  # one line per response on standard output (csrc/access_log.c)
     interface: str = "auto"  # a cyserve.App, a WSGI application, or "auto": whichever it is
+    # TLS (csrc/tls.c), with uvicorn's and gunicorn's names: a certificate file turns it on.
+    ssl_certfile: str | None = None  # PEM: the certificate, then its chain
+    ssl_keyfile: str | None = None  # PEM private key; None: it is in ssl_certfile
+    ssl_keyfile_password: str | None = dataclasses.field(default=None, repr=False)
+    ssl_ciphers: str | None = None  # OpenSSL cipher list for TLS 1.2; None: OpenSSL's defaults
     # Set by the process supervisor for its workers only (not a user option: the CLI has no flag).
     shared_port: bool = dataclasses.field(default=False, repr=False)
 
@@ -130,7 +135,21 @@ class Config:
             "keepalive_timeout": float(self.keepalive_timeout),
             "header_timeout": float(self.header_timeout),
             "body_timeout": float(self.body_timeout),
+            **self.tls_kwargs(),
         }
+
+    @property
+    def scheme(self) -> str:
+        """"https" when the server speaks TLS, else "http"."""
+        return "https" if self.ssl_certfile else "http"
+
+    def tls_kwargs(self) -> dict[str, Any]:
+        """The TLS keyword arguments of cyserve._core.Server (none without a certificate)."""
+        if not self.ssl_certfile:
+            return {}
+        return {"ssl_certfile": self.ssl_certfile, "ssl_keyfile": self.ssl_keyfile,
+                "ssl_keyfile_password": self.ssl_keyfile_password,
+                "ssl_ciphers": self.ssl_ciphers}
 
     def _validate(self) -> None:
         if not isinstance(self.host, str) or not self.host or self.host != self.host.strip():
@@ -157,6 +176,31 @@ class Config:
         if not isinstance(self.log_level, str) or self.log_level.lower() not in LOG_LEVELS:
             raise ConfigError("log_level", self.log_level,
                               "must be one of " + ", ".join(LOG_LEVELS))
+        self._validate_tls()
+
+    def _validate_tls(self) -> None:
+        # The files are only checked for being readable here: whether they hold a certificate
+        # and its key (and the password opens the key) is OpenSSL's to say, when the server is
+        # made (a ValueError naming the file).
+        for name in ("ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or "\0" in value):
+                raise ConfigError(name, repr(value) if name != "ssl_keyfile_password" else "***",
+                                  "must be a string")
+        if not self.ssl_certfile:
+            for name in ("ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers"):
+                if getattr(self, name):
+                    raise ConfigError(name, "(given)" if name == "ssl_keyfile_password"
+                                      else getattr(self, name), "needs ssl_certfile")
+            return
+        for name in ("ssl_certfile", "ssl_keyfile"):
+            path = getattr(self, name)
+            if path:
+                try:
+                    with open(path, "rb"):
+                        pass
+                except OSError as exc:
+                    raise ConfigError(name, path, f"cannot read the file: {exc.strerror}") from None
 
 
 def _check_int(name: str, value: object, low: int, high: int | None) -> None:

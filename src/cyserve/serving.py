@@ -75,7 +75,8 @@ def serve_process(app: App, config: Config, *, stop_event: threading.Event | Non
             _bind_wsgi(routes, config, srv.port)  # now that the port is known
         try:
             workers = config.workers
-            say(f"cyserve: serving on http://{format_address(config.host, srv.port)} with "
+            address = format_address(config.host, srv.port)
+            say(f"cyserve: serving on {config.scheme}://{address} with "
                 f"{workers} thread{'s' if workers != 1 else ''} (pid {os.getpid()})")
             if ready is not None:
                 ready(srv)

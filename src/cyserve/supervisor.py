@@ -58,6 +58,10 @@ def serve_processes(app: App, config: Config) -> int:
         raise CyserveError("processes > 1 needs the main thread (it supervises by signals)")
     configure_logging(config.log_level)
     app.build()  # a bad route is reported here, once
+    if config.ssl_certfile:
+        from ._core import check_tls
+
+        check_tls(**config.tls_kwargs())  # and a certificate or key OpenSSL cannot use
     try:
         _probe_bind(config.host, config.port)
     except OSError as exc:
@@ -67,7 +71,7 @@ def serve_processes(app: App, config: Config) -> int:
     sup.install()
     try:
         say(f"cyserve: supervising {config.processes} processes on "
-            f"http://{format_address(config.host, config.port)} (pid {os.getpid()})")
+            f"{config.scheme}://{format_address(config.host, config.port)} (pid {os.getpid()})")
         return sup.run()
     finally:
         sup.uninstall()

@@ -121,28 +121,43 @@ static int tls_alpn_select(SSL *ssl, const unsigned char **out, unsigned char *o
     return SSL_TLSEXT_ERR_OK;
 }
 
-/* err = "<what> '<file>': <OpenSSL's reason>", the error queue cleared. */
-static void tls_error(char *err, size_t errlen, const char *what, const char *file)
+/* err = "<what> '<file>': <OpenSSL's reason>", the error queue cleared. The queue holds the
+ * cause first and the layers that passed it on after it ("PEM lib", "system lib"): the first
+ * entry with a reason is the one a person can act on. */
+static void tls_error(char *err, size_t errlen, const char *what, const char *file, int have_pw)
 {
-    unsigned long e = ERR_peek_last_error();
-    const char *reason = e ? ERR_reason_error_string(e) : NULL;
-    char why[160];
-    if (reason)
-        snprintf(why, sizeof(why), "%s", reason);
-    else if (errno)
-        snprintf(why, sizeof(why), "%s", strerror(errno));
-    else
-        snprintf(why, sizeof(why), "unknown error");
-    /* A wrong password shows as a decryption failure of the key; say what it most likely is. */
-    const char *hint = "";
-    if (e && (ERR_GET_REASON(e) == EVP_R_BAD_DECRYPT || strstr(why, "bad decrypt") ||
-              strstr(why, "bad password")))
-        hint = " (wrong password?)";
+    int sys = errno;
+    char why[160] = "";
+    int wrong_password = 0, no_password = 0, not_pem = 0;
+    unsigned long e;
+    while ((e = ERR_get_error()) != 0) {
+        /* A system error (the file cannot be opened) carries errno as its reason. */
+        const char *reason = ERR_SYSTEM_ERROR(e) ? strerror(ERR_GET_REASON(e))
+                                                 : ERR_reason_error_string(e);
+        if (!reason)
+            continue;
+        if (!why[0])
+            snprintf(why, sizeof(why), "%s", reason);
+        if (strstr(reason, "bad decrypt"))
+            wrong_password = 1;
+        if (strstr(reason, "bad password read") || strstr(reason, "interrupted or cancelled"))
+            no_password = 1;
+        if (strstr(reason, "no start line"))
+            not_pem = 1;
+    }
+    if (!why[0])
+        snprintf(why, sizeof(why), "%s", sys ? strerror(sys) : "unknown error");
+    /* How a password problem shows: say what it most likely is. */
+    if (wrong_password && !have_pw)
+        no_password = 1;
+    const char *hint = no_password      ? " (the key is encrypted: its password is needed)"
+                       : wrong_password ? " (wrong password?)"
+                       : not_pem        ? " (not a PEM file)"
+                                        : "";
     if (file)
         snprintf(err, errlen, "%s '%s': %s%s", what, file, why, hint);
     else
         snprintf(err, errlen, "%s: %s%s", what, why, hint);
-    ERR_clear_error();
 }
 
 int tls_ctx_new(const struct tls_options *o, struct tls_ctx **out, char *err, size_t errlen)
@@ -162,7 +177,7 @@ int tls_ctx_new(const struct tls_options *o, struct tls_ctx **out, char *err, si
     }
     SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
     if (!ctx) {
-        tls_error(err, errlen, "cannot create the TLS context", NULL);
+        tls_error(err, errlen, "cannot create the TLS context", NULL, 0);
         free(t);
         return -ENOMEM;
     }
@@ -184,12 +199,12 @@ int tls_ctx_new(const struct tls_options *o, struct tls_ctx **out, char *err, si
     int rc = -EINVAL;
     errno = 0;
     if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {
-        tls_error(err, errlen, "cannot load the certificate from", cert);
+        tls_error(err, errlen, "cannot load the certificate from", cert, pw != NULL);
         goto fail;
     }
     errno = 0;
     if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
-        tls_error(err, errlen, "cannot load the private key from", key);
+        tls_error(err, errlen, "cannot load the private key from", key, pw != NULL);
         goto fail;
     }
     if (SSL_CTX_check_private_key(ctx) != 1) {

@@ -70,6 +70,35 @@ cdef bytes _serialise_headers(headers, str where):
     return b"".join(parts)
 
 
+cdef cs.tls_ctx_t *_tls_context(str certfile, str keyfile, str password,
+                                str ciphers) except NULL:
+    """A TLS context from a certificate and key files: ValueError with OpenSSL's reason and the
+    file's name when they cannot be used."""
+    cdef cs.tls_options_t o
+    cdef cs.tls_ctx_t *ctx = NULL
+    cdef char err[512]
+    cdef bytes cert_b = _os.fsencode(certfile)
+    cdef bytes key_b = _os.fsencode(keyfile) if keyfile else b""
+    cdef bytes ciphers_b = ciphers.encode("ascii", "replace") if ciphers else b""
+    cdef bytes pw_b = password.encode("utf-8") if password else b""
+    # Empty strings mean "not given" to tls_ctx_new.
+    o.certfile = cert_b
+    o.keyfile = key_b
+    o.ciphers = ciphers_b
+    o.password = pw_b
+    err[0] = 0
+    if cs.tls_ctx_new(&o, &ctx, err, sizeof(err)) != 0:
+        raise ValueError(err.decode("utf-8", "replace"))
+    return ctx
+
+
+def check_tls(str ssl_certfile, str ssl_keyfile=None, str ssl_keyfile_password=None,
+              str ssl_ciphers=None):
+    """Load the certificate and key as a server would, and let them go: ValueError naming the
+    file when they cannot be used (the process supervisor checks once, before forking)."""
+    cs.tls_ctx_free(_tls_context(ssl_certfile, ssl_keyfile, ssl_keyfile_password, ssl_ciphers))
+
+
 cdef class Server:
     """The C engine serving a list of routes: see cyserve.app for the route tuples."""
 
@@ -125,7 +154,7 @@ cdef class Server:
         self.threads = threads
         self.scheme = "http"
         if ssl_certfile:
-            self._tls_context(ssl_certfile, ssl_keyfile, ssl_keyfile_password, ssl_ciphers)
+            self._tls = _tls_context(ssl_certfile, ssl_keyfile, ssl_keyfile_password, ssl_ciphers)
             self.scheme = "https"
         elif ssl_keyfile or ssl_keyfile_password or ssl_ciphers:
             raise ValueError("ssl_keyfile, ssl_keyfile_password and ssl_ciphers need ssl_certfile")
@@ -167,26 +196,6 @@ cdef class Server:
             raise ValueError(f"invalid server configuration (error {-rc})")
         cs.server_set_offload_hooks(self._srv, cyserve__offload_begin, cyserve__offload_end,
                                     NULL)
-
-    cdef _tls_context(self, str certfile, str keyfile, str password, str ciphers):
-        """The TLS context of this server, from its certificate and key files: ValueError with
-        OpenSSL's reason and the file's name when they cannot be used."""
-        cdef cs.tls_options_t o
-        cdef char err[512]
-        cdef bytes cert_b = _os.fsencode(certfile)
-        cdef bytes key_b = _os.fsencode(keyfile) if keyfile else b""
-        cdef bytes ciphers_b = ciphers.encode("ascii", "replace") if ciphers else b""
-        cdef bytes pw_b = password.encode("utf-8") if password else b""
-        # Empty strings mean "not given" to tls_ctx_new.
-        o.certfile = cert_b
-        o.keyfile = key_b
-        o.ciphers = ciphers_b
-        o.password = pw_b
-        err[0] = 0
-        rc = cs.tls_ctx_new(&o, &self._tls, err, sizeof(err))
-        if rc != 0:
-            self._tls = NULL
-            raise ValueError(err.decode("utf-8", "replace"))
 
     cdef _add_route(self, Py_ssize_t i, route):
         cdef cs.server_target_t *t = &self._targets[i]
