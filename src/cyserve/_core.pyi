@@ -54,6 +54,8 @@ def check_tls(
     ssl_keyfile: Optional[str] = None,
     ssl_keyfile_password: Optional[str] = None,
     ssl_ciphers: Optional[str] = None,
+    ssl_ca_certs: Optional[str] = None,
+    ssl_cert_reqs: int = 0,
 ) -> None: ...
 
 class Server:
@@ -81,6 +83,8 @@ class Server:
         ssl_keyfile: Optional[str] = None,
         ssl_keyfile_password: Optional[str] = None,
         ssl_ciphers: Optional[str] = None,
+        ssl_ca_certs: Optional[str] = None,
+        ssl_cert_reqs: int = 0,
     ) -> None: ...
     @property
     def scheme(self) -> str: ...

@@ -91,6 +91,8 @@ class Config:
     ssl_keyfile: str | None = None  # PEM private key; None: it is in ssl_certfile
     ssl_keyfile_password: str | None = dataclasses.field(default=None, repr=False)
     ssl_ciphers: str | None = None  # OpenSSL cipher list for TLS 1.2; None: OpenSSL's defaults
+    ssl_ca_certs: str | None = None  # PEM: the CAs that client certificates are verified against
+    ssl_cert_reqs: int = 0  # client certificates: 0 none, 1 optional, 2 required (ssl.CERT_*)
     # Set by the process supervisor for its workers only (not a user option: the CLI has no flag).
     shared_port: bool = dataclasses.field(default=False, repr=False)
 
@@ -149,7 +151,8 @@ class Config:
             return {}
         return {"ssl_certfile": self.ssl_certfile, "ssl_keyfile": self.ssl_keyfile,
                 "ssl_keyfile_password": self.ssl_keyfile_password,
-                "ssl_ciphers": self.ssl_ciphers}
+                "ssl_ciphers": self.ssl_ciphers, "ssl_ca_certs": self.ssl_ca_certs,
+                "ssl_cert_reqs": int(self.ssl_cert_reqs)}
 
     def _validate(self) -> None:
         if not isinstance(self.host, str) or not self.host or self.host != self.host.strip():
@@ -182,18 +185,24 @@ class Config:
         # The files are only checked for being readable here: whether they hold a certificate
         # and its key (and the password opens the key) is OpenSSL's to say, when the server is
         # made (a ValueError naming the file).
-        for name in ("ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers"):
+        _check_int("ssl_cert_reqs", self.ssl_cert_reqs, 0, 2)
+        if self.ssl_cert_reqs and not self.ssl_ca_certs:
+            raise ConfigError("ssl_cert_reqs", self.ssl_cert_reqs,
+                              "client certificates need ssl_ca_certs to verify them")
+        for name in ("ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers",
+                     "ssl_ca_certs"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or "\0" in value):
                 raise ConfigError(name, repr(value) if name != "ssl_keyfile_password" else "***",
                                   "must be a string")
         if not self.ssl_certfile:
-            for name in ("ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers"):
+            for name in ("ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers", "ssl_ca_certs",
+                         "ssl_cert_reqs"):
                 if getattr(self, name):
                     raise ConfigError(name, "(given)" if name == "ssl_keyfile_password"
                                       else getattr(self, name), "needs ssl_certfile")
             return
-        for name in ("ssl_certfile", "ssl_keyfile"):
+        for name in ("ssl_certfile", "ssl_keyfile", "ssl_ca_certs"):
             path = getattr(self, name)
             if path:
                 try:

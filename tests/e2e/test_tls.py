@@ -53,7 +53,15 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
                     f"pass:{PASSWORD}", "-out", str(d / "key-enc.pem")],
                    check=True, capture_output=True)
     (d / "garbage.pem").write_text("not a certificate\n")
-    return {name: str(d / f"{name}.pem") for name in ("cert", "key", "key-enc", "garbage")}
+    # Two client certificates, each its own CA: the server trusts "client" only.
+    for name in ("client", "stranger"):
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:prime256v1", "-nodes", "-keyout",
+                        str(d / f"{name}-key.pem"), "-out", str(d / f"{name}.pem"), "-days", "2",
+                        "-subj", f"/CN={name}"], check=True, capture_output=True)
+    names = ("cert", "key", "key-enc", "garbage", "client", "client-key", "stranger",
+             "stranger-key")
+    return {name: str(d / f"{name}.pem") for name in names}
 
 
 def client_context(certs: dict[str, str], version: str | None = None,
@@ -225,6 +233,52 @@ def test_unusable_files_are_clear_errors(certs: dict[str, str], kwargs: dict[str
         assert word in message
     with pytest.raises(ValueError):
         check_tls(**given)
+
+
+def client_cert_outcome(port: int, certs: dict[str, str], who: str | None,
+                        version: str) -> str:
+    """"ok" when a request with the client certificate `who` (None: none) is answered, else
+    "refused" (the handshake, or with TLS 1.3 the first read after it, fails)."""
+    ctx = client_context(certs, version)
+    if who:
+        ctx.load_cert_chain(certs[who], certs[f"{who}-key"])
+    try:
+        with TLSConn(port, ctx) as c:
+            c.send(get("/"))
+            return "ok" if c.reply().body == b"ok" else "refused"
+    except (ssl.SSLError, ConnectionError):
+        return "refused"
+
+
+@pytest.mark.parametrize("version", list(VERSIONS))
+@pytest.mark.parametrize(("reqs", "expect"), [
+    (2, {None: "refused", "client": "ok", "stranger": "refused"}),
+    (1, {None: "ok", "client": "ok", "stranger": "refused"}),
+    (0, {None: "ok", "client": "ok", "stranger": "ok"}),
+])
+def test_client_certificates(certs: dict[str, str], reqs: int, expect: dict[str | None, str],
+                             version: str) -> None:
+    app = cyserve.App()
+    app.static("/", b"ok")
+    with serving(app.build(), ssl_certfile=certs["cert"], ssl_keyfile=certs["key"],
+                 ssl_ca_certs=certs["client"], ssl_cert_reqs=reqs) as srv:
+        got = {who: client_cert_outcome(srv.port, certs, who, version) for who in expect}
+        assert got == expect
+
+
+def test_client_certificate_options_are_checked(certs: dict[str, str]) -> None:
+    with pytest.raises(ConfigError, match="ssl_cert_reqs 2: client certificates need"):
+        Config(ssl_certfile=certs["cert"], ssl_cert_reqs=2)
+    with pytest.raises(ConfigError, match="ssl_cert_reqs 3"):
+        Config(ssl_certfile=certs["cert"], ssl_ca_certs=certs["client"], ssl_cert_reqs=3)
+    with pytest.raises(ValueError, match="CA certificates from '.*garbage.pem'"):
+        check_tls(certs["cert"], certs["key"], ssl_ca_certs=certs["garbage"], ssl_cert_reqs=2)
+    args = cli.build_parser().parse_args(["m:app", "--ssl-certfile", certs["cert"],
+                                          "--ssl-ca-certs", certs["client"],
+                                          "--ssl-cert-reqs", "2"])
+    c = cli.config_from_args(args)
+    assert (c.ssl_ca_certs, c.ssl_cert_reqs) == (certs["client"], 2)
+    assert c.server_kwargs()["ssl_cert_reqs"] == 2
 
 
 def test_config_checks_the_files(certs: dict[str, str], tmp_path: Path) -> None:

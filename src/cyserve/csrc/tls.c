@@ -220,6 +220,34 @@ int tls_ctx_new(const struct tls_options *o, struct tls_ctx **out, char *err, si
         snprintf(err, errlen, "no usable cipher in the cipher list '%s'", o->ciphers);
         goto fail;
     }
+    const char *ca = o->ca_certs && *o->ca_certs ? o->ca_certs : NULL;
+    if (o->cert_reqs < 0 || o->cert_reqs > 2) {
+        snprintf(err, errlen,
+                 "the client certificate mode must be 0 (none), 1 (optional) or 2 "
+                 "(required), not %d",
+                 o->cert_reqs);
+        goto fail;
+    }
+    if (o->cert_reqs && !ca) {
+        snprintf(err, errlen, "client certificates need the CA certificates to verify them");
+        goto fail;
+    }
+    if (ca) {
+        errno = 0;
+        if (SSL_CTX_load_verify_locations(ctx, ca, NULL) != 1) {
+            tls_error(err, errlen, "cannot load the CA certificates from", ca, 0);
+            goto fail;
+        }
+        /* The CAs are named in the CertificateRequest, so that a client picks a matching
+         * certificate. */
+        STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(ca);
+        if (names)
+            SSL_CTX_set_client_CA_list(ctx, names);
+        ERR_clear_error();
+    }
+    if (o->cert_reqs)
+        SSL_CTX_set_verify(
+            ctx, SSL_VERIFY_PEER | (o->cert_reqs == 2 ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0), NULL);
     SSL_CTX_set_alpn_select_cb(ctx, tls_alpn_select, NULL);
     *out = t;
     return 0;

@@ -18,6 +18,9 @@ struct tls_options {
     const char *password; /* of an encrypted keyfile; never prompted for on a terminal */
     const char *ciphers;  /* OpenSSL cipher list for TLS 1.2 ("ECDHE+AESGCM:..."); not given:
                            * OpenSSL's defaults. TLS 1.3 keeps its own suites. */
+    const char *ca_certs; /* PEM: the CAs client certificates are verified against */
+    int cert_reqs;        /* client certificates: 0 not asked for, 1 optional (verified when
+                           * sent), 2 required (Python's ssl.CERT_NONE/OPTIONAL/REQUIRED) */
 };
 
 /* One server's TLS state: the OpenSSL context (certificate, key, protocol versions 1.2 and 1.3,

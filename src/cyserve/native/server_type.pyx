@@ -70,8 +70,8 @@ cdef bytes _serialise_headers(headers, str where):
     return b"".join(parts)
 
 
-cdef cs.tls_ctx_t *_tls_context(str certfile, str keyfile, str password,
-                                str ciphers) except NULL:
+cdef cs.tls_ctx_t *_tls_context(str certfile, str keyfile, str password, str ciphers,
+                                str ca_certs, int cert_reqs) except NULL:
     """A TLS context from a certificate and key files: ValueError with OpenSSL's reason and the
     file's name when they cannot be used."""
     cdef cs.tls_options_t o
@@ -81,11 +81,14 @@ cdef cs.tls_ctx_t *_tls_context(str certfile, str keyfile, str password,
     cdef bytes key_b = _os.fsencode(keyfile) if keyfile else b""
     cdef bytes ciphers_b = ciphers.encode("ascii", "replace") if ciphers else b""
     cdef bytes pw_b = password.encode("utf-8") if password else b""
+    cdef bytes ca_b = _os.fsencode(ca_certs) if ca_certs else b""
     # Empty strings mean "not given" to tls_ctx_new.
     o.certfile = cert_b
     o.keyfile = key_b
     o.ciphers = ciphers_b
     o.password = pw_b
+    o.ca_certs = ca_b
+    o.cert_reqs = cert_reqs
     err[0] = 0
     if cs.tls_ctx_new(&o, &ctx, err, sizeof(err)) != 0:
         raise ValueError(err.decode("utf-8", "replace"))
@@ -93,10 +96,11 @@ cdef cs.tls_ctx_t *_tls_context(str certfile, str keyfile, str password,
 
 
 def check_tls(str ssl_certfile, str ssl_keyfile=None, str ssl_keyfile_password=None,
-              str ssl_ciphers=None):
+              str ssl_ciphers=None, str ssl_ca_certs=None, int ssl_cert_reqs=0):
     """Load the certificate and key as a server would, and let them go: ValueError naming the
     file when they cannot be used (the process supervisor checks once, before forking)."""
-    cs.tls_ctx_free(_tls_context(ssl_certfile, ssl_keyfile, ssl_keyfile_password, ssl_ciphers))
+    cs.tls_ctx_free(_tls_context(ssl_certfile, ssl_keyfile, ssl_keyfile_password, ssl_ciphers,
+                                 ssl_ca_certs, ssl_cert_reqs))
 
 
 cdef class Server:
@@ -128,7 +132,8 @@ cdef class Server:
                  max_body_bytes=1048576, double keepalive_timeout=5.0,
                  double header_timeout=10.0, double body_timeout=10.0, bint shared_port=False,
                  bint access_log=False, int blocking_threads=16, str ssl_certfile=None,
-                 str ssl_keyfile=None, str ssl_keyfile_password=None, str ssl_ciphers=None):
+                 str ssl_keyfile=None, str ssl_keyfile_password=None, str ssl_ciphers=None,
+                 str ssl_ca_certs=None, int ssl_cert_reqs=0):
         if self._router != NULL:
             raise RuntimeError("Server.__init__ called twice")
         if not 0 <= port <= 65535:
@@ -154,10 +159,11 @@ cdef class Server:
         self.threads = threads
         self.scheme = "http"
         if ssl_certfile:
-            self._tls = _tls_context(ssl_certfile, ssl_keyfile, ssl_keyfile_password, ssl_ciphers)
+            self._tls = _tls_context(ssl_certfile, ssl_keyfile, ssl_keyfile_password, ssl_ciphers,
+                                     ssl_ca_certs, ssl_cert_reqs)
             self.scheme = "https"
-        elif ssl_keyfile or ssl_keyfile_password or ssl_ciphers:
-            raise ValueError("ssl_keyfile, ssl_keyfile_password and ssl_ciphers need ssl_certfile")
+        elif ssl_keyfile or ssl_keyfile_password or ssl_ciphers or ssl_ca_certs or ssl_cert_reqs:
+            raise ValueError("the ssl_* options need ssl_certfile")
         if router_new(&self._router) != 0:
             raise MemoryError()
         self._ntargets = len(routes)

@@ -107,6 +107,8 @@ cdef extern from "csrc/tls.h" nogil:
         const char *keyfile
         const char *password
         const char *ciphers
+        const char *ca_certs
+        int cert_reqs
     int tls_ctx_new(const tls_options_t *o, tls_ctx_t **out, char *err, size_t errlen)
     void tls_ctx_free(tls_ctx_t *t)
     const void *tls_transport_ptr "(const void *)&tls_transport"
