@@ -87,7 +87,8 @@ venv-tests: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # The sdist and the manylinux wheel in dist/ (the wheel is built from the sdist, then checked
-# and retagged by auditwheel: it links nothing beyond glibc).
+# and retagged by auditwheel: it links nothing beyond glibc but OpenSSL 3, which auditwheel
+# grafts into the wheel).
 dist: $(STAMP)
 	rm -rf dist && $(PY) -m build --no-isolation --outdir dist .
 	PATH="$(VENV)/bin:$$PATH" $(VENV)/bin/auditwheel repair -w dist dist/cyserve-*-linux_*.whl

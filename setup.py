@@ -13,6 +13,8 @@ Environment switches (used by the Makefile):
 
 import os
 import platform
+import shutil
+import subprocess
 from glob import glob
 
 from Cython.Build import cythonize
@@ -32,6 +34,31 @@ def switch_sources():
     if machine in ("aarch64", "arm64"):
         return [os.path.join(PKG, "csrc", "coro_switch_aarch64.S")], []
     return [], [("CORO_USE_UCONTEXT", "1")]
+
+
+OPENSSL_MISSING = (
+    "cyserve needs the development files of OpenSSL 3 (its TLS transport, csrc/tls.c, links "
+    "libssl): install libssl-dev (Debian, Ubuntu), openssl-devel (Fedora, RHEL) or openssl "
+    "(Homebrew), and pkg-config, then build again")
+
+
+def openssl_flags():
+    """Compiler and linker flags of the system's OpenSSL 3, found with pkg-config; a build without
+    it stops with a sentence that says what to install."""
+    if not shutil.which("pkg-config"):
+        raise SystemExit(OPENSSL_MISSING + " (pkg-config is not on the PATH)")
+
+    def pkg(*args):
+        proc = subprocess.run(["pkg-config", *args, "openssl"], capture_output=True, text=True)
+        return proc.returncode, proc.stdout.split()
+
+    rc, _ = pkg("--atleast-version=3.0")
+    if rc != 0:
+        found = pkg("--modversion")[1]
+        why = (f"pkg-config found OpenSSL {found[0]}, older than 3.0" if found
+               else "pkg-config does not know openssl")
+        raise SystemExit(f"{OPENSSL_MISSING} ({why})")
+    return pkg("--cflags")[1], pkg("--libs")[1]
 
 
 class BuildExt(build_ext):
@@ -58,6 +85,7 @@ def extensions():
     if sanitize:
         cflags += [f"-fsanitize={sanitize}", "-fno-omit-frame-pointer"]
         ldflags += [f"-fsanitize={sanitize}"]
+    ssl_cflags, ssl_libs = openssl_flags()
     csrc = sorted(glob(os.path.join(PKG, "csrc", "*.c")))
     # The headers, with the *.c.h fragments that sched.c includes, are dependencies: build_ext
     # skips an extension whose listed files are all older than it, so a change to a header alone
@@ -72,8 +100,8 @@ def extensions():
             # csrc/ itself is not on the path: its sched.h would shadow the system <sched.h>.
             include_dirs=[PKG, os.path.join(PKG, "include")],
             define_macros=macros,
-            extra_compile_args=cflags,
-            extra_link_args=ldflags,
+            extra_compile_args=cflags + ssl_cflags,
+            extra_link_args=ldflags + ssl_libs,
         )
     ]
     if os.environ.get("CYSERVE_TEST_HOOKS") == "1":

@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -27,14 +28,17 @@ def free_port() -> int:
 
 
 class Running:
-    def __init__(self, proc: subprocess.Popen[bytes], port: int, out: Path) -> None:
-        self.proc, self.port, self._out = proc, port, out
+    def __init__(self, proc: subprocess.Popen[bytes], port: int, out: Path,
+                 tls: ssl.SSLContext | None = None) -> None:
+        self.proc, self.port, self._out, self.tls = proc, port, out, tls
 
     def output(self) -> str:
         return self._out.read_text(errors="replace")
 
     def get(self, path: str, extra: str = "") -> Reply:
         with Conn(self.port) as c:
+            if self.tls is not None:  # an HTTPS server: the same request over TLS
+                c.sock = self.tls.wrap_socket(c.sock, server_hostname="localhost")
             c.send(get(path, host=f"127.0.0.1:{self.port}", extra=extra))
             return c.reply()
 
@@ -54,9 +58,9 @@ def env_with_src(extra: dict[str, str] | None = None) -> dict[str, str]:
 @contextlib.contextmanager
 def running(argv: Sequence[str], port: int, cwd: Path | str = ROOT,
             env: dict[str, str] | None = None, probe: str = "/",
-            timeout: float = 60.0) -> Iterator[Running]:
+            timeout: float = 60.0, tls: ssl.SSLContext | None = None) -> Iterator[Running]:
     """Starts argv and waits until a GET of `probe` on `port` gets any answer. Stops it on exit
-    with SIGTERM and expects it to end within 20 s."""
+    with SIGTERM and expects it to end within 20 s. With tls, requests are made over TLS."""
     with tempfile.NamedTemporaryFile(prefix="cyserve-sub-", suffix=".log", delete=False) as f:
         out = Path(f.name)
     log = out.open("wb")
@@ -64,7 +68,7 @@ def running(argv: Sequence[str], port: int, cwd: Path | str = ROOT,
                             env=env if env is not None else env_with_src(),
                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
-    srv = Running(proc, port, out)
+    srv = Running(proc, port, out, tls)
     try:
         deadline = time.monotonic() + timeout
         while True:

@@ -49,6 +49,15 @@ class Response:
 
 HandlerResult = Union[str, bytes, dict[str, Any], list[Any], Response, None]
 
+def check_tls(
+    ssl_certfile: str,
+    ssl_keyfile: Optional[str] = None,
+    ssl_keyfile_password: Optional[str] = None,
+    ssl_ciphers: Optional[str] = None,
+    ssl_ca_certs: Optional[str] = None,
+    ssl_cert_reqs: int = 0,
+) -> None: ...
+
 class Server:
     host: str
     threads: int
@@ -74,7 +83,15 @@ class Server:
         min_body_rate: int = 500,
         listen: Optional[Sequence[Union[tuple[str, int], int]]] = None,
         forwarded_allow_ips: Optional[str] = None,
+        ssl_certfile: Optional[str] = None,
+        ssl_keyfile: Optional[str] = None,
+        ssl_keyfile_password: Optional[str] = None,
+        ssl_ciphers: Optional[str] = None,
+        ssl_ca_certs: Optional[str] = None,
+        ssl_cert_reqs: int = 0,
     ) -> None: ...
+    @property
+    def scheme(self) -> str: ...
     def start(self) -> None: ...
     def stop(self, grace: float = 5.0) -> None: ...
     @property

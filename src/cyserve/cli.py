@@ -113,6 +113,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "no arguments) first")
     p.add_argument("--app-dir", metavar="DIR", default=".",
                    help="folder put first on sys.path before importing (default: the current one)")
+    p.add_argument("--ssl-certfile", metavar="FILE", default=None,
+                   help="serve HTTPS with this certificate (PEM, then its chain)")
+    p.add_argument("--ssl-keyfile", metavar="FILE", default=None,
+                   help="the certificate's private key (PEM; default: in --ssl-certfile)")
+    p.add_argument("--ssl-keyfile-password", metavar="PASSWORD", default=None,
+                   help="the password of an encrypted --ssl-keyfile")
+    p.add_argument("--ssl-ciphers", metavar="CIPHERS", default=None,
+                   help="OpenSSL cipher list for TLS 1.2 (default: OpenSSL's)")
+    p.add_argument("--ssl-ca-certs", metavar="FILE", default=None,
+                   help="the CAs client certificates are verified against (PEM)")
+    p.add_argument("--ssl-cert-reqs", metavar="N", default=None,
+                   help="client certificates: 0 not asked for (default), 1 optional, 2 required")
     _add_listen_options(p)
     _add_proxy_options(p)
     _add_lifecycle_options(p)
@@ -228,6 +240,15 @@ def config_from_args(args: argparse.Namespace) -> Config:
     options: dict[str, Any] = {"host": args.host, "log_level": args.log_level,
                                "access_log": args.access_log, "interface": args.interface,
                                "loop": args.loop}
+    for name in ("ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers",
+                 "ssl_ca_certs"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
+    if args.ssl_cert_reqs is not None:
+        try:
+            options["ssl_cert_reqs"] = int(args.ssl_cert_reqs, 10)
+        except ValueError:
+            raise ConfigError("ssl_cert_reqs", args.ssl_cert_reqs, "must be 0, 1 or 2") from None
     for name in _INT_OPTIONS:
         raw = getattr(args, name)
         try:

@@ -114,6 +114,13 @@ class Config:
     max_requests_jitter: int = 0
     # A path answered 200 "ok" from C (a static route), for load balancers' health checks.
     health_path: str | None = None
+    # TLS (csrc/tls.c), with uvicorn's and gunicorn's names: a certificate file turns it on.
+    ssl_certfile: str | None = None  # PEM: the certificate, then its chain
+    ssl_keyfile: str | None = None  # PEM private key; None: it is in ssl_certfile
+    ssl_keyfile_password: str | None = dataclasses.field(default=None, repr=False)
+    ssl_ciphers: str | None = None  # OpenSSL cipher list for TLS 1.2; None: OpenSSL's defaults
+    ssl_ca_certs: str | None = None  # PEM: the CAs that client certificates are verified against
+    ssl_cert_reqs: int = 0  # client certificates: 0 none, 1 optional, 2 required (ssl.CERT_*)
     # Set by the process supervisor for its workers only (not a user option: the CLI has no flag).
     shared_port: bool = dataclasses.field(default=False, repr=False)
 
@@ -160,7 +167,22 @@ class Config:
             "body_timeout": float(self.body_timeout),
             "body_budget": self.body_budget,
             "min_body_rate": self.min_body_rate,
+            **self.tls_kwargs(),
         }
+
+    @property
+    def scheme(self) -> str:
+        """"https" when the server speaks TLS, else "http"."""
+        return "https" if self.ssl_certfile else "http"
+
+    def tls_kwargs(self) -> dict[str, Any]:
+        """The TLS keyword arguments of cyserve._core.Server (none without a certificate)."""
+        if not self.ssl_certfile:
+            return {}
+        return {"ssl_certfile": self.ssl_certfile, "ssl_keyfile": self.ssl_keyfile,
+                "ssl_keyfile_password": self.ssl_keyfile_password,
+                "ssl_ciphers": self.ssl_ciphers, "ssl_ca_certs": self.ssl_ca_certs,
+                "ssl_cert_reqs": int(self.ssl_cert_reqs)}
 
     def _validate(self) -> None:
         if not isinstance(self.host, str) or not self.host or self.host != self.host.strip():
@@ -201,6 +223,37 @@ class Config:
         if not isinstance(self.log_level, str) or self.log_level.lower() not in LOG_LEVELS:
             raise ConfigError("log_level", self.log_level,
                               "must be one of " + ", ".join(LOG_LEVELS))
+        self._validate_tls()
+
+    def _validate_tls(self) -> None:
+        # The files are only checked for being readable here: whether they hold a certificate
+        # and its key (and the password opens the key) is OpenSSL's to say, when the server is
+        # made (a ValueError naming the file).
+        _check_int("ssl_cert_reqs", self.ssl_cert_reqs, 0, 2)
+        if self.ssl_cert_reqs and not self.ssl_ca_certs:
+            raise ConfigError("ssl_cert_reqs", self.ssl_cert_reqs,
+                              "client certificates need ssl_ca_certs to verify them")
+        for name in ("ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers",
+                     "ssl_ca_certs"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or "\0" in value):
+                raise ConfigError(name, repr(value) if name != "ssl_keyfile_password" else "***",
+                                  "must be a string")
+        if not self.ssl_certfile:
+            for name in ("ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers", "ssl_ca_certs",
+                         "ssl_cert_reqs"):
+                if getattr(self, name):
+                    raise ConfigError(name, "(given)" if name == "ssl_keyfile_password"
+                                      else getattr(self, name), "needs ssl_certfile")
+            return
+        for name in ("ssl_certfile", "ssl_keyfile", "ssl_ca_certs"):
+            path = getattr(self, name)
+            if path:
+                try:
+                    with open(path, "rb"):
+                        pass
+                except OSError as exc:
+                    raise ConfigError(name, path, f"cannot read the file: {exc.strerror}") from None
 
 
     def trusted_proxies(self) -> str | None:

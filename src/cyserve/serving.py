@@ -123,7 +123,7 @@ def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Serv
         try:
             workers = config.workers
             if listeners.default:
-                where = f"http://{format_address(config.host, srv.port)}"
+                where = f"{config.scheme}://{format_address(config.host, srv.port)}"
             else:
                 ports = srv.ports
                 where = ", ".join(a.url(ports[i] if a.kind == "tcp" else None)

@@ -38,7 +38,8 @@ def run(app: App | Callable[..., Any], host: str = "127.0.0.1", port: int = 8000
 
     ``threads=0`` starts one worker per CPU available to the process; ``processes=N`` runs N
     such processes under a supervisor (cyserve.supervisor). Other options are those of
-    cyserve.config.Config (backlog, limits, timeouts, graceful_timeout, log_level). Raises
+    cyserve.config.Config (backlog, limits, timeouts, graceful_timeout, log_level; HTTPS with
+    ssl_certfile, ssl_keyfile, ssl_keyfile_password, ssl_ciphers). Raises
     ConfigError for a bad option, RouteError for a bad route, ListenError when the address
     cannot be bound.
     """

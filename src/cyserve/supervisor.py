@@ -80,6 +80,10 @@ def serve_processes(app: App, config: Config, loader: Callable[[], App] | None =
         raise CyserveError("processes > 1 needs the main thread (it supervises by signals)")
     configure_logging(config.log_level)
     app.build()  # a bad route is reported here, once
+    if config.ssl_certfile:
+        from ._core import check_tls
+
+        check_tls(**config.tls_kwargs())  # and a certificate or key OpenSSL cannot use
     listeners = Listeners.for_config(config)
     for a in listeners.tcp:
         try:
@@ -95,7 +99,7 @@ def serve_processes(app: App, config: Config, loader: Callable[[], App] | None =
         sup.install()
         try:
             if listeners.default:
-                where = f"http://{format_address(config.host, config.port)}"
+                where = f"{config.scheme}://{format_address(config.host, config.port)}"
             else:
                 where = ", ".join(a.url() for a in listeners.addresses)
             say(f"cyserve: supervising {config.processes} processes on {where} "

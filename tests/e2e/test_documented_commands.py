@@ -44,6 +44,8 @@ from __future__ import annotations
 import ast
 import re
 import shlex
+import ssl
+import subprocess
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -448,7 +450,16 @@ def test_documented_command_serves(case: Case, tmp_path: Path) -> None:
     elif any(a.startswith("examples.") for a in argv):
         cwd = ROOT  # the repository's own apps are named from its root, as the docs run them
     probe = next(iter(case.answers))
-    with running(argv, port, cwd=cwd, probe=probe) as srv:
+    tls = None
+    if "--ssl-certfile" in argv:
+        # HTTPS: the certificate and key files the command names, made here, and a TLS client.
+        cert = argv[argv.index("--ssl-certfile") + 1]
+        key = argv[argv.index("--ssl-keyfile") + 1] if "--ssl-keyfile" in argv else cert
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                        str(cwd / key), "-out", str(cwd / cert), "-days", "2", "-subj",
+                        "/CN=localhost"], check=True, capture_output=True)
+        tls = ssl.create_default_context(cafile=str(cwd / cert))
+    with running(argv, port, cwd=cwd, probe=probe, tls=tls) as srv:
         for path, body in case.answers.items():
             r = srv.get(path)
             assert r.status == 200, (case.source, path, r.status, r.body, srv.output())

@@ -100,7 +100,8 @@ static int plain_shutdown(struct conn *c, int how)
     return shutdown(c->io.fd, how) < 0 ? -errno : 0;
 }
 
-const struct conn_transport conn_plain = {plain_recv, plain_sendv, plain_sendfile, plain_shutdown};
+const struct conn_transport conn_plain = {plain_recv, plain_sendv, plain_sendfile, plain_shutdown,
+                                          NULL};
 
 /* The transport calls of the serving coroutine. The plain transport is tested for and called
  * directly, so that a plain connection pays a compare, not an indirect call, per system call. */
@@ -154,6 +155,8 @@ void conn_destroy(struct conn *c)
     }
     if (c->proto->close)
         c->proto->close(c);
+    if (UNLIKELY(c->tp_data != NULL) && c->tp->close)
+        c->tp->close(c);
     close(c->io.fd);
     free(c->peer);
     c->peer = NULL;

@@ -40,8 +40,7 @@ struct conn_proto {
     void (*close)(struct conn *c);
 };
 
-/* How bytes cross a connection: plain sockets today (conn_plain); a TLS transport slides in
- * under the same calls. Each returns bytes moved (recv: 0 at end of stream) or -errno; -EAGAIN
+/* How bytes cross a connection: plain sockets (conn_plain) or TLS (tls_transport, tls.h). Each returns bytes moved (recv: 0 at end of stream) or -errno; -EAGAIN
  * when the socket would block, after which the caller waits on c->io. Called from the coroutine
  * that serves c. The plain transport is called directly, not through these pointers (see
  * conn_tp_recv). */
@@ -53,6 +52,9 @@ struct conn_transport {
     ssize_t (*sendfile)(struct conn *c, int fd, off_t *off, size_t count);
     /* shutdown(2)'s how. 0 or -errno. */
     int (*shutdown)(struct conn *c, int how);
+    /* c is being destroyed: free c->tp_data (called only when it is set). Home's loop lock
+     * held, or no worker runs any more. May be NULL for a transport that keeps no state. */
+    void (*close)(struct conn *c);
 };
 
 struct conn {
@@ -60,6 +62,7 @@ struct conn {
     const struct conn_proto *proto;
     void *proto_data; /* the protocol's, NULL for HTTP/1 */
     const struct conn_transport *tp;
+    void *tp_data;              /* the transport's state (a TLS session), NULL for plain sockets */
     struct server_worker *home; /* the worker whose epoll holds io */
     struct conn *prev, *next;   /* home->conns; home worker only */
     struct sched_timer idle;    /* lazy keep-alive timer; home worker only */

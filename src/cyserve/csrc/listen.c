@@ -32,7 +32,8 @@
  * home), then sched_io_release() the listener so that its next readiness calls on_ready again.
  *
  * Each connection is opened with the protocol and transport of its listener: HTTP/1.1
- * (http1_proto) over plain sockets (conn_plain) today.
+ * (http1_proto) over plain sockets (conn_plain), or over the server's transport when one is
+ * configured (cfg.transport: TLS, tls.c).
  *
  * Shutdown, on the worker. server_shutdown (server.c) writes every worker's control eventfd;
  * listen_ctl_on_ready() then arms a zero-delay timer that closes every idle connection in the
@@ -153,7 +154,8 @@ static int listen_acceptor(struct coro *co, void *arg)
                 backoff = LISTEN_BACKOFF_MIN_NS;
                 /* While stopping too: the client's request is answered with Connection: close
                  * (closing it here would reset it). */
-                conn_open(s, l->w->id, fd, &http1_proto, &conn_plain);
+                conn_open(s, l->w->id, fd, &http1_proto,
+                          s->cfg.transport ? s->cfg.transport : &conn_plain);
                 /* What was queued when the stop began is at most a backlog; more is a flood
                  * arriving since, which the stop does not wait for. */
                 if (UNLIKELY(server_draining(s)) && ++stopping_taken > (unsigned)s->cfg.backlog)

@@ -331,7 +331,8 @@ const char *request_client(struct request *rq, const char **scheme)
     }
     if (rq->client_done == REQUEST_CLIENT_TODO) {
         rq->client_done = REQUEST_CLIENT_DONE;
-        rq->scheme = "http";
+        /* The connection's own scheme, unless a trusted proxy's headers say otherwise. */
+        rq->scheme = rq->c->tp != &conn_plain ? "https" : "http";
         rq->client[0] = 0;
         struct conn *c = rq->c;
         if (!c->peer_trust) {
@@ -352,7 +353,7 @@ const char *request_client(struct request *rq, const char **scheme)
 const char *server_req_scheme(const cyserve_request *req)
 {
     struct request *rq = req->engine;
-    const char *scheme = "http";
+    const char *scheme = rq && rq->c->tp != &conn_plain ? "https" : "http";
     /* Without proxy headers the answer is known: no peer lookup for it. */
     if (rq && rq->srv->proxy_headers)
         request_client(rq, &scheme);
@@ -370,6 +371,12 @@ int server_req_peer(const cyserve_request *req, const char **out)
         return -ENOTCONN;
     *out = peer;
     return 0;
+}
+
+int server_req_tls(const cyserve_request *req)
+{
+    struct request *rq = req->engine;
+    return rq && rq->c->tp != &conn_plain;
 }
 
 int server_req_header(const cyserve_request *req, const char *name, size_t nlen, cyserve_str *out)

@@ -25,6 +25,7 @@
 struct server;
 struct router;
 struct files_root;
+struct conn_transport;
 
 enum server_target_kind {
     SERVER_STATIC = 1, /* a response serialised once at startup, served in C */
@@ -128,6 +129,11 @@ struct server_config {
      * networks, "*"). The client they name is then the one server_req_peer, server_req_scheme
      * and the access log tell. */
     const char *forwarded_allow_ips;
+    /* How accepted connections carry their bytes: NULL (default) plain TCP, else that transport
+     * (tls_transport, tls.h) with transport_ctx its shared state (a struct tls_ctx), borrowed:
+     * both must outlive the server. */
+    const struct conn_transport *transport;
+    void *transport_ctx;
 };
 
 /* Defaults: keep-alive 5 s, head 10 s, body 10 s, 8 KiB head/target, 100 headers,
@@ -205,5 +211,8 @@ int server_req_peer(const cyserve_request *req, const char **out);
 /* The scheme req was made with, "http" or "https": "http" unless a trusted proxy says "https"
  * (server_config.forwarded_allow_ips). Static storage. The handler's thread only. */
 const char *server_req_scheme(const cyserve_request *req);
+/* 1 when req came over TLS (its connection's transport is not plain TCP), else 0. The thread
+ * serving req. */
+int server_req_tls(const cyserve_request *req);
 
 #endif

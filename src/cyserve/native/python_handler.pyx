@@ -284,7 +284,7 @@ cdef class Request:
 
     @property
     def scheme(self):
-        """"http", or "https" when a trusted proxy says the client used it (proxy headers)."""
+        """"http", or "https" over TLS, or when a trusted proxy says the client used it."""
         self._check()
         return (<bytes>cs.server_req_scheme(<const cs.req_t *>self._req)).decode("ascii")
 

@@ -70,6 +70,39 @@ cdef bytes _serialise_headers(headers, str where):
     return b"".join(parts)
 
 
+cdef cs.tls_ctx_t *_tls_context(str certfile, str keyfile, str password, str ciphers,
+                                str ca_certs, int cert_reqs) except NULL:
+    """A TLS context from a certificate and key files: ValueError with OpenSSL's reason and the
+    file's name when they cannot be used."""
+    cdef cs.tls_options_t o
+    cdef cs.tls_ctx_t *ctx = NULL
+    cdef char err[512]
+    cdef bytes cert_b = _os.fsencode(certfile)
+    cdef bytes key_b = _os.fsencode(keyfile) if keyfile else b""
+    cdef bytes ciphers_b = ciphers.encode("ascii", "replace") if ciphers else b""
+    cdef bytes pw_b = password.encode("utf-8") if password else b""
+    cdef bytes ca_b = _os.fsencode(ca_certs) if ca_certs else b""
+    # Empty strings mean "not given" to tls_ctx_new.
+    o.certfile = cert_b
+    o.keyfile = key_b
+    o.ciphers = ciphers_b
+    o.password = pw_b
+    o.ca_certs = ca_b
+    o.cert_reqs = cert_reqs
+    err[0] = 0
+    if cs.tls_ctx_new(&o, &ctx, err, sizeof(err)) != 0:
+        raise ValueError(err.decode("utf-8", "replace"))
+    return ctx
+
+
+def check_tls(str ssl_certfile, str ssl_keyfile=None, str ssl_keyfile_password=None,
+              str ssl_ciphers=None, str ssl_ca_certs=None, int ssl_cert_reqs=0):
+    """Load the certificate and key as a server would, and let them go: ValueError naming the
+    file when they cannot be used (the process supervisor checks once, before forking)."""
+    cs.tls_ctx_free(_tls_context(ssl_certfile, ssl_keyfile, ssl_keyfile_password, ssl_ciphers,
+                                 ssl_ca_certs, ssl_cert_reqs))
+
+
 cdef class Server:
     """The C engine serving a list of routes: see cyserve.app for the route tuples."""
 
@@ -84,6 +117,8 @@ cdef class Server:
     cdef bint _started
     cdef cs.server_listen_t *_listen
     cdef unsigned _nlisten
+    cdef cs.tls_ctx_t *_tls
+    cdef readonly str scheme
     cdef object __weakref__
 
     def __cinit__(self):
@@ -94,13 +129,16 @@ cdef class Server:
         self._keep = []
         self._listen = NULL
         self._nlisten = 0
+        self._tls = NULL
 
     def __init__(self, list routes, *, str host, int port, int threads, int backlog=1024,
                  int max_header_bytes=8192, int max_target_bytes=8192, int max_headers=100,
                  max_body_bytes=1048576, double keepalive_timeout=5.0,
                  double header_timeout=10.0, double body_timeout=10.0, bint shared_port=False,
                  bint access_log=False, int blocking_threads=16, body_budget=64 << 20,
-                 min_body_rate=500, listen=None, forwarded_allow_ips=None):
+                 min_body_rate=500, listen=None, forwarded_allow_ips=None, str ssl_certfile=None,
+                 str ssl_keyfile=None, str ssl_keyfile_password=None, str ssl_ciphers=None,
+                 str ssl_ca_certs=None, int ssl_cert_reqs=0):
         if self._router != NULL:
             raise RuntimeError("Server.__init__ called twice")
         if not 0 <= port <= 65535:
@@ -126,6 +164,13 @@ cdef class Server:
         self.host = host
         self._port = port
         self.threads = threads
+        self.scheme = "http"
+        if ssl_certfile:
+            self._tls = _tls_context(ssl_certfile, ssl_keyfile, ssl_keyfile_password, ssl_ciphers,
+                                     ssl_ca_certs, ssl_cert_reqs)
+            self.scheme = "https"
+        elif ssl_keyfile or ssl_keyfile_password or ssl_ciphers or ssl_ca_certs or ssl_cert_reqs:
+            raise ValueError("the ssl_* options need ssl_certfile")
         if router_new(&self._router) != 0:
             raise MemoryError()
         self._ntargets = len(routes)
@@ -167,6 +212,9 @@ cdef class Server:
         cfg.keepalive_ns = <uint64_t>(keepalive_timeout * 1e9)
         cfg.header_timeout_ns = <uint64_t>(header_timeout * 1e9)
         cfg.body_timeout_ns = <uint64_t>(body_timeout * 1e9)
+        if self._tls != NULL:
+            cfg.transport = cs.tls_transport_ptr
+            cfg.transport_ctx = <void *>self._tls
         rc = cs.server_new(&self._srv, &cfg, self._router)
         if rc != 0 and forwarded_allow_ips is not None:
             raise ValueError(f"invalid forwarded_allow_ips {forwarded_allow_ips!r}: addresses "
@@ -411,3 +459,6 @@ cdef class Server:
         if self._router != NULL:
             router_free(self._router)
             self._router = NULL
+        if self._tls != NULL:  # after server_free: no connection uses it any more
+            cs.tls_ctx_free(self._tls)
+            self._tls = NULL

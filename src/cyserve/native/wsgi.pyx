@@ -194,6 +194,7 @@ cdef class WSGIHandler:
         cdef const char *colon
         cdef const char *p
         cdef size_t n
+        cdef bint tls
         env["REQUEST_METHOD"] = _method_str(req.method)
         # The router matched the prefix on a segment boundary: the path starts with it.
         if slen and req.path.len >= slen:
@@ -224,6 +225,9 @@ cdef class WSGIHandler:
                 env[key] = old + ("; " if key == "HTTP_COOKIE" else ", ") + value
         if req.body.len or had_length:
             env["CONTENT_LENGTH"] = str(req.body.len)
+        tls = cs.server_req_tls(<const cs.req_t *>req)
+        if tls:
+            env["wsgi.url_scheme"] = "https"
         host = env.get("HTTP_HOST")
         if host:
             # Nearly every request names the same host: its split is kept (one tuple, replaced
@@ -237,7 +241,7 @@ cdef class WSGIHandler:
                 self._host_split = (host, name, port)
             if name:  # else (":80") the server's own, from the base
                 env["SERVER_NAME"] = name
-            env["SERVER_PORT"] = port or "80"
+            env["SERVER_PORT"] = port or ("443" if tls else "80")
         if cs.server_req_peer(<const cs.req_t *>req, &peer) == 0:
             n = strlen(peer)
             colon = peer + n

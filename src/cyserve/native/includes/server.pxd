@@ -93,6 +93,8 @@ cdef extern from "csrc/server.h" nogil:
         uint64_t header_timeout_ns
         uint64_t body_timeout_ns
         const char *forwarded_allow_ips
+        const void *transport
+        void *transport_ctx
 
     int server_target_static(server_target_t *t, int status, const char *headers,
                              size_t headers_len, const char *body, size_t body_len)
@@ -117,6 +119,7 @@ cdef extern from "csrc/server.h" nogil:
     void server_get_stats(server_t *s, server_stats_t *out)
     int server_req_header(const req_t *req, const char *name, size_t nlen, void *out)
     int server_req_peer(const req_t *req, const char **out)
+    int server_req_tls(const req_t *req)
     const char *server_req_scheme(const req_t *req)
     int server_take_orphan(server_t *s, const server_target_t **t, void **stream)
 
@@ -131,3 +134,17 @@ cdef extern from "csrc/handoff.h" nogil:
     void handoff_release(handoff_t *h)
     int handoff_give(handoff_t *h, int more)
     int handoff_gone(const handoff_t *h)
+
+cdef extern from "csrc/tls.h" nogil:
+    ctypedef struct tls_ctx_t "struct tls_ctx":
+        pass
+    ctypedef struct tls_options_t "struct tls_options":
+        const char *certfile
+        const char *keyfile
+        const char *password
+        const char *ciphers
+        const char *ca_certs
+        int cert_reqs
+    int tls_ctx_new(const tls_options_t *o, tls_ctx_t **out, char *err, size_t errlen)
+    void tls_ctx_free(tls_ctx_t *t)
+    const void *tls_transport_ptr "(const void *)&tls_transport"
