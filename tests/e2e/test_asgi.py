@@ -117,6 +117,17 @@ def test_scope_is_complete_and_exact() -> None:
         assert s["messages"] == [("http.request", 5, False)]
 
 
+def test_scheme_and_client_follow_a_trusted_proxy() -> None:
+    # The scope's scheme and client come from the engine's one answer (server_req_scheme,
+    # server_req_peer): https over TLS, or what a trusted proxy's headers say.
+    with serving_app(echo_scope, proxy_headers=True) as port:  # trusts 127.0.0.1
+        plain = scope_of(port, get("/"))
+        assert plain["scheme"] == "http"
+        proxied = scope_of(port, get("/", extra="X-Forwarded-For: 203.0.113.7\r\n"
+                                             "X-Forwarded-Proto: https\r\n"))
+        assert (proxied["scheme"], proxied["client"]) == ("https", ("203.0.113.7", 0))
+
+
 def test_a_large_body_arrives_in_pieces() -> None:
     body = b"x" * 200_000
     with serving_app(echo_scope) as port:

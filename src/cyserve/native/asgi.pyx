@@ -299,7 +299,8 @@ cdef class ASGIHandler:
             "asgi": _ASGI_VERSION,
             "http_version": "1.1" if req.minor_version == 1 else "1.0",
             "method": _method_str(req.method),
-            "scheme": "http",
+            # "https" over TLS, or when a trusted proxy says so (as the client above).
+            "scheme": "https" if cs.server_req_scheme(<const cs.req_t *>req)[4] == c"s" else "http",
             "path": _unquote_latin1(req.path.ptr, req.path.len).encode("latin-1").decode(
                 "utf-8", "surrogateescape"),
             "raw_path": raw_path,
