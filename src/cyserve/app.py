@@ -191,7 +191,6 @@ class App:
         method; ``SCRIPT_NAME`` is the prefix and ``PATH_INFO`` the rest (cyserve.wsgi says how
         requests and answers map, and what differs from a streaming server)."""
         from ._core import WSGIHandler
-        from .asgi import is_asgi_app
 
         where = f"app.wsgi({prefix!r})"
         if isinstance(app, App):
@@ -215,7 +214,6 @@ class App:
         ``prefix``, any method: ``root_path`` is the prefix and ``path`` the whole path, as
         Starlette's Mount reads them (cyserve.asgi says how requests and answers map)."""
         from ._core import ASGIHandler
-        from .asgi import is_asgi_app
 
         where = f"app.asgi({prefix!r})"
         if isinstance(app, App):
@@ -312,13 +310,22 @@ class App:
         self._routes.append(new)
 
 
+def is_asgi_app(obj: object) -> bool:
+    """Whether obj is an ASGI 3 application: a coroutine function, or an object whose __call__
+    is one (uvicorn's test). Here, not in cyserve.asgi, so that telling an app's kind does not
+    import asyncio (and ssl with it: ~6 MiB) into a server that serves no ASGI app."""
+    if inspect.iscoroutinefunction(obj):
+        return True
+    call = getattr(obj, "__call__", None)  # noqa: B004 (the method itself is inspected)
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
 def as_app(obj: object, interface: str = "auto") -> App:
     """The App to serve for ``obj``: obj itself when it is an App, else an App serving it as a
     WSGI or an ASGI application at "/". ``interface`` is "cyserve" (obj must be an App), "wsgi"
     (obj must be a WSGI callable), "asgi" (an async callable) or "auto" (whichever it is; an
     async callable is ASGI, as uvicorn tells them). HandlerTypeError (a TypeError) otherwise,
     saying what obj is."""
-    from .asgi import is_asgi_app
     from .config import INTERFACES
 
     if interface not in INTERFACES:

@@ -37,28 +37,19 @@ request's scope.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from .app import is_asgi_app
 from .config import LOOPS
 
 __all__ = ["is_asgi_app", "ASGIRuntime", "LifespanError", "loop_factory"]
 
 _log = logging.getLogger("cyserve.asgi")
 _STOP_TASKS_SECONDS = 5.0
-
-
-def is_asgi_app(obj: object) -> bool:
-    """Whether obj is an ASGI 3 application: a coroutine function, or an object whose __call__
-    is one (uvicorn's test)."""
-    if inspect.iscoroutinefunction(obj):
-        return True
-    call = getattr(obj, "__call__", None)  # noqa: B004 (the method itself is inspected)
-    return call is not None and inspect.iscoroutinefunction(call)
 
 
 class LifespanError(RuntimeError):

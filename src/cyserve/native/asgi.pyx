@@ -20,7 +20,6 @@ cdef extern from *:
     int cyserve__asgi_queued
     void (*cyserve__asgi_flush)() noexcept
 
-import asyncio as _asyncio
 import logging as _logging_asgi
 
 _asgi_log = _logging_asgi.getLogger("cyserve.asgi")
@@ -124,7 +123,11 @@ cdef class _Exchange:
         if not (self.complete or self.gone):
             if self.ended is None:
                 self.ended = _asgi_loop.create_future()
-            await _asyncio.shield(self.ended)
+            # asyncio is imported here, not at the module's import: a server without an ASGI
+            # app does not pay its ~6 MiB (it pulls in ssl and more). By now the loop runs, so
+            # it is imported already and this is a dict lookup.
+            import asyncio
+            await asyncio.shield(self.ended)
         return {"type": "http.disconnect"}
 
     async def send(self, message):
