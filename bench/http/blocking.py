@@ -11,7 +11,9 @@ For each of two servers -- cyserve as configured (`--blocking-threads B`) and cy
 - after resets: ten clients each send `/block` and reset at once, then wrk runs.
 It prints requests/s and wrk's p99 for each, with the ratios blocked/idle, medians over the
 rounds. With --threads 1 the server is pinned to CPU 0 and wrk to CPU 1 (on a machine with at
-least two CPUs). The numbers are for docs/benchmarks.md; nothing here is a test.
+least two CPUs); with --threads T on a machine with at least 2T CPUs, the server gets CPUs 0..T-1
+and wrk (T threads) the first T of the upper half. The numbers are for docs/benchmarks.md;
+nothing here is a test.
 """
 
 from __future__ import annotations
@@ -49,13 +51,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def placement(threads: int) -> tuple[str, str] | None:
+    """(server CPUs, wrk CPUs) for taskset, or None where the machine is too small to separate
+    them."""
+    cores = os.cpu_count() or 1
+    if threads == 1 and cores >= 2:
+        return "0", "1"
+    if cores >= 2 * threads:
+        half = cores // 2
+        return f"0-{threads - 1}", f"{half}-{half + threads - 1}"
+    return None
+
+
 def start(threads: int, blocking: int, app_dir: Path) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     cmd = [sys.executable, "-m", "cyserve", "blockapp:app", "--port", str(port),
            "--threads", str(threads), "--blocking-threads", str(blocking),
            "--app-dir", str(app_dir), "--graceful-timeout", "0"]
-    if threads == 1 and (os.cpu_count() or 1) >= 2:
-        cmd = ["taskset", "-c", "0", *cmd]
+    if placement(threads):
+        cmd = ["taskset", "-c", placement(threads)[0], *cmd]
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
@@ -72,10 +86,10 @@ def start(threads: int, blocking: int, app_dir: Path) -> tuple[subprocess.Popen[
 
 
 def wrk(port: int, seconds: float, threads: int) -> tuple[float, float]:
-    cmd = ["wrk", "-t1", "-c64", f"-d{seconds:g}s", "--latency",
-           f"http://127.0.0.1:{port}/plaintext"]
-    if threads == 1 and (os.cpu_count() or 1) >= 2:
-        cmd = ["taskset", "-c", "1", *cmd]
+    cmd = ["wrk", f"-t{threads if placement(threads) else 1}", "-c64", f"-d{seconds:g}s",
+           "--latency", f"http://127.0.0.1:{port}/plaintext"]
+    if placement(threads):
+        cmd = ["taskset", "-c", placement(threads)[1], *cmd]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     r = re.search(r"Requests/sec:\s+([\d.]+)", out)
     m = re.search(r"99%\s+([\d.]+)(us|ms|s)\b", out)
