@@ -80,6 +80,8 @@ SKIP = {
                      "with gcc); make fuzz-net runs for ten minutes (tests/e2e/test_fuzz_net.py "
                      "runs eight seconds of it)",
     r"^\.venv/bin/python bench/": "benchmark scripts: same as make bench",
+    r"^python -m bench\.http\.scaling\b": "needs a machine of 2N cores and wrk "
+                                         "(tests/bench/test_scaling_report.py checks its table)",
     r"^python -m build\b": "packaging: tests/e2e/test_packaging.py builds the sdist and the wheel "
                           "and serves from the installed wheel",
     r"^make (?:dist|test-pythons|lint)\b": "packaging, other Pythons, the source gates: "
