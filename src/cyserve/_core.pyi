@@ -78,6 +78,8 @@ class Server:
         body_timeout: float = 10.0,
         shared_port: bool = False,
         access_log: bool = False,
+        access_log_fd: int = 1,
+        access_log_format: str = "common",
         blocking_threads: int = 16,
         body_budget: int = 67108864,
         min_body_rate: int = 500,

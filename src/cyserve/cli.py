@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 from . import __version__
 from .app import App, as_app
-from .config import INTERFACES, LOG_LEVELS, LOOPS, Config
+from .config import ACCESS_LOG_FORMATS, INTERFACES, LOG_LEVELS, LOOPS, Config
 from .errors import (AppLoadError, ConfigError, CyserveError, HandlerTypeError, ListenError,
                      RouteError)
 
@@ -100,7 +100,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="level of the cyserve logger (default info)")
     p.add_argument("--access-log", action="store_true",
                    help="print one line per response on standard output (Common Log Format "
-                        "and the seconds the request took)")
+                        "unless --access-log-format says otherwise)")
+    p.add_argument("--access-log-format", default=defaults.access_log_format,
+                   choices=ACCESS_LOG_FORMATS, type=str.lower,
+                   help="common (CLF), combined (CLF with the referer and the user agent) or "
+                        "json (one object per line, with the port, scheme and seconds taken) "
+                        f"(default {defaults.access_log_format})")
+    p.add_argument("--access-logfile", metavar="PATH", default=None,
+                   help="write the access log to this file instead of standard output (turns "
+                        "it on); SIGUSR1 reopens it, for logrotate")
     p.add_argument("--interface", default=defaults.interface, choices=INTERFACES,
                    type=str.lower,
                    help="what MODULE:APP is: a cyserve.App, a WSGI or an ASGI application, "
@@ -238,7 +246,10 @@ def _listen_options(args: argparse.Namespace) -> dict[str, Any]:
 def config_from_args(args: argparse.Namespace) -> Config:
     """A validated Config from parsed arguments; ConfigError names the flag's option."""
     options: dict[str, Any] = {"host": args.host, "log_level": args.log_level,
-                               "access_log": args.access_log, "interface": args.interface,
+                               "access_log": args.access_log,
+                               "access_log_format": args.access_log_format,
+                               "access_logfile": args.access_logfile,
+                               "interface": args.interface,
                                "loop": args.loop}
     for name in ("ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers",
                  "ssl_ca_certs"):

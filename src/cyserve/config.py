@@ -39,6 +39,8 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 # What the object served is (app.as_app): "auto" tells a cyserve.App from a WSGI or an ASGI
 # callable.
 INTERFACES = ("auto", "cyserve", "wsgi", "asgi")
+# The access log's line formats (csrc/access_log.c).
+ACCESS_LOG_FORMATS = ("common", "combined", "json")
 
 # The event loop of ASGI applications (cyserve.asgi): auto takes uvloop when it is installed.
 LOOPS = ("auto", "asyncio", "uvloop")
@@ -98,6 +100,10 @@ class Config:
     graceful_timeout: float = 5.0  # on shutdown, in-flight requests get this long to finish
     log_level: str = "info"
     access_log: bool = False  # one line per response on standard output (csrc/access_log.c)
+    access_log_format: str = "common"  # common (CLF), combined (+ referer, user agent) or json
+    # A file for the access log instead of standard output (implies access_log); reopened on
+    # SIGUSR1, for logrotate.
+    access_logfile: str | None = None
     interface: str = "auto"  # a cyserve.App, a WSGI or ASGI application, or "auto"
     loop: str = "auto"  # the event loop of ASGI applications (cyserve.asgi)
     # Where to listen beyond host and port (cyserve.listeners): any of these replaces host:port.
@@ -157,7 +163,8 @@ class Config:
             "backlog": self.backlog,
             # A worker process joins its siblings' SO_REUSEPORT group (supervisor.py).
             "shared_port": self.shared_port,
-            "access_log": self.access_log,
+            "access_log": self.access_log or self.access_logfile is not None,
+            "access_log_format": self.access_log_format,
             "max_header_bytes": self.max_header_bytes,
             "max_target_bytes": self.max_target_bytes,
             "max_headers": self.max_headers,
@@ -213,6 +220,12 @@ class Config:
         _check_seconds("graceful_timeout", self.graceful_timeout, allow_zero=True)
         if not isinstance(self.access_log, bool):
             raise ConfigError("access_log", repr(self.access_log), "must be True or False")
+        if self.access_log_format not in ACCESS_LOG_FORMATS:
+            raise ConfigError("access_log_format", repr(self.access_log_format),
+                              "must be one of " + ", ".join(ACCESS_LOG_FORMATS))
+        if self.access_logfile is not None and (not isinstance(self.access_logfile, str)
+                                                or not self.access_logfile):
+            raise ConfigError("access_logfile", repr(self.access_logfile), "must be a file path")
         if self.interface not in INTERFACES:
             raise ConfigError("interface", repr(self.interface),
                               "must be one of " + ", ".join(INTERFACES))

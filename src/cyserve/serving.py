@@ -98,16 +98,24 @@ def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Serv
         kwargs["forwarded_allow_ips"] = trusted
     # WSGI's SERVER_NAME and SERVER_PORT (for a request without Host): the first TCP address.
     wsgi_host, wsgi_port = (tcp[0].host, tcp[0].port) if tcp else ("localhost", 80)
-    srv = server_cls(routes, **kwargs)
+    logfile = AccessLogFile.open(config.access_logfile) if config.access_logfile else None
+    if logfile is not None:
+        kwargs["access_log_fd"] = logfile.fd
+    try:
+        srv = server_cls(routes, **kwargs)
+    except BaseException:
+        if logfile is not None:
+            logfile.close()
+        raise
     _bind_wsgi(routes, config, wsgi_port, wsgi_host)
     runtime = _start_asgi(routes, config)
-    waiter = Waiter(stop_event)
+    waiter = Waiter(stop_event, on_usr1=logfile.reopen if logfile is not None else None)
     waiter.install()
     if waiter.owns_process():
         # A worker process forked by the supervisor starts with them blocked (supervisor.py):
         # from here on they reach the handlers just installed.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM,
-                                                    signal.SIGHUP})
+                                                    signal.SIGHUP, signal.SIGUSR1})
     try:
         try:
             srv.start()
@@ -150,6 +158,45 @@ def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Serv
         if runtime is not None:
             # The requests in flight are done (or given up): the lifespan shutdown runs now.
             runtime.stop()
+        if logfile is not None:
+            logfile.close()  # the workers are gone: nothing writes to it any more
+
+
+class AccessLogFile:
+    """The file of --access-logfile. Opened once here; its descriptor goes to the engine, whose
+    workers write each line to it. reopen() (on SIGUSR1) opens the path again and dup2()s the
+    new file onto the same descriptor, so logrotate's rename-then-signal works without the
+    engine knowing: a line being written goes wholly to the old file or wholly to the new one.
+    With --processes each worker process opens the file for itself (O_APPEND keeps their lines
+    whole) and the supervisor passes SIGUSR1 on to them."""
+
+    FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+
+    def __init__(self, path: str, fd: int) -> None:
+        self.path, self.fd = path, fd
+
+    @classmethod
+    def open(cls, path: str) -> AccessLogFile:
+        try:
+            return cls(path, os.open(path, cls.FLAGS, 0o644))
+        except OSError as exc:
+            raise CyserveError(f"cannot open the access log file {path} (--access-logfile): "
+                               f"{exc.strerror or exc}") from None
+
+    def reopen(self) -> None:
+        try:
+            fd = os.open(self.path, self.FLAGS, 0o644)
+        except OSError as exc:
+            say(f"cyserve: SIGUSR1: cannot reopen the access log {self.path}: "
+                f"{exc.strerror or exc}; still writing to the file it had", sys.stderr)
+            return
+        os.dup2(fd, self.fd, inheritable=False)
+        os.close(fd)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 def _start_asgi(routes: list[Any], config: Config) -> Any:

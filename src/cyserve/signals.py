@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -61,10 +62,12 @@ def format_address(host: str, port: int) -> str:
 class Waiter:
     """Counts stop requests: signals (in the main thread) and a stop_event (anywhere)."""
 
-    def __init__(self, stop_event: threading.Event | None) -> None:
+    def __init__(self, stop_event: threading.Event | None,
+                 on_usr1: Callable[[], None] | None = None) -> None:
         self.requests = 0
         self.first_signal: int | None = None
         self.stop_event = stop_event
+        self.on_usr1 = on_usr1
         self._previous: dict[int, Any] = {}
 
     def install(self) -> None:
@@ -75,6 +78,9 @@ class Waiter:
         # flight; a graceful stop loses nothing (shutdown_line says why it stopped).
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             self._previous[signum] = signal.signal(signum, self._on_signal)
+        # SIGUSR1 reopens the access log file (logrotate), and is ignored when there is none:
+        # its default action would end the process.
+        self._previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, self._on_usr1)
 
     def uninstall(self) -> None:
         for signum, previous in self._previous.items():
@@ -95,6 +101,10 @@ class Waiter:
         if self.first_signal is None:
             self.first_signal = signum
         self.requests += 1
+
+    def _on_usr1(self, signum: int, frame: FrameType | None) -> None:
+        if self.on_usr1 is not None:
+            self.on_usr1()
 
     def shutdown_line(self) -> str:
         """What to print when the stop begins."""

@@ -69,6 +69,9 @@ _MAX_QUICK_EXITS = 5
 _FORCE_EXTRA_SECONDS = 5.0
 _PR_SET_PDEATHSIG = 1
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+# Blocked across fork until the new worker's handlers are in place (_spawn): the stop signals,
+# and SIGUSR1, which the supervisor passes on to its workers (they reopen the access log file).
+_FORK_BLOCKED = _STOP_SIGNALS | {signal.SIGUSR1}
 
 
 def serve_processes(app: App, config: Config, loader: Callable[[], App] | None = None) -> int:
@@ -152,6 +155,8 @@ class _Supervisor:
         if self.waiter.owns_process():
             # SIGHUP reloads here, instead of stopping as it does a single server.
             signal.signal(signal.SIGHUP, self._on_hup)
+            # SIGUSR1 (logrotate) is for the workers, which write the access log.
+            signal.signal(signal.SIGUSR1, lambda signum, frame: self._signal_all(signum))
 
     def uninstall(self) -> None:
         self.waiter.uninstall()  # puts SIGHUP's own previous handler back too
@@ -311,7 +316,7 @@ class _Supervisor:
         # (serving.py unblocks them): a SIGTERM sent meanwhile (a stop while a replacement
         # starts) would otherwise reach the supervisor's handlers, inherited and deaf in the
         # worker, or the default action, and be lost or end it without a graceful stop.
-        previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _FORK_BLOCKED)
         pid = os.fork()
         if pid != 0:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)

@@ -1,7 +1,7 @@
 """The access log (`--access-log`, Config.access_log; csrc/access_log.c): one line per
-response on standard output in the Common Log Format plus the seconds the request took, for every
-kind of route and for rejected requests, never torn by concurrent workers, and nothing at all
-when it is off.
+response on standard output in the Common Log Format (or combined, or JSON lines with the seconds
+the request took), for every kind of route and for rejected requests, never torn by concurrent
+workers, to a file reopened on SIGUSR1 when asked, and nothing at all when it is off.
 
 Each test runs the real command in a subprocess on port 0 and reads its standard output.
 """
@@ -9,6 +9,7 @@ Each test runs the real command in a subprocess on port 0 and reads its standard
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import re
 import signal
@@ -17,6 +18,8 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -47,8 +50,9 @@ def slow(request):
 
 SERVING = re.compile(r"cyserve: serving on http://127\.0\.0\.1:(\d+) with \d+ threads? "
                      r"\(pid \d+\)")
-LINE = re.compile(r'127\.0\.0\.1:(\d+) - - \[(\d\d/[A-Z][a-z]{2}/\d{4}:\d\d:\d\d:\d\d \+0000)\] '
-                  r'"([^"]*)" (\d{3}) (\d+|-) (\d+\.\d{6})')
+# The Common Log Format exactly: host (no port), identity, user, [time], "request", status, bytes.
+LINE = re.compile(r'(127\.0\.0\.1) - - \[(\d\d/[A-Z][a-z]{2}/\d{4}:\d\d:\d\d:\d\d \+0000)\] '
+                  r'"([^"]*)" (\d{3}) (\d+|-)')
 
 
 def serve(tmp: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
@@ -106,7 +110,7 @@ def test_one_line_per_response_for_every_kind_of_route(tmp_path: Path) -> None:
         m = LINE.fullmatch(line)
         assert m, line
         parsed.append(m.groups())
-    assert [(req, status, size) for _, _, req, status, size, _ in parsed] == [
+    assert [(req, status, size) for _, _, req, status, size in parsed] == [
         ("GET /plaintext HTTP/1.1", "200", "13"),
         ("HEAD /plaintext HTTP/1.1", "200", "0"),
         ("GET /py?x=1&y=%20 HTTP/1.1", "200", "11"),
@@ -117,9 +121,131 @@ def test_one_line_per_response_for_every_kind_of_route(tmp_path: Path) -> None:
     for _, stamp, *_ in parsed:
         when = datetime.datetime.strptime(stamp, "%d/%b/%Y:%H:%M:%S %z")
         assert before <= when <= after
-    seconds = {req: float(secs) for _, _, req, _, _, secs in parsed}
-    assert seconds["GET /slow HTTP/1.1"] >= 0.2
-    assert seconds["GET /plaintext HTTP/1.1"] < 0.2
+
+
+def test_json_lines_carry_the_port_the_scheme_and_the_seconds(tmp_path: Path) -> None:
+    proc, port = serve(tmp_path, "--access-log", "--access-log-format", "json")
+    try:
+        before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+        with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as s:
+            client_port = s.getsockname()[1]
+            s.sendall(b"GET /slow?a=%22 HTTP/1.1\r\nHost: x\r\nReferer: http://r/\"q\"\r\n"
+                      b"User-Agent: agent\xe9\\1\r\nConnection: close\r\n\r\n")
+            while s.recv(65536):
+                pass
+        get(port, "/plaintext")
+        assert exchange(port, b"GET / HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+        after = datetime.datetime.now(datetime.timezone.utc)
+    finally:
+        lines = stop(proc)
+    records = [json.loads(line) for line in lines]  # each line is one valid JSON document
+    slow, plain, bad = records
+    assert slow == {"time": slow["time"], "client": "127.0.0.1", "port": client_port,
+                    "scheme": "http", "method": "GET", "target": "/slow?a=%22",
+                    "protocol": "HTTP/1.1", "status": 200, "bytes": 4,
+                    "duration": slow["duration"], "referer": 'http://r/"q"',
+                    "user_agent": "agent\u00e9\\1"}  # a byte above 0x7f: its Latin-1 character
+    assert slow["duration"] >= 0.2 > plain["duration"]
+    when = datetime.datetime.strptime(slow["time"], "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=datetime.timezone.utc)
+    assert before <= when <= after
+    assert (plain["target"], plain["referer"], plain["user_agent"]) == ("/plaintext", None, None)
+    assert (bad["method"], bad["target"], bad["status"]) == (None, None, 400)
+
+
+def test_combined_adds_the_referer_and_the_user_agent_escaped(tmp_path: Path) -> None:
+    proc, port = serve(tmp_path, "--access-log", "--access-log-format", "combined")
+    try:
+        exchange(port, b"GET /py HTTP/1.1\r\nHost: x\r\nReferer: http://r/\"q\"\r\n"
+                       b"User-Agent: agent\xe9\\1\r\nConnection: close\r\n\r\n")
+        get(port, "/plaintext")
+    finally:
+        lines = stop(proc)
+    tail = [line.split(" 200 ", 1)[1] for line in lines]
+    assert tail == ['11 "http://r/\\"q\\"" "agent\\xe9\\\\1"', '13 "-" "-"']
+    for line in lines:
+        assert LINE.match(line), line  # still a CLF line up to the bytes: CLF parsers read it
+
+
+def test_a_log_file_is_reopened_on_sigusr1(tmp_path: Path) -> None:
+    log = tmp_path / "access.log"
+    proc, port = serve(tmp_path, "--access-logfile", str(log))
+    try:
+        get(port, "/plaintext")
+        wait_for(lambda: log.read_text().count("\n") == 1)
+        log.rename(tmp_path / "access.log.1")  # what logrotate does, then it signals
+        proc.send_signal(signal.SIGUSR1)
+        wait_for(log.exists)
+        get(port, "/py")
+        wait_for(lambda: log.read_text().count("\n") == 1)
+    finally:
+        lines = stop(proc)
+    assert lines == []  # nothing on standard output
+    assert '"GET /plaintext HTTP/1.1" 200 13' in (tmp_path / "access.log.1").read_text()
+    assert '"GET /py HTTP/1.1" 200 11' in log.read_text()
+    assert oct(log.stat().st_mode & 0o777) == oct(0o644 & ~current_umask())
+
+
+def test_worker_processes_reopen_on_sigusr1_too(tmp_path: Path) -> None:
+    log = tmp_path / "access.log"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        fixed = s.getsockname()[1]
+    (tmp_path / "log_app.py").write_text(textwrap.dedent(APP))
+    proc = subprocess.Popen([sys.executable, "-m", "cyserve", "log_app:app", "--port", str(fixed),
+                             "--processes", "2", "--access-logfile", str(log)], cwd=tmp_path,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        wait_for(lambda: _answers(fixed))
+        for _ in range(20):  # over fresh connections: both workers answer some
+            get(fixed, "/plaintext")
+        wait_for(lambda: log.read_text().count("\n") >= 20)
+        log.rename(tmp_path / "access.log.1")
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(0.5)  # the supervisor passes it on; each worker reopens
+        for _ in range(20):
+            get(fixed, "/py")
+        wait_for(lambda: log.exists() and log.read_text().count("\n") == 20)
+        assert proc.poll() is None  # SIGUSR1 ended no process
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == 0, err
+    old = (tmp_path / "access.log.1").read_text().splitlines()
+    new = log.read_text().splitlines()
+    assert len(old) == 21 and all("/plaintext" in line for line in old)  # and the probe's
+    assert len(new) == 20 and all('"GET /py HTTP/1.1" 200 11' in line for line in new)
+
+
+def test_a_log_file_that_cannot_be_opened_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "log_app.py").write_text(textwrap.dedent(APP))
+    proc = subprocess.run([sys.executable, "-m", "cyserve", "log_app:app", "--port", "0",
+                           "--access-logfile", str(tmp_path / "missing" / "access.log")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode != 0
+    assert "access-logfile" in proc.stderr and "No such file or directory" in proc.stderr, \
+        proc.stderr
+
+
+def _answers(port: int) -> bool:
+    try:
+        return get(port, "/plaintext").endswith(b"Hello, World!")
+    except OSError:
+        return False
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
 
 
 def test_concurrent_lines_are_never_torn(tmp_path: Path) -> None:

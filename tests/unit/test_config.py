@@ -31,6 +31,7 @@ def test_server_kwargs_match_the_engine_contract() -> None:
         "max_header_bytes": 8192, "max_target_bytes": 8192, "max_headers": 100,
         "max_body_bytes": 1048576, "keepalive_timeout": 2.0, "header_timeout": 10.0,
         "body_timeout": 10.0, "shared_port": False, "access_log": False,
+        "access_log_format": "common",
         "body_budget": 64 << 20, "min_body_rate": 500,
     }
     assert isinstance(c.server_kwargs()["keepalive_timeout"], float)
@@ -51,6 +52,9 @@ def test_zero_threads_means_the_cpus_this_process_may_use() -> None:
     ("port", 80.0, "invalid port 80.0: must be an integer"),
     ("threads", -1, "invalid threads -1: must be between 0 and 1024"),
     ("access_log", "yes", "invalid access_log 'yes': must be True or False"),
+    ("access_log_format", "apache",
+     "invalid access_log_format 'apache': must be one of common, combined, json"),
+    ("access_logfile", "", "invalid access_logfile '': must be a file path"),
     ("processes", 0, "invalid processes 0: must be between 1 and 256"),
     ("threads", MAX_THREADS + 1, "invalid threads 1025: must be between 0 and 1024"),
     ("threads", True, "invalid threads True: must be an integer"),

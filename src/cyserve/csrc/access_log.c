@@ -1,23 +1,38 @@
 /* access_log.c: the access log.
  *
- * Off unless cfg.access_log_fd >= 0. One line per response, in the Common Log Format that log
- * tools parse, plus the time the request took (from its complete head to its response queued):
+ * Off unless cfg.access_log_fd >= 0. One line per response, in one of three formats
+ * (cfg.access_log_format):
  *
- *   127.0.0.1:50212 - - [22/Nov/2026:03:25:03 +0000] "GET /plaintext HTTP/1.1" 200 13 0.000021
+ *   common    the Common Log Format, as log tools (goaccess, awstats, fail2ban) parse it:
+ *             127.0.0.1 - - [22/Nov/2026:03:25:03 +0000] "GET /plaintext HTTP/1.1" 200 13
+ *   combined  the same, then the Referer and the User-Agent, quoted (nginx's and Apache's
+ *             "combined", gunicorn's default):  ... 200 13 "-" "curl/8.5.0"
+ *   json      one JSON object per line, with the client's port, the scheme and the seconds the
+ *             request took (from its complete head to its response queued) besides:
+ *             {"time":"2026-11-22T03:25:03Z","client":"127.0.0.1","port":50212,...}
+ *
+ * The client is the peer's address, or who a trusted proxy names (request_client); CLF's host
+ * field has no port, so common and combined write the address alone.
  *
  * Each line goes out in one write(2) as it is made, from whichever worker serves the request:
- * lines are short (the target is cut at ACCESS_LOG_TARGET_MAX), so a write to a pipe is atomic
- * and lines of different workers and processes never interleave, and nothing waits in a buffer
- * when the traffic stops. The request line is "-" for a request that was rejected before it
- * was parsed. The parser has already refused control characters, spaces and quotes outside the
- * grammar in the method and the target, so they are written as they came. */
+ * lines are short (the target and each header value are cut at ACCESS_LOG_FIELD_MAX), so a
+ * write to a pipe is atomic and lines of different workers and processes never interleave, and
+ * nothing waits in a buffer when the traffic stops. The request line is "-" for a request that
+ * was rejected before it was parsed. The parser has already refused control characters, spaces
+ * and quotes outside the grammar in the method and the target, so they are written as they came
+ * in the CLF formats; header values may hold quotes and bytes above 0x7e, so those are escaped
+ * (\" \\ and \xHH, as nginx does), and in JSON every field is escaped as JSON wants. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include "access_log.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,23 +40,121 @@
 #include "conn.h"
 #include "server_int.h"
 
-#define ACCESS_LOG_TARGET_MAX 1024
+#define ACCESS_LOG_FIELD_MAX 1024
+/* The longest line: the fixed parts, the target and two header values, each escaped at up to
+ * six bytes per byte in JSON (\u00XX), plus the client. */
+#define ACCESS_LOG_LINE_MAX (3 * 6 * ACCESS_LOG_FIELD_MAX + 512)
 
-static const char *access_log_date(void)
+static const char *access_log_date(int iso)
 {
-    static __thread time_t last;
-    static __thread char buf[32];
+    static __thread time_t last[2];
+    static __thread char buf[2][32];
     static const char mon[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
                                     "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
     time_t now = time(NULL);
-    if (now != last || !buf[0]) {
+    if (now != last[iso] || !buf[iso][0]) {
         struct tm tm;
         gmtime_r(&now, &tm);
-        snprintf(buf, sizeof(buf), "%02d/%s/%04d:%02d:%02d:%02d +0000", tm.tm_mday, mon[tm.tm_mon],
-                 tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
-        last = now;
+        if (iso)
+            snprintf(buf[1], sizeof(buf[1]), "%04d-%02d-%02dT%02d:%02d:%02dZ", tm.tm_year + 1900,
+                     tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+        else
+            snprintf(buf[0], sizeof(buf[0]), "%02d/%s/%04d:%02d:%02d:%02d +0000", tm.tm_mday,
+                     mon[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+        last[iso] = now;
     }
-    return buf;
+    return buf[iso];
+}
+
+/* A line under construction: appends never overflow; a line that would is cut (it cannot, given
+ * ACCESS_LOG_LINE_MAX and the cuts at ACCESS_LOG_FIELD_MAX, but the bound is checked anyway). */
+struct access_line {
+    char buf[ACCESS_LOG_LINE_MAX];
+    size_t len;
+};
+
+static void al_raw(struct access_line *l, const char *p, size_t n)
+{
+    if (n > sizeof(l->buf) - 1 - l->len)
+        n = sizeof(l->buf) - 1 - l->len;
+    memcpy(l->buf + l->len, p, n);
+    l->len += n;
+}
+
+static void al_str(struct access_line *l, const char *p)
+{
+    al_raw(l, p, strlen(p));
+}
+
+static void al_fmt(struct access_line *l, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void al_fmt(struct access_line *l, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(l->buf + l->len, sizeof(l->buf) - l->len, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        l->len += (size_t)n < sizeof(l->buf) - l->len ? (size_t)n : sizeof(l->buf) - 1 - l->len;
+}
+
+/* p[0..n) cut at ACCESS_LOG_FIELD_MAX, escaped for a quoted CLF field (json == 0: \" \\ and
+ * \xHH for bytes outside 0x20..0x7e) or a JSON string (json == 1: \" \\ and \u00XX; bytes
+ * above 0x7f are written as the Latin-1 characters they would be, so the line is always valid
+ * UTF-8 whatever the client sent). */
+static void al_escaped(struct access_line *l, const char *p, size_t n, int json)
+{
+    static const char hex[] = "0123456789abcdef";
+    if (n > ACCESS_LOG_FIELD_MAX)
+        n = ACCESS_LOG_FIELD_MAX;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)p[i];
+        if (ch == '"' || ch == '\\') {
+            char e[2] = {'\\', (char)ch};
+            al_raw(l, e, 2);
+        } else if (ch >= 0x20 && ch < 0x7f) {
+            al_raw(l, (const char *)&ch, 1);
+        } else if (json) {
+            char e[6] = {'\\', 'u', '0', '0', hex[ch >> 4], hex[ch & 15]};
+            al_raw(l, e, 6);
+        } else {
+            char e[4] = {'\\', 'x', hex[ch >> 4], hex[ch & 15]};
+            al_raw(l, e, 4);
+        }
+    }
+}
+
+/* The value of the first header field named `name` (case-insensitive), or NULL. */
+static const struct http_header *al_header(const struct http_request *r, const char *name)
+{
+    size_t len = strlen(name);
+    for (size_t i = 0; i < r->num_headers; i++)
+        if (r->headers[i].name_len == len && strncasecmp(r->headers[i].name, name, len) == 0)
+            return &r->headers[i];
+    return NULL;
+}
+
+/* The host part of a peer string as request_client gives it: "1.2.3.4:5678" -> "1.2.3.4",
+ * "[::1]:5678" -> "::1"; "-" (no peer) and anything without a port stay as they are. */
+static void al_host(const char *peer, const char **host, size_t *len, long *port)
+{
+    const char *colon = strrchr(peer, ':');
+    *host = peer;
+    *len = strlen(peer);
+    *port = -1;
+    if (peer[0] == '[') {
+        const char *close = strchr(peer, ']');
+        if (close) {
+            *host = peer + 1;
+            *len = (size_t)(close - peer - 1);
+            if (close[1] == ':')
+                *port = strtol(close + 2, NULL, 10);
+        }
+    } else if (colon && colon == strchr(peer, ':')) {
+        /* exactly one ':' : IPv4 (or a name) with a port; an IPv6 address has several */
+        *len = (size_t)(colon - peer);
+        *port = strtol(colon + 1, NULL, 10);
+    }
 }
 
 void access_log_write(struct request *rq)
@@ -49,34 +162,94 @@ void access_log_write(struct request *rq)
     int fd = rq->srv->cfg.access_log_fd;
     if (LIKELY(fd < 0) || !rq->log_status)
         return;
-    char line[ACCESS_LOG_TARGET_MAX + 256];
-    char bytes[24] = "-";
-    if (rq->log_bytes >= 0)
-        snprintf(bytes, sizeof(bytes), "%lld", (long long)rq->log_bytes);
-    double secs = rq->log_have_req ? (double)(clock_mono_ns() - rq->log_t0) / 1e9 : 0.0;
+    int format = rq->srv->cfg.access_log_format;
+    /* Per thread rather than on the stack: a line can reach 19 KiB and connections run on
+     * 64 KiB coroutine stacks. Nothing here yields, so one buffer per thread is enough. */
+    static __thread struct access_line line;
+    line.len = 0;
     const char *scheme;
-    const char *client = request_client(rq, &scheme); /* the peer, or who a trusted proxy names */
-    int n;
-    if (rq->log_have_req) {
-        const struct http_request *r = &rq->head;
-        int tlen = r->target_len > ACCESS_LOG_TARGET_MAX ? ACCESS_LOG_TARGET_MAX
-                                                         : (int)r->target_len;
-        n = snprintf(line, sizeof(line), "%s - - [%s] \"%.*s %.*s HTTP/1.%d\" %d %s %.6f\n", client,
-                     access_log_date(), (int)r->method_len, r->method, tlen, r->target,
-                     r->minor_version, rq->log_status, bytes, secs);
+    const char *host;
+    size_t host_len;
+    long port;
+    al_host(request_client(rq, &scheme), &host, &host_len, &port);
+    const struct http_request *r = rq->log_have_req ? &rq->head : NULL;
+    const struct http_header *referer = r ? al_header(r, "referer") : NULL;
+    const struct http_header *agent = r ? al_header(r, "user-agent") : NULL;
+    if (format == ACCESS_LOG_JSON) {
+        double secs = r ? (double)(clock_mono_ns() - rq->log_t0) / 1e9 : 0.0;
+        al_str(&line, "{\"time\":\"");
+        al_str(&line, access_log_date(1));
+        al_str(&line, "\",\"client\":\"");
+        al_escaped(&line, host, host_len, 1);
+        if (port >= 0)
+            al_fmt(&line, "\",\"port\":%ld,\"scheme\":\"%s\"", port, scheme);
+        else
+            al_fmt(&line, "\",\"port\":null,\"scheme\":\"%s\"", scheme);
+        if (r) {
+            al_str(&line, ",\"method\":\"");
+            al_escaped(&line, r->method, r->method_len, 1);
+            al_str(&line, "\",\"target\":\"");
+            al_escaped(&line, r->target, r->target_len, 1);
+            al_fmt(&line, "\",\"protocol\":\"HTTP/1.%d\"", r->minor_version);
+        } else {
+            al_str(&line, ",\"method\":null,\"target\":null,\"protocol\":null");
+        }
+        al_fmt(&line, ",\"status\":%d", rq->log_status);
+        if (rq->log_bytes >= 0)
+            al_fmt(&line, ",\"bytes\":%lld", (long long)rq->log_bytes);
+        else
+            al_str(&line, ",\"bytes\":null");
+        al_fmt(&line, ",\"duration\":%.6f", secs);
+        const struct http_header *hs[2] = {referer, agent};
+        static const char *keys[2] = {",\"referer\":", ",\"user_agent\":"};
+        for (int i = 0; i < 2; i++) {
+            al_str(&line, keys[i]);
+            if (hs[i]) {
+                al_str(&line, "\"");
+                al_escaped(&line, hs[i]->value, hs[i]->value_len, 1);
+                al_str(&line, "\"");
+            } else {
+                al_str(&line, "null");
+            }
+        }
+        al_str(&line, "}\n");
     } else {
-        n = snprintf(line, sizeof(line), "%s - - [%s] \"-\" %d %s %.6f\n", client,
-                     access_log_date(), rq->log_status, bytes, secs);
+        al_raw(&line, host, host_len);
+        al_str(&line, " - - [");
+        al_str(&line, access_log_date(0));
+        al_str(&line, "] \"");
+        if (r) {
+            size_t tlen = r->target_len > ACCESS_LOG_FIELD_MAX ? ACCESS_LOG_FIELD_MAX
+                                                               : r->target_len;
+            al_fmt(&line, "%.*s %.*s HTTP/1.%d", (int)r->method_len, r->method, (int)tlen,
+                   r->target, r->minor_version);
+        } else {
+            al_str(&line, "-");
+        }
+        al_fmt(&line, "\" %d ", rq->log_status);
+        if (rq->log_bytes >= 0)
+            al_fmt(&line, "%lld", (long long)rq->log_bytes);
+        else
+            al_str(&line, "-");
+        if (format == ACCESS_LOG_COMBINED) {
+            const struct http_header *hs[2] = {referer, agent};
+            for (int i = 0; i < 2; i++) {
+                al_str(&line, " \"");
+                if (hs[i])
+                    al_escaped(&line, hs[i]->value, hs[i]->value_len, 0);
+                else
+                    al_str(&line, "-");
+                al_str(&line, "\"");
+            }
+        }
+        al_str(&line, "\n");
     }
-    if (n > 0) {
-        size_t len = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
-        /* A failed write drops its line and the server goes on. A write blocks while a pipe on
-         * standard output is full: a reader that stalls slows the workers down, as it would
-         * nginx's or gunicorn's. */
-        ssize_t w;
-        do {
-            w = write(fd, line, len);
-        } while (w < 0 && errno == EINTR);
-    }
+    /* A failed write drops its line and the server goes on. A write blocks while a pipe on
+     * standard output is full: a reader that stalls slows the workers down, as it would nginx's
+     * or gunicorn's. */
+    ssize_t w;
+    do {
+        w = write(fd, line.buf, line.len);
+    } while (w < 0 && errno == EINTR);
     rq->log_status = 0;
 }

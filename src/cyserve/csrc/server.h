@@ -100,6 +100,9 @@ struct server_listen {
                        * may accept from it too (see listen.c). */
 };
 
+/* The access log's line formats (access_log.c). */
+enum { ACCESS_LOG_COMMON = 0, ACCESS_LOG_COMBINED = 1, ACCESS_LOG_JSON = 2 };
+
 struct server_config {
     const struct server_listen *listen; /* nlisten listeners (copied by server_new); when
                                          * nlisten is 0, host and port make the only one */
@@ -112,6 +115,7 @@ struct server_config {
     int backlog;                /* listen() backlog per worker */
     int access_log_fd;          /* -1 (default): no access log; else one line per response is
                                  * written to it, each line in one write(2) (see access_log.c) */
+    int access_log_format;      /* ACCESS_LOG_COMMON (0, default), _COMBINED or _JSON */
     int shared_port;            /* 1: join the SO_REUSEPORT group already on host:port (process
                                  * workers, cyserve/processes.py); 0: fail if the port is taken */
     struct http_limits limits;  /* header block, target, header count */

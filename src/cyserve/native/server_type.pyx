@@ -135,7 +135,8 @@ cdef class Server:
                  int max_header_bytes=8192, int max_target_bytes=8192, int max_headers=100,
                  max_body_bytes=1048576, double keepalive_timeout=5.0,
                  double header_timeout=10.0, double body_timeout=10.0, bint shared_port=False,
-                 bint access_log=False, int blocking_threads=16, body_budget=64 << 20,
+                 bint access_log=False, int access_log_fd=1, str access_log_format="common",
+                 int blocking_threads=16, body_budget=64 << 20,
                  min_body_rate=500, listen=None, forwarded_allow_ips=None, str ssl_certfile=None,
                  str ssl_keyfile=None, str ssl_keyfile_password=None, str ssl_ciphers=None,
                  str ssl_ca_certs=None, int ssl_cert_reqs=0):
@@ -203,8 +204,17 @@ cdef class Server:
             self._set_listen(listen)
             cfg.listen = self._listen
             cfg.nlisten = self._nlisten
-        # The access log goes to standard output, one write(2) per line from the workers.
-        cfg.access_log_fd = 1 if access_log else -1
+        # The access log goes to access_log_fd (standard output unless a file was opened for
+        # it), one write(2) per line from the workers.
+        if access_log and access_log_fd < 0:
+            raise ValueError(f"access_log_fd must be a file descriptor, got {access_log_fd}")
+        cfg.access_log_fd = access_log_fd if access_log else -1
+        formats = {"common": cs.ACCESS_LOG_COMMON, "combined": cs.ACCESS_LOG_COMBINED,
+                   "json": cs.ACCESS_LOG_JSON}
+        if access_log_format not in formats:
+            raise ValueError(f"access_log_format must be one of common, combined, json; got "
+                             f"{access_log_format!r}")
+        cfg.access_log_format = formats[access_log_format]
         cfg.limits.max_header_bytes = max_header_bytes
         cfg.limits.max_target_bytes = max_target_bytes
         cfg.limits.max_headers = max_headers

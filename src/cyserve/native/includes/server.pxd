@@ -48,6 +48,10 @@ cdef extern from "csrc/resp.h" nogil:
     void *resp_alloc(resp_t *r, size_t size)
 
 cdef extern from "csrc/server.h" nogil:
+    enum:
+        ACCESS_LOG_COMMON
+        ACCESS_LOG_COMBINED
+        ACCESS_LOG_JSON
     ctypedef struct server_t "struct server":
         pass
 
@@ -86,6 +90,7 @@ cdef extern from "csrc/server.h" nogil:
         uint64_t min_body_rate
         int backlog
         int access_log_fd
+        int access_log_format
         int shared_port
         http_limits limits
         uint64_t max_body_bytes
