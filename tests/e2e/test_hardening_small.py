@@ -169,3 +169,41 @@ def test_repeated_range_is_ignored(files_port, lines):
     etag = request(files_port, get("/files/f.bin")).header("etag")
     r = request(files_port, get("/files/f.bin", extra=lines.format(etag=etag)))
     assert (r.status, r.body) == (200, FILE)
+
+
+def test_a_client_that_half_closes_and_stops_reading_costs_no_cpu_and_is_dropped():
+    """A client that sends its request, shuts its sending side (FIN) and never reads: the
+    worker's write waits for the socket to drain, asleep, and drops the client after
+    body_timeout without progress. (The half-close used to end every wait for writability at
+    once, so the worker spun on EAGAIN at full CPU and never reached its timeout.)"""
+    import socket
+    import time
+
+    routes = [("path", "/big", None, "static", (200, [], b"x" * (32 << 20)))]
+    with serving(routes, threads=1, body_timeout=1.0) as srv:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", srv.port))
+        try:
+            s.sendall(b"GET /big HTTP/1.1\r\nHost: t\r\n\r\n")
+            s.shutdown(socket.SHUT_WR)
+            time.sleep(0.3)  # the response fills both socket buffers
+            cpu0 = time.process_time()
+            time.sleep(1.5)
+            spent = time.process_time() - cpu0
+            assert spent < 0.5, f"{spent:.2f} s of CPU in 1.5 s while the client reads nothing"
+            # The first timeout may find the client's buffer took a few more bytes (progress:
+            # the wait goes on); by the second there is none.
+            time.sleep(1.5)
+            # Past body_timeout the server gave up on the client: reading now finds the end of
+            # what it had sent, then EOF or a reset, well short of the 32 MiB.
+            s.settimeout(10)
+            got = 0
+            try:
+                while chunk := s.recv(1 << 20):
+                    got += len(chunk)
+            except ConnectionResetError:
+                pass
+            assert got < 32 << 20
+        finally:
+            s.close()

@@ -104,7 +104,7 @@ def site(certs: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Ite
 
     app.wsgi("/wsgi", wsgi_app)
     with serving(app.build(), ssl_certfile=certs["cert"], ssl_keyfile=certs["key"],
-                 header_timeout=1.0) as srv:
+                 header_timeout=1.0, keepalive_timeout=1.0) as srv:
         assert srv.scheme == "https"
         yield srv.port
 
@@ -123,6 +123,28 @@ def test_keep_alive_and_pipelined(site: int, certs: dict[str, str], version: str
         assert c.reply().body == b"https GET 0"
         assert c.reply().body == b"Hello, World!"
         assert c.reply().body == FILE
+
+
+@pytest.mark.parametrize("version", list(VERSIONS))
+@pytest.mark.parametrize("why", ["connection close", "http/1.0", "idle timeout"])
+def test_every_close_says_close_notify(site: int, certs: dict[str, str], version: str,
+                                       why: str) -> None:
+    """A close after the handshake sends close_notify, whatever closes: a client that treats a
+    missing one as truncation (suppress_ragged_eofs=False, as strict OpenSSL 3 clients do)
+    reads a clean end of stream, never SSLEOFError."""
+    raw = socket.create_connection(("127.0.0.1", site), timeout=10)
+    with client_context(certs, version).wrap_socket(raw, server_hostname="localhost",
+                                                    suppress_ragged_eofs=False) as s:
+        if why == "connection close":
+            s.sendall(b"GET /plaintext HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        elif why == "http/1.0":
+            s.sendall(b"GET /plaintext HTTP/1.0\r\n\r\n")
+        else:  # the site closes a keep-alive connection idle for 1 s
+            s.sendall(b"GET /plaintext HTTP/1.1\r\nHost: t\r\n\r\n")
+        got = b""
+        while chunk := s.recv(65536):  # raises ssl.SSLEOFError on a close without it
+            got += chunk
+        assert got.endswith(b"Hello, World!")
 
 
 @pytest.mark.parametrize("version", list(VERSIONS))

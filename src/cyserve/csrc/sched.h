@@ -199,7 +199,8 @@ int sched_io_add(struct sched_io *io, int fd,
                  void (*on_ready)(struct sched_io *io, uint32_t events));
 
 /* Wait until io is ready for any of events, consuming that readiness (Go's netpoll rule: read
- * or write until EAGAIN, then wait). deadline_ns is absolute on sched_now_ns()'s clock, or < 0
+ * or write until EAGAIN, then wait). An error or hang-up (EPOLLERR, EPOLLHUP) ends any wait; the
+ * peer's half-close (EPOLLRDHUP) ends a wait that includes EPOLLIN only. deadline_ns is absolute on sched_now_ns()'s clock, or < 0
  * for none. Runs as a home section of io's home (see sched_home_enter), ended when it returns.
  * Returns the ready events (> 0), -ETIMEDOUT, or -ECANCELED. Coroutine only. */
 int sched_io_wait(struct sched_io *io, uint32_t events, int64_t deadline_ns);

@@ -50,13 +50,23 @@ static void wait_timer_fired(struct sched_timer *t)
 /* Readiness bits that stay set until the fd is gone: an error or hang-up is not an edge. */
 #define SCHED_STICKY (EPOLLERR | EPOLLHUP | EPOLLRDHUP)
 
+/* The ready bits that end a wait for `events`. An error or a full hang-up ends any wait. The
+ * peer's half-close (EPOLLRDHUP) ends only a wait to read: it says no more bytes will come, not
+ * that bytes can be sent. Letting it end a wait for EPOLLOUT made a writer to a client that
+ * had sent FIN and stopped reading return at once from every wait, find EAGAIN again, and spin
+ * without ever reaching its timeout. */
+static inline uint32_t io_wait_mask(uint32_t events)
+{
+    return events | EPOLLERR | EPOLLHUP | (events & EPOLLIN ? EPOLLRDHUP : 0);
+}
+
 static void io_event(struct sched_worker *self, struct sched_worker *home, struct sched_io *io,
                      uint32_t ev)
 {
     io->ready |= ev;
     if (io->waiter) {
         struct sched_wait *rec = coro_sched_node(io->waiter)->wait;
-        uint32_t got = io->ready & (io->wait_events | SCHED_STICKY);
+        uint32_t got = io->ready & io_wait_mask(io->wait_events);
         if (got) {
             io->ready &= ~(got & (EPOLLIN | EPOLLOUT));
             wait_finish(self, home, rec, (int)got);
@@ -204,7 +214,7 @@ int sched_io_wait(struct sched_io *io, uint32_t events, int64_t deadline_ns)
     if (UNLIKELY(sched_is_stopping(w->s)))
         return -ECANCELED;
     home_enter(&w, io->home);
-    uint32_t got = io->ready & (events | SCHED_STICKY);
+    uint32_t got = io->ready & io_wait_mask(events);
     if (got) {
         io->ready &= ~(got & (EPOLLIN | EPOLLOUT));
         loop_unlock(w); /* back to user code: never across its work */

@@ -341,6 +341,10 @@ static ssize_t tls_handshake(struct conn *c)
         c->tp_data = ssl;
     }
     for (;;) {
+        /* Each SSL call starts with an empty error queue: SSL_get_error reads it, and anything
+         * left on this thread by other code (a Python extension using libcrypto runs on the
+         * same threads) would make a healthy connection look failed. */
+        ERR_clear_error();
         int r = SSL_do_handshake(ssl);
         if (r == 1)
             return 1;
@@ -412,6 +416,7 @@ static ssize_t tls_recv(struct conn *c, void *buf, size_t len)
     size_t got = 0;
     while (got < len) {
         size_t n;
+        ERR_clear_error(); /* see tls_handshake */
         int r = SSL_read_ex(ssl, (char *)buf + got, len - got, &n);
         if (LIKELY(r == 1)) {
             got += n;
@@ -438,6 +443,7 @@ static ssize_t tls_write(struct conn *c, const void *p, size_t n)
 {
     for (;;) {
         size_t w;
+        ERR_clear_error(); /* see tls_handshake */
         int r = SSL_write_ex(c->tp_data, p, n, &w);
         if (LIKELY(r == 1))
             return (ssize_t)w;
@@ -495,6 +501,7 @@ static int tls_shutdown(struct conn *c, int how)
     SSL *ssl = c->tp_data;
     if (ssl && SSL_is_init_finished(ssl) && (how == SHUT_WR || how == SHUT_RDWR)) {
         /* close_notify, once, without waiting for the client's: it goes out before the FIN. */
+        ERR_clear_error();
         if (SSL_shutdown(ssl) < 0)
             ERR_clear_error();
     }
@@ -503,6 +510,17 @@ static int tls_shutdown(struct conn *c, int how)
 
 static void tls_close(struct conn *c)
 {
+    SSL *ssl = c->tp_data;
+    /* Every close after a finished handshake says close_notify first (once; never waiting
+     * for the client's): without it a client cannot tell our close from a truncation by
+     * someone on the path, which matters for a body that ends at the close (HTTP/1.0 without a
+     * length), and strict OpenSSL 3 clients report "unexpected eof". A socket that cannot
+     * take the record now (full, or reset) just goes without it. */
+    if (ssl && SSL_is_init_finished(ssl) && !(SSL_get_shutdown(ssl) & SSL_SENT_SHUTDOWN)) {
+        ERR_clear_error();
+        if (SSL_shutdown(ssl) < 0)
+            ERR_clear_error();
+    }
     SSL_free(c->tp_data);
     c->tp_data = NULL;
 }
