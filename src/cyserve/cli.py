@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 from . import __version__
 from .app import App, as_app
-from .config import ACCESS_LOG_FORMATS, INTERFACES, LOG_LEVELS, LOOPS, Config
+from .config import ACCESS_LOG_FORMATS, FORWARDED_HEADERS, INTERFACES, LOG_LEVELS, LOOPS, Config
 from .errors import (AppLoadError, ConfigError, CyserveError, HandlerTypeError, ListenError,
                      RouteError)
 
@@ -175,17 +175,24 @@ def _add_listen_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_proxy_options(p: argparse.ArgumentParser) -> None:
+    defaults = Config()
     g = p.add_argument_group(
         "behind a proxy",
-        "From a trusted peer, X-Forwarded-For, X-Forwarded-Proto and Forwarded (RFC 7239) say "
-        "who the client is and which scheme it used: the access log, WSGI's REMOTE_ADDR and "
-        "Request.client and Request.scheme tell that instead of the proxy's own address.")
+        "From a trusted peer, X-Forwarded-For and X-Forwarded-Proto (or Forwarded, RFC 7239, "
+        "with --forwarded-header forwarded) say who the client is and which scheme it used: "
+        "the access log, WSGI's REMOTE_ADDR and Request.client and Request.scheme tell that "
+        "instead of the proxy's own address.")
     g.add_argument("--proxy-headers", action="store_true",
                    help="believe proxy headers from --forwarded-allow-ips (default: off)")
     g.add_argument("--forwarded-allow-ips", metavar="LIST", default=None,
                    help="the trusted peers: addresses and networks (CIDR) separated by commas, "
                         "or * for all; implies --proxy-headers (default: $FORWARDED_ALLOW_IPS, "
                         "else 127.0.0.1; a Unix socket's peer is always trusted)")
+    g.add_argument("--forwarded-header", default=defaults.forwarded_header,
+                   choices=FORWARDED_HEADERS, type=str.lower,
+                   help="the headers the proxy writes: x-forwarded (X-Forwarded-For/-Proto) or "
+                        "forwarded (RFC 7239); the other kind is the client's and is ignored "
+                        f"(default {defaults.forwarded_header})")
 
 
 def _add_lifecycle_options(p: argparse.ArgumentParser) -> None:
@@ -281,7 +288,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
             raise ConfigError(name, raw, "must be an integer") from None
     options["health_path"] = args.health_path
     options.update(proxy_headers=args.proxy_headers,
-                   forwarded_allow_ips=args.forwarded_allow_ips)
+                   forwarded_allow_ips=args.forwarded_allow_ips,
+                   forwarded_header=args.forwarded_header)
     return Config(**options)
 
 

@@ -39,6 +39,8 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 # What the object served is (app.as_app): "auto" tells a cyserve.App from a WSGI or an ASGI
 # callable.
 INTERFACES = ("auto", "cyserve", "wsgi", "asgi")
+# The proxy header families (csrc/proxy.h): the one the proxy writes is read, the other ignored.
+FORWARDED_HEADERS = ("x-forwarded", "forwarded")
 # The access log's line formats (csrc/access_log.c).
 ACCESS_LOG_FORMATS = ("common", "combined", "json")
 
@@ -114,6 +116,10 @@ class Config:
     # Behind a proxy (csrc/proxy.c): believe X-Forwarded-For/-Proto and Forwarded from these peers.
     proxy_headers: bool = False  # also on when forwarded_allow_ips is given
     forwarded_allow_ips: str | None = None  # None: $FORWARDED_ALLOW_IPS, else "127.0.0.1"
+    # Which headers the proxy writes: "x-forwarded" (X-Forwarded-For/-Proto, as nginx's usual
+    # configuration and uvicorn) or "forwarded" (RFC 7239). The other family is ignored: the
+    # proxy passes it through from the client.
+    forwarded_header: str = "x-forwarded"
     # Worker recycling (supervisor.py): a worker process that has answered max_requests (plus a
     # random 0..max_requests_jitter of its own) is replaced, the new one serving first. 0: never.
     max_requests: int = 0
@@ -301,6 +307,9 @@ class Config:
     def _validate_proxy(self) -> None:
         if not isinstance(self.proxy_headers, bool):
             raise ConfigError("proxy_headers", repr(self.proxy_headers), "must be True or False")
+        if self.forwarded_header not in FORWARDED_HEADERS:
+            raise ConfigError("forwarded_header", repr(self.forwarded_header),
+                              "must be one of " + ", ".join(FORWARDED_HEADERS))
         if self.forwarded_allow_ips is not None:
             check_forwarded_allow_ips("forwarded_allow_ips", self.forwarded_allow_ips)
         elif self.proxy_headers and "FORWARDED_ALLOW_IPS" in os.environ:

@@ -96,6 +96,7 @@ def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Serv
     trusted = config.trusted_proxies()
     if trusted is not None:
         kwargs["forwarded_allow_ips"] = trusted
+        kwargs["forwarded_header"] = config.forwarded_header
     # WSGI's SERVER_NAME and SERVER_PORT (for a request without Host): the first TCP address.
     wsgi_host, wsgi_port = (tcp[0].host, tcp[0].port) if tcp else ("localhost", 80)
     logfile = AccessLogFile.open(config.access_logfile) if config.access_logfile else None

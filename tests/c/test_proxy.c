@@ -25,8 +25,8 @@ static struct http_request head(const char *n1, const char *v1, const char *n2, 
     return r;
 }
 
-static void resolve(const char *trust, struct http_request r, const char *want_client,
-                    const char *want_scheme, const char *what)
+static void resolve_as(int forwarded, const char *trust, struct http_request r,
+                       const char *want_client, const char *want_scheme, const char *what)
 {
     struct proxy_trust t;
     char client[PROXY_CLIENT_MAX];
@@ -35,10 +35,24 @@ static void resolve(const char *trust, struct http_request r, const char *want_c
         ok(0, "%s: trust list %s parses", what, trust);
         return;
     }
+    t.forwarded = forwarded;
     proxy_resolve(&t, &r, client, &scheme);
     is_mem(client, strlen(client), want_client, what);
     is_mem(scheme, strlen(scheme), want_scheme, what);
     proxy_trust_free(&t);
+}
+
+/* Reading X-Forwarded-For/-Proto (the default), and reading RFC 7239 Forwarded. */
+static void resolve(const char *trust, struct http_request r, const char *want_client,
+                    const char *want_scheme, const char *what)
+{
+    resolve_as(0, trust, r, want_client, want_scheme, what);
+}
+
+static void resolve_fw(const char *trust, struct http_request r, const char *want_client,
+                       const char *want_scheme, const char *what)
+{
+    resolve_as(1, trust, r, want_client, want_scheme, what);
 }
 
 static int peer4(const struct proxy_trust *t, const char *ip)
@@ -113,27 +127,43 @@ static void test_x_forwarded(void)
             "X-Forwarded-Proto alone");
     resolve("127.0.0.1", head("X-Forwarded-Proto", " HTTPS ", NULL, NULL), "", "https",
             "any case, spaces around");
-    resolve("127.0.0.1", head("X-Forwarded-Proto", "https, http", NULL, NULL), "", "https",
-            "a list: the first (the client's side)");
+    resolve("127.0.0.1", head("X-Forwarded-Proto", "https, http", NULL, NULL), "", "http",
+            "a list: the last, the nearest proxy's (the first is the client's to write)");
+    resolve("127.0.0.1", head("X-Forwarded-Proto", "https", "X-Forwarded-Proto", "http"), "",
+            "http", "the client's field, then the proxy's: the proxy's");
+    resolve("127.0.0.1, 10.0.0.0/8",
+            head("X-Forwarded-For", "203.0.113.7, 10.0.0.5", "X-Forwarded-Proto", "https, http"),
+            "203.0.113.7:0", "https",
+            "one element per hop: the chosen hop's, not the last (proxies that append to both)");
+    resolve("127.0.0.1",
+            head("X-Forwarded-For", "6.6.6.6, 203.0.113.7", "X-Forwarded-Proto", "https"),
+            "203.0.113.7:0", "https", "lists that do not line up: the last element");
+    resolve("127.0.0.1",
+            head("Forwarded", "for=6.6.6.6;proto=https", "X-Forwarded-For", "203.0.113.7"),
+            "203.0.113.7:0", "http",
+            "a Forwarded field is the client's when the proxy writes X-Forwarded-*: ignored");
     resolve("127.0.0.1", head("X-Forwarded-Proto", "gopher", NULL, NULL), "", "http",
             "another scheme is not taken");
 }
 
 static void test_forwarded(void)
 {
-    resolve("127.0.0.1",
-            head("Forwarded", "for=192.0.2.60;proto=https;by=203.0.113.43", NULL, NULL),
-            "192.0.2.60:0", "https", "RFC 7239's example");
-    resolve("127.0.0.1",
-            head("Forwarded", "for=\"[2001:db8:cafe::17]:4711\";proto=https, for=127.0.0.1", NULL,
-                 NULL),
-            "[2001:db8:cafe::17]:0", "https", "quoted IPv6 with a port, behind a trusted hop");
-    resolve("127.0.0.1", head("Forwarded", "For=\"192.0.2.43:47011\"", NULL, NULL), "192.0.2.43:0",
-            "http", "parameter names in any case, a quoted IPv4 with a port");
-    resolve("127.0.0.1", head("Forwarded", "for=unknown;proto=https", NULL, NULL), "", "https",
-            "an unknown node: no client, the scheme all the same");
-    resolve("127.0.0.1", head("Forwarded", "for=192.0.2.1", "X-Forwarded-For", "198.51.100.9"),
-            "192.0.2.1:0", "http", "Forwarded wins over X-Forwarded-For");
+    resolve_fw("127.0.0.1",
+               head("Forwarded", "for=192.0.2.60;proto=https;by=203.0.113.43", NULL, NULL),
+               "192.0.2.60:0", "https", "RFC 7239's example");
+    resolve_fw("127.0.0.1",
+               head("Forwarded", "for=\"[2001:db8:cafe::17]:4711\";proto=https, for=127.0.0.1",
+                    NULL, NULL),
+               "[2001:db8:cafe::17]:0", "https", "quoted IPv6 with a port, behind a trusted hop");
+    resolve_fw("127.0.0.1", head("Forwarded", "For=\"192.0.2.43:47011\"", NULL, NULL),
+               "192.0.2.43:0", "http", "parameter names in any case, a quoted IPv4 with a port");
+    resolve_fw("127.0.0.1", head("Forwarded", "for=unknown;proto=https", NULL, NULL), "", "https",
+               "an unknown node: no client, the scheme all the same");
+    resolve_fw("127.0.0.1", head("Forwarded", "for=192.0.2.1", "X-Forwarded-For", "198.51.100.9"),
+               "192.0.2.1:0", "http",
+               "X-Forwarded-For is the client's when the proxy writes Forwarded");
+    resolve_fw("127.0.0.1", head("X-Forwarded-For", "198.51.100.9", "X-Forwarded-Proto", "https"),
+               "", "http", "and X-Forwarded-* alone names nobody");
 }
 
 static void test_long_lists(void)

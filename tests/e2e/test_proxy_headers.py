@@ -83,16 +83,35 @@ def test_a_trusted_peer_names_the_client_and_scheme(app_dir: Path) -> None:
     try:
         assert get(("127.0.0.1", port), "/who", FORWARDED) == "('203.0.113.7', 0) https"
         assert get(("127.0.0.1", port), "/wsgi", FORWARDED) == "203.0.113.7 0 https"
+        # A Forwarded field, when the proxy writes X-Forwarded-* (the default): the client's
+        # own, passed through, so not believed.
         forwarded = 'Forwarded: for="[2001:db8::17]:4711";proto=https\r\n'
-        assert get(("127.0.0.1", port), "/who", forwarded) == "('2001:db8::17', 0) https"
+        assert re.fullmatch(r"\('127\.0\.0\.1', \d+\) http",
+                            get(("127.0.0.1", port), "/who", forwarded))
         # Without the headers, the peer as it is.
         assert re.fullmatch(r"\('127\.0\.0\.1', \d+\) http", get(("127.0.0.1", port), "/who"))
         lines = access_lines(srv, 4)
         # The Common Log Format's host: the address alone, no port.
         assert lines[0].startswith("203.0.113.7 - - [")
         assert lines[1].startswith("203.0.113.7 - - [")
-        assert lines[2].startswith("2001:db8::17 - - [")
+        assert lines[2].startswith("127.0.0.1 - - [")
         assert lines[3].startswith("127.0.0.1 - - [")
+        assert srv.stop() == 0
+    finally:
+        srv.close()
+
+
+def test_forwarded_is_read_when_the_proxy_writes_it(app_dir: Path) -> None:
+    srv, port = start(app_dir, "--proxy-headers", "--forwarded-header", "forwarded")
+    try:
+        forwarded = 'Forwarded: for="[2001:db8::17]:4711";proto=https\r\n'
+        assert get(("127.0.0.1", port), "/who", forwarded) == "('2001:db8::17', 0) https"
+        # Now X-Forwarded-* is the client's own: not believed.
+        assert re.fullmatch(r"\('127\.0\.0\.1', \d+\) http",
+                            get(("127.0.0.1", port), "/who", FORWARDED))
+        lines = access_lines(srv, 2)
+        assert lines[0].startswith("2001:db8::17 - - [")
+        assert lines[1].startswith("127.0.0.1 - - [")
         assert srv.stop() == 0
     finally:
         srv.close()

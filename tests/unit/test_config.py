@@ -55,6 +55,8 @@ def test_zero_threads_means_the_cpus_this_process_may_use() -> None:
     ("access_log_format", "apache",
      "invalid access_log_format 'apache': must be one of common, combined, json"),
     ("access_logfile", "", "invalid access_logfile '': must be a file path"),
+    ("forwarded_header", "both", "invalid forwarded_header 'both': must be one of x-forwarded, "
+     "forwarded"),
     ("processes", 0, "invalid processes 0: must be between 1 and 256"),
     ("threads", MAX_THREADS + 1, "invalid threads 1025: must be between 0 and 1024"),
     ("threads", True, "invalid threads True: must be an integer"),

@@ -12,7 +12,10 @@
  * uvicorn does. Only an IP address is taken as a client: the value ends up in the access log
  * and in the application's REMOTE_ADDR, and what it may contain there is kept to an address
  * that inet_ntop formats. RFC 7239 Forwarded carries for= and proto= per hop; the element of
- * the chosen hop gives both. The forwarded port is not used (X-Forwarded-For has none): the
+ * the chosen hop gives both. Which family of headers is read is the operator's choice
+ * (proxy_trust.forwarded), never decided by which fields are present: a proxy passes through
+ * whatever its configuration does not write, so a header of the other family can only have
+ * come from the client. The forwarded port is not used (X-Forwarded-For has none): the
  * client is "host:0", as uvicorn's ("host", 0).
  *
  * Only the request's own header views are read: no allocation, no copy beyond the formatted
@@ -25,6 +28,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -177,16 +181,12 @@ int proxy_trusted_peer(const struct proxy_trust *t, const struct sockaddr *sa)
     return sa->sa_family == AF_UNIX;
 }
 
-/* Add hop s[0..len) of X-Forwarded-For (an address, maybe "[v6]" or "v4:port") to hops. */
-static void add_hop(struct proxy_hop *hops, unsigned *n, unsigned *dropped, const char *s,
-                    size_t len)
+/* Add hop s[0..len) of X-Forwarded-For (an address, maybe "[v6]" or "v4:port") as the
+ * (*total)th hop: hops is a ring of the PROXY_MAX_HOPS rightmost ones (hops_settle puts them
+ * in order), so a list of any length costs one pass. Returns the hop's slot. */
+static struct proxy_hop *add_hop(struct proxy_hop *hops, unsigned *total, const char *s, size_t len)
 {
-    if (*n == PROXY_MAX_HOPS) { /* keep the rightmost ones */
-        memmove(hops, hops + 1, sizeof(*hops) * (PROXY_MAX_HOPS - 1));
-        (*n)--;
-        (*dropped)++;
-    }
-    struct proxy_hop *h = &hops[(*n)++];
+    struct proxy_hop *h = &hops[(*total)++ % PROXY_MAX_HOPS];
     memset(h, 0, sizeof(*h));
     trim(&s, &len);
     if (len >= 2 && s[0] == '"' && s[len - 1] == '"') {
@@ -196,7 +196,7 @@ static void add_hop(struct proxy_hop *hops, unsigned *n, unsigned *dropped, cons
     if (len && s[0] == '[') {
         const char *close = memchr(s, ']', len);
         if (!close)
-            return;
+            return h;
         s++;
         len = (size_t)(close - s);
     } else {
@@ -206,12 +206,30 @@ static void add_hop(struct proxy_hop *hops, unsigned *n, unsigned *dropped, cons
     }
     if (parse_ip(s, len, &h->family, h->addr) < 0)
         h->family = 0;
+    return h;
+}
+
+/* After total add_hop calls: the kept hops in order, leftmost first; *dropped says how many
+ * were cut off on the left. Returns how many are kept. */
+static unsigned hops_settle(struct proxy_hop *hops, unsigned total, unsigned *dropped)
+{
+    if (total <= PROXY_MAX_HOPS) {
+        *dropped = 0;
+        return total;
+    }
+    struct proxy_hop tmp[PROXY_MAX_HOPS];
+    unsigned first = total % PROXY_MAX_HOPS; /* the oldest kept hop's slot */
+    for (unsigned i = 0; i < PROXY_MAX_HOPS; i++)
+        tmp[i] = hops[(first + i) % PROXY_MAX_HOPS];
+    memcpy(hops, tmp, sizeof(tmp));
+    *dropped = total - PROXY_MAX_HOPS;
+    return PROXY_MAX_HOPS;
 }
 
 /* The hops of every X-Forwarded-For field (several fields read as one list, in order). */
 static unsigned xff_hops(const struct http_request *r, struct proxy_hop *hops, unsigned *dropped)
 {
-    unsigned n = 0;
+    unsigned total = 0;
     for (size_t i = 0; i < r->num_headers; i++) {
         const struct http_header *f = &r->headers[i];
         if (f->name_len != 15 || strncasecmp(f->name, "x-forwarded-for", 15) != 0)
@@ -220,23 +238,22 @@ static unsigned xff_hops(const struct http_request *r, struct proxy_hop *hops, u
         while (p <= end) {
             const char *comma = memchr(p, ',', (size_t)(end - p));
             const char *stop = comma ? comma : end;
-            add_hop(hops, &n, dropped, p, (size_t)(stop - p));
+            add_hop(hops, &total, p, (size_t)(stop - p));
             p = stop + 1;
         }
     }
-    return n;
+    return hops_settle(hops, total, dropped);
 }
 
 /* The hops of every Forwarded field: per element, its for= and proto=. */
 static unsigned forwarded_hops(const struct http_request *r, struct proxy_hop *hops,
-                               unsigned *dropped, int *present)
+                               unsigned *dropped)
 {
-    unsigned n = 0;
+    unsigned total = 0;
     for (size_t i = 0; i < r->num_headers; i++) {
         const struct http_header *f = &r->headers[i];
         if (f->name_len != 9 || strncasecmp(f->name, "forwarded", 9) != 0)
             continue;
-        *present = 1;
         const char *p = f->value, *end = f->value + f->value_len;
         while (p <= end) {
             const char *comma = memchr(p, ',', (size_t)(end - p));
@@ -271,13 +288,13 @@ static unsigned forwarded_hops(const struct http_request *r, struct proxy_hop *h
                 }
                 q = pend + 1;
             }
-            add_hop(hops, &n, dropped, forv ? forv : "", forv ? for_len : 0);
-            hops[n - 1].proto = proto;
-            hops[n - 1].proto_len = proto_len;
+            struct proxy_hop *h = add_hop(hops, &total, forv ? forv : "", forv ? for_len : 0);
+            h->proto = proto;
+            h->proto_len = proto_len;
             p = stop + 1;
         }
     }
-    return n;
+    return hops_settle(hops, total, dropped);
 }
 
 /* "http" or "https" for value s[0..len) (any case, spaces around), or NULL. */
@@ -313,15 +330,40 @@ static void format_client(const struct proxy_hop *h, char *client)
     snprintf(client, PROXY_CLIENT_MAX, h->family == AF_INET6 ? "[%s]:0" : "%s:0", text);
 }
 
+/* X-Forwarded-Proto's elements, every field read as one list: how many there are, and in
+ * *at the one at index want (counted from the left; none when out of range). */
+static unsigned xfp_elements(const struct http_request *r, unsigned want, const char **at,
+                             size_t *at_len)
+{
+    unsigned count = 0;
+    for (size_t i = 0; i < r->num_headers; i++) {
+        const struct http_header *f = &r->headers[i];
+        if (f->name_len != 17 || strncasecmp(f->name, "x-forwarded-proto", 17) != 0)
+            continue;
+        const char *p = f->value, *end = f->value + f->value_len;
+        while (p <= end) {
+            const char *comma = memchr(p, ',', (size_t)(end - p));
+            const char *stop = comma ? comma : end;
+            if (count++ == want) {
+                *at = p;
+                *at_len = (size_t)(stop - p);
+            }
+            p = stop + 1;
+        }
+    }
+    return count;
+}
+
 void proxy_resolve(const struct proxy_trust *t, const struct http_request *r, char *client,
                    const char **scheme)
 {
     struct proxy_hop hops[PROXY_MAX_HOPS];
     unsigned dropped = 0;
-    int present = 0;
     client[0] = 0;
-    unsigned n = forwarded_hops(r, hops, &dropped, &present);
-    if (present) {
+    if (t->forwarded) {
+        /* RFC 7239 alone: the operator said that is what the proxy writes. An X-Forwarded-*
+         * field here came from the client (or a hop nobody vouches for) and is not read. */
+        unsigned n = forwarded_hops(r, hops, &dropped);
         const struct proxy_hop *h = choose(t, hops, n, dropped);
         format_client(h, client);
         const char *s = h && h->proto ? scheme_of(h->proto, h->proto_len) : NULL;
@@ -329,22 +371,25 @@ void proxy_resolve(const struct proxy_trust *t, const struct http_request *r, ch
             *scheme = s;
         return;
     }
-    dropped = 0;
-    n = xff_hops(r, hops, &dropped);
-    format_client(choose(t, hops, n, dropped), client);
-    const char *proto;
-    size_t proto_len;
-    /* One value (a list would be several proxies' views: the first is the client's side). */
-    for (size_t i = 0; i < r->num_headers; i++) {
-        const struct http_header *f = &r->headers[i];
-        if (f->name_len != 17 || strncasecmp(f->name, "x-forwarded-proto", 17) != 0)
-            continue;
-        proto = f->value;
-        const char *comma = memchr(proto, ',', f->value_len);
-        proto_len = comma ? (size_t)(comma - proto) : f->value_len;
-        const char *s = scheme_of(proto, proto_len);
-        if (s)
-            *scheme = s;
-        break;
-    }
+    /* X-Forwarded-For/-Proto alone: a Forwarded field is the client's own, passed through by a
+     * proxy that writes only these (nginx's usual configuration), and is not read. */
+    unsigned n = xff_hops(r, hops, &dropped);
+    const struct proxy_hop *h = choose(t, hops, n, dropped);
+    format_client(h, client);
+    /* The scheme: where X-Forwarded-Proto lists one element per X-Forwarded-For hop (proxies
+     * that append to both), the element of the hop chosen as the client; otherwise the last
+     * element, which the nearest proxy wrote (a proxy that sets the field replaces the
+     * client's). Never the first: that one the client controls. */
+    const char *proto = NULL;
+    size_t proto_len = 0;
+    unsigned total = n + dropped;
+    unsigned count = xfp_elements(r, UINT_MAX, &proto, &proto_len);
+    unsigned want = count ? count - 1 : 0;
+    if (h && count == total)
+        want = dropped + (unsigned)(h - hops);
+    if (count)
+        xfp_elements(r, want, &proto, &proto_len);
+    const char *s = proto ? scheme_of(proto, proto_len) : NULL;
+    if (s)
+        *scheme = s;
 }

@@ -21,7 +21,9 @@ struct proxy_net {
 
 /* The peers whose forwarding headers are believed. */
 struct proxy_trust {
-    int all; /* "*": every peer */
+    int all;       /* "*": every peer */
+    int forwarded; /* 0: read X-Forwarded-For/-Proto; 1: read RFC 7239 Forwarded (set after
+                    * proxy_trust_parse, which makes it 0) */
     unsigned n;
     struct proxy_net *nets; /* owned (proxy_trust_free) */
 };
@@ -43,8 +45,9 @@ int proxy_trusted_peer(const struct proxy_trust *t, const struct sockaddr *sa);
 /* From the head h of a request that a trusted peer sent: the client address its forwarding
  * headers name, written to client as "host:0" ("[v6]:0"; the port is not forwarded), or ""
  * when they name none that is an IP address; and *scheme, "http" or "https" when they name one
- * (else left alone). RFC 7239 Forwarded wins over X-Forwarded-For/-Proto when both are there.
- * Of a list of hops, the client is the rightmost one that is not trusted (the leftmost when all
+ * (else left alone). t->forwarded picks the headers read: X-Forwarded-For with the element of
+ * X-Forwarded-Proto that lines up with the chosen hop (else its last), or Forwarded's for= and
+ * proto=; the other family is ignored. Of a list of hops, the client is the rightmost one that is not trusted (the leftmost when all
  * are, or with "*"), as uvicorn reads X-Forwarded-For. client has PROXY_CLIENT_MAX bytes. */
 void proxy_resolve(const struct proxy_trust *t, const struct http_request *h, char *client,
                    const char **scheme);

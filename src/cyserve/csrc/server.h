@@ -133,6 +133,8 @@ struct server_config {
      * networks, "*"). The client they name is then the one server_req_peer, server_req_scheme
      * and the access log tell. */
     const char *forwarded_allow_ips;
+    int forwarded_header; /* with proxy headers: 0 reads X-Forwarded-For/-Proto, 1 RFC 7239
+                           * Forwarded; the other family is ignored (proxy.h) */
     /* How accepted connections carry their bytes: NULL (default) plain TCP, else that transport
      * (tls_transport, tls.h) with transport_ctx its shared state (a struct tls_ctx), borrowed:
      * both must outlive the server. */

@@ -137,7 +137,8 @@ cdef class Server:
                  double header_timeout=10.0, double body_timeout=10.0, bint shared_port=False,
                  bint access_log=False, int access_log_fd=1, str access_log_format="common",
                  int blocking_threads=16, body_budget=64 << 20,
-                 min_body_rate=500, listen=None, forwarded_allow_ips=None, str ssl_certfile=None,
+                 min_body_rate=500, listen=None, forwarded_allow_ips=None,
+                 str forwarded_header="x-forwarded", str ssl_certfile=None,
                  str ssl_keyfile=None, str ssl_keyfile_password=None, str ssl_ciphers=None,
                  str ssl_ca_certs=None, int ssl_cert_reqs=0):
         if self._router != NULL:
@@ -200,6 +201,10 @@ cdef class Server:
             fw = str(forwarded_allow_ips).encode("ascii")
             self._keep.append(fw)
             cfg.forwarded_allow_ips = fw
+        if forwarded_header not in ("x-forwarded", "forwarded"):
+            raise ValueError(f"forwarded_header must be x-forwarded or forwarded, got "
+                             f"{forwarded_header!r}")
+        cfg.forwarded_header = 1 if forwarded_header == "forwarded" else 0
         if listen:
             self._set_listen(listen)
             cfg.listen = self._listen

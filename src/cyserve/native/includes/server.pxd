@@ -98,6 +98,7 @@ cdef extern from "csrc/server.h" nogil:
         uint64_t header_timeout_ns
         uint64_t body_timeout_ns
         const char *forwarded_allow_ips
+        int forwarded_header
         const void *transport
         void *transport_ctx
 
