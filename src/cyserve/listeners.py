@@ -24,6 +24,7 @@ import errno
 import os
 import socket
 import stat
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -155,7 +156,8 @@ class Listeners:
         self.explicit = systemd or not (len(self.addresses) == 1 and
                                         self.addresses[0].kind == "tcp")
         self._sockets: list[socket.socket] = []
-        self._made_paths: list[str] = []
+        # The Unix socket files made here, with their (st_dev, st_ino) as bind() left them.
+        self._made_paths: list[tuple[str, tuple[int, int]]] = []
         self._owner = os.getpid()
 
     @classmethod
@@ -222,9 +224,13 @@ class Listeners:
             s.close()
         self._sockets.clear()
         if os.getpid() == self._owner:
-            for path in self._made_paths:
+            for path, ident in self._made_paths:
                 try:
-                    os.unlink(path)
+                    # Only the file this process made: after a restart the path may already be
+                    # the next server's socket, which must not vanish under it.
+                    st = os.lstat(path)
+                    if (st.st_dev, st.st_ino) == ident:
+                        os.unlink(path)
                 except OSError:
                     pass
         self._made_paths.clear()
@@ -237,7 +243,11 @@ class Listeners:
         except OSError as exc:
             sock.close()
             raise _unix_error(path, exc) from None
-        self._made_paths.append(path)
+        try:
+            st = os.lstat(path)
+            self._made_paths.append((path, (st.st_dev, st.st_ino)))
+        except OSError:
+            pass
         try:
             if self.uds_perms is not None:
                 # Before listen(): until then a connect() is refused, so no client gets through
@@ -273,6 +283,25 @@ class Listeners:
             raise err
 
 
+def _socket_answers(path: str) -> bool:
+    """Whether a server listens on the Unix socket at path: True when a connection is accepted
+    or pends (a full backlog: the probe gives up after a second, and the server is alive),
+    False when it is refused."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+    except ConnectionRefusedError:
+        return False
+    except (TimeoutError, BlockingIOError):  # EAGAIN: a Unix socket's full backlog
+        return True
+    except OSError as exc:
+        raise _unix_error(path, exc) from None
+    finally:
+        probe.close()
+    return True
+
+
 def _remove_stale_socket(path: str) -> None:
     """Remove a socket file that nobody listens on (left by a server that was killed); refuse
     anything else that is in the way."""
@@ -287,16 +316,14 @@ def _remove_stale_socket(path: str) -> None:
                           "(not removed)")
         err.errno = errno.EADDRINUSE
         raise err
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(path)
-    except ConnectionRefusedError:
-        os.unlink(path)  # a socket file with nobody behind it: stale
-        return
-    except OSError as exc:
-        raise _unix_error(path, exc) from None
-    finally:
-        probe.close()
+    if not _socket_answers(path):
+        # Refused twice, 0.1 s apart: a socket file with nobody behind it, stale. (Once is not
+        # enough: a server starting on it binds, then sets the mode, then listens, and refuses
+        # connections in between.)
+        time.sleep(0.1)
+        if not _socket_answers(path):
+            os.unlink(path)
+            return
     err = ListenError(f"cannot listen on unix:{path}: another server is listening on it")
     err.errno = errno.EADDRINUSE
     raise err

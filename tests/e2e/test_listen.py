@@ -188,3 +188,31 @@ def test_a_descriptor_that_is_not_a_listening_socket_is_refused(tmp_path: Path) 
         sock.close()
     assert r.returncode == 1
     assert "it is not a listening stream socket" in r.stderr
+
+
+def test_a_unix_socket_file_is_removed_only_while_it_is_still_ours(tmp_path: Path) -> None:
+    """At exit the socket file goes, unless it is no longer the one this process made (a
+    restarted server already replaced it: removing it would cut the new server off). A file
+    whose server refuses only briefly (binding, setting the mode) is not taken for stale."""
+    from cyserve.config import Config
+    from cyserve.listeners import Listeners
+
+    path = str(tmp_path / "s.sock")
+    first = Listeners.for_config(Config(uds=path))
+    first.open()
+    os.unlink(path)  # the next server, started meanwhile, put its own socket there
+    other = socket.socket(socket.AF_UNIX)
+    other.bind(path)
+    other.listen()
+    try:
+        first.close()
+        assert stat.S_ISSOCK(os.lstat(path).st_mode), "the other server's socket was removed"
+        with socket.socket(socket.AF_UNIX) as c:
+            c.connect(path)
+    finally:
+        other.close()
+        os.unlink(path)
+    again = Listeners.for_config(Config(uds=path))
+    again.open()
+    again.close()
+    assert not os.path.exists(path)  # ours: removed
