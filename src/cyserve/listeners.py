@@ -194,6 +194,9 @@ class Listeners:
                     self._sockets.append(self._open_unix(a.path))
                 elif a.kind == "fd":
                     self._check_fd(a.fd)
+                    # Not passed on to a program the application runs (sd_listen_fds() sets
+                    # FD_CLOEXEC the same way); forked worker processes keep it all the same.
+                    os.set_inheritable(a.fd, False)
         except BaseException:
             self.close()
             raise

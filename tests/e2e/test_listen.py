@@ -216,3 +216,30 @@ def test_a_unix_socket_file_is_removed_only_while_it_is_still_ours(tmp_path: Pat
     again.open()
     again.close()
     assert not os.path.exists(path)  # ours: removed
+
+
+def test_an_inherited_socket_is_not_passed_on_to_programs_the_app_runs(
+        tmp_path: Path, served: list[Served]) -> None:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    port = sock.getsockname()[1]
+    fd = sock.fileno()
+    app = textwrap.dedent(f"""
+        import os
+
+        import cyserve
+
+        app = cyserve.App()
+
+
+        @app.get("/who")
+        def who(request):
+            return "inheritable" if os.get_inheritable({fd}) else "close-on-exec"
+    """)
+    srv = Served(tmp_path, "--fd", str(fd), "--threads", "2", pass_fds=(fd,), app=app)
+    served.append(srv)
+    sock.close()
+    status, body = request(socket.AF_INET, ("127.0.0.1", port))
+    assert (status, body) == (b"HTTP/1.1 200 OK", "close-on-exec")
+    assert srv.stop() == 0

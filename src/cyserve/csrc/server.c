@@ -254,6 +254,10 @@ static void close_workers(struct server *s)
             w->conns = c->next;
             if (c->proto->close)
                 c->proto->close(c);
+            /* The transport's state too (a TLS connection's SSL object), as conn_destroy
+             * would have freed it. */
+            if (c->tp_data != NULL && c->tp->close)
+                c->tp->close(c);
             close(c->io.fd);
             free(c->buf);
             free(c->peer);
