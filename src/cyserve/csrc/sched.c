@@ -222,8 +222,9 @@ struct sched_worker {
      * the monitor's deep park pairs with it), read by the monitor and relief threads.
      * relieved_by (homes): the relief slot running this home's loop steps, or -1; set by the
      * monitor, cleared by that relief thread (CAS). relief_of (relief threads): the home it
-     * relieves, RELIEF_BUSY while it finishes its own work, RELIEF_IDLE while it waits; only the
-     * monitor moves it out of RELIEF_IDLE, only the thread itself moves it elsewhere. */
+     * relieves, RELIEF_BUSY while it finishes its own work, RELIEF_IDLE while it waits,
+     * RELIEF_DEAD when it could not start; only the monitor moves it out of RELIEF_IDLE, only
+     * the thread itself moves it elsewhere. */
     uint64_t off_start CACHE_ALIGNED;
     int relieved_by, relief_of;
     int tid; /* the thread's id (gettid), for the monitor's look at its state; set at start */

@@ -56,6 +56,7 @@
 /* relief_of values that are not a home. */
 #define RELIEF_BUSY (-1) /* relieves nobody, but finishes its own coroutines first */
 #define RELIEF_IDLE (-2) /* waits for the monitor */
+#define RELIEF_DEAD (-3) /* could not start: never given a home again */
 
 /* Is x's thread in an offload batch that started at least SCHED_RELIEF_NS before now? Any
  * thread; now and off_start come from the same monotonic clock, but from different threads:
@@ -253,7 +254,19 @@ static void *relief_main(void *arg)
         static const char msg[] = "cyserve: a relief thread could not allocate its stack pool\n";
         ssize_t wr = write(2, msg, sizeof(msg) - 1);
         (void)wr;
-        /* The home it was sent to stays with its own thread; later needs find no idle one. */
+        /* The home it was sent to stays with its own thread. Give it back, so that the
+         * monitor does not take this thread for its healthy relief forever, and leave the slot
+         * out of later choices (only an IDLE slot is chosen). */
+        int h = __atomic_load_n(&r->relief_of, __ATOMIC_ACQUIRE);
+        /* safety: the thread moves its own relief_of anywhere but out of IDLE (see above). */
+        __atomic_store_n(&r->relief_of, RELIEF_DEAD, __ATOMIC_SEQ_CST);
+        if (h >= 0) {
+            int me = (int)r->id;
+            /* safety: release pairs with mon_relieve's acquire of relieved_by; the CAS leaves
+             * a home the monitor has meanwhile given to another thread alone. */
+            __atomic_compare_exchange_n(&s->w[h].relieved_by, &me, -1, 0, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED);
+        }
         sched_tls_worker = NULL;
         return NULL;
     }
