@@ -7,6 +7,7 @@
 
 #include "compat.h"
 #include "server_int.h"
+#include "ws_conn.h"
 
 int handoff_new(struct handoff **out)
 {
@@ -25,6 +26,8 @@ void handoff_release(struct handoff *h)
     /* safety: acq_rel: every access of either side happens before the free. */
     if (__atomic_sub_fetch(&h->refs, 1, __ATOMIC_ACQ_REL) == 0) {
         resp_free(&h->resp);
+        if (h->ws)
+            wsconn_chan_free(h->ws);
         free(h);
     }
 }
@@ -44,7 +47,7 @@ int handoff_give(struct handoff *h, int more)
     return 0;
 }
 
-static void track(struct server *s, struct handoff *h, int on)
+void handoff_track(struct server *s, struct handoff *h, int on)
 {
     pthread_mutex_lock(&s->handoff_lock);
     if (on && !s->handoffs_cancelled) {
@@ -70,9 +73,9 @@ static void track(struct server *s, struct handoff *h, int on)
 
 int handoff_await(struct server *s, struct handoff *h)
 {
-    track(s, h, 1);
+    handoff_track(s, h, 1);
     int rc = sched_signal_wait(&h->ready);
-    track(s, h, 0);
+    handoff_track(s, h, 0);
     return rc;
 }
 

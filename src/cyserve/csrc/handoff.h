@@ -31,6 +31,9 @@ struct handoff {
     int more;
     struct cyserve_response resp;
     void *producer; /* the producer's own (Python: its exchange); never read by the engine */
+    /* Set by the producer before it gives a 101 answer (wsconn_attach): the connection becomes a
+     * WebSocket and the handoff its channel for the connection's life (ws_conn.h). */
+    struct wsconn_chan *ws;
     /* The server's list of handoffs its coroutines wait on, for a stop (handoff_cancel_all);
      * under the server's handoff_lock. */
     struct handoff *prev, *next;
@@ -55,6 +58,12 @@ int handoff_gone(const struct handoff *h);
  * that a stop can end the wait. Returns 0, or -ECANCELED (the server stops). The request's
  * coroutine. */
 int handoff_await(struct server *s, struct handoff *h);
+
+/* Engine: track h (on 1) so that a stop's handoff_cancel_all cancels its signal, or stop
+ * tracking it (on 0), around waits on h->ready other than handoff_await's (a WebSocket's, for
+ * its connection's life). On a server whose stop already cancelled them, h is cancelled at once.
+ * The engine's coroutine. */
+void handoff_track(struct server *s, struct handoff *h, int on);
 
 /* Engine: leave h (mark it gone, drop the engine's reference). The request's coroutine. */
 void handoff_leave(struct handoff *h);

@@ -25,9 +25,11 @@
 
 #include "access_log.h"
 #include "clock.h"
+#include "handoff.h"
 #include "stream.h"
 #include "sched.h"
 #include "server_int.h"
+#include "ws_conn.h"
 
 /* The request core says "no length" with its own name; the head writer takes it as is. */
 _Static_assert(REQUEST_LENGTH_NONE == HTTP_LENGTH_UNTIL_CLOSE, "one value for 'no length'");
@@ -572,6 +574,15 @@ static int serve_loop(struct http1_session *sv)
             return SERVE_CLOSE;
         int keep = sv->rq.head.keep_alive && !server_draining(s);
         int rc = request_dispatch(&sv->rq, body, body_len);
+        struct handoff *ws = NULL;
+        if (UNLIKELY(sv->rq.defer != NULL) && rc == 0 && sv->rq.defer->ws &&
+            sv->rq.answer.status == 101) {
+            /* A WebSocket accepted: its handoff is the connection's channel from now on, not
+             * left with the answer. */
+            ws = sv->rq.defer;
+            sv->rq.defer = NULL;
+            keep = 1;
+        }
         if (LIKELY(rc == 0))
             rc = http1_send_answer(sv, keep);
         body_budget_release(sv);
@@ -589,6 +600,17 @@ static int serve_loop(struct http1_session *sv)
             sv->rq.log_have_req = 0;
         }
         sv->rq.client_done = REQUEST_CLIENT_NO_HEAD;
+        if (UNLIKELY(ws != NULL)) {
+            /* The connection switches protocol after the 101 (ws_conn.h); the bytes behind
+             * the handshake are the client's first frames. */
+            if (rc == 0)
+                rc = http1_flush(sv);
+            if (rc == 0)
+                wsconn_serve(c, ws, next);
+            else
+                handoff_leave(ws);
+            return SERVE_CLOSE;
+        }
         if (rc < 0)
             return SERVE_CLOSE;
         if (sv->rq.resp.close)

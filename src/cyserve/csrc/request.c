@@ -160,8 +160,10 @@ static int await_deferred(struct request *rq)
         resp_reset(&rq->resp);
         return rc;
     }
-    if (!rq->resp.stream)
+    if (!rq->resp.stream && !h->ws)
         request_leave_defer(rq); /* the whole answer is here: the producer is done */
+    /* A WebSocket's 101 keeps the handoff: it is the connection's channel from now on, which
+     * the protocol (http1.c) takes over. */
     return 0;
 }
 

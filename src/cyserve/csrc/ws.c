@@ -97,7 +97,7 @@ int ws_close_code_valid(int code)
            (code >= 3000 && code <= 4999);
 }
 
-static ssize_t fail(struct ws_reader *r, int code, const char *why)
+static ssize_t ws_fail(struct ws_reader *r, int code, const char *why)
 {
     r->error = code;
     r->error_text = why;
@@ -106,7 +106,7 @@ static ssize_t fail(struct ws_reader *r, int code, const char *why)
 
 /* XOR p[0..n) with the 4-byte key, a word at a time: the key repeats every 4 bytes, so an 8-byte
  * word of it is the key twice. */
-static void unmask(unsigned char *p, uint64_t n, const unsigned char key[4])
+static void ws_unmask(unsigned char *p, uint64_t n, const unsigned char key[4])
 {
     uint64_t i = 0;
     uint32_t k32;
@@ -131,7 +131,7 @@ ssize_t ws_read_frame(struct ws_reader *r, char *buf, size_t len, struct ws_fram
     int fin = u[0] >> 7;
     int op = u[0] & 0x0F;
     if (u[0] & 0x70)
-        return fail(r, WS_CLOSE_PROTOCOL, "reserved bits set without an extension");
+        return ws_fail(r, WS_CLOSE_PROTOCOL, "reserved bits set without an extension");
     int masked = u[1] >> 7;
     uint64_t plen = u[1] & 0x7F;
     size_t hl = 2;
@@ -140,21 +140,21 @@ ssize_t ws_read_frame(struct ws_reader *r, char *buf, size_t len, struct ws_fram
      * frame fails at once, whatever the split. */
     if (control) {
         if (op > WS_OP_PONG)
-            return fail(r, WS_CLOSE_PROTOCOL, "unknown control opcode");
+            return ws_fail(r, WS_CLOSE_PROTOCOL, "unknown control opcode");
         if (!fin)
-            return fail(r, WS_CLOSE_PROTOCOL, "fragmented control frame");
+            return ws_fail(r, WS_CLOSE_PROTOCOL, "fragmented control frame");
         if (plen > WS_CONTROL_MAX)
-            return fail(r, WS_CLOSE_PROTOCOL, "control frame longer than 125 bytes");
+            return ws_fail(r, WS_CLOSE_PROTOCOL, "control frame longer than 125 bytes");
     } else {
         if (op > WS_OP_BINARY)
-            return fail(r, WS_CLOSE_PROTOCOL, "unknown data opcode");
+            return ws_fail(r, WS_CLOSE_PROTOCOL, "unknown data opcode");
         if (op == WS_OP_CONT && !r->message_op)
-            return fail(r, WS_CLOSE_PROTOCOL, "continuation frame without a message");
+            return ws_fail(r, WS_CLOSE_PROTOCOL, "continuation frame without a message");
         if (op != WS_OP_CONT && r->message_op)
-            return fail(r, WS_CLOSE_PROTOCOL, "new message inside a fragmented one");
+            return ws_fail(r, WS_CLOSE_PROTOCOL, "new message inside a fragmented one");
     }
     if (!masked)
-        return fail(r, WS_CLOSE_PROTOCOL, "client frame not masked");
+        return ws_fail(r, WS_CLOSE_PROTOCOL, "client frame not masked");
     if (plen == 126) {
         if (len < 4)
             return -2;
@@ -164,7 +164,7 @@ ssize_t ws_read_frame(struct ws_reader *r, char *buf, size_t len, struct ws_fram
         if (len < 10)
             return -2;
         if (u[2] & 0x80)
-            return fail(r, WS_CLOSE_PROTOCOL, "64-bit length with its top bit set");
+            return ws_fail(r, WS_CLOSE_PROTOCOL, "64-bit length with its top bit set");
         plen = 0;
         for (int i = 2; i < 10; i++)
             plen = (plen << 8) | u[i];
@@ -173,7 +173,7 @@ ssize_t ws_read_frame(struct ws_reader *r, char *buf, size_t len, struct ws_fram
     if (!control && r->max_message) {
         uint64_t so_far = op == WS_OP_CONT ? r->message_len : 0;
         if (plen > r->max_message || so_far + plen > r->max_message)
-            return fail(r, WS_CLOSE_TOO_BIG, "message larger than the maximum");
+            return ws_fail(r, WS_CLOSE_TOO_BIG, "message larger than the maximum");
     }
     const unsigned char *key = u + hl;
     hl += 4;
@@ -184,7 +184,7 @@ ssize_t ws_read_frame(struct ws_reader *r, char *buf, size_t len, struct ws_fram
     unsigned char k[4];
     memcpy(k, key, 4);
     unsigned char *payload = (unsigned char *)buf + hl;
-    unmask(payload, plen, k);
+    ws_unmask(payload, plen, k);
     memset(f, 0, sizeof(*f));
     f->fin = fin;
     f->payload = (char *)payload;
@@ -194,14 +194,14 @@ ssize_t ws_read_frame(struct ws_reader *r, char *buf, size_t len, struct ws_fram
         if (op == WS_OP_CLOSE) {
             f->code = WS_CLOSE_NO_STATUS;
             if (plen == 1)
-                return fail(r, WS_CLOSE_PROTOCOL, "close payload of one byte");
+                return ws_fail(r, WS_CLOSE_PROTOCOL, "close payload of one byte");
             if (plen >= 2) {
                 f->code = (payload[0] << 8) | payload[1];
                 if (!ws_close_code_valid(f->code))
-                    return fail(r, WS_CLOSE_PROTOCOL, "invalid close code");
+                    return ws_fail(r, WS_CLOSE_PROTOCOL, "invalid close code");
                 uint32_t st = 0;
                 if (ws_utf8_feed(&st, payload + 2, plen - 2) || st)
-                    return fail(r, WS_CLOSE_INVALID_DATA, "close reason is not UTF-8");
+                    return ws_fail(r, WS_CLOSE_INVALID_DATA, "close reason is not UTF-8");
                 f->reason = (const char *)payload + 2;
                 f->reason_len = plen - 2;
             }
@@ -218,9 +218,9 @@ ssize_t ws_read_frame(struct ws_reader *r, char *buf, size_t len, struct ws_fram
     r->message_len += plen;
     if (r->message_op == WS_OP_TEXT) {
         if (ws_utf8_feed(&r->utf8, payload, plen))
-            return fail(r, WS_CLOSE_INVALID_DATA, "text message is not UTF-8");
+            return ws_fail(r, WS_CLOSE_INVALID_DATA, "text message is not UTF-8");
         if (fin && r->utf8)
-            return fail(r, WS_CLOSE_INVALID_DATA, "text message ends inside a character");
+            return ws_fail(r, WS_CLOSE_INVALID_DATA, "text message ends inside a character");
     }
     if (fin)
         r->message_op = 0;
@@ -262,7 +262,7 @@ size_t ws_close_payload(char out[WS_CONTROL_MAX], int code, const char *reason, 
     return 2 + n;
 }
 
-static int lower(int c)
+static int ws_lower(int c)
 {
     return c >= 'A' && c <= 'Z' ? c + 32 : c;
 }
@@ -282,7 +282,7 @@ int ws_token_list_has(const char *v, size_t n, const char *tok)
             e--;
         if (e - s == tl) {
             size_t k = 0;
-            while (k < tl && lower((unsigned char)v[s + k]) == lower((unsigned char)tok[k]))
+            while (k < tl && ws_lower((unsigned char)v[s + k]) == ws_lower((unsigned char)tok[k]))
                 k++;
             if (k == tl)
                 return 1;
@@ -291,7 +291,7 @@ int ws_token_list_has(const char *v, size_t n, const char *tok)
     return 0;
 }
 
-static int b64_value(int c)
+static int ws_b64_value(int c)
 {
     if (c >= 'A' && c <= 'Z')
         return c - 'A';
@@ -308,14 +308,14 @@ static int b64_value(int c)
 
 /* A key is the base64 of 16 bytes (4.2.1 item 5): 22 characters whose last carries 2 bits (its
  * low 4 bits zero), then "==". */
-static int key_shape_ok(const char *key, size_t n)
+static int ws_key_shape_ok(const char *key, size_t n)
 {
     if (n != 24 || key[22] != '=' || key[23] != '=')
         return 0;
     for (size_t i = 0; i < 22; i++)
-        if (b64_value((unsigned char)key[i]) < 0)
+        if (ws_b64_value((unsigned char)key[i]) < 0)
             return 0;
-    return (b64_value((unsigned char)key[21]) & 0x0F) == 0;
+    return (ws_b64_value((unsigned char)key[21]) & 0x0F) == 0;
 }
 
 int ws_handshake_check(const struct ws_handshake *h, const char **why)
@@ -332,7 +332,7 @@ int ws_handshake_check(const struct ws_handshake *h, const char **why)
         w = "Connection does not list upgrade", status = 400;
     else if (!h->version || h->version_len != 2 || memcmp(h->version, "13", 2) != 0)
         w = "unsupported Sec-WebSocket-Version (13 is)", status = 426;
-    else if (!h->key || !key_shape_ok(h->key, h->key_len))
+    else if (!h->key || !ws_key_shape_ok(h->key, h->key_len))
         w = "bad Sec-WebSocket-Key", status = 400;
     if (why)
         *why = w;
@@ -342,7 +342,7 @@ int ws_handshake_check(const struct ws_handshake *h, const char **why)
 int ws_accept(const char *key, size_t key_len, char out[WS_ACCEPT_LEN])
 {
     static const char guid[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
-    if (!key_shape_ok(key, key_len))
+    if (!ws_key_shape_ok(key, key_len))
         return -EINVAL;
     unsigned char in[24 + sizeof(guid) - 1];
     memcpy(in, key, 24);
