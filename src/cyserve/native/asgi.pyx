@@ -350,6 +350,8 @@ cdef void _asgi_call_impl(tuple info, cyserve_request *req, cs.resp_t *resp) noe
     try:
         if _asgi_loop is None:
             raise RuntimeError("the ASGI event loop is not running")
+        if _asgi_ws_wanted(req) and _asgi_ws_start(handler, req, resp):
+            return  # a WebSocket handshake (asgi_ws.pyx): answered, or deferred to the app
         ex = handler._start(req)
         # The engine's reference to the handoff: released when the engine leaves it.
         cs.resp_set_defer(resp, <void *>ex.h)
