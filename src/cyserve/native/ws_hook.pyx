@@ -4,6 +4,8 @@
 # every byte. Not a public API.
 from libc.string cimport memcpy, memmove
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
+from libc.stdint cimport uint64_t
+from libc.stdlib cimport realloc, free
 
 cdef extern from "csrc/ws.h" nogil:
     struct ws_reader:
@@ -22,8 +24,6 @@ cdef extern from "csrc/ws.h" nogil:
     void ws_reader_init(ws_reader *r, uint64_t max_message)
     ssize_t ws_read_frame(ws_reader *r, char *buf, size_t len, ws_frame *f)
 
-from libc.stdint cimport uint64_t
-from libc.stdlib cimport malloc, realloc, free
 
 _OPS = {0x1: "text", 0x2: "binary", 0x8: "close", 0x9: "ping", 0xA: "pong"}
 
