@@ -16,7 +16,14 @@ import time
 from typing import Any
 
 import pytest
+from fastapi import FastAPI, WebSocket
+from starlette.applications import Starlette
+from starlette.routing import WebSocketRoute
+from starlette.websockets import WebSocket as StarletteWebSocket
+from starlette.websockets import WebSocketDisconnect
 from test_asgi import serving_app
+
+import cyserve
 
 websockets = pytest.importorskip("websockets")
 from websockets.sync.client import connect  # noqa: E402
@@ -378,3 +385,64 @@ def test_stop_closes_websockets_with_1001() -> None:
     th.join(10)
     ws.close()
     assert result == [1001]
+
+
+# ---- real frameworks ----
+
+def test_starlette_websocket_route_mounted_beside_native_routes() -> None:
+    seen: dict[str, Any] = {}
+
+    async def chat(websocket: StarletteWebSocket) -> None:
+        await websocket.accept(subprotocol="v1")
+        seen["path"] = websocket.url.path
+        seen["root_path"] = websocket.scope["root_path"]
+        try:
+            while True:
+                data = await websocket.receive_json()
+                await websocket.send_json({"echo": data, "room": websocket.path_params["room"]})
+        except WebSocketDisconnect as exc:
+            seen["code"] = exc.code
+
+    star = Starlette(routes=[WebSocketRoute("/chat/{room}", chat)])
+    app = cyserve.App()
+    app.static("/plain", b"static", content_type="text/plain")
+    app.asgi("/ws", star)
+    with serving_app(app) as port:
+        with connect(f"ws://127.0.0.1:{port}/ws/chat/lobby", subprotocols=["v1"]) as ws:
+            assert ws.subprotocol == "v1"
+            ws.send('{"n": 1}')
+            assert ws.recv(timeout=5) == '{"echo":{"n":1},"room":"lobby"}'
+            ws.close(code=4002)
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(b"GET /plain HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            data = b""
+            while chunk := s.recv(4096):
+                data += chunk
+            assert data.endswith(b"static")
+        deadline = time.monotonic() + 5
+        while "code" not in seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert seen == {"path": "/ws/chat/lobby", "root_path": "/ws", "code": 4002}
+
+
+def test_fastapi_websocket_route() -> None:
+    api = FastAPI()
+
+    @api.websocket("/items/{item_id}")
+    async def items(websocket: WebSocket, item_id: int) -> None:
+        await websocket.accept()
+        text = await websocket.receive_text()
+        await websocket.send_text(f"{item_id}:{text}")
+        data = await websocket.receive_bytes()
+        await websocket.send_bytes(data[::-1])
+        await websocket.close(code=1000, reason="done")
+
+    with serving_app(api) as port:
+        with connect(f"ws://127.0.0.1:{port}/items/7") as ws:
+            ws.send("hi")
+            assert ws.recv(timeout=5) == "7:hi"
+            ws.send(b"abc")
+            assert ws.recv(timeout=5) == b"cba"
+            with pytest.raises(websockets.exceptions.ConnectionClosedOK) as info:
+                ws.recv(timeout=5)
+            assert info.value.rcvd is not None and info.value.rcvd.reason == "done"
