@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -144,15 +145,63 @@ void request_leave_defer(struct request *rq)
     rq->defer = NULL;
 }
 
+struct gone_job {
+    const struct server_target *t;
+    struct handoff *h;
+};
+
+static void gone_trampoline(void *arg)
+{
+    struct gone_job *j = arg;
+    j->t->py_stream(j->t->opaque, j->h, NULL, SERVER_STREAM_ABANDON);
+}
+
+/* Wait for the producer's answer on h while watching the client: one that hangs up meanwhile
+ * (end of stream, a reset) is told to the producer at once, through target t's py_stream with
+ * SERVER_STREAM_ABANDON (an ASGI app's receive() then returns http.disconnect while the app still
+ * works, as uvicorn tells it), and the request ends. A half-closed client counts as gone, as
+ * with uvicorn. Bytes of a next, pipelined request stay in the socket for the serving loop.
+ * 0, -ECONNRESET (the client left), or -ECANCELED (the server stops). */
+static int await_watching(struct request *rq, struct handoff *h, const struct server_target *t)
+{
+    struct conn *c = rq->c;
+    handoff_track(rq->srv, h, 1);
+    int rc;
+    for (;;) {
+        rc = sched_io_wait_signal(&c->io, EPOLLIN | EPOLLRDHUP, -1, &h->ready);
+        if (rc < 0)
+            break;
+        if (rc & (int)SCHED_SIGNALED) {
+            rc = 0;
+            break;
+        }
+        char b;
+        if (!(rc & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && conn_sock_peek(c->io.fd, &b) != 0) {
+            /* A next request's bytes (or a spurious edge): the serving loop reads them after
+             * this answer, since this wait consumed the readiness. */
+            c->drained = 0;
+            continue;
+        }
+        struct gone_job job = {t, h};
+        sched_offload(gone_trampoline, &job); /* refused only by a stop, which cancels h too */
+        access_log_note(rq, 499, 0);
+        rc = -ECONNRESET;
+        break;
+    }
+    handoff_track(rq->srv, h, 0);
+    return rc;
+}
+
 /* The handler deferred its answer to another thread (handoff.h): wait for it, without holding
  * the worker, and take it into rq->resp as if the handler had made it. 0, or -ECANCELED (the
- * server stops; the handoff is left) or -ENOMEM. */
-static int await_deferred(struct request *rq)
+ * server stops; the handoff is left), -ECONNRESET (the client left; the producer was told) or
+ * -ENOMEM. */
+static int await_deferred(struct request *rq, const struct server_target *t)
 {
     struct handoff *h = rq->resp.defer;
     rq->resp.defer = NULL;
     rq->defer = h;
-    int rc = handoff_await(rq->srv, h);
+    int rc = t->py_stream ? await_watching(rq, h, t) : handoff_await(rq->srv, h);
     if (LIKELY(rc == 0))
         rc = resp_take(&rq->resp, &h->resp);
     if (UNLIKELY(rc < 0)) {
@@ -247,7 +296,7 @@ int request_dispatch(struct request *rq, const char *body, size_t body_len)
         }
         hrc = 0;
         if (UNLIKELY(rq->resp.defer != NULL)) {
-            rc = await_deferred(rq);
+            rc = await_deferred(rq, t);
             if (UNLIKELY(rc < 0))
                 return rc;
         }
