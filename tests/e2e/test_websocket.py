@@ -446,3 +446,81 @@ def test_fastapi_websocket_route() -> None:
             with pytest.raises(websockets.exceptions.ConnectionClosedOK) as info:
                 ws.recv(timeout=5)
             assert info.value.rcvd is not None and info.value.rcvd.reason == "done"
+
+
+# ---- the native App API ----
+
+def test_app_websocket_sync_handler() -> None:
+    from cyserve.websocket import WebSocketClosed
+
+    app = cyserve.App()
+    closed: list[Any] = []
+
+    @app.get("/hello")
+    def hello(request: Any) -> str:
+        return "hi"
+
+    @app.websocket("/echo", subprotocols=["v2"])
+    def echo(ws: Any) -> None:
+        ws.send(f"welcome {ws.subprotocol}")
+        for message in ws:
+            if message == "bye":
+                ws.close(4000, "asked")
+                return
+            ws.send(message)
+        closed.append(ws.closed.code)
+
+    @app.websocket("/fail")
+    def fail(ws: Any) -> None:
+        ws.receive()
+        raise RuntimeError("handler bug")
+
+    @app.websocket("/blocking")
+    def blocking(ws: Any) -> None:
+        try:
+            while True:
+                ws.send(ws.receive())
+        except WebSocketClosed as exc:
+            closed.append(exc.code)
+
+    with serving_app(app) as port:
+        with connect(f"ws://127.0.0.1:{port}/echo", subprotocols=["v1", "v2"]) as ws:
+            assert ws.recv(timeout=5) == "welcome v2"
+            ws.send("text")
+            assert ws.recv(timeout=5) == "text"
+            ws.send(b"\x01\x02")
+            assert ws.recv(timeout=5) == b"\x01\x02"
+            ws.send("bye")
+            with pytest.raises(websockets.exceptions.ConnectionClosed) as info:
+                ws.recv(timeout=5)
+            assert info.value.rcvd is not None and info.value.rcvd.code == 4000
+        with connect(f"ws://127.0.0.1:{port}/fail") as ws:
+            ws.send("x")
+            with pytest.raises(websockets.exceptions.ConnectionClosed) as info:
+                ws.recv(timeout=5)
+            assert info.value.rcvd is not None and info.value.rcvd.code == 1011
+        # Two blocking handlers at once, and native routes served meanwhile.
+        with connect(f"ws://127.0.0.1:{port}/blocking") as a, \
+                connect(f"ws://127.0.0.1:{port}/blocking") as b:
+            a.send("a1")
+            b.send("b1")
+            assert b.recv(timeout=5) == "b1"
+            assert a.recv(timeout=5) == "a1"
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                s.sendall(b"GET /hello HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+                data = b""
+                while chunk := s.recv(4096):
+                    data += chunk
+                assert data.endswith(b"hi")
+            a.close(code=4001)
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(b"GET /echo HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            data = b""
+            while chunk := s.recv(4096):
+                data += chunk
+            assert data.startswith(b"HTTP/1.1 426 ")
+            assert b"\r\nsec-websocket-version: 13\r\n" in data.lower()
+        deadline = time.monotonic() + 5
+        while len(closed) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert sorted(closed) == [1000, 4001]
