@@ -14,8 +14,11 @@ until the application has sent its answer (docs/architecture.md, "ASGI").
 The http scope: ``http_version``, ``method``, ``scheme`` ("http"), ``path`` (percent-decoded,
 UTF-8), ``raw_path``, ``query_string`` (raw), ``root_path``, ``headers`` (lower-cased names, raw
 byte values, in order), ``client`` and ``server`` ((host, port)), ``state`` (a copy of the
-lifespan's). ``receive()`` gives the body (read whole by the engine before the call, within
-``max_body_bytes``) as ``http.request`` messages of at most 64 KiB, then ``http.disconnect`` once
+lifespan's). ``receive()`` gives the body as ``http.request`` messages of 64 KiB (the last one
+shorter): a Content-Length body is read from the socket a piece per ``receive()`` (100 Continue
+before the first read, when asked for; an answer that leaves the body unread closes the
+connection), a chunked one is read whole before the call; both within ``max_body_bytes``. Then
+``http.disconnect`` once
 the response is complete or the client went away (also while the app still works: the engine
 watches the socket while it waits for the answer). ``send()``:
 ``http.response.start`` is kept until the first body message, which goes out with it; a body with

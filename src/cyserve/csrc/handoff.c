@@ -43,7 +43,21 @@ int handoff_give(struct handoff *h, int more)
     if (handoff_gone(h))
         return -EPIPE;
     h->more = more;
+    /* safety: relaxed: the signal's set below orders it, as it does resp and more. */
+    __atomic_store_n(&h->given, 1, __ATOMIC_RELAXED);
     sched_signal_set(&h->ready); /* orders resp and more before the engine's reads */
+    return 0;
+}
+
+int handoff_ask_body(struct handoff *h,
+                     void (*cb)(struct handoff *h, const char *data, size_t len, int more))
+{
+    if (handoff_gone(h))
+        return -EPIPE;
+    h->body_cb = cb;
+    /* safety: relaxed: the signal's set below orders it and body_cb. */
+    __atomic_store_n(&h->body_asked, 1, __ATOMIC_RELAXED);
+    sched_signal_set(&h->ready);
     return 0;
 }
 

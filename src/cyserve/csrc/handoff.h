@@ -34,6 +34,14 @@ struct handoff {
     /* Set by the producer before it gives a 101 answer (wsconn_attach): the connection becomes a
      * WebSocket and the handoff its channel for the connection's life (ws_conn.h). */
     struct wsconn_chan *ws;
+    /* atomic: set by handoff_give, taken by the engine's wait for the first answer (which also
+     * wakes for body asks, so the signal alone no longer means "answered"). */
+    int given;
+    /* A body read as it arrives (request.h, body_left): the producer asks for the next piece
+     * with handoff_ask_body (body_asked, atomic), the engine hands it to body_cb (offloaded,
+     * on a worker in its batch; data valid during the call only; more: 0 for the last). */
+    int body_asked;
+    void (*body_cb)(struct handoff *h, const char *data, size_t len, int more);
     /* The server's list of handoffs its coroutines wait on, for a stop (handoff_cancel_all);
      * under the server's handoff_lock. */
     struct handoff *prev, *next;
@@ -50,6 +58,11 @@ void handoff_release(struct handoff *h);
 /* Producer: hand the turn to the engine, with more as above. Returns 0, or -EPIPE when the
  * engine has left (the piece goes nowhere). Any thread, holding the turn. */
 int handoff_give(struct handoff *h, int more);
+
+/* Producer: ask for the next piece of a request body that streams (request.h): it comes to cb
+ * (set here; the same every time). Returns 0, or -EPIPE when the engine has left. Any thread. */
+int handoff_ask_body(struct handoff *h,
+                     void (*cb)(struct handoff *h, const char *data, size_t len, int more));
 
 /* Whether the engine has left. Any thread. */
 int handoff_gone(const struct handoff *h);

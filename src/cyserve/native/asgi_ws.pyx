@@ -147,6 +147,8 @@ cdef class _WSExchange:
                 await self.drained
             return
         if t == "websocket.accept":
+            if self.state == _WS_CLOSED and not self.denial_started:
+                raise ClientDisconnected("the client went away")
             if self.state != _WS_CONNECTING or self.denial_started:
                 raise RuntimeError("ASGI: websocket.accept after the handshake was answered")
             self._accept(message)
@@ -235,11 +237,13 @@ cdef class _WSExchange:
         try:
             await app(scope, self.receive, self.send)
         except BaseException as exc:
+            if not isinstance(exc, Exception):
+                # Cancelled by a stop (cyserve.asgi cancels the requests' tasks): going away.
+                self._end(1001)
+                raise
             _asgi_log.error("Exception in ASGI application %s for WebSocket %s", self.label,
                             scope["raw_path"].decode("latin-1"), exc_info=exc)
             self._end(1011)
-            if not isinstance(exc, Exception):
-                raise
             return
         self._end(1000)
 
@@ -257,6 +261,10 @@ cdef class _WSExchange:
 
     def cancel(self):
         self._closed(1001, "")
+
+    def _client_gone(self, _):
+        # The client left while the handshake waited for the app's answer.
+        self._closed(1006, "")
 
 
 cdef bint ws_close_code_ok(int code) noexcept:
@@ -334,4 +342,4 @@ cdef bint _asgi_ws_start(ASGIHandler handler, const cyserve_request *req,
 
 def _asgi_ws_spawn(args):
     ex, app, scope = args
-    _asgi_loop.create_task((<_WSExchange>ex)._run(app, scope))
+    _asgi_keep_task(_asgi_loop.create_task((<_WSExchange>ex)._run(app, scope)))

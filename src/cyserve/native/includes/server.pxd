@@ -69,6 +69,7 @@ cdef extern from "csrc/server.h" nogil:
         py_call_t py_call
         py_stream_t py_stream
         void *opaque
+        int stream_body
         files_root_t *root
 
     ctypedef struct server_listen_t "struct server_listen":
@@ -121,6 +122,7 @@ cdef extern from "csrc/server.h" nogil:
     int server_req_header(const req_t *req, const char *name, size_t nlen, void *out)
     int server_req_peer(const req_t *req, const char **out)
     int server_req_tls(const req_t *req)
+    uint64_t server_req_body_pending(const req_t *req)
     const char *server_req_scheme(const req_t *req)
     int server_take_orphan(server_t *s, const server_target_t **t, void **stream)
 
@@ -135,6 +137,8 @@ cdef extern from "csrc/handoff.h" nogil:
     void handoff_release(handoff_t *h)
     int handoff_give(handoff_t *h, int more)
     int handoff_gone(const handoff_t *h)
+    int handoff_ask_body(handoff_t *h, void (*cb)(handoff_t *h, const char *data, size_t n,
+                                                  int more) noexcept)
 
 cdef extern from "csrc/ws.h" nogil:
     enum:
