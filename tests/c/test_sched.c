@@ -747,9 +747,15 @@ static void sw_noop(struct sched_io *io, uint32_t events)
 static int sw_waiter(struct coro *co, void *arg)
 {
     int i = (int)(intptr_t)arg;
-    if (sched_io_add(&sw_io[i], sw_sv[i][0], sw_noop) != 0)
+    /* Registered and marked active in one home section, so that no event can call on_ready in
+     * between: this coroutine serves the socket from the start. */
+    if (sched_home_enter(-1) < 0)
         return -1;
-    sw_io[i].active = 1; /* served by this coroutine from the start */
+    int added = sched_io_add(&sw_io[i], sw_sv[i][0], sw_noop);
+    sw_io[i].active = 1;
+    sched_home_exit();
+    if (added != 0)
+        return -1;
     add(&sw_ready, 1);
     int got_bytes = 0, k = 1;
     /* safety: the setters read it; the signal orders the answer. */
