@@ -105,15 +105,16 @@ def extensions():
         )
     ]
     if os.environ.get("CYSERVE_TEST_HOOKS") == "1":
-        # The parser is compiled in again because _core exports no C symbols; the rest is
-        # reached through _core's exported API at import time.
+        # The parser and the WebSocket codec are compiled in again because _core exports no C
+        # symbols; the rest is reached through _core's exported API at import time.
         exts.append(Extension(
             "cyserve._testhooks",
             sources=[os.path.join(PKG, "_testhooks.pyx"),
-                     os.path.join(PKG, "csrc", "http_parse.c")],
+                     os.path.join(PKG, "csrc", "http_parse.c"),
+                     os.path.join(PKG, "csrc", "ws.c")],
             include_dirs=[PKG, os.path.join(PKG, "include")],
-            extra_compile_args=cflags,
-            extra_link_args=ldflags,
+            extra_compile_args=cflags + ssl_cflags,
+            extra_link_args=ldflags + ssl_libs,
         ))
     return exts
 

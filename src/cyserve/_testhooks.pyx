@@ -9,7 +9,10 @@ an installed cyserve does not carry it.
   symbols: its hidden visibility keeps the parser out of reach of any other module.
 - The coroutine benchmark drivers (native/sched_bench.pyx) for bench/coro/ and tests/unit/test_sched.py
   drive the runtime inside _core through its exported API (cimport cyserve._core), like any
-  other Cython module."""
+  other Cython module.
+- The WebSocket codec's hooks (native/ws_hook.pyx) feed csrc/ws.c's frame reader for
+  tests/ws/test_ws_codec.py, compiled in for the same reason as the parser."""
 
 include "native/parser_hook.pyx"
 include "native/sched_bench.pyx"
+include "native/ws_hook.pyx"

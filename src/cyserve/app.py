@@ -228,6 +228,30 @@ class App:
             app, "__qualname__", type(app).__name__)
         self._add_kind("prefix", prefix, None, "python", handler, label, where)
 
+    def websocket(self, path: str, subprotocols: Iterable[str] | None = None
+                  ) -> Callable[[H], H]:
+        """Register the decorated function as the WebSocket handler of ``path`` (a pattern, as
+        for ``get``): it is called with a ``cyserve.websocket.WebSocket`` (``receive()``,
+        ``send()``, ``close()``, iteration over the messages) once the handshake is accepted, on
+        a thread of its own, and may block. ``subprotocols``: those the route speaks, the first
+        the client offers is chosen. A plain HTTP request to the path gets 426."""
+        from ._core import ASGIHandler
+        from .websocket import SyncWebSocketApp
+
+        where = f"app.websocket({path!r})"
+
+        def register(handler: H) -> H:
+            if not callable(handler):
+                raise HandlerTypeError(f"{where}: a WebSocket handler is a function taking the "
+                                       f"WebSocket, got {_describe_object(handler)}")
+            target = ASGIHandler(SyncWebSocketApp(handler, list(subprotocols or ())), "")
+            label = "WebSocket " + getattr(handler, "__module__", "?") + "." + getattr(
+                handler, "__qualname__", type(handler).__name__)
+            self._add_kind("path", path, ("GET",), "python", target, label, where)
+            return handler
+
+        return register
+
     def static(self, path: str, body: str | bytes, content_type: str | None = None,
                status: int = 200, headers: Iterable[tuple[str, str]] | None = None,
                methods: Iterable[str] | str | None = ("GET",)) -> None:

@@ -1,4 +1,4 @@
-"""ASGI 3 applications (the ``http`` and ``lifespan`` scopes) on cyserve.
+"""ASGI 3 applications (the ``http``, ``websocket`` and ``lifespan`` scopes) on cyserve.
 
 ``cyserve module:app`` serves an ASGI application (FastAPI, Starlette ...) when it finds one (an
 async callable, as uvicorn tells them; ``--interface asgi`` insists), ``cyserve.run(asgi_app)``
@@ -14,9 +14,13 @@ until the application has sent its answer (docs/architecture.md, "ASGI").
 The http scope: ``http_version``, ``method``, ``scheme`` ("http"), ``path`` (percent-decoded,
 UTF-8), ``raw_path``, ``query_string`` (raw), ``root_path``, ``headers`` (lower-cased names, raw
 byte values, in order), ``client`` and ``server`` ((host, port)), ``state`` (a copy of the
-lifespan's). ``receive()`` gives the body (read whole by the engine before the call, within
-``max_body_bytes``) as ``http.request`` messages of at most 64 KiB, then ``http.disconnect`` once
-the response is complete or the client went away while a body streamed. ``send()``:
+lifespan's). ``receive()`` gives the body as ``http.request`` messages of 64 KiB (the last one
+shorter): a Content-Length body is read from the socket a piece per ``receive()`` (100 Continue
+before the first read, when asked for; an answer that leaves the body unread closes the
+connection), a chunked one is read whole before the call; both within ``max_body_bytes``. Then
+``http.disconnect`` once
+the response is complete or the client went away (also while the app still works: the engine
+watches the socket while it waits for the answer). ``send()``:
 ``http.response.start`` is kept until the first body message, which goes out with it; a body with
 ``more_body`` is streamed (chunked, or as announced by the app's Content-Length) and each such
 ``send()`` returns once the engine has written the piece: a slow reader slows the app down. An
@@ -25,6 +29,20 @@ started is a 500 (and a logged traceback); after it, the connection closes witho
 An app that returns without completing its answer is treated the same way. At a stop, answers
 still pending when the grace period ends are given up (their connections closed) and their tasks
 cancelled.
+
+The websocket scope (``native/asgi_ws.pyx``): a request with ``Upgrade: websocket`` to an ASGI
+route. A bad handshake is answered by the server (400; 426 with ``Sec-WebSocket-Version: 13``)
+without the app. The scope has ``scheme`` "ws" or "wss", ``subprotocols`` (the client's offers)
+and the http scope's other keys but ``method``; ``extensions`` offers
+``websocket.http.response``. ``receive()``: ``websocket.connect``, then ``websocket.receive``
+(``text`` or ``bytes``, each message whole), then ``websocket.disconnect`` with the client's
+``code`` (1005 when it gave none, 1006 when it went without a close frame) and ``reason``.
+``send()``: ``websocket.accept`` (``subprotocol``, ``headers``), ``websocket.send``,
+``websocket.close`` (``code``, ``reason``; before accepting: a 403),
+``websocket.http.response.start``/``.body`` before accepting (the denial response). A send waits
+while 256 KiB are queued for a slow client; after the connection closed it raises
+``ClientDisconnected``. An app that returns closes with 1000, one that raises with 1011 (a 500
+before accepting). At a stop, open WebSockets are closed with 1001 after the grace period.
 
 lifespan: ``startup`` runs before the server starts accepting; ``lifespan.startup.failed`` ends
 the start with the app's message (the command exits non-zero; Starlette and FastAPI send it when

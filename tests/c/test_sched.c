@@ -730,6 +730,125 @@ static void test_signal_stop(void)
     ok(get(&sgs_woken) > 0, "the set ones were woken meanwhile");
 }
 
+/* sched_io_wait_signal: each coroutine waits on its socket OR its signal, while a writer thread
+ * sends it bytes and two setter threads answer it through the signal (and set at random), and
+ * short deadlines let the timer race both. Every byte and every answer must arrive, nothing may
+ * be resumed twice (ASan/TSan would see a stack run on two threads). */
+enum { SW_N = 16, SW_ROUNDS = 200, SW_BYTES = 300 };
+static struct sched_signal sw_sigs[SW_N];
+static struct sched_io sw_io[SW_N];
+static int sw_sv[SW_N][2];
+static int sw_asked[SW_N], sw_answered[SW_N], sw_finished, sw_quit, sw_timeouts, sw_ready;
+
+static void sw_noop(struct sched_io *io, uint32_t events)
+{
+}
+
+static int sw_waiter(struct coro *co, void *arg)
+{
+    int i = (int)(intptr_t)arg;
+    /* Registered and marked active in one home section, so that no event can call on_ready in
+     * between: this coroutine serves the socket from the start. */
+    if (sched_home_enter(-1) < 0)
+        return -1;
+    int added = sched_io_add(&sw_io[i], sw_sv[i][0], sw_noop);
+    sw_io[i].active = 1;
+    sched_home_exit();
+    if (added != 0)
+        return -1;
+    add(&sw_ready, 1);
+    int got_bytes = 0, k = 1;
+    /* safety: the setters read it; the signal orders the answer. */
+    __atomic_store_n(&sw_asked[i], k, __ATOMIC_RELEASE);
+    while (got_bytes < SW_BYTES || k <= SW_ROUNDS) {
+        int64_t deadline = (k + got_bytes) % 5 == 0 ? (int64_t)(sched_now_ns() + 20000) : -1;
+        int rc = sched_io_wait_signal(&sw_io[i], EPOLLIN, deadline, &sw_sigs[i]);
+        if (rc == -ETIMEDOUT) {
+            add(&sw_timeouts, 1);
+            continue;
+        }
+        if (rc < 0)
+            return -1;
+        if (rc & EPOLLIN) {
+            char b[64];
+            ssize_t n;
+            while ((n = read(sw_sv[i][0], b, sizeof(b))) > 0)
+                got_bytes += (int)n;
+        }
+        if (k <= SW_ROUNDS && __atomic_load_n(&sw_answered[i], __ATOMIC_ACQUIRE) >= k) {
+            k++;
+            __atomic_store_n(&sw_asked[i], k <= SW_ROUNDS ? k : 0, __ATOMIC_RELEASE);
+        }
+    }
+    sched_io_del(&sw_io[i]);
+    add(&sw_finished, 1);
+    return 0;
+}
+
+static void *sw_setter(void *arg)
+{
+    unsigned r = (unsigned)(uintptr_t)arg;
+    while (!get(&sw_quit)) {
+        for (int i = 0; i < SW_N; i++) {
+            r = r * 1103515245u + 12345u;
+            int asked = __atomic_load_n(&sw_asked[i], __ATOMIC_ACQUIRE);
+            int answered = __atomic_load_n(&sw_answered[i], __ATOMIC_ACQUIRE);
+            if (asked > answered &&
+                __atomic_compare_exchange_n(&sw_answered[i], &answered, asked, 0, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_ACQUIRE))
+                sched_signal_set(&sw_sigs[i]);
+            else if ((r >> 16) % 8 == 0)
+                sched_signal_set(&sw_sigs[i]); /* spurious */
+        }
+    }
+    return NULL;
+}
+
+static void *sw_writer(void *arg)
+{
+    for (int b = 0; b < SW_BYTES; b++) {
+        for (int i = 0; i < SW_N; i++)
+            if (write(sw_sv[i][1], "x", 1) != 1)
+                return NULL;
+        if (b % 16 == 0)
+            usleep(200);
+    }
+    return NULL;
+}
+
+static void test_io_wait_signal(void)
+{
+    struct sched *s = new_sched(4, 4, 1, 1);
+    for (int i = 0; i < SW_N; i++) {
+        sched_signal_init(&sw_sigs[i]);
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sw_sv[i]) != 0)
+            return;
+    }
+    is_int(sched_start(s), 0, "start");
+    for (int i = 0; i < SW_N; i++)
+        sched_spawn(s, sw_waiter, (void *)(intptr_t)i);
+    for (int i = 0; i < 20000 && get(&sw_ready) < SW_N; i++)
+        usleep(100);
+    pthread_t th[3];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, sw_setter, (void *)(uintptr_t)(i + 1));
+    pthread_create(&th[2], NULL, sw_writer, NULL);
+    for (int i = 0; i < 600000 && get(&sw_finished) < SW_N; i++)
+        usleep(100);
+    is_int(get(&sw_finished), SW_N, "every byte and every signalled answer arrived");
+    ok(get(&sw_timeouts) > 0, "deadlines raced them too");
+    __atomic_store_n(&sw_quit, 1, __ATOMIC_SEQ_CST); /* safety: a flag */
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    sched_stop(s);
+    sched_join(s);
+    sched_free(s);
+    for (int i = 0; i < SW_N; i++) {
+        close(sw_sv[i][0]);
+        close(sw_sv[i][1]);
+    }
+}
+
 /* ---- rescue: a worker stuck in one coroutine has its loop step run by the idle one ---- */
 
 /* The hog registers a sched_io and arms a timer on its own worker (H), then spins without ever
@@ -1065,6 +1184,7 @@ int main(void)
     test_signal();
     test_signal_stress();
     test_signal_stop();
+    test_io_wait_signal();
     test_rescue();
     for (int round = 1; round <= 3; round++)
         test_rescue_after_idle(round);

@@ -25,6 +25,8 @@
 #include "csrc/http1.c"
 #include "csrc/http1_inline.c"
 #include "csrc/proxy.c"
+#include "csrc/ws.c"
+#include "csrc/ws_conn.c"
 
 #include <arpa/inet.h>
 #include <pthread.h>

@@ -31,6 +31,7 @@ CASES = [
     ("replay-scalar", "corpus"),
     ("replay-scalar", "regression"),
     ("replay-router", "corpus-router"),  # fuzz_router.c: router_add/router_match and files.c
+    ("replay-ws", "corpus-ws"),  # fuzz_ws.c: the WebSocket frame reader (csrc/ws.c)
 ]
 
 

@@ -7,6 +7,7 @@
 
 #include "compat.h"
 #include "server_int.h"
+#include "ws_conn.h"
 
 int handoff_new(struct handoff **out)
 {
@@ -25,6 +26,8 @@ void handoff_release(struct handoff *h)
     /* safety: acq_rel: every access of either side happens before the free. */
     if (__atomic_sub_fetch(&h->refs, 1, __ATOMIC_ACQ_REL) == 0) {
         resp_free(&h->resp);
+        if (h->ws)
+            wsconn_chan_free(h->ws);
         free(h);
     }
 }
@@ -40,11 +43,25 @@ int handoff_give(struct handoff *h, int more)
     if (handoff_gone(h))
         return -EPIPE;
     h->more = more;
+    /* safety: relaxed: the signal's set below orders it, as it does resp and more. */
+    __atomic_store_n(&h->given, 1, __ATOMIC_RELAXED);
     sched_signal_set(&h->ready); /* orders resp and more before the engine's reads */
     return 0;
 }
 
-static void track(struct server *s, struct handoff *h, int on)
+int handoff_ask_body(struct handoff *h,
+                     void (*cb)(struct handoff *h, const char *data, size_t len, int more))
+{
+    if (handoff_gone(h))
+        return -EPIPE;
+    h->body_cb = cb;
+    /* safety: relaxed: the signal's set below orders it and body_cb. */
+    __atomic_store_n(&h->body_asked, 1, __ATOMIC_RELAXED);
+    sched_signal_set(&h->ready);
+    return 0;
+}
+
+void handoff_track(struct server *s, struct handoff *h, int on)
 {
     pthread_mutex_lock(&s->handoff_lock);
     if (on && !s->handoffs_cancelled) {
@@ -70,9 +87,9 @@ static void track(struct server *s, struct handoff *h, int on)
 
 int handoff_await(struct server *s, struct handoff *h)
 {
-    track(s, h, 1);
+    handoff_track(s, h, 1);
     int rc = sched_signal_wait(&h->ready);
-    track(s, h, 0);
+    handoff_track(s, h, 0);
     return rc;
 }
 

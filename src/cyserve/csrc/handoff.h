@@ -31,6 +31,17 @@ struct handoff {
     int more;
     struct cyserve_response resp;
     void *producer; /* the producer's own (Python: its exchange); never read by the engine */
+    /* Set by the producer before it gives a 101 answer (wsconn_attach): the connection becomes a
+     * WebSocket and the handoff its channel for the connection's life (ws_conn.h). */
+    struct wsconn_chan *ws;
+    /* atomic: set by handoff_give, taken by the engine's wait for the first answer (which also
+     * wakes for body asks, so the signal alone no longer means "answered"). */
+    int given;
+    /* A body read as it arrives (request.h, body_left): the producer asks for the next piece
+     * with handoff_ask_body (body_asked, atomic), the engine hands it to body_cb (offloaded,
+     * on a worker in its batch; data valid during the call only; more: 0 for the last). */
+    int body_asked;
+    void (*body_cb)(struct handoff *h, const char *data, size_t len, int more);
     /* The server's list of handoffs its coroutines wait on, for a stop (handoff_cancel_all);
      * under the server's handoff_lock. */
     struct handoff *prev, *next;
@@ -48,6 +59,11 @@ void handoff_release(struct handoff *h);
  * engine has left (the piece goes nowhere). Any thread, holding the turn. */
 int handoff_give(struct handoff *h, int more);
 
+/* Producer: ask for the next piece of a request body that streams (request.h): it comes to cb
+ * (set here; the same every time). Returns 0, or -EPIPE when the engine has left. Any thread. */
+int handoff_ask_body(struct handoff *h,
+                     void (*cb)(struct handoff *h, const char *data, size_t len, int more));
+
 /* Whether the engine has left. Any thread. */
 int handoff_gone(const struct handoff *h);
 
@@ -55,6 +71,12 @@ int handoff_gone(const struct handoff *h);
  * that a stop can end the wait. Returns 0, or -ECANCELED (the server stops). The request's
  * coroutine. */
 int handoff_await(struct server *s, struct handoff *h);
+
+/* Engine: track h (on 1) so that a stop's handoff_cancel_all cancels its signal, or stop
+ * tracking it (on 0), around waits on h->ready other than handoff_await's (a WebSocket's, for
+ * its connection's life). On a server whose stop already cancelled them, h is cancelled at once.
+ * The engine's coroutine. */
+void handoff_track(struct server *s, struct handoff *h, int on);
 
 /* Engine: leave h (mark it gone, drop the engine's reference). The request's coroutine. */
 void handoff_leave(struct handoff *h);

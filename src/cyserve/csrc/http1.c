@@ -25,9 +25,11 @@
 
 #include "access_log.h"
 #include "clock.h"
+#include "handoff.h"
 #include "stream.h"
 #include "sched.h"
 #include "server_int.h"
+#include "ws_conn.h"
 
 /* The request core says "no length" with its own name; the head writer takes it as is. */
 _Static_assert(REQUEST_LENGTH_NONE == HTTP_LENGTH_UNTIL_CLOSE, "one value for 'no length'");
@@ -84,6 +86,7 @@ static void body_budget_release(struct http1_session *sv)
         /* safety: a counter; see body_budget_hold. */
         atomic_fetch_sub_explicit(&sv->srv->body_held, sv->body_held, memory_order_relaxed);
         sv->body_held = 0;
+        sv->rq.body_left = 0;
     }
 }
 
@@ -568,10 +571,40 @@ static int serve_loop(struct http1_session *sv)
         }
         const char *body = NULL;
         size_t body_len = 0, next = off;
-        if (read_body(sv, off, (size_t)n, &body, &body_len, &next))
+        sv->rq.body_left = 0;
+        if (sv->rq.head.content_length > 0 && !sv->rq.head.chunked &&
+            UNLIKELY(request_streams_body(&sv->rq))) {
+            /* The handler reads the body as it arrives (request.h, body_left): what the buffer
+             * holds now is its first part, the rest stays in the socket until asked for. */
+            uint64_t cl = (uint64_t)sv->rq.head.content_length;
+            if (cl > s->cfg.max_body_bytes)
+                return http1_error_close(sv, 413, "request body too large");
+            size_t head_end = off + (size_t)n;
+            size_t have = c->len - head_end;
+            if (have > cl)
+                have = (size_t)cl;
+            sv->rq.body_left = cl;
+            sv->rq.body_at = head_end;
+            sv->rq.body_end = next = head_end + have;
+            sv->rq.body_continue = sv->rq.head.expect_continue && have < cl;
+        } else if (read_body(sv, off, (size_t)n, &body, &body_len, &next)) {
             return SERVE_CLOSE;
+        }
         int keep = sv->rq.head.keep_alive && !server_draining(s);
         int rc = request_dispatch(&sv->rq, body, body_len);
+        struct handoff *ws = NULL;
+        if (UNLIKELY(sv->rq.defer != NULL) && rc == 0 && sv->rq.defer->ws &&
+            sv->rq.answer.status == 101) {
+            /* A WebSocket accepted: its handoff is the connection's channel from now on, not
+             * left with the answer. */
+            ws = sv->rq.defer;
+            sv->rq.defer = NULL;
+            keep = 1;
+        }
+        int body_unread = sv->rq.body_left != 0;
+        if (UNLIKELY(body_unread))
+            keep = 0; /* a body not read whole: the rest is in the socket, where the next
+                       * request would be, so this answer closes the connection */
         if (LIKELY(rc == 0))
             rc = http1_send_answer(sv, keep);
         body_budget_release(sv);
@@ -589,6 +622,19 @@ static int serve_loop(struct http1_session *sv)
             sv->rq.log_have_req = 0;
         }
         sv->rq.client_done = REQUEST_CLIENT_NO_HEAD;
+        if (UNLIKELY(sv->rq.body_left != 0))
+            sv->rq.body_left = 0;
+        if (UNLIKELY(ws != NULL)) {
+            /* The connection switches protocol after the 101 (ws_conn.h); the bytes behind
+             * the handshake are the client's first frames. */
+            if (rc == 0)
+                rc = http1_flush(sv);
+            if (rc == 0)
+                wsconn_serve(c, ws, next);
+            else
+                handoff_leave(ws);
+            return SERVE_CLOSE;
+        }
         if (rc < 0)
             return SERVE_CLOSE;
         if (sv->rq.resp.close)
@@ -596,6 +642,8 @@ static int serve_loop(struct http1_session *sv)
         off = next;
         if (!keep) {
             http1_flush(sv);
+            if (UNLIKELY(body_unread))
+                conn_linger_close(c); /* closing over unread bytes would reset the answer */
             return SERVE_CLOSE;
         }
         if (sv->out.len >= HTTP1_OUT_FLUSH_AT && http1_flush(sv) < 0)

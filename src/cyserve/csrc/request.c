@@ -13,9 +13,12 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "access_log.h"
@@ -144,15 +147,156 @@ void request_leave_defer(struct request *rq)
     rq->defer = NULL;
 }
 
+struct gone_job {
+    const struct server_target *t;
+    struct handoff *h;
+};
+
+static void gone_trampoline(void *arg)
+{
+    struct gone_job *j = arg;
+    j->t->py_stream(j->t->opaque, j->h, NULL, SERVER_STREAM_ABANDON);
+}
+
+struct body_job {
+    struct handoff *h;
+    const char *data;
+    size_t len;
+    int more;
+};
+
+static void body_trampoline(void *arg)
+{
+    struct body_job *j = arg;
+    j->h->body_cb(j->h, j->data, j->len, j->more);
+}
+
+/* A piece of a streamed body is at most this: what one receive() message carries. */
+#define BODY_PIECE_MAX 65536
+
+static const char body_continue_line[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
+/* The next piece of rq's streamed body into piece[0..*n): BODY_PIECE_MAX bytes, or what is left
+ * of the body when that is less (what the buffer holds first, then reads from the socket, each
+ * waiting up to body_timeout), so that receive() gets pieces of one size whatever the reads
+ * gave. 0, -ETIMEDOUT, or -ECONNRESET (end of stream, or an error: the client left). */
+static int body_piece(struct request *rq, char *piece, size_t *n)
+{
+    struct conn *c = rq->c;
+    size_t want = rq->body_left < BODY_PIECE_MAX ? (size_t)rq->body_left : BODY_PIECE_MAX;
+    size_t got = 0;
+    if (rq->body_at < rq->body_end) {
+        got = rq->body_end - rq->body_at;
+        if (got > want)
+            got = want;
+        memcpy(piece, c->buf + rq->body_at, got);
+        rq->body_at += got;
+    }
+    if (got < want && rq->body_continue) {
+        rq->body_continue = 0;
+        struct iovec iov = {(void *)body_continue_line, sizeof(body_continue_line) - 1};
+        if (conn_sendv(c, &iov, 1, 0) < 0)
+            return -ECONNRESET;
+    }
+    while (got < want) {
+        ssize_t r = c->tp->recv(c, piece + got, want - got);
+        if (r > 0) {
+            got += (size_t)r;
+            continue;
+        }
+        if (r != -EAGAIN)
+            return -ECONNRESET;
+        int ev = sched_io_wait(&c->io, EPOLLIN, conn_deadline_after(rq->srv->cfg.body_timeout_ns));
+        if (ev == -ETIMEDOUT)
+            return -ETIMEDOUT;
+        if (ev < 0)
+            return -ECONNRESET;
+    }
+    rq->body_left -= got;
+    *n = got;
+    return 0;
+}
+
+/* Wait for the producer's answer on h while watching the client: one that hangs up meanwhile
+ * (end of stream, a reset) is told to the producer at once, through target t's py_stream with
+ * SERVER_STREAM_ABANDON (an ASGI app's receive() then returns http.disconnect while the app still
+ * works, as uvicorn tells it), and the request ends. A half-closed client counts as gone, as
+ * with uvicorn. Bytes of a next, pipelined request stay in the socket for the serving loop. A
+ * streamed body (rq->body_left) is read here, a piece each time the producer asks (a body that
+ * does not progress within body_timeout counts as a client gone).
+ * 0, -ECONNRESET (the client left), or -ECANCELED (the server stops). */
+static int await_watching(struct request *rq, struct handoff *h, const struct server_target *t)
+{
+    struct conn *c = rq->c;
+    char *piece = NULL;
+    handoff_track(rq->srv, h, 1);
+    int rc;
+    for (;;) {
+        /* While body bytes are still in the socket, its readiness is the body's, not a sign. */
+        uint32_t watch = rq->body_left ? EPOLLRDHUP : EPOLLIN | EPOLLRDHUP;
+        rc = sched_io_wait_signal(&c->io, watch, -1, &h->ready);
+        if (rc < 0)
+            break;
+        if (rc & (int)SCHED_SIGNALED) {
+            /* safety: relaxed: the signal ordered them (as it orders resp). */
+            if (__atomic_exchange_n(&h->body_asked, 0, __ATOMIC_RELAXED)) {
+                struct body_job job = {h, NULL, 0, 0};
+                if (rq->body_left) {
+                    if (!piece && !(piece = malloc(BODY_PIECE_MAX))) {
+                        rc = -ENOMEM;
+                        break;
+                    }
+                    int brc = body_piece(rq, piece, &job.len);
+                    if (brc < 0)
+                        goto gone;
+                    job.data = piece;
+                }
+                job.more = rq->body_left > 0;
+                if (sched_offload(body_trampoline, &job) < 0) {
+                    rc = -ECANCELED;
+                    break;
+                }
+            }
+            if (__atomic_exchange_n(&h->given, 0, __ATOMIC_RELAXED)) {
+                rc = 0;
+                break;
+            }
+            continue;
+        }
+        char b;
+        if (!(rc & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && conn_sock_peek(c->io.fd, &b) != 0) {
+            /* A next request's bytes (or a spurious edge): the serving loop reads them after
+             * this answer, since this wait consumed the readiness. */
+            c->drained = 0;
+            continue;
+        }
+    gone:;
+        struct gone_job job = {t, h};
+        sched_offload(gone_trampoline, &job); /* refused only by a stop, which cancels h too */
+        access_log_note(rq, 499, 0);
+        rc = -ECONNRESET;
+        break;
+    }
+    free(piece);
+    handoff_track(rq->srv, h, 0);
+    return rc;
+}
+
+int request_await_answer(struct request *rq, struct handoff *h, const struct server_target *t)
+{
+    return t->py_stream ? await_watching(rq, h, t) : handoff_await(rq->srv, h);
+}
+
 /* The handler deferred its answer to another thread (handoff.h): wait for it, without holding
  * the worker, and take it into rq->resp as if the handler had made it. 0, or -ECANCELED (the
- * server stops; the handoff is left) or -ENOMEM. */
-static int await_deferred(struct request *rq)
+ * server stops; the handoff is left), -ECONNRESET (the client left; the producer was told) or
+ * -ENOMEM. */
+static int await_deferred(struct request *rq, const struct server_target *t)
 {
     struct handoff *h = rq->resp.defer;
     rq->resp.defer = NULL;
     rq->defer = h;
-    int rc = handoff_await(rq->srv, h);
+    int rc = request_await_answer(rq, h, t);
     if (LIKELY(rc == 0))
         rc = resp_take(&rq->resp, &h->resp);
     if (UNLIKELY(rc < 0)) {
@@ -160,9 +304,22 @@ static int await_deferred(struct request *rq)
         resp_reset(&rq->resp);
         return rc;
     }
-    if (!rq->resp.stream)
+    if (!rq->resp.stream && !h->ws)
         request_leave_defer(rq); /* the whole answer is here: the producer is done */
+    /* A WebSocket's 101 keeps the handoff: it is the connection's channel from now on, which
+     * the protocol (http1.c) takes over. */
     return 0;
+}
+
+int request_streams_body(struct request *rq)
+{
+    struct router_match m;
+    int rc = router_match(rq->srv->router, ROUTER_METHOD_BIT(rq->head.method_id), rq->head.path,
+                          rq->head.path_len, &m);
+    if (rc < 0)
+        return 0;
+    const struct server_target *t = m.target;
+    return t->kind == SERVER_PYTHON && t->stream_body;
 }
 
 int request_reads_body(struct request *rq)
@@ -245,7 +402,7 @@ int request_dispatch(struct request *rq, const char *body, size_t body_len)
         }
         hrc = 0;
         if (UNLIKELY(rq->resp.defer != NULL)) {
-            rc = await_deferred(rq);
+            rc = await_deferred(rq, t);
             if (UNLIKELY(rc < 0))
                 return rc;
         }
@@ -371,6 +528,12 @@ int server_req_peer(const cyserve_request *req, const char **out)
         return -ENOTCONN;
     *out = peer;
     return 0;
+}
+
+uint64_t server_req_body_pending(const cyserve_request *req)
+{
+    struct request *rq = req->engine;
+    return rq ? rq->body_left : 0;
 }
 
 int server_req_tls(const cyserve_request *req)

@@ -86,6 +86,13 @@ struct request {
     /* The handoff the answer comes through when a handler deferred it (handoff.h), held until
      * the answer is sent or given up; NULL otherwise. */
     struct handoff *defer;
+    /* A Content-Length body the handler reads as it arrives (a target with stream_body: an
+     * ASGI app's receive()) instead of whole before the call: the bytes still to deliver, where
+     * the ones already in the connection's buffer are (buf[body_at..body_end)), and whether
+     * 100 Continue is owed before the first read from the socket. body_left is 0 otherwise. */
+    uint64_t body_left;
+    size_t body_at, body_end;
+    int body_continue;
     struct request_answer answer;
     char answer_lines[512]; /* storage of answer.lines when the core makes them */
     struct http_header hdr_inline[INLINE_HEADERS];
@@ -180,6 +187,17 @@ int request_dispatch(struct request *rq, const char *body, size_t body_len);
  * files route: a client that asked `Expect: 100-continue` then gets that answer instead of
  * 100 Continue, and never sends the body for nothing. The coroutine serving the connection. */
 int request_reads_body(struct request *rq);
+
+/* Whether the parsed request rq goes to a target that reads its body as it arrives
+ * (server_target.stream_body). The coroutine serving the connection. */
+int request_streams_body(struct request *rq);
+
+/* Wait until the producer of rq's deferred answer h (target t) gives its turn: the answer, or
+ * the next piece of a streamed one. Meanwhile the client is watched (one that leaves is told to
+ * the producer through t's py_stream, SERVER_STREAM_ABANDON) and a body that streams is read a
+ * piece per ask (handoff_ask_body). 0, -ECONNRESET (the client left) or -ECANCELED (the server
+ * stops). The coroutine serving the connection. */
+int request_await_answer(struct request *rq, struct handoff *h, const struct server_target *t);
 
 /* Leave rq's handoff, if it has one. The serving coroutine. */
 void request_leave_defer(struct request *rq);

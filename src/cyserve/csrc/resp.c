@@ -159,6 +159,11 @@ int resp_set_status(struct cyserve_response *r, int status)
     return 0;
 }
 
+void resp_set_switching(struct cyserve_response *r)
+{
+    r->status = 101;
+}
+
 /* RFC 9110 tchar. */
 static int is_tchar(unsigned char c)
 {
@@ -253,6 +258,9 @@ int resp_add_header(struct cyserve_response *r, const char *name, size_t nlen, c
             r->close = 1;
             return 0;
         }
+        /* A 101 to a WebSocket handshake says what it switches to (RFC 6455 4.2.2). */
+        if (vlen == 7 && name_is(value, vlen, "upgrade"))
+            return append_line(&r->headers, name, nlen, value, vlen);
         return -EPERM;
     }
     if (name_is(name, nlen, "content-type")) {

@@ -132,6 +132,10 @@ void resp_free(struct cyserve_response *r);
 /* Set the (final) status: 0, or -EINVAL outside 200..599. */
 int resp_set_status(struct cyserve_response *r, int status);
 
+/* Make r a 101 Switching Protocols: the answer to a WebSocket handshake its application accepted,
+ * after which the connection changes protocol (ws_conn.h). Not for handlers' answers. */
+void resp_set_switching(struct cyserve_response *r);
+
 /* Add a header line. Names are tokens, values have no control characters but HTAB: -EINVAL
  * otherwise, which is
  * what stops a handler from splitting the response. Content-Length, Transfer-Encoding, Date and

@@ -205,6 +205,23 @@ int sched_io_add(struct sched_io *io, int fd,
  * Returns the ready events (> 0), -ETIMEDOUT, or -ECANCELED. Coroutine only. */
 int sched_io_wait(struct sched_io *io, uint32_t events, int64_t deadline_ns);
 
+/* The bit sched_io_wait_signal() adds to its result when the signal ended (or was set before)
+ * the wait. Not an epoll bit. */
+#define SCHED_SIGNALED (1u << 27)
+
+struct sched_signal;
+
+/* Wait, as sched_io_wait does, until io is ready for events, OR until sig is set (by any thread,
+ * as for sched_signal_wait), whichever comes first: what a connection needs that both reads its
+ * socket and sends what another thread hands it (a WebSocket whose application runs on an event
+ * loop). A set that came before the call is seen at once. Returns the ready events, with
+ * SCHED_SIGNALED added when the signal was set (both may be reported at once; the signal is then
+ * consumed, the readiness too), -ETIMEDOUT, or -ECANCELED (the scheduler stops, or sig was
+ * cancelled). One waiter per signal, as sched_signal_wait; like it, a stop does not end the wait:
+ * cancel sig first. Coroutine only. */
+int sched_io_wait_signal(struct sched_io *io, uint32_t events, int64_t deadline_ns,
+                         struct sched_signal *sig);
+
 /* The coroutine serving io is done with it for now. In a home section of io's home: returns
  * -EAGAIN if readable readiness arrived meanwhile (keep serving: that readiness is consumed, so
  * read until EAGAIN again before the next release; the section has ended), -ECANCELED if the

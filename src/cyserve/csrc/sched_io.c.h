@@ -15,7 +15,14 @@ struct sched_wait {
     struct coro *co;
     struct sched_io *io;
     struct sched_timer timer;
+    /* sched_io_wait_signal: the signal that may end this wait too; such a waiter is on no parked
+     * list (a setter pushes it on a remote queue, whose links are the list's). */
+    struct sched_signal *sig;
 };
+
+/* sched_signal.c.h: whether an event or a timer may end rec's wait, which a signal may end too
+ * (1: it took the wake-up; 0: a setter took it, and resumes the waiter itself). */
+static int wait_sig_claim(struct sched_wait *rec);
 
 /* Process epoll events in batches of 64: enough to amortise the syscall under load (libuv and
  * redis use similar sizes), small enough to stay on the stack. */
@@ -34,7 +41,8 @@ static void wait_finish(struct sched_worker *self, struct sched_worker *home,
         epoll_ctl(home->epfd, EPOLL_CTL_DEL, rec->fd, NULL);
     else if (rec->kind == WAIT_IO)
         rec->io->waiter = NULL;
-    parked_remove(home, rec->co);
+    if (!rec->sig)
+        parked_remove(home, rec->co);
     coro_sched_node(rec->co)->wait = NULL;
     coro_set_resume_value(rec->co, value);
     w_push(self, rec->co);
@@ -44,6 +52,8 @@ static void wait_timer_fired(struct sched_timer *t)
 {
     struct sched_wait *rec = t->data;
     struct sched_worker *self = sched_self();
+    if (rec->sig && !wait_sig_claim(rec))
+        return; /* the signal's setter resumes the waiter, which then finds the timer gone */
     wait_finish(self, &self->s->w[t->owner], rec, rec->kind == WAIT_SLEEP ? 0 : -ETIMEDOUT);
 }
 
@@ -67,6 +77,8 @@ static void io_event(struct sched_worker *self, struct sched_worker *home, struc
     if (io->waiter) {
         struct sched_wait *rec = coro_sched_node(io->waiter)->wait;
         uint32_t got = io->ready & io_wait_mask(io->wait_events);
+        if (got && rec->sig && !wait_sig_claim(rec))
+            return; /* the signal's setter took the wake-up: the readiness stays recorded */
         if (got) {
             io->ready &= ~(got & (EPOLLIN | EPOLLOUT));
             wait_finish(self, home, rec, (int)got);

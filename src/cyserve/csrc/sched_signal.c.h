@@ -91,6 +91,105 @@ int sched_signal_wait(struct sched_signal *sig)
     return signal_cancelled(sig) ? -ECANCELED : 0;
 }
 
+/* ---- Waiting on a socket or a signal (sched_io_wait_signal) ----
+ * The wait is two at once: io's waiter (an event or the timer ends it, under L(home)) and the
+ * signal's (a setter ends it, from any thread). Exactly one of them may resume the coroutine, and
+ * the signal's state decides which: the waiter publishes WAITING under L(home), like
+ * sched_signal_wait; a setter's WAITING -> WOKEN takes the wake-up and pushes the coroutine on
+ * home's remote queue (it is on no parked list, so those links are free); an event or a timer
+ * takes it with the same CAS (wait_sig_claim) and resumes it as any io wait. Whoever loses
+ * leaves the coroutine alone: an event's readiness stays in io->ready, a fired timer is simply
+ * gone. The waiter, resumed, tells the two paths apart by the loop lock: only the remote queue
+ * hands a coroutine over with L(home) held; it then removes what the setter could not (io's
+ * waiter, the timer) itself, under that lock. */
+static int wait_sig_claim(struct sched_wait *rec)
+{
+    int waiting = SIG_WAITING;
+    /* safety: acq_rel, as a setter's transition from WAITING: the loser sees WOKEN. */
+    return __atomic_compare_exchange_n(&rec->sig->state, &waiting, SIG_WOKEN, 0, __ATOMIC_ACQ_REL,
+                                       __ATOMIC_ACQUIRE);
+}
+
+static uint32_t io_take_ready(struct sched_io *io, uint32_t events)
+{
+    uint32_t got = io->ready & io_wait_mask(events);
+    io->ready &= ~(got & (EPOLLIN | EPOLLOUT));
+    return got;
+}
+
+int sched_io_wait_signal(struct sched_io *io, uint32_t events, int64_t deadline_ns,
+                         struct sched_signal *sig)
+{
+    struct sched_worker *w = sched_self();
+    if (UNLIKELY(!w || !w->current))
+        return -EPERM; /* not called from a coroutine: refuse rather than crash */
+    if (UNLIKELY(sched_is_stopping(w->s) || signal_cancelled(sig)))
+        return -ECANCELED;
+    home_enter(&w, io->home);
+    uint32_t flags = 0;
+    int set = SIG_SET;
+    /* safety: acquire pairs with the setter's release: what it wrote before setting is seen. */
+    if (__atomic_compare_exchange_n(&sig->state, &set, SIG_EMPTY, 0, __ATOMIC_ACQUIRE,
+                                    __ATOMIC_RELAXED))
+        flags = SCHED_SIGNALED;
+    uint32_t got = io_take_ready(io, events);
+    if (got || flags) {
+        loop_unlock(w); /* back to user code: never across its work */
+        return signal_cancelled(sig) ? -ECANCELED : (int)(got | flags);
+    }
+    int home_id = io->home;
+    struct sched_worker *home = &w->s->w[home_id];
+    struct coro *co = w->current;
+    struct sched_wait rec = {.kind = WAIT_IO, .fd = io->fd, .io = io, .co = co, .sig = sig};
+    coro_sched_node(co)->wait = &rec;
+    io->waiter = co;
+    io->wait_events = events;
+    if (deadline_ns >= 0) {
+        rec.timer.cb = wait_timer_fired;
+        rec.timer.data = &rec;
+        timer_arm_on(home, &rec.timer, (uint64_t)deadline_ns);
+    }
+    sig->waiter = co;
+    sig->home = home_id;
+    sig->s = w->s;
+    int empty = SIG_EMPTY;
+    /* safety: release publishes waiter/home/s to the setter that will see WAITING; acquire (on
+     * failure: the state is SET) pairs with that setter's release. */
+    if (!__atomic_compare_exchange_n(&sig->state, &empty, SIG_WAITING, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE)) {
+        /* A set came since the look above: undo the io wait, consume the set. */
+        if (rec.timer.heap_index)
+            heap_remove(home, &rec.timer);
+        io->waiter = NULL;
+        coro_sched_node(co)->wait = NULL;
+        __atomic_store_n(&sig->state, SIG_EMPTY, __ATOMIC_RELAXED); /* safety: ours alone */
+        loop_unlock(w);
+        return signal_cancelled(sig) ? -ECANCELED : (int)SCHED_SIGNALED;
+    }
+    /* Switch out holding L(home): the scheduler releases it afterwards (the gopark rule). */
+    int v = coro_yield(co, SCHED_Y_PARK);
+    w = sched_self(); /* another thread, perhaps: a fresh read, see sched_self() */
+    int woken = SIG_WOKEN;
+    if (w->held == home_id) {
+        /* Resumed by a setter, through home's remote queue, holding L(home). */
+        if (rec.timer.heap_index)
+            heap_remove(home, &rec.timer);
+        io->waiter = NULL;
+        coro_sched_node(co)->wait = NULL;
+        /* safety: a set that came since the wake-up made it SET: leave that for the next wait. */
+        __atomic_compare_exchange_n(&sig->state, &woken, SIG_EMPTY, 0, __ATOMIC_ACQUIRE,
+                                    __ATOMIC_RELAXED);
+        got = io_take_ready(io, events);
+        loop_unlock(w);
+        return signal_cancelled(sig) ? -ECANCELED : (int)(got | SCHED_SIGNALED);
+    }
+    /* Resumed by an event or the timer (wait_finish), which made the state WOKEN. */
+    /* safety: as above. */
+    __atomic_compare_exchange_n(&sig->state, &woken, SIG_EMPTY, 0, __ATOMIC_ACQUIRE,
+                                __ATOMIC_RELAXED);
+    return v;
+}
+
 int sched_signal_set(struct sched_signal *sig)
 {
     /* safety: relaxed first read; every transition below is a CAS with acquire/release. */

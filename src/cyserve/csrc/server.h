@@ -70,6 +70,10 @@ struct server_target {
      * for a stream after it was released. */
     int (*py_stream)(void *opaque, void *stream, struct cyserve_response *resp, int op);
     void *opaque;
+    /* SERVER_PYTHON whose answer is deferred (handoff.h): a Content-Length body is not read
+     * before py_call but piece by piece as the producer asks (handoff_ask_body), each piece
+     * read when asked for (an ASGI app's receive()). */
+    int stream_body;
     /* SERVER_FILES */
     struct files_root *root;
 };
@@ -220,5 +224,9 @@ const char *server_req_scheme(const cyserve_request *req);
 /* 1 when req came over TLS (its connection's transport is not plain TCP), else 0. The thread
  * serving req. */
 int server_req_tls(const cyserve_request *req);
+
+/* The body bytes of req still to come piece by piece (handoff_ask_body), or 0 when its body,
+ * if any, is in req->body. The thread serving req. */
+uint64_t server_req_body_pending(const cyserve_request *req);
 
 #endif

@@ -78,9 +78,9 @@ static int stream_next_deferred(struct request *rq, const struct server_target *
     struct py_stream_job job = {t, h, &rq->resp, SERVER_STREAM_NEXT, 0};
     int rc = sched_offload(py_stream_trampoline, &job);
     if (LIKELY(rc == 0))
-        rc = handoff_await(rq->srv, h);
+        rc = request_await_answer(rq, h, t);
     if (UNLIKELY(rc < 0))
-        return rc; /* the server is stopping; the handoff is left with the answer */
+        return rc; /* the server stops, or the client left; the handoff is left with the answer */
     *more = h->more;
     size_t len;
     const char *body = resp_body(&h->resp, &len);

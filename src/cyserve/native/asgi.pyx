@@ -100,6 +100,8 @@ cdef class _Exchange:
     cdef object length       # the app's Content-Length, or None
     cdef object written      # the future a streamed send() waits on
     cdef object ended        # the future receive() waits on for http.disconnect
+    cdef bint body_stream    # the body comes piece by piece as receive() asks (body is b"")
+    cdef object body_wait    # the future receive() waits on for the next piece
     cdef readonly str label
 
     def __dealloc__(self):
@@ -109,6 +111,22 @@ cdef class _Exchange:
             self.h = NULL
 
     async def receive(self):
+        if self.body_stream and not self.body_done:
+            # The engine reads the next piece when asked (handoff_ask_body): an upload streams
+            # through with one piece in memory, and a slow app slows the client down.
+            if self.gone or self.complete:
+                return {"type": "http.disconnect"}
+            self.body_wait = _asgi_loop.create_future()
+            if cs.handoff_ask_body(self.h, _asgi_body_piece) != 0:
+                self._mark_gone()
+            piece = await self.body_wait
+            self.body_wait = None
+            if piece is None:
+                return {"type": "http.disconnect"}
+            data, more = piece
+            if not more:
+                self.body_done = True
+            return {"type": "http.request", "body": data, "more_body": more}
         if not self.body_done:
             n = len(self.body)
             end = self.body_off + _ASGI_CHUNK
@@ -202,15 +220,23 @@ cdef class _Exchange:
 
     cdef void _finish(self) noexcept:
         self.complete = True
+        if self.body_wait is not None and not self.body_wait.done():
+            self.body_wait.set_result(None)
         if self.ended is not None and not self.ended.done():
             self.ended.set_result(None)
 
     cdef void _mark_gone(self) noexcept:
         self.gone = True
+        if self.body_wait is not None and not self.body_wait.done():
+            self.body_wait.set_result(None)
         if self.written is not None and not self.written.done():
             self.written.set_exception(ClientDisconnected("the client went away"))
         if self.ended is not None and not self.ended.done():
             self.ended.set_result(None)
+
+    def _body_piece(self, piece):
+        if self.body_wait is not None and not self.body_wait.done():
+            self.body_wait.set_result(piece)
 
     def _piece_written(self, _):
         if self.written is not None and not self.written.done():
@@ -323,6 +349,7 @@ cdef class ASGIHandler:
         ex.label = self._label
         ex.body = PyBytes_FromStringAndSize(req.body.ptr, <Py_ssize_t>req.body.len)
         ex.head = req.method.len == 4 and memcmp(req.method.ptr, "HEAD", 4) == 0
+        ex.body_stream = cs.server_req_body_pending(<const cs.req_t *>req) != 0
         # Last, so that nothing can fail between it and resp_set_defer, which hands the
         # engine its reference.
         if cs.handoff_new(&ex.h) != 0:
@@ -332,10 +359,34 @@ cdef class ASGIHandler:
         return ex
 
 
+cdef void _asgi_body_piece(cs.handoff_t *h, const char *data, size_t n,
+                           int more) noexcept with gil:
+    # The engine's answer to handoff_ask_body, on a worker in its batch: queue the piece for
+    # the loop (the batch's end hands it over with the batch's other calls).
+    if h.producer == NULL:
+        return
+    try:
+        _asgi_queue_call((<_Exchange>h.producer)._body_piece,
+                         (PyBytes_FromStringAndSize(data, <Py_ssize_t>n), more != 0))
+    except BaseException:
+        _asgi_log.exception("handing a request body piece to the event loop failed")
+
+
+# The requests' tasks, held until they end: the loop itself keeps only weak references, and a
+# task that awaits a future only its exchange refers to (a WebSocket's next message, a long
+# poll) is an unreachable cycle that the garbage collector would destroy while it waits.
+cdef set _asgi_tasks = set()
+
+
+cdef inline void _asgi_keep_task(task) except *:
+    _asgi_tasks.add(task)
+    task.add_done_callback(_asgi_tasks.discard)
+
+
 def _asgi_spawn(args):
-    # Not tracked here: a stop cancels every task of the loop but the lifespans' (cyserve.asgi).
+    # A stop cancels every task of the loop but the lifespans' (cyserve.asgi).
     ex, app, scope = args
-    _asgi_loop.create_task((<_Exchange>ex)._run(app, scope))
+    _asgi_keep_task(_asgi_loop.create_task((<_Exchange>ex)._run(app, scope)))
 
 
 cdef void _asgi_call(void *opaque, cs.req_t *req, cs.resp_t *resp) noexcept nogil:
@@ -350,6 +401,8 @@ cdef void _asgi_call_impl(tuple info, cyserve_request *req, cs.resp_t *resp) noe
     try:
         if _asgi_loop is None:
             raise RuntimeError("the ASGI event loop is not running")
+        if _asgi_ws_wanted(req) and _asgi_ws_start(handler, req, resp):
+            return  # a WebSocket handshake (asgi_ws.pyx): answered, or deferred to the app
         ex = handler._start(req)
         # The engine's reference to the handoff: released when the engine leaves it.
         cs.resp_set_defer(resp, <void *>ex.h)
@@ -374,7 +427,7 @@ cdef int _asgi_stream(void *opaque, void *stream, cs.resp_t *resp, int op) noexc
 cdef void _asgi_stream_impl(cs.handoff_t *h, int op) noexcept:
     if h.producer == NULL:
         return  # the exchange is gone already: nobody to tell
-    ex = <_Exchange>h.producer
+    ex = <object>h.producer  # an _Exchange, or a _WSExchange whose handshake waits
     if op == cs.SERVER_STREAM_NEXT:
         _asgi_queue_call(ex._piece_written, None)
     else:

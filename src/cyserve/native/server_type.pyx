@@ -301,6 +301,7 @@ cdef class Server:
             if isinstance(target, ASGIHandler):  # native/asgi.pyx: answers made on the loop
                 t.py_call = _asgi_call
                 t.py_stream = _asgi_stream
+                t.stream_body = 1  # receive() gets the body as it arrives
             t.opaque = <void *>info
         elif kind == "nogil":
             inline = True

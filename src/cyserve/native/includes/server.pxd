@@ -37,6 +37,7 @@ cdef extern from "csrc/resp.h" nogil:
     int resp_set_body_file(resp_t *r, int fd, uint64_t offset, uint64_t len)
     void resp_reset(resp_t *r)
     int resp_set_status(resp_t *r, int status)
+    void resp_set_switching(resp_t *r)
     int resp_add_header(resp_t *r, const char *name, size_t nlen, const char *value, size_t vlen)
     int resp_set_reason(resp_t *r, const char *reason, size_t len)
     int resp_set_content_type(resp_t *r, const char *value, size_t vlen)
@@ -72,6 +73,7 @@ cdef extern from "csrc/server.h" nogil:
         py_call_t py_call
         py_stream_t py_stream
         void *opaque
+        int stream_body
         files_root_t *root
 
     ctypedef struct server_listen_t "struct server_listen":
@@ -126,6 +128,7 @@ cdef extern from "csrc/server.h" nogil:
     int server_req_header(const req_t *req, const char *name, size_t nlen, void *out)
     int server_req_peer(const req_t *req, const char **out)
     int server_req_tls(const req_t *req)
+    uint64_t server_req_body_pending(const req_t *req)
     const char *server_req_scheme(const req_t *req)
     int server_take_orphan(server_t *s, const server_target_t **t, void **stream)
 
@@ -140,6 +143,40 @@ cdef extern from "csrc/handoff.h" nogil:
     void handoff_release(handoff_t *h)
     int handoff_give(handoff_t *h, int more)
     int handoff_gone(const handoff_t *h)
+    int handoff_ask_body(handoff_t *h, void (*cb)(handoff_t *h, const char *data, size_t n,
+                                                  int more) noexcept)
+
+cdef extern from "csrc/ws.h" nogil:
+    enum:
+        WS_OP_TEXT
+        WS_OP_BINARY
+        WS_CLOSE_NO_STATUS
+        WS_ACCEPT_LEN
+    ctypedef struct ws_handshake_t "struct ws_handshake":
+        int is_get
+        int minor_version
+        int connection_upgrade
+        int upgrade_websocket
+        const char *key
+        size_t key_len
+        const char *version
+        size_t version_len
+    int ws_handshake_check(const ws_handshake_t *h, const char **why)
+    int ws_accept(const char *key, size_t key_len, char *out)
+    int ws_token_list_has(const char *v, size_t n, const char *tok)
+    int ws_close_code_valid(int code)
+
+cdef extern from "csrc/ws_conn.h" nogil:
+    enum:
+        WSCONN_EV_TEXT
+        WSCONN_EV_BINARY
+        WSCONN_EV_CLOSED
+        WSCONN_EV_DRAINED
+    ctypedef void (*wsconn_deliver_fn)(handoff_t *h, int event, const char *data, size_t len,
+                                       int code) noexcept
+    int wsconn_attach(handoff_t *h, wsconn_deliver_fn deliver)
+    int wsconn_send(handoff_t *h, int opcode, const char *p, size_t n)
+    int wsconn_close(handoff_t *h, int code, const char *reason, size_t n)
 
 cdef extern from "csrc/tls.h" nogil:
     ctypedef struct tls_ctx_t "struct tls_ctx":

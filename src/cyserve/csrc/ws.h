@@ -1,0 +1,133 @@
+/* ws.h: the WebSocket protocol's codec (RFC 6455; prefix ws_): the opening handshake's checks and
+ * its Sec-WebSocket-Accept, a zero-copy frame reader that enforces every rule a server must
+ * (masking, fragmentation with control frames between the fragments, UTF-8 of text messages and
+ * close reasons, close codes, the maximum message size), and the framing of what a server sends.
+ * Knows nothing of connections or Python: the engine (ws_conn.c) drives it, the tests feed it
+ * bytes. Parsers return bytes consumed, -1 (a protocol error, with the close code to send) or -2
+ * (more bytes needed); the rest 0 or -errno. Any thread; no global state. */
+#ifndef CYSERVE_WS_H
+#define CYSERVE_WS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+enum ws_opcode {
+    WS_OP_CONT = 0x0,
+    WS_OP_TEXT = 0x1,
+    WS_OP_BINARY = 0x2,
+    WS_OP_CLOSE = 0x8,
+    WS_OP_PING = 0x9,
+    WS_OP_PONG = 0xA,
+};
+
+/* The close codes the engine sends or reports (RFC 6455 7.4.1). */
+enum ws_close_code {
+    WS_CLOSE_NORMAL = 1000,
+    WS_CLOSE_GOING_AWAY = 1001,
+    WS_CLOSE_PROTOCOL = 1002,
+    WS_CLOSE_UNSUPPORTED = 1003,
+    WS_CLOSE_NO_STATUS = 1005, /* a close frame without a code: never sent */
+    WS_CLOSE_ABNORMAL = 1006,  /* the connection ended without a close frame: never sent */
+    WS_CLOSE_INVALID_DATA = 1007,
+    WS_CLOSE_POLICY = 1008,
+    WS_CLOSE_TOO_BIG = 1009,
+    WS_CLOSE_INTERNAL = 1011,
+};
+
+/* The longest frame head: 2 bytes, 8 of extended length, 4 of mask. */
+#define WS_HEAD_MAX 14
+/* The longest control frame payload (RFC 6455 5.5). */
+#define WS_CONTROL_MAX 125
+/* Sec-WebSocket-Accept's length: base64 of a SHA-1 digest. */
+#define WS_ACCEPT_LEN 28
+
+/* What the reader keeps between frames: the message being received and its validation. */
+struct ws_reader {
+    uint64_t max_message; /* a message (all its fragments) longer than this closes 1009; 0: none */
+    int message_op;       /* WS_OP_TEXT or WS_OP_BINARY while a fragmented message is open, or 0 */
+    uint64_t message_len; /* bytes of the open message so far */
+    uint32_t utf8;        /* the text message's UTF-8 validation state (0: at a character edge) */
+    /* After -1: the close code to send, and why (a static string, for logs and tests). */
+    int error;
+    const char *error_text;
+    /* After -2 once the head is complete: the whole frame's size, so the caller can make room
+     * for it; 0 while the head itself is incomplete. */
+    uint64_t need;
+};
+
+/* One frame, as the reader returns it. payload points into the caller's buffer, unmasked in
+ * place. For a data frame, opcode is the message's (TEXT or BINARY), also for its continuation
+ * fragments, and fin says whether the message ends with it. For a close frame, code is its
+ * status (WS_CLOSE_NO_STATUS when it carried none) and reason its UTF-8 text. */
+struct ws_frame {
+    int opcode;
+    int fin;
+    int first; /* a data frame that starts a message */
+    char *payload;
+    uint64_t len;
+    int code;
+    const char *reason;
+    size_t reason_len;
+};
+
+/* A reader for a new connection, messages bounded by max_message (0: unbounded). */
+void ws_reader_init(struct ws_reader *r, uint64_t max_message);
+
+/* Read one client frame from buf[0..len). Returns the bytes it took (> 0) and fills *f, its
+ * payload unmasked in place (buf is modified only then); -2 when the frame is not complete
+ * (r->need says how large it is once its head is in); -1 on a protocol error: r->error is the
+ * close code (1002 protocol, 1007 invalid UTF-8, 1009 too big) and the connection must close.
+ * A too-big message fails from its head, before its payload arrives. */
+ssize_t ws_read_frame(struct ws_reader *r, char *buf, size_t len, struct ws_frame *f);
+
+/* Write a server frame's head (unmasked) for opcode, fin and payload length into out. Returns
+ * its length (2, 4 or 10). */
+size_t ws_frame_head(unsigned char out[WS_HEAD_MAX], int opcode, int fin, uint64_t len);
+
+/* A close frame's payload for code and reason[0..reason_len) into out: the code, then the
+ * reason cut to fit 123 bytes at a character edge. Returns its length (0 for
+ * WS_CLOSE_NO_STATUS, which is sent as an empty close). */
+size_t ws_close_payload(char out[WS_CONTROL_MAX], int code, const char *reason, size_t reason_len);
+
+/* Whether code may be sent in a close frame by an endpoint (1000-1003, 1007-1014, 3000-4999). */
+int ws_close_code_valid(int code);
+
+/* Validate UTF-8 incrementally: feed p[0..n) with *state (0 at the start). Returns 0 while valid
+ * so far (*state says whether a character is open: nonzero), -1 as soon as a byte cannot be
+ * valid (fail fast). A whole text is valid when it returns 0 with *state 0. */
+int ws_utf8_feed(uint32_t *state, const unsigned char *p, size_t n);
+
+/* Whether the comma-separated token list v[0..n) holds tok (case-insensitive, OWS around items,
+ * as Connection: keep-alive, Upgrade). */
+int ws_token_list_has(const char *v, size_t n, const char *tok);
+
+/* The opening handshake's fields of one request. A field the request lacks is NULL. The engine
+ * folds repeated Connection and Upgrade fields with any_token instead. */
+struct ws_handshake {
+    int is_get;
+    int minor_version;
+    int connection_upgrade; /* some Connection field lists "upgrade" */
+    int upgrade_websocket;  /* some Upgrade field lists "websocket" */
+    const char *key;
+    size_t key_len;
+    const char *version;
+    size_t version_len;
+};
+
+/* Whether a request asks for a WebSocket at all (Upgrade lists websocket). */
+static inline int ws_handshake_requested(const struct ws_handshake *h)
+{
+    return h->upgrade_websocket;
+}
+
+/* Check a handshake (RFC 6455 4.2.1). Returns 0 when valid, 426 when the version is not 13 (the
+ * answer must carry Sec-WebSocket-Version: 13), 400 otherwise; *why says which rule failed. */
+int ws_handshake_check(const struct ws_handshake *h, const char **why);
+
+/* Sec-WebSocket-Accept for key[0..key_len) (SHA-1 of the key and the RFC's GUID, base64) into
+ * out (WS_ACCEPT_LEN bytes, no terminator). 0, or -EINVAL when the key is not 24 characters of
+ * base64 that decode to 16 bytes. */
+int ws_accept(const char *key, size_t key_len, char out[WS_ACCEPT_LEN]);
+
+#endif

@@ -1,0 +1,339 @@
+/* ws_conn.c: a WebSocket connection in the engine; ws_conn.h has the design.
+ *
+ * The coroutine's loop: read frames from what the buffer holds (the codec unmasks them in
+ * place), answer control frames, hand each whole message to the producer; send what the producer
+ * queued; read the socket until EAGAIN; then wait for readable OR the producer's signal. An
+ * unfragmented message (the common case) is handed over from the read buffer itself; fragments
+ * are gathered in a buffer of the coroutine's until the last one. The read buffer grows to the
+ * frame being read (at most WSCONN_MAX_MESSAGE and its head: the codec refuses a larger one from
+ * its head alone).
+ *
+ * Closing: when the client sends close, its code is echoed (RFC 6455 5.5.1) and the TCP
+ * connection closed by the server, as 7.1.1 wants. When the producer (or a protocol error, or a
+ * stop) closes, the close frame goes out after what was queued, and the client's close is
+ * awaited for WSCONN_CLOSE_WAIT_NS, data frames meanwhile dropped. A stop cancels the handoff's
+ * signal (handoff_cancel_all, after the grace period): the client gets 1001. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "ws_conn.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+#include "compat.h"
+#include "conn.h"
+#include "handoff.h"
+#include "sched.h"
+#include "server_int.h"
+#include "wbuf.h"
+
+int wsconn_attach(struct handoff *h, wsconn_deliver_fn deliver)
+{
+    struct wsconn_chan *ch = calloc(1, sizeof(*ch));
+    if (UNLIKELY(!ch))
+        return -ENOMEM;
+    ch->deliver = deliver;
+    pthread_mutex_init(&ch->lock, NULL);
+    h->ws = ch;
+    return 0;
+}
+
+void wsconn_chan_free(struct wsconn_chan *ch)
+{
+    struct wsconn_out *o = ch->head;
+    while (o) {
+        struct wsconn_out *next = o->next;
+        free(o);
+        o = next;
+    }
+    pthread_mutex_destroy(&ch->lock);
+    free(ch);
+}
+
+int wsconn_send(struct handoff *h, int opcode, const char *p, size_t n)
+{
+    struct wsconn_chan *ch = h->ws;
+    if (handoff_gone(h))
+        return -EPIPE;
+    struct wsconn_out *o = malloc(sizeof(*o) + WS_HEAD_MAX + n);
+    if (UNLIKELY(!o))
+        return -ENOMEM;
+    size_t hl = ws_frame_head((unsigned char *)o->data, opcode, 1, n);
+    if (n)
+        memcpy(o->data + hl, p, n);
+    o->len = hl + n;
+    o->next = NULL;
+    pthread_mutex_lock(&ch->lock);
+    if (ch->close_req) {
+        pthread_mutex_unlock(&ch->lock);
+        free(o);
+        return -EPIPE;
+    }
+    if (ch->tail)
+        ch->tail->next = o;
+    else
+        ch->head = o;
+    ch->tail = o;
+    ch->bytes += o->len;
+    int over = ch->bytes > WSCONN_HIGH_WATER;
+    if (over)
+        ch->want_drained = 1;
+    pthread_mutex_unlock(&ch->lock);
+    sched_signal_set(&h->ready); /* the lock ordered the queue before the engine's look */
+    return over;
+}
+
+int wsconn_close(struct handoff *h, int code, const char *reason, size_t n)
+{
+    struct wsconn_chan *ch = h->ws;
+    if (handoff_gone(h))
+        return -EPIPE;
+    pthread_mutex_lock(&ch->lock);
+    int rc = -EPIPE;
+    if (!ch->close_req) {
+        ch->close_req = 1;
+        ch->close_code = code;
+        ch->close_len = ws_close_payload(ch->close_reason, code, reason, n);
+        rc = 0;
+    }
+    pthread_mutex_unlock(&ch->lock);
+    if (rc == 0)
+        sched_signal_set(&h->ready);
+    return rc;
+}
+
+/* ---- the engine's side ---- */
+
+struct wsconn_session {
+    struct conn *c;
+    struct server *srv;
+    struct handoff *h;
+    struct wsconn_chan *ch;
+    struct ws_reader r;
+    struct wbuf frag; /* a fragmented message so far */
+    int close_sent;
+    int closed_told; /* the producer got WSCONN_EV_CLOSED */
+    int64_t close_deadline;
+};
+
+struct wsconn_job {
+    struct handoff *h;
+    int event;
+    const char *data;
+    size_t len;
+    int code;
+};
+
+static void wsconn_deliver_call(void *arg)
+{
+    struct wsconn_job *j = arg;
+    j->h->ws->deliver(j->h, j->event, j->data, j->len, j->code);
+}
+
+/* Hand an event to the producer (an offloaded call). 0, or -ECANCELED when the server stops
+ * (offloads are refused then; the producer learns from the gone handoff). */
+static int wsconn_deliver(struct wsconn_session *ws, int event, const char *data, size_t len,
+                          int code)
+{
+    struct wsconn_job job = {ws->h, event, data, len, code};
+    if (event == WSCONN_EV_CLOSED)
+        ws->closed_told = 1;
+    return sched_offload(wsconn_deliver_call, &job);
+}
+
+/* Send one frame, opcode with payload p[0..n). 0 or -errno. */
+static int wsconn_send_frame(struct wsconn_session *ws, int opcode, const char *p, size_t n)
+{
+    unsigned char head[WS_HEAD_MAX];
+    struct iovec iov[2] = {{head, ws_frame_head(head, opcode, 1, n)}, {(void *)p, n}};
+    return conn_sendv(ws->c, iov, n ? 2 : 1, 0);
+}
+
+/* Send our close frame with code and its payload (p[0..n), made by ws_close_payload), once, and
+ * start waiting for the client's. */
+static int wsconn_send_close(struct wsconn_session *ws, const char *p, size_t n)
+{
+    if (ws->close_sent)
+        return 0;
+    ws->close_sent = 1;
+    ws->close_deadline = conn_deadline_after(WSCONN_CLOSE_WAIT_NS);
+    return wsconn_send_frame(ws, WS_OP_CLOSE, p, n);
+}
+
+static int wsconn_send_close_code(struct wsconn_session *ws, int code)
+{
+    char p[WS_CONTROL_MAX];
+    size_t n = ws_close_payload(p, code, NULL, 0);
+    return wsconn_send_close(ws, p, n);
+}
+
+/* Send what the producer queued, then its close if it asked. 0 or -errno. */
+static int wsconn_send_queued(struct wsconn_session *ws)
+{
+    struct wsconn_chan *ch = ws->ch;
+    pthread_mutex_lock(&ch->lock);
+    struct wsconn_out *list = ch->head;
+    ch->head = ch->tail = NULL;
+    ch->bytes = 0;
+    int drained = ch->want_drained && list;
+    ch->want_drained = 0;
+    int close_req = ch->close_req;
+    pthread_mutex_unlock(&ch->lock);
+    int rc = 0;
+    while (list) {
+        /* Up to 16 frames per send. */
+        struct iovec iov[16];
+        struct wsconn_out *batch[16];
+        int cnt = 0;
+        while (list && cnt < 16) {
+            batch[cnt] = list;
+            iov[cnt].iov_base = list->data;
+            iov[cnt].iov_len = list->len;
+            cnt++;
+            list = list->next;
+        }
+        if (rc == 0 && !ws->close_sent)
+            rc = conn_sendv(ws->c, iov, cnt, 0);
+        for (int i = 0; i < cnt; i++)
+            free(batch[i]);
+    }
+    if (rc == 0 && drained)
+        wsconn_deliver(ws, WSCONN_EV_DRAINED, NULL, 0, 0);
+    if (rc == 0 && close_req && !ws->close_sent) {
+        /* The close fields are written once, before close_req, under the lock we took. */
+        rc = wsconn_send_close(ws, ch->close_reason, ch->close_len);
+    }
+    return rc;
+}
+
+/* A data frame: a whole message goes to the producer from where it lies; fragments are gathered
+ * first. 0 or -errno. */
+static int wsconn_on_data(struct wsconn_session *ws, const struct ws_frame *f)
+{
+    int ev = f->opcode == WS_OP_TEXT ? WSCONN_EV_TEXT : WSCONN_EV_BINARY;
+    if (ws->close_sent)
+        return 0; /* closing: the producer said it wants nothing more */
+    if (f->first && f->fin)
+        return wsconn_deliver(ws, ev, f->payload, (size_t)f->len, 0);
+    if (f->first)
+        ws->frag.len = 0;
+    if (f->len && wbuf_append(&ws->frag, f->payload, (size_t)f->len))
+        return -ENOMEM;
+    if (!f->fin)
+        return 0;
+    int rc = wsconn_deliver(ws, ev, ws->frag.ptr, ws->frag.len, 0);
+    wbuf_free(&ws->frag);
+    wbuf_init(&ws->frag, NULL, 0);
+    return rc;
+}
+
+enum { WS_GO_ON = 0, WS_END = 1 };
+
+/* Read the frames the buffer holds. WS_GO_ON, or WS_END when the connection must close. */
+static int wsconn_read_frames(struct wsconn_session *ws)
+{
+    struct conn *c = ws->c;
+    size_t pos = 0;
+    int rc = WS_GO_ON;
+    while (pos < c->len) {
+        struct ws_frame f;
+        ssize_t n = ws_read_frame(&ws->r, c->buf + pos, c->len - pos, &f);
+        if (n == -2)
+            break;
+        if (n < 0) {
+            /* The client broke a rule: close with the RFC's code, tell the producer. */
+            wsconn_send_close_code(ws, ws->r.error);
+            if (!ws->closed_told)
+                wsconn_deliver(ws, WSCONN_EV_CLOSED, NULL, 0, ws->r.error);
+            return WS_END;
+        }
+        pos += (size_t)n;
+        switch (f.opcode) {
+        case WS_OP_PING:
+            if (!ws->close_sent && wsconn_send_frame(ws, WS_OP_PONG, f.payload, (size_t)f.len))
+                return WS_END;
+            break;
+        case WS_OP_PONG:
+            break; /* unsolicited, or an answer to nothing we sent: ignored (5.5.3) */
+        case WS_OP_CLOSE:
+            if (!ws->close_sent) {
+                /* Echo its code (none for none), then close the TCP connection. */
+                char p[WS_CONTROL_MAX];
+                size_t pl = ws_close_payload(p, f.code, NULL, 0);
+                wsconn_send_close(ws, p, pl);
+            }
+            if (!ws->closed_told)
+                wsconn_deliver(ws, WSCONN_EV_CLOSED, f.reason, f.reason_len, f.code);
+            return WS_END;
+        default:
+            if (wsconn_on_data(ws, &f))
+                return WS_END;
+            break;
+        }
+    }
+    if (pos) {
+        memmove(c->buf, c->buf + pos, c->len - pos);
+        c->len -= pos;
+    }
+    return rc;
+}
+
+void wsconn_serve(struct conn *c, struct handoff *h, size_t off)
+{
+    struct wsconn_session state = {.c = c, .srv = c->home->srv, .h = h, .ch = h->ws};
+    struct wsconn_session *ws = &state;
+    ws->close_deadline = -1;
+    ws_reader_init(&ws->r, WSCONN_MAX_MESSAGE);
+    wbuf_init(&ws->frag, NULL, 0);
+    if (off) {
+        memmove(c->buf, c->buf + off, c->len - off);
+        c->len -= off;
+    }
+    handoff_track(ws->srv, h, 1);
+    int close_code = WS_CLOSE_ABNORMAL; /* what the producer is told if nothing better is known */
+    for (;;) {
+        if (wsconn_read_frames(ws) == WS_END)
+            break;
+        if (wsconn_send_queued(ws) < 0)
+            break;
+        /* Room for the frame being read: the codec said how large it is once its head is in. */
+        size_t want = ws->r.need > c->cap ? (size_t)ws->r.need : c->cap;
+        if (c->len == c->cap)
+            want = c->cap * 2 > want ? c->cap * 2 : want;
+        if (want > c->cap && conn_reserve(c, want) < 0)
+            break;
+        if (!c->drained) {
+            ssize_t n = conn_read_once(c);
+            if (n > 0)
+                continue;
+            if (n == 0 || n != -EAGAIN)
+                break; /* the client went without a close frame: 1006 */
+        }
+        int rc = sched_io_wait_signal(&c->io, EPOLLIN, ws->close_deadline, &h->ready);
+        if (rc == -ECANCELED) {
+            /* The server stops (after its grace period): going away. */
+            if (!ws->close_sent)
+                wsconn_send_close_code(ws, WS_CLOSE_GOING_AWAY);
+            close_code = WS_CLOSE_GOING_AWAY;
+            break;
+        }
+        if (rc < 0)
+            break; /* the client did not answer our close in time */
+        if (rc & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+            c->drained = 0;
+    }
+    if (ws->close_sent && close_code == WS_CLOSE_ABNORMAL) {
+        pthread_mutex_lock(&ws->ch->lock);
+        if (ws->ch->close_req)
+            close_code = ws->ch->close_code;
+        pthread_mutex_unlock(&ws->ch->lock);
+    }
+    if (!ws->closed_told)
+        wsconn_deliver(ws, WSCONN_EV_CLOSED, NULL, 0, close_code);
+    wbuf_free(&ws->frag);
+    handoff_track(ws->srv, h, 0);
+    handoff_leave(h);
+}

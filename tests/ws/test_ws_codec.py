@@ -1,0 +1,184 @@
+"""Conformance of the WebSocket frame reader (csrc/ws.c) against the cases in tests/ws/*.md.
+
+Format of a case file (one topic per file, as tests/http/):
+
+    ## Title of the case
+
+    A sentence saying why the case exists.
+
+    <!-- meta={"max_message": 10} -->          (optional: the reader's maximum message size)
+
+    ```frames                                  (what the client sends, one frame per line)
+    text "Hello"                               a masked, final text frame
+    text "Hel" nofin                           a first fragment
+    cont "lo"                                  a continuation; also binary, close, ping, pong
+    op=3 ""                                    any opcode by number
+    binary 126*"a"                             N*"..." repeats the payload
+    text "hi" nomask rsv=0x40                  unmasked; RSV bits set
+    close code=1000 "bye"                      a close frame with a code and a reason
+    raw 81 02 68 69                            bytes as they are (hex)
+    ```
+
+    ```expect                                  (what the reader returns, in order)
+    text first fin "Hello"                     data frames: first/cont and fin/more flags
+    text cont more "Hel"
+    ping "x"
+    close 1000 "bye"                           (close 1005 "" for an empty close)
+    error 1002                                 the reader refused: the close code to send
+    ```
+
+Payload strings use Python's escapes (\\xNN, \\u00e9 for UTF-8 text). Every case is fed whole,
+then split in two at every byte, then one byte at a time: the frames returned, and the error,
+must be the same every time (the reader's rules do not depend on how bytes arrive)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import struct
+from pathlib import Path
+
+import pytest
+
+from cyserve import _testhooks
+
+pytestmark = pytest.mark.native
+
+CASE_DIR = Path(__file__).parent
+HEADING = re.compile(r"^##\s+(.*\S)\s*$")
+META = re.compile(r"^<!--\s*meta=(\{.*\})\s*-->\s*$")
+OPS = {"cont": 0, "text": 1, "binary": 2, "close": 8, "ping": 9, "pong": 10}
+MASK = b"\x37\xfa\x21\x3d"
+PAYLOAD = re.compile(r'(?:(\d+)\*)?("(?:[^"\\]|\\.)*")')
+
+
+def payload_of(text: str) -> tuple[bytes, str]:
+    """The payload in a line (N*"..." or "..."), and the line without it."""
+    m = PAYLOAD.search(text)
+    if not m:
+        return b"", text
+    lit = m.group(2)
+    if "\\u" in lit or any(ord(c) > 0x7F for c in lit):
+        data = ast.literal_eval(lit).encode("utf-8")  # characters, as UTF-8
+    else:
+        data = ast.literal_eval("b" + lit)  # \xNN is a byte
+    if m.group(1):
+        data *= int(m.group(1))
+    return data, text[:m.start()] + text[m.end():]
+
+
+def build_frame(line: str) -> bytes:
+    words = line.split()
+    if words[0] == "raw":
+        return bytes.fromhex("".join(words[1:]))
+    data, rest = payload_of(line)
+    words = rest.split()
+    head, flags = words[0], words[1:]
+    op = int(head[3:], 0) if head.startswith("op=") else OPS[head]
+    fin, mask, rsv, code = True, True, 0, None
+    for flag in flags:
+        if flag == "nofin":
+            fin = False
+        elif flag == "nomask":
+            mask = False
+        elif flag.startswith("rsv="):
+            rsv = int(flag[4:], 0)
+        elif flag.startswith("code="):
+            code = int(flag[5:])
+        else:
+            raise ValueError(f"unknown flag {flag!r} in {line!r}")
+    if code is not None:
+        data = struct.pack("!H", code) + data
+    n = len(data)
+    b0 = (0x80 if fin else 0) | rsv | op
+    mbit = 0x80 if mask else 0
+    if n < 126:
+        out = bytes([b0, mbit | n])
+    elif n < 65536:
+        out = bytes([b0, mbit | 126]) + struct.pack("!H", n)
+    else:
+        out = bytes([b0, mbit | 127]) + struct.pack("!Q", n)
+    if not mask:
+        return out + data
+    return out + MASK + bytes(b ^ MASK[i % 4] for i, b in enumerate(data))
+
+
+def expected_event(line: str) -> tuple:
+    data, rest = payload_of(line)
+    words = rest.split()
+    kind = words[0]
+    if kind == "error":
+        return ("error", int(words[1]))
+    if kind == "close":
+        return ("close", int(words[1]), data)
+    if kind in ("ping", "pong"):
+        return (kind, data)
+    first = words[1] == "first"
+    fin = words[2] == "fin"
+    return (kind, first, fin, data)
+
+
+def load_cases() -> list:
+    cases = []
+    for path in sorted(CASE_DIR.glob("*.md")):
+        title, meta, data = None, {}, None
+        lines = path.read_text().splitlines()
+        i = 0
+        while i < len(lines):
+            line = lines[i]
+            m = HEADING.match(line)
+            if m:
+                title, meta, data = m.group(1), {}, None
+                i += 1
+                continue
+            m = META.match(line)
+            if m:
+                meta = json.loads(m.group(1))
+                i += 1
+                continue
+            if line.startswith("```") and line.strip() != "```":
+                lang = line.strip()[3:]
+                j = i + 1
+                while lines[j].strip() != "```":
+                    j += 1
+                body = [b for b in lines[i + 1:j] if b.strip()]
+                if lang == "frames":
+                    data = b"".join(build_frame(b.strip()) for b in body)
+                elif lang == "expect":
+                    assert title and data is not None, f"{path.name}: expect without frames"
+                    expect = [expected_event(b.strip()) for b in body]
+                    cases.append(pytest.param(data, expect, meta, id=f"{path.stem}: {title}"))
+                else:
+                    raise ValueError(f"{path.name}: unknown block ```{lang}")
+                i = j + 1
+                continue
+            i += 1
+    return cases
+
+
+CASES = load_cases()
+
+
+def run(pieces: list[bytes], max_message: int) -> list[tuple]:
+    reader = _testhooks.WSReader(max_message)
+    out: list[tuple] = []
+    for piece in pieces:
+        for ev in reader.feed(piece):
+            out.append(ev[:2] if ev[0] == "error" else ev)
+    return out
+
+
+def test_enough_cases() -> None:
+    assert len(CASES) >= 30, f"only {len(CASES)} conformance cases"
+
+
+@pytest.mark.parametrize("data,expect,meta", CASES)
+def test_case(data: bytes, expect: list[tuple], meta: dict) -> None:
+    max_message = meta.get("max_message", 0)
+    assert run([data], max_message) == expect, "fed whole"
+    for k in range(1, len(data)):
+        assert run([data[:k], data[k:]], max_message) == expect, f"split at byte {k}"
+    if len(data) <= 4096:
+        assert run([data[i:i + 1] for i in range(len(data))], max_message) == expect, \
+            "fed a byte at a time"
