@@ -357,7 +357,7 @@ static unsigned xfp_elements(const struct http_request *r, unsigned want, const 
 void proxy_resolve(const struct proxy_trust *t, const struct http_request *r, char *client,
                    const char **scheme)
 {
-    struct proxy_hop hops[PROXY_MAX_HOPS];
+    struct proxy_hop hops[PROXY_MAX_HOPS] = {0}; /* every kept hop is written; GCC cannot tell */
     unsigned dropped = 0;
     client[0] = 0;
     if (t->forwarded) {
