@@ -86,6 +86,9 @@ struct request {
     /* The handoff the answer comes through when a handler deferred it (handoff.h), held until
      * the answer is sent or given up; NULL otherwise. */
     struct handoff *defer;
+    /* The body, when it is streamed to the handler (body.h) rather than whole in the view;
+     * NULL otherwise. */
+    struct body_reader *body_rd;
     struct request_answer answer;
     char answer_lines[512]; /* storage of answer.lines when the core makes them */
     struct http_header hdr_inline[INLINE_HEADERS];
@@ -180,6 +183,10 @@ int request_dispatch(struct request *rq, const char *body, size_t body_len);
  * files route: a client that asked `Expect: 100-continue` then gets that answer instead of
  * 100 Continue, and never sends the body for nothing. The coroutine serving the connection. */
 int request_reads_body(struct request *rq);
+
+/* Would rq's handler read its body as a stream (body.h)? A Python target that takes one
+ * (server_target.body_stream), over plain TCP. The coroutine serving the connection. */
+int request_body_streams(struct request *rq);
 
 /* Leave rq's handoff, if it has one. The serving coroutine. */
 void request_leave_defer(struct request *rq);

@@ -70,6 +70,9 @@ struct server_target {
      * for a stream after it was released. */
     int (*py_stream)(void *opaque, void *stream, struct cyserve_response *resp, int op);
     void *opaque;
+    /* SERVER_PYTHON: 1 when py_call reads a large body as a stream (body.h) rather than whole
+     * in req->body. */
+    int body_stream;
     /* SERVER_FILES */
     struct files_root *root;
 };
