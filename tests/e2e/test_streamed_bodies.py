@@ -382,3 +382,79 @@ def test_min_rate_while_streaming():
             assert r.status == 408
             assert b"too slow" in r.body
             assert time.monotonic() - t0 < 8
+
+
+def flask_app():
+    import flask
+
+    app = flask.Flask(__name__)
+    app.config["MAX_CONTENT_LENGTH"] = None
+
+    @app.post("/upload")
+    def upload():
+        f = flask.request.files["file"]
+        h = hashlib.sha256()
+        n = 0
+        while True:
+            piece = f.stream.read(65536)
+            if not piece:
+                break
+            h.update(piece)
+            n += len(piece)
+        return f"{flask.request.form['name']} {n} {h.hexdigest()}"
+
+    @app.post("/raw")
+    def raw():
+        h = hashlib.sha256()
+        n = 0
+        for piece in iter(lambda: flask.request.stream.read(65536), b""):
+            h.update(piece)
+            n += len(piece)
+        return f"{n} {h.hexdigest()}"
+
+    return app
+
+
+def test_flask_uploads():
+    """A Flask app: a multipart file upload parsed by Werkzeug from wsgi.input, and a raw body
+    read from request.stream, both large, both chunked and with a length."""
+    app = App()
+    app.wsgi("/", flask_app())
+    boundary = "cyserveboundary"
+    form = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\nbig.bin\r\n"
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
+            "filename=\"big.bin\"\r\nContent-Type: application/octet-stream\r\n\r\n").encode()
+    form += BIG + f"\r\n--{boundary}--\r\n".encode()
+    ctype = f"Content-Type: multipart/form-data; boundary={boundary}\r\n"
+    with serving(app.build(), threads=2, max_body_bytes=8 << 20) as srv:
+        with Conn(srv.port) as c:
+            for chunked in (False, True):
+                t = send_in_thread(c, post("/upload", form, chunked, extra=ctype))
+                r = c.reply()
+                t.join(TIMEOUT)
+                assert (r.status, r.body.decode()) == (200, f"big.bin {len(BIG)} {digest(BIG)}")
+                t = send_in_thread(c, post("/raw", BIG, chunked))
+                r = c.reply()
+                t.join(TIMEOUT)
+                assert (r.status, r.body.decode()) == (200, f"{len(BIG)} {digest(BIG)}")
+
+
+def test_body_unreadable_after_the_call(port):
+    kept = []
+    app = App()
+
+    @app.post("/keep")
+    def keep(request):
+        kept.append(request)
+        kept.append(request.stream())
+        return "ok"
+
+    with serving(app.build(), threads=1) as srv:
+        with Conn(srv.port) as c:
+            t = send_in_thread(c, post("/keep", BIG[:500000]))
+            assert c.reply().body == b"ok"
+            t.join(TIMEOUT)
+    with pytest.raises(RuntimeError):
+        kept[0].read()
+    with pytest.raises((RuntimeError, ValueError)):
+        next(kept[1])
