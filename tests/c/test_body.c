@@ -230,8 +230,34 @@ static void test_drain(void)
     teardown(&f, &br);
 }
 
+static void test_slots(void)
+{
+    struct server s;
+    memset(&s, 0, sizeof(s));
+    is_int(body_slot_take(&s), 0, "relief off: no body streams");
+    s.cfg.blocking_threads = 16;
+    int n = 0;
+    while (body_slot_take(&s))
+        n++;
+    is_int(n, 8, "half of blocking_threads stream at once");
+    body_slot_give(&s);
+    is_int(body_slot_take(&s), 1, "a slot given back is taken again");
+    /* A reader holds its slot until body_end. */
+    struct fixture f;
+    setup(&f);
+    f.s.cfg.blocking_threads = 1;
+    struct body_reader br;
+    is_int(body_slot_take(&f.s), 1, "one slot for one blocking thread");
+    body_start(&br, &f.c, &f.s, "", 0, 5, NULL);
+    br.slot = 1;
+    is_int(body_slot_take(&f.s), 0, "held by the reader");
+    teardown(&f, &br);
+    is_int(body_slot_take(&f.s), 1, "given back by body_end");
+}
+
 int main(void)
 {
+    test_slots();
     test_length(1);
     test_length(100);
     test_length(65536);

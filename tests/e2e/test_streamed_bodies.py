@@ -458,3 +458,36 @@ def test_body_unreadable_after_the_call(port):
         kept[0].read()
     with pytest.raises((RuntimeError, ValueError)):
         next(kept[1])
+
+
+def test_silent_client_costs_no_call(port):
+    """The first 64 KiB of a large body are read before the call: a client that sends only its
+    head is answered 408 by the engine, and the app never runs."""
+    SEEN.clear()
+    with Conn(port) as c:
+        c.send(post("/w/raise", BIG)[:1000])
+        r = c.reply()
+        assert r.status == 408
+    assert SEEN == []
+
+
+def test_bodies_beyond_the_stream_slots_are_read_whole():
+    """blocking_threads 2: one body streams at a time (half of them); while one does, another
+    large body is read whole before its call, as bodies were."""
+    SEEN.clear()
+    with serving(native_app().build(), threads=1, blocking_threads=2, max_body_bytes=8 << 20,
+                 min_body_rate=0) as srv:
+        with Conn(srv.port) as a, Conn(srv.port) as b:
+            first = post("/w/env", BIG)
+            a.send(first[:500000])  # streams, then waits for the rest
+            deadline = time.monotonic() + 5
+            time.sleep(0.3)
+            t = send_in_thread(b, post("/w/env", BIG))
+            r = b.reply()
+            t.join(TIMEOUT)
+            assert (r.status, r.body) == (200, str(len(BIG)).encode())
+            a.send(first[500000:])
+            r = a.reply()
+            assert (r.status, r.body) == (200, str(len(BIG)).encode())
+            assert time.monotonic() < deadline + TIMEOUT
+    assert sorted(v[2] for _, v in SEEN) == ["BytesIO", "RequestBody"]

@@ -80,8 +80,30 @@ int body_start(struct body_reader *br, struct conn *c, struct server *s, const c
     return 0;
 }
 
+int body_slot_take(struct server *s)
+{
+    unsigned cap = (s->cfg.blocking_threads + 1) / 2;
+    /* safety: relaxed: a counter bounding how many bodies stream; it publishes nothing. */
+    unsigned cur = atomic_load_explicit(&s->body_streams, memory_order_relaxed);
+    while (cur < cap)
+        if (atomic_compare_exchange_weak_explicit(&s->body_streams, &cur, cur + 1,
+                                                  memory_order_relaxed, memory_order_relaxed))
+            return 1;
+    return 0;
+}
+
+void body_slot_give(struct server *s)
+{
+    /* safety: see body_slot_take. */
+    atomic_fetch_sub_explicit(&s->body_streams, 1, memory_order_relaxed);
+}
+
 void body_end(struct body_reader *br)
 {
+    if (br->slot) {
+        body_slot_give(br->s);
+        br->slot = 0;
+    }
     free(br->win);
     br->win = NULL;
     br->cap = br->pos = br->end = br->tail = 0;

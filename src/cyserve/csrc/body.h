@@ -32,6 +32,7 @@ struct body_reader {
     struct server *s;
     int fd;
     int chunked;
+    int slot; /* holds one of the server's stream slots (body_slot_take), given back by body_end */
     int done; /* the body's end was seen */
     int err;  /* sticky: 0, or the -errno every later read returns */
     /* With err: the answer the client should get (413, 408, 400, 431), or 0 when there is
@@ -58,7 +59,16 @@ struct body_reader {
 int body_start(struct body_reader *br, struct conn *c, struct server *s, const char *prefix,
                size_t n, int64_t length, const struct http_chunked *st);
 
-/* Release what br holds. Idempotent. Any thread that holds br. */
+/* Take one of the server's stream slots: 1, or 0 when as many bodies stream as may (half of
+ * blocking_threads, at least one; none when relief is off), so that the body is read whole
+ * instead. A handler waiting for a slow client holds a thread, and relief has blocking_threads
+ * of them for every call that blocks: half are left to the others. Any thread. */
+int body_slot_take(struct server *s);
+
+/* Give back a slot taken by body_slot_take that no reader holds. Any thread. */
+void body_slot_give(struct server *s);
+
+/* Release what br holds (its window, its stream slot). Idempotent. Any thread that holds br. */
 void body_end(struct body_reader *br);
 
 /* Up to n body bytes into dst, waiting for the client as needed (poll(2) on the socket: the

@@ -375,17 +375,19 @@ static int maybe_continue(struct http1_session *sv, int *sent)
 
 /* Hand the body whose first decoded bytes are c->buf[head_end..c->len) to a reader the handler
  * reads from (rq.body_rd), rather than read it whole: length its Content-Length, or -1 with st
- * the chunked decoder's state. The buffer keeps the head only. 0, or SERVE_CLOSE after
- * answering. */
+ * the chunked decoder's state. The caller took a stream slot (body_slot_take), which the reader
+ * now holds. The buffer keeps the head only. 0, or SERVE_CLOSE after answering. */
 static int start_stream(struct http1_session *sv, size_t head_end, int64_t length,
                         const struct http_chunked *st)
 {
     struct conn *c = sv->c;
     if (body_start(&sv->br, c, sv->srv, c->buf + head_end, c->len - head_end, length, st) < 0) {
         body_end(&sv->br);
+        body_slot_give(sv->srv);
         return http1_error_close(sv, 503, "no memory for the request body");
     }
     c->len = head_end;
+    sv->br.slot = 1; /* taken by the caller; body_end gives it back */
     sv->rq.body_rd = &sv->br;
     /* The budget bounds the bodies the server reads whole; a streamed one holds its window. */
     body_budget_release(sv);
@@ -498,7 +500,8 @@ static int read_body(struct http1_session *sv, size_t off, size_t head_len, cons
                 return http1_error_close(sv, 413, "request body too large");
             if (maybe_continue(sv, &sent_continue))
                 return SERVE_CLOSE;
-            if (dec > BODY_STREAM_MIN && streams && (streams = request_body_streams(&sv->rq))) {
+            if (dec > BODY_STREAM_MIN && streams && (streams = request_body_streams(&sv->rq)) &&
+                body_slot_take(s)) {
                 if (start_stream(sv, head_end, -1, &st))
                     return SERVE_CLOSE;
                 *next = head_end;
@@ -528,27 +531,40 @@ static int read_body(struct http1_session *sv, size_t off, size_t head_len, cons
         if (c->len < need) {
             if (maybe_continue(sv, &sent_continue))
                 return SERVE_CLOSE;
-            if (cl > BODY_STREAM_MIN && request_body_streams(&sv->rq)) {
-                if (start_stream(sv, head_end, (int64_t)cl, NULL))
-                    return SERVE_CLOSE;
-                *next = head_end;
-                return 0; /* the buffer did not move */
-            }
-            /* Held before the buffer grows: the budget bounds what the server will hold. */
-            if (body_budget_hold(sv, cl, conn_deadline_after(s->cfg.body_timeout_ns)))
-                return http1_error_close(sv, 503, "too many request bodies in progress");
-            if (conn_reserve(sv->c, need) < 0)
-                return http1_error_close(sv, 413, "request body too large");
+            /* A large body for a handler that reads bodies as streams: its first
+             * BODY_STREAM_MIN bytes are read here all the same (a client that sends nothing
+             * more than its head costs no call), the rest by the handler as it goes. */
+            int stream = cl > BODY_STREAM_MIN && request_body_streams(&sv->rq);
+            size_t until = stream ? head_end + BODY_STREAM_MIN : need;
             t0 = sched_now_ns();
             size_t had = c->len;
-            while (c->len < need) {
-                if (body_too_slow(s, t0, c->len - had))
-                    return http1_error_close(sv, 408, "request body too slow");
-                ssize_t n = conn_read_wait(sv->c, conn_deadline_after(s->cfg.body_timeout_ns));
-                if (n == -ETIMEDOUT)
-                    return http1_error_close(sv, 408, "request body timed out");
-                if (n <= 0)
-                    return SERVE_CLOSE;
+            for (;;) {
+                /* Held before the buffer grows: the budget bounds what the server will hold. */
+                if (body_budget_hold(sv, until - head_end,
+                                     conn_deadline_after(s->cfg.body_timeout_ns)))
+                    return http1_error_close(sv, 503, "too many request bodies in progress");
+                if (conn_reserve(sv->c, until) < 0)
+                    return http1_error_close(sv, 413, "request body too large");
+                while (c->len < until) {
+                    if (body_too_slow(s, t0, c->len - had))
+                        return http1_error_close(sv, 408, "request body too slow");
+                    ssize_t n = conn_read_wait(sv->c, conn_deadline_after(s->cfg.body_timeout_ns));
+                    if (n == -ETIMEDOUT)
+                        return http1_error_close(sv, 408, "request body timed out");
+                    if (n <= 0)
+                        return SERVE_CLOSE;
+                }
+                if (!stream || c->len >= need)
+                    break; /* whole (a read may have brought it all) */
+                if (body_slot_take(s)) {
+                    if (start_stream(sv, head_end, (int64_t)cl, NULL))
+                        return SERVE_CLOSE;
+                    *next = head_end;
+                    goto moved;
+                }
+                /* As many bodies stream as may: this one is read whole, as bodies were. */
+                stream = 0;
+                until = need;
             }
         }
         *body_len = (size_t)cl;
