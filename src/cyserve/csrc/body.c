@@ -180,7 +180,7 @@ static int body_fill(struct body_reader *br, char *dst, size_t n, size_t *direct
 
 /* The minimum rate, over the time spent waiting for the client, once body_timeout of it has
  * passed. */
-static int body_too_slow(const struct body_reader *br)
+static int body_below_rate(const struct body_reader *br)
 {
     uint64_t rate = br->s->cfg.min_body_rate;
     if (!rate || br->waited_ns <= br->s->cfg.body_timeout_ns)
@@ -220,7 +220,7 @@ static int body_wait(struct body_reader *br)
             return body_fail(br, -ECONNRESET, 0, "the client went away during the request body");
     }
     br->waited_ns += now - t0;
-    if (body_too_slow(br))
+    if (body_below_rate(br))
         return body_fail(br, -ETIMEDOUT, 408, "request body too slow");
     return 0;
 }

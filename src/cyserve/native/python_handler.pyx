@@ -23,6 +23,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes
 from cpython.ref cimport Py_INCREF, Py_DECREF
 from libc.stdint cimport int64_t
 from libc.string cimport strlen
+from posix.unistd cimport usleep
 
 from cyserve.native.includes cimport server as cs
 
@@ -267,6 +268,7 @@ cdef class RequestBody:
 
     cdef cs.body_reader_t *_br
     cdef bint _kept  # handed to a streamed WSGI answer, which ends it
+    cdef bint _busy  # a read is in progress (its GIL released)
 
     def __init__(self):
         raise TypeError("RequestBody objects are created by the server")
@@ -276,7 +278,19 @@ cdef class RequestBody:
             raise ValueError("the request body can no longer be read: its handler has returned")
         return 0
 
+    cdef int _enter(self) except -1:
+        self._check()
+        if self._busy:
+            raise RuntimeError("the request body is being read by another thread")
+        self._busy = True
+        return 0
+
     cdef void _detach(self) noexcept:
+        # A read another thread of the app is making (the handler's call has returned) must
+        # end first: the engine frees the reader once the call returns.
+        while self._busy:
+            with nogil:
+                usleep(1000)
         self._br = NULL
 
     @property
@@ -288,13 +302,18 @@ cdef class RequestBody:
     cdef bytes _piece(self, Py_ssize_t n, bint line):
         """One read of up to n bytes (up to a newline when line): what has arrived, waiting
         only when nothing has; b"" at the end."""
-        self._check()
-        cdef bytes b = PyBytes_FromStringAndSize(NULL, n)
-        cdef char *p = PyBytes_AS_STRING(b)
+        self._enter()
+        cdef bytes b
+        cdef char *p
         cdef Py_ssize_t r
         cdef cs.body_reader_t *br = self._br
-        with nogil:
-            r = cs.body_read(br, p, <size_t>n, line)
+        try:
+            b = PyBytes_FromStringAndSize(NULL, n)
+            p = PyBytes_AS_STRING(b)
+            with nogil:
+                r = cs.body_read(br, p, <size_t>n, line)
+        finally:
+            self._busy = False
         if r < 0:
             raise _body_error(br, r)
         if r == n:
@@ -319,17 +338,21 @@ cdef class RequestBody:
         n = size
         if n == 0:
             return b""
-        b = PyBytes_FromStringAndSize(NULL, n)
-        p = PyBytes_AS_STRING(b)
+        self._enter()
         br = self._br
-        while got < n:
-            with nogil:
-                r = cs.body_read(br, p + got, <size_t>(n - got), 0)
-            if r < 0:
-                raise _body_error(br, r)
-            if r == 0:
-                break
-            got += r
+        try:
+            b = PyBytes_FromStringAndSize(NULL, n)
+            p = PyBytes_AS_STRING(b)
+            while got < n:
+                with nogil:
+                    r = cs.body_read(br, p + got, <size_t>(n - got), 0)
+                if r < 0:
+                    raise _body_error(br, r)
+                if r == 0:
+                    break
+                got += r
+        finally:
+            self._busy = False
         return b if got == n else b[:got]
 
     def read1(self, size=-1):

@@ -421,11 +421,13 @@ cdef int _py_stream_impl(tuple info, PyObject *ref, cs.resp_t *resp, int op) noe
     if rc == 1:
         _context_exit(st.ctx)
         return 1  # the engine keeps its reference: more to come
+    if st.inp is not None:
+        # The engine finishes the body once the answer is done (and after a stop, the
+        # connection is gone before the app's close() runs).
+        st.inp._detach()
     _wsgi_close(st.result)
     if entered:
         _context_exit(st.ctx)
-    if st.inp is not None:
-        st.inp._detach()  # the engine finishes the body once the answer is done
     Py_DECREF(st)  # the engine's reference: released
     return rc
 
