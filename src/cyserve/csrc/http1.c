@@ -513,8 +513,8 @@ static int read_body(struct http1_session *sv, size_t off, size_t head_len, cons
                 return http1_error_close(sv, 408, "request body too slow");
             if (body_budget_hold(sv, dec + 4096, conn_deadline_after(s->cfg.body_timeout_ns)))
                 return http1_error_close(sv, 503, "too many request bodies in progress");
-            if (conn_reserve(sv->c, c->len + 4096) < 0)
-                return http1_error_close(sv, 413, "request body too large");
+            if (conn_reserve(sv->c, c->len + 4096) < 0) /* within the limit: no memory */
+                return http1_error_close(sv, 503, "no memory for the request body");
             ssize_t n = conn_read_wait(sv->c, conn_deadline_after(s->cfg.body_timeout_ns));
             if (n == -ETIMEDOUT)
                 return http1_error_close(sv, 408, "request body timed out");
@@ -543,8 +543,8 @@ static int read_body(struct http1_session *sv, size_t off, size_t head_len, cons
                 if (body_budget_hold(sv, until - head_end,
                                      conn_deadline_after(s->cfg.body_timeout_ns)))
                     return http1_error_close(sv, 503, "too many request bodies in progress");
-                if (conn_reserve(sv->c, until) < 0)
-                    return http1_error_close(sv, 413, "request body too large");
+                if (conn_reserve(sv->c, until) < 0) /* within the limit: no memory */
+                    return http1_error_close(sv, 503, "no memory for the request body");
                 while (c->len < until) {
                     if (body_too_slow(s, t0, c->len - had))
                         return http1_error_close(sv, 408, "request body too slow");
