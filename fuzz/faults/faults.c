@@ -4,7 +4,8 @@
  * CYSERVE_FAULTS lists what to inject, "call=ERRNO:PERMILLE" separated by commas, e.g.
  *   accept4=EMFILE:200,sendmsg=EPIPE:20,sendfile=ECONNRESET:50,epoll_ctl=ENOMEM:20
  * Calls: accept4, sendmsg, sendto, writev, sendfile, recvfrom, read, epoll_ctl (EPOLL_CTL_ADD
- * only: a failed removal would only be a kernel-side leak). ERRNO: EMFILE, ENFILE, EPIPE,
+ * only: a failed removal would only be a kernel-side leak), and, in a shim built with
+ * -DFAULTS_MALLOC, malloc (calloc and realloc too, made by the engine only: see the end). ERRNO: EMFILE, ENFILE, EPIPE,
  * ECONNRESET, ENOMEM, ENOSPC, EIO. The send and receive calls fail only on sockets (an fstat on
  * the injecting path), so that the access log on a pipe and the eventfds are left alone.
  * CYSERVE_FAULTS_FROM_MS / CYSERVE_FAULTS_UNTIL_MS (from the shim's load; default 0 / forever)
@@ -30,9 +31,20 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { F_ACCEPT4, F_SENDMSG, F_SENDTO, F_WRITEV, F_SENDFILE, F_RECVFROM, F_READ, F_EPOLL_CTL, F_N };
-static const char *const names[F_N] = {"accept4",  "sendmsg",  "sendto", "writev",
-                                       "sendfile", "recvfrom", "read",   "epoll_ctl"};
+enum {
+    F_ACCEPT4,
+    F_SENDMSG,
+    F_SENDTO,
+    F_WRITEV,
+    F_SENDFILE,
+    F_RECVFROM,
+    F_READ,
+    F_EPOLL_CTL,
+    F_MALLOC,
+    F_N
+};
+static const char *const names[F_N] = {"accept4",  "sendmsg", "sendto",    "writev", "sendfile",
+                                       "recvfrom", "read",    "epoll_ctl", "malloc"};
 static int err_of[F_N];
 static unsigned permille[F_N];
 static atomic_ulong injected[F_N];
@@ -195,3 +207,107 @@ int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
         return -1;
     return REAL(epoll_ctl)(epfd, op, fd, ev);
 }
+
+#ifdef FAULTS_MALLOC
+/* malloc, calloc and realloc (CYSERVE_FAULTS "malloc=ENOMEM:PERMILLE", one rate for the three)
+ * fail only when the engine calls them: the caller's return address lies in cyserve's native
+ * extension (cyserve/_core*.so: the C runtime and the Cython layer), never in Python's allocator
+ * or libc, so that each failure lands on a path the engine itself must handle. Built only with
+ * -DFAULTS_MALLOC (tests/e2e/test_faults.py builds a second shim): interposing malloc costs every
+ * allocation of the process a call and a check. */
+#include <link.h>
+
+extern void *__libc_malloc(size_t n);
+extern void *__libc_calloc(size_t k, size_t n);
+extern void *__libc_realloc(void *p, size_t n);
+
+/* Set while this thread resolves or inspects: its own allocations go straight to libc. */
+static _Thread_local int busy;
+/* The extension's loaded range, once known (0, 0 before). */
+static _Atomic uintptr_t core_lo, core_hi;
+
+static int core_segments(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    if (info->dlpi_addr != (uintptr_t)arg)
+        return 0;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+        if (a < lo)
+            lo = a;
+        if (a + ph->p_memsz > hi)
+            hi = a + ph->p_memsz;
+    }
+    atomic_store(&core_lo, lo);
+    atomic_store(&core_hi, hi);
+    return 1;
+}
+
+static int from_engine(const void *ret)
+{
+    uintptr_t hi = atomic_load_explicit(&core_hi, memory_order_relaxed);
+    if (hi)
+        return (uintptr_t)ret >= atomic_load_explicit(&core_lo, memory_order_relaxed) &&
+               (uintptr_t)ret < hi;
+    Dl_info info;
+    if (!dladdr(ret, &info) || !info.dli_fname || !strstr(info.dli_fname, "cyserve/_core"))
+        return 0;
+    dl_iterate_phdr(core_segments, info.dli_fbase);
+    return 1;
+}
+
+/* Fail this allocation, called from ret? Cheap outside the window. */
+static int alloc_fault(const void *ret)
+{
+    if (!permille[F_MALLOC] || busy)
+        return 0;
+    uint64_t t = now_ns();
+    if (t < from_ns || t >= until_ns)
+        return 0;
+    busy = 1;
+    int mine = from_engine(ret);
+    busy = 0;
+    return mine && fault(F_MALLOC, -1);
+}
+
+#define REAL_ALLOC(name, libc_name)                                                                \
+    ({                                                                                             \
+        static __typeof__(&name) real_;                                                            \
+        __typeof__(&name) r_ = real_;                                                              \
+        if (!r_) {                                                                                 \
+            if (busy) {                                                                            \
+                r_ = libc_name;                                                                    \
+            } else {                                                                               \
+                busy = 1;                                                                          \
+                r_ = real_ = (__typeof__(&name))dlsym(RTLD_NEXT, #name);                           \
+                busy = 0;                                                                          \
+            }                                                                                      \
+        }                                                                                          \
+        r_;                                                                                        \
+    })
+
+void *malloc(size_t n)
+{
+    if (alloc_fault(__builtin_return_address(0)))
+        return NULL;
+    return REAL_ALLOC(malloc, __libc_malloc)(n);
+}
+
+void *calloc(size_t k, size_t n)
+{
+    if (alloc_fault(__builtin_return_address(0)))
+        return NULL;
+    return REAL_ALLOC(calloc, __libc_calloc)(k, n);
+}
+
+void *realloc(void *p, size_t n)
+{
+    if (alloc_fault(__builtin_return_address(0)))
+        return NULL;
+    return REAL_ALLOC(realloc, __libc_realloc)(p, n);
+}
+#endif

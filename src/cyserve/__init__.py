@@ -19,11 +19,17 @@ def get_include() -> str:
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
 
 
+# Names that live in the native extension (the request and its body, the response, the errors
+# a streamed body's reads raise).
+_NATIVE = ("Request", "Response", "RequestBody", "RequestBodyError", "RequestBodyTooLarge",
+           "RequestBodyTimeout", "RequestBodyMalformed", "ClientDisconnectedError")
+
+
 def __getattr__(name: str) -> Any:
     # Request and Response live in the native extension. Importing them lazily keeps
     # `import cyserve` (and get_include(), which builds need before _core exists) working
     # without the extension.
-    if name in ("Request", "Response"):
+    if name in _NATIVE:
         from . import _core
 
         return getattr(_core, name)
@@ -31,4 +37,6 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["App", "Request", "Response", "run", "get_include", "ConfigError", "CyserveError",
-           "ListenError", "RouteError", "__version__"]
+           "ListenError", "RouteError", "__version__", "RequestBody", "RequestBodyError",
+           "RequestBodyTooLarge", "RequestBodyTimeout", "RequestBodyMalformed",
+           "ClientDisconnectedError"]

@@ -88,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds a body may make no progress (408 beyond)")
     p.add_argument("--body-budget", metavar="BYTES", default=str(defaults.body_budget),
                    help="request body bytes all connections may hold at once while bodies "
-                        "arrive; past it bodies wait unread, 503 after --body-timeout (default "
+                        "are read whole (a body streamed to its app holds only a 64 KiB window); "
+                        "past it bodies wait unread, 503 after --body-timeout (default "
                         f"{defaults.body_budget}; 0 = no bound)")
     p.add_argument("--min-body-rate", metavar="BYTES_PER_S", default=str(defaults.min_body_rate),
                    help="bytes/s a body must average once --body-timeout has passed since it "

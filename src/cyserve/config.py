@@ -93,8 +93,9 @@ class Config:
     keepalive_timeout: float = 5.0  # an idle keep-alive connection is closed after this
     header_timeout: float = 10.0  # the whole header block must arrive within this (else 408)
     body_timeout: float = 10.0  # a body that makes no progress for this long gets 408
-    # Request body bytes all connections may hold at once while bodies arrive (0: no bound);
-    # past it bodies are not read until it frees, and get 503 after body_timeout.
+    # Request body bytes all connections may hold at once while bodies are read whole (0: no
+    # bound; a body streamed to its app holds only its window); past it bodies are not read
+    # until it frees, and get 503 after body_timeout.
     body_budget: int = 64 << 20
     # Bytes/s a body must average once body_timeout has passed since it began (0: no minimum);
     # slower gets 408, as Apache's mod_reqtimeout MinRate (500 is its default too).

@@ -6,9 +6,16 @@ runs as a Python handler: on the worker threads, holding the GIL while it runs.
 
 How a request maps onto the environ, and how the answer goes out:
 
-- The body is read whole before the app is called (up to ``max_body_bytes``, 413 beyond):
-  ``wsgi.input`` is a BytesIO over it, ``CONTENT_LENGTH`` its length (a chunked upload too) and
-  ``wsgi.input_terminated`` is true.
+- The body: one that arrived with its head, or of 64 KiB at most, is read whole before the
+  app is called: ``wsgi.input`` is a BytesIO over it, ``CONTENT_LENGTH`` its length (a chunked
+  upload too). A larger one is read from the connection as the app reads it: ``wsgi.input`` is a
+  ``cyserve.RequestBody`` (``read(n)``, ``read()``, ``readline()``, ``readlines()``, iteration),
+  ``CONTENT_LENGTH`` the client's Content-Length (none for a chunked upload), and a read that
+  meets ``max_body_bytes``, ``body_timeout``, ``min_body_rate`` or the client's leaving raises a
+  ``cyserve.RequestBodyError`` naming it (the client gets 413 or 408 if the app lets it
+  through). Either way ``wsgi.input_terminated`` is true (read to the end: b"" is the end), and
+  what the app leaves unread is dropped before the connection's next request (a rest over
+  1 MiB closes the connection after the answer instead).
 - The answer: a list or tuple, or a body whose Content-Length the app announced and that ends
   within 64 KiB, is collected whole and sent in one write. Any other body is streamed: each piece
   is sent as the app yields it, and the next is asked for only once it is written, so a slow

@@ -134,6 +134,10 @@ static void serve_cleanup(void *arg)
 {
     struct http1_session *sv = arg;
     body_budget_release(sv);
+    if (sv->rq.body_rd) {
+        body_end(sv->rq.body_rd);
+        sv->rq.body_rd = NULL;
+    }
     if (sv->rq.defer)
         request_leave_defer(&sv->rq);
     resp_free(&sv->rq.resp);
@@ -366,9 +370,102 @@ static int maybe_continue(struct http1_session *sv, int *sent)
     return wbuf_append(&sv->out, continue_line, sizeof(continue_line) - 1) ?: http1_flush(sv);
 }
 
+/* ---- bodies streamed to the handler (body.c) ---- */
+
+/* What the coroutine drops of a streamed body the handler left unread before the connection
+ * serves its next request; a larger rest closes the connection after the answer instead. */
+#define HTTP1_DRAIN_MAX (1u << 20)
+
+/* Hand the body whose first decoded bytes are c->buf[head_end..c->len) to a reader the handler
+ * reads from (rq.body_rd), rather than read it whole: length its Content-Length, or -1 with st
+ * the chunked decoder's state. The caller took a stream slot (body_slot_take), which the reader
+ * now holds. The buffer keeps the head only. 0, or SERVE_CLOSE after answering. */
+static int start_stream(struct http1_session *sv, size_t head_end, int64_t length,
+                        const struct http_chunked *st)
+{
+    struct conn *c = sv->c;
+    if (body_start(&sv->br, c, sv->srv, c->buf + head_end, c->len - head_end, length, st) < 0) {
+        body_end(&sv->br);
+        body_slot_give(sv->srv);
+        return http1_error_close(sv, 503, "no memory for the request body");
+    }
+    c->len = head_end;
+    sv->br.slot = 1; /* taken by the caller; body_end gives it back */
+    sv->rq.body_rd = &sv->br;
+    /* The budget bounds the bodies the server reads whole; a streamed one holds its window. */
+    body_budget_release(sv);
+    return 0;
+}
+
+/* After the handler's call, before its answer is framed: may the connection stay open? Not
+ * after an error reading the body (its framing is lost) or with a large rest unread. What has
+ * already arrived is dropped now; a streamed answer's rest is left alone (the application may
+ * read the body while it answers). */
+static int stream_keep(struct http1_session *sv, int keep)
+{
+    struct body_reader *br = sv->rq.body_rd;
+    if (br->err)
+        return 0;
+    if (sv->rq.answer.kind == REQUEST_BODY_STREAM)
+        return keep;
+    uint64_t budget = HTTP1_DRAIN_MAX;
+    int rc = body_drain(br, &budget);
+    if (rc == 0)
+        return keep;
+    if (rc == -EAGAIN && !br->chunked && br->left <= budget)
+        return keep;
+    return 0;
+}
+
+/* After the answer: drop the rest of the streamed body (within HTTP1_DRAIN_MAX and
+ * body_timeout per wait) and put what was read past its end back into the buffer, behind the
+ * head (c->len), for the next request. 0, or -1 when the connection must close (it is lingered
+ * over, so that the client reads the answer). */
+static int finish_stream(struct http1_session *sv, int keep)
+{
+    struct body_reader *br = sv->rq.body_rd;
+    struct conn *c = sv->c;
+    int rc = -1;
+    if (keep && !br->err) {
+        uint64_t budget = HTTP1_DRAIN_MAX;
+        for (;;) {
+            rc = body_drain(br, &budget);
+            if (rc != -EAGAIN)
+                break;
+            /* The answer goes out before the wait: the client may wait for it. */
+            if (http1_flush(sv) < 0 ||
+                sched_io_wait(&c->io, EPOLLIN | EPOLLRDHUP,
+                              conn_deadline_after(sv->srv->cfg.body_timeout_ns)) < 0) {
+                rc = -ETIMEDOUT;
+                break;
+            }
+        }
+    }
+    if (rc == 0) {
+        const char *p;
+        size_t n = body_tail(br, &p);
+        if (n && conn_reserve(c, c->len + n) < 0)
+            rc = -ENOMEM;
+        else if (n) {
+            memcpy(c->buf + c->len, p, n);
+            c->len += n;
+        }
+    }
+    body_end(br);
+    sv->rq.body_rd = NULL;
+    c->drained = 0; /* the handler's reads said nothing to the loop: look again */
+    if (rc != 0) {
+        if (http1_flush(sv) == 0)
+            conn_linger_close(c);
+        return -1;
+    }
+    return 0;
+}
+
 /* Read the body of the request whose head ends at head_end. On success *body, *body_len are set
- * and *next is where the next request starts; returns 0. Otherwise returns SERVE_CLOSE after
- * answering (413, 400, 408) or on a dead connection. */
+ * and *next is where the next request starts; returns 0. A large body for a handler that reads
+ * it as a stream is not read: sv->rq.body_rd is set instead (*body_len 0). Otherwise returns
+ * SERVE_CLOSE after answering (413, 400, 408) or on a dead connection. */
 static int read_body(struct http1_session *sv, size_t off, size_t head_len, const char **body,
                      size_t *body_len, size_t *next)
 {
@@ -383,7 +480,8 @@ static int read_body(struct http1_session *sv, size_t off, size_t head_len, cons
     if (sv->rq.head.chunked) {
         struct http_chunked st;
         memset(&st, 0, sizeof(st));
-        size_t dec = 0; /* decoded body bytes at head_end */
+        size_t dec = 0;   /* decoded body bytes at head_end */
+        int streams = -1; /* does the handler take it as a stream? not asked yet */
         for (;;) {
             size_t l = c->len - (head_end + dec);
             int64_t r = http_chunked_decode(&st, c->buf + head_end + dec, &l,
@@ -405,14 +503,21 @@ static int read_body(struct http1_session *sv, size_t off, size_t head_len, cons
                 return http1_error_close(sv, 413, "request body too large");
             if (maybe_continue(sv, &sent_continue))
                 return SERVE_CLOSE;
+            if (dec > BODY_STREAM_MIN && streams && (streams = request_body_streams(&sv->rq)) &&
+                body_slot_take(s)) {
+                if (start_stream(sv, head_end, -1, &st))
+                    return SERVE_CLOSE;
+                *next = head_end;
+                goto moved;
+            }
             if (!t0)
                 t0 = sched_now_ns();
             else if (body_too_slow(s, t0, dec))
                 return http1_error_close(sv, 408, "request body too slow");
             if (body_budget_hold(sv, dec + 4096, conn_deadline_after(s->cfg.body_timeout_ns)))
                 return http1_error_close(sv, 503, "too many request bodies in progress");
-            if (conn_reserve(sv->c, c->len + 4096) < 0)
-                return http1_error_close(sv, 413, "request body too large");
+            if (conn_reserve(sv->c, c->len + 4096) < 0) /* within the limit: no memory */
+                return http1_error_close(sv, 503, "no memory for the request body");
             ssize_t n = conn_read_wait(sv->c, conn_deadline_after(s->cfg.body_timeout_ns));
             if (n == -ETIMEDOUT)
                 return http1_error_close(sv, 408, "request body timed out");
@@ -429,21 +534,40 @@ static int read_body(struct http1_session *sv, size_t off, size_t head_len, cons
         if (c->len < need) {
             if (maybe_continue(sv, &sent_continue))
                 return SERVE_CLOSE;
-            /* Held before the buffer grows: the budget bounds what the server will hold. */
-            if (body_budget_hold(sv, cl, conn_deadline_after(s->cfg.body_timeout_ns)))
-                return http1_error_close(sv, 503, "too many request bodies in progress");
-            if (conn_reserve(sv->c, need) < 0)
-                return http1_error_close(sv, 413, "request body too large");
+            /* A large body for a handler that reads bodies as streams: its first
+             * BODY_STREAM_MIN bytes are read here all the same (a client that sends nothing
+             * more than its head costs no call), the rest by the handler as it goes. */
+            int stream = cl > BODY_STREAM_MIN && request_body_streams(&sv->rq);
+            size_t until = stream ? head_end + BODY_STREAM_MIN : need;
             t0 = sched_now_ns();
             size_t had = c->len;
-            while (c->len < need) {
-                if (body_too_slow(s, t0, c->len - had))
-                    return http1_error_close(sv, 408, "request body too slow");
-                ssize_t n = conn_read_wait(sv->c, conn_deadline_after(s->cfg.body_timeout_ns));
-                if (n == -ETIMEDOUT)
-                    return http1_error_close(sv, 408, "request body timed out");
-                if (n <= 0)
-                    return SERVE_CLOSE;
+            for (;;) {
+                /* Held before the buffer grows: the budget bounds what the server will hold. */
+                if (body_budget_hold(sv, until - head_end,
+                                     conn_deadline_after(s->cfg.body_timeout_ns)))
+                    return http1_error_close(sv, 503, "too many request bodies in progress");
+                if (conn_reserve(sv->c, until) < 0) /* within the limit: no memory */
+                    return http1_error_close(sv, 503, "no memory for the request body");
+                while (c->len < until) {
+                    if (body_too_slow(s, t0, c->len - had))
+                        return http1_error_close(sv, 408, "request body too slow");
+                    ssize_t n = conn_read_wait(sv->c, conn_deadline_after(s->cfg.body_timeout_ns));
+                    if (n == -ETIMEDOUT)
+                        return http1_error_close(sv, 408, "request body timed out");
+                    if (n <= 0)
+                        return SERVE_CLOSE;
+                }
+                if (!stream || c->len >= need)
+                    break; /* whole (a read may have brought it all) */
+                if (body_slot_take(s)) {
+                    if (start_stream(sv, head_end, (int64_t)cl, NULL))
+                        return SERVE_CLOSE;
+                    *next = head_end;
+                    goto moved;
+                }
+                /* As many bodies stream as may: this one is read whole, as bodies were. */
+                stream = 0;
+                until = need;
             }
         }
         *body_len = (size_t)cl;
@@ -451,6 +575,7 @@ static int read_body(struct http1_session *sv, size_t off, size_t head_len, cons
     } else {
         *next = head_end;
     }
+moved:
     if (c->buf != old_buf) {
         /* The buffer moved while it grew: the head's views must point into the new one. The
          * head bytes themselves did not change, so this parse gives the same result. */
@@ -605,6 +730,8 @@ static int serve_loop(struct http1_session *sv)
         if (UNLIKELY(body_unread))
             keep = 0; /* a body not read whole: the rest is in the socket, where the next
                        * request would be, so this answer closes the connection */
+        if (UNLIKELY(sv->rq.body_rd != NULL) && rc == 0)
+            keep = stream_keep(sv, keep);
         if (LIKELY(rc == 0))
             rc = http1_send_answer(sv, keep);
         body_budget_release(sv);
@@ -640,6 +767,8 @@ static int serve_loop(struct http1_session *sv)
         if (sv->rq.resp.close)
             keep = 0;
         off = next;
+        if (UNLIKELY(sv->rq.body_rd != NULL) && finish_stream(sv, keep) < 0)
+            return SERVE_CLOSE;
         if (!keep) {
             http1_flush(sv);
             if (UNLIKELY(body_unread))
@@ -675,6 +804,7 @@ int http1_serve(struct coro *co, void *arg)
     sv->rq.log_status = 0;
     sv->rq.log_have_req = 0;
     sv->rq.defer = NULL;
+    sv->rq.body_rd = NULL;
     sv->body_held = 0;
     sv->rq.client_done = REQUEST_CLIENT_NO_HEAD;
     resp_init(&sv->rq.resp);

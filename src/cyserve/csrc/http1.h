@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "body.h"
 #include "compat.h"
 #include "conn.h"
 #include "coro.h"
@@ -32,7 +33,8 @@ struct http1_session {
     struct wbuf out;
     char out_inline[HTTP1_OUT_INLINE];
     struct request rq;
-    uint64_t body_held; /* bytes of the server's body budget this request holds (http1.c) */
+    uint64_t body_held;    /* bytes of the server's body budget this request holds (http1.c) */
+    struct body_reader br; /* the request's body when it is streamed (rq.body_rd points here) */
 };
 
 /* HTTP/1.1 as a connection's protocol (conn_proto): on_readable tries the inline path, then

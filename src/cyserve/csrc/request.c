@@ -333,6 +333,18 @@ int request_reads_body(struct request *rq)
     return t->kind != SERVER_STATIC && t->kind != SERVER_FILES;
 }
 
+int request_body_streams(struct request *rq)
+{
+    if (rq->c->tp != &conn_plain)
+        return 0;
+    struct router_match m;
+    if (router_match(rq->srv->router, ROUTER_METHOD_BIT(rq->head.method_id), rq->head.path,
+                     rq->head.path_len, &m) < 0)
+        return 0;
+    const struct server_target *t = m.target;
+    return t->kind == SERVER_PYTHON && t->body_stream;
+}
+
 int request_dispatch(struct request *rq, const char *body, size_t body_len)
 {
     struct http_request *req = &rq->head;

@@ -93,6 +93,9 @@ struct request {
     uint64_t body_left;
     size_t body_at, body_end;
     int body_continue;
+    /* The body, when it is streamed to the handler (body.h) rather than whole in the view;
+     * NULL otherwise. */
+    struct body_reader *body_rd;
     struct request_answer answer;
     char answer_lines[512]; /* storage of answer.lines when the core makes them */
     struct http_header hdr_inline[INLINE_HEADERS];
@@ -198,6 +201,9 @@ int request_streams_body(struct request *rq);
  * piece per ask (handoff_ask_body). 0, -ECONNRESET (the client left) or -ECANCELED (the server
  * stops). The coroutine serving the connection. */
 int request_await_answer(struct request *rq, struct handoff *h, const struct server_target *t);
+/* Would rq's handler read its body as a stream (body.h)? A Python target that takes one
+ * (server_target.body_stream), over plain TCP. The coroutine serving the connection. */
+int request_body_streams(struct request *rq);
 
 /* Leave rq's handoff, if it has one. The serving coroutine. */
 void request_leave_defer(struct request *rq);

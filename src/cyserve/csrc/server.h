@@ -74,6 +74,9 @@ struct server_target {
      * before py_call but piece by piece as the producer asks (handoff_ask_body), each piece
      * read when asked for (an ASGI app's receive()). */
     int stream_body;
+    /* SERVER_PYTHON: 1 when py_call reads a large body as a stream (body.h) rather than whole
+     * in req->body. */
+    int body_stream;
     /* SERVER_FILES */
     struct files_root *root;
 };

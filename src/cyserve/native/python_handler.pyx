@@ -13,13 +13,17 @@
 # call runs in a context of its own (contextvars), so that a variable one request sets does not
 # leak into the next on the same thread, and a streamed WSGI answer runs each piece in the
 # context of the call that made it (Flask's stream_with_context pushes there and pops there).
+import errno as _errno
 import json as _json
 import logging as _logging
+from io import BytesIO as _BytesIO
 from collections.abc import Mapping as _Mapping
 
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.ref cimport Py_INCREF, Py_DECREF
 from libc.stdint cimport int64_t
+from libc.string cimport strlen
+from posix.unistd cimport usleep
 
 from cyserve.native.includes cimport server as cs
 
@@ -197,6 +201,213 @@ cdef inline str _latin1(cyserve_str s):
     return PyBytes_FromStringAndSize(s.ptr, <Py_ssize_t>s.len).decode("latin-1")
 
 
+# ---- a request body streamed from the connection ----
+
+class RequestBodyError(OSError):
+    """The request body could not be read to its end. ``status`` is what the client is
+    answered when the handler lets the exception through (413, 408, 400), 0 when nobody is
+    left to answer (the client went away, the server stopped)."""
+
+    status = 0
+
+
+class RequestBodyTooLarge(RequestBodyError):
+    """The body is larger than max_body_bytes (413)."""
+
+    status = 413
+
+
+class RequestBodyTimeout(RequestBodyError, TimeoutError):
+    """The client sent nothing for body_timeout, or less than min_body_rate (408)."""
+
+    status = 408
+
+
+class RequestBodyMalformed(RequestBodyError):
+    """The chunked framing of the body is invalid (400; 431 for a trailer section too
+    large)."""
+
+    status = 400
+
+
+class ClientDisconnectedError(RequestBodyError, ConnectionResetError):
+    """The client closed or reset the connection before the body's end."""
+
+
+cdef object _body_error(cs.body_reader_t *br, Py_ssize_t rc):
+    cdef const char *reason
+    cdef int answer = cs.body_error_status(br, &reason)
+    msg = (<bytes>reason).decode("latin-1")
+    code = -rc
+    if code == _errno.EFBIG:
+        return RequestBodyTooLarge(code, msg + " (over max_body_bytes)")
+    if code == _errno.ETIMEDOUT:
+        return RequestBodyTimeout(code, msg)
+    if code == _errno.EBADMSG:
+        e = RequestBodyMalformed(code, msg)
+        e.status = answer
+        return e
+    if code == _errno.ECONNRESET:
+        return ClientDisconnectedError(code, msg)
+    if code == _errno.ENOMEM:
+        return MemoryError(msg)
+    return RequestBodyError(code, msg)
+
+
+# What one read of RequestBody asks the engine for when the caller gave no size.
+DEF BODY_READ_PIECE = 65536
+
+
+cdef class RequestBody:
+    """A request body read from the connection as the handler asks for it (wsgi.input, and
+    behind Request.read() and Request.stream() when the body is streamed): read(n), read(),
+    readline(), readlines(), iteration over lines. A read waits for the client (the GIL is
+    released meanwhile) under the body's rules: max_body_bytes, body_timeout, min_body_rate;
+    breaking one raises a RequestBodyError naming it. Valid during the handler's call (and a
+    WSGI answer's iteration); afterwards a read raises ValueError."""
+
+    cdef cs.body_reader_t *_br
+    cdef bint _kept  # handed to a streamed WSGI answer, which ends it
+    cdef bint _busy  # a read is in progress (its GIL released)
+
+    def __init__(self):
+        raise TypeError("RequestBody objects are created by the server")
+
+    cdef int _check(self) except -1:
+        if self._br == NULL:
+            raise ValueError("the request body can no longer be read: its handler has returned")
+        return 0
+
+    cdef int _enter(self) except -1:
+        self._check()
+        if self._busy:
+            raise RuntimeError("the request body is being read by another thread")
+        self._busy = True
+        return 0
+
+    cdef void _detach(self) noexcept:
+        # A read another thread of the app is making (the handler's call has returned) must
+        # end first: the engine frees the reader once the call returns.
+        while self._busy:
+            with nogil:
+                usleep(1000)
+        self._br = NULL
+
+    @property
+    def length(self):
+        """The Content-Length, or None for a chunked body."""
+        self._check()
+        return self._br.length if self._br.length >= 0 else None
+
+    cdef bytes _piece(self, Py_ssize_t n, bint line):
+        """One read of up to n bytes (up to a newline when line): what has arrived, waiting
+        only when nothing has; b"" at the end."""
+        self._enter()
+        cdef bytes b
+        cdef char *p
+        cdef Py_ssize_t r
+        cdef cs.body_reader_t *br = self._br
+        try:
+            b = PyBytes_FromStringAndSize(NULL, n)
+            p = PyBytes_AS_STRING(b)
+            with nogil:
+                r = cs.body_read(br, p, <size_t>n, line)
+        finally:
+            self._busy = False
+        if r < 0:
+            raise _body_error(br, r)
+        if r == n:
+            return b
+        return b[:r]
+
+    def read(self, size=-1):
+        """size bytes (fewer only at the end), or the whole rest when size is negative or
+        None."""
+        cdef Py_ssize_t n, got = 0, r
+        cdef bytes b
+        cdef char *p
+        cdef cs.body_reader_t *br
+        self._check()
+        if size is None or size < 0:
+            pieces = []
+            while True:
+                piece = self._piece(BODY_READ_PIECE, False)
+                if not piece:
+                    return b"".join(pieces)
+                pieces.append(piece)
+        n = size
+        if n == 0:
+            return b""
+        self._enter()
+        br = self._br
+        try:
+            b = PyBytes_FromStringAndSize(NULL, n)
+            p = PyBytes_AS_STRING(b)
+            while got < n:
+                with nogil:
+                    r = cs.body_read(br, p + got, <size_t>(n - got), 0)
+                if r < 0:
+                    raise _body_error(br, r)
+                if r == 0:
+                    break
+                got += r
+        finally:
+            self._busy = False
+        return b if got == n else b[:got]
+
+    def read1(self, size=-1):
+        """What has arrived, up to size bytes (64 KiB when size is negative), waiting only when
+        nothing has; b"" at the end."""
+        return self._piece(BODY_READ_PIECE if size is None or size < 0 else size, False)
+
+    def readline(self, size=-1):
+        """One line with its newline (the last one may have none), of at most size bytes."""
+        cdef Py_ssize_t left = -1 if size is None or size < 0 else size
+        pieces = []
+        while left != 0:
+            piece = self._piece(BODY_READ_PIECE if left < 0 or left > BODY_READ_PIECE else left,
+                                True)
+            if not piece:
+                break
+            pieces.append(piece)
+            if left > 0:
+                left -= len(piece)
+            if piece[-1] == 10:
+                break
+        return b"".join(pieces)
+
+    def readlines(self, hint=-1):
+        """The lines left, stopping once hint bytes were read when hint is positive."""
+        lines = []
+        total = 0
+        while True:
+            line = self.readline()
+            if not line:
+                return lines
+            lines.append(line)
+            total += len(line)
+            if hint is not None and 0 < hint <= total:
+                return lines
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        line = self.readline()
+        if not line:
+            raise StopIteration
+        return line
+
+    def readable(self):
+        return True
+
+    def close(self):
+        """Nothing to do: the server finishes the body after the handler."""
+
+    def __repr__(self):
+        return "<RequestBody (expired)>" if self._br == NULL else "<RequestBody>"
+
+
 cdef class Request:
     """One HTTP request, as a Python handler sees it. Built lazily from the engine's views: a
     field becomes a Python object only when the handler reads it. Valid only during the handler
@@ -205,6 +416,9 @@ cdef class Request:
     cdef const cyserve_request *_req
     cdef object _int_params
     cdef object _method, _path, _query, _target, _headers, _body, _params, _client
+    # A RequestBody when the body is streamed, then (or else) a BytesIO over the whole body
+    # once read() or stream() was used: what they read from.
+    cdef object _input
 
     def __init__(self):
         raise TypeError("Request objects are created by the server")
@@ -261,11 +475,39 @@ cdef class Request:
 
     @property
     def body(self):
+        """The whole body. A large body being streamed is read to its end on first use
+        (within max_body_bytes), so it cannot follow a read() or stream() that took part of
+        it."""
         if self._body is None:
             self._check()
-            self._body = PyBytes_FromStringAndSize(self._req.body.ptr,
-                                                   <Py_ssize_t>self._req.body.len)
+            if type(self._input) is RequestBody:
+                if (<RequestBody>self._input)._br.taken:
+                    raise RuntimeError("the request body was already read in part through "
+                                       "read() or stream()")
+                self._body = self._input.read()
+            else:
+                self._body = PyBytes_FromStringAndSize(self._req.body.ptr,
+                                                       <Py_ssize_t>self._req.body.len)
         return self._body
+
+    cdef object _reader(self):
+        self._check()
+        if self._input is None or (self._body is not None and type(self._input) is RequestBody):
+            self._input = _BytesIO(self.body)
+        return self._input
+
+    def read(self, size=-1):
+        """size bytes of the body (fewer only at its end), or all the rest when size is
+        negative: read from the connection as they arrive when the body is large."""
+        return self._reader().read(size)
+
+    def stream(self, Py_ssize_t chunk_size=65536):
+        """An iterator over the body's pieces as they arrive, each at most chunk_size
+        bytes, without holding the whole body: for uploads too large to keep in memory."""
+        if chunk_size <= 0:
+            raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+        rd = self._reader()
+        return _body_pieces(rd, chunk_size)
 
     @property
     def params(self):
@@ -307,6 +549,15 @@ cdef class Request:
         if self._req == NULL and self._method is None:
             return "<Request (expired)>"
         return f"<Request {self.method} {self.target}>"
+
+
+def _body_pieces(rd, Py_ssize_t chunk_size):
+    while True:
+        piece = (<RequestBody>rd)._piece(chunk_size, False) if type(rd) is RequestBody \
+            else rd.read(chunk_size)
+        if not piece:
+            return
+        yield piece
 
 
 # ---- Response ----
@@ -547,39 +798,72 @@ cdef void _py_call(void *opaque, cs.req_t *req, cs.resp_t *resp) noexcept nogil:
         _py_call_impl(<object>opaque, <cyserve_request *>req, resp)
 
 
+cdef void _answer_body_error(cs.resp_t *resp, int status, const char *reason) noexcept nogil:
+    # The handler let a failure to read its streamed body through: the client is told what it
+    # did (413, 408, 400) rather than 500.
+    cs.resp_reset(resp)
+    cs.resp_set_status(resp, status)
+    cs.resp_write(resp, reason, strlen(reason))
+    cs.resp_write(resp, b"\n", 1)
+
+
 cdef void _py_call_impl(tuple info, cyserve_request *req, cs.resp_t *resp) noexcept:
     cdef Request r = None
     handler = info[0]
     cdef object ctx = None
+    cdef RequestBody inp = None
+    cdef cs.body_reader_t *br = cs.body_of(<const cs.req_t *>req)
+    cdef const char *reason
+    cdef int bstatus
     _leases_drain()
     try:
         # A context of its own for each call (see the top of this file).
         ctx = PyContext_New()
         PyContext_Enter(ctx)
+        if br != NULL:  # a large body, read as the handler asks (csrc/body.c)
+            inp = RequestBody.__new__(RequestBody)
+            inp._br = br
         if type(handler) is WSGIHandler:  # native/wsgi.pyx: no Request needed
-            result = (<WSGIHandler>handler)._call(req)
+            result = (<WSGIHandler>handler)._call(req, inp)
         else:
             r = Request.__new__(Request)
             r._req = req
             r._int_params = info[1]
+            r._input = inp
             result = handler(r)
         head = req.method.len == 4 and (<const char *>req.method.ptr)[:4] == b"HEAD"
         if type(result) is _WSGIAnswer:  # native/wsgi.pyx
-            _fill_wsgi(<_WSGIAnswer>result, resp, head, ctx)
+            _fill_wsgi(<_WSGIAnswer>result, resp, head, ctx, inp)
         else:
             _fill_response(result, resp, head)
     except BaseException:
-        _answer_500(resp)
-        try:
-            _error_log.exception("handler %s failed for %s %s", info[2],
-                                 _latin1(req.method), _latin1(req.target))
-        except BaseException:
-            pass
+        bstatus = cs.body_error_status(br, &reason) if br != NULL else 0
+        if bstatus:
+            _answer_body_error(resp, bstatus, reason)
+        else:
+            _answer_500(resp)
+        # A body the client broke off or broke a rule with is the client's doing: no
+        # traceback for it.
+        if br == NULL or not _body_failed(br):
+            try:
+                _error_log.exception("handler %s failed for %s %s", info[2],
+                                     _latin1(req.method), _latin1(req.target))
+            except BaseException:
+                pass
     finally:
         if r is not None:
             r._req = NULL
+        if inp is not None and not inp._kept:
+            inp._detach()
         if ctx is not None:
             _context_exit(ctx)
+
+
+cdef extern from *:
+    """
+    #define cyserve__body_failed(br) ((br)->err != 0)
+    """
+    bint _body_failed "cyserve__body_failed"(cs.body_reader_t *br) noexcept nogil
 
 
 cdef void _context_exit(ctx) noexcept:

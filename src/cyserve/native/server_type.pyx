@@ -298,10 +298,12 @@ cdef class Server:
             t.kind = cs.SERVER_PYTHON
             t.py_call = _py_call
             t.py_stream = _py_stream  # native/wsgi.pyx: WSGI bodies streamed piece by piece
+            t.body_stream = 1  # large request bodies are read as the handler asks (RequestBody)
             if isinstance(target, ASGIHandler):  # native/asgi.pyx: answers made on the loop
                 t.py_call = _asgi_call
                 t.py_stream = _asgi_stream
                 t.stream_body = 1  # receive() gets the body as it arrives
+                t.body_stream = 0  # not the WSGI/App stream (body.h): receive() reads its own
             t.opaque = <void *>info
         elif kind == "nogil":
             inline = True

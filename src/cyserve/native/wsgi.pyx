@@ -184,9 +184,10 @@ cdef class WSGIHandler:
     def environ(self, Request request):
         """The PEP 3333 environ of request (valid during its handler call)."""
         request._check()
-        return self._environ(request._req)
+        inp = request._input if type(request._input) is RequestBody else None
+        return self._environ(request._req, inp)
 
-    cdef dict _environ(self, const cyserve_request *req):
+    cdef dict _environ(self, const cyserve_request *req, RequestBody inp=None):
         cdef dict env = PyDict_Copy(self._base)
         cdef size_t i, slen = len(self.script_name)
         cdef const cyserve_header *h
@@ -205,8 +206,12 @@ cdef class WSGIHandler:
             env["PATH_INFO"] = _unquote_latin1(req.path.ptr, req.path.len)
         env["QUERY_STRING"] = _str_of(req.query)
         env["SERVER_PROTOCOL"] = "HTTP/1.1" if req.minor_version == 1 else "HTTP/1.0"
-        cdef bytes body = PyBytes_FromStringAndSize(req.body.ptr, <Py_ssize_t>req.body.len)
-        env["wsgi.input"] = _BytesIO(body)
+        cdef bytes body
+        if inp is not None:  # a large body, read from the connection as the app reads
+            env["wsgi.input"] = inp
+        else:
+            body = PyBytes_FromStringAndSize(req.body.ptr, <Py_ssize_t>req.body.len)
+            env["wsgi.input"] = _BytesIO(body)
         cdef bint had_length = False
         cdef Py_ssize_t used
         for i in range(req.num_headers):
@@ -223,7 +228,10 @@ cdef class WSGIHandler:
             old = <object>PyDict_SetDefault(env, key, value)
             if PyDict_GET_SIZE(env) == used:  # repeated: one value, as Request.headers joins them
                 env[key] = old + ("; " if key == "HTTP_COOKIE" else ", ") + value
-        if req.body.len or had_length:
+        if inp is not None:
+            if inp._br.length >= 0:  # chunked: no length; wsgi.input ends where the body does
+                env["CONTENT_LENGTH"] = str(inp._br.length)
+        elif req.body.len or had_length:
             env["CONTENT_LENGTH"] = str(req.body.len)
         tls = cs.server_req_tls(<const cs.req_t *>req)
         if tls:
@@ -262,12 +270,13 @@ cdef class WSGIHandler:
 
     def __call__(self, Request request):
         request._check()
-        return self._call(request._req)
+        inp = request._input if type(request._input) is RequestBody else None
+        return self._call(request._req, inp)
 
-    cdef _WSGIAnswer _call(self, const cyserve_request *req):
+    cdef _WSGIAnswer _call(self, const cyserve_request *req, RequestBody inp=None):
         """The answer to req (the handler trampoline calls this directly: a WSGI app has no use
-        for a Request object)."""
-        env = self._environ(req)
+        for a Request object); inp: its body when streamed."""
+        env = self._environ(req, inp)
         cdef _WSGIAnswer answer = _WSGIAnswer.__new__(_WSGIAnswer)
         answer.chunks = []
         result = self.app(env, answer.start_response)
@@ -386,6 +395,7 @@ cdef class _WSGIStream:
     cdef object result
     cdef str label
     cdef object ctx  # the contextvars context of the call that made the answer
+    cdef RequestBody inp  # wsgi.input when streamed: readable until the answer's end
 
 
 cdef int _py_stream(void *opaque, void *stream, cs.resp_t *resp, int op) noexcept nogil:
@@ -411,6 +421,10 @@ cdef int _py_stream_impl(tuple info, PyObject *ref, cs.resp_t *resp, int op) noe
     if rc == 1:
         _context_exit(st.ctx)
         return 1  # the engine keeps its reference: more to come
+    if st.inp is not None:
+        # The engine finishes the body once the answer is done (and after a stop, the
+        # connection is gone before the app's close() runs).
+        st.inp._detach()
     _wsgi_close(st.result)
     if entered:
         _context_exit(st.ctx)
@@ -633,7 +647,7 @@ cdef int _wsgi_status(status) except -1:
 
 
 cdef extern from "csrc/http1_write.h" nogil:
-    const char *http_reason(int status, size_t *len)
+    const char *http_reason(int code, size_t *len)
 
 
 cdef object _wsgi_reason(str s, int code):
@@ -664,7 +678,8 @@ cdef object _wsgi_reason(str s, int code):
     return reason
 
 
-cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx) except -1:
+cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx,
+                    RequestBody inp=None) except -1:
     cdef bytes body
     cdef object length
     cdef _WSGIStream st
@@ -704,6 +719,9 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx) except -1:
             _check_rc(cs.resp_set_stream(resp, <void *>st, length if length is not None else -1),
                       "stream")
             Py_INCREF(st)  # the engine's reference, dropped by _py_stream_impl
+            if inp is not None:  # the app may read its body while it answers
+                st.inp = inp
+                inp._kept = True
             a.it = a.result = None
             return 0
         if length is not None and length != len(body):

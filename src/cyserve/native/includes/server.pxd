@@ -74,6 +74,7 @@ cdef extern from "csrc/server.h" nogil:
         py_stream_t py_stream
         void *opaque
         int stream_body
+        int body_stream
         files_root_t *root
 
     ctypedef struct server_listen_t "struct server_listen":
@@ -134,6 +135,14 @@ cdef extern from "csrc/server.h" nogil:
 
 cdef extern from "csrc/resp.h" nogil:
     int resp_set_defer(resp_t *r, void *h)
+
+cdef extern from "csrc/body.h" nogil:
+    ctypedef struct body_reader_t "struct body_reader":
+        int64_t length
+        uint64_t taken
+    body_reader_t *body_of(const req_t *req)
+    Py_ssize_t body_read(body_reader_t *br, void *dst, size_t n, int line)
+    int body_error_status(const body_reader_t *br, const char **reason)
 
 cdef extern from "csrc/handoff.h" nogil:
     ctypedef struct handoff_t "struct handoff":
