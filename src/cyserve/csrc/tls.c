@@ -75,13 +75,16 @@
 
 struct tls_ctx {
     SSL_CTX *ssl;
+    int http2; /* ALPN offers h2 */
 };
 
 static __thread char tls_gather_buf[TLS_GATHER];
 static __thread char tls_file_buf[TLS_FILE_CHUNK];
 
-/* ALPN: the protocols offered, in wire format (length-prefixed). Only HTTP/1.1 for now. */
-static const unsigned char tls_alpn_protos[] = "\x08http/1.1";
+/* ALPN: the protocols offered, in wire format (length-prefixed), in the server's order of
+ * preference: h2 first when HTTP/2 is on (the first of them, without h2, when it is off). */
+static const unsigned char tls_alpn_protos[] = "\x02h2\x08http/1.1";
+#define TLS_ALPN_H2_LEN 3
 
 int tls_looks_like_http(const char *b, size_t n)
 {
@@ -109,10 +112,12 @@ static int tls_password_cb(char *buf, int size, int rwflag, void *ud)
 static int tls_alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen,
                            const unsigned char *in, unsigned int inlen, void *ud)
 {
+    const struct tls_ctx *t = ud;
+    const unsigned char *ours = t->http2 ? tls_alpn_protos : tls_alpn_protos + TLS_ALPN_H2_LEN;
+    unsigned ours_len = sizeof(tls_alpn_protos) - 1 - (t->http2 ? 0 : TLS_ALPN_H2_LEN);
     unsigned char *sel;
     unsigned char sel_len;
-    if (SSL_select_next_proto(&sel, &sel_len, tls_alpn_protos, sizeof(tls_alpn_protos) - 1, in,
-                              inlen) != OPENSSL_NPN_NEGOTIATED)
+    if (SSL_select_next_proto(&sel, &sel_len, ours, ours_len, in, inlen) != OPENSSL_NPN_NEGOTIATED)
         /* The client offers no protocol we speak: go on without ALPN (the client decides),
          * rather than fail the handshake. */
         return SSL_TLSEXT_ERR_NOACK;
@@ -248,7 +253,8 @@ int tls_ctx_new(const struct tls_options *o, struct tls_ctx **out, char *err, si
     if (o->cert_reqs)
         SSL_CTX_set_verify(
             ctx, SSL_VERIFY_PEER | (o->cert_reqs == 2 ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0), NULL);
-    SSL_CTX_set_alpn_select_cb(ctx, tls_alpn_select, NULL);
+    t->http2 = o->http2;
+    SSL_CTX_set_alpn_select_cb(ctx, tls_alpn_select, t);
     *out = t;
     return 0;
 fail:
@@ -501,11 +507,27 @@ static int tls_shutdown(struct conn *c, int how)
     return shutdown(c->io.fd, how) < 0 ? -errno : 0;
 }
 
+/* conn_transport.handshake: the handshake, then what ALPN chose. */
+static int tls_start(struct conn *c)
+{
+    SSL *ssl = c->tp_data;
+    if (!ssl || !SSL_is_init_finished(ssl)) {
+        ssize_t rc = tls_handshake(c);
+        if (rc <= 0)
+            return (int)rc;
+        ssl = c->tp_data;
+    }
+    const unsigned char *p;
+    unsigned len;
+    SSL_get0_alpn_selected(ssl, &p, &len);
+    return len == 2 && memcmp(p, "h2", 2) == 0 ? CONN_ALPN_H2 : CONN_ALPN_HTTP1;
+}
+
 static void tls_close(struct conn *c)
 {
     SSL_free(c->tp_data);
     c->tp_data = NULL;
 }
 
-const struct conn_transport tls_transport = {tls_recv, tls_sendv, tls_sendfile, tls_shutdown,
-                                             tls_close};
+const struct conn_transport tls_transport = {tls_recv,     tls_sendv, tls_sendfile,
+                                             tls_shutdown, tls_close, tls_start};

@@ -95,6 +95,8 @@ cdef extern from "csrc/server.h" nogil:
         const char *forwarded_allow_ips
         const void *transport
         void *transport_ctx
+        int http2
+        unsigned http2_max_streams
 
     int server_target_static(server_target_t *t, int status, const char *headers,
                              size_t headers_len, const char *body, size_t body_len)
@@ -145,6 +147,7 @@ cdef extern from "csrc/tls.h" nogil:
         const char *ciphers
         const char *ca_certs
         int cert_reqs
+        int http2
     int tls_ctx_new(const tls_options_t *o, tls_ctx_t **out, char *err, size_t errlen)
     void tls_ctx_free(tls_ctx_t *t)
     const void *tls_transport_ptr "(const void *)&tls_transport"
