@@ -61,9 +61,12 @@ void access_log_write(struct request *rq)
         const struct http_request *r = &rq->head;
         int tlen = r->target_len > ACCESS_LOG_TARGET_MAX ? ACCESS_LOG_TARGET_MAX
                                                          : (int)r->target_len;
-        n = snprintf(line, sizeof(line), "%s - - [%s] \"%.*s %.*s HTTP/1.%d\" %d %s %.6f\n", client,
+        n = snprintf(line, sizeof(line), "%s - - [%s] \"%.*s %.*s HTTP/%s\" %d %s %.6f\n", client,
                      access_log_date(), (int)r->method_len, r->method, tlen, r->target,
-                     r->minor_version, rq->log_status, bytes, secs);
+                     rq->http2          ? "2.0"
+                     : r->minor_version ? "1.1"
+                                        : "1.0",
+                     rq->log_status, bytes, secs);
     } else {
         n = snprintf(line, sizeof(line), "%s - - [%s] \"-\" %d %s %.6f\n", client,
                      access_log_date(), rq->log_status, bytes, secs);

@@ -637,6 +637,7 @@ int http1_serve(struct coro *co, void *arg)
     sv->rq.log_status = 0;
     sv->rq.log_have_req = 0;
     sv->rq.defer = NULL;
+    sv->rq.http2 = 0;
     sv->body_held = 0;
     sv->rq.client_done = REQUEST_CLIENT_NO_HEAD;
     resp_init(&sv->rq.resp);

@@ -155,6 +155,7 @@ static struct h2_stream *h2_stream_new(struct h2_session *h, int32_t id)
     st->rq.c = h->c;
     st->rq.srv = h->srv;
     st->rq.client_done = REQUEST_CLIENT_NO_HEAD;
+    st->rq.http2 = 1;
     st->prev = h->last;
     if (h->last)
         h->last->next = st;
@@ -451,8 +452,7 @@ static int h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *u
         return 0;
     case NGHTTP2_SETTINGS:
     case NGHTTP2_PING:
-        if (!(f->hd.flags & NGHTTP2_FLAG_ACK) &&
-            h2_flood(h, &h->controls, HTTP2_CONTROL_PER_S))
+        if (!(f->hd.flags & NGHTTP2_FLAG_ACK) && h2_flood(h, &h->controls, HTTP2_CONTROL_PER_S))
             goto calm;
         return 0;
     case NGHTTP2_HEADERS:
@@ -595,8 +595,7 @@ static int h2_is_hop_field(const char *n, size_t len)
 
 /* Header lines "Name: value\r\n" into nva (at most max), names lower-cased into low (as long
  * as lines). Returns the count. */
-static size_t h2_lines_to_nv(const char *lines, size_t len, nghttp2_nv *nva, size_t max,
-                             char *low)
+static size_t h2_lines_to_nv(const char *lines, size_t len, nghttp2_nv *nva, size_t max, char *low)
 {
     size_t n = 0, i = 0;
     while (i < len && n < max) {
@@ -713,8 +712,7 @@ static int h2_submit(struct h2_session *h, struct h2_stream *st)
                                 NGHTTP2_NV_FLAG_NONE};
     }
     n += h2_lines_to_nv(lines, lines_len, nva + n, max - n, low);
-    int nobody = head_only || bodyless ||
-                 (st->fd < 0 && !st->src_len && !st->pystream) ||
+    int nobody = head_only || bodyless || (st->fd < 0 && !st->src_len && !st->pystream) ||
                  (st->fd >= 0 && !st->fleft) || st->limit == 0;
     nghttp2_data_provider prd = {.source.ptr = st, .read_callback = h2_read_body};
     int rc = nghttp2_submit_response(h->ng, st->id, nva, n, nobody ? NULL : &prd);
@@ -924,17 +922,18 @@ static int h2_serve_loop(struct h2_session *h)
                 return 1;
             }
         }
-        if (UNLIKELY(server_draining(s)) && !h->goaway) {
-            h->goaway = 1;
-            nghttp2_submit_goaway(h->ng, NGHTTP2_FLAG_NONE,
-                                  nghttp2_session_get_last_proc_stream_id(h->ng), NGHTTP2_NO_ERROR,
-                                  NULL, 0);
-        }
         /* Streams whose requests are complete, in the order they were opened; then the pieces
          * streamed answers wait for. */
         int work;
         do {
             work = 0;
+            if (UNLIKELY(server_draining(s)) && !h->goaway) {
+                /* A stop: no new stream is taken, those open are answered (RFC 9113 6.8). */
+                h->goaway = 1;
+                nghttp2_submit_goaway(h->ng, NGHTTP2_FLAG_NONE,
+                                      nghttp2_session_get_last_proc_stream_id(h->ng),
+                                      NGHTTP2_NO_ERROR, NULL, 0);
+            }
             for (struct h2_stream *st = h->streams; st; st = st->next) {
                 if (st->ready && !st->answered && !st->closed && !h->fatal) {
                     if (h2_answer(h, st) < 0)
@@ -950,6 +949,10 @@ static int h2_serve_loop(struct h2_session *h)
             if (h2_flush(h) < 0)
                 return 1;
             h2_sweep(h);
+            /* Writing may have asked for more: a streamed answer whose window opened wants its
+             * next piece. */
+            for (struct h2_stream *st = h->streams; st && !work; st = st->next)
+                work = st->need_next && !st->closed;
         } while (work);
         if (!nghttp2_session_want_read(h->ng) && !nghttp2_session_want_write(h->ng))
             return 1;
@@ -982,8 +985,8 @@ static int h2_serve_loop(struct h2_session *h)
         ssize_t n = conn_read_wait(c, conn_deadline_after(s->cfg.body_timeout_ns));
         if (n == -ETIMEDOUT) {
             nghttp2_submit_goaway(h->ng, NGHTTP2_FLAG_NONE,
-                                  nghttp2_session_get_last_proc_stream_id(h->ng),
-                                  NGHTTP2_NO_ERROR, NULL, 0);
+                                  nghttp2_session_get_last_proc_stream_id(h->ng), NGHTTP2_NO_ERROR,
+                                  NULL, 0);
             h2_flush(h);
             return 1;
         }

@@ -220,5 +220,8 @@ const char *server_req_scheme(const cyserve_request *req);
 /* 1 when req came over TLS (its connection's transport is not plain TCP), else 0. The thread
  * serving req. */
 int server_req_tls(const cyserve_request *req);
+/* 1 when req came over HTTP/2 (a stream of an HTTP/2 connection), else 0. The thread serving
+ * req. */
+int server_req_http2(const cyserve_request *req);
 
 #endif

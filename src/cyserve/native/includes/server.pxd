@@ -122,6 +122,7 @@ cdef extern from "csrc/server.h" nogil:
     int server_req_header(const req_t *req, const char *name, size_t nlen, void *out)
     int server_req_peer(const req_t *req, const char **out)
     int server_req_tls(const req_t *req)
+    int server_req_http2(const req_t *req)
     const char *server_req_scheme(const req_t *req)
     int server_take_orphan(server_t *s, const server_target_t **t, void **stream)
 
