@@ -3,14 +3,16 @@
  * A TLS connection is an ordinary struct conn whose c->tp is tls_transport and whose c->tp_data
  * is its SSL session, made on the socket itself (SSL_set_fd: OpenSSL's socket BIO reads and
  * writes the non-blocking fd, so no memory BIO copies the ciphertext once more). The protocol
- * above (HTTP/1, http1.c) reads and writes through conn_read_once / conn_sendv /
+ * above (HTTP/1, http1.c, or HTTP/2, http2.c) reads and writes through conn_read_once / conn_sendv /
  * conn_sendfile as over plain sockets; it never learns that TLS is there. The inline path is
  * for plain connections only (http1_inline.c checks c->tp): a TLS connection is always served
  * by its coroutine.
  *
- * The handshake runs in the connection's coroutine, made by the first recv: the readiness of
- * the client's first bytes spawns the coroutine as for a plain connection, and tls_recv then
- * drives SSL_do_handshake, mapping SSL_ERROR_WANT_READ / WANT_WRITE to sched_io_wait on the
+ * The handshake runs in the connection's coroutine, before any protocol reads: the readiness of
+ * the client's first bytes spawns the coroutine as for a plain connection, whose first step is
+ * the transport's handshake (tls_start, conn_transport.handshake; tls_recv makes it too, should
+ * a protocol read first), so that ALPN's choice (h2 or http/1.1) is known before HTTP/1 or
+ * HTTP/2 reads a byte. It drives SSL_do_handshake, mapping SSL_ERROR_WANT_READ / WANT_WRITE to sched_io_wait on the
  * socket for EPOLLIN / EPOLLOUT, as the plain transport's -EAGAIN is mapped by conn.c. So a
  * worker never blocks on a handshake: a coroutine waiting for the client's next flight holds a
  * stack, not a thread. The whole handshake must end within header_timeout of its first byte (a
