@@ -409,6 +409,18 @@ def test_stalled_stream_is_closed_after_body_timeout() -> None:
         assert 0.4 < time.monotonic() - t0 < 5
 
 
+def test_idle_connection_closed_after_keepalive_timeout() -> None:
+    app = cyserve.App()
+    app.static("/plaintext", b"ok", content_type="text/plain")
+    with serving(app.build(), keepalive_timeout=0.5) as srv, H2(srv.port) as c:
+        assert c.get("/plaintext")[0] == 200
+        t0 = time.monotonic()
+        with pytest.raises(EOFError):
+            while time.monotonic() - t0 < 5:
+                c.pump()
+        assert 0.3 < time.monotonic() - t0 < 3
+
+
 def test_graceful_stop_sends_goaway_and_finishes_the_stream(root: Any) -> None:
     srv_cm = serving(build_app(root).build())
     srv = srv_cm.__enter__()

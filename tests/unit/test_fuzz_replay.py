@@ -31,6 +31,7 @@ CASES = [
     ("replay-scalar", "corpus"),
     ("replay-scalar", "regression"),
     ("replay-router", "corpus-router"),  # fuzz_router.c: router_add/router_match and files.c
+    ("replay-http2", "corpus-http2"),  # fuzz_http2.c: frames into csrc/http2.c's session
 ]
 
 

@@ -740,6 +740,8 @@ static int h2_answer(struct h2_session *h, struct h2_stream *st)
     } else {
         rc = request_dispatch(rq, st->body.ptr, st->body.len);
         if (rc == -ECONNRESET) {
+            /* The client had gone before its Python call ran (logged 499 by the core). */
+            st->ready = 0;
             nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
             return 0;
         }
