@@ -375,9 +375,14 @@ def test_rapid_reset_ends_the_connection(port: int) -> None:
     """CVE-2023-44487: streams opened and reset at once, past the bound of resets per second."""
     with H2(port) as c:
         for _ in range(150):
-            sid = c.send("/plaintext", end=False)
+            sid = c.conn.get_next_available_stream_id()
+            c.conn.send_headers(sid, [(":method", "GET"), (":path", "/plaintext"),
+                                      (":scheme", "http"), (":authority", "localhost")])
             c.conn.reset_stream(sid)
-        c.flush()
+        try:
+            c.flush()
+        except OSError:  # the server may close before the last frames are sent
+            pass
         ended = c.until(h2.events.ConnectionTerminated)
         assert ended.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
         with pytest.raises((EOFError, ConnectionError)):
@@ -389,7 +394,10 @@ def test_ping_flood_ends_the_connection(port: int) -> None:
     with H2(port) as c:
         for i in range(150):
             c.conn.ping(i.to_bytes(8, "big"))
-        c.flush()
+        try:
+            c.flush()
+        except OSError:  # the server may close before the last frames are sent
+            pass
         ended = c.until(h2.events.ConnectionTerminated)
         assert ended.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
 

@@ -909,7 +909,12 @@ static void h2_sweep(struct h2_session *h)
     }
 }
 
-/* Serve the connection: 0 when it went idle, 1 when it must close. */
+/* h2_serve_loop's answer when the connection closes after a GOAWAY for an error: what the
+ * client still sends is read and dropped for a moment first (conn_linger_close), so that the
+ * close does not reset the connection before the client has read the GOAWAY. */
+#define H2_CLOSE_LINGER 2
+
+/* Serve the connection: 0 when it went idle, 1 or H2_CLOSE_LINGER when it must close. */
 static int h2_serve_loop(struct h2_session *h)
 {
     struct conn *c = h->c;
@@ -921,7 +926,7 @@ static int h2_serve_loop(struct h2_session *h)
             c->len = 0;
             if (n < 0) {
                 h2_flush(h); /* a GOAWAY, when the library queued one */
-                return 1;
+                return H2_CLOSE_LINGER;
             }
         }
         /* Streams whose requests are complete, in the order they were opened; then the pieces
@@ -957,8 +962,10 @@ static int h2_serve_loop(struct h2_session *h)
                 work = st->need_next && !st->closed;
         } while (work);
         if (!nghttp2_session_want_read(h->ng) && !nghttp2_session_want_write(h->ng))
-            return 1;
-        if (h->fatal || (h->goaway && !h->nstreams))
+            return H2_CLOSE_LINGER; /* a GOAWAY for an error is written */
+        if (h->fatal)
+            return H2_CLOSE_LINGER;
+        if (h->goaway && !h->nstreams)
             return 1;
         if (!h->nstreams) {
             /* Nothing open: go idle once the socket is drained, as HTTP/1 does. */
@@ -1000,6 +1007,8 @@ static int h2_serve_loop(struct h2_session *h)
 static int h2_serve(struct h2_session *h)
 {
     int rc = h2_serve_loop(h);
+    if (rc == H2_CLOSE_LINGER)
+        conn_linger_close(h->c);
     if (rc) {
         /* Closing: the streams go now, in the coroutine (a streamed answer's stream goes back to
          * its handler). */
