@@ -11,7 +11,8 @@ ARG PYTHON_VERSION=3.12
 
 FROM python:${PYTHON_VERSION}-slim-bookworm AS build
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && apt-get install -y --no-install-recommends gcc libc6-dev pkg-config libssl-dev \
+       libnghttp2-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -22,6 +23,11 @@ RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
 
 FROM python:${PYTHON_VERSION}-slim-bookworm
 COPY --from=build /wheels /wheels
+# The wheel built above links the system's libssl and libnghttp2 (not grafted as in a
+# manylinux wheel): the runtime libraries come from Debian.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libnghttp2-14 \
+    && rm -rf /var/lib/apt/lists/*
 RUN pip install --no-cache-dir /wheels/cyserve-*.whl && rm -rf /wheels \
     && useradd --system --no-create-home cyserve
 WORKDIR /app

@@ -14,7 +14,7 @@ CORE_SOURCES := $(wildcard src/cyserve/*.pyx src/cyserve/*.pxd src/cyserve/nativ
 	src/cyserve/native/*.pxi src/cyserve/native/includes/*.pxd src/cyserve/csrc/*.c \
 	src/cyserve/csrc/*.h src/cyserve/csrc/*.S src/cyserve/include/cyserve/*.h) setup.py
 
-.PHONY: all build run test test-c test-asan test-pythons venv-tests dist lint bench bench-quick bench-coro soak fuzz fuzz-tools fuzz-net clean
+.PHONY: all build run test test-c test-asan test-pythons venv-tests dist lint bench bench-quick bench-coro soak fuzz fuzz-tools fuzz-net clean native-deps h2spec
 
 all: build
 
@@ -28,8 +28,27 @@ $(STAMP): requirements-dev.txt
 	chmod +x $(VENV)/bin/cyserve
 	touch $@
 
+# The C libraries the extension links, found with pkg-config by setup.py: OpenSSL 3 (libssl-dev)
+# and libnghttp2 (libnghttp2-dev, for HTTP/2). A plain Debian machine may lack their development
+# packages: install them, as a new user would (as root with apt; otherwise say what to install).
+NATIVE_PKGS := openssl:libssl-dev libnghttp2:libnghttp2-dev
+native-deps:
+	@missing=""; for p in $(NATIVE_PKGS); do \
+	  pkg-config --exists "$${p%%:*}" 2>/dev/null || missing="$$missing $${p#*:}"; \
+	done; \
+	command -v pkg-config >/dev/null || missing="$$missing pkg-config"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "building cyserve needs$$missing: installing Debian's packages"; \
+	    apt-get update -qq && apt-get install -y -qq $$missing; \
+	  else \
+	    echo "building cyserve needs$$missing (Debian/Ubuntu: sudo apt-get install$$missing)"; \
+	    exit 1; \
+	  fi; \
+	fi
+
 # CYSERVE_TEST_HOOKS=1: the tests and bench/ also need cyserve._testhooks (see setup.py).
-src/cyserve/.built: $(STAMP) $(CORE_SOURCES)
+src/cyserve/.built: $(STAMP) $(CORE_SOURCES) | native-deps
 	CYSERVE_TEST_HOOKS=1 $(PY) setup.py -q build_ext --inplace
 	touch $@
 
@@ -51,7 +70,7 @@ test: build
 # those that drive the C and Cython code.
 ASAN_PKG := build/asan/pkg
 ASAN_PYTEST_ARGS ?= -m native tests
-$(ASAN_PKG)/.built: $(STAMP) $(CORE_SOURCES)
+$(ASAN_PKG)/.built: $(STAMP) $(CORE_SOURCES) | native-deps
 	rm -rf $(ASAN_PKG) && mkdir -p $(ASAN_PKG)
 	cp -r src/cyserve $(ASAN_PKG)/cyserve
 	rm -f $(ASAN_PKG)/cyserve/_core*.so $(ASAN_PKG)/cyserve/_testhooks*.so $(ASAN_PKG)/cyserve/.built
@@ -87,15 +106,16 @@ venv-tests: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # The sdist and the manylinux wheel in dist/ (the wheel is built from the sdist, then checked
-# and retagged by auditwheel: it links nothing beyond glibc but OpenSSL 3, which auditwheel
-# grafts into the wheel).
+# and retagged by auditwheel: it links nothing beyond glibc but OpenSSL 3 and libnghttp2, which
+# auditwheel grafts into the wheel; building the sdist elsewhere needs their development
+# packages, which setup.py names when pkg-config cannot find them).
 dist: $(STAMP)
 	rm -rf dist && $(PY) -m build --no-isolation --outdir dist .
 	PATH="$(VENV)/bin:$$PATH" $(VENV)/bin/auditwheel repair -w dist dist/cyserve-*-linux_*.whl
 	rm -f dist/cyserve-*-linux_*.whl
 	@ls -1 dist
 
-test-c: $(STAMP)
+test-c: $(STAMP) | native-deps
 	$(PY) -m pytest tests/unit/test_c_units.py
 
 # The source gates alone (ruff, mypy, cython-lint, clang-format on all the C); `make test`
@@ -128,6 +148,20 @@ fuzz-tools:
 	    echo "make fuzz needs clang: install it (Debian/Ubuntu: sudo apt-get install clang)"; \
 	    exit 1; \
 	  fi; }
+
+# HTTP/2 conformance (opt-in): h2spec's 145 cases against a server on this tree's build, over
+# h2c (prior knowledge) and over TLS (ALPN h2, a throw-away self-signed certificate), each on a
+# static route. h2spec is a Go module, installed with `go install` into $(H2SPEC_DIR) when
+# missing. One report line each; the cases that fail are listed.
+GO ?= $(shell command -v go || echo /usr/local/go/bin/go)
+H2SPEC_DIR := build/h2spec
+H2SPEC := $(H2SPEC_DIR)/h2spec
+$(H2SPEC):
+	@mkdir -p $(H2SPEC_DIR)
+	GOBIN=$(abspath $(H2SPEC_DIR)) $(GO) install github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible
+
+h2spec: build $(H2SPEC)
+	$(PY) tests/h2spec_run.py $(H2SPEC)
 
 # A ten-minute mixed soak (SOAK_SECONDS=): --processes 2 with a worker killed every minute, RSS
 # and descriptors sampled every 10 s, a report with a plot in bench/results/soak/.

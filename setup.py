@@ -61,6 +61,31 @@ def openssl_flags():
     return pkg("--cflags")[1], pkg("--libs")[1]
 
 
+NGHTTP2_MISSING = (
+    "cyserve needs the development files of libnghttp2 (its HTTP/2 protocol, csrc/http2.c, links "
+    "it): install libnghttp2-dev (Debian, Ubuntu), libnghttp2-devel (Fedora, RHEL) or nghttp2 "
+    "(Homebrew), and pkg-config, then build again")
+
+
+def nghttp2_flags():
+    """Compiler and linker flags of the system's libnghttp2 (1.52 or newer), found with
+    pkg-config; a build without it stops with a sentence that says what to install."""
+    if not shutil.which("pkg-config"):
+        raise SystemExit(NGHTTP2_MISSING + " (pkg-config is not on the PATH)")
+
+    def pkg(*args):
+        proc = subprocess.run(["pkg-config", *args, "libnghttp2"], capture_output=True, text=True)
+        return proc.returncode, proc.stdout.split()
+
+    rc, _ = pkg("--atleast-version=1.52")
+    if rc != 0:
+        found = pkg("--modversion")[1]
+        why = (f"pkg-config found libnghttp2 {found[0]}, older than 1.52" if found
+               else "pkg-config does not know libnghttp2")
+        raise SystemExit(f"{NGHTTP2_MISSING} ({why})")
+    return pkg("--cflags")[1], pkg("--libs")[1]
+
+
 class BuildExt(build_ext):
     """setuptools does not compile .S files by default: teach the compiler the extension."""
 
@@ -86,6 +111,7 @@ def extensions():
         cflags += [f"-fsanitize={sanitize}", "-fno-omit-frame-pointer"]
         ldflags += [f"-fsanitize={sanitize}"]
     ssl_cflags, ssl_libs = openssl_flags()
+    h2_cflags, h2_libs = nghttp2_flags()
     csrc = sorted(glob(os.path.join(PKG, "csrc", "*.c")))
     # The headers, with the *.c.h fragments that sched.c includes, are dependencies: build_ext
     # skips an extension whose listed files are all older than it, so a change to a header alone
@@ -100,8 +126,8 @@ def extensions():
             # csrc/ itself is not on the path: its sched.h would shadow the system <sched.h>.
             include_dirs=[PKG, os.path.join(PKG, "include")],
             define_macros=macros,
-            extra_compile_args=cflags + ssl_cflags,
-            extra_link_args=ldflags + ssl_libs,
+            extra_compile_args=cflags + ssl_cflags + h2_cflags,
+            extra_link_args=ldflags + ssl_libs + h2_libs,
         )
     ]
     if os.environ.get("CYSERVE_TEST_HOOKS") == "1":

@@ -34,7 +34,7 @@ EXIT_USAGE = 2
 # value gets the same "invalid --NAME VALUE: REASON" line as a value Config rejects.
 _INT_OPTIONS = ("port", "threads", "processes", "blocking_threads", "backlog", "max_header_bytes",
                 "max_target_bytes", "max_headers", "max_body_bytes", "body_budget",
-                "min_body_rate")
+                "min_body_rate", "http2_max_concurrent_streams")
 _FLOAT_OPTIONS = ("keepalive_timeout", "header_timeout", "body_timeout", "graceful_timeout")
 
 
@@ -134,6 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the CAs client certificates are verified against (PEM)")
     p.add_argument("--ssl-cert-reqs", metavar="N", default=None,
                    help="client certificates: 0 not asked for (default), 1 optional, 2 required")
+    p.add_argument("--http2", action=argparse.BooleanOptionalAction, default=defaults.http2,
+                   help="speak HTTP/2 beside HTTP/1.1: offered by ALPN over TLS, and h2c by "
+                        "prior knowledge on plain connections (default: on)")
+    p.add_argument("--http2-max-concurrent-streams", metavar="N",
+                   default=str(defaults.http2_max_concurrent_streams),
+                   help="streams one HTTP/2 connection may have open at once "
+                        f"(default {defaults.http2_max_concurrent_streams})")
     _add_listen_options(p)
     _add_proxy_options(p)
     _add_lifecycle_options(p)
@@ -258,7 +265,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
                                "access_log_format": args.access_log_format,
                                "access_logfile": args.access_logfile,
                                "interface": args.interface,
-                               "loop": args.loop}
+                               "loop": args.loop, "http2": args.http2}
     for name in ("ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers",
                  "ssl_ca_certs"):
         if getattr(args, name) is not None:

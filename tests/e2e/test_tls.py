@@ -170,15 +170,29 @@ def test_python_handler_with_body_and_wsgi(site: int, certs: dict[str, str]) -> 
 
 
 def test_alpn(site: int, certs: dict[str, str]) -> None:
+    # HTTP/2 is on by default: h2 is picked when offered (tests/e2e/test_http2.py speaks it).
     with TLSConn(site, client_context(certs, alpn=["h2", "http/1.1"])) as c:
+        assert c.sock.selected_alpn_protocol() == "h2"
+    with TLSConn(site, client_context(certs, alpn=["http/1.1"])) as c:
         assert c.sock.selected_alpn_protocol() == "http/1.1"
         c.send(get("/plaintext"))
         assert c.reply().status == 200
-    # A client offering nothing cyserve speaks goes on without ALPN rather than fail.
-    with TLSConn(site, client_context(certs, alpn=["h2"])) as c:
-        assert c.sock.selected_alpn_protocol() is None
-        c.send(get("/plaintext"))
-        assert c.reply().status == 200
+
+
+def test_alpn_without_http2(certs: dict[str, str]) -> None:
+    app = cyserve.App()
+    app.static("/plaintext", b"Hello, World!", content_type="text/plain")
+    with serving(app.build(), ssl_certfile=certs["cert"], ssl_keyfile=certs["key"],
+                 http2=False) as srv:
+        with TLSConn(srv.port, client_context(certs, alpn=["h2", "http/1.1"])) as c:
+            assert c.sock.selected_alpn_protocol() == "http/1.1"
+            c.send(get("/plaintext"))
+            assert c.reply().status == 200
+        # A client offering nothing cyserve speaks goes on without ALPN rather than fail.
+        with TLSConn(srv.port, client_context(certs, alpn=["h2"])) as c:
+            assert c.sock.selected_alpn_protocol() is None
+            c.send(get("/plaintext"))
+            assert c.reply().status == 200
 
 
 def test_session_resumption(site: int, certs: dict[str, str]) -> None:

@@ -22,6 +22,7 @@ def test_defaults_are_those_of_the_issue() -> None:
     assert c.graceful_timeout == 5.0
     assert c.log_level == "info"
     assert c.blocking_threads == 16
+    assert (c.http2, c.http2_max_concurrent_streams) == (True, 100)
 
 
 def test_server_kwargs_match_the_engine_contract() -> None:
@@ -33,6 +34,7 @@ def test_server_kwargs_match_the_engine_contract() -> None:
         "body_timeout": 10.0, "shared_port": False, "access_log": False,
         "access_log_format": "common",
         "body_budget": 64 << 20, "min_body_rate": 500,
+        "http2": True, "http2_max_concurrent_streams": 100,
     }
     assert isinstance(c.server_kwargs()["keepalive_timeout"], float)
     # Set only by the process supervisor for its workers (cyserve/supervisor.py).

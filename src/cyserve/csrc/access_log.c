@@ -190,7 +190,10 @@ void access_log_write(struct request *rq)
             al_escaped(&line, r->method, r->method_len, 1);
             al_str(&line, "\",\"target\":\"");
             al_escaped(&line, r->target, r->target_len, 1);
-            al_fmt(&line, "\",\"protocol\":\"HTTP/1.%d\"", r->minor_version);
+            if (rq->http2)
+                al_str(&line, "\",\"protocol\":\"HTTP/2.0\"");
+            else
+                al_fmt(&line, "\",\"protocol\":\"HTTP/1.%d\"", r->minor_version);
         } else {
             al_str(&line, ",\"method\":null,\"target\":null,\"protocol\":null");
         }
@@ -221,8 +224,10 @@ void access_log_write(struct request *rq)
         if (r) {
             size_t tlen = r->target_len > ACCESS_LOG_FIELD_MAX ? ACCESS_LOG_FIELD_MAX
                                                                : r->target_len;
-            al_fmt(&line, "%.*s %.*s HTTP/1.%d", (int)r->method_len, r->method, (int)tlen,
-                   r->target, r->minor_version);
+            al_fmt(&line, "%.*s %.*s HTTP/%s", (int)r->method_len, r->method, (int)tlen, r->target,
+                   rq->http2          ? "2.0"
+                   : r->minor_version ? "1.1"
+                                      : "1.0");
         } else {
             al_str(&line, "-");
         }

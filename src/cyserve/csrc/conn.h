@@ -55,7 +55,15 @@ struct conn_transport {
     /* c is being destroyed: free c->tp_data (called only when it is set). Home's loop lock
      * held, or no worker runs any more. May be NULL for a transport that keeps no state. */
     void (*close)(struct conn *c);
+    /* Complete the transport's handshake before the protocol reads, waiting in the coroutine,
+     * so that the protocol the client chose by ALPN is known: CONN_ALPN_HTTP1 (http/1.1, or no
+     * ALPN), CONN_ALPN_H2, 0 when the client left first, or -errno. Called by HTTP/1's
+     * coroutine when it starts (every connection starts as HTTP/1), cheap once done. NULL for
+     * a transport without a handshake (plain sockets). */
+    int (*handshake)(struct conn *c);
 };
+
+enum { CONN_ALPN_HTTP1 = 1, CONN_ALPN_H2 = 2 };
 
 struct conn {
     struct sched_io io; /* io.data == this; io.fd is the socket */

@@ -26,6 +26,7 @@
 #include "access_log.h"
 #include "clock.h"
 #include "handoff.h"
+#include "http2.h"
 #include "stream.h"
 #include "sched.h"
 #include "server_int.h"
@@ -627,6 +628,15 @@ static int serve_loop(struct http1_session *sv)
                 return SERVE_CLOSE;
         }
         int n = parse_head(sv, off);
+        if (UNLIKELY(n < 0) && off == 0 && c->buf[0] == 'P' && s->cfg.http2) {
+            /* h2c by prior knowledge (RFC 9113 3.3): the client preface, which HTTP/1 cannot
+             * parse, starts the connection. Its rest is awaited like a head's. */
+            int p = http2_preface_match(c->buf, c->len);
+            if (p == 1)
+                return http2_take_over(c) ? SERVE_CLOSE : SERVE_IDLE;
+            if (p == 2)
+                n = -2;
+        }
         if (n == -2 && c->len - off == 2 && c->buf[off] == '\r' && c->buf[off + 1] == '\n' &&
             (!c->stray_crlf || UNLIKELY(server_draining(s)))) {
             /* A stray CRLF after a request (clients send one after a POST body) is not the
@@ -805,6 +815,7 @@ int http1_serve(struct coro *co, void *arg)
     sv->rq.log_have_req = 0;
     sv->rq.defer = NULL;
     sv->rq.body_rd = NULL;
+    sv->rq.http2 = 0;
     sv->body_held = 0;
     sv->rq.client_done = REQUEST_CLIENT_NO_HEAD;
     resp_init(&sv->rq.resp);
@@ -820,6 +831,16 @@ int http1_serve(struct coro *co, void *arg)
     }
     memset(&sv->rq.head, 0, sizeof(sv->rq.head));
     int rc = SERVE_CLOSE;
+    if (UNLIKELY(c->tp->handshake != NULL)) {
+        /* TLS: the handshake first, so that ALPN says which protocol speaks. */
+        int p = c->tp->handshake(c);
+        if (p <= 0)
+            goto out;
+        if (p == CONN_ALPN_H2 && s->cfg.http2) {
+            rc = http2_take_over(c) ? SERVE_CLOSE : SERVE_IDLE;
+            goto out;
+        }
+    }
     if (c->pend) {
         /* The rest of an answer the inline path began. */
         struct iovec iov = {c->buf, c->pend};

@@ -554,6 +554,12 @@ int server_req_tls(const cyserve_request *req)
     return rq && rq->c->tp != &conn_plain;
 }
 
+int server_req_http2(const cyserve_request *req)
+{
+    struct request *rq = req->engine;
+    return rq && rq->http2;
+}
+
 int server_req_header(const cyserve_request *req, const char *name, size_t nlen, cyserve_str *out)
 {
     for (size_t i = 0; i < req->num_headers; i++) {

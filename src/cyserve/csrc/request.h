@@ -97,6 +97,7 @@ struct request {
      * NULL otherwise. */
     struct body_reader *body_rd;
     struct request_answer answer;
+    int http2;              /* a stream of an HTTP/2 connection (http2.c); 0 for HTTP/1 */
     char answer_lines[512]; /* storage of answer.lines when the core makes them */
     struct http_header hdr_inline[INLINE_HEADERS];
 };

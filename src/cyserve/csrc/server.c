@@ -76,6 +76,8 @@ void server_config_default(struct server_config *cfg)
     cfg->keepalive_ns = 5000000000ull;
     cfg->header_timeout_ns = 10000000000ull;
     cfg->body_timeout_ns = 10000000000ull;
+    cfg->http2 = 1;
+    cfg->http2_max_streams = 100;
 }
 
 /* Free the listeners' copies (server_new, server_free). */

@@ -147,10 +147,16 @@ struct server_config {
      * both must outlive the server. */
     const struct conn_transport *transport;
     void *transport_ctx;
+    /* HTTP/2 (http2.c): 1 (default) offers h2 by ALPN over TLS and takes h2c by prior knowledge
+     * (the client preface) on plain connections; 0 speaks HTTP/1.1 only. */
+    int http2;
+    /* SETTINGS_MAX_CONCURRENT_STREAMS: the streams one HTTP/2 connection may have open. */
+    unsigned http2_max_streams;
 };
 
 /* Defaults: keep-alive 5 s, head 10 s, body 10 s, 8 KiB head/target, 100 headers,
- * 1 MiB body, backlog 1024, host 127.0.0.1, port 8000, threads 0, blocking_threads 16. */
+ * 1 MiB body, backlog 1024, host 127.0.0.1, port 8000, threads 0, blocking_threads 16, HTTP/2
+ * on with 100 concurrent streams. */
 void server_config_default(struct server_config *cfg);
 
 /* Create a server over router (borrowed, must outlive the server; its targets are
@@ -227,6 +233,9 @@ const char *server_req_scheme(const cyserve_request *req);
 /* 1 when req came over TLS (its connection's transport is not plain TCP), else 0. The thread
  * serving req. */
 int server_req_tls(const cyserve_request *req);
+/* 1 when req came over HTTP/2 (a stream of an HTTP/2 connection), else 0. The thread serving
+ * req. */
+int server_req_http2(const cyserve_request *req);
 
 /* The body bytes of req still to come piece by piece (handoff_ask_body), or 0 when its body,
  * if any, is in req->body. The thread serving req. */

@@ -3,14 +3,16 @@
  * A TLS connection is an ordinary struct conn whose c->tp is tls_transport and whose c->tp_data
  * is its SSL session, made on the socket itself (SSL_set_fd: OpenSSL's socket BIO reads and
  * writes the non-blocking fd, so no memory BIO copies the ciphertext once more). The protocol
- * above (HTTP/1, http1.c) reads and writes through conn_read_once / conn_sendv /
+ * above (HTTP/1, http1.c, or HTTP/2, http2.c) reads and writes through conn_read_once / conn_sendv /
  * conn_sendfile as over plain sockets; it never learns that TLS is there. The inline path is
  * for plain connections only (http1_inline.c checks c->tp): a TLS connection is always served
  * by its coroutine.
  *
- * The handshake runs in the connection's coroutine, made by the first recv: the readiness of
- * the client's first bytes spawns the coroutine as for a plain connection, and tls_recv then
- * drives SSL_do_handshake, mapping SSL_ERROR_WANT_READ / WANT_WRITE to sched_io_wait on the
+ * The handshake runs in the connection's coroutine, before any protocol reads: the readiness of
+ * the client's first bytes spawns the coroutine as for a plain connection, whose first step is
+ * the transport's handshake (tls_start, conn_transport.handshake; tls_recv makes it too, should
+ * a protocol read first), so that ALPN's choice (h2 or http/1.1) is known before HTTP/1 or
+ * HTTP/2 reads a byte. It drives SSL_do_handshake, mapping SSL_ERROR_WANT_READ / WANT_WRITE to sched_io_wait on the
  * socket for EPOLLIN / EPOLLOUT, as the plain transport's -EAGAIN is mapped by conn.c. So a
  * worker never blocks on a handshake: a coroutine waiting for the client's next flight holds a
  * stack, not a thread. The whole handshake must end within header_timeout of its first byte (a
@@ -75,13 +77,16 @@
 
 struct tls_ctx {
     SSL_CTX *ssl;
+    int http2; /* ALPN offers h2 */
 };
 
 static __thread char tls_gather_buf[TLS_GATHER];
 static __thread char tls_file_buf[TLS_FILE_CHUNK];
 
-/* ALPN: the protocols offered, in wire format (length-prefixed). Only HTTP/1.1 for now. */
-static const unsigned char tls_alpn_protos[] = "\x08http/1.1";
+/* ALPN: the protocols offered, in wire format (length-prefixed), in the server's order of
+ * preference: h2 first when HTTP/2 is on (the first of them, without h2, when it is off). */
+static const unsigned char tls_alpn_protos[] = "\x02h2\x08http/1.1";
+#define TLS_ALPN_H2_LEN 3
 
 int tls_looks_like_http(const char *b, size_t n)
 {
@@ -109,10 +114,12 @@ static int tls_password_cb(char *buf, int size, int rwflag, void *ud)
 static int tls_alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen,
                            const unsigned char *in, unsigned int inlen, void *ud)
 {
+    const struct tls_ctx *t = ud;
+    const unsigned char *ours = t->http2 ? tls_alpn_protos : tls_alpn_protos + TLS_ALPN_H2_LEN;
+    unsigned ours_len = sizeof(tls_alpn_protos) - 1 - (t->http2 ? 0 : TLS_ALPN_H2_LEN);
     unsigned char *sel;
     unsigned char sel_len;
-    if (SSL_select_next_proto(&sel, &sel_len, tls_alpn_protos, sizeof(tls_alpn_protos) - 1, in,
-                              inlen) != OPENSSL_NPN_NEGOTIATED)
+    if (SSL_select_next_proto(&sel, &sel_len, ours, ours_len, in, inlen) != OPENSSL_NPN_NEGOTIATED)
         /* The client offers no protocol we speak: go on without ALPN (the client decides),
          * rather than fail the handshake. */
         return SSL_TLSEXT_ERR_NOACK;
@@ -248,7 +255,8 @@ int tls_ctx_new(const struct tls_options *o, struct tls_ctx **out, char *err, si
     if (o->cert_reqs)
         SSL_CTX_set_verify(
             ctx, SSL_VERIFY_PEER | (o->cert_reqs == 2 ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0), NULL);
-    SSL_CTX_set_alpn_select_cb(ctx, tls_alpn_select, NULL);
+    t->http2 = o->http2;
+    SSL_CTX_set_alpn_select_cb(ctx, tls_alpn_select, t);
     *out = t;
     return 0;
 fail:
@@ -508,6 +516,22 @@ static int tls_shutdown(struct conn *c, int how)
     return shutdown(c->io.fd, how) < 0 ? -errno : 0;
 }
 
+/* conn_transport.handshake: the handshake, then what ALPN chose. */
+static int tls_start(struct conn *c)
+{
+    SSL *ssl = c->tp_data;
+    if (!ssl || !SSL_is_init_finished(ssl)) {
+        ssize_t rc = tls_handshake(c);
+        if (rc <= 0)
+            return (int)rc;
+        ssl = c->tp_data;
+    }
+    const unsigned char *p;
+    unsigned len;
+    SSL_get0_alpn_selected(ssl, &p, &len);
+    return len == 2 && memcmp(p, "h2", 2) == 0 ? CONN_ALPN_H2 : CONN_ALPN_HTTP1;
+}
+
 static void tls_close(struct conn *c)
 {
     SSL *ssl = c->tp_data;
@@ -525,5 +549,5 @@ static void tls_close(struct conn *c)
     c->tp_data = NULL;
 }
 
-const struct conn_transport tls_transport = {tls_recv, tls_sendv, tls_sendfile, tls_shutdown,
-                                             tls_close};
+const struct conn_transport tls_transport = {tls_recv,     tls_sendv, tls_sendfile,
+                                             tls_shutdown, tls_close, tls_start};

@@ -21,10 +21,11 @@ struct tls_options {
     const char *ca_certs; /* PEM: the CAs client certificates are verified against */
     int cert_reqs;        /* client certificates: 0 not asked for, 1 optional (verified when
                            * sent), 2 required (Python's ssl.CERT_NONE/OPTIONAL/REQUIRED) */
+    int http2;            /* 1: ALPN offers h2 before http/1.1; 0: http/1.1 only */
 };
 
 /* One server's TLS state: the OpenSSL context (certificate, key, protocol versions 1.2 and 1.3,
- * the server's cipher preference, ALPN "http/1.1", session tickets) shared by its connections. */
+ * the server's cipher preference, ALPN "h2" and "http/1.1", session tickets) shared by its connections. */
 struct tls_ctx;
 
 /* Make a context from o. 0 and *out set, or -errno with a one-line message in err (naming the

@@ -326,7 +326,8 @@ cdef class ASGIHandler:
         return {
             "type": "http",
             "asgi": _ASGI_VERSION,
-            "http_version": "1.1" if req.minor_version == 1 else "1.0",
+            "http_version": ("2" if cs.server_req_http2(<const cs.req_t *>req) else
+                             "1.1" if req.minor_version == 1 else "1.0"),
             "method": _method_str(req.method),
             # "https" over TLS, or when a trusted proxy says so (as the client above).
             "scheme": "https" if cs.server_req_scheme(<const cs.req_t *>req)[4] == c"s" else "http",

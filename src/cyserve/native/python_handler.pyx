@@ -459,6 +459,8 @@ cdef class Request:
     @property
     def http_version(self):
         self._check()
+        if cs.server_req_http2(<const cs.req_t *>self._req):
+            return "2"
         return "1.1" if self._req.minor_version == 1 else "1.0"
 
     @property

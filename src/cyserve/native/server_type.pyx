@@ -71,7 +71,7 @@ cdef bytes _serialise_headers(headers, str where):
 
 
 cdef cs.tls_ctx_t *_tls_context(str certfile, str keyfile, str password, str ciphers,
-                                str ca_certs, int cert_reqs) except NULL:
+                                str ca_certs, int cert_reqs, bint http2=True) except NULL:
     """A TLS context from a certificate and key files: ValueError with OpenSSL's reason and the
     file's name when they cannot be used."""
     cdef cs.tls_options_t o
@@ -89,6 +89,7 @@ cdef cs.tls_ctx_t *_tls_context(str certfile, str keyfile, str password, str cip
     o.password = pw_b
     o.ca_certs = ca_b
     o.cert_reqs = cert_reqs
+    o.http2 = 1 if http2 else 0
     err[0] = 0
     if cs.tls_ctx_new(&o, &ctx, err, sizeof(err)) != 0:
         raise ValueError(err.decode("utf-8", "replace"))
@@ -140,7 +141,8 @@ cdef class Server:
                  min_body_rate=500, listen=None, forwarded_allow_ips=None,
                  str forwarded_header="x-forwarded", str ssl_certfile=None,
                  str ssl_keyfile=None, str ssl_keyfile_password=None, str ssl_ciphers=None,
-                 str ssl_ca_certs=None, int ssl_cert_reqs=0):
+                 str ssl_ca_certs=None, int ssl_cert_reqs=0, bint http2=True,
+                 int http2_max_concurrent_streams=100):
         if self._router != NULL:
             raise RuntimeError("Server.__init__ called twice")
         if not 0 <= port <= 65535:
@@ -153,6 +155,9 @@ cdef class Server:
             raise ValueError(f"blocking_threads must be in 0..1024, got {blocking_threads}")
         if backlog < 1:
             raise ValueError(f"backlog must be >= 1, got {backlog}")
+        if not 1 <= http2_max_concurrent_streams <= 1 << 20:
+            raise ValueError("http2_max_concurrent_streams must be in 1..2**20, got "
+                             f"{http2_max_concurrent_streams}")
         if max_header_bytes < 64 or max_target_bytes < 1 or max_headers < 1:
             raise ValueError("max_header_bytes must be >= 64, max_target_bytes and max_headers "
                              ">= 1")
@@ -169,7 +174,7 @@ cdef class Server:
         self.scheme = "http"
         if ssl_certfile:
             self._tls = _tls_context(ssl_certfile, ssl_keyfile, ssl_keyfile_password, ssl_ciphers,
-                                     ssl_ca_certs, ssl_cert_reqs)
+                                     ssl_ca_certs, ssl_cert_reqs, http2)
             self.scheme = "https"
         elif ssl_keyfile or ssl_keyfile_password or ssl_ciphers or ssl_ca_certs or ssl_cert_reqs:
             raise ValueError("the ssl_* options need ssl_certfile")
@@ -227,6 +232,8 @@ cdef class Server:
         cfg.keepalive_ns = <uint64_t>(keepalive_timeout * 1e9)
         cfg.header_timeout_ns = <uint64_t>(header_timeout * 1e9)
         cfg.body_timeout_ns = <uint64_t>(body_timeout * 1e9)
+        cfg.http2 = 1 if http2 else 0
+        cfg.http2_max_streams = http2_max_concurrent_streams
         if self._tls != NULL:
             cfg.transport = cs.tls_transport_ptr
             cfg.transport_ctx = <void *>self._tls

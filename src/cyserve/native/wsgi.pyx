@@ -205,7 +205,8 @@ cdef class WSGIHandler:
         else:
             env["PATH_INFO"] = _unquote_latin1(req.path.ptr, req.path.len)
         env["QUERY_STRING"] = _str_of(req.query)
-        env["SERVER_PROTOCOL"] = "HTTP/1.1" if req.minor_version == 1 else "HTTP/1.0"
+        env["SERVER_PROTOCOL"] = ("HTTP/2" if cs.server_req_http2(<const cs.req_t *>req) else
+                                  "HTTP/1.1" if req.minor_version == 1 else "HTTP/1.0")
         cdef bytes body
         if inp is not None:  # a large body, read from the connection as the app reads
             env["wsgi.input"] = inp

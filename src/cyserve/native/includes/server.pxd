@@ -104,6 +104,8 @@ cdef extern from "csrc/server.h" nogil:
         int forwarded_header
         const void *transport
         void *transport_ctx
+        int http2
+        unsigned http2_max_streams
 
     int server_target_static(server_target_t *t, int status, const char *headers,
                              size_t headers_len, const char *body, size_t body_len)
@@ -130,6 +132,7 @@ cdef extern from "csrc/server.h" nogil:
     int server_req_peer(const req_t *req, const char **out)
     int server_req_tls(const req_t *req)
     uint64_t server_req_body_pending(const req_t *req)
+    int server_req_http2(const req_t *req)
     const char *server_req_scheme(const req_t *req)
     int server_take_orphan(server_t *s, const server_target_t **t, void **stream)
 
@@ -197,6 +200,7 @@ cdef extern from "csrc/tls.h" nogil:
         const char *ciphers
         const char *ca_certs
         int cert_reqs
+        int http2
     int tls_ctx_new(const tls_options_t *o, tls_ctx_t **out, char *err, size_t errlen)
     void tls_ctx_free(tls_ctx_t *t)
     const void *tls_transport_ptr "(const void *)&tls_transport"

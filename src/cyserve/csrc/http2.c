@@ -1,0 +1,1058 @@
+/* http2.c: HTTP/2 (RFC 9113) served by a connection's coroutine, on libnghttp2.
+ *
+ * What the library does and what this file does. libnghttp2 is the frame layer: it parses and
+ * writes frames, keeps the HPACK tables (RFC 7541), the stream states and both directions of
+ * flow control, validates the request's header fields (pseudo-headers, connection-specific
+ * fields, content-length against DATA), answers PING and SETTINGS, and queues GOAWAY and
+ * RST_STREAM for the errors it finds. It does no I/O: this file feeds it the bytes the
+ * connection's transport read (nghttp2_session_mem_recv) and writes what it produces
+ * (nghttp2_session_mem_send) with conn_sendv, so HTTP/2 runs over plain TCP and over TLS alike.
+ * What this file adds is the request side: each stream's header fields and body are gathered
+ * into a struct request of its own, dispatched by the request core like an HTTP/1.1 request
+ * (request_dispatch: the same router and handlers), and its struct request_answer framed as a
+ * HEADERS frame (the answer's header lines, lower-cased, connection-specific ones dropped) and
+ * DATA frames pulled by the library as the flow-control windows allow.
+ *
+ * One coroutine, one writer. The connection's coroutine is the only code that touches the
+ * session: it reads, feeds, dispatches the streams whose requests are complete, one after the
+ * other, and writes. A handler therefore never runs concurrently with another stream of its own
+ * connection (a Python handler is offloaded as usual, and the coroutine waits for it); streams
+ * whose requests arrive together are answered in order, their DATA interleaved by the library.
+ * The session (struct h2_session) lives in c->proto_data, so that a connection with no stream
+ * open goes idle as an HTTP/1 one does: no coroutine, no stack, no read buffer, only the
+ * session's tables; the next readiness spawns the coroutine again (http2_on_readable).
+ *
+ * Bounded memory. A stream's header fields are held to max_header_bytes (counted as RFC 9113
+ * counts SETTINGS_MAX_HEADER_LIST_SIZE: name, value and 32 bytes each) and max_headers (past
+ * either: 431, without its body); decoding a header block past four times that ends the
+ * connection (the CONTINUATION flood). A body is held to max_body_bytes (413) and to the
+ * server's body budget (503). SETTINGS_MAX_CONCURRENT_STREAMS bounds the streams (the library
+ * refuses more). The output buffer is flushed at 64 KiB, and a client that stops reading is
+ * dropped after body_timeout without progress (conn_sendv). A stream's answer is pulled by the
+ * library frame by frame: a streamed Python answer holds one piece at a time.
+ *
+ * Timeouts. A connection with no stream open is idle under keepalive_timeout. With streams open
+ * (a body still arriving, answers held back by a zero window), each read waits body_timeout at
+ * most: then GOAWAY and close, so that a stalled window cannot hold a connection open.
+ *
+ * Floods. More than HTTP2_RESETS_PER_S RST_STREAM frames (the rapid reset attack, CVE-2023-
+ * 44487: streams opened and cancelled at once cost the server their headers and dispatch), or
+ * more than HTTP2_CONTROL_PER_S SETTINGS and PING frames, within one second end the connection
+ * with GOAWAY ENHANCE_YOUR_CALM. The library also bounds the control frames it must acknowledge
+ * while the client does not read (nghttp2's max_outbound_ack).
+ *
+ * A stop. While the server drains, the coroutine sends GOAWAY with the last stream it took,
+ * answers the streams already open and closes; an idle HTTP/2 connection is closed by the
+ * worker like an idle HTTP/1 one. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "http2.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include <nghttp2/nghttp2.h>
+
+#include "access_log.h"
+#include "clock.h"
+#include "http1.h"
+#include "request.h"
+#include "stream.h"
+
+/* Output bytes gathered before a write. */
+#define H2_OUT_FLUSH_AT 65536
+/* A read buffer of this size is kept while a coroutine serves the connection. */
+#define H2_READ_BUF 16384
+/* How many of the client's latest stream ids are remembered as opened or not. */
+#define H2_SEEN_IDS 256
+
+struct h2_session;
+
+struct h2_stream {
+    struct h2_session *h;
+    int32_t id;
+    struct h2_stream *prev, *next; /* h->streams, in the order they were opened */
+    int ready;                     /* the request is complete (or refused): answer it */
+    int answered;                  /* its answer is submitted */
+    int req_done;                  /* END_STREAM received */
+    int closed;                    /* the library closed it: free it */
+    int fail_status;               /* 431, 413, 503, 400: answered without dispatch */
+    const char *fail_why;
+    size_t hbytes; /* header list size so far (RFC 9113 6.5.2) */
+    /* Header fields: names and values in hstore; while they arrive hdrs[] holds offsets into
+     * it, made pointers once the block is complete (hstore may move as it grows). */
+    struct wbuf hstore;
+    struct http_header *hdrs;
+    unsigned nhdrs, hcap;
+    size_t method_off, method_len, path_off, path_len, auth_off, auth_len;
+    int have_method, have_path, have_auth, have_host;
+    struct wbuf cookie; /* cookie fields joined with "; " (RFC 9113 8.2.3) */
+    struct wbuf body;
+    uint64_t body_held; /* bytes of the server's body budget this stream holds */
+    /* The answer being sent: memory src[src_off..src_len), or fleft bytes of file fd from foff,
+     * and for a streamed answer its stream (pieces pulled with stream_next). */
+    int status;
+    const char *src;
+    size_t src_len, src_off;
+    int fd;
+    uint64_t foff, fleft;
+    void *pystream;
+    int more;          /* a streamed answer has more pieces */
+    int need_next;     /* the library waits for the next piece (deferred) */
+    int64_t limit;     /* a streamed answer's announced length left, or -1 */
+    uint64_t sent;     /* body bytes handed to the library */
+    struct request rq; /* last: large */
+};
+
+struct h2_session {
+    nghttp2_session *ng;
+    struct conn *c;
+    struct server *srv;
+    struct h2_stream *streams, *last;
+    unsigned nstreams;
+    int goaway;       /* GOAWAY for a stop is submitted */
+    int fatal;        /* end the connection once what is queued is written */
+    struct wbuf out;  /* frames not yet written; only while a coroutine serves */
+    uint64_t flood_t; /* the second the flood counters count in (ns, monotonic) */
+    unsigned resets, controls;
+    /* The client's stream ids: the highest that began a HEADERS frame, and which of the
+     * H2_SEEN_IDS ids up to it did (bit (id / 2) % H2_SEEN_IDS), see h2_on_begin_frame. */
+    int32_t max_id;
+    uint64_t seen[H2_SEEN_IDS / 64];
+};
+
+static const char h2_preface[] = HTTP2_PREFACE;
+
+int http2_preface_match(const char *buf, size_t len)
+{
+    size_t n = len < HTTP2_PREFACE_LEN ? len : HTTP2_PREFACE_LEN;
+    if (memcmp(buf, h2_preface, n) != 0)
+        return 0;
+    return len >= HTTP2_PREFACE_LEN ? 1 : 2;
+}
+
+/* ---- streams ---- */
+
+static struct h2_stream *h2_stream_new(struct h2_session *h, int32_t id)
+{
+    struct h2_stream *st = calloc(1, sizeof(*st));
+    if (!st)
+        return NULL;
+    st->h = h;
+    st->id = id;
+    st->fd = -1;
+    st->limit = -1;
+    wbuf_init(&st->hstore, NULL, 0);
+    wbuf_init(&st->cookie, NULL, 0);
+    wbuf_init(&st->body, NULL, 0);
+    resp_init(&st->rq.resp);
+    st->rq.c = h->c;
+    st->rq.srv = h->srv;
+    st->rq.client_done = REQUEST_CLIENT_NO_HEAD;
+    st->rq.http2 = 1;
+    st->prev = h->last;
+    if (h->last)
+        h->last->next = st;
+    else
+        h->streams = st;
+    h->last = st;
+    h->nstreams++;
+    return st;
+}
+
+static void h2_budget_release(struct h2_stream *st)
+{
+    if (st->body_held) {
+        /* safety: a counter that only bounds memory (as http1.c's). */
+        atomic_fetch_sub_explicit(&st->h->srv->body_held, st->body_held, memory_order_relaxed);
+        st->body_held = 0;
+    }
+}
+
+/* Free st, giving back what its answer holds. in_coro: called from the serving coroutine (a
+ * streamed answer's stream can then go back to its handler; otherwise it cannot be here). */
+static void h2_stream_free(struct h2_stream *st, int in_coro)
+{
+    struct h2_session *h = st->h;
+    if (st->pystream && in_coro)
+        stream_abandon(&st->rq, st->rq.answer.t, st->pystream);
+    st->pystream = NULL;
+    if (st->answered) {
+        if (UNLIKELY(h->srv->cfg.access_log_fd >= 0) && in_coro) {
+            access_log_note(&st->rq, st->status, (int64_t)st->sent);
+            access_log_write(&st->rq);
+        }
+        request_answer_done(&st->rq);
+    } else if (st->rq.defer) {
+        request_leave_defer(&st->rq);
+    }
+    resp_free(&st->rq.resp);
+    h2_budget_release(st);
+    wbuf_free(&st->hstore);
+    wbuf_free(&st->cookie);
+    wbuf_free(&st->body);
+    free(st->hdrs);
+    if (st->prev)
+        st->prev->next = st->next;
+    else
+        h->streams = st->next;
+    if (st->next)
+        st->next->prev = st->prev;
+    else
+        h->last = st->prev;
+    h->nstreams--;
+    if (h->ng && !st->closed)
+        nghttp2_session_set_stream_user_data(h->ng, st->id, NULL);
+    free(st);
+}
+
+static struct h2_stream *h2_stream_of(nghttp2_session *ng, int32_t id)
+{
+    return nghttp2_session_get_stream_user_data(ng, id);
+}
+
+/* Refuse st's request with status (431, 413, 503): answered as soon as possible, without its
+ * body, whose further bytes are dropped. */
+static void h2_stream_fail(struct h2_stream *st, int status, const char *why)
+{
+    if (st->fail_status)
+        return;
+    st->fail_status = status;
+    st->fail_why = why;
+    wbuf_free(&st->body);
+    wbuf_init(&st->body, NULL, 0);
+    h2_budget_release(st);
+}
+
+/* ---- floods ---- */
+
+/* Count one frame of a kind that floods cost; 1 when the connection passed its bound. */
+static int h2_flood(struct h2_session *h, unsigned *count, unsigned max)
+{
+    uint64_t now = clock_mono_ns();
+    if (now - h->flood_t >= 1000000000ull) {
+        h->flood_t = now;
+        h->resets = h->controls = 0;
+    }
+    return ++*count > max;
+}
+
+/* ---- the library's callbacks (all run inside nghttp2_session_mem_recv/mem_send, so in the
+ * serving coroutine) ---- */
+
+static void h2_seen_set(struct h2_session *h, int32_t id, int on)
+{
+    unsigned bit = ((uint32_t)id >> 1) % H2_SEEN_IDS;
+    if (on)
+        h->seen[bit / 64] |= 1ull << (bit % 64);
+    else
+        h->seen[bit / 64] &= ~(1ull << (bit % 64));
+}
+
+/* A new stream's id must be greater than every id the client used before (RFC 9113 5.1.1).
+ * The library ignores a HEADERS frame for a lower id that it no longer knows (it cannot tell
+ * a new stream from trailers for a stream it forgot), so the ids the client opened are
+ * remembered here, the latest H2_SEEN_IDS of them: a HEADERS frame for a lower id that was
+ * never opened is the PROTOCOL_ERROR the RFC asks for; one for an id opened before is left to
+ * the library (trailers, or a frame on a closed stream). */
+static int h2_on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void *ud)
+{
+    struct h2_session *h = ud;
+    int32_t id = hd->stream_id;
+    if (hd->type != NGHTTP2_HEADERS || !(id & 1))
+        return 0;
+    if (id > h->max_id) {
+        int32_t from = h->max_id + 2;
+        if ((id - from) / 2 >= H2_SEEN_IDS)
+            memset(h->seen, 0, sizeof(h->seen));
+        else
+            for (int32_t k = from; k < id; k += 2)
+                h2_seen_set(h, k, 0); /* skipped: idle, closed by this one unopened */
+        h2_seen_set(h, id, 1);
+        h->max_id = id;
+        return 0;
+    }
+    unsigned bit = ((uint32_t)id >> 1) % H2_SEEN_IDS;
+    if ((h->max_id - id) / 2 < H2_SEEN_IDS && !(h->seen[bit / 64] & (1ull << (bit % 64))))
+        nghttp2_session_terminate_session(ng, NGHTTP2_PROTOCOL_ERROR);
+    return 0;
+}
+
+static int h2_on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
+{
+    struct h2_session *h = ud;
+    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    struct h2_stream *st = h2_stream_new(h, f->hd.stream_id);
+    if (!st)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* refused with RST_STREAM */
+    nghttp2_session_set_stream_user_data(ng, f->hd.stream_id, st);
+    return 0;
+}
+
+static int h2_add_field(struct h2_stream *st, const uint8_t *name, size_t nlen,
+                        const uint8_t *value, size_t vlen)
+{
+    const struct server *s = st->h->srv;
+    if (st->nhdrs == st->hcap) {
+        unsigned cap = st->hcap ? st->hcap * 2 : 16;
+        struct http_header *n = realloc(st->hdrs, cap * sizeof(*n));
+        if (!n)
+            return -ENOMEM;
+        st->hdrs = n;
+        st->hcap = cap;
+    }
+    if (st->nhdrs >= s->cfg.limits.max_headers) {
+        h2_stream_fail(st, 431, "too many header fields");
+        return 0;
+    }
+    size_t off = st->hstore.len;
+    if (wbuf_append(&st->hstore, name, nlen) || wbuf_append(&st->hstore, value, vlen))
+        return -ENOMEM;
+    struct http_header *hd = &st->hdrs[st->nhdrs++];
+    hd->name = (const char *)(uintptr_t)off;
+    hd->name_len = nlen;
+    hd->value = (const char *)(uintptr_t)(off + nlen);
+    hd->value_len = vlen;
+    return 0;
+}
+
+static int h2_on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t *name,
+                        size_t nlen, const uint8_t *value, size_t vlen, uint8_t flags, void *ud)
+{
+    struct h2_session *h = ud;
+    struct h2_stream *st = h2_stream_of(ng, f->hd.stream_id);
+    if (!st || f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0; /* trailers: validated by the library, not handed to handlers */
+    const struct server *s = h->srv;
+    st->hbytes += nlen + vlen + 32;
+    if (st->hbytes > 4 * s->cfg.limits.max_header_bytes + 65536)
+        return NGHTTP2_ERR_CALLBACK_FAILURE; /* a header block without end: the connection */
+    if (st->hbytes > s->cfg.limits.max_header_bytes)
+        h2_stream_fail(st, 431, "request header fields too large");
+    if (st->fail_status)
+        return 0;
+    if (nlen && name[0] == ':') {
+        size_t off = st->hstore.len;
+        if (wbuf_append(&st->hstore, value, vlen))
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        if (nlen == 7 && memcmp(name, ":method", 7) == 0) {
+            st->method_off = off, st->method_len = vlen, st->have_method = 1;
+        } else if (nlen == 5 && memcmp(name, ":path", 5) == 0) {
+            st->path_off = off, st->path_len = vlen, st->have_path = 1;
+        } else if (nlen == 10 && memcmp(name, ":authority", 10) == 0) {
+            st->auth_off = off, st->auth_len = vlen, st->have_auth = 1;
+        }
+        return 0;
+    }
+    if (nlen == 6 && memcmp(name, "cookie", 6) == 0) {
+        if ((st->cookie.len && wbuf_append(&st->cookie, "; ", 2)) ||
+            wbuf_append(&st->cookie, value, vlen))
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        return 0;
+    }
+    if (nlen == 4 && memcmp(name, "host", 4) == 0)
+        st->have_host = 1;
+    return h2_add_field(st, name, nlen, value, vlen) ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
+}
+
+/* The header block of st is complete: the request's head, as the request core reads it. */
+static int h2_make_head(struct h2_stream *st)
+{
+    if (!st->fail_status) {
+        if (st->cookie.len && h2_add_field(st, (const uint8_t *)"cookie", 6,
+                                           (const uint8_t *)st->cookie.ptr, st->cookie.len))
+            return -ENOMEM;
+        /* :authority stands for Host (RFC 9113 8.3.1): handlers and WSGI read Host. */
+        if (st->have_auth && !st->have_host &&
+            h2_add_field(st, (const uint8_t *)"host", 4,
+                         (const uint8_t *)st->hstore.ptr + st->auth_off, st->auth_len))
+            return -ENOMEM;
+    }
+    char *base = st->hstore.ptr;
+    for (unsigned i = 0; i < st->nhdrs; i++) {
+        struct http_header *hd = &st->hdrs[i];
+        hd->name = base + (uintptr_t)hd->name;
+        hd->value = base + (uintptr_t)hd->value;
+    }
+    struct http_request *r = &st->rq.head;
+    memset(r, 0, sizeof(*r));
+    static const char empty[] = "";
+    r->method = st->have_method ? base + st->method_off : "GET";
+    r->method_len = st->have_method ? st->method_len : 3;
+    r->method_id = HTTP_OTHER;
+    for (int m = HTTP_GET; m < HTTP_METHOD_COUNT; m++) {
+        const char *n = http_method_name((enum http_method)m);
+        if (strlen(n) == r->method_len && memcmp(n, r->method, r->method_len) == 0) {
+            r->method_id = (enum http_method)m;
+            break;
+        }
+    }
+    /* CONNECT has no :path: its authority is its target. */
+    if (st->have_path) {
+        r->target = base + st->path_off;
+        r->target_len = st->path_len;
+    } else if (st->have_auth) {
+        r->target = base + st->auth_off;
+        r->target_len = st->auth_len;
+    } else {
+        r->target = empty;
+        r->target_len = 0;
+    }
+    r->path = r->target;
+    r->path_len = r->target_len;
+    const char *q = memchr(r->target, '?', r->target_len);
+    if (q) {
+        r->path_len = (size_t)(q - r->target);
+        r->query = q + 1;
+        r->query_len = r->target_len - r->path_len - 1;
+    }
+    r->minor_version = 1;
+    r->headers = st->hdrs;
+    r->num_headers = st->nhdrs;
+    r->content_length = -1;
+    r->keep_alive = 1;
+    if (st->have_auth) {
+        r->host = base + st->auth_off;
+        r->host_len = st->auth_len;
+    }
+    for (unsigned i = 0; i < st->nhdrs; i++) {
+        const struct http_header *hd = &st->hdrs[i];
+        if (hd->name_len == 14 && memcmp(hd->name, "content-length", 14) == 0) {
+            uint64_t v = 0;
+            for (size_t k = 0; k < hd->value_len && v < (1ull << 60); k++)
+                v = v * 10 + (uint64_t)(hd->value[k] - '0'); /* digits: the library checked */
+            r->content_length = (int64_t)v;
+        } else if (!st->have_auth && hd->name_len == 4 && memcmp(hd->name, "host", 4) == 0) {
+            r->host = hd->value;
+            r->host_len = hd->value_len;
+        }
+    }
+    st->rq.hdrs = st->hdrs;
+    st->rq.max_headers = st->nhdrs;
+    st->rq.client_done = REQUEST_CLIENT_TODO;
+    if (r->content_length >= 0 && (uint64_t)r->content_length > st->h->srv->cfg.max_body_bytes)
+        h2_stream_fail(st, 413, "request body too large");
+    return 0;
+}
+
+static int h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
+{
+    struct h2_session *h = ud;
+    switch (f->hd.type) {
+    case NGHTTP2_RST_STREAM:
+        if (h2_flood(h, &h->resets, HTTP2_RESETS_PER_S))
+            goto calm;
+        return 0;
+    case NGHTTP2_SETTINGS:
+    case NGHTTP2_PING:
+        if (!(f->hd.flags & NGHTTP2_FLAG_ACK) && h2_flood(h, &h->controls, HTTP2_CONTROL_PER_S))
+            goto calm;
+        return 0;
+    case NGHTTP2_HEADERS:
+    case NGHTTP2_DATA:
+        break;
+    default:
+        return 0;
+    }
+    struct h2_stream *st = h2_stream_of(ng, f->hd.stream_id);
+    if (!st)
+        return 0;
+    if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST) {
+        if (h2_make_head(st))
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        if (UNLIKELY(h->srv->cfg.access_log_fd >= 0)) {
+            st->rq.log_have_req = 1;
+            st->rq.log_t0 = clock_mono_ns();
+        }
+        if (st->fail_status)
+            st->ready = 1; /* refused before its body: answered at once */
+    }
+    if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) {
+        st->req_done = 1;
+        st->ready = 1;
+    }
+    return 0;
+calm:
+    h->fatal = 1;
+    nghttp2_session_terminate_session(ng, NGHTTP2_ENHANCE_YOUR_CALM);
+    return 0;
+}
+
+static int h2_on_data(nghttp2_session *ng, uint8_t flags, int32_t id, const uint8_t *data,
+                      size_t len, void *ud)
+{
+    struct h2_session *h = ud;
+    struct h2_stream *st = h2_stream_of(ng, id);
+    if (!st || st->fail_status || st->ready)
+        return 0;
+    struct server *s = h->srv;
+    if (st->body.len + len > s->cfg.max_body_bytes) {
+        h2_stream_fail(st, 413, "request body too large");
+        st->ready = 1;
+        return 0;
+    }
+    uint64_t cap = s->cfg.body_budget;
+    if (cap) {
+        /* safety: relaxed, a counter that only bounds memory. A stream may always hold a body
+         * when nothing else is held, so that one body as large as the budget passes. */
+        uint64_t cur = atomic_fetch_add_explicit(&s->body_held, len, memory_order_relaxed);
+        st->body_held += len;
+        if (cur + len > cap && cur != st->body_held - len) {
+            h2_stream_fail(st, 503, "too many request bodies in progress");
+            st->ready = 1;
+            return 0;
+        }
+    }
+    if (wbuf_append(&st->body, data, len))
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    return 0;
+}
+
+static int h2_on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code, void *ud)
+{
+    struct h2_stream *st = h2_stream_of(ng, id);
+    if (st)
+        st->closed = 1; /* freed by the loop, outside the library's calls */
+    return 0;
+}
+
+static int h2_on_frame_send(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
+{
+    if ((f->hd.type != NGHTTP2_DATA && f->hd.type != NGHTTP2_HEADERS) ||
+        !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
+        return 0;
+    struct h2_stream *st = h2_stream_of(ng, f->hd.stream_id);
+    /* The answer is complete while the request is not (refused, or answered before its body
+     * ended): the client stops sending it (RFC 9113 8.1). */
+    if (st && !st->req_done)
+        nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_NO_ERROR);
+    return 0;
+}
+
+/* DATA for st, as much as length: from memory, the file, or the streamed answer's piece. */
+static ssize_t h2_read_body(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t length,
+                            uint32_t *flags, nghttp2_data_source *src, void *ud)
+{
+    struct h2_stream *st = src->ptr;
+    if (st->fd >= 0) {
+        size_t want = st->fleft < length ? (size_t)st->fleft : length;
+        ssize_t n;
+        do
+            n = pread(st->fd, buf, want, (off_t)st->foff);
+        while (n < 0 && errno == EINTR);
+        if (n <= 0 && want)
+            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* the file shrank: reset */
+        st->foff += (uint64_t)n;
+        st->fleft -= (uint64_t)n;
+        st->sent += (uint64_t)n;
+        if (!st->fleft)
+            *flags |= NGHTTP2_DATA_FLAG_EOF;
+        return n;
+    }
+    size_t n = st->src_len - st->src_off;
+    if (n > length)
+        n = length;
+    if (st->limit >= 0 && (uint64_t)n > (uint64_t)st->limit)
+        n = (size_t)st->limit; /* never more than announced */
+    memcpy(buf, st->src + st->src_off, n);
+    st->src_off += n;
+    st->sent += n;
+    if (st->limit >= 0)
+        st->limit -= (int64_t)n;
+    int rest = st->src_off < st->src_len && st->limit != 0;
+    if (!rest && st->pystream && st->more && st->limit != 0) {
+        if (!n) {
+            st->need_next = 1;
+            return NGHTTP2_ERR_DEFERRED;
+        }
+        return (ssize_t)n; /* the next call asks for the next piece */
+    }
+    if (!rest)
+        *flags |= NGHTTP2_DATA_FLAG_EOF;
+    return (ssize_t)n;
+}
+
+/* ---- answers ---- */
+
+static int h2_is_hop_field(const char *n, size_t len)
+{
+    /* Connection-specific fields have no place in HTTP/2 (RFC 9113 8.2.2); the length is the
+     * engine's to announce. */
+    static const char *const drop[] = {"connection",        "keep-alive", "proxy-connection",
+                                       "transfer-encoding", "upgrade",    "content-length"};
+    for (size_t i = 0; i < sizeof(drop) / sizeof(drop[0]); i++)
+        if (strlen(drop[i]) == len && strncasecmp(drop[i], n, len) == 0)
+            return 1;
+    return 0;
+}
+
+/* Header lines "Name: value\r\n" into nva (at most max), names lower-cased into low (as long
+ * as lines). Returns the count. */
+static size_t h2_lines_to_nv(const char *lines, size_t len, nghttp2_nv *nva, size_t max, char *low)
+{
+    size_t n = 0, i = 0;
+    while (i < len && n < max) {
+        const char *nl = memchr(lines + i, '\n', len - i);
+        size_t end = nl ? (size_t)(nl - lines) : len;
+        const char *line = lines + i;
+        size_t llen = end - i;
+        if (llen && line[llen - 1] == '\r')
+            llen--;
+        const char *colon = memchr(line, ':', llen);
+        if (colon && colon > line) {
+            size_t nlen = (size_t)(colon - line);
+            const char *v = colon + 1;
+            size_t vlen = llen - nlen - 1;
+            while (vlen && (*v == ' ' || *v == '\t'))
+                v++, vlen--;
+            while (vlen && (v[vlen - 1] == ' ' || v[vlen - 1] == '\t'))
+                vlen--;
+            if (!h2_is_hop_field(line, nlen)) {
+                char *ln = low + i;
+                for (size_t k = 0; k < nlen; k++) {
+                    char ch = line[k];
+                    ln[k] = ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
+                }
+                nva[n++] = (nghttp2_nv){(uint8_t *)ln, (uint8_t *)v, nlen, vlen,
+                                        NGHTTP2_NV_FLAG_NONE};
+            }
+        }
+        i = end + 1;
+    }
+    return n;
+}
+
+static int h2_count_lines(const char *lines, size_t len)
+{
+    int n = 0;
+    for (size_t i = 0; i < len; i++)
+        n += lines[i] == '\n';
+    return n + 1;
+}
+
+/* Submit st's answer (st->rq.answer): its HEADERS and, unless there is no body, a data
+ * provider. 0 or -ENOMEM. */
+static int h2_submit(struct h2_session *h, struct h2_stream *st)
+{
+    struct request_answer *a = &st->rq.answer;
+    struct cyserve_response *r = &st->rq.resp;
+    int head_only = st->rq.head.method_id == HTTP_HEAD;
+    int status = a->status;
+    int bodyless = status < 200 || status == 204 || status == 304;
+    const char *lines = a->lines;
+    size_t lines_len = a->lines_len;
+    int own_server = a->own_head & RESP_OWN_SERVER;
+    uint64_t length = a->length;
+    int have_length = 1;
+    st->status = status;
+    st->answered = 1;
+    switch (a->kind) {
+    case REQUEST_BODY_STATIC: {
+        /* The serialised HTTP/1 head: its lines after the status line (Server among them). */
+        const struct server_target *t = a->t;
+        const char *nl = memchr(t->static_head, '\n', t->static_head_len);
+        lines = nl ? nl + 1 : t->static_head;
+        lines_len = t->static_head_len - (size_t)(lines - t->static_head);
+        own_server = 1;
+        st->src = t->static_body;
+        st->src_len = t->static_body_len;
+        break;
+    }
+    case REQUEST_BODY_STREAM:
+        if (!r->has_content_type &&
+            wbuf_append(&r->headers, "Content-Type: text/plain; charset=utf-8\r\n", 41))
+            return -ENOMEM;
+        lines = r->headers.ptr;
+        lines_len = r->headers.len;
+        own_server = r->own_head & RESP_OWN_SERVER;
+        st->pystream = r->stream;
+        r->stream = NULL;
+        st->more = 1;
+        st->limit = r->stream_length;
+        have_length = r->stream_length >= 0;
+        length = have_length ? (uint64_t)r->stream_length : 0;
+        st->src = resp_body(r, &st->src_len);
+        break;
+    case REQUEST_BODY_FILE:
+        st->fd = a->fd;
+        st->foff = a->offset;
+        st->fleft = a->body_len;
+        break;
+    default:
+        st->src = a->body;
+        st->src_len = a->body_len;
+        break;
+    }
+    if (length == REQUEST_LENGTH_NONE)
+        have_length = 0;
+    size_t max = (size_t)h2_count_lines(lines, lines_len) + 4;
+    nghttp2_nv *nva = malloc(max * sizeof(*nva) + lines_len + 1);
+    if (!nva)
+        return -ENOMEM;
+    char *low = (char *)(nva + max);
+    char st3[4], clen[24];
+    snprintf(st3, sizeof(st3), "%03d", status);
+    size_t n = 0;
+    nva[n++] = (nghttp2_nv){(uint8_t *)":status", (uint8_t *)st3, 7, 3, NGHTTP2_NV_FLAG_NONE};
+    if (!own_server)
+        nva[n++] = (nghttp2_nv){(uint8_t *)"server", (uint8_t *)"cyserve", 6, 7,
+                                NGHTTP2_NV_FLAG_NONE};
+    nva[n++] = (nghttp2_nv){(uint8_t *)"date", (uint8_t *)http1_date(), 4, HTTP_DATE_LEN,
+                            NGHTTP2_NV_FLAG_NONE};
+    if (!bodyless && have_length) {
+        int cl = snprintf(clen, sizeof(clen), "%llu", (unsigned long long)length);
+        nva[n++] = (nghttp2_nv){(uint8_t *)"content-length", (uint8_t *)clen, 14, (size_t)cl,
+                                NGHTTP2_NV_FLAG_NONE};
+    }
+    n += h2_lines_to_nv(lines, lines_len, nva + n, max - n, low);
+    int nobody = head_only || bodyless || (st->fd < 0 && !st->src_len && !st->pystream) ||
+                 (st->fd >= 0 && !st->fleft) || st->limit == 0;
+    nghttp2_data_provider prd = {.source.ptr = st, .read_callback = h2_read_body};
+    int rc = nghttp2_submit_response(h->ng, st->id, nva, n, nobody ? NULL : &prd);
+    free(nva);
+    if (nobody && st->pystream) {
+        stream_abandon(&st->rq, a->t, st->pystream);
+        st->pystream = NULL;
+    }
+    return rc ? -ENOMEM : 0;
+}
+
+/* Answer st: a refusal, or the request core's answer. 0, or -errno when the connection must
+ * close (the server stops). */
+static int h2_answer(struct h2_session *h, struct h2_stream *st)
+{
+    struct request *rq = &st->rq;
+    int rc;
+    if (st->fail_status) {
+        const char *body = st->fail_status == 431   ? "431 Request Header Fields Too Large\n"
+                           : st->fail_status == 413 ? "413 Content Too Large\n"
+                           : st->fail_status == 503 ? "503 Service Unavailable\n"
+                                                    : "400 Bad Request\n";
+        request_answer_simple(&rq->answer, rq->answer_lines, sizeof(rq->answer_lines),
+                              st->fail_status, body, NULL);
+    } else {
+        rc = request_dispatch(rq, st->body.ptr, st->body.len);
+        if (rc == -ECONNRESET) {
+            /* The client had gone before its Python call ran (logged 499 by the core). */
+            st->ready = 0;
+            nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
+            return 0;
+        }
+        if (rc < 0)
+            return rc;
+    }
+    /* Server.stats() and --max-requests count streams as requests.
+     * safety: this thread's own counter, as in http1.c. */
+    struct server_worker *mine = server_worker_self(h->srv);
+    atomic_store_explicit(&mine->answered,
+                          atomic_load_explicit(&mine->answered, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    rc = h2_submit(h, st);
+    if (rc)
+        nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
+    return 0;
+}
+
+/* The next piece of st's streamed answer, which the library waits for. 0 or -errno (the server
+ * stops). */
+static int h2_next_piece(struct h2_session *h, struct h2_stream *st)
+{
+    struct cyserve_response *r = &st->rq.resp;
+    st->need_next = 0;
+    r->body.len = 0;
+    resp_body_return(r); /* the last piece is copied into frames: a lent one goes back */
+    int more;
+    int rc = stream_next(&st->rq, st->rq.answer.t, st->pystream, &more);
+    if (rc < 0) {
+        st->pystream = NULL; /* an orphan of the stop now */
+        return rc;
+    }
+    if (more < 0) {
+        st->pystream = NULL; /* released; the answer is cut */
+        nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
+        return 0;
+    }
+    if (!more)
+        st->pystream = NULL; /* released: this piece is the last */
+    st->more = more;
+    st->src = resp_body(r, &st->src_len);
+    st->src_off = 0;
+    nghttp2_session_resume_data(h->ng, st->id);
+    return 0;
+}
+
+/* ---- the session ---- */
+
+static int h2_send_out(struct h2_session *h, const void *extra, size_t extra_len)
+{
+    struct iovec iov[2];
+    int cnt = 0;
+    if (h->out.len)
+        iov[cnt++] = (struct iovec){h->out.ptr, h->out.len};
+    if (extra_len)
+        iov[cnt++] = (struct iovec){(void *)extra, extra_len};
+    int rc = cnt ? conn_sendv(h->c, iov, cnt, 0) : 0;
+    h->out.len = 0;
+    return rc;
+}
+
+/* Write everything the library has queued. 0 or -errno. */
+static int h2_flush(struct h2_session *h)
+{
+    for (;;) {
+        const uint8_t *data;
+        ssize_t n = nghttp2_session_mem_send(h->ng, &data);
+        if (n < 0)
+            return -EPROTO;
+        if (n == 0)
+            break;
+        if (h->out.len + (size_t)n > H2_OUT_FLUSH_AT) {
+            /* data is valid until the next mem_send: written now, with what is gathered. */
+            int rc = h2_send_out(h, data, (size_t)n);
+            if (rc)
+                return rc;
+            continue;
+        }
+        if (wbuf_append(&h->out, data, (size_t)n))
+            return -ENOMEM;
+    }
+    return h2_send_out(h, NULL, 0);
+}
+
+static void h2_session_free(struct h2_session *h, int in_coro)
+{
+    while (h->streams)
+        h2_stream_free(h->streams, in_coro);
+    if (h->ng)
+        nghttp2_session_del(h->ng);
+    wbuf_free(&h->out);
+    free(h);
+}
+
+static void http2_close(struct conn *c)
+{
+    struct h2_session *h = c->proto_data;
+    c->proto_data = NULL;
+    if (h)
+        h2_session_free(h, 0);
+}
+
+/* The callbacks, made once for the process (the library only reads them). */
+static nghttp2_session_callbacks *h2_cbs;
+static pthread_once_t h2_cbs_once = PTHREAD_ONCE_INIT;
+
+static void h2_callbacks_init(void)
+{
+    nghttp2_session_callbacks *cbs;
+    if (nghttp2_session_callbacks_new(&cbs))
+        return;
+    nghttp2_session_callbacks_set_on_begin_frame_callback(cbs, h2_on_begin_frame);
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, h2_on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(cbs, h2_on_header);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, h2_on_frame_recv);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, h2_on_data);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, h2_on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cbs, h2_on_frame_send);
+    h2_cbs = cbs;
+}
+
+static nghttp2_session_callbacks *h2_callbacks(void)
+{
+    pthread_once(&h2_cbs_once, h2_callbacks_init);
+    return h2_cbs;
+}
+
+static struct h2_session *h2_session_new(struct conn *c)
+{
+    struct server *s = c->home->srv;
+    nghttp2_session_callbacks *cbs = h2_callbacks();
+    if (!cbs)
+        return NULL;
+    struct h2_session *h = calloc(1, sizeof(*h));
+    if (!h)
+        return NULL;
+    h->c = c;
+    h->srv = s;
+    h->flood_t = clock_mono_ns();
+    wbuf_init(&h->out, NULL, 0);
+    if (nghttp2_session_server_new(&h->ng, cbs, h)) {
+        free(h);
+        return NULL;
+    }
+    nghttp2_settings_entry iv[] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, s->cfg.http2_max_streams},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)s->cfg.limits.max_header_bytes},
+    };
+    if (nghttp2_submit_settings(h->ng, NGHTTP2_FLAG_NONE, iv, sizeof(iv) / sizeof(iv[0]))) {
+        h2_session_free(h, 0);
+        return NULL;
+    }
+    return h;
+}
+
+/* Free the streams the library closed. In the coroutine. */
+static void h2_sweep(struct h2_session *h)
+{
+    struct h2_stream *st = h->streams;
+    while (st) {
+        struct h2_stream *next = st->next;
+        if (st->closed)
+            h2_stream_free(st, 1);
+        st = next;
+    }
+}
+
+/* h2_serve_loop's answer when the connection closes after a GOAWAY for an error: what the
+ * client still sends is read and dropped for a moment first (conn_linger_close), so that the
+ * close does not reset the connection before the client has read the GOAWAY. */
+#define H2_CLOSE_LINGER 2
+
+/* Serve the connection: 0 when it went idle, 1 or H2_CLOSE_LINGER when it must close. */
+static int h2_serve_loop(struct h2_session *h)
+{
+    struct conn *c = h->c;
+    struct server *s = h->srv;
+    for (;;) {
+        /* What was read: fed to the library. */
+        if (c->len) {
+            ssize_t n = nghttp2_session_mem_recv(h->ng, (const uint8_t *)c->buf, c->len);
+            c->len = 0;
+            if (n < 0) {
+                h2_flush(h); /* a GOAWAY, when the library queued one */
+                return H2_CLOSE_LINGER;
+            }
+        }
+        /* Streams whose requests are complete, in the order they were opened; then the pieces
+         * streamed answers wait for. */
+        int work;
+        do {
+            work = 0;
+            if (UNLIKELY(server_draining(s)) && !h->goaway) {
+                /* A stop: no new stream is taken, those open are answered (RFC 9113 6.8). */
+                h->goaway = 1;
+                nghttp2_submit_goaway(h->ng, NGHTTP2_FLAG_NONE,
+                                      nghttp2_session_get_last_proc_stream_id(h->ng),
+                                      NGHTTP2_NO_ERROR, NULL, 0);
+            }
+            for (struct h2_stream *st = h->streams; st; st = st->next) {
+                if (st->ready && !st->answered && !st->closed && !h->fatal) {
+                    if (h2_answer(h, st) < 0)
+                        return 1;
+                    work = 1;
+                }
+                if (st->need_next && !st->closed) {
+                    if (h2_next_piece(h, st) < 0)
+                        return 1;
+                    work = 1;
+                }
+            }
+            if (h2_flush(h) < 0)
+                return 1;
+            h2_sweep(h);
+            /* Writing may have asked for more: a streamed answer whose window opened wants its
+             * next piece. */
+            for (struct h2_stream *st = h->streams; st && !work; st = st->next)
+                work = st->need_next && !st->closed;
+        } while (work);
+        if (!nghttp2_session_want_read(h->ng) && !nghttp2_session_want_write(h->ng))
+            return H2_CLOSE_LINGER; /* a GOAWAY for an error is written */
+        if (h->fatal)
+            return H2_CLOSE_LINGER;
+        if (h->goaway && !h->nstreams)
+            return 1;
+        if (!h->nstreams) {
+            /* Nothing open: go idle once the socket is drained, as HTTP/1 does. */
+            if (c->drained) {
+                int rc = sched_io_release(&c->io);
+                if (rc == 0) {
+                    conn_go_idle(c);
+                    return 0;
+                }
+                if (rc != -EAGAIN)
+                    return 1;
+                c->drained = 0;
+            }
+            if (conn_reserve(c, H2_READ_BUF) < 0)
+                return 1;
+            ssize_t n = conn_read_once(c);
+            if (n == -EAGAIN)
+                continue;
+            if (n <= 0)
+                return 1;
+            continue;
+        }
+        /* Streams are open: a body to come, or answers the client's window holds back. */
+        if (conn_reserve(c, H2_READ_BUF) < 0)
+            return 1;
+        ssize_t n = conn_read_wait(c, conn_deadline_after(s->cfg.body_timeout_ns));
+        if (n == -ETIMEDOUT) {
+            nghttp2_submit_goaway(h->ng, NGHTTP2_FLAG_NONE,
+                                  nghttp2_session_get_last_proc_stream_id(h->ng), NGHTTP2_NO_ERROR,
+                                  NULL, 0);
+            h2_flush(h);
+            return 1;
+        }
+        if (n <= 0)
+            return 1;
+    }
+}
+
+static int h2_serve(struct h2_session *h)
+{
+    int rc = h2_serve_loop(h);
+    if (rc == H2_CLOSE_LINGER)
+        conn_linger_close(h->c);
+    if (rc) {
+        /* Closing: the streams go now, in the coroutine (a streamed answer's stream goes back to
+         * its handler). */
+        while (h->streams)
+            h2_stream_free(h->streams, 1);
+    }
+    wbuf_free(&h->out);
+    wbuf_init(&h->out, NULL, 0);
+    return rc;
+}
+
+int http2_take_over(struct conn *c)
+{
+    struct h2_session *h = h2_session_new(c);
+    if (!h)
+        return 1;
+    c->proto = &http2_proto;
+    c->proto_data = h;
+    return h2_serve(h);
+}
+
+/* The coroutine of an HTTP/2 connection woken from idle. */
+static int http2_serve_co(struct coro *co, void *arg)
+{
+    struct conn *c = arg;
+    if (h2_serve(c->proto_data))
+        conn_destroy(c);
+    return 0;
+}
+
+static void http2_on_readable(struct conn *c, uint32_t events)
+{
+    int rc = sched_spawn(c->home->srv->sched, http2_serve_co, c);
+    if (UNLIKELY(rc < 0))
+        conn_destroy(c);
+}
+
+static void http2_on_timeout(struct conn *c)
+{
+    conn_destroy(c);
+}
+
+const struct conn_proto http2_proto = {
+    .on_readable = http2_on_readable,
+    .on_timeout = http2_on_timeout,
+    .close = http2_close,
+};

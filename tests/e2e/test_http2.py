@@ -1,0 +1,485 @@
+"""HTTP/2 (csrc/http2.c) end to end, with the `h2` library as the client (and curl when it is
+installed): h2c by prior knowledge and h2 by ALPN over TLS; static, GIL-free, Python, file, WSGI
+and ASGI routes; many streams on one connection; flow control over large bodies; the limits
+(header list size, body size, concurrent streams), the floods (rapid reset, PING), a stalled
+stream, and GOAWAY on a graceful stop."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.settings
+import pytest
+from _rawhttp import Conn, serving
+
+import cyserve
+from cyserve.config import Config
+from cyserve.start import serve
+
+pytestmark = pytest.mark.native
+
+BIG = bytes(range(256)) * 1200  # 307,200 bytes: far past the initial 64 KiB windows
+FILE = bytes(range(251)) * 800
+
+
+class H2:
+    """One HTTP/2 connection, plain (prior knowledge) or TLS (ALPN h2)."""
+
+    def __init__(self, port: int, tls: ssl.SSLContext | None = None, timeout: float = 10.0,
+                 preface: bool = True) -> None:
+        raw = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        if tls is not None:
+            raw = tls.wrap_socket(raw, server_hostname="localhost")
+            assert raw.selected_alpn_protocol() == "h2"
+        self.sock = raw
+        self.conn = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=True, header_encoding=None))
+        self.events: list[Any] = []
+        self.closed = False
+        if preface:
+            self.conn.initiate_connection()
+            self.flush()
+
+    def flush(self) -> None:
+        data = self.conn.data_to_send()
+        if data:
+            self.sock.sendall(data)
+
+    def pump(self) -> list[Any]:
+        data = self.sock.recv(65536)
+        if not data:
+            self.closed = True
+            raise EOFError("connection closed")
+        events = self.conn.receive_data(data)
+        for e in events:
+            if isinstance(e, h2.events.DataReceived):
+                self.conn.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
+        self.events += events
+        try:
+            self.flush()
+        except OSError:  # the server has closed: what it sent is read on
+            pass
+        return events
+
+    def send(self, path: str, method: str = "GET", headers: list | None = None,
+             body: bytes | None = None, end: bool = True) -> int:
+        sid = self.conn.get_next_available_stream_id()
+        hs = [(":method", method), (":path", path), (":scheme", "http"),
+              (":authority", "localhost")] + (headers or [])
+        self.conn.send_headers(sid, hs, end_stream=end and body is None)
+        if body is not None:
+            self.conn.send_data(sid, body, end_stream=end)
+        self.flush()
+        return sid
+
+    def response(self, sid: int) -> tuple[int, dict[str, str], bytes]:
+        """The status, headers and body of stream sid (AssertionError if it is reset)."""
+        status, headers, body = 0, {}, b""
+        seen = 0
+        while True:
+            for e in self.events[seen:]:
+                if getattr(e, "stream_id", None) != sid:
+                    continue
+                if isinstance(e, h2.events.ResponseReceived):
+                    headers = {k.decode(): v.decode() for k, v in e.headers}
+                    status = int(headers.pop(":status"))
+                elif isinstance(e, h2.events.DataReceived):
+                    body += e.data
+                elif isinstance(e, h2.events.StreamEnded):
+                    return status, headers, body
+                elif isinstance(e, h2.events.StreamReset):
+                    raise AssertionError(f"stream {sid} reset: {e.error_code!r}")
+            seen = len(self.events)
+            self.pump()
+
+    def get(self, path: str, **kw: Any) -> tuple[int, dict[str, str], bytes]:
+        return self.response(self.send(path, **kw))
+
+    def until(self, kind: type, limit: float = 10.0) -> Any:
+        """Read until an event of kind arrives; return it."""
+        end = time.monotonic() + limit
+        seen = 0
+        while time.monotonic() < end:
+            for e in self.events[seen:]:
+                if isinstance(e, kind):
+                    return e
+            seen = len(self.events)
+            self.pump()
+        raise AssertionError(f"no {kind.__name__}")
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> H2:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def wsgi_app(environ: dict[str, Any], start_response: Any) -> Any:
+    if environ["PATH_INFO"] == "/gen":
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Connection", "close")])
+        return (b"g" * 30000 for _ in range(5))
+    body = environ["wsgi.input"].read()
+    text = (f"{environ['SERVER_PROTOCOL']}|{environ.get('HTTP_HOST')}|"
+            f"{environ.get('HTTP_COOKIE')}|{environ['wsgi.url_scheme']}|{len(body)}")
+    start_response("200 OK", [("Content-Type", "text/plain"), ("X-Mixed-Case", "yes")])
+    return [text.encode()]
+
+
+async def asgi_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] == "lifespan":
+        while True:
+            m = await receive()
+            if m["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            else:
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    body = b""
+    while True:
+        m = await receive()
+        body += m.get("body", b"")
+        if not m.get("more_body"):
+            break
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/plain")]})
+    if scope["path"] == "/stream":
+        for _ in range(4):
+            await send({"type": "http.response.body", "body": b"s" * 20000, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    text = f"{scope['http_version']} {scope['method']} {len(body)}"
+    await send({"type": "http.response.body", "body": text.encode()})
+
+
+def build_app(root: Any) -> Any:
+    from examples import hello_nogil
+
+    app = cyserve.App()
+    app.static("/plaintext", b"Hello, World!", content_type="text/plain")
+    app.static("/big", BIG, content_type="application/octet-stream")
+    app.nogil("/nogil", hello_nogil.ROOT)
+    app.files("/files", root)
+
+    @app.route("/py", methods=["GET", "POST"])
+    def py(req: Any) -> str:
+        return f"{req.http_version} {req.scheme} {req.method} {len(req.body)}"
+
+    @app.route("/slow")
+    def slow(req: Any) -> str:
+        time.sleep(0.5)
+        return "slow done"
+
+    app.wsgi("/wsgi", wsgi_app)
+    return app
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    d = tmp_path_factory.mktemp("h2-root")
+    (d / "f.bin").write_bytes(FILE)
+    return d
+
+
+@pytest.fixture(scope="module")
+def port(root: Any) -> Iterator[int]:
+    with serving(build_app(root).build(), max_body_bytes=100_000) as srv:
+        yield srv.port
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    if shutil.which("openssl") is None:
+        pytest.fail("the openssl command is needed to make the test certificate")
+    d = tmp_path_factory.mktemp("h2-tls")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(d / "key.pem"),
+                    "-out", str(d / "cert.pem"), "-days", "2", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    return {"cert": str(d / "cert.pem"), "key": str(d / "key.pem")}
+
+
+def h2_context(certs: dict[str, str], alpn: tuple[str, ...] = ("h2", "http/1.1")) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=certs["cert"])
+    ctx.set_alpn_protocols(list(alpn))
+    return ctx
+
+
+@pytest.fixture(scope="module")
+def tls_port(root: Any, certs: dict[str, str]) -> Iterator[int]:
+    with serving(build_app(root).build(), ssl_certfile=certs["cert"],
+                 ssl_keyfile=certs["key"]) as srv:
+        yield srv.port
+
+
+def check_every_route(c: H2, scheme: str) -> None:
+    status, headers, body = c.get("/plaintext")
+    assert (status, body) == (200, b"Hello, World!")
+    assert headers["server"] == "cyserve" and headers["content-length"] == "13"
+    assert headers["content-type"] == "text/plain" and "date" in headers
+    status, _, body = c.get("/nogil")
+    assert status == 200 and body.startswith(b"Hello")
+    assert c.get("/py")[2] == f"2 {scheme} GET 0".encode()
+    assert c.get("/py", method="POST", body=b"x" * 5000)[2] == f"2 {scheme} POST 5000".encode()
+    status, headers, body = c.get("/wsgi", method="POST", body=b"abc",
+                                  headers=[("cookie", "a=1"), ("cookie", "b=2")])
+    assert body == f"HTTP/2|localhost|a=1; b=2|{scheme}|3".encode()
+    assert headers["x-mixed-case"] == "yes"  # names lower-cased for HTTP/2
+    status, headers, body = c.get("/wsgi/gen")
+    assert status == 200 and body == b"g" * 150000
+    assert "connection" not in headers  # connection-specific fields are dropped
+    status, headers, body = c.get("/big")
+    assert status == 200 and body == BIG and headers["content-length"] == str(len(BIG))
+    status, headers, body = c.get("/files/f.bin")
+    assert status == 200 and body == FILE
+    status, headers, body = c.get("/files/f.bin", headers=[("range", "bytes=10-19")])
+    assert status == 206 and body == FILE[10:20]
+    status, headers, body = c.get("/big", method="HEAD")
+    assert status == 200 and body == b"" and headers["content-length"] == str(len(BIG))
+    status, _, body = c.get("/nope")
+    assert status == 404 and body == b"404 Not Found\n"
+    status, headers, _ = c.get("/plaintext", method="POST", body=b"x")
+    assert status == 405 and headers["allow"] == "GET, HEAD"
+
+
+def test_h2c_prior_knowledge_every_route(port: int) -> None:
+    with H2(port) as c:
+        check_every_route(c, "http")
+
+
+def test_h2_over_tls_by_alpn_every_route(tls_port: int, certs: dict[str, str]) -> None:
+    with H2(tls_port, tls=h2_context(certs)) as c:
+        check_every_route(c, "https")
+
+
+def test_http1_still_served_beside_it(port: int, tls_port: int, certs: dict[str, str]) -> None:
+    with Conn(port) as c:
+        c.send(b"GET /py HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert c.reply().body == b"1.1 http GET 0"
+    raw = socket.create_connection(("127.0.0.1", tls_port), timeout=10)
+    with h2_context(certs, ("http/1.1",)).wrap_socket(raw, server_hostname="localhost") as s:
+        assert s.selected_alpn_protocol() == "http/1.1"
+        s.sendall(b"GET /py HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+        assert data.endswith(b"1.1 https GET 0")
+
+
+def test_many_streams_at_once(port: int) -> None:
+    """Forty streams sent before any answer is read: every one answered, on one connection."""
+    with H2(port) as c:
+        sids = [c.send(p) for p in ["/plaintext", "/py", "/big", "/wsgi", "/nogil"] * 8]
+        bodies = [c.response(s) for s in sids]
+        assert all(status == 200 for status, _, _ in bodies)
+        assert bodies[2][2] == BIG and bodies[0][2] == b"Hello, World!"
+
+
+def test_connection_reused_after_idle(port: int) -> None:
+    with H2(port) as c:
+        assert c.get("/plaintext")[0] == 200
+        time.sleep(0.3)  # the connection goes idle (no coroutine) in between
+        assert c.get("/py")[2] == b"2 http GET 0"
+
+
+def test_asgi_over_http2() -> None:
+    """serve() in a thread, as tests/e2e/test_asgi.py runs ASGI apps."""
+    stop = threading.Event()
+    ready: list[Any] = []
+    config = Config(host="127.0.0.1", port=0, threads=2, graceful_timeout=2.0)
+    th = threading.Thread(target=serve, args=(asgi_app, config),
+                          kwargs={"stop_event": stop, "ready": ready.append}, daemon=True)
+    th.start()
+    deadline = time.monotonic() + 20
+    while not ready and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ready, "the server did not start"
+    try:
+        with H2(ready[0].port) as c:
+            assert c.get("/x", method="POST", body=b"hello")[2] == b"2 POST 5"
+            status, _, body = c.get("/stream")
+            assert status == 200 and body == b"s" * 80000
+    finally:
+        stop.set()
+        th.join(30)
+        assert not th.is_alive(), "the server did not stop"
+
+
+def test_header_list_too_large_gets_431(port: int) -> None:
+    with H2(port) as c:
+        status, _, _ = c.get("/py", headers=[("x-big", "v" * 9000)])
+        assert status == 431
+        assert c.get("/plaintext")[0] == 200  # a stream error: the connection goes on
+
+
+def test_too_many_header_fields_gets_431(port: int) -> None:
+    with H2(port) as c:
+        assert c.get("/py", headers=[(f"x-{i}", "v") for i in range(120)])[0] == 431
+
+
+def test_body_too_large_gets_413(port: int) -> None:
+    with H2(port) as c:
+        # Announced: refused before the body is read.
+        sid = c.send("/py", method="POST", headers=[("content-length", "200000")], end=False)
+        assert c.response(sid)[0] == 413
+        assert c.get("/plaintext")[0] == 200  # a stream error: the connection goes on
+    # Not announced: refused when it passes the limit (100,000 bytes here).
+    with H2(port) as c:
+        sid = c.send("/py", method="POST", end=False)
+        sent = 0
+        answered = (h2.events.ResponseReceived, h2.events.StreamReset)
+        while sent < 120_000 and not any(isinstance(e, answered) for e in c.events):
+            n = min(16000, c.conn.local_flow_control_window(sid), 120_000 - sent)
+            if n <= 0:
+                c.pump()
+                continue
+            c.conn.send_data(sid, b"x" * n)
+            c.flush()
+            sent += n
+        headers = c.until(h2.events.ResponseReceived).headers
+        status = int(dict(headers)[b":status"])
+        assert status == 413
+
+
+def test_concurrent_stream_limit() -> None:
+    app = cyserve.App()
+    app.static("/plaintext", b"ok", content_type="text/plain")
+    with serving(app.build(), http2_max_concurrent_streams=5) as srv, H2(srv.port) as c:
+        # Sent at once, before the server's SETTINGS are read: the library takes them.
+        sids = [c.send("/plaintext", end=False) for _ in range(8)]
+        reset = c.until(h2.events.StreamReset)
+        assert reset.error_code == h2.errors.ErrorCodes.REFUSED_STREAM
+        assert c.conn.remote_settings.max_concurrent_streams == 5
+        for sid in sids[:5]:
+            c.conn.end_stream(sid)
+        c.flush()
+        assert [c.response(s)[0] for s in sids[:5]] == [200] * 5
+
+
+def test_rapid_reset_ends_the_connection(port: int) -> None:
+    """CVE-2023-44487: streams opened and reset at once, past the bound of resets per second."""
+    with H2(port) as c:
+        for _ in range(150):
+            sid = c.conn.get_next_available_stream_id()
+            c.conn.send_headers(sid, [(":method", "GET"), (":path", "/plaintext"),
+                                      (":scheme", "http"), (":authority", "localhost")])
+            c.conn.reset_stream(sid)
+        try:
+            c.flush()
+        except OSError:  # the server may close before the last frames are sent
+            pass
+        ended = c.until(h2.events.ConnectionTerminated)
+        assert ended.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+        with pytest.raises((EOFError, ConnectionError)):
+            for _ in range(100):
+                c.pump()
+
+
+def test_ping_flood_ends_the_connection(port: int) -> None:
+    with H2(port) as c:
+        for i in range(150):
+            c.conn.ping(i.to_bytes(8, "big"))
+        try:
+            c.flush()
+        except OSError:  # the server may close before the last frames are sent
+            pass
+        ended = c.until(h2.events.ConnectionTerminated)
+        assert ended.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+
+
+def test_stalled_stream_is_closed_after_body_timeout() -> None:
+    app = cyserve.App()
+
+    @app.route("/py", methods=["POST"])
+    def py(req: Any) -> str:
+        return "never"
+
+    with serving(app.build(), body_timeout=0.5) as srv, H2(srv.port) as c:
+        c.send("/py", method="POST", end=False)  # a body that never comes
+        t0 = time.monotonic()
+        ended = c.until(h2.events.ConnectionTerminated)
+        assert ended.error_code == h2.errors.ErrorCodes.NO_ERROR
+        assert 0.4 < time.monotonic() - t0 < 5
+
+
+def test_idle_connection_closed_after_keepalive_timeout() -> None:
+    app = cyserve.App()
+    app.static("/plaintext", b"ok", content_type="text/plain")
+    with serving(app.build(), keepalive_timeout=0.5) as srv, H2(srv.port) as c:
+        assert c.get("/plaintext")[0] == 200
+        t0 = time.monotonic()
+        with pytest.raises(EOFError):
+            while time.monotonic() - t0 < 5:
+                c.pump()
+        assert 0.3 < time.monotonic() - t0 < 3
+
+
+def test_graceful_stop_sends_goaway_and_finishes_the_stream(root: Any) -> None:
+    srv_cm = serving(build_app(root).build())
+    srv = srv_cm.__enter__()
+    stopped = False
+    try:
+        with H2(srv.port) as c:
+            assert c.get("/plaintext")[0] == 200
+            sid = c.send("/slow")
+            time.sleep(0.1)  # the handler runs
+            stopper = threading.Thread(target=srv.stop, kwargs={"grace": 5.0})
+            stopper.start()
+            status, _, body = c.response(sid)
+            assert (status, body) == (200, b"slow done")
+            ended = c.until(h2.events.ConnectionTerminated)
+            assert ended.error_code == h2.errors.ErrorCodes.NO_ERROR
+            assert ended.last_stream_id == sid
+            stopper.join()
+            stopped = True
+    finally:
+        if not stopped:
+            srv_cm.__exit__(None, None, None)
+
+
+def test_http2_off() -> None:
+    app = cyserve.App()
+    app.static("/plaintext", b"ok", content_type="text/plain")
+    with serving(app.build(), http2=False) as srv, Conn(srv.port) as c:
+        c.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        assert c.reply().status in (400, 505)
+
+
+def test_preface_split_across_reads(port: int) -> None:
+    c = H2(port, preface=False)
+    with c:
+        c.conn.initiate_connection()
+        data = c.conn.data_to_send()
+        c.sock.sendall(data[:5])
+        time.sleep(0.05)
+        c.sock.sendall(data[5:])
+        assert c.get("/plaintext")[0] == 200
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_curl(port: int, tls_port: int, certs: dict[str, str]) -> None:
+    # curl runs without the sanitizers' runtime that `make test-asan` preloads into this process.
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    out = subprocess.run(["curl", "-s", "--http2-prior-knowledge", "-w", " %{http_version}",
+                          f"http://127.0.0.1:{port}/py"], capture_output=True, timeout=30, env=env)
+    assert out.stdout == b"2 http GET 0 2"
+    out = subprocess.run(["curl", "-s", "--http2", "--cacert", certs["cert"], "-w",
+                          " %{http_version}", f"https://localhost:{tls_port}/py", "--resolve",
+                          f"localhost:{tls_port}:127.0.0.1"], capture_output=True, timeout=30,
+                         env=env)
+    assert out.stdout == b"2 https GET 0 2"
