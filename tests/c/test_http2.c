@@ -21,12 +21,15 @@
 #include "csrc/handler_static.c"
 #include "csrc/handler_files.c"
 #include "csrc/stream.c"
+#include "csrc/body.c"
 #include "csrc/handoff.c"
 #include "csrc/access_log.c"
 #include "csrc/http1.c"
 #include "csrc/http1_inline.c"
 #include "csrc/http2.c"
 #include "csrc/proxy.c"
+#include "csrc/ws.c"
+#include "csrc/ws_conn.c"
 #include "tap.h"
 
 static struct server srv;

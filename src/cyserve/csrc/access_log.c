@@ -48,7 +48,7 @@
 static const char *access_log_date(int iso)
 {
     static __thread time_t last[2];
-    static __thread char buf[2][32];
+    static __thread char buf[2][96]; /* room for any int fields, whatever GCC fears */
     static const char mon[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
                                     "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
     time_t now = time(NULL);
