@@ -101,16 +101,16 @@ cdef str _unquote_latin1(const char *p, size_t n):
     return PyUnicode_DecodeLatin1(o, <Py_ssize_t>j, NULL)
 
 
-cdef object _env_key(const char *name, size_t n):
+cdef object _env_key(const char *name, size_t n, _ThreadCache cache):
     """The environ key of header name[0..n): "HTTP_" + upper-cased name with '-' as '_',
     CONTENT_TYPE for Content-Type, None for Content-Length (the body's length is given as
-    CONTENT_LENGTH) and for a name holding '_' (X_User must not pass for X-User)."""
+    CONTENT_LENGTH) and for a name holding '_' (X_User must not pass for X-User). cache: this
+    thread's (_tcache()), looked up once per request by the caller."""
     cdef size_t i
     cdef unsigned h = 2166136261u  # FNV-1a
     for i in range(n):
         h = (h ^ <unsigned char>name[i]) * 16777619u
     cdef Py_ssize_t slot = <Py_ssize_t>(h & (WSGI_KEYS_SLOTS - 1))
-    cdef _ThreadCache cache = _tcache()
     cdef object seen = <object>PyList_GET_ITEM(cache.key_names, slot)
     if (seen is not None and <size_t>PyBytes_GET_SIZE(seen) == n
             and memcmp(PyBytes_AS_STRING(seen), name, n) == 0):
@@ -202,6 +202,7 @@ cdef class WSGIHandler:
         cdef const char *p
         cdef size_t n
         cdef bint tls
+        cdef _ThreadCache cache = _tcache()
         env["REQUEST_METHOD"] = _method_str(req.method)
         # The router matched the prefix on a segment boundary: the path starts with it.
         if slen and req.path.len >= slen:
@@ -218,7 +219,7 @@ cdef class WSGIHandler:
         cdef Py_ssize_t used
         for i in range(req.num_headers):
             h = &req.headers[i]
-            key = _env_key(h.name.ptr, h.name.len)
+            key = _env_key(h.name.ptr, h.name.len, cache)
             if key is None:
                 if h.name.len == 14 and strncasecmp(h.name.ptr, "content-length", 14) == 0:
                     had_length = True
@@ -239,7 +240,6 @@ cdef class WSGIHandler:
         if host:
             # Nearly every request names the same host: its split is kept, per thread
             # (_ThreadCache: one tuple, replaced whole).
-            cache = _tcache()
             last = cache.host_split
             if last is not None and (<tuple>last)[0] == host:
                 name = (<tuple>last)[1]
