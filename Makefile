@@ -105,7 +105,7 @@ $(PY_FT):
 	  *) tar -xf "$(CPYTHON_SRC)" -C $(PY_FT_BUILD) ;; esac
 	@# A zip keeps no file modes: configure and the build's scripts need their execute bits.
 	set -e; src=$$(dirname "$$(find $(PY_FT_BUILD) -maxdepth 5 -name configure -type f | head -1)"); \
-	  cd "$$src"; grep -rlI -m1 --exclude-dir=Lib '^#!' . | xargs chmod +x; \
+	  cd "$$src"; grep -rlI -m1 --exclude-dir=Lib '^#!' . | xargs -r chmod +x; \
 	  ./configure -q --disable-gil --disable-test-modules --prefix=$(PY_FT_PREFIX) --with-ensurepip=install; \
 	  $(MAKE) -j$$(nproc) && $(MAKE) install
 	$(PY_FT) -c 'import sys; assert not sys._is_gil_enabled()'
