@@ -14,7 +14,7 @@ CORE_SOURCES := $(wildcard src/cyserve/*.pyx src/cyserve/*.pxd src/cyserve/nativ
 	src/cyserve/native/*.pxi src/cyserve/native/includes/*.pxd src/cyserve/csrc/*.c \
 	src/cyserve/csrc/*.h src/cyserve/csrc/*.S src/cyserve/include/cyserve/*.h) setup.py
 
-.PHONY: all build run test test-c test-asan test-pythons venv-tests dist lint bench bench-quick bench-coro soak fuzz fuzz-tools fuzz-net clean native-deps h2spec
+.PHONY: all build run test test-c test-asan test-pythons test-ft python-ft venv-tests dist lint bench bench-quick bench-coro soak fuzz fuzz-tools fuzz-net clean native-deps h2spec
 
 all: build
 
@@ -99,6 +99,38 @@ test-pythons:
 	  echo "== CPython $$v ($$py)"; \
 	  $(MAKE) --no-print-directory PYTHON=$$py VENV=.venv-$$v venv-tests; \
 	done
+
+# A free-threaded CPython 3.14 (PEP 703, PEP 779: the "t" build, without the GIL), built from its
+# source once into PY_FT_PREFIX and reused afterwards; `make test-ft` builds cyserve with it in
+# .venv-3.14t and runs the whole test suite there. Neither is part of `make test`: a machine
+# (and CI) has no such interpreter unless this builds one, which takes about 15 minutes of CPU.
+# The source is not downloaded here: give CPYTHON_SRC, CPython 3.14.7's source archive (the
+# default is .cache/cpython-3.14.7.zip, a zip of the v3.14.7 tag whose top folder holds
+# configure); a file of another release or packing needs its own CPYTHON_SHA256.
+# --disable-test-modules: no _testcapi and no Lib/test, a quarter less to compile and install.
+PY_FT_PREFIX ?= /opt/py314t
+PY_FT := $(PY_FT_PREFIX)/bin/python3.14t
+CPYTHON_SRC ?= .cache/cpython-3.14.7.zip
+CPYTHON_SHA256 ?= e79b1270b4b62593f6686c8db8edd384b4a9b14e5824a8c9fce0a95656dd6321
+PY_FT_BUILD := .cache/cpython-ft
+
+python-ft: $(PY_FT)
+
+$(PY_FT):
+	@[ -f "$(CPYTHON_SRC)" ] || { echo "make python-ft: no $(CPYTHON_SRC): put CPython 3.14.7's source archive there, or name it with CPYTHON_SRC= (and CPYTHON_SHA256=)"; exit 1; }
+	echo "$(CPYTHON_SHA256)  $(CPYTHON_SRC)" | sha256sum -c --quiet -
+	rm -rf $(PY_FT_BUILD) && mkdir -p $(PY_FT_BUILD)
+	case "$(CPYTHON_SRC)" in *.zip) unzip -q "$(CPYTHON_SRC)" -d $(PY_FT_BUILD) ;; \
+	  *) tar -xf "$(CPYTHON_SRC)" -C $(PY_FT_BUILD) ;; esac
+	@# A zip keeps no file modes: configure and the build's scripts need their execute bits.
+	set -e; src=$$(dirname "$$(find $(PY_FT_BUILD) -maxdepth 5 -name configure -type f | head -1)"); \
+	  cd "$$src"; grep -rlI -m1 --exclude-dir=Lib '^#!' . | xargs -r chmod +x; \
+	  ./configure -q --disable-gil --disable-test-modules --prefix=$(PY_FT_PREFIX) --with-ensurepip=install; \
+	  $(MAKE) -j$$(nproc) && $(MAKE) install
+	$(PY_FT) -c 'import sys; assert not sys._is_gil_enabled()'
+
+test-ft: $(PY_FT)
+	$(MAKE) --no-print-directory PYTHON=$(PY_FT) VENV=.venv-3.14t venv-tests
 
 venv-tests: $(STAMP)
 	CYSERVE_TEST_HOOKS=1 $(PY) setup.py -q build_ext --inplace

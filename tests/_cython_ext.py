@@ -23,7 +23,8 @@ BUILD = textwrap.dedent("""
     setup(name=name.replace("_", "-"),
           ext_modules=cythonize([Extension(name, [name + ".pyx"], include_dirs=[inc])],
                                 include_path=[pkg_parent], quiet=True,
-                                compiler_directives={"language_level": "3"}),
+                                compiler_directives={"language_level": "3",
+                                                     "freethreading_compatible": True}),
           script_args=["-q", "build_ext", "--inplace"])
 """)
 

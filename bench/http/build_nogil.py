@@ -22,6 +22,8 @@ def main():
                     include_dirs=[cyserve.get_include()], extra_compile_args=["-O2"])
     os.makedirs(BUILD, exist_ok=True)
     dist = Distribution({"ext_modules": cythonize([ext], quiet=True, language_level=3,
+                                                  compiler_directives={
+                                                      "freethreading_compatible": True},
                                                   include_path=[os.path.join(ROOT, "src")],
                                                   build_dir=os.path.join(BUILD, "cython"))})
     cmd = dist.get_command_obj("build_ext")

@@ -200,7 +200,8 @@ def probe_modules(python, modules, env=None):
 CYSERVE_APPS = {"cyserve-py": "bench.http.apps.cyserve_py", "cyserve-static": "bench.http.apps.cyserve_static_app",
                 "cyserve-nogil": "bench.http.apps.cyserve_nogil_app", "cyserve-wsgi": "bench.peers.python.wsgi_app",
                 "cyserve-asgi": "bench.peers.python.asgi_app",
-                "cyserve-files": "bench.http.apps.cyserve_files_app"}
+                "cyserve-files": "bench.http.apps.cyserve_files_app",
+                "cyserve-py-ft": "bench.http.apps.cyserve_py", "cyserve-wsgi-ft": "bench.peers.python.wsgi_app"}
 
 
 def availability(servers, nogil_error):
@@ -464,7 +465,10 @@ def main(argv=None):
         mode["duration"] = args.duration
     args.workloads = (args.workloads.split(",") if args.workloads
                       else list(mode.get("workloads", W.WORKLOADS)))
-    chosen = [S.BY_NAME[n] for n in args.servers.split(",")] if args.servers else list(S.SERVERS)
+    # The free-threaded rows are run when asked for by name, or when an interpreter for them is
+    # given (CYSERVE_BENCH_PYTHON_FT): on the GIL build they would only repeat a slower cyserve-py.
+    chosen = [S.BY_NAME[n] for n in args.servers.split(",")] if args.servers else \
+        [s for s in S.SERVERS if not s.name.endswith("-ft") or os.environ.get("CYSERVE_BENCH_PYTHON_FT")]
     if args.baseline:
         chosen += [S.from_tree(s, args.baseline) for s in chosen if s.group == "cyserve"]
 

@@ -27,6 +27,10 @@ VENV = os.path.join(BENCH, ".venv")
 # CYSERVE_BENCH_PYTHON replaces bench/.venv's interpreter (the CI smoke test runs the stdlib-only
 # peers with cyserve's own venv, which has none of the third-party servers).
 VENV_PY = os.environ.get("CYSERVE_BENCH_PYTHON") or os.path.join(VENV, "bin", "python")
+# The interpreter of the *-ft servers: a free-threaded CPython (3.14t, `make python-ft`) with
+# cyserve built for it in src/cyserve and msgpack installed. Beside the GIL build's rows in the
+# same run, they compare N threads of one process with N processes.
+FT_PY = os.environ.get("CYSERVE_BENCH_PYTHON_FT") or VENV_PY
 ALL = tuple(W.WORKLOADS)
 STATIC = ("plaintext", "welcome", "transfer")
 NOGIL = ("plaintext", "fib", "welcome", "loop", "transfer")
@@ -151,6 +155,14 @@ SERVERS = [
            _cyserve("bench.peers.python.asgi_app:app", processes=True), requires=("msgpack",),
            note="the ASGI peers' app (uvicorn's, granian's), unmodified (cyserve/asgi.py); "
                 "--processes N --threads 1, one event loop thread per process"),
+    Server("cyserve-py-ft", "cyserve (Python handlers, free-threaded)", "cyserve",
+           _cyserve("bench.http.apps.cyserve_py:app"), requires=("msgpack",), python=FT_PY,
+           note="one process of N threads on a free-threaded CPython (CYSERVE_BENCH_PYTHON_FT): "
+                "the Python handlers run on every worker at once"),
+    Server("cyserve-wsgi-ft", "cyserve (WSGI app, free-threaded)", "cyserve",
+           _cyserve("bench.peers.python.wsgi_app:app"), requires=("msgpack",), python=FT_PY,
+           note="the WSGI peers' app, one process of N threads on a free-threaded CPython "
+                "(CYSERVE_BENCH_PYTHON_FT)"),
     Server("go-fasthttp", "Go fasthttp", "go", _go("go-fasthttp")),
     Server("go-nethttp", "Go net/http", "go", _go("go-nethttp")),
     Server("nginx", "nginx", "c", _nginx, workloads=STATIC,

@@ -20,7 +20,7 @@ setup(
     ext_modules=cythonize(
         [Extension("ping", ["ping.pyx"], include_dirs=[cyserve.get_include()])],
         include_path=[PKG_PARENT],
-        compiler_directives={"language_level": "3"},
+        compiler_directives={"language_level": "3", "freethreading_compatible": True},
         quiet=True,
     ),
     script_args=["-q", "build_ext", "--inplace"] + sys.argv[1:],

@@ -86,6 +86,9 @@ SKIP = {
                                          "(tests/bench/test_scaling_report.py checks its table)",
     r"^python -m build\b": "packaging: tests/e2e/test_packaging.py builds the sdist and the wheel "
                           "and serves from the installed wheel",
+    r"^make (?:python-ft|test-ft)\b": "a free-threaded CPython built from source (minutes of "
+                                      "CPU), and this suite run again on it",
+    r"^python -m bench\.": "benchmark scripts: same as make bench",
     r"^make (?:dist|test-pythons|lint)\b": "packaging, other Pythons, the source gates: "
                                            "tests/e2e/test_packaging.py builds what make dist "
                                            "builds; test-pythons and lint run this suite, or "

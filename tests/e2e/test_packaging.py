@@ -167,7 +167,8 @@ def test_user_extension_builds_against_the_installed_wheel(venv: Path, tmp_path:
         setup(name="hello", script_args=["-q", "build_ext", "--inplace"],
               ext_modules=cythonize([Extension("hello", ["hello.pyx"], include_dirs=[{inc!r}])],
                                     include_path=[{site!r}], quiet=True,
-                                    compiler_directives={{"language_level": "3"}}))
+                                    compiler_directives={{"language_level": "3",
+                                                         "freethreading_compatible": True}}))
     """))
     # Cython and setuptools come from the test venv; the sources only from the installed wheel.
     run([sys.executable, "-c", "import sys; sys.path = [p for p in sys.path "

@@ -20,14 +20,62 @@ cdef extern from *:
     int cyserve__asgi_queued
     void (*cyserve__asgi_flush)() noexcept
 
+# h.producer, the exchange, is read by a worker (_asgi_stream_impl) while the loop thread may be
+# deallocating that exchange. With the GIL the two cannot overlap. On a free-threaded
+# interpreter, the read takes a reference only if the object is still alive
+# (PyUnstable_TryIncRef), under a lock that __dealloc__ also takes to clear the field: so the
+# memory stays the object's until the worker has its reference or knows it is gone. The lock is
+# one word for the module, taken once per streamed ASGI piece and once per exchange's end.
+cdef extern from *:
+    """
+    #if defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030E0000
+    static PyMutex cyserve__producer_mu;
+    static void cyserve__producer_enable(PyObject *o) { PyUnstable_EnableTryIncRef(o); }
+    static PyObject *cyserve__producer_get(void **slot)
+    {
+        PyObject *p;
+        PyMutex_Lock(&cyserve__producer_mu);
+        p = (PyObject *)*slot;
+        if (p != NULL && !PyUnstable_TryIncRef(p))
+            p = NULL; /* being deallocated: as good as gone */
+        PyMutex_Unlock(&cyserve__producer_mu);
+        return p;
+    }
+    static void cyserve__producer_clear(void **slot)
+    {
+        PyMutex_Lock(&cyserve__producer_mu);
+        *slot = NULL;
+        PyMutex_Unlock(&cyserve__producer_mu);
+    }
+    #else
+    /* The GIL makes the read and the reference one step. (3.13t lacks PyUnstable_TryIncRef:
+     * ASGI streaming there has the race above, as it always had.) */
+    static void cyserve__producer_enable(PyObject *o) { (void)o; }
+    static PyObject *cyserve__producer_get(void **slot)
+    {
+        PyObject *p = (PyObject *)*slot;
+        Py_XINCREF(p);
+        return p;
+    }
+    static void cyserve__producer_clear(void **slot) { *slot = NULL; }
+    #endif
+    """
+    void cyserve__producer_enable(PyObject *o)
+    PyObject *cyserve__producer_get(void **slot)
+    void cyserve__producer_clear(void **slot)
+    void Py_DecRef(PyObject *o)
+
 import logging as _logging_asgi
 
 _asgi_log = _logging_asgi.getLogger("cyserve.asgi")
 
-# The loop the applications run on (cyserve.asgi sets it when it starts the loop thread), and what
-# the current batch queued for it: (callable, argument) pairs.
+# The loop the applications run on: cyserve.asgi sets it when it starts the loop thread, before
+# the server takes requests, and clears it after the server stopped; the workers only read it
+# meanwhile (and cyserve.asgi keeps the loop alive beyond that). What the current batch queued
+# for it, (callable, argument) pairs, is in the thread's _ThreadCache.asgi_queue: each worker's
+# batch flushes its own, so that on a free-threaded interpreter one worker's flush can neither
+# take another's half-made batch nor clear its flag.
 cdef object _asgi_loop = None
-cdef list _asgi_queue = []
 
 # Headers the engine writes itself: an application's are dropped (a Content-Length is used as the
 # announced length of a streamed body, or of a HEAD answer).
@@ -44,12 +92,13 @@ def _asgi_set_loop(loop):
 
 def _asgi_flush():
     """Hand what this batch queued to the loop, in one wake-up. GIL held."""
-    global _asgi_queue, cyserve__asgi_queued
+    global cyserve__asgi_queued
     cyserve__asgi_queued = 0
-    if not _asgi_queue:
+    cdef _ThreadCache cache = _tcache()
+    if not cache.asgi_queue:
         return
-    batch = _asgi_queue
-    _asgi_queue = []
+    batch = cache.asgi_queue
+    cache.asgi_queue = []
     loop = _asgi_loop
     if loop is None or loop.is_closed():
         return
@@ -69,7 +118,7 @@ def _asgi_run_batch(list batch):
 
 cdef inline void _asgi_queue_call(fn, arg):
     global cyserve__asgi_queued
-    _asgi_queue.append((fn, arg))
+    _tcache().asgi_queue.append((fn, arg))
     cyserve__asgi_queued = 1
 
 
@@ -106,7 +155,7 @@ cdef class _Exchange:
 
     def __dealloc__(self):
         if self.h != NULL:
-            self.h.producer = NULL
+            cyserve__producer_clear(&self.h.producer)
             cs.handoff_release(self.h)
             self.h = NULL
 
@@ -355,7 +404,8 @@ cdef class ASGIHandler:
         # engine its reference.
         if cs.handoff_new(&ex.h) != 0:
             raise MemoryError()
-        ex.h.producer = <void *>ex
+        cyserve__producer_enable(<PyObject *>ex)
+        ex.h.producer = <void *>ex  # before the handoff is shared: no lock needed
         _asgi_queue_call(_asgi_spawn, (ex, self.app, scope))
         return ex
 
@@ -364,10 +414,14 @@ cdef void _asgi_body_piece(cs.handoff_t *h, const char *data, size_t n,
                            int more) noexcept with gil:
     # The engine's answer to handoff_ask_body, on a worker in its batch: queue the piece for
     # the loop (the batch's end hands it over with the batch's other calls).
-    if h.producer == NULL:
+    # The exchange, with a reference of our own (see cyserve__producer_get above).
+    cdef PyObject *p = cyserve__producer_get(&h.producer)
+    if p == NULL:
         return
+    ex = <_Exchange>p
+    Py_DecRef(p)  # ex holds its own reference
     try:
-        _asgi_queue_call((<_Exchange>h.producer)._body_piece,
+        _asgi_queue_call(ex._body_piece,
                          (PyBytes_FromStringAndSize(data, <Py_ssize_t>n), more != 0))
     except BaseException:
         _asgi_log.exception("handing a request body piece to the event loop failed")
@@ -426,9 +480,11 @@ cdef int _asgi_stream(void *opaque, void *stream, cs.resp_t *resp, int op) noexc
 
 
 cdef void _asgi_stream_impl(cs.handoff_t *h, int op) noexcept:
-    if h.producer == NULL:
+    cdef PyObject *p = cyserve__producer_get(&h.producer)
+    if p == NULL:
         return  # the exchange is gone already: nobody to tell
-    ex = <object>h.producer  # an _Exchange, or a _WSExchange whose handshake waits
+    ex = <object>p  # an _Exchange, or a _WSExchange whose handshake waits
+    Py_DecRef(p)  # ex holds its own reference
     if op == cs.SERVER_STREAM_NEXT:
         _asgi_queue_call(ex._piece_written, None)
     else:

@@ -44,10 +44,13 @@ cdef void _ws_deliver(cs.handoff_t *h, int event, const char *data, size_t n,
                       int code) noexcept with gil:
     # The engine's deliver (csrc/ws_conn.h), on a worker in its batch: queue the event for the
     # loop; the batch's end hands it over with the batch's other calls.
-    if h.producer == NULL:
+    # The exchange, with a reference of our own (asgi.pyx: cyserve__producer_get).
+    cdef PyObject *p = cyserve__producer_get(&h.producer)
+    if p == NULL:
         return  # the exchange is gone: nobody listens
+    ex = <_WSExchange>p
+    Py_DecRef(p)  # ex holds its own reference
     try:
-        ex = <_WSExchange>h.producer
         payload = PyBytes_FromStringAndSize(data, <Py_ssize_t>n) if n else b""
         _asgi_queue_call(ex._on_event, (event, payload, code))
     except BaseException:
@@ -73,7 +76,7 @@ cdef class _WSExchange:
 
     def __dealloc__(self):
         if self.h != NULL:
-            self.h.producer = NULL
+            cyserve__producer_clear(&self.h.producer)
             cs.handoff_release(self.h)
             self.h = NULL
 
@@ -334,6 +337,7 @@ cdef bint _asgi_ws_start(ASGIHandler handler, const cyserve_request *req,
     ex.close_reason = ""
     if cs.handoff_new(&ex.h) != 0:
         raise MemoryError()
+    cyserve__producer_enable(<PyObject *>ex)  # for cyserve__producer_get (asgi.pyx)
     ex.h.producer = <void *>ex
     _asgi_queue_call(_asgi_ws_spawn, (ex, handler.app, scope))
     cs.resp_set_defer(resp, <void *>ex.h)

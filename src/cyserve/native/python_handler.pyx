@@ -20,7 +20,7 @@ from io import BytesIO as _BytesIO
 from collections.abc import Mapping as _Mapping
 
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
-from cpython.ref cimport Py_INCREF, Py_DECREF
+from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from libc.stdint cimport int64_t
 from libc.string cimport strlen
 from posix.unistd cimport usleep
@@ -107,8 +107,12 @@ cdef extern from *:
     }
 
     /* ASGI (native/asgi.pyx): set when this batch queued calls for the event loop, which the
-     * end hook hands over in one wake-up before the GIL goes. */
-    static int cyserve__asgi_queued;
+     * end hook hands over in one wake-up before the GIL goes. Per thread: on a free-threaded
+     * interpreter the batches of several workers run at once, and each flushes its own. */
+    static _Thread_local int cyserve__asgi_queued;
+    /* This thread's _ThreadCache (below), a strong reference, or NULL before its first use:
+     * dropped by _thread_dies when a worker thread ends. */
+    static _Thread_local PyObject *cyserve__tcache;
     static void (*cyserve__asgi_flush)(void);
 
     static void cyserve__offload_end(void *ud)
@@ -128,6 +132,7 @@ cdef extern from *:
     void cyserve__offload_end(void *ud) noexcept nogil
     void (*cyserve__thread_born)(unsigned long n) noexcept
     void (*cyserve__thread_dies)() noexcept
+    PyObject *cyserve__tcache
 
 import threading as _threading
 from cpython.contextvars cimport PyContext_New, PyContext_Enter, PyContext_Exit
@@ -145,6 +150,11 @@ cdef void _thread_dies() noexcept:
     # The thread is ending (its state is deleted next): take it out of `threading`'s table, as
     # a thread Python started removes itself. threading keeps no public call for a thread it
     # did not start; its table has had this name and lock since Python 3.
+    global cyserve__tcache
+    cdef PyObject *cache = cyserve__tcache
+    if cache != NULL:
+        cyserve__tcache = NULL
+        Py_DECREF(<object>cache)
     try:
         with _threading._active_limbo_lock:
             _threading._active.pop(_threading.get_ident(), None)
@@ -156,6 +166,42 @@ cyserve__thread_born = _thread_born
 cyserve__thread_dies = _thread_dies
 
 _error_log = _logging.getLogger("cyserve.error")
+
+
+# ---- per-thread state ----
+DEF WSGI_KEYS_SLOTS = 512  # native/wsgi.pyx, _env_key
+# What the handler kinds remember between requests and change while serving (the WSGI environ
+# key of each header name, the last Host split, what an ASGI batch queued for the loop) is kept
+# per thread, not per module. With the GIL, a module-wide table was safe because only one worker
+# ran Python at a time; on a free-threaded interpreter the workers run their batches at once, and
+# a table they all write would need a lock on every request (and its cache line would move
+# between cores on every hit). Per thread, a worker reads and writes only its own, without any
+# synchronisation, and a GIL build pays one thread-local load per use. Each worker warms its
+# own copy: a few hundred bytes, and a miss costs what the first request always cost.
+
+cdef class _ThreadCache:
+    cdef list key_names     # native/wsgi.pyx, _env_key: the header name seen in each slot
+    cdef list key_values    # ... and its environ key
+    cdef object host_split  # native/wsgi.pyx: (Host, SERVER_NAME, SERVER_PORT) last seen, or None
+    cdef list asgi_queue    # native/asgi.pyx: what this thread's batch queued for the loop
+
+
+cdef inline _ThreadCache _tcache():
+    """This thread's cache (made on its first use). Python state attached (a worker's batch)."""
+    if cyserve__tcache != NULL:
+        return <_ThreadCache>cyserve__tcache
+    return _tcache_new()
+
+
+cdef _ThreadCache _tcache_new():
+    global cyserve__tcache
+    cdef _ThreadCache c = _ThreadCache.__new__(_ThreadCache)
+    c.key_names = [None] * WSGI_KEYS_SLOTS
+    c.key_values = [None] * WSGI_KEYS_SLOTS
+    c.asgi_queue = []
+    Py_INCREF(c)  # the thread's reference, dropped by _thread_dies
+    cyserve__tcache = <PyObject *>c
+    return c
 
 
 # ---- Request ----

@@ -36,10 +36,16 @@ _METHODS_INTERNED = {}
 # None for a name that gets no key. A table of WSGI_KEYS_SLOTS slots indexed by a hash of the
 # name's bytes, each holding the last name seen there and its key: a hit costs a hash and a
 # memcmp, no bytes object and no dict lookup (a siphash of a new object); a collision only
-# recomputes. So it is bounded, whatever names clients send.
-DEF WSGI_KEYS_SLOTS = 512
-cdef list _wsgi_key_names = [None] * WSGI_KEYS_SLOTS
-cdef list _wsgi_key_values = [None] * WSGI_KEYS_SLOTS
+# recomputes. So it is bounded, whatever names clients send. One table per thread
+# (_ThreadCache, native/python_handler.pyx): its slots are overwritten while serving.
+#
+# The dicts below (_WSGI_REASONS, _METHOD_STRS, _HEADER_KINDS, _WSGI_STATUSES) are shared by all
+# threads, and read with PyDict_GetItem's borrowed reference. That stays safe on a free-threaded
+# interpreter because they only grow: an entry is added with setdefault, which never replaces a
+# value another thread may hold borrowed, and is never removed, so the dict keeps every value
+# alive (a dict is itself safe to read and insert into from several threads at once). Two
+# threads that miss together compute the same value; one of them is kept. Their bounds are
+# checked without a lock, so they may pass by a few entries.
 # An answer with a Content-Length is collected whole up to this many bytes, then streamed.
 DEF WSGI_STREAM_AFTER = 65536
 # start_response's view of a response header name: kept, the Content-Length (checked, then
@@ -95,19 +101,20 @@ cdef str _unquote_latin1(const char *p, size_t n):
     return PyUnicode_DecodeLatin1(o, <Py_ssize_t>j, NULL)
 
 
-cdef object _env_key(const char *name, size_t n):
+cdef object _env_key(const char *name, size_t n, _ThreadCache cache):
     """The environ key of header name[0..n): "HTTP_" + upper-cased name with '-' as '_',
     CONTENT_TYPE for Content-Type, None for Content-Length (the body's length is given as
-    CONTENT_LENGTH) and for a name holding '_' (X_User must not pass for X-User)."""
+    CONTENT_LENGTH) and for a name holding '_' (X_User must not pass for X-User). cache: this
+    thread's (_tcache()), looked up once per request by the caller."""
     cdef size_t i
     cdef unsigned h = 2166136261u  # FNV-1a
     for i in range(n):
         h = (h ^ <unsigned char>name[i]) * 16777619u
     cdef Py_ssize_t slot = <Py_ssize_t>(h & (WSGI_KEYS_SLOTS - 1))
-    cdef object seen = <object>PyList_GET_ITEM(_wsgi_key_names, slot)
+    cdef object seen = <object>PyList_GET_ITEM(cache.key_names, slot)
     if (seen is not None and <size_t>PyBytes_GET_SIZE(seen) == n
             and memcmp(PyBytes_AS_STRING(seen), name, n) == 0):
-        return <object>PyList_GET_ITEM(_wsgi_key_values, slot)
+        return <object>PyList_GET_ITEM(cache.key_values, slot)
     cdef bytes raw = PyBytes_FromStringAndSize(name, <Py_ssize_t>n)
     cdef str lname = raw.decode("latin-1").lower()
     if lname == "content-type":
@@ -116,10 +123,9 @@ cdef object _env_key(const char *name, size_t n):
         key = None
     else:
         key = "HTTP_" + lname.upper().replace("-", "_")
-    # The value first: a reader between the two stores (none: the GIL is held) would see the
-    # old name with the new key, never the reverse.
-    _wsgi_key_values[slot] = key
-    _wsgi_key_names[slot] = raw
+    # This thread's own table: no other thread reads it between the two stores.
+    cache.key_values[slot] = key
+    cache.key_names[slot] = raw
     return key
 
 
@@ -145,8 +151,9 @@ cdef class WSGIHandler:
 
     cdef readonly object app
     cdef readonly str script_name
-    cdef dict _base  # the environ's keys that are the same on every request
-    cdef object _host_split  # (Host, SERVER_NAME, SERVER_PORT) of the last request, or None
+    # The environ's keys that are the same on every request: replaced whole by bind() before
+    # requests arrive, then only read (copied) by every worker.
+    cdef dict _base
 
     def __init__(self, app, str script_name=""):
         if not callable(app):
@@ -196,6 +203,7 @@ cdef class WSGIHandler:
         cdef const char *p
         cdef size_t n
         cdef bint tls
+        cdef _ThreadCache cache = _tcache()
         env["REQUEST_METHOD"] = _method_str(req.method)
         # The router matched the prefix on a segment boundary: the path starts with it.
         if slen and req.path.len >= slen:
@@ -217,7 +225,7 @@ cdef class WSGIHandler:
         cdef Py_ssize_t used
         for i in range(req.num_headers):
             h = &req.headers[i]
-            key = _env_key(h.name.ptr, h.name.len)
+            key = _env_key(h.name.ptr, h.name.len, cache)
             if key is None:
                 if h.name.len == 14 and strncasecmp(h.name.ptr, "content-length", 14) == 0:
                     had_length = True
@@ -239,15 +247,15 @@ cdef class WSGIHandler:
             env["wsgi.url_scheme"] = "https"
         host = env.get("HTTP_HOST")
         if host:
-            # Nearly every request names the same host: its split is kept (one tuple, replaced
-            # whole, so that threads never see a host with another's parts).
-            last = self._host_split
+            # Nearly every request names the same host: its split is kept, per thread
+            # (_ThreadCache: one tuple, replaced whole).
+            last = cache.host_split
             if last is not None and (<tuple>last)[0] == host:
                 name = (<tuple>last)[1]
                 port = (<tuple>last)[2]
             else:
                 name, port = _split_host(host)
-                self._host_split = (host, name, port)
+                cache.host_split = (host, name, port)
             if name:  # else (":80") the server's own, from the base
                 env["SERVER_NAME"] = name
             env["SERVER_PORT"] = port or ("443" if tls else "80")
@@ -477,7 +485,7 @@ cdef str _method_str(cyserve_str m):
         return <str>hit
     s = raw.decode("latin-1")
     if len(_METHOD_STRS) < 64:
-        _METHOD_STRS[raw] = s
+        return _METHOD_STRS.setdefault(raw, s)  # never replaces: see _WSGI_REASONS
     return s
 
 
@@ -540,7 +548,7 @@ cdef class _WSGIAnswer:
             code = _wsgi_status(status)
             reason = _wsgi_reason(<str>status, code)
             if type(status) is str and len(_WSGI_STATUSES) < 256:
-                _WSGI_STATUSES[status] = (code, reason)
+                _WSGI_STATUSES.setdefault(status, (code, reason))  # see _WSGI_REASONS
         if not isinstance(headers, list):
             raise WSGIError(f"WSGI response headers must be a list of (name, value) tuples, "
                             f"got {type(headers).__name__}")
@@ -628,7 +636,7 @@ cdef int _header_kind(name) except -1:
     else:
         kind = _H_KEEP
     if type(name) is str and len(_HEADER_KINDS) < 256:
-        _HEADER_KINDS[name] = kind
+        _HEADER_KINDS.setdefault(name, kind)  # see _WSGI_REASONS
     return kind
 
 
@@ -675,7 +683,7 @@ cdef object _wsgi_reason(str s, int code):
         if <size_t>len(b) != rlen or memcmp(<const char *>b, ours, rlen) != 0:
             reason = b
     if len(_WSGI_REASONS) < 256:
-        _WSGI_REASONS[s] = reason
+        return _WSGI_REASONS.setdefault(s, reason)  # never replaces (see above)
     return reason
 
 
