@@ -114,6 +114,12 @@ class Config:
     max_requests_jitter: int = 0
     # A path answered 200 "ok" from C (a static route), for load balancers' health checks.
     health_path: str | None = None
+    # Prometheus metrics (csrc/metrics.c): HOST:PORT of a listener of their own answering
+    # GET /metrics, summed over every worker process. None: not counted at all.
+    metrics_bind: str | None = None
+    # A worker process whose scheduler makes no progress for this many seconds (a call that runs
+    # that long, or a process that stopped) is killed and replaced (supervisor.py). 0: never.
+    worker_timeout: float = 0.0
     # TLS (csrc/tls.c), with uvicorn's and gunicorn's names: a certificate file turns it on.
     ssl_certfile: str | None = None  # PEM: the certificate, then its chain
     ssl_keyfile: str | None = None  # PEM private key; None: it is in ssl_certfile
@@ -269,9 +275,28 @@ class Config:
     def supervised(self) -> bool:
         """Whether a process supervisor runs the workers: for several processes, and for
         recycling (--max-requests), which needs a process to start the next worker."""
-        return self.processes > 1 or self.max_requests > 0
+        return self.processes > 1 or self.max_requests > 0 or self.worker_timeout > 0
+
+    @property
+    def metrics_shards(self) -> int:
+        """The metrics shards one serving process needs: one per scheduler thread (the
+        workers, then the relief threads)."""
+        return self.workers + self.blocking_threads
 
     def _validate_recycling(self) -> None:
+        _check_seconds("worker_timeout", self.worker_timeout, allow_zero=True)
+        if self.worker_timeout and self.worker_timeout < 1:
+            raise ConfigError("worker_timeout", self.worker_timeout,
+                              "must be 0 (never) or at least 1 second")
+        if self.worker_timeout and self.port == 0 and not self._listens_elsewhere():
+            raise ConfigError("worker_timeout", self.worker_timeout, "needs a fixed port: a "
+                              "new worker must listen where the one it replaces did")
+        if self.metrics_bind is not None:
+            a = parse_bind(self.metrics_bind, "metrics_bind") \
+                if isinstance(self.metrics_bind, str) else None
+            if a is None or a.kind != "tcp":
+                raise ConfigError("metrics_bind", repr(self.metrics_bind),
+                                  "must be HOST:PORT or [V6]:PORT")
         _check_int("max_requests", self.max_requests, 0, 1 << 62)
         _check_int("max_requests_jitter", self.max_requests_jitter, 0, 1 << 62)
         if self.max_requests and self.port == 0 and not self._listens_elsewhere():

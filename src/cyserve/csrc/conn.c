@@ -196,6 +196,8 @@ void conn_open(struct server *s, unsigned home, int fd, const struct conn_proto 
     struct server_worker *w = &s->workers[h];
     /* The caches are this thread's (read after the home section began: it may have hopped). */
     struct server_worker *mine = server_worker_self(s);
+    if (UNLIKELY(mine->m != NULL) && sched_worker_id() >= 0)
+        metrics_add(&mine->m->accepted, 1);
     struct conn *c = mine->free_conns;
     if (c) {
         mine->free_conns = c->next;
@@ -314,6 +316,9 @@ ssize_t conn_read_once(struct conn *c)
     for (;;) {
         ssize_t n = conn_tp_recv(c, c->buf + c->len, space);
         if (LIKELY(n > 0)) {
+            struct metrics_shard *m = server_metrics_self(c->home->srv);
+            if (UNLIKELY(m != NULL))
+                metrics_add(&m->bytes_in, (uint64_t)n);
             c->len += (size_t)n;
             c->drained = (size_t)n < space;
             return n;
@@ -384,6 +389,9 @@ int conn_sendv(struct conn *c, struct iovec *iov, int cnt, int flags)
                 return rc;
             continue;
         }
+        struct metrics_shard *m = server_metrics_self(c->home->srv);
+        if (UNLIKELY(m != NULL))
+            metrics_add(&m->bytes_out, (uint64_t)n);
         size_t left = (size_t)n;
         while (cnt > 0 && left >= iov->iov_len) {
             left -= iov->iov_len;
@@ -458,6 +466,9 @@ int conn_sendfile(struct conn *c, int fd, uint64_t offset, uint64_t count)
         size_t chunk = count > (1u << 30) ? (1u << 30) : (size_t)count;
         ssize_t n = conn_tp_sendfile(c, fd, &off, chunk);
         if (n > 0) {
+            struct metrics_shard *m = server_metrics_self(c->home->srv);
+            if (UNLIKELY(m != NULL))
+                metrics_add(&m->bytes_out, (uint64_t)n);
             count -= (uint64_t)n;
             continue;
         }

@@ -26,6 +26,7 @@ struct server;
 struct router;
 struct files_root;
 struct conn_transport;
+struct metrics_proc;
 
 enum server_target_kind {
     SERVER_STATIC = 1, /* a response serialised once at startup, served in C */
@@ -70,6 +71,9 @@ struct server_target {
      * for a stream after it was released. */
     int (*py_stream)(void *opaque, void *stream, struct cyserve_response *resp, int op);
     void *opaque;
+    /* SERVER_PYTHON: what the metrics call its route kind (enum metrics_kind, metrics.h:
+     * METRICS_PYTHON, METRICS_WSGI or METRICS_ASGI); 0 counts as METRICS_PYTHON. */
+    unsigned metrics_kind;
     /* SERVER_FILES */
     struct files_root *root;
 };
@@ -134,6 +138,13 @@ struct server_config {
      * both must outlive the server. */
     const struct conn_transport *transport;
     void *transport_ctx;
+    /* Metrics (metrics.h): NULL (default) counts nothing; else this process's slot of a shared
+     * region, borrowed (it must outlive the server): each scheduler thread counts into its shard
+     * (the first metrics_shards of them; threads beyond count nothing), and a publisher thread
+     * copies the gauges, the scheduler's counters and its heartbeat into the slot every
+     * METRICS_PUBLISH_MS while the server runs. */
+    struct metrics_proc *metrics;
+    unsigned metrics_shards;
 };
 
 /* Defaults: keep-alive 5 s, head 10 s, body 10 s, 8 KiB head/target, 100 headers,

@@ -119,6 +119,7 @@ cdef class Server:
     cdef unsigned _nlisten
     cdef cs.tls_ctx_t *_tls
     cdef readonly str scheme
+    cdef object _metrics  # the Metrics whose slot the engine counts into (kept alive here)
     cdef object __weakref__
 
     def __cinit__(self):
@@ -138,7 +139,8 @@ cdef class Server:
                  bint access_log=False, int blocking_threads=16, body_budget=64 << 20,
                  min_body_rate=500, listen=None, forwarded_allow_ips=None, str ssl_certfile=None,
                  str ssl_keyfile=None, str ssl_keyfile_password=None, str ssl_ciphers=None,
-                 str ssl_ca_certs=None, int ssl_cert_reqs=0):
+                 str ssl_ca_certs=None, int ssl_cert_reqs=0, Metrics metrics=None,
+                 int metrics_slot=-1):
         if self._router != NULL:
             raise RuntimeError("Server.__init__ called twice")
         if not 0 <= port <= 65535:
@@ -215,6 +217,13 @@ cdef class Server:
         if self._tls != NULL:
             cfg.transport = cs.tls_transport_ptr
             cfg.transport_ctx = <void *>self._tls
+        if metrics is not None:
+            # Counted into slot metrics_slot of the shared region (csrc/metrics.h).
+            cfg.metrics = metrics._slot(metrics_slot)
+            if cfg.metrics == NULL:
+                raise ValueError(f"metrics_slot {metrics_slot} is not a slot of the region")
+            cfg.metrics_shards = metrics.nshards
+            self._metrics = metrics
         rc = cs.server_new(&self._srv, &cfg, self._router)
         if rc != 0 and forwarded_allow_ips is not None:
             raise ValueError(f"invalid forwarded_allow_ips {forwarded_allow_ips!r}: addresses "
@@ -283,9 +292,13 @@ cdef class Server:
             t.kind = cs.SERVER_PYTHON
             t.py_call = _py_call
             t.py_stream = _py_stream  # native/wsgi.pyx: WSGI bodies streamed piece by piece
+            t.metrics_kind = cs.METRICS_PYTHON
+            if isinstance(target, WSGIHandler):
+                t.metrics_kind = cs.METRICS_WSGI
             if isinstance(target, ASGIHandler):  # native/asgi.pyx: answers made on the loop
                 t.py_call = _asgi_call
                 t.py_stream = _asgi_stream
+                t.metrics_kind = cs.METRICS_ASGI
             t.opaque = <void *>info
         elif kind == "nogil":
             inline = True
