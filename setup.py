@@ -110,7 +110,8 @@ def extensions():
         exts.append(Extension(
             "cyserve._testhooks",
             sources=[os.path.join(PKG, "_testhooks.pyx"),
-                     os.path.join(PKG, "csrc", "http_parse.c")],
+                     os.path.join(PKG, "csrc", "http_parse.c"),
+                     os.path.join(PKG, "csrc", "proxyproto.c")],
             include_dirs=[PKG, os.path.join(PKG, "include")],
             extra_compile_args=cflags,
             extra_link_args=ldflags,

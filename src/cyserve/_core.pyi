@@ -102,6 +102,7 @@ class Server:
         ssl_cert_reqs: int = 0,
         metrics: Optional[Metrics] = None,
         metrics_slot: int = -1,
+        proxy_protocol_from: Optional[str] = None,
     ) -> None: ...
     @property
     def scheme(self) -> str: ...

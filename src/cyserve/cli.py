@@ -176,6 +176,10 @@ def _add_proxy_options(p: argparse.ArgumentParser) -> None:
         "Request.client and Request.scheme tell that instead of the proxy's own address.")
     g.add_argument("--proxy-headers", action="store_true",
                    help="believe proxy headers from --forwarded-allow-ips (default: off)")
+    g.add_argument("--proxy-protocol", action="store_true",
+                   help="connections from --forwarded-allow-ips begin with a PROXY protocol "
+                        "header (HAProxy's, v1 or v2: HAProxy, AWS NLB, nginx's stream module) "
+                        "naming the client (default: off)")
     g.add_argument("--forwarded-allow-ips", metavar="LIST", default=None,
                    help="the trusted peers: addresses and networks (CIDR) separated by commas, "
                         "or * for all; implies --proxy-headers (default: $FORWARDED_ALLOW_IPS, "
@@ -292,7 +296,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         host = args.host if ":" not in args.host else f"[{args.host}]"
         options["metrics_bind"] = f"{host}:{args.metrics_port}"
     options.update(proxy_headers=args.proxy_headers,
-                   forwarded_allow_ips=args.forwarded_allow_ips)
+                   forwarded_allow_ips=args.forwarded_allow_ips,
+                   proxy_protocol=args.proxy_protocol)
     return Config(**options)
 
 

@@ -107,6 +107,9 @@ class Config:
     fd: int | None = None  # a listening socket inherited from the parent process
     # Behind a proxy (csrc/proxy.c): believe X-Forwarded-For/-Proto and Forwarded from these peers.
     proxy_headers: bool = False  # also on when forwarded_allow_ips is given
+    # The PROXY protocol (csrc/proxyproto.c, v1 and v2): connections from the peers of
+    # forwarded_allow_ips (its default when None) begin with a header that names the client.
+    proxy_protocol: bool = False
     forwarded_allow_ips: str | None = None  # None: $FORWARDED_ALLOW_IPS, else "127.0.0.1"
     # Worker recycling (supervisor.py): a worker process that has answered max_requests (plus a
     # random 0..max_requests_jitter of its own) is replaced, the new one serving first. 0: never.
@@ -271,6 +274,15 @@ class Config:
             return self.forwarded_allow_ips
         return os.environ.get("FORWARDED_ALLOW_IPS", DEFAULT_FORWARDED_ALLOW_IPS)
 
+    def proxy_protocol_peers(self) -> str | None:
+        """The peers whose connections begin with a PROXY protocol header, as the engine takes
+        them, or None when the PROXY protocol is off: forwarded_allow_ips, as for headers."""
+        if not self.proxy_protocol:
+            return None
+        if self.forwarded_allow_ips is not None:
+            return self.forwarded_allow_ips
+        return os.environ.get("FORWARDED_ALLOW_IPS", DEFAULT_FORWARDED_ALLOW_IPS)
+
     @property
     def supervised(self) -> bool:
         """Whether a process supervisor runs the workers: for several processes, and for
@@ -313,6 +325,12 @@ class Config:
     def _validate_proxy(self) -> None:
         if not isinstance(self.proxy_headers, bool):
             raise ConfigError("proxy_headers", repr(self.proxy_headers), "must be True or False")
+        if not isinstance(self.proxy_protocol, bool):
+            raise ConfigError("proxy_protocol", repr(self.proxy_protocol),
+                              "must be True or False")
+        if self.proxy_protocol and self.forwarded_allow_ips is None and \
+                "FORWARDED_ALLOW_IPS" in os.environ:
+            check_forwarded_allow_ips("forwarded_allow_ips", os.environ["FORWARDED_ALLOW_IPS"])
         if self.forwarded_allow_ips is not None:
             check_forwarded_allow_ips("forwarded_allow_ips", self.forwarded_allow_ips)
         elif self.proxy_headers and "FORWARDED_ALLOW_IPS" in os.environ:

@@ -147,6 +147,9 @@ def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Serv
     trusted = config.trusted_proxies()
     if trusted is not None:
         kwargs["forwarded_allow_ips"] = trusted
+    pp = config.proxy_protocol_peers()
+    if pp is not None:
+        kwargs["proxy_protocol_from"] = pp
     # WSGI's SERVER_NAME and SERVER_PORT (for a request without Host): the first TCP address.
     wsgi_host, wsgi_port = (tcp[0].host, tcp[0].port) if tcp else ("localhost", 80)
     srv = server_cls(routes, **kwargs)

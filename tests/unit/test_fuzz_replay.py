@@ -31,6 +31,7 @@ CASES = [
     ("replay-scalar", "corpus"),
     ("replay-scalar", "regression"),
     ("replay-router", "corpus-router"),  # fuzz_router.c: router_add/router_match and files.c
+    ("replay-proxyproto", "corpus-proxyproto"),  # fuzz_proxyproto.c: csrc/proxyproto.c
 ]
 
 

@@ -651,6 +651,8 @@ int http1_serve(struct coro *co, void *arg)
     }
     memset(&sv->rq.head, 0, sizeof(sv->rq.head));
     int rc = SERVE_CLOSE;
+    if (UNLIKELY(c->pp_wait) && conn_proxy_preface(c) < 0)
+        goto out; /* a load balancer that does not speak its own protocol: no answer */
     if (c->pend) {
         /* The rest of an answer the inline path began. */
         struct iovec iov = {c->buf, c->pend};

@@ -158,7 +158,8 @@ static int inline_nogil(struct conn *c, struct server_worker *mine, const struct
 static int inline_serve(struct conn *c)
 {
     struct server *s = c->home->srv;
-    if (UNLIKELY(c->buf || s->cfg.access_log_fd >= 0 || server_draining(s) || c->tp != &conn_plain))
+    if (UNLIKELY(c->buf || s->cfg.access_log_fd >= 0 || server_draining(s) ||
+                 c->tp != &conn_plain || c->pp_wait))
         return 0;
     struct server_worker *mine = server_worker_self(s);
     char *buf = conn_buf_get(mine);

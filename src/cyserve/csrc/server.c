@@ -153,6 +153,18 @@ int server_new(struct server **out, const struct server_config *cfg, const struc
         s->proxy_headers = 1;
     }
     s->cfg.forwarded_allow_ips = NULL; /* parsed into s->trust */
+    if (cfg->proxy_protocol_from) {
+        int rc = proxy_trust_parse(&s->pp_trust, cfg->proxy_protocol_from);
+        if (rc < 0) {
+            proxy_trust_free(&s->trust);
+            server_free_listens(s);
+            free(s->host);
+            free(s);
+            return rc;
+        }
+        s->proxy_protocol = 1;
+    }
+    s->cfg.proxy_protocol_from = NULL; /* parsed into s->pp_trust */
     s->router = router;
     s->metrics_on = cfg->metrics != NULL && cfg->metrics_shards > 0;
     s->pub_stop = -1;
@@ -613,6 +625,7 @@ void server_free(struct server *s)
     free(s->orphans); /* what was not taken is leaked: its owner (Python) is not here */
     server_free_listens(s);
     proxy_trust_free(&s->trust);
+    proxy_trust_free(&s->pp_trust);
     free(s->host);
     free(s);
 }

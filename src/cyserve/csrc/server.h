@@ -133,6 +133,10 @@ struct server_config {
      * networks, "*"). The client they name is then the one server_req_peer, server_req_scheme
      * and the access log tell. */
     const char *forwarded_allow_ips;
+    /* The PROXY protocol (proxyproto.h): NULL (default) off; else the peers (proxy.h's list) whose
+     * connections must begin with a PROXY protocol header, version 1 or 2, naming the client
+     * (conn_proxy_preface); other peers' connections are served as they come. */
+    const char *proxy_protocol_from;
     /* How accepted connections carry their bytes: NULL (default) plain TCP, else that transport
      * (tls_transport, tls.h) with transport_ctx its shared state (a struct tls_ctx), borrowed:
      * both must outlive the server. */

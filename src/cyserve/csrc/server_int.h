@@ -85,6 +85,9 @@ struct server {
     /* Proxy headers (cfg.forwarded_allow_ips): on, and the peers trusted. */
     int proxy_headers;
     struct proxy_trust trust;
+    /* The PROXY protocol (cfg.proxy_protocol_from): on, and the peers that must send its header. */
+    int proxy_protocol;
+    struct proxy_trust pp_trust;
     const struct router *router;
     struct sched *sched;
     struct server_worker *workers;

@@ -140,7 +140,7 @@ cdef class Server:
                  min_body_rate=500, listen=None, forwarded_allow_ips=None, str ssl_certfile=None,
                  str ssl_keyfile=None, str ssl_keyfile_password=None, str ssl_ciphers=None,
                  str ssl_ca_certs=None, int ssl_cert_reqs=0, Metrics metrics=None,
-                 int metrics_slot=-1):
+                 int metrics_slot=-1, proxy_protocol_from=None):
         if self._router != NULL:
             raise RuntimeError("Server.__init__ called twice")
         if not 0 <= port <= 65535:
@@ -201,6 +201,11 @@ cdef class Server:
             fw = str(forwarded_allow_ips).encode("ascii")
             self._keep.append(fw)
             cfg.forwarded_allow_ips = fw
+        if proxy_protocol_from is not None:
+            # Connections from these peers begin with a PROXY protocol header (csrc/proxyproto.h).
+            pp = str(proxy_protocol_from).encode("ascii")
+            self._keep.append(pp)
+            cfg.proxy_protocol_from = pp
         if listen:
             self._set_listen(listen)
             cfg.listen = self._listen
@@ -225,8 +230,9 @@ cdef class Server:
             cfg.metrics_shards = metrics.nshards
             self._metrics = metrics
         rc = cs.server_new(&self._srv, &cfg, self._router)
-        if rc != 0 and forwarded_allow_ips is not None:
-            raise ValueError(f"invalid forwarded_allow_ips {forwarded_allow_ips!r}: addresses "
+        if rc != 0 and (forwarded_allow_ips is not None or proxy_protocol_from is not None):
+            raise ValueError(f"invalid forwarded_allow_ips "
+                             f"{forwarded_allow_ips or proxy_protocol_from!r}: addresses "
                              "or networks (CIDR) separated by commas, or *")
         if rc != 0:
             raise ValueError(f"invalid server configuration (error {-rc})")

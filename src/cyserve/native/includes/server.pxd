@@ -118,6 +118,7 @@ cdef extern from "csrc/server.h" nogil:
         uint64_t header_timeout_ns
         uint64_t body_timeout_ns
         const char *forwarded_allow_ips
+        const char *proxy_protocol_from
         const void *transport
         void *transport_ctx
         metrics_proc_t *metrics
