@@ -25,6 +25,8 @@
 #include "csrc/http1.c"
 #include "csrc/http1_inline.c"
 #include "csrc/proxy.c"
+#include "csrc/proxyproto.c"
+#include "csrc/metrics.c"
 
 #include <arpa/inet.h>
 #include <pthread.h>

@@ -181,3 +181,36 @@ def test_forwarded_headers_are_read_from_the_client_the_header_names(
     hop = b"PROXY TCP4 10.1.2.3 10.0.0.1 5555 80\r\n" + xff
     assert body(exchange(socket.AF_INET, addr, hop)) == "192.0.2.77:0 https"
     assert srv.stop() == 0, srv.stderr
+
+
+def test_the_header_comes_before_tls(tmp_path: Path, served: list[Served]) -> None:
+    """The header is read, and only it, before the TLS handshake: the balancer forwards the
+    client's encrypted bytes behind it."""
+    import shutil
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.fail("the openssl command is needed to make the test certificate")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout",
+                    str(tmp_path / "key.pem"), "-out", str(tmp_path / "cert.pem"), "-days", "2",
+                    "-subj", "/CN=localhost"], check=True, capture_output=True)
+    port = free_port()
+    srv = Served(tmp_path, "--port", str(port), "--threads", "1", "--proxy-protocol",
+                 "--ssl-certfile", str(tmp_path / "cert.pem"), "--ssl-keyfile",
+                 str(tmp_path / "key.pem"), app=APP)
+    served.append(srv)
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    for header in (b"PROXY TCP4 192.0.2.1 198.51.100.1 56324 443\r\n", v2("192.0.2.1", 56324)):
+        raw = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+        raw.sendall(header)
+        with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+            s.sendall(get("/who"))
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+        assert body(data) == "192.0.2.1:56324 https"
+    assert srv.stop() == 0, srv.stderr

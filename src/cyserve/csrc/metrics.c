@@ -116,16 +116,16 @@ int metrics_claim(struct metrics_region *r, pid_t pid)
 }
 
 /* What a counter of slot i is: loaded relaxed. */
-static inline uint64_t ld(const _Atomic uint64_t *c)
+static inline uint64_t counter_ld(const _Atomic uint64_t *c)
 {
     /* safety: relaxed reads of counters other threads (and processes) write; see the top. */
     return atomic_load_explicit(c, memory_order_relaxed);
 }
 
-static void fold(_Atomic uint64_t *into, _Atomic uint64_t *from)
+static void counter_fold(_Atomic uint64_t *into, _Atomic uint64_t *from)
 {
     /* safety: the totals slot is written under metrics_lock only; from's process has ended. */
-    atomic_store_explicit(into, ld(into) + ld(from), memory_order_relaxed);
+    atomic_store_explicit(into, counter_ld(into) + counter_ld(from), memory_order_relaxed);
     atomic_store_explicit(from, 0, memory_order_relaxed);
 }
 
@@ -139,24 +139,24 @@ void metrics_retire(struct metrics_region *r, unsigned i)
         struct metrics_shard *a = &t->shards[k], *b = &p->shards[k];
         for (unsigned x = 0; x < METRICS_KINDS; x++)
             for (unsigned y = 0; y < 5; y++)
-                fold(&a->req[x][y], &b->req[x][y]);
+                counter_fold(&a->req[x][y], &b->req[x][y]);
         for (unsigned x = 0; x <= METRICS_BUCKETS; x++)
-            fold(&a->dur[x], &b->dur[x]);
-        fold(&a->dur_ns, &b->dur_ns);
-        fold(&a->bytes_in, &b->bytes_in);
-        fold(&a->bytes_out, &b->bytes_out);
-        fold(&a->accepted, &b->accepted);
+            counter_fold(&a->dur[x], &b->dur[x]);
+        counter_fold(&a->dur_ns, &b->dur_ns);
+        counter_fold(&a->bytes_in, &b->bytes_in);
+        counter_fold(&a->bytes_out, &b->bytes_out);
+        counter_fold(&a->accepted, &b->accepted);
         for (unsigned x = 0; x < METRICS_REJECTS; x++)
-            fold(&a->reject[x], &b->reject[x]);
+            counter_fold(&a->reject[x], &b->reject[x]);
     }
-    fold(&t->inline_ok, &p->inline_ok);
-    fold(&t->spawned, &p->spawned);
-    fold(&t->steals, &p->steals);
-    fold(&t->parks, &p->parks);
-    fold(&t->hops, &p->hops);
-    fold(&t->offloads, &p->offloads);
-    fold(&t->reliefs, &p->reliefs);
-    fold(&t->relief_threads, &p->relief_threads);
+    counter_fold(&t->inline_ok, &p->inline_ok);
+    counter_fold(&t->spawned, &p->spawned);
+    counter_fold(&t->steals, &p->steals);
+    counter_fold(&t->parks, &p->parks);
+    counter_fold(&t->hops, &p->hops);
+    counter_fold(&t->offloads, &p->offloads);
+    counter_fold(&t->reliefs, &p->reliefs);
+    counter_fold(&t->relief_threads, &p->relief_threads);
     /* safety: the gauges and the heartbeat of an ended process mean nothing any more. */
     atomic_store_explicit(&p->open, 0, memory_order_relaxed);
     atomic_store_explicit(&p->runq, 0, memory_order_relaxed);
@@ -216,26 +216,26 @@ static void sum_region(struct metrics_region *r, struct metrics_sum *s)
             struct metrics_shard *m = &p->shards[k];
             for (unsigned x = 0; x < METRICS_KINDS; x++)
                 for (unsigned y = 0; y < 5; y++)
-                    s->req[x][y] += ld(&m->req[x][y]);
+                    s->req[x][y] += counter_ld(&m->req[x][y]);
             for (unsigned x = 0; x <= METRICS_BUCKETS; x++)
-                s->dur[x] += ld(&m->dur[x]);
-            s->dur_ns += ld(&m->dur_ns);
-            s->bytes_in += ld(&m->bytes_in);
-            s->bytes_out += ld(&m->bytes_out);
-            s->accepted += ld(&m->accepted);
+                s->dur[x] += counter_ld(&m->dur[x]);
+            s->dur_ns += counter_ld(&m->dur_ns);
+            s->bytes_in += counter_ld(&m->bytes_in);
+            s->bytes_out += counter_ld(&m->bytes_out);
+            s->accepted += counter_ld(&m->accepted);
             for (unsigned x = 0; x < METRICS_REJECTS; x++)
-                s->reject[x] += ld(&m->reject[x]);
+                s->reject[x] += counter_ld(&m->reject[x]);
         }
-        s->open += ld(&p->open);
-        s->inline_ok += ld(&p->inline_ok);
-        s->spawned += ld(&p->spawned);
-        s->steals += ld(&p->steals);
-        s->parks += ld(&p->parks);
-        s->hops += ld(&p->hops);
-        s->offloads += ld(&p->offloads);
-        s->reliefs += ld(&p->reliefs);
-        s->relief_threads += ld(&p->relief_threads);
-        s->runq += ld(&p->runq);
+        s->open += counter_ld(&p->open);
+        s->inline_ok += counter_ld(&p->inline_ok);
+        s->spawned += counter_ld(&p->spawned);
+        s->steals += counter_ld(&p->steals);
+        s->parks += counter_ld(&p->parks);
+        s->hops += counter_ld(&p->hops);
+        s->offloads += counter_ld(&p->offloads);
+        s->reliefs += counter_ld(&p->reliefs);
+        s->relief_threads += counter_ld(&p->relief_threads);
+        s->runq += counter_ld(&p->runq);
     }
 }
 
@@ -246,8 +246,8 @@ struct text {
     int full;
 };
 
-static void put(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(struct text *t, const char *fmt, ...)
+static void text_put(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void text_put(struct text *t, const char *fmt, ...)
 {
     if (t->full)
         return;
@@ -261,11 +261,11 @@ static void put(struct text *t, const char *fmt, ...)
         t->len += (size_t)n;
 }
 
-static void put_one(struct text *t, const char *name, const char *type, const char *help,
-                    uint64_t v)
+static void text_put_one(struct text *t, const char *name, const char *type, const char *help,
+                         uint64_t v)
 {
-    put(t, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name,
-        (unsigned long long)v);
+    text_put(t, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name,
+             (unsigned long long)v);
 }
 
 ssize_t metrics_format(struct metrics_region *r, char *buf, size_t cap)
@@ -275,55 +275,60 @@ ssize_t metrics_format(struct metrics_region *r, char *buf, size_t cap)
     sum_region(r, &s);
     pthread_mutex_unlock(&metrics_lock);
     struct text t = {buf, 0, cap, 0};
-    put(&t, "# HELP cyserve_requests_total Requests answered, by the kind of route that answered "
-            "(none: no route, or the engine's own error answer) and status class.\n"
-            "# TYPE cyserve_requests_total counter\n");
+    text_put(&t,
+             "# HELP cyserve_requests_total Requests answered, by the kind of route that answered "
+             "(none: no route, or the engine's own error answer) and status class.\n"
+             "# TYPE cyserve_requests_total counter\n");
     for (unsigned x = 0; x < METRICS_KINDS; x++)
         for (unsigned y = 0; y < 5; y++)
-            put(&t, "cyserve_requests_total{route=\"%s\",status=\"%uxx\"} %llu\n", kind_names[x],
-                y + 1, (unsigned long long)s.req[x][y]);
-    put(&t, "# HELP cyserve_request_duration_seconds Time from a request's complete head (or, "
-            "when answered on the worker's loop, from the readiness that brought it) to its "
-            "answer queued.\n# TYPE cyserve_request_duration_seconds histogram\n");
+            text_put(&t, "cyserve_requests_total{route=\"%s\",status=\"%uxx\"} %llu\n",
+                     kind_names[x], y + 1, (unsigned long long)s.req[x][y]);
+    text_put(&t, "# HELP cyserve_request_duration_seconds Time from a request's complete head (or, "
+                 "when answered on the worker's loop, from the readiness that brought it) to its "
+                 "answer queued.\n# TYPE cyserve_request_duration_seconds histogram\n");
     uint64_t cum = 0;
     for (unsigned b = 0; b < METRICS_BUCKETS; b++) {
         cum += s.dur[b];
-        put(&t, "cyserve_request_duration_seconds_bucket{le=\"%s\"} %llu\n", bucket_le[b],
-            (unsigned long long)cum);
+        text_put(&t, "cyserve_request_duration_seconds_bucket{le=\"%s\"} %llu\n", bucket_le[b],
+                 (unsigned long long)cum);
     }
     cum += s.dur[METRICS_BUCKETS];
-    put(&t, "cyserve_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
-    put(&t, "cyserve_request_duration_seconds_sum %.9f\n", (double)s.dur_ns / 1e9);
-    put(&t, "cyserve_request_duration_seconds_count %llu\n", (unsigned long long)cum);
-    put(&t, "# HELP cyserve_rejections_total Requests the engine refused itself, by status: "
-            "400 malformed, 408 a head or body too slow, 413 body, 414 target, 431 head too "
-            "large, 503 body budget.\n# TYPE cyserve_rejections_total counter\n");
+    text_put(&t, "cyserve_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n",
+             (unsigned long long)cum);
+    text_put(&t, "cyserve_request_duration_seconds_sum %.9f\n", (double)s.dur_ns / 1e9);
+    text_put(&t, "cyserve_request_duration_seconds_count %llu\n", (unsigned long long)cum);
+    text_put(&t, "# HELP cyserve_rejections_total Requests the engine refused itself, by status: "
+                 "400 malformed, 408 a head or body too slow, 413 body, 414 target, 431 head too "
+                 "large, 503 body budget.\n# TYPE cyserve_rejections_total counter\n");
     for (unsigned x = 0; x < METRICS_REJECTS; x++)
-        put(&t, "cyserve_rejections_total{status=\"%s\"} %llu\n", reject_names[x],
-            (unsigned long long)s.reject[x]);
-    put_one(&t, "cyserve_received_bytes_total", "counter",
-            "Bytes read from clients (HTTP, before TLS).", s.bytes_in);
-    put_one(&t, "cyserve_sent_bytes_total", "counter", "Bytes sent to clients (HTTP, before TLS).",
-            s.bytes_out);
-    put_one(&t, "cyserve_connections_total", "counter", "Connections accepted.", s.accepted);
-    put_one(&t, "cyserve_open_connections", "gauge", "Connections open now.", s.open);
-    put_one(&t, "cyserve_inline_answers_total", "counter",
-            "Requests answered on a worker's loop, without a coroutine.", s.inline_ok);
-    put_one(&t, "cyserve_coroutines_spawned_total", "counter", "Coroutines the scheduler started.",
-            s.spawned);
-    put_one(&t, "cyserve_scheduler_steals_total", "counter",
-            "Times a worker stole coroutines from another's run queue.", s.steals);
-    put_one(&t, "cyserve_scheduler_parks_total", "counter",
-            "Times a worker went to sleep for want of work.", s.parks);
-    put_one(&t, "cyserve_scheduler_hops_total", "counter",
-            "Coroutines moved to their connection's home worker.", s.hops);
-    put_one(&t, "cyserve_scheduler_offloads_total", "counter",
-            "Python calls handed to a worker's batch under the GIL.", s.offloads);
-    put_one(&t, "cyserve_scheduler_run_queue", "gauge", "Coroutines queued to run.", s.runq);
-    put_one(&t, "cyserve_relief_adoptions_total", "counter",
-            "Times a relief thread took over the loop of a worker stuck in a call.", s.reliefs);
-    put_one(&t, "cyserve_relief_threads", "gauge", "Relief threads started.", s.relief_threads);
-    put_one(&t, "cyserve_worker_processes", "gauge", "Serving processes counted here.", s.procs);
+        text_put(&t, "cyserve_rejections_total{status=\"%s\"} %llu\n", reject_names[x],
+                 (unsigned long long)s.reject[x]);
+    text_put_one(&t, "cyserve_received_bytes_total", "counter",
+                 "Bytes read from clients (HTTP, before TLS).", s.bytes_in);
+    text_put_one(&t, "cyserve_sent_bytes_total", "counter",
+                 "Bytes sent to clients (HTTP, before TLS).", s.bytes_out);
+    text_put_one(&t, "cyserve_connections_total", "counter", "Connections accepted.", s.accepted);
+    text_put_one(&t, "cyserve_open_connections", "gauge", "Connections open now.", s.open);
+    text_put_one(&t, "cyserve_inline_answers_total", "counter",
+                 "Requests answered on a worker's loop, without a coroutine.", s.inline_ok);
+    text_put_one(&t, "cyserve_coroutines_spawned_total", "counter",
+                 "Coroutines the scheduler started.", s.spawned);
+    text_put_one(&t, "cyserve_scheduler_steals_total", "counter",
+                 "Times a worker stole coroutines from another's run queue.", s.steals);
+    text_put_one(&t, "cyserve_scheduler_parks_total", "counter",
+                 "Times a worker went to sleep for want of work.", s.parks);
+    text_put_one(&t, "cyserve_scheduler_hops_total", "counter",
+                 "Coroutines moved to their connection's home worker.", s.hops);
+    text_put_one(&t, "cyserve_scheduler_offloads_total", "counter",
+                 "Python calls handed to a worker's batch under the GIL.", s.offloads);
+    text_put_one(&t, "cyserve_scheduler_run_queue", "gauge", "Coroutines queued to run.", s.runq);
+    text_put_one(&t, "cyserve_relief_adoptions_total", "counter",
+                 "Times a relief thread took over the loop of a worker stuck in a call.",
+                 s.reliefs);
+    text_put_one(&t, "cyserve_relief_threads", "gauge", "Relief threads started.",
+                 s.relief_threads);
+    text_put_one(&t, "cyserve_worker_processes", "gauge", "Serving processes counted here.",
+                 s.procs);
     return t.full ? -ENOSPC : (ssize_t)t.len;
 }
 
@@ -337,7 +342,7 @@ struct metrics_listener {
 };
 
 /* Wait up to ms for fd to be ready for events, or the stop: 1 ready, 0 timed out or stopped. */
-static int wait_fd(struct metrics_listener *l, int fd, short events, int ms)
+static int scrape_wait(struct metrics_listener *l, int fd, short events, int ms)
 {
     struct pollfd pf[2] = {{fd, events, 0}, {l->stop_fd, POLLIN, 0}};
     int n;
@@ -348,7 +353,7 @@ static int wait_fd(struct metrics_listener *l, int fd, short events, int ms)
 }
 
 /* Write all of p[0..len) to c, within the scrape's deadline. */
-static void write_all(struct metrics_listener *l, int c, const char *p, size_t len)
+static void scrape_write(struct metrics_listener *l, int c, const char *p, size_t len)
 {
     while (len > 0) {
         ssize_t n = send(c, p, len, MSG_NOSIGNAL);
@@ -359,13 +364,13 @@ static void write_all(struct metrics_listener *l, int c, const char *p, size_t l
         }
         if (n < 0 && errno == EINTR)
             continue;
-        if (n < 0 && errno == EAGAIN && wait_fd(l, c, POLLOUT, 2000))
+        if (n < 0 && errno == EAGAIN && scrape_wait(l, c, POLLOUT, 2000))
             continue;
         return;
     }
 }
 
-static void serve_one(struct metrics_listener *l, int c)
+static void scrape_one(struct metrics_listener *l, int c)
 {
     char req[2048];
     size_t len = 0;
@@ -381,7 +386,7 @@ static void serve_one(struct metrics_listener *l, int c)
         if (n == 0 || (errno != EAGAIN && errno != EINTR))
             return;
         uint64_t now = clock_mono_ns();
-        if (now >= deadline || !wait_fd(l, c, POLLIN, (int)((deadline - now) / 1000000) + 1))
+        if (now >= deadline || !scrape_wait(l, c, POLLIN, (int)((deadline - now) / 1000000) + 1))
             return;
     }
     int head = len >= 5 && memcmp(req, "HEAD ", 5) == 0;
@@ -395,9 +400,9 @@ static void serve_one(struct metrics_listener *l, int c)
                          "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\n"
                          "Content-Length: %zu\r\nConnection: close\r\n\r\n",
                          sizeof(nf) - 1);
-        write_all(l, c, hdr, (size_t)h);
+        scrape_write(l, c, hdr, (size_t)h);
         if (!head)
-            write_all(l, c, nf, sizeof(nf) - 1);
+            scrape_write(l, c, nf, sizeof(nf) - 1);
         return;
     }
     ssize_t body = metrics_format(l->r, l->buf, sizeof(l->buf));
@@ -407,16 +412,16 @@ static void serve_one(struct metrics_listener *l, int c)
                      "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
                      "Content-Length: %zd\r\nConnection: close\r\n\r\n",
                      body);
-    write_all(l, c, hdr, (size_t)h);
+    scrape_write(l, c, hdr, (size_t)h);
     if (!head)
-        write_all(l, c, l->buf, (size_t)body);
+        scrape_write(l, c, l->buf, (size_t)body);
 }
 
-static void *listen_main(void *arg)
+static void *scrape_main(void *arg)
 {
     struct metrics_listener *l = arg;
     for (;;) {
-        if (!wait_fd(l, l->fd, POLLIN, -1)) {
+        if (!scrape_wait(l, l->fd, POLLIN, -1)) {
             /* safety: the stop eventfd is the only other event; a poll error on the listener
              * (it was closed under us) ends the thread too. */
             struct pollfd pf = {l->stop_fd, POLLIN, 0};
@@ -432,7 +437,7 @@ static void *listen_main(void *arg)
             }
             continue;
         }
-        serve_one(l, c);
+        scrape_one(l, c);
         close(c);
     }
 }
@@ -456,7 +461,7 @@ int metrics_listen_start(struct metrics_listener **out, struct metrics_region *r
         free(l);
         return e;
     }
-    int rc = pthread_create(&l->thread, NULL, listen_main, l);
+    int rc = pthread_create(&l->thread, NULL, scrape_main, l);
     if (rc != 0) {
         close(l->stop_fd);
         free(l);

@@ -37,11 +37,11 @@
 #include <string.h>
 #include <sys/socket.h>
 
-static const char v2_sig[12] = {0x0D, 0x0A, 0x0D, 0x0A, 0x00, 0x0D,
-                                0x0A, 0x51, 0x55, 0x49, 0x54, 0x0A};
+static const char pp_v2_sig[12] = {0x0D, 0x0A, 0x0D, 0x0A, 0x00, 0x0D,
+                                   0x0A, 0x51, 0x55, 0x49, 0x54, 0x0A};
 
 /* A decimal port without leading zeros, s[0..n): its value, or -1. */
-static int parse_port(const char *s, size_t n)
+static int pp_port(const char *s, size_t n)
 {
     if (n == 0 || n > 5 || (n > 1 && s[0] == '0'))
         return -1;
@@ -55,7 +55,7 @@ static int parse_port(const char *s, size_t n)
 }
 
 /* An address of family af, s[0..n), into out. 0 or -1. */
-static int parse_addr(int af, const char *s, size_t n, uint8_t *out)
+static int pp_addr(int af, const char *s, size_t n, uint8_t *out)
 {
     char tmp[64];
     if (n == 0 || n >= sizeof(tmp))
@@ -73,7 +73,7 @@ static int parse_addr(int af, const char *s, size_t n, uint8_t *out)
 /* Could s[0..n) begin a version 1 line after "PROXY " (n counts from there)? Only the
  * characters a valid line may hold, in at most 107 bytes: a cheap prefix test, the full one is
  * made on the whole line. */
-static int v1_prefix_ok(const char *s, size_t n)
+static int pp_v1_prefix_ok(const char *s, size_t n)
 {
     static const char *const fams[] = {"TCP4 ", "TCP6 ", "UNKNOWN"};
     int fam_ok = 0;
@@ -98,13 +98,13 @@ static int v1_prefix_ok(const char *s, size_t n)
     return 1;
 }
 
-static int parse_v1(const char *buf, size_t len, struct proxyproto_hdr *out)
+static int pp_v1(const char *buf, size_t len, struct proxyproto_hdr *out)
 {
     const char *end = memchr(buf, '\n', len < PROXYPROTO_V1_MAX ? len : PROXYPROTO_V1_MAX);
     if (!end) {
         if (len >= PROXYPROTO_V1_MAX)
             return -1;
-        return v1_prefix_ok(buf + 6, len > 6 ? len - 6 : 0) ? -2 : -1;
+        return pp_v1_prefix_ok(buf + 6, len > 6 ? len - 6 : 0) ? -2 : -1;
     }
     size_t line = (size_t)(end - buf) + 1; /* with the CRLF */
     if (line < 8 || end[-1] != '\r')
@@ -141,9 +141,9 @@ static int parse_v1(const char *buf, size_t len, struct proxyproto_hdr *out)
     }
     if (p != stop + 1)
         return -1;
-    int sport = parse_port(f[2], fl[2]), dport = parse_port(f[3], fl[3]);
-    if (parse_addr(af, f[0], fl[0], out->src) || parse_addr(af, f[1], fl[1], out->dst) ||
-        sport < 0 || dport < 0)
+    int sport = pp_port(f[2], fl[2]), dport = pp_port(f[3], fl[3]);
+    if (pp_addr(af, f[0], fl[0], out->src) || pp_addr(af, f[1], fl[1], out->dst) || sport < 0 ||
+        dport < 0)
         return -1;
     out->family = af;
     out->src_port = htons((uint16_t)sport);
@@ -151,7 +151,7 @@ static int parse_v1(const char *buf, size_t len, struct proxyproto_hdr *out)
     return (int)line;
 }
 
-static int parse_v2(const unsigned char *b, size_t len, struct proxyproto_hdr *out)
+static int pp_v2(const unsigned char *b, size_t len, struct proxyproto_hdr *out)
 {
     if (len < 16) {
         /* The fixed part so far: the version nibble, and (with its byte) a known family. */
@@ -222,19 +222,19 @@ int proxyproto_parse(const char *buf, size_t len, struct proxyproto_hdr *out)
     if (len == 0)
         return -2;
     if ((unsigned char)buf[0] == 0x0D) {
-        size_t k = len < sizeof(v2_sig) ? len : sizeof(v2_sig);
-        if (memcmp(buf, v2_sig, k) != 0)
+        size_t k = len < sizeof(pp_v2_sig) ? len : sizeof(pp_v2_sig);
+        if (memcmp(buf, pp_v2_sig, k) != 0)
             return -1;
-        if (len < sizeof(v2_sig))
+        if (len < sizeof(pp_v2_sig))
             return -2;
-        return parse_v2((const unsigned char *)buf, len, out);
+        return pp_v2((const unsigned char *)buf, len, out);
     }
     size_t k = len < 6 ? len : 6;
     if (memcmp(buf, "PROXY ", k) != 0)
         return -1;
     if (len < 6)
         return -2;
-    return parse_v1(buf, len, out);
+    return pp_v1(buf, len, out);
 }
 
 int proxyproto_client(const struct proxyproto_hdr *h, char *out, size_t cap)
