@@ -136,7 +136,9 @@ class Nginx:
         path = os.path.join(self.prefix, "nginx.conf")
         with open(path, "w") as f:
             f.write(conf)
-        self.proc = subprocess.Popen([NGINX, "-p", self.prefix, "-c", path],
+        # nginx is not what is tested: not under the sanitizers' runtime the suite may preload.
+        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+        self.proc = subprocess.Popen([NGINX, "-p", self.prefix, "-c", path], env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + TIMEOUT
         while True:
