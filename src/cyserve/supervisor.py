@@ -120,8 +120,7 @@ def serve_processes(app: App, config: Config, loader: Callable[[], App] | None =
             from ._core import Metrics
 
             region = Metrics(nprocs, config.metrics_shards)  # for the heartbeats alone
-        sup = _Supervisor(app, config, listeners, loader, region,
-                          scrape.sock.fileno() if scrape is not None else -1)
+        sup = _Supervisor(app, config, listeners, loader, region, scrape)
         sup.install()
         try:
             if listeners.default:
@@ -157,11 +156,11 @@ def _probe_bind(host: str, port: int) -> None:
 class _Supervisor:
     def __init__(self, app: App, config: Config, listeners: Listeners,
                  loader: Callable[[], App] | None = None, region: Any = None,
-                 scrape_fd: int = -1) -> None:
+                 scrape: MetricsEndpoint | None = None) -> None:
         self.app = app
         # Metrics and heartbeats (point 6 above): the shared region, each worker's slot in it.
         self.region = region
-        self.scrape_fd = scrape_fd
+        self.scrape = scrape
         self.slots: dict[int, int] = {}
         self.no_slot_said = False
         self.timed_out: dict[int, float] = {}  # pid -> when SIGABRT was sent
@@ -410,8 +409,15 @@ class _Supervisor:
         # starts) would otherwise reach the supervisor's handlers, inherited and deaf in the
         # worker, or the default action, and be lost or end it without a graceful stop.
         previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        # No thread of ours may run while forking (one inside malloc would leave the child's
+        # allocator locked): the scrape listener's thread stops for the moment of the fork,
+        # and scrapes wait in its socket's queue meanwhile.
+        if self.scrape is not None:
+            self.scrape.metrics.close()
         pid = os.fork()
         if pid != 0:
+            if self.scrape is not None:
+                self.scrape.metrics.serve(self.scrape.sock.fileno())
             signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
         if pid == 0:  # the worker: never returns into the supervisor's code
             code = 1
@@ -419,8 +425,8 @@ class _Supervisor:
                 os.close(rfd)
                 for fd in self.pipes.values():  # its siblings' pipes are not its business
                     os.close(fd)
-                if self.scrape_fd >= 0:  # nor the scrapes
-                    os.close(self.scrape_fd)
+                if self.scrape is not None:  # nor the scrapes
+                    self.scrape.sock.close()
                 code = _worker_main(self.app, self.config, self.waiter.previous_handlers(),
                                     supervisor, self.listeners, wfd,
                                     (self.region, slot) if slot >= 0 else None)
