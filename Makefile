@@ -14,7 +14,7 @@ CORE_SOURCES := $(wildcard src/cyserve/*.pyx src/cyserve/*.pxd src/cyserve/nativ
 	src/cyserve/native/*.pxi src/cyserve/native/includes/*.pxd src/cyserve/csrc/*.c \
 	src/cyserve/csrc/*.h src/cyserve/csrc/*.S src/cyserve/include/cyserve/*.h) setup.py
 
-.PHONY: all build run test test-c test-asan test-pythons test-ft python-ft venv-tests dist lint bench bench-quick bench-coro soak fuzz fuzz-tools fuzz-net clean native-deps h2spec
+.PHONY: all build run test test-tools test-c test-asan test-pythons test-ft python-ft venv-tests dist lint bench bench-quick bench-coro soak fuzz fuzz-tools fuzz-net clean native-deps h2spec
 
 all: build
 
@@ -58,9 +58,27 @@ build: src/cyserve/.built
 run: build
 	$(PY) -m cyserve examples.demo.app:app --host $(HOST) --port $(PORT) --threads $(THREADS)
 
-test: build
+test: build test-tools
 	$(PY) -m pytest
 	$(MAKE) test-asan
+
+# The end-to-end tests put a real nginx in front of cyserve (tests/e2e/test_nginx.py: its http
+# proxy, and its stream module for the PROXY protocol). A plain Debian machine lacks them: as
+# root with apt, install Debian's packages as the benchmarks do; otherwise say what the tests
+# will skip, and go on.
+test-tools:
+	@missing=""; \
+	command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing="nginx"; \
+	[ -e /usr/lib/nginx/modules/ngx_stream_module.so ] || missing="$$missing libnginx-mod-stream"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "make test needs$$missing for its nginx tests: installing Debian's packages"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else \
+	    echo "make test: the nginx tests will be skipped without$$missing" \
+	      "(Debian/Ubuntu: sudo apt-get install$$missing)"; \
+	  fi; \
+	fi
 
 # The Cython layer and the C runtime once more, built with AddressSanitizer and
 # UndefinedBehaviorSanitizer into build/asan/ (a copy of the package), and the tests that drive

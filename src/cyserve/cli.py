@@ -35,7 +35,8 @@ EXIT_USAGE = 2
 _INT_OPTIONS = ("port", "threads", "processes", "blocking_threads", "backlog", "max_header_bytes",
                 "max_target_bytes", "max_headers", "max_body_bytes", "body_budget",
                 "min_body_rate", "http2_max_concurrent_streams")
-_FLOAT_OPTIONS = ("keepalive_timeout", "header_timeout", "body_timeout", "graceful_timeout")
+_FLOAT_OPTIONS = ("keepalive_timeout", "header_timeout", "body_timeout", "graceful_timeout",
+                  "worker_timeout")
 
 
 class _UsageError(Exception):
@@ -144,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_listen_options(p)
     _add_proxy_options(p)
     _add_lifecycle_options(p)
+    _add_metrics_options(p)
     p.formatter_class = _HelpWithDefaults
     p.add_argument("--version", action="version", version=f"cyserve {__version__}")
     return p
@@ -192,6 +194,10 @@ def _add_proxy_options(p: argparse.ArgumentParser) -> None:
         "instead of the proxy's own address.")
     g.add_argument("--proxy-headers", action="store_true",
                    help="believe proxy headers from --forwarded-allow-ips (default: off)")
+    g.add_argument("--proxy-protocol", action="store_true",
+                   help="connections from --forwarded-allow-ips begin with a PROXY protocol "
+                        "header (HAProxy's, v1 or v2: HAProxy, AWS NLB, nginx's stream module) "
+                        "naming the client (default: off)")
     g.add_argument("--forwarded-allow-ips", metavar="LIST", default=None,
                    help="the trusted peers: addresses and networks (CIDR) separated by commas, "
                         "or * for all; implies --proxy-headers (default: $FORWARDED_ALLOW_IPS, "
@@ -219,6 +225,21 @@ def _add_lifecycle_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-requests-jitter", metavar="J", default="0",
                    help="add a random 0..J to each worker's --max-requests, so that workers are "
                         "not all replaced at once (default 0)")
+    g.add_argument("--worker-timeout", metavar="SECONDS", default="0",
+                   help="kill and replace a worker process whose scheduler makes no progress "
+                        "for SECONDS (a call that runs that long, a stopped process); its "
+                        "threads' Python stacks are printed first (default 0: never)")
+
+
+def _add_metrics_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "metrics",
+        "Prometheus text format at GET /metrics on a listener of its own, answered in C by the "
+        "supervisor (or the one serving process), summed over every worker process.")
+    g.add_argument("--metrics-bind", metavar="HOST:PORT", default=None,
+                   help="serve the metrics at HOST:PORT (default: none, nothing counted)")
+    g.add_argument("--metrics-port", metavar="PORT", default=None,
+                   help="serve the metrics on PORT of --host (default: none)")
 
 
 def _app_reloader(args: argparse.Namespace, config: Config) -> Callable[[], App]:
@@ -295,9 +316,15 @@ def config_from_args(args: argparse.Namespace) -> Config:
         except ValueError:
             raise ConfigError(name, raw, "must be an integer") from None
     options["health_path"] = args.health_path
+    if args.metrics_bind is not None:
+        options["metrics_bind"] = args.metrics_bind
+    elif args.metrics_port is not None:
+        host = args.host if ":" not in args.host else f"[{args.host}]"
+        options["metrics_bind"] = f"{host}:{args.metrics_port}"
     options.update(proxy_headers=args.proxy_headers,
                    forwarded_allow_ips=args.forwarded_allow_ips,
-                   forwarded_header=args.forwarded_header)
+                   forwarded_header=args.forwarded_header,
+                   proxy_protocol=args.proxy_protocol)
     return Config(**options)
 
 

@@ -116,6 +116,9 @@ class Config:
     fd: int | None = None  # a listening socket inherited from the parent process
     # Behind a proxy (csrc/proxy.c): believe X-Forwarded-For/-Proto and Forwarded from these peers.
     proxy_headers: bool = False  # also on when forwarded_allow_ips is given
+    # The PROXY protocol (csrc/proxyproto.c, v1 and v2): connections from the peers of
+    # forwarded_allow_ips (its default when None) begin with a header that names the client.
+    proxy_protocol: bool = False
     forwarded_allow_ips: str | None = None  # None: $FORWARDED_ALLOW_IPS, else "127.0.0.1"
     # Which headers the proxy writes: "x-forwarded" (X-Forwarded-For/-Proto, as nginx's usual
     # configuration and uvicorn) or "forwarded" (RFC 7239). The other family is ignored: the
@@ -127,6 +130,12 @@ class Config:
     max_requests_jitter: int = 0
     # A path answered 200 "ok" from C (a static route), for load balancers' health checks.
     health_path: str | None = None
+    # Prometheus metrics (csrc/metrics.c): HOST:PORT of a listener of their own answering
+    # GET /metrics, summed over every worker process. None: not counted at all.
+    metrics_bind: str | None = None
+    # A worker process whose scheduler makes no progress for this many seconds (a call that runs
+    # that long, or a process that stopped) is killed and replaced (supervisor.py). 0: never.
+    worker_timeout: float = 0.0
     # TLS (csrc/tls.c), with uvicorn's and gunicorn's names: a certificate file turns it on.
     ssl_certfile: str | None = None  # PEM: the certificate, then its chain
     ssl_keyfile: str | None = None  # PEM private key; None: it is in ssl_certfile
@@ -293,13 +302,41 @@ class Config:
             return self.forwarded_allow_ips
         return os.environ.get("FORWARDED_ALLOW_IPS", DEFAULT_FORWARDED_ALLOW_IPS)
 
+    def proxy_protocol_peers(self) -> str | None:
+        """The peers whose connections begin with a PROXY protocol header, as the engine takes
+        them, or None when the PROXY protocol is off: forwarded_allow_ips, as for headers."""
+        if not self.proxy_protocol:
+            return None
+        if self.forwarded_allow_ips is not None:
+            return self.forwarded_allow_ips
+        return os.environ.get("FORWARDED_ALLOW_IPS", DEFAULT_FORWARDED_ALLOW_IPS)
+
     @property
     def supervised(self) -> bool:
         """Whether a process supervisor runs the workers: for several processes, and for
         recycling (--max-requests), which needs a process to start the next worker."""
-        return self.processes > 1 or self.max_requests > 0
+        return self.processes > 1 or self.max_requests > 0 or self.worker_timeout > 0
+
+    @property
+    def metrics_shards(self) -> int:
+        """The metrics shards one serving process needs: one per scheduler thread (the
+        workers, then the relief threads)."""
+        return self.workers + self.blocking_threads
 
     def _validate_recycling(self) -> None:
+        _check_seconds("worker_timeout", self.worker_timeout, allow_zero=True)
+        if self.worker_timeout and self.worker_timeout < 1:
+            raise ConfigError("worker_timeout", self.worker_timeout,
+                              "must be 0 (never) or at least 1 second")
+        if self.worker_timeout and self.port == 0 and not self._listens_elsewhere():
+            raise ConfigError("worker_timeout", self.worker_timeout, "needs a fixed port: a "
+                              "new worker must listen where the one it replaces did")
+        if self.metrics_bind is not None:
+            a = parse_bind(self.metrics_bind, "metrics_bind") \
+                if isinstance(self.metrics_bind, str) else None
+            if a is None or a.kind != "tcp":
+                raise ConfigError("metrics_bind", repr(self.metrics_bind),
+                                  "must be HOST:PORT or [V6]:PORT")
         _check_int("max_requests", self.max_requests, 0, 1 << 62)
         _check_int("max_requests_jitter", self.max_requests_jitter, 0, 1 << 62)
         if self.max_requests and self.port == 0 and not self._listens_elsewhere():
@@ -319,6 +356,12 @@ class Config:
         if self.forwarded_header not in FORWARDED_HEADERS:
             raise ConfigError("forwarded_header", repr(self.forwarded_header),
                               "must be one of " + ", ".join(FORWARDED_HEADERS))
+        if not isinstance(self.proxy_protocol, bool):
+            raise ConfigError("proxy_protocol", repr(self.proxy_protocol),
+                              "must be True or False")
+        if self.proxy_protocol and self.forwarded_allow_ips is None and \
+                "FORWARDED_ALLOW_IPS" in os.environ:
+            check_forwarded_allow_ips("forwarded_allow_ips", os.environ["FORWARDED_ALLOW_IPS"])
         if self.forwarded_allow_ips is not None:
             check_forwarded_allow_ips("forwarded_allow_ips", self.forwarded_allow_ips)
         elif self.proxy_headers and "FORWARDED_ALLOW_IPS" in os.environ:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -57,7 +58,8 @@ _FORCE_WAIT_SECONDS = 2.0
 def serve_process(app: App, config: Config, *, stop_event: threading.Event | None = None,
                   ready: Callable[[Server], None] | None = None,
                   listeners: Listeners | None = None,
-                  tick: Callable[[Server], None] | None = None) -> None:
+                  tick: Callable[[Server], None] | None = None,
+                  metrics: tuple[Any, int] | None = None) -> None:
     """Serve ``app`` in this process until a stop request (see the module docstring).
 
     Outside the main thread no signal handler can be installed: the server then runs until
@@ -65,7 +67,9 @@ def serve_process(app: App, config: Config, *, stop_event: threading.Event | Non
     started Server (its ``port`` is the bound port when config.port is 0). ``listeners``: the
     sockets already made by a process supervisor (else they are made, and closed, here).
     ``tick`` is called with the Server every POLL_SECONDS while it serves (the supervisor's
-    workers check --max-requests with it)."""
+    workers check --max-requests with it). ``metrics``: (a cyserve._core.Metrics, this
+    process's slot) made by a process supervisor; without it, config.metrics_bind makes one here
+    that this process serves."""
     configure_logging(config.log_level)
     routes = app.build()
     if config.health_path is not None:
@@ -78,18 +82,65 @@ def serve_process(app: App, config: Config, *, stop_event: threading.Event | Non
     if listeners is None:
         listeners = Listeners.for_config(config)
         listeners.open()
+    scrape: MetricsEndpoint | None = None
     try:
-        _serve_on(app, config, routes, server_cls, listeners, stop_event, ready, tick)
+        if metrics is None and config.metrics_bind is not None:
+            scrape = MetricsEndpoint(config, 1)
+            metrics = (scrape.metrics, scrape.metrics.claim(os.getpid()))
+        _serve_on(app, config, routes, server_cls, listeners, stop_event, ready, tick, metrics)
     finally:
+        if scrape is not None:
+            scrape.close()
         if own:
             listeners.close()
+
+
+class MetricsEndpoint:
+    """The metrics' shared region for ``nprocs`` serving processes and the listener at
+    config.metrics_bind that answers GET /metrics from it in C (csrc/metrics.c). Made by the
+    process that answers scrapes before it forks any worker; ListenError when the address
+    cannot be bound."""
+
+    def __init__(self, config: Config, nprocs: int) -> None:
+        from ._core import Metrics
+        from .listeners import parse_bind
+
+        assert config.metrics_bind is not None
+        a = parse_bind(config.metrics_bind, "metrics_bind")
+        assert a.host is not None
+        try:
+            infos = socket.getaddrinfo(a.host, a.port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+        except socket.gaierror as exc:
+            raise ListenError(f"cannot resolve the metrics host {a.host}: {exc.strerror}") \
+                from exc
+        family, kind, proto, _, addr = infos[0]
+        self.sock = socket.socket(family, kind, proto)
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.sock.bind(addr)
+            self.sock.listen(64)
+        except OSError as exc:
+            self.sock.close()
+            raise ListenError(f"metrics: {listen_error(a.host, a.port, exc)}") from exc
+        self.port = self.sock.getsockname()[1]
+        self.metrics = Metrics(nprocs, config.metrics_shards)
+        self.metrics.serve(self.sock.fileno())
+        say(f"cyserve: metrics on http://{format_address(a.host, self.port)}/metrics")
+
+    def close(self) -> None:
+        self.metrics.close()
+        self.sock.close()
 
 
 def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Server],
               listeners: Listeners, stop_event: threading.Event | None,
               ready: Callable[[Server], None] | None,
-              tick: Callable[[Server], None] | None = None) -> None:
+              tick: Callable[[Server], None] | None = None,
+              metrics: tuple[Any, int] | None = None) -> None:
     kwargs = config.server_kwargs()
+    if metrics is not None and metrics[1] >= 0:
+        kwargs["metrics"], kwargs["metrics_slot"] = metrics
     tcp = listeners.tcp
     if not listeners.default:
         kwargs["listen"] = listeners.engine_listen()
@@ -97,6 +148,9 @@ def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Serv
     if trusted is not None:
         kwargs["forwarded_allow_ips"] = trusted
         kwargs["forwarded_header"] = config.forwarded_header
+    pp = config.proxy_protocol_peers()
+    if pp is not None:
+        kwargs["proxy_protocol_from"] = pp
     # WSGI's SERVER_NAME and SERVER_PORT (for a request without Host): the first TCP address.
     wsgi_host, wsgi_port = (tcp[0].host, tcp[0].port) if tcp else ("localhost", 80)
     logfile = AccessLogFile.open(config.access_logfile) if config.access_logfile else None

@@ -36,12 +36,23 @@ The supervisor (the process the user started) never serves. In order:
      imported anew), so an application that no longer imports or builds is reported and the old
      workers keep serving; then as many new workers start, and once they all serve, the old
      ones stop. A new worker that exits before it serves aborts the reload the same way.
+6. Metrics and heartbeats (--metrics-bind, --worker-timeout). The supervisor makes the shared
+   region the workers' engines count into (csrc/metrics.c) before it forks them, gives each
+   worker a slot, and answers the scrapes from a C thread of its own, summing every slot; when
+   it reaps a worker, the worker's counters join the totals (metrics_retire), so that no counter
+   goes down when a worker is replaced. Each worker's engine also publishes its scheduler's
+   heartbeat in its slot (a thread of the engine, every 100 ms: how long the longest call has
+   run). With --worker-timeout S, a worker whose heartbeat says a call has run over S seconds,
+   or whose heartbeat stopped for S seconds, is sent SIGABRT (faulthandler prints every
+   thread's Python stack: the handler that was running) and SIGKILL shortly after, and a new
+   worker is started at once, as gunicorn's --timeout does.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import faulthandler
 import os
 import signal
 import socket
@@ -58,7 +69,7 @@ from collections.abc import Callable
 
 from .errors import CyserveError, ListenError
 from .listeners import Listeners
-from .serving import serve_process
+from .serving import MetricsEndpoint, serve_process
 from .signals import Waiter, configure_logging, format_address, listen_error, say
 
 __all__ = ["serve_processes"]
@@ -72,6 +83,8 @@ _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 # Blocked across fork until the new worker's handlers are in place (_spawn): the stop signals,
 # and SIGUSR1, which the supervisor passes on to its workers (they reopen the access log file).
 _FORK_BLOCKED = _STOP_SIGNALS | {signal.SIGUSR1}
+# After SIGABRT (--worker-timeout), how long a worker gets to print its stacks before SIGKILL.
+_ABORT_GRACE_SECONDS = 2.0
 
 
 def serve_processes(app: App, config: Config, loader: Callable[[], App] | None = None) -> int:
@@ -97,8 +110,20 @@ def serve_processes(app: App, config: Config, loader: Callable[[], App] | None =
     # checked) here once, so that a worker that is replaced leaves what waits in its queue to
     # the others and to its successor.
     listeners.open()
+    scrape: MetricsEndpoint | None = None
+    region: Any = None
     try:
-        sup = _Supervisor(app, config, listeners, loader)
+        # Room for every worker, those of a handover beside those they replace, and a few
+        # reaped late.
+        nprocs = 2 * config.processes + 2
+        if config.metrics_bind is not None:
+            scrape = MetricsEndpoint(config, nprocs)
+            region = scrape.metrics
+        elif config.worker_timeout:
+            from ._core import Metrics
+
+            region = Metrics(nprocs, config.metrics_shards)  # for the heartbeats alone
+        sup = _Supervisor(app, config, listeners, loader, region, scrape)
         sup.install()
         try:
             if listeners.default:
@@ -111,6 +136,8 @@ def serve_processes(app: App, config: Config, loader: Callable[[], App] | None =
         finally:
             sup.uninstall()
     finally:
+        if scrape is not None:
+            scrape.close()
         listeners.close()
 
 
@@ -131,8 +158,15 @@ def _probe_bind(host: str, port: int) -> None:
 
 class _Supervisor:
     def __init__(self, app: App, config: Config, listeners: Listeners,
-                 loader: Callable[[], App] | None = None) -> None:
+                 loader: Callable[[], App] | None = None, region: Any = None,
+                 scrape: MetricsEndpoint | None = None) -> None:
         self.app = app
+        # Metrics and heartbeats (point 6 above): the shared region, each worker's slot in it.
+        self.region = region
+        self.scrape = scrape
+        self.slots: dict[int, int] = {}
+        self.no_slot_said = False
+        self.timed_out: dict[int, float] = {}  # pid -> when SIGABRT was sent
         self.config = config
         self.listeners = listeners
         self.loader = loader
@@ -177,10 +211,15 @@ class _Supervisor:
                 self.hups = 0
                 self._begin_reload()
             self._hand_over()
+            self._watch()
             for pid, code in self._reap():
                 started = self.children.pop(pid)
                 was_old = pid in self.reload_old
                 self._forget(pid)
+                if self.timed_out.pop(pid, None) is not None:
+                    say(f"cyserve: worker process {pid} {_describe(code)} (--worker-timeout); "
+                        "its replacement serves", sys.stderr)
+                    continue
                 if pid in self.retiring:
                     self.retiring.discard(pid)
                     if not (os.WIFEXITED(code) and os.WEXITSTATUS(code) == 0):
@@ -301,7 +340,58 @@ class _Supervisor:
         self.reload_new = set()
         self.reload_old = set()
 
+    def _watch(self) -> None:
+        """--worker-timeout: kill and replace a worker whose scheduler made no progress (point 6
+        above); SIGKILL one that outlived its SIGABRT."""
+        now = time.monotonic()
+        for pid, at in self.timed_out.items():
+            if now - at > _ABORT_GRACE_SECONDS and pid in self.children:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        limit = self.config.worker_timeout
+        if not limit or self.region is None:
+            return
+        now_ns = time.monotonic_ns()  # CLOCK_MONOTONIC, the engine's clock
+        for pid, slot in list(self.slots.items()):
+            if pid in self.retiring or pid in self.timed_out or pid not in self.ready:
+                continue
+            beat, stuck = self.region.health(slot)
+            if not beat:
+                continue  # not serving yet
+            silent = (now_ns - beat) / 1e9
+            if stuck / 1e9 <= limit and silent <= limit:
+                continue
+            if stuck / 1e9 > limit:
+                why = f"a call has run for {stuck / 1e9:.1f} s"
+            else:
+                why = f"its scheduler has not been heard from for {silent:.1f} s"
+            say(f"cyserve: worker process {pid} made no progress for over {limit:g} s "
+                f"(--worker-timeout): {why}; killing it (SIGABRT: its threads' Python stacks "
+                "follow) and starting a new one", sys.stderr)
+            self.timed_out[pid] = time.monotonic()
+            self.spent.discard(pid)
+            try:
+                os.kill(pid, signal.SIGABRT)
+            except ProcessLookupError:
+                pass
+            # The stuck worker still holds its share of the listeners' connections: its
+            # replacement starts now, not when it is reaped.
+            for new, old in list(self.replacing.items()):
+                if old == pid:
+                    del self.replacing[new]  # that replacement takes its place
+                    break
+            else:
+                if pid in self.reload_old:
+                    self.reload_old.discard(pid)
+                elif not (self.giving_up or self.waiter.pending()):
+                    self._spawn()
+
     def _forget(self, pid: int) -> None:
+        slot = self.slots.pop(pid, None)
+        if slot is not None and self.region is not None:
+            self.region.retire(slot)  # its counters join the totals
         fd = self.pipes.pop(pid, None)
         if fd is not None:
             os.close(fd)
@@ -311,14 +401,28 @@ class _Supervisor:
 
     def _spawn(self) -> int:
         supervisor = os.getpid()
+        slot = -1
+        if self.region is not None:
+            slot = self.region.claim(supervisor)
+            if slot < 0 and not self.no_slot_said:
+                self.no_slot_said = True
+                say("cyserve: more worker processes than metrics slots: the next ones are not "
+                    "counted or watched", sys.stderr)
         rfd, wfd = os.pipe2(os.O_CLOEXEC)
         # The stop signals stay blocked in the new worker until its own handlers are in place
         # (serving.py unblocks them): a SIGTERM sent meanwhile (a stop while a replacement
         # starts) would otherwise reach the supervisor's handlers, inherited and deaf in the
         # worker, or the default action, and be lost or end it without a graceful stop.
         previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _FORK_BLOCKED)
+        # No thread of ours may run while forking (one inside malloc would leave the child's
+        # allocator locked): the scrape listener's thread stops for the moment of the fork,
+        # and scrapes wait in its socket's queue meanwhile.
+        if self.scrape is not None:
+            self.scrape.metrics.close()
         pid = os.fork()
         if pid != 0:
+            if self.scrape is not None:
+                self.scrape.metrics.serve(self.scrape.sock.fileno())
             signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
         if pid == 0:  # the worker: never returns into the supervisor's code
             code = 1
@@ -326,8 +430,11 @@ class _Supervisor:
                 os.close(rfd)
                 for fd in self.pipes.values():  # its siblings' pipes are not its business
                     os.close(fd)
+                if self.scrape is not None:  # nor the scrapes
+                    self.scrape.sock.close()
                 code = _worker_main(self.app, self.config, self.waiter.previous_handlers(),
-                                    supervisor, self.listeners, wfd)
+                                    supervisor, self.listeners, wfd,
+                                    (self.region, slot) if slot >= 0 else None)
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else 1
             except BaseException:  # noqa: B036 - whatever happens, leave by os._exit
@@ -339,6 +446,8 @@ class _Supervisor:
                 os._exit(code)
         os.close(wfd)
         os.set_blocking(rfd, False)
+        if slot >= 0:
+            self.slots[pid] = slot
         self.pipes[pid] = rfd
         self.children[pid] = time.monotonic()
         return pid
@@ -379,6 +488,9 @@ class _Supervisor:
         while self.children:
             for pid, code in self._reap():
                 self.children.pop(pid, None)
+                slot = self.slots.pop(pid, None)
+                if slot is not None and self.region is not None:
+                    self.region.retire(slot)
                 if self.giving_up and pid not in self.ready:
                     continue  # one more that could not start: the line above says so
                 if not (os.WIFEXITED(code) and os.WEXITSTATUS(code) == 0) and not killed:
@@ -401,7 +513,7 @@ class _Supervisor:
 
 
 def _worker_main(app: App, config: Config, previous: dict[int, Any], supervisor: int,
-                 listeners: Listeners, pipe: int) -> int:
+                 listeners: Listeners, pipe: int, metrics: tuple[Any, int] | None = None) -> int:
     # Own process group: a terminal's Ctrl-C goes to the supervisor's group only.
     os.setpgid(0, 0)
     try:
@@ -415,10 +527,15 @@ def _worker_main(app: App, config: Config, previous: dict[int, Any], supervisor:
         return 1
     for signum, handler in previous.items():
         signal.signal(signum, handler)
+    if config.worker_timeout:
+        # SIGABRT from the supervisor (--worker-timeout) prints every thread's Python stack from
+        # the signal handler, without the GIL a stuck handler may hold.
+        faulthandler.enable(file=sys.stderr, all_threads=True)
     try:
-        serve_process(app, config.replace(processes=1, shared_port=True, max_requests=0),
+        serve_process(app, config.replace(processes=1, shared_port=True, max_requests=0,
+                                          worker_timeout=0.0, metrics_bind=None),
                       listeners=listeners, ready=lambda srv: _tell(pipe, b"R"),
-                      tick=_max_requests_tick(config, pipe))
+                      tick=_max_requests_tick(config, pipe), metrics=metrics)
     except ListenError as exc:
         say(f"cyserve: {exc}", sys.stderr)
         return 1

@@ -24,7 +24,7 @@ How a command is made runnable (and only this):
     where a command names its addresses (`--bind HOST:PORT`, `--bind unix:PATH`, `--uds PATH`),
     the first TCP address gets the free port, a socket path is put in the test's folder under
     its own file name, and a command with no TCP address gets `--bind 127.0.0.1:PORT` added so
-    that it can be asked for a page;
+    that it can be asked for a page; a metrics address gets port 0;
   - cyserve.run() calls get that port as a keyword; a python block is run as a script.
 What each must answer: the demo app (make run) its documented "Hello, World!" at / and
 /plaintext; the placeholder apps their known bodies; a python block the body of each static
@@ -258,6 +258,10 @@ def _addresses_runnable(words: list[str]) -> list[str]:
             out[i + 1] = f"unix:{TMPDIR}/{Path(value[5:]).name}"
         elif w == "--uds":
             out[i + 1] = f"{TMPDIR}/{Path(value).name}"
+        elif w == "--metrics-bind":  # a port of the system's choosing: the example's may be taken
+            out[i + 1] = value[:value.rindex(":")] + ":0"
+        elif w == "--metrics-port":
+            out[i + 1] = "0"
         elif w in ("--bind", "-b") and not value.startswith("fd://") and not tcp:
             host = value[:value.rindex("]") + 1] if value.startswith("[") else \
                 value.partition(":")[0]

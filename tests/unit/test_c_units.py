@@ -12,7 +12,7 @@ import pytest
 
 CDIR = Path(__file__).parent.parent / "c"
 SOURCES = sorted(p.stem for p in CDIR.glob("test_*.c"))
-TSAN_TESTS = {"test_sched", "test_runq", "test_router", "test_server"}
+TSAN_TESTS = {"test_sched", "test_runq", "test_router", "test_server", "test_metrics"}
 
 CASES = [(name, "asan") for name in SOURCES] + [
     (name, "tsan") for name in SOURCES if name in TSAN_TESTS

@@ -19,3 +19,16 @@ def test_help_names_a_default_for_every_option() -> None:
     assert "--max-body-bytes BYTES largest request body (413 beyond) (default 1048576)" in text
     assert "on shutdown (default 5.0)" in text
     assert "the seconds the request took) (default: off)" in text
+
+
+def test_operations_flags_reach_the_config() -> None:
+    parser = cli.build_parser()
+    c = cli.config_from_args(parser.parse_args(
+        ["m:app", "--host", "0.0.0.0", "--metrics-port", "9100", "--worker-timeout", "30",
+         "--proxy-protocol", "--forwarded-allow-ips", "10.0.0.0/8"]))
+    assert c.metrics_bind == "0.0.0.0:9100"  # --metrics-port: on --host
+    assert c.worker_timeout == 30.0 and c.proxy_protocol
+    c = cli.config_from_args(parser.parse_args(["m:app", "--metrics-bind", "[::1]:9100"]))
+    assert c.metrics_bind == "[::1]:9100" and not c.proxy_protocol and not c.worker_timeout
+    text = " ".join(parser.format_help().split())
+    assert "metrics: Prometheus text format at GET /metrics" in text

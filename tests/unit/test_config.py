@@ -132,3 +132,27 @@ def test_config_is_immutable() -> None:
     c = Config()
     with pytest.raises(AttributeError):
         c.port = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("options, needle", [
+    ({"metrics_bind": "unix:/tmp/m.sock"}, "metrics_bind"),
+    ({"metrics_bind": "nohostport:"}, "metrics_bind"),
+    ({"metrics_bind": 9100}, "metrics_bind"),
+    ({"worker_timeout": 0.5, "port": 8000}, "worker_timeout"),
+    ({"worker_timeout": -1}, "worker_timeout"),
+    ({"worker_timeout": 30, "port": 0}, "worker_timeout"),
+    ({"proxy_protocol": "yes"}, "proxy_protocol"),
+])
+def test_operations_options_are_checked(options: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        Config(**options)
+
+
+def test_operations_options() -> None:
+    c = Config(metrics_bind="127.0.0.1:9100", worker_timeout=30, threads=3, blocking_threads=5)
+    assert c.supervised  # the supervisor watches the heartbeats
+    assert c.metrics_shards == 8  # a shard per scheduler thread: workers, then relief threads
+    assert Config().proxy_protocol_peers() is None
+    assert Config(proxy_protocol=True, forwarded_allow_ips="10.0.0.0/8") \
+        .proxy_protocol_peers() == "10.0.0.0/8"
+    assert Config(proxy_protocol=True).trusted_proxies() is None  # headers stay off

@@ -33,6 +33,7 @@ CASES = [
     ("replay-router", "corpus-router"),  # fuzz_router.c: router_add/router_match and files.c
     ("replay-ws", "corpus-ws"),  # fuzz_ws.c: the WebSocket frame reader (csrc/ws.c)
     ("replay-http2", "corpus-http2"),  # fuzz_http2.c: frames into csrc/http2.c's session
+    ("replay-proxyproto", "corpus-proxyproto"),  # fuzz_proxyproto.c: csrc/proxyproto.c
 ]
 
 

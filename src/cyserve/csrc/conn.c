@@ -62,6 +62,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "proxyproto.h"
+
 /* Lingering close after an error response: the client's unread bytes would make close() send a
  * RST that can destroy our response before the client reads it, so read and discard for a
  * little while first. */
@@ -196,6 +198,16 @@ void conn_open(struct server *s, unsigned home, int fd, const struct conn_proto 
     struct server_worker *w = &s->workers[h];
     /* The caches are this thread's (read after the home section began: it may have hopped). */
     struct server_worker *mine = server_worker_self(s);
+    if (UNLIKELY(mine->m != NULL) && sched_worker_id() >= 0)
+        metrics_add(&mine->m->accepted, 1);
+    int pp_wait = 0;
+    if (UNLIKELY(s->proxy_protocol)) {
+        /* Decided once per connection: a listed peer must send a PROXY protocol header. */
+        struct sockaddr_storage sa;
+        socklen_t len = sizeof(sa);
+        pp_wait = getpeername(fd, (struct sockaddr *)&sa, &len) == 0 &&
+                  proxy_trusted_peer(&s->pp_trust, (struct sockaddr *)&sa);
+    }
     struct conn *c = mine->free_conns;
     if (c) {
         mine->free_conns = c->next;
@@ -214,6 +226,7 @@ void conn_open(struct server *s, unsigned home, int fd, const struct conn_proto 
     c->tp = tp;
     c->idle.cb = conn_idle_timeout;
     c->idle.data = c;
+    c->pp_wait = pp_wait;
     c->io.data = c; /* before sched_io_add: its events are delivered from then on */
     c->fresh = 1;
     int one = 1;
@@ -314,6 +327,9 @@ ssize_t conn_read_once(struct conn *c)
     for (;;) {
         ssize_t n = conn_tp_recv(c, c->buf + c->len, space);
         if (LIKELY(n > 0)) {
+            struct metrics_shard *m = server_metrics_self(c->home->srv);
+            if (UNLIKELY(m != NULL))
+                metrics_add(&m->bytes_in, (uint64_t)n);
             c->len += (size_t)n;
             c->drained = (size_t)n < space;
             return n;
@@ -384,6 +400,9 @@ int conn_sendv(struct conn *c, struct iovec *iov, int cnt, int flags)
                 return rc;
             continue;
         }
+        struct metrics_shard *m = server_metrics_self(c->home->srv);
+        if (UNLIKELY(m != NULL))
+            metrics_add(&m->bytes_out, (uint64_t)n);
         size_t left = (size_t)n;
         while (cnt > 0 && left >= iov->iov_len) {
             left -= iov->iov_len;
@@ -423,6 +442,69 @@ void conn_linger_close(struct conn *c)
     }
 }
 
+int conn_proxy_preface(struct conn *c)
+{
+    struct server *s = c->home->srv;
+    int64_t deadline = conn_deadline_after(s->cfg.header_timeout_ns);
+    char buf[PROXYPROTO_MAX];
+    struct proxyproto_hdr h;
+    int rc;
+    for (;;) {
+        ssize_t n = recv(c->io.fd, buf, sizeof(buf), MSG_PEEK);
+        if (n == 0)
+            return -ECONNRESET;
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno != EAGAIN)
+            return -errno;
+        rc = n < 0 ? -2 : proxyproto_parse(buf, (size_t)n, &h);
+        if (rc == -1)
+            return -EPROTO;
+        if (rc > 0)
+            break;
+        /* A prefix of a header: wait for more (new bytes make a new edge). */
+        int w = sched_io_wait(&c->io, EPOLLIN | EPOLLRDHUP, deadline);
+        if (w < 0)
+            return w;
+    }
+    /* Consume exactly the header: what follows is the transport's. */
+    size_t left = (size_t)rc;
+    while (left > 0) {
+        ssize_t n = recv(c->io.fd, buf, left, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return n == 0 ? -ECONNRESET : -errno; /* it was there a moment ago: peeked */
+        left -= (size_t)n;
+    }
+    c->pp_wait = 0;
+    char client[64];
+    if (proxyproto_client(&h, client, sizeof(client)) == 0) {
+        char *peer = strdup(client);
+        if (!peer)
+            return -ENOMEM;
+        free(c->peer);
+        c->peer = peer;
+        if (s->proxy_headers) {
+            /* Whose forwarding headers are believed: the client the header names, not the
+             * load balancer that sent it. */
+            struct sockaddr_storage sa;
+            memset(&sa, 0, sizeof(sa));
+            if (h.family == AF_INET) {
+                struct sockaddr_in *in = (struct sockaddr_in *)&sa;
+                in->sin_family = AF_INET;
+                memcpy(&in->sin_addr, h.src, 4);
+            } else {
+                struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&sa;
+                in6->sin6_family = AF_INET6;
+                memcpy(&in6->sin6_addr, h.src, 16);
+            }
+            c->peer_trust = proxy_trusted_peer(&s->trust, (struct sockaddr *)&sa) ? 1 : 2;
+        }
+    }
+    return 0;
+}
+
 const char *conn_peer(struct conn *c)
 {
     if (c->peer)
@@ -458,6 +540,9 @@ int conn_sendfile(struct conn *c, int fd, uint64_t offset, uint64_t count)
         size_t chunk = count > (1u << 30) ? (1u << 30) : (size_t)count;
         ssize_t n = conn_tp_sendfile(c, fd, &off, chunk);
         if (n > 0) {
+            struct metrics_shard *m = server_metrics_self(c->home->srv);
+            if (UNLIKELY(m != NULL))
+                metrics_add(&m->bytes_out, (uint64_t)n);
             count -= (uint64_t)n;
             continue;
         }

@@ -86,6 +86,7 @@ struct conn {
     int stray_crlf; /* HTTP/1: a lone CRLF was let go since the last request */
     char *peer;     /* "address:port" for the access log, made on its first line */
     int peer_trust; /* proxy headers: 0 not asked yet, 1 the peer is trusted, 2 it is not */
+    int pp_wait;    /* a PROXY protocol header is due before anything else (conn_proxy_preface) */
     /* safety (field): set (relaxed) by on_ready when the readiness that woke the connection
      * said the peer reset it (EPOLLHUP/EPOLLERR): whatever request is still in the buffer has
      * nobody to answer. Read as a hint by the request's Python call (request.c). */
@@ -212,5 +213,15 @@ void conn_linger_close(struct conn *c);
 /* The client's "address:port" ("[v6]:port"), made on the first call and kept on c, or "-" when
  * it cannot be known. The thread serving c. */
 const char *conn_peer(struct conn *c);
+
+/* With server_config.proxy_protocol_from, a connection from a peer listed there (c->pp_wait)
+ * begins with a PROXY protocol header (proxyproto.h): read it, and only it, from the socket
+ * (peeked, then consumed to its last byte, so that a TLS handshake or the request behind it
+ * stays in the socket for the transport), within header_timeout. Its client becomes c's peer
+ * (conn_peer, and so the access log, WSGI's REMOTE_ADDR, ASGI's client, Request.client) and the
+ * peer whose proxy headers are believed or not; a header that names no client (LOCAL, UNKNOWN)
+ * leaves the socket's peer. Returns 0, -EPROTO (not a valid header: close without an answer),
+ * -ETIMEDOUT, or -errno. The connection's coroutine, before its first read. */
+int conn_proxy_preface(struct conn *c);
 
 #endif

@@ -182,6 +182,8 @@ static int http1_error_close(struct http1_session *sv, int status, const char *d
     int head_only = sv->rq.head.method_id == HTTP_HEAD;
     int n = http_write_error(&sv->out, status, detail, head_only, http1_date());
     access_log_note(&sv->rq, status, n < 0 ? -1 : n);
+    if (UNLIKELY(sv->srv->metrics_on))
+        metrics_note_reject(server_metrics_self(sv->srv), status);
     access_log_write(&sv->rq);
     if (n >= 0 && http1_flush(sv) == 0)
         conn_linger_close(sv->c);
@@ -689,6 +691,7 @@ static int serve_loop(struct http1_session *sv)
             sv->rq.log_have_req = 1;
             sv->rq.log_t0 = clock_mono_ns();
         }
+        uint64_t metrics_t0 = UNLIKELY(s->metrics_on) ? clock_mono_ns() : 0;
         if (UNLIKELY(sv->rq.head.expect_continue) && !request_reads_body(&sv->rq)) {
             /* Routing comes before 100 Continue: a 404, a 405, or a route that reads no body is
              * the answer, so the client never uploads for nothing. What it sends anyway is not
@@ -697,6 +700,9 @@ static int serve_loop(struct http1_session *sv)
             int rc = request_dispatch(&sv->rq, NULL, 0);
             if (LIKELY(rc == 0))
                 rc = http1_send_answer(sv, 0);
+            if (UNLIKELY(s->metrics_on) && rc == 0)
+                metrics_note_request(server_metrics_self(s), sv->rq.mkind, sv->rq.answer.status,
+                                     clock_mono_ns() - metrics_t0);
             if (UNLIKELY(s->cfg.access_log_fd >= 0)) {
                 access_log_write(&sv->rq);
                 sv->rq.log_have_req = 0;
@@ -753,6 +759,9 @@ static int serve_loop(struct http1_session *sv)
             atomic_store_explicit(&mine->answered,
                                   atomic_load_explicit(&mine->answered, memory_order_relaxed) + 1,
                                   memory_order_relaxed);
+            if (UNLIKELY(s->metrics_on) && rc == 0)
+                metrics_note_request(server_metrics_self(s), sv->rq.mkind, sv->rq.answer.status,
+                                     clock_mono_ns() - metrics_t0);
         }
         if (UNLIKELY(s->cfg.access_log_fd >= 0)) {
             access_log_write(&sv->rq);
@@ -831,6 +840,8 @@ int http1_serve(struct coro *co, void *arg)
     }
     memset(&sv->rq.head, 0, sizeof(sv->rq.head));
     int rc = SERVE_CLOSE;
+    if (UNLIKELY(c->pp_wait) && conn_proxy_preface(c) < 0)
+        goto out; /* a load balancer that does not speak its own protocol: no answer */
     if (UNLIKELY(c->tp->handshake != NULL)) {
         /* TLS: the handshake first, so that ALPN says which protocol speaks. */
         int p = c->tp->handshake(c);

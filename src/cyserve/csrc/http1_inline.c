@@ -69,6 +69,8 @@ static int inline_send(struct conn *c, struct server_worker *mine, const char *o
     do
         sent = conn_sock_send(c->io.fd, out, len, MSG_NOSIGNAL);
     while (UNLIKELY(sent < 0 && errno == EINTR));
+    if (UNLIKELY(mine->m != NULL) && sent > 0)
+        metrics_add(&mine->m->bytes_out, (uint64_t)sent);
     if (LIKELY(sent == (ssize_t)len)) {
         if (!keep) {
             conn_destroy(c);
@@ -136,6 +138,8 @@ static int inline_nogil(struct conn *c, struct server_worker *mine, const struct
     if (!rc)
         rc = http1_put_answer(&out, &a, req->minor_version, keep, head_only);
     inline_note(t, took, blen);
+    if (UNLIKELY(mine->m != NULL))
+        metrics_note_request(mine->m, METRICS_NOGIL, a.status, clock_mono_ns() - sched_now_ns());
     int handled;
     if (UNLIKELY(rc)) {
         conn_destroy(c); /* out of memory for the answer */
@@ -154,7 +158,8 @@ static int inline_nogil(struct conn *c, struct server_worker *mine, const struct
 static int inline_serve(struct conn *c)
 {
     struct server *s = c->home->srv;
-    if (UNLIKELY(c->buf || s->cfg.access_log_fd >= 0 || server_draining(s) || c->tp != &conn_plain))
+    if (UNLIKELY(c->buf || s->cfg.access_log_fd >= 0 || server_draining(s) ||
+                 c->tp != &conn_plain || c->pp_wait))
         return 0;
     struct server_worker *mine = server_worker_self(s);
     char *buf = conn_buf_get(mine);
@@ -175,6 +180,8 @@ static int inline_serve(struct conn *c)
         return 0; /* end of stream or an error: the coroutine sees it again and closes */
     }
     c->len = (size_t)n;
+    if (UNLIKELY(mine->m != NULL))
+        metrics_add(&mine->m->bytes_in, (uint64_t)n);
     if (UNLIKELY((size_t)n == CONN_BUF_INITIAL))
         return 0; /* maybe more behind it */
     c->drained = 1;
@@ -207,6 +214,10 @@ static int inline_serve(struct conn *c)
     /* The request's views are not needed any more: the answer is built over them. */
     char *p = http1_static_head_put(buf, t, 1, req.minor_version);
     memcpy(p, t->static_body, body_len);
+    /* The duration counts from the loop's poll that saw the request: no clock read before. */
+    if (UNLIKELY(mine->m != NULL))
+        metrics_note_request(mine->m, METRICS_STATIC, t->static_status,
+                             clock_mono_ns() - sched_now_ns());
     return inline_send(c, mine, buf, (size_t)(p - buf) + body_len, 1);
 }
 

@@ -353,6 +353,7 @@ int request_dispatch(struct request *rq, const char *body, size_t body_len)
     struct router_match m;
     int rc = router_match(rq->srv->router, ROUTER_METHOD_BIT(req->method_id), req->path,
                           req->path_len, &m);
+    rq->mkind = rc < 0 ? METRICS_NONE : server_target_mkind(m.target);
     if (rc == -ENOENT) {
         answer_simple(rq, 404, "404 Not Found\n", NULL);
         return 0;

@@ -80,6 +80,9 @@ struct request {
      * worked out on the first ask: client_done is REQUEST_CLIENT_TODO once a head is parsed, then
      * DONE; NO_HEAD between requests (an error answer then has no headers to believe). */
     int client_done;
+    /* What answered: the route's kind for the metrics (enum metrics_kind), set by
+     * request_dispatch (METRICS_NONE: no route). */
+    unsigned mkind;
     const char *scheme;
     char client[PROXY_CLIENT_MAX];
     struct cyserve_response resp;

@@ -1480,7 +1480,30 @@ void sched_get_stats(const struct sched *s, struct sched_stats *out)
         out->hops += __atomic_load_n(&w->st_hops, __ATOMIC_RELAXED);
         out->offloads += __atomic_load_n(&w->st_offloads, __ATOMIC_RELAXED);
     }
+    for (unsigned i = 0; i < s->n; i++)
+        out->runq += runq_len((struct runq *)&s->w[i].rq);
+    /* safety: a gauge read lock-free, as the parkers read it. */
+    long inj = __atomic_load_n(&s->inj_len, __ATOMIC_RELAXED);
+    out->runq += inj > 0 ? (uint64_t)inj : 0;
     pthread_mutex_lock((pthread_mutex_t *)&s->inject_lock);
     out->spawned += s->ext_spawned;
     pthread_mutex_unlock((pthread_mutex_t *)&s->inject_lock);
+}
+
+uint64_t sched_watch_stuck(const struct sched *s, uint64_t *seq, uint64_t *since, uint64_t now)
+{
+    uint64_t longest = 0;
+    for (unsigned i = 0; i < s->n_all; i++) {
+        /* safety: run_seq is the owner's, read relaxed as the rescuers read it: a stale value
+         * only delays the watchdog by one look. */
+        uint64_t cur = __atomic_load_n(&s->w[i].run_seq, __ATOMIC_RELAXED);
+        if (!(cur & 1) || cur != seq[i]) {
+            seq[i] = cur;
+            since[i] = now;
+            continue;
+        }
+        if (now - since[i] > longest)
+            longest = now - since[i];
+    }
+    return longest;
 }

@@ -305,7 +305,16 @@ struct sched_stats {
     uint64_t spawned, finished, steals, parks, hops, offloads;
     uint64_t reliefs;        /* times a relief thread took over a stuck worker's loop */
     uint64_t relief_threads; /* relief threads started */
+    uint64_t runq;           /* coroutines queued to run now (run queues, inject queue) */
 };
 void sched_get_stats(const struct sched *s, struct sched_stats *out);
+
+/* The scheduler's heartbeat, for a watchdog: the longest time any thread has spent in one
+ * coroutine run or one batch of offloaded calls (its run counter odd and unchanged), as seen by
+ * this call and the previous ones, at time now (clock_mono_ns); 0 when none runs long. A thread
+ * waiting for events, or between runs, makes progress. seq and since: the caller's arrays of
+ * sched_threads(s) entries, zeroed before the first call and kept between calls. One watching
+ * thread, not a worker of s. */
+uint64_t sched_watch_stuck(const struct sched *s, uint64_t *seq, uint64_t *since, uint64_t now);
 
 #endif

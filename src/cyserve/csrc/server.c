@@ -29,6 +29,14 @@
  * what is left and the workers are joined. 5. With no worker running, close the listeners and
  * free every connection.
  *
+ * Metrics (cfg.metrics, metrics.h). Each scheduler thread counts into its own shard of the
+ * process's slot; a publisher thread (publish_main) copies what the threads do not count
+ * themselves into the slot every METRICS_PUBLISH_MS: open connections, the inline answers and
+ * the scheduler's counters, and the scheduler's heartbeat (sched_watch_stuck), which a process
+ * supervisor reads to replace a worker stuck in a call (--worker-timeout). It is a thread of
+ * its own, not a timer on a worker, because a heartbeat that a stuck worker would have to fire
+ * could not tell a stuck worker from a dead one.
+ *
  * Not done on purpose: no per-request heap allocation on the static and nogil paths (the
  * response builder starts in inline storage, the serving state lives on the coroutine's stack);
  * no Python anywhere in the engine.
@@ -46,6 +54,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -147,7 +156,21 @@ int server_new(struct server **out, const struct server_config *cfg, const struc
         s->proxy_headers = 1;
     }
     s->cfg.forwarded_allow_ips = NULL; /* parsed into s->trust */
+    if (cfg->proxy_protocol_from) {
+        int rc = proxy_trust_parse(&s->pp_trust, cfg->proxy_protocol_from);
+        if (rc < 0) {
+            proxy_trust_free(&s->trust);
+            server_free_listens(s);
+            free(s->host);
+            free(s);
+            return rc;
+        }
+        s->proxy_protocol = 1;
+    }
+    s->cfg.proxy_protocol_from = NULL; /* parsed into s->pp_trust */
     s->router = router;
+    s->metrics_on = cfg->metrics != NULL && cfg->metrics_shards > 0;
+    s->pub_stop = -1;
     pthread_mutex_init(&s->ext_lock, NULL);
     pthread_mutex_init(&s->stats_lock, NULL);
     pthread_mutex_init(&s->orphan_lock, NULL);
@@ -278,11 +301,85 @@ static void close_workers(struct server *s)
     atomic_store_explicit(&s->live, 0, memory_order_relaxed); /* safety: no worker runs */
 }
 
+/* The publisher thread (see the top): every METRICS_PUBLISH_MS, and once more when it stops. */
+static void publish_once(struct server *s, uint64_t *seq, uint64_t *since)
+{
+    struct metrics_proc *p = s->cfg.metrics;
+    struct server_stats st;
+    struct sched_stats ss;
+    server_get_stats(s, &st);
+    sched_get_stats(s->sched, &ss);
+    uint64_t now = clock_mono_ns();
+    uint64_t stuck = sched_watch_stuck(s->sched, seq, since, now);
+    /* safety: this thread is the slot's only writer of these words; readers (a scrape, the
+     * supervisor) take each one relaxed, any recent value will do. */
+    atomic_store_explicit(&p->open, st.live, memory_order_relaxed);
+    atomic_store_explicit(&p->inline_ok, st.inline_ok, memory_order_relaxed);
+    atomic_store_explicit(&p->spawned, st.spawned, memory_order_relaxed);
+    atomic_store_explicit(&p->steals, ss.steals, memory_order_relaxed);
+    atomic_store_explicit(&p->parks, ss.parks, memory_order_relaxed);
+    atomic_store_explicit(&p->hops, ss.hops, memory_order_relaxed);
+    atomic_store_explicit(&p->offloads, ss.offloads, memory_order_relaxed);
+    atomic_store_explicit(&p->reliefs, ss.reliefs, memory_order_relaxed);
+    atomic_store_explicit(&p->relief_threads, ss.relief_threads, memory_order_relaxed);
+    atomic_store_explicit(&p->runq, ss.runq, memory_order_relaxed);
+    atomic_store_explicit(&p->stuck_ns, stuck, memory_order_relaxed);
+    atomic_store_explicit(&p->beat_ns, now, memory_order_relaxed);
+}
+
+static void *publish_main(void *arg)
+{
+    struct server *s = arg;
+    unsigned n = sched_threads(s->sched);
+    uint64_t *seq = calloc(2 * (size_t)n, sizeof(uint64_t));
+    if (!seq)
+        return NULL;
+    for (;;) {
+        publish_once(s, seq, seq + n);
+        struct pollfd pf = {s->pub_stop, POLLIN, 0};
+        if (poll(&pf, 1, METRICS_PUBLISH_MS) > 0)
+            break;
+    }
+    publish_once(s, seq, seq + n); /* the counters as the workers leave them */
+    free(seq);
+    return NULL;
+}
+
+/* Start the publisher once the workers run; without it the server still serves (the slot's
+ * gauges and heartbeat stay at 0, which a supervisor takes as "no heartbeat yet"). */
+static void publish_start(struct server *s)
+{
+    if (!s->metrics_on)
+        return;
+    s->pub_stop = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (s->pub_stop < 0)
+        return;
+    if (pthread_create(&s->pub_thread, NULL, publish_main, s) != 0) {
+        close(s->pub_stop);
+        s->pub_stop = -1;
+        return;
+    }
+    pthread_setname_np(s->pub_thread, "cyserve-publish");
+}
+
+static void publish_stop(struct server *s)
+{
+    if (s->pub_stop < 0)
+        return;
+    uint64_t one = 1;
+    ssize_t n = write(s->pub_stop, &one, sizeof(one));
+    (void)n; /* an eventfd write of 1 only fails on overflow */
+    pthread_join(s->pub_thread, NULL);
+    close(s->pub_stop);
+    s->pub_stop = -1;
+}
+
 /* Free the scheduler, then the workers and their connections (the scheduler goes first: freeing
  * it cancels coroutines that may still wait on a connection's sched_io, which lives inside the
  * connection), keeping their counters. No worker may run. */
 static void teardown(struct server *s)
 {
+    publish_stop(s); /* before stats_lock: the publisher takes it */
     pthread_mutex_lock(&s->stats_lock);
     for (unsigned i = 0; s->workers && i < s->nthreads; i++) {
         s->ended_inline += atomic_load_explicit(&s->workers[i].inline_ok, memory_order_relaxed);
@@ -388,6 +485,8 @@ int server_start(struct server *s, char *errmsg, size_t errlen)
         w->srv = s;
         w->id = i;
         w->ctl_fd = -1;
+        if (s->metrics_on && i < s->cfg.metrics_shards)
+            w->m = &s->cfg.metrics->shards[i];
         if (i >= s->nworkers)
             continue;
         w->ls = calloc(nl, sizeof(*w->ls));
@@ -441,6 +540,7 @@ int server_start(struct server *s, char *errmsg, size_t errlen)
     }
     /* safety: release pairs with server_running's acquire. */
     atomic_store_explicit(&s->running, 1, memory_order_release);
+    publish_start(s);
     return 0;
 
 fail_sched:
@@ -532,6 +632,7 @@ void server_free(struct server *s)
     free(s->orphans); /* what was not taken is leaked: its owner (Python) is not here */
     server_free_listens(s);
     proxy_trust_free(&s->trust);
+    proxy_trust_free(&s->pp_trust);
     free(s->host);
     free(s);
 }

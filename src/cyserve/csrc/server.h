@@ -26,6 +26,7 @@ struct server;
 struct router;
 struct files_root;
 struct conn_transport;
+struct metrics_proc;
 
 enum server_target_kind {
     SERVER_STATIC = 1, /* a response serialised once at startup, served in C */
@@ -77,6 +78,9 @@ struct server_target {
     /* SERVER_PYTHON: 1 when py_call reads a large body as a stream (body.h) rather than whole
      * in req->body. */
     int body_stream;
+    /* SERVER_PYTHON: what the metrics call its route kind (enum metrics_kind, metrics.h:
+     * METRICS_PYTHON, METRICS_WSGI or METRICS_ASGI); 0 counts as METRICS_PYTHON. */
+    unsigned metrics_kind;
     /* SERVER_FILES */
     struct files_root *root;
 };
@@ -142,6 +146,10 @@ struct server_config {
     const char *forwarded_allow_ips;
     int forwarded_header; /* with proxy headers: 0 reads X-Forwarded-For/-Proto, 1 RFC 7239
                            * Forwarded; the other family is ignored (proxy.h) */
+    /* The PROXY protocol (proxyproto.h): NULL (default) off; else the peers (proxy.h's list) whose
+     * connections must begin with a PROXY protocol header, version 1 or 2, naming the client
+     * (conn_proxy_preface); other peers' connections are served as they come. */
+    const char *proxy_protocol_from;
     /* How accepted connections carry their bytes: NULL (default) plain TCP, else that transport
      * (tls_transport, tls.h) with transport_ctx its shared state (a struct tls_ctx), borrowed:
      * both must outlive the server. */
@@ -152,6 +160,13 @@ struct server_config {
     int http2;
     /* SETTINGS_MAX_CONCURRENT_STREAMS: the streams one HTTP/2 connection may have open. */
     unsigned http2_max_streams;
+    /* Metrics (metrics.h): NULL (default) counts nothing; else this process's slot of a shared
+     * region, borrowed (it must outlive the server): each scheduler thread counts into its shard
+     * (the first metrics_shards of them; threads beyond count nothing), and a publisher thread
+     * copies the gauges, the scheduler's counters and its heartbeat into the slot every
+     * METRICS_PUBLISH_MS while the server runs. */
+    struct metrics_proc *metrics;
+    unsigned metrics_shards;
 };
 
 /* Defaults: keep-alive 5 s, head 10 s, body 10 s, 8 KiB head/target, 100 headers,

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "compat.h"
+#include "metrics.h"
 #include "proxy.h"
 #include "sched.h"
 #include "server.h"
@@ -70,6 +71,7 @@ struct server_worker {
     unsigned nfree_bufs;
     _Atomic uint64_t inline_ok; /* requests answered inline by this thread */
     _Atomic uint64_t answered;  /* requests answered by coroutines on this thread */
+    struct metrics_shard *m;    /* this thread's counters (metrics.h), NULL: none */
 } CACHE_ALIGNED;
 
 struct server {
@@ -83,6 +85,9 @@ struct server {
     /* Proxy headers (cfg.forwarded_allow_ips): on, and the peers trusted. */
     int proxy_headers;
     struct proxy_trust trust;
+    /* The PROXY protocol (cfg.proxy_protocol_from): on, and the peers that must send its header. */
+    int proxy_protocol;
+    struct proxy_trust pp_trust;
     const struct router *router;
     struct sched *sched;
     struct server_worker *workers;
@@ -90,6 +95,11 @@ struct server {
     unsigned nthreads; /* every scheduler thread slot (relief threads after the homes): per-thread
                         * caches, indexed by sched_worker_id() */
     int port;
+    /* Metrics (cfg.metrics): counted at all, and the publisher thread (server.c) while the
+     * workers run: its stop eventfd, -1 when it does not run. */
+    int metrics_on;
+    pthread_t pub_thread;
+    int pub_stop;
     void (*off_begin)(void *);
     void (*off_end)(void *);
     void *off_ud;
@@ -149,5 +159,29 @@ static inline struct server_worker *server_worker_self(struct server *s)
     return &s->workers[id < 0 ? 0 : id];
 }
 
+/* The calling thread's metrics shard, or NULL (metrics off, a thread without one, or not a
+ * scheduler thread: a shard has one writer). */
+static inline struct metrics_shard *server_metrics_self(struct server *s)
+{
+    if (LIKELY(!s->metrics_on))
+        return NULL;
+    int id = sched_worker_id();
+    return id < 0 ? NULL : s->workers[id].m;
+}
+
+/* What the metrics call target t's kind (enum metrics_kind). */
+static inline unsigned server_target_mkind(const struct server_target *t)
+{
+    switch (t->kind) {
+    case SERVER_STATIC:
+        return METRICS_STATIC;
+    case SERVER_FILES:
+        return METRICS_FILES;
+    case SERVER_NOGIL:
+        return METRICS_NOGIL;
+    default:
+        return t->metrics_kind ? t->metrics_kind : METRICS_PYTHON;
+    }
+}
 
 #endif

@@ -120,6 +120,7 @@ cdef class Server:
     cdef unsigned _nlisten
     cdef cs.tls_ctx_t *_tls
     cdef readonly str scheme
+    cdef object _metrics  # the Metrics whose slot the engine counts into (kept alive here)
     cdef object __weakref__
 
     def __cinit__(self):
@@ -142,7 +143,8 @@ cdef class Server:
                  str forwarded_header="x-forwarded", str ssl_certfile=None,
                  str ssl_keyfile=None, str ssl_keyfile_password=None, str ssl_ciphers=None,
                  str ssl_ca_certs=None, int ssl_cert_reqs=0, bint http2=True,
-                 int http2_max_concurrent_streams=100):
+                 int http2_max_concurrent_streams=100, Metrics metrics=None,
+                 int metrics_slot=-1, proxy_protocol_from=None):
         if self._router != NULL:
             raise RuntimeError("Server.__init__ called twice")
         if not 0 <= port <= 65535:
@@ -210,6 +212,11 @@ cdef class Server:
             raise ValueError(f"forwarded_header must be x-forwarded or forwarded, got "
                              f"{forwarded_header!r}")
         cfg.forwarded_header = 1 if forwarded_header == "forwarded" else 0
+        if proxy_protocol_from is not None:
+            # Connections from these peers begin with a PROXY protocol header (csrc/proxyproto.h).
+            pp = str(proxy_protocol_from).encode("ascii")
+            self._keep.append(pp)
+            cfg.proxy_protocol_from = pp
         if listen:
             self._set_listen(listen)
             cfg.listen = self._listen
@@ -237,9 +244,17 @@ cdef class Server:
         if self._tls != NULL:
             cfg.transport = cs.tls_transport_ptr
             cfg.transport_ctx = <void *>self._tls
+        if metrics is not None:
+            # Counted into slot metrics_slot of the shared region (csrc/metrics.h).
+            cfg.metrics = metrics._slot(metrics_slot)
+            if cfg.metrics == NULL:
+                raise ValueError(f"metrics_slot {metrics_slot} is not a slot of the region")
+            cfg.metrics_shards = metrics.nshards
+            self._metrics = metrics
         rc = cs.server_new(&self._srv, &cfg, self._router)
-        if rc != 0 and forwarded_allow_ips is not None:
-            raise ValueError(f"invalid forwarded_allow_ips {forwarded_allow_ips!r}: addresses "
+        if rc != 0 and (forwarded_allow_ips is not None or proxy_protocol_from is not None):
+            raise ValueError(f"invalid forwarded_allow_ips "
+                             f"{forwarded_allow_ips or proxy_protocol_from!r}: addresses "
                              "or networks (CIDR) separated by commas, or *")
         if rc != 0:
             raise ValueError(f"invalid server configuration (error {-rc})")
@@ -306,11 +321,15 @@ cdef class Server:
             t.py_call = _py_call
             t.py_stream = _py_stream  # native/wsgi.pyx: WSGI bodies streamed piece by piece
             t.body_stream = 1  # large request bodies are read as the handler asks (RequestBody)
+            t.metrics_kind = cs.METRICS_PYTHON
+            if isinstance(target, WSGIHandler):
+                t.metrics_kind = cs.METRICS_WSGI
             if isinstance(target, ASGIHandler):  # native/asgi.pyx: answers made on the loop
                 t.py_call = _asgi_call
                 t.py_stream = _asgi_stream
                 t.stream_body = 1  # receive() gets the body as it arrives
                 t.body_stream = 0  # not the WSGI/App stream (body.h): receive() reads its own
+                t.metrics_kind = cs.METRICS_ASGI
             t.opaque = <void *>info
         elif kind == "nogil":
             inline = True

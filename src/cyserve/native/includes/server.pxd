@@ -48,6 +48,30 @@ cdef extern from "csrc/resp.h" nogil:
     int RESP_LENGTH_UNKNOWN
     void *resp_alloc(resp_t *r, size_t size)
 
+cdef extern from "csrc/metrics.h" nogil:
+    ctypedef struct metrics_proc_t "struct metrics_proc":
+        int64_t pid
+        uint64_t beat_ns
+        uint64_t stuck_ns
+    ctypedef struct metrics_region_t "struct metrics_region":
+        unsigned nprocs
+        unsigned nshards
+    ctypedef struct metrics_listener_t "struct metrics_listener":
+        pass
+    enum:
+        METRICS_PYTHON
+        METRICS_WSGI
+        METRICS_ASGI
+        METRICS_TEXT_MAX
+    int metrics_region_new(metrics_region_t **out, unsigned nprocs, unsigned nshards)
+    void metrics_region_free(metrics_region_t *r)
+    metrics_proc_t *metrics_proc_at(metrics_region_t *r, unsigned i)
+    int metrics_claim(metrics_region_t *r, int pid)
+    void metrics_retire(metrics_region_t *r, unsigned i)
+    ssize_t metrics_format(metrics_region_t *r, char *buf, size_t cap)
+    int metrics_listen_start(metrics_listener_t **out, metrics_region_t *r, int fd)
+    void metrics_listen_stop(metrics_listener_t *l)
+
 cdef extern from "csrc/server.h" nogil:
     enum:
         ACCESS_LOG_COMMON
@@ -75,6 +99,7 @@ cdef extern from "csrc/server.h" nogil:
         void *opaque
         int stream_body
         int body_stream
+        unsigned metrics_kind
         files_root_t *root
 
     ctypedef struct server_listen_t "struct server_listen":
@@ -102,10 +127,13 @@ cdef extern from "csrc/server.h" nogil:
         uint64_t body_timeout_ns
         const char *forwarded_allow_ips
         int forwarded_header
+        const char *proxy_protocol_from
         const void *transport
         void *transport_ctx
         int http2
         unsigned http2_max_streams
+        metrics_proc_t *metrics
+        unsigned metrics_shards
 
     int server_target_static(server_target_t *t, int status, const char *headers,
                              size_t headers_len, const char *body, size_t body_len)

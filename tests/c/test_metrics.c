@@ -1,0 +1,171 @@
+/* test_metrics.c: the metrics' shared region (csrc/metrics.c): shards written by their threads
+ * while a scraper sums them (also under ThreadSanitizer), a region shared with a forked
+ * process, the totals kept when a process is retired, the text exposition, and the scrape
+ * listener answering GET /metrics and 404 over a real socket. */
+#define _GNU_SOURCE
+#include "csrc/metrics.c"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/wait.h>
+
+#include "tap.h"
+
+/* The value of the sample line that begins with prefix (up to its value), or -1. */
+static double sample(const char *text, const char *prefix)
+{
+    const char *p = text;
+    size_t n = strlen(prefix);
+    while ((p = strstr(p, prefix)) != NULL) {
+        if ((p == text || p[-1] == '\n') && p[n] == ' ')
+            return strtod(p + n + 1, NULL);
+        p += n;
+    }
+    return -1;
+}
+
+struct writer {
+    struct metrics_shard *m;
+    int rounds;
+};
+
+static void *write_main(void *arg)
+{
+    struct writer *w = arg;
+    for (int i = 0; i < w->rounds; i++) {
+        metrics_note_request(w->m, METRICS_STATIC, 200, 300000);
+        metrics_add(&w->m->bytes_out, 10);
+    }
+    return NULL;
+}
+
+static char text[METRICS_TEXT_MAX];
+
+static void test_threads_and_sums(void)
+{
+    struct metrics_region *r;
+    is_int(metrics_region_new(&r, 2, 4), 0, "a region for 2 processes of 4 threads");
+    is_int(metrics_claim(r, 100), 0, "the first slot");
+    is_int(metrics_claim(r, 101), 1, "the second");
+    is_int(metrics_claim(r, 102), -ENOSPC, "no third");
+    struct writer w[4];
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (struct writer){&metrics_proc_at(r, (unsigned)(i & 1))->shards[i], 20000};
+        pthread_create(&t[i], NULL, write_main, &w[i]);
+    }
+    for (int k = 0; k < 20; k++) /* scrapes while they count */
+        ok(metrics_format(r, text, sizeof(text)) > 0, "a scrape while the threads count");
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    ssize_t n = metrics_format(r, text, sizeof(text));
+    ok(n > 0 && (size_t)n < sizeof(text), "the exposition fits");
+    is_int(sample(text, "cyserve_requests_total{route=\"static\",status=\"2xx\"}"), 80000,
+           "every thread's answers, summed over both processes");
+    is_int(sample(text, "cyserve_request_duration_seconds_bucket{le=\"0.0005\"}"), 80000,
+           "300 us falls in the first bucket");
+    is_int(sample(text, "cyserve_request_duration_seconds_count"), 80000, "the count");
+    is_int(sample(text, "cyserve_sent_bytes_total"), 800000, "bytes");
+    is_int(sample(text, "cyserve_worker_processes"), 2, "two processes");
+    /* Process 0 ends: its counts stay, its slot is free again. */
+    metrics_add(&metrics_proc_at(r, 0)->open, 3);
+    metrics_retire(r, 0);
+    metrics_format(r, text, sizeof(text));
+    is_int(sample(text, "cyserve_requests_total{route=\"static\",status=\"2xx\"}"), 80000,
+           "a retired process's counts are kept");
+    is_int(sample(text, "cyserve_open_connections"), 0, "its gauges are not");
+    is_int(sample(text, "cyserve_worker_processes"), 1, "one process left");
+    is_int(metrics_claim(r, 103), 0, "its slot is claimed again");
+    metrics_note_reject(&metrics_proc_at(r, 0)->shards[0], 431);
+    metrics_note_reject(&metrics_proc_at(r, 0)->shards[0], 418);
+    metrics_format(r, text, sizeof(text));
+    is_int(sample(text, "cyserve_rejections_total{status=\"431\"}"), 1, "a 431");
+    is_int(sample(text, "cyserve_rejections_total{status=\"other\"}"), 1, "another status");
+    is_int(sample(text, "cyserve_requests_total{route=\"none\",status=\"4xx\"}"), 2,
+           "refusals are answers of no route");
+    is_int(metrics_format(r, text, 100), -ENOSPC, "a buffer too small is said");
+    metrics_region_free(r);
+}
+
+static void test_shared_with_a_fork(void)
+{
+    struct metrics_region *r;
+    metrics_region_new(&r, 1, 1);
+    int slot = metrics_claim(r, 1);
+    pid_t pid = fork();
+    if (pid == 0) {
+        metrics_note_request(&metrics_proc_at(r, (unsigned)slot)->shards[0], METRICS_ASGI, 503,
+                             20000000000ull);
+        _exit(0);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    metrics_format(r, text, sizeof(text));
+    is_int(sample(text, "cyserve_requests_total{route=\"asgi\",status=\"5xx\"}"), 1,
+           "a forked process's count is seen by its parent");
+    is_int(sample(text, "cyserve_request_duration_seconds_bucket{le=\"10\"}"), 0,
+           "20 s is over the last bound");
+    is_int(sample(text, "cyserve_request_duration_seconds_bucket{le=\"+Inf\"}"), 1, "+Inf");
+    metrics_region_free(r);
+}
+
+/* One request to port: the answer's first line's status and whether the body has needle. */
+static int scrape(int port, const char *req, const char *needle, int *found)
+{
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(c, (struct sockaddr *)&a, sizeof(a)) != 0)
+        return -1;
+    ssize_t w = write(c, req, strlen(req));
+    (void)w;
+    size_t len = 0;
+    ssize_t n;
+    while ((n = read(c, text + len, sizeof(text) - 1 - len)) > 0)
+        len += (size_t)n;
+    close(c);
+    text[len] = 0;
+    *found = strstr(text, needle) != NULL;
+    return len > 12 ? atoi(text + 9) : -1;
+}
+
+static void test_listener(void)
+{
+    struct metrics_region *r;
+    metrics_region_new(&r, 1, 1);
+    metrics_claim(r, 1);
+    metrics_add(&metrics_proc_at(r, 0)->shards[0].accepted, 7);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t alen = sizeof(a);
+    bind(fd, (struct sockaddr *)&a, sizeof(a));
+    listen(fd, 8);
+    getsockname(fd, (struct sockaddr *)&a, &alen);
+    int port = ntohs(a.sin_port);
+    struct metrics_listener *l;
+    is_int(metrics_listen_start(&l, r, fd), 0, "the listener starts");
+    int found;
+    is_int(scrape(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "cyserve_connections_total 7",
+                  &found),
+           200, "GET /metrics");
+    ok(found, "... with the counts");
+    is_int(scrape(port, "GET /metrics?x=1 HTTP/1.0\r\n\r\n", "# TYPE", &found), 200,
+           "a query is allowed");
+    is_int(scrape(port, "HEAD /metrics HTTP/1.1\r\n\r\n", "# TYPE", &found), 200, "HEAD");
+    ok(!found, "... without a body");
+    is_int(scrape(port, "GET /metricsx HTTP/1.1\r\n\r\n", "/metrics", &found), 404,
+           "any other path: 404");
+    is_int(scrape(port, "POST /metrics HTTP/1.1\r\n\r\n", "/metrics", &found), 404, "POST: 404");
+    metrics_listen_stop(l);
+    close(fd);
+    metrics_region_free(r);
+}
+
+int main(void)
+{
+    test_threads_and_sums();
+    test_shared_with_a_fork();
+    test_listener();
+    return done_testing();
+}
