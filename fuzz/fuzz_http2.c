@@ -35,6 +35,8 @@
 #include "csrc/proxy.c"
 #include "csrc/ws.c"
 #include "csrc/ws_conn.c"
+#include "csrc/proxyproto.c"
+#include "csrc/metrics.c"
 
 #include <stdint.h>
 #include <stdio.h>

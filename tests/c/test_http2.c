@@ -30,6 +30,8 @@
 #include "csrc/proxy.c"
 #include "csrc/ws.c"
 #include "csrc/ws_conn.c"
+#include "csrc/proxyproto.c"
+#include "csrc/metrics.c"
 #include "tap.h"
 
 static struct server srv;
