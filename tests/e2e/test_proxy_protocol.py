@@ -6,6 +6,7 @@ that sends no valid header is closed without an answer."""
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 from collections.abc import Iterator
@@ -109,7 +110,7 @@ def test_the_header_names_the_client_everywhere(tmp_path: Path, served: list[Ser
         where = ["--uds", path]
         fam, address = socket.AF_UNIX, path
     srv = Served(tmp_path, *where, "--threads", "2", "--proxy-protocol", "--access-log",
-                 app=APP)
+                 "--access-log-format", "json", app=APP)
     served.append(srv)
     v1 = b"PROXY TCP4 192.0.2.1 198.51.100.1 56324 443\r\n"
     assert body(exchange(fam, address, v1 + get("/who"))) == "192.0.2.1:56324 http"
@@ -145,8 +146,10 @@ def test_the_header_names_the_client_everywhere(tmp_path: Path, served: list[Ser
     log = []
     while not srv.lines.empty():
         log.append(srv.lines.get_nowait())
-    assert any(ln.startswith("192.0.2.1:56324 - - [") and '"GET /who HTTP/1.1" 200' in ln
-               for ln in log), log
+    records = [json.loads(ln) for ln in log if ln.startswith("{")]
+    assert any((r["client"], r["port"], r["target"], r["status"]) == ("192.0.2.1", 56324, "/who",
+                                                                        200)
+               for r in records), log
 
 
 def test_unlisted_peers_are_served_as_they_come(tmp_path: Path, served: list[Served]) -> None:

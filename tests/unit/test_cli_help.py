@@ -18,7 +18,7 @@ def test_help_names_a_default_for_every_option() -> None:
     text = " ".join(parser.format_help().split())
     assert "--max-body-bytes BYTES largest request body (413 beyond) (default 1048576)" in text
     assert "on shutdown (default 5.0)" in text
-    assert "the seconds the request took) (default: off)" in text
+    assert "unless --access-log-format says otherwise) (default: off)" in text
 
 
 def test_operations_flags_reach_the_config() -> None:
