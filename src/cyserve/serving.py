@@ -164,6 +164,14 @@ def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Serv
         raise
     _bind_wsgi(routes, config, wsgi_port, wsgi_host)
     runtime = _start_asgi(routes, config)
+
+    def bound(port: int) -> None:
+        # The port an ephemeral bind got, told to the apps before any worker runs: rebinding
+        # after the start replaced a dict the workers were reading (on a free-threaded
+        # interpreter, nothing orders that store before their reads).
+        if tcp and wsgi_port == 0:
+            _bind_wsgi(routes, config, port, wsgi_host)
+
     waiter = Waiter(stop_event, on_usr1=logfile.reopen if logfile is not None else None)
     waiter.install()
     if waiter.owns_process():
@@ -173,7 +181,7 @@ def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Serv
                                                     signal.SIGHUP, signal.SIGUSR1})
     try:
         try:
-            srv.start()
+            srv.start(on_bound=bound)
         except OSError as exc:
             if listeners.default:
                 raise listen_error(config.host, config.port, exc) from exc
@@ -181,8 +189,6 @@ def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Serv
             err = ListenError(exc.strerror or str(exc))
             err.errno = exc.errno
             raise err from exc
-        if tcp and wsgi_port == 0:
-            _bind_wsgi(routes, config, srv.port, wsgi_host)  # now that the port is known
         try:
             workers = config.workers
             if listeners.default:

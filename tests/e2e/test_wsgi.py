@@ -787,3 +787,34 @@ def test_request_client_is_the_peer_address() -> None:
             s.sendall(get("/"))
             assert s.recv(1024).startswith(b"HTTP/1.1 200")
             assert seen == [("127.0.0.1", s.getsockname()[1])]
+
+
+def test_on_bound_runs_with_the_port_before_any_request_and_can_cancel_the_start() -> None:
+    # serve() tells the apps an ephemeral port through Server.start(on_bound=...): once bound,
+    # before any worker runs, instead of changing what running workers read.
+    seen: list[tuple[int, bool]] = []
+    srv = Server([("path", "/", None, "python", lambda req: "ok")], host="127.0.0.1", port=0,
+                 threads=1)
+    srv.start(on_bound=lambda port: seen.append((port, srv.running)))
+    try:
+        assert seen == [(srv.port, False)] and srv.port > 0
+        assert request(srv.port, get("/")).body == b"ok"
+    finally:
+        srv.stop(grace=1.0)
+
+    class Refused(Exception):
+        pass
+
+    def refuse(port: int) -> None:
+        raise Refused(f"not on {port}")
+
+    srv = Server([("path", "/", None, "python", lambda req: "ok")], host="127.0.0.1", port=0,
+                 threads=1)
+    with pytest.raises(Refused):
+        srv.start(on_bound=refuse)
+    assert not srv.running
+    srv.start()  # nothing was left half started
+    try:
+        assert request(srv.port, get("/")).body == b"ok"
+    finally:
+        srv.stop(grace=1.0)

@@ -396,6 +396,12 @@ static void teardown(struct server *s)
     pthread_mutex_unlock(&s->stats_lock);
 }
 
+void server_set_on_bound(struct server *s, int (*fn)(void *ud, int port), void *ud)
+{
+    s->on_bound = fn;
+    s->on_bound_ud = ud;
+}
+
 int server_start(struct server *s, char *errmsg, size_t errlen)
 {
     if (errmsg && errlen)
@@ -452,6 +458,14 @@ int server_start(struct server *s, char *errmsg, size_t errlen)
             s->port = s->ports[li];
             break;
         }
+    if (s->on_bound) {
+        rc = s->on_bound(s->on_bound_ud, s->port);
+        if (rc < 0) {
+            if (errmsg && errlen && !errmsg[0])
+                snprintf(errmsg, errlen, "the start was cancelled once bound (%s)", strerror(-rc));
+            goto fail_res_quiet;
+        }
+    }
     struct sched_config sc;
     memset(&sc, 0, sizeof(sc));
     sc.workers = s->cfg.threads;

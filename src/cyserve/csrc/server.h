@@ -183,6 +183,14 @@ int server_new(struct server **out, const struct server_config *cfg, const struc
 void server_set_offload_hooks(struct server *s, void (*begin)(void *), void (*end)(void *),
                               void *ud);
 
+/* A call made by server_start once every listener is bound (port: the first TCP listener's, as
+ * server_port() will say) and before any worker starts, on the thread that called server_start:
+ * what must know the port before the first request can be served (a WSGI environ's
+ * SERVER_PORT) is set there, while nothing else runs, instead of being changed under running
+ * workers. A negative return (-errno) cancels the start (nothing is left open). Before
+ * server_start; NULL for none. */
+void server_set_on_bound(struct server *s, int (*fn)(void *ud, int port), void *ud);
+
 /* Bind one listening socket per worker (SO_REUSEPORT, the first one picks the port when port is
  * 0), then start the workers; returns at once. Returns 0; -EADDRINUSE, -EACCES,
  * -EADDRNOTAVAIL, -EINVAL (unknown host: errmsg says so) or another -errno; on error nothing is

@@ -104,6 +104,19 @@ def check_tls(str ssl_certfile, str ssl_keyfile=None, str ssl_keyfile_password=N
                                  ssl_ca_certs, ssl_cert_reqs))
 
 
+cdef int _server_on_bound(void *ud, int port) noexcept nogil:
+    # server_start's on_bound call (server.h): the workers are not started yet. A failure is kept
+    # on the Server and raised by start(), which sees the start cancelled.
+    with gil:
+        srv = <Server>ud
+        try:
+            srv._on_bound(port)
+        except BaseException as exc:
+            srv._bound_error = exc
+            return -125  # ECANCELED
+    return 0
+
+
 cdef class Server:
     """The C engine serving a list of routes: see cyserve.app for the route tuples."""
 
@@ -116,6 +129,8 @@ cdef class Server:
     cdef readonly int threads
     cdef int _port
     cdef bint _started
+    cdef object _on_bound
+    cdef object _bound_error
     cdef cs.server_listen_t *_listen
     cdef unsigned _nlisten
     cdef cs.tls_ctx_t *_tls
@@ -395,8 +410,13 @@ cdef class Server:
                 msg = "another route already has this pattern and one of these methods"
             raise ValueError(f"{where}: {msg}")
 
-    def start(self):
-        """Bind and start the workers; returns at once. Raises OSError (port in use, ...)."""
+    def start(self, on_bound=None):
+        """Bind and start the workers; returns at once. Raises OSError (port in use, ...).
+
+        on_bound(port), if given, is called once the listeners are bound (port: the first TCP
+        listener's, as ``port`` says afterwards) and before any worker starts: whatever the
+        handlers read about where they run is set there, before they can run. What it raises
+        cancels the start and is raised here."""
         cdef char err[256]
         cdef int rc
         if self._srv == NULL:
@@ -404,8 +424,19 @@ cdef class Server:
         if self._started:
             raise RuntimeError("Server.start() called twice")
         err[0] = 0
-        with nogil:
-            rc = cs.server_start(self._srv, err, sizeof(err))
+        self._on_bound = on_bound
+        self._bound_error = None
+        if on_bound is not None:
+            cs.server_set_on_bound(self._srv, _server_on_bound, <void *>self)
+        try:
+            with nogil:
+                rc = cs.server_start(self._srv, err, sizeof(err))
+        finally:
+            cs.server_set_on_bound(self._srv, NULL, NULL)
+            self._on_bound = None
+        if self._bound_error is not None:
+            exc, self._bound_error = self._bound_error, None
+            raise exc
         if rc != 0:
             raise OSError(-rc, err[:strlen(err)].decode("utf-8", "replace") or
                           f"cannot start the server (error {-rc})")
