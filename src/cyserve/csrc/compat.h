@@ -33,4 +33,18 @@
 #endif
 #endif
 
+/* An order ThreadSanitizer cannot see, told to it: TSAN_RELEASE(p) on one thread, then
+ * TSAN_ACQUIRE(p) on another, makes what the first did before happen before what the second does
+ * after. Only for an order that holds through code TSan does not instrument (the interpreter's
+ * own reference counting, say), with a comment saying which; nothing otherwise. */
+#ifdef CYSERVE_TSAN
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#define TSAN_ACQUIRE(p) __tsan_acquire((void *)(p))
+#define TSAN_RELEASE(p) __tsan_release((void *)(p))
+#else
+#define TSAN_ACQUIRE(p) ((void)0)
+#define TSAN_RELEASE(p) ((void)0)
+#endif
+
 #endif

@@ -25,6 +25,7 @@ void handoff_release(struct handoff *h)
 {
     /* safety: acq_rel: every access of either side happens before the free. */
     if (__atomic_sub_fetch(&h->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        TSAN_ACQUIRE(h); /* see handoff_give */
         resp_free(&h->resp);
         if (h->ws)
             wsconn_chan_free(h->ws);
@@ -43,9 +44,18 @@ int handoff_give(struct handoff *h, int more)
     if (handoff_gone(h))
         return -EPIPE;
     h->more = more;
-    /* safety: relaxed: the signal's set below orders it, as it does resp and more. */
-    __atomic_store_n(&h->given, 1, __ATOMIC_RELAXED);
+    /* safety: release pairs with the engine's acquire exchange of given (request.c): resp and
+     * more, written before, are seen by the engine that finds given set. The signal's own
+     * release is not enough there: the engine may find given set before this set, woken by
+     * an earlier one (a body asked for) or by its socket, and read resp with no order at all
+     * (ThreadSanitizer under a free-threaded interpreter reported it; on a weakly ordered CPU
+     * it would be a stale answer). */
+    __atomic_store_n(&h->given, 1, __ATOMIC_RELEASE);
     sched_signal_set(&h->ready); /* orders resp and more before the engine's reads */
+    /* The producer's reference is dropped later, by the object that owns it (the Python side's
+     * exchange, freed by the interpreter's reference counting on whichever thread lets go of
+     * it last): that orders this set before the free, through code TSan does not see. */
+    TSAN_RELEASE(h);
     return 0;
 }
 
@@ -55,9 +65,11 @@ int handoff_ask_body(struct handoff *h,
     if (handoff_gone(h))
         return -EPIPE;
     h->body_cb = cb;
-    /* safety: relaxed: the signal's set below orders it and body_cb. */
-    __atomic_store_n(&h->body_asked, 1, __ATOMIC_RELAXED);
+    /* safety: release pairs with the engine's acquire exchange of body_asked, for body_cb (as
+     * given is for resp: see handoff_give). */
+    __atomic_store_n(&h->body_asked, 1, __ATOMIC_RELEASE);
     sched_signal_set(&h->ready);
+    TSAN_RELEASE(h); /* as in handoff_give */
     return 0;
 }
 

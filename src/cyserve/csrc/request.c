@@ -238,8 +238,9 @@ static int await_watching(struct request *rq, struct handoff *h, const struct se
         if (rc < 0)
             break;
         if (rc & (int)SCHED_SIGNALED) {
-            /* safety: relaxed: the signal ordered them (as it orders resp). */
-            if (__atomic_exchange_n(&h->body_asked, 0, __ATOMIC_RELAXED)) {
+            /* safety: acquire pairs with the producer's release stores of body_asked and given
+             * (handoff.c): body_cb and resp are read after them. */
+            if (__atomic_exchange_n(&h->body_asked, 0, __ATOMIC_ACQUIRE)) {
                 struct body_job job = {h, NULL, 0, 0};
                 if (rq->body_left) {
                     if (!piece && !(piece = malloc(BODY_PIECE_MAX))) {
@@ -257,7 +258,7 @@ static int await_watching(struct request *rq, struct handoff *h, const struct se
                     break;
                 }
             }
-            if (__atomic_exchange_n(&h->given, 0, __ATOMIC_RELAXED)) {
+            if (__atomic_exchange_n(&h->given, 0, __ATOMIC_ACQUIRE)) {
                 rc = 0;
                 break;
             }
