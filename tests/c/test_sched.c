@@ -1167,6 +1167,88 @@ static void test_relief(int nblock)
     close(rl_sv[1]);
 }
 
+/* ---- relief: waits started on a relief thread outlive its own blocking ----
+ * One worker, two relief threads. B and C park on fd waits on the worker; A blocks the worker in
+ * a call, so a relief thread serves its home. Both fds become readable at once: the relief
+ * thread wakes B and C and runs them. B starts a 20 ms sleep; C offloads a call that blocks
+ * (up to 2 s) on that same relief thread. B's sleep must end on time, served by whoever serves
+ * the worker's home (the second relief thread): parked on the first relief thread instead, it
+ * waited for C's call to return. */
+static int rh_a[2], rh_b[2];
+static int rh_in, rh_release, rh_b_done, rh_b_ran_on = -1;
+static int64_t rh_b_ms = -1;
+
+static void rh_block_fn(void *arg)
+{
+    add(&rh_in, 1);
+    for (int i = 0; i < 2000 && !get(&rh_release); i++)
+        rl_sleep_ms(1);
+    add(&rh_in, -1);
+}
+
+static int rh_sleeper(struct coro *co, void *arg)
+{
+    if (sched_wait_fd(rh_a[0], EPOLLIN, 5000000000LL) < 0)
+        return -1;
+    /* safety: a test value read after the join. */
+    __atomic_store_n(&rh_b_ran_on, sched_worker_id(), __ATOMIC_SEQ_CST);
+    uint64_t t0 = sched_clock_ns();
+    sched_sleep_ns(20000000);
+    int64_t ms = (int64_t)((sched_clock_ns() - t0) / 1000000);
+    /* safety: as above. */
+    __atomic_store_n(&rh_b_ms, ms, __ATOMIC_SEQ_CST);
+    add(&rh_b_done, 1);
+    return 0;
+}
+
+static int rh_caller(struct coro *co, void *arg)
+{
+    if (sched_wait_fd(rh_b[0], EPOLLIN, 5000000000LL) < 0)
+        return -1;
+    return sched_offload(rh_block_fn, NULL) == 0 ? 0 : -1;
+}
+
+static int rh_blocker(struct coro *co, void *arg)
+{
+    return sched_offload(rh_block_fn, NULL) == 0 ? 0 : -1;
+}
+
+static void test_relief_home(void)
+{
+    struct sched_config cfg = {.workers = 1, .relief = 2};
+    struct sched *s = NULL;
+    ok((sched_new(&s, &cfg)) == (0), "relief home: a scheduler with 1 worker, 2 relief threads");
+    socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, rh_a);
+    socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, rh_b);
+    sched_spawn(s, rh_sleeper, NULL);
+    sched_spawn(s, rh_caller, NULL);
+    sched_spawn(s, rh_blocker, NULL);
+    sched_start(s);
+    for (int i = 0; i < 5000 && get(&rh_in) < 1; i++)
+        rl_sleep_ms(1);
+    ok((get(&rh_in)) == (1), "relief home: the worker is stuck in a call");
+    rl_sleep_ms(30); /* the monitor sends a relief thread within a few ms */
+    ssize_t wa = write(rh_a[1], "x", 1), wb = write(rh_b[1], "x", 1);
+    ok(wa == 1 && wb == 1, "relief home: both waits made ready at once");
+    for (int i = 0; i < 3000 && !get(&rh_b_done); i++)
+        rl_sleep_ms(1);
+    ok((get(&rh_in)) == (2), "relief home: the second call blocks too (on the relief thread)");
+    add(&rh_release, 1);
+    sched_join(s);
+    /* safety: read after the join. */
+    int ran_on = __atomic_load_n(&rh_b_ran_on, __ATOMIC_SEQ_CST);
+    int64_t ms = __atomic_load_n(&rh_b_ms, __ATOMIC_SEQ_CST);
+    ok(ran_on >= 1, "relief home: the sleeper was woken on a relief thread (slot %d)", ran_on);
+    ok(ms >= 20 && ms < 500,
+       "relief home: its 20 ms sleep ended in %lld ms, not when the relief thread's call returned",
+       (long long)ms);
+    sched_free(s);
+    close(rh_a[0]);
+    close(rh_a[1]);
+    close(rh_b[0]);
+    close(rh_b[1]);
+}
+
 int main(void)
 {
     test_config();
@@ -1190,5 +1272,6 @@ int main(void)
         test_rescue_after_idle(round);
     test_relief(1);
     test_relief(2);
+    test_relief_home();
     return done_testing();
 }

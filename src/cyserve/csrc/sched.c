@@ -227,6 +227,8 @@ struct sched_worker {
      * the thread itself moves it elsewhere. */
     uint64_t off_start CACHE_ALIGNED;
     int relieved_by, relief_of;
+    /* relief threads: the last home relief_of named (owner only; see own_home). */
+    int last_home;
     int tid; /* the thread's id (gettid), for the monitor's look at its state; set at start */
     /* safety (field): batch_lock (a word, taken for a few instructions) guards batch_rest: the
      * calls of the running batch not started yet. The owner takes them one at a time; a thread
@@ -582,6 +584,21 @@ static void parked_remove(struct sched_worker *w, struct coro *co)
 
 /* In the home-section code below; timers, waits and sched_io enter home sections. */
 static int home_enter(struct sched_worker **wp, int home);
+
+/* The home where a coroutine running on w parks what it waits for by itself (a sleep, an fd
+ * wait, a signal, a timer, a new sched_io): w for a worker. A relief thread is nobody's home: it
+ * parks them on the worker it relieves (or last relieved). Parked on the relief thread itself,
+ * they were served only by that thread, so a call of its own that then blocked stranded them
+ * (rescue and the monitor watch the workers' homes, and a relief thread that lets go of a home
+ * stops polling it); on the worker, whoever serves that home serves them. Owner only. */
+static inline int own_home(const struct sched_worker *w)
+{
+    if (LIKELY(w->id < w->s->n))
+        return (int)w->id;
+    /* safety: acquire pairs with the monitor's release store of an assignment. */
+    int h = __atomic_load_n(&w->relief_of, __ATOMIC_ACQUIRE);
+    return h >= 0 ? h : w->last_home;
+}
 
 /* epoll data of a relieved home's epoll fd in a relief thread's epoll (sched_relief.c.h): never
  * a pointer (wait records are aligned, sched_io tags are odd, the eventfd's is 0). */
@@ -1437,7 +1454,7 @@ int sched_home_enter(int home)
     if (UNLIKELY(!w))
         return -EPERM;
     if (home < 0)
-        home = (int)w->id;
+        home = own_home(w);
     if (UNLIKELY((unsigned)home >= w->s->n_all))
         return -EINVAL;
     if (w->held == home)

@@ -168,7 +168,8 @@ struct sched_io {
 
 /* ---- home sections ---- */
 
-/* Enter a home section of worker `home` (< 0: the worker running the coroutine): on return the
+/* Enter a home section of worker `home` (< 0: the worker running the coroutine; on a relief
+ * thread, the worker it relieves or last relieved, as for every wait it starts): on return the
  * calling thread holds home's loop lock, so that home's state (its sched_io's, timers, and the
  * caller's own per-home data) may be touched. The coroutine may hop to get it (it then runs on
  * another thread afterwards). The section ends at sched_home_exit() or at the coroutine's next

@@ -156,12 +156,14 @@ int sched_sleep_ns(uint64_t ns)
         return -EPERM; /* not called from a coroutine: refuse rather than crash */
     if (UNLIKELY(sched_is_stopping(w->s)))
         return -ECANCELED;
-    home_enter(&w, (int)w->id); /* the own worker: never hops, never fails */
+    int h = own_home(w);
+    home_enter(&w, h); /* a worker's own: never hops; a relief thread's may hop */
+    struct sched_worker *home = &w->s->w[h];
     struct sched_wait rec = {.kind = WAIT_SLEEP, .fd = -1};
     rec.timer.cb = wait_timer_fired;
     rec.timer.data = &rec;
-    timer_arm_on(w, &rec.timer, sched_clock_ns() + ns);
-    return sched_park(w, w, &rec);
+    timer_arm_on(home, &rec.timer, sched_clock_ns() + ns);
+    return sched_park(w, home, &rec);
 }
 
 int sched_wait_fd(int fd, uint32_t events, int64_t timeout_ns)
@@ -171,10 +173,12 @@ int sched_wait_fd(int fd, uint32_t events, int64_t timeout_ns)
         return -EPERM; /* not called from a coroutine: refuse rather than crash */
     if (UNLIKELY(sched_is_stopping(w->s)))
         return -ECANCELED;
-    home_enter(&w, (int)w->id); /* the own worker: never hops, never fails */
+    int h = own_home(w);
+    home_enter(&w, h); /* a worker's own: never hops; a relief thread's may hop */
+    struct sched_worker *home = &w->s->w[h];
     struct sched_wait rec = {.kind = WAIT_FD, .fd = fd};
     struct epoll_event ev = {.events = events | EPOLLONESHOT, .data.ptr = &rec};
-    if (UNLIKELY(epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)) {
+    if (UNLIKELY(epoll_ctl(home->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)) {
         int err = -errno;
         loop_unlock(w);
         return err;
@@ -182,9 +186,9 @@ int sched_wait_fd(int fd, uint32_t events, int64_t timeout_ns)
     if (timeout_ns >= 0) {
         rec.timer.cb = wait_timer_fired;
         rec.timer.data = &rec;
-        timer_arm_on(w, &rec.timer, sched_clock_ns() + (uint64_t)timeout_ns);
+        timer_arm_on(home, &rec.timer, sched_clock_ns() + (uint64_t)timeout_ns);
     }
-    return sched_park(w, w, &rec);
+    return sched_park(w, home, &rec);
 }
 
 int sched_io_add(struct sched_io *io, int fd,
@@ -197,7 +201,7 @@ int sched_io_add(struct sched_io *io, int fd,
     if (w->held < 0) {
         if (UNLIKELY(!w->current))
             return -EPERM;
-        home_enter(&w, (int)w->id);
+        home_enter(&w, own_home(w));
         entered = 1;
     }
     struct sched_worker *home = &w->s->w[w->held];

@@ -37,8 +37,12 @@
  * none without); the monitor's 1 ms wake-ups while batches run (measured in docs/benchmarks.md);
  * a stuck worker's clients wait at most about 7 ms (the threshold plus one monitor tick) for
  * the relief thread, and then at its pace. Relief threads are nobody's home: the engine opens
- * connections on the home whose listener accepted them, so a relief thread can stop relieving
- * and leave nothing behind except its own sleeps and fd waits, which it serves until they end.
+ * connections on the home whose listener accepted them, and what a coroutine running on a
+ * relief thread waits for by itself (a sleep, an fd wait, a signal such as an ASGI answer, a
+ * timer) parks on the worker it relieves (own_home in sched.c), so a relief thread can stop
+ * relieving, or block in a call of its own, and strand nothing: whoever serves that worker's
+ * home serves those waits. (They once parked on the relief thread, and its blocking call held
+ * them until it returned: test_sched.c's "relief home".)
  *
  * Ownership of the fields (declared in sched.c): off_start is written by its thread; relieved_by
  * by the monitor (assign) and the relief thread (CAS back to -1 when it lets go); relief_of:
@@ -169,6 +173,8 @@ static void relief_loop(struct sched_worker *r)
         r->now = now;
         /* safety: acquire pairs with the monitor's release store of the assignment. */
         int h = __atomic_load_n(&r->relief_of, __ATOMIC_ACQUIRE);
+        if (h >= 0)
+            r->last_home = h; /* own_home's fallback once we let go */
         if (h >= 0) {
             struct sched_worker *v = &s->w[h];
             int mine = (int)r->id;

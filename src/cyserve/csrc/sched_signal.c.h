@@ -61,8 +61,8 @@ int sched_signal_wait(struct sched_signal *sig)
         return 0;
     if (UNLIKELY(sched_is_stopping(w->s)))
         return -ECANCELED;
-    home_enter(&w, (int)w->id); /* the own worker: never hops, never fails */
-    int home = (int)w->id;
+    int home = own_home(w);
+    home_enter(&w, home); /* a worker's own: never hops; a relief thread's may hop */
     struct coro *co = w->current;
     sig->waiter = co;
     sig->home = home;

@@ -88,8 +88,9 @@ void sched_timer_arm(struct sched_timer *t, uint64_t deadline_ns)
         timer_arm_on(&w->s->w[w->held], t, deadline_ns);
         return;
     }
-    /* A coroutine outside any home section: arm on the worker running it, under its lock. */
-    if (UNLIKELY(!w->current || home_enter(&w, (int)w->id) < 0))
+    /* A coroutine outside any home section: arm on the home of the thread running it (its
+     * worker; for a relief thread, the worker it relieves), under that home's lock. */
+    if (UNLIKELY(!w->current || home_enter(&w, own_home(w)) < 0))
         abort(); /* contract: worker only; -ECANCELED cannot happen for the own worker */
     timer_arm_on(&w->s->w[w->held], t, deadline_ns);
     loop_unlock(w);
