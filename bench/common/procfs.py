@@ -71,6 +71,23 @@ def tree_rss_kib(root):
     return total
 
 
+def tree_pss_kib(root):
+    """Sum of Pss over root's tree, in KiB: a page shared by k processes counts 1/k in each, so
+    the sum is the tree's own memory once (forked workers sharing the interpreter and the
+    modules imported before the fork are not counted once per worker, as the RSS sum does)."""
+    total = 0
+    for pid in process_tree(root):
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1])
+                        break
+        except OSError:
+            pass
+    return total
+
+
 class RssSampler:
     """Samples tree_rss_kib(root) every `interval` seconds in a thread; .peak is the largest."""
 
