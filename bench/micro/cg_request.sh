@@ -35,7 +35,7 @@ python3 - "$PORT" "$TARGET" "$N" "$VP" "${CONNS:-1}" <<'PY'
 import socket, subprocess, sys, time
 port, target, n, pid, conns = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 req = f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
-for _ in range(1200):
+for _ in range(3000):
     try:
         socket.create_connection(("127.0.0.1", port), timeout=120).close(); break
     except OSError: time.sleep(0.1)

@@ -102,6 +102,15 @@ cdef int _asgi_header_kind(const char *n, Py_ssize_t k) noexcept:
     return _H_OTHER
 
 
+cdef inline object _mget(object message, str key, object default):
+    """message.get(key, default), without the method call for a dict (what apps send)."""
+    cdef PyObject *v
+    if type(message) is dict:
+        v = PyDict_GetItem(message, key)
+        return default if v == NULL else <object>v
+    return message.get(key, default)
+
+
 cdef object _asgi_length(object v):
     """An app's Content-Length as int() reads it: plain digits without a call."""
     if type(v) is not bytes:
@@ -248,14 +257,15 @@ cdef class _Exchange:
 
     async def send(self, message):
         t = message["type"]
-        if t == "http.response.start":
+        cdef str ts = t if type(t) is str else None
+        if ts == "http.response.start":
             if self.started:
                 raise RuntimeError("ASGI: http.response.start sent twice")
             self.status = int(message["status"])
-            self.headers = list(message.get("headers") or ())
+            self.headers = list(_mget(message, "headers", None) or ())
             self.started = True
             return
-        if t != "http.response.body":
+        if ts != "http.response.body":
             raise RuntimeError(f"ASGI: unexpected message {t!r} in the http scope")
         if not self.started:
             raise RuntimeError("ASGI: http.response.body before http.response.start")
@@ -265,8 +275,8 @@ cdef class _Exchange:
             if self.head:
                 return  # an answer to HEAD is complete with its head: the rest goes nowhere
             raise RuntimeError("ASGI: http.response.body after the response was complete")
-        body = message.get("body", b"")
-        more = bool(message.get("more_body", False))
+        body = _mget(message, "body", b"")
+        more = bool(_mget(message, "more_body", False))
         cdef cs.resp_t *resp = &self.h.resp
         if not self.streaming:
             if self.head and self.length is None and not more:
