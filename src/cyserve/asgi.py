@@ -204,6 +204,9 @@ class ASGIRuntime:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=timeout)
+        from ._core import _asgi_drop_done_tasks
+
+        _asgi_drop_done_tasks()
 
     def stop(self, timeout: float = _STOP_TASKS_SECONDS, lifespan: bool = True) -> None:
         """After the server stopped: cancel the requests' tasks still running (their answers

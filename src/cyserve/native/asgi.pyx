@@ -13,6 +13,7 @@
 # the next through the target's py_stream (_asgi_stream, offloaded), which resolves the pending
 # send(): awaiting send() on a slow reader suspends the app, nothing queues without bound.
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.list cimport PyList_New, PyList_SET_ITEM
 
 # The offload end hook (python_handler.pyx) calls cyserve__asgi_flush, GIL held, when
 # cyserve__asgi_queued says this batch queued something for the loop.
@@ -78,9 +79,53 @@ _asgi_log = _logging_asgi.getLogger("cyserve.asgi")
 cdef object _asgi_loop = None
 
 # Headers the engine writes itself: an application's are dropped (a Content-Length is used as the
-# announced length of a streamed body, or of a HEAD answer).
+# announced length of a streamed body, or of a HEAD answer). _asgi_header_kind tells them, and
+# Content-Type, from the others, in any case, without a lower-cased copy of each name
+# (_ASGI_ENGINE_HEADERS names them for the WebSocket scope's denial response).
 cdef frozenset _ASGI_ENGINE_HEADERS = frozenset((b"content-length", b"transfer-encoding",
                                                  b"date", b"connection"))
+DEF _H_OTHER = 0
+DEF _H_ENGINE = 1  # Transfer-Encoding, Date, Connection
+DEF _H_LENGTH = 2
+DEF _H_TYPE = 3
+
+
+cdef int _asgi_header_kind(const char *n, Py_ssize_t k) noexcept:
+    if k == 14 and strncasecmp(n, "content-length", 14) == 0:
+        return _H_LENGTH
+    if k == 12 and strncasecmp(n, "content-type", 12) == 0:
+        return _H_TYPE
+    if ((k == 17 and strncasecmp(n, "transfer-encoding", 17) == 0)
+            or (k == 4 and strncasecmp(n, "date", 4) == 0)
+            or (k == 10 and strncasecmp(n, "connection", 10) == 0)):
+        return _H_ENGINE
+    return _H_OTHER
+
+
+cdef inline object _mget(object message, str key, object default):
+    """message.get(key, default), without the method call for a dict (what apps send)."""
+    cdef PyObject *v
+    if type(message) is dict:
+        v = PyDict_GetItem(message, key)
+        return default if v == NULL else <object>v
+    return message.get(key, default)
+
+
+cdef object _asgi_length(object v):
+    """An app's Content-Length as int() reads it: plain digits without a call."""
+    if type(v) is not bytes:
+        return int(v)
+    cdef const char *p = PyBytes_AS_STRING(v)
+    cdef Py_ssize_t i, n = PyBytes_GET_SIZE(v)
+    cdef long long x = 0
+    if 0 < n <= 18:
+        for i in range(n):
+            if not (c'0' <= p[i] <= c'9'):
+                break
+            x = x * 10 + (p[i] - c'0')
+        else:
+            return x
+    return int(v)
 cdef dict _ASGI_VERSION = {"version": "3.0", "spec_version": "2.4"}
 cdef Py_ssize_t _ASGI_CHUNK = 65536  # receive() hands a large body over in pieces of this size
 
@@ -90,7 +135,7 @@ def _asgi_set_loop(loop):
     _asgi_loop = loop
 
 
-def _asgi_flush():
+cdef void _asgi_flush() except *:
     """Hand what this batch queued to the loop, in one wake-up. GIL held."""
     global cyserve__asgi_queued
     cyserve__asgi_queued = 0
@@ -100,18 +145,23 @@ def _asgi_flush():
     batch = cache.asgi_queue
     cache.asgi_queue = []
     loop = _asgi_loop
-    if loop is None or loop.is_closed():
+    if loop is None:
         return
     try:
         loop.call_soon_threadsafe(_asgi_run_batch, batch)
-    except RuntimeError:  # the loop was closed meanwhile: the stop cancels what is left
+    except RuntimeError:  # the loop is closed: the stop cancels what is left
         pass
 
 
 def _asgi_run_batch(list batch):
-    for fn, arg in batch:
+    # An _Exchange is a request to start (_asgi_spawn); anything else a (callable, argument).
+    for item in batch:
         try:
-            fn(arg)
+            if type(item) is _Exchange:
+                _asgi_spawn(<_Exchange>item)
+            else:
+                fn, arg = item
+                fn(arg)
         except BaseException:
             _asgi_log.exception("ASGI dispatch failed")
 
@@ -119,6 +169,12 @@ def _asgi_run_batch(list batch):
 cdef inline void _asgi_queue_call(fn, arg):
     global cyserve__asgi_queued
     _tcache().asgi_queue.append((fn, arg))
+    cyserve__asgi_queued = 1
+
+
+cdef inline void _asgi_queue_start(_Exchange ex):
+    global cyserve__asgi_queued
+    _tcache().asgi_queue.append(ex)
     cyserve__asgi_queued = 1
 
 
@@ -151,6 +207,8 @@ cdef class _Exchange:
     cdef object ended        # the future receive() waits on for http.disconnect
     cdef bint body_stream    # the body comes piece by piece as receive() asks (body is b"")
     cdef object body_wait    # the future receive() waits on for the next piece
+    cdef object task         # the task running _run, held in _asgi_tasks until _run ends
+    cdef object app, scope   # what _asgi_spawn starts _run with (cleared then)
     cdef readonly str label
 
     def __dealloc__(self):
@@ -199,14 +257,15 @@ cdef class _Exchange:
 
     async def send(self, message):
         t = message["type"]
-        if t == "http.response.start":
+        cdef str ts = t if type(t) is str else None
+        if ts == "http.response.start":
             if self.started:
                 raise RuntimeError("ASGI: http.response.start sent twice")
             self.status = int(message["status"])
-            self.headers = list(message.get("headers") or ())
+            self.headers = list(_mget(message, "headers", None) or ())
             self.started = True
             return
-        if t != "http.response.body":
+        if ts != "http.response.body":
             raise RuntimeError(f"ASGI: unexpected message {t!r} in the http scope")
         if not self.started:
             raise RuntimeError("ASGI: http.response.body before http.response.start")
@@ -216,8 +275,8 @@ cdef class _Exchange:
             if self.head:
                 return  # an answer to HEAD is complete with its head: the rest goes nowhere
             raise RuntimeError("ASGI: http.response.body after the response was complete")
-        body = message.get("body", b"")
-        more = bool(message.get("more_body", False))
+        body = _mget(message, "body", b"")
+        more = bool(_mget(message, "more_body", False))
         cdef cs.resp_t *resp = &self.h.resp
         if not self.streaming:
             if self.head and self.length is None and not more:
@@ -231,7 +290,7 @@ cdef class _Exchange:
                 _check_rc(cs.resp_set_stream(resp, <void *>self.h, announced), "ASGI response")
                 self.streaming = True
         if body:
-            _set_body(resp, bytes(body))
+            _set_body(resp, body if type(body) is bytes else bytes(body))
         if not more:
             self._give(0)
             return
@@ -242,20 +301,29 @@ cdef class _Exchange:
 
     cdef int _fill_head(self, cs.resp_t *resp) except -1:
         cdef bint ct = False
+        cdef bytes bname, bvalue
+        cdef int kind, rc
         _check_rc(cs.resp_set_status(resp, self.status), "ASGI status")
         for name, value in self.headers:
-            lname = bytes(name).lower()
-            if lname in _ASGI_ENGINE_HEADERS:
-                if lname == b"content-length" and self.length is None:
-                    self.length = int(value)
+            bname = name if type(name) is bytes else bytes(name)
+            kind = _asgi_header_kind(PyBytes_AS_STRING(bname), PyBytes_GET_SIZE(bname))
+            if kind == _H_LENGTH:
+                if self.length is None:
+                    self.length = _asgi_length(value)
                 continue
-            if lname == b"content-type":
+            if kind == _H_ENGINE:
+                continue
+            bvalue = value if type(value) is bytes else bytes(value)
+            if kind == _H_TYPE:
                 if ct:
                     continue
                 ct = True
-                _set_ct(resp, bytes(value))
+                _set_ct(resp, bvalue)
                 continue
-            _add_header(resp, bytes(name).decode("latin-1"), bytes(value).decode("latin-1"))
+            rc = cs.resp_add_header(resp, PyBytes_AS_STRING(bname), <size_t>PyBytes_GET_SIZE(bname),
+                                    PyBytes_AS_STRING(bvalue), <size_t>PyBytes_GET_SIZE(bvalue))
+            if rc:  # the message only when it is needed
+                _check_rc(rc, f"header {bname.decode('latin-1')!r}")
         if self.head:
             announced = cs.RESP_LENGTH_UNKNOWN if self.length is None else self.length
             _check_rc(cs.resp_set_head_length(resp, announced), "ASGI HEAD length")
@@ -305,6 +373,10 @@ cdef class _Exchange:
             if not isinstance(exc, Exception):
                 raise
             return
+        finally:
+            # The task is still running (this is its last step), so the loop holds it now.
+            _asgi_tasks.discard(self.task)
+            self.task = None
         if not self.complete and not self.gone:
             if not self.started or not self.streaming:
                 _asgi_log.error("ASGI application %s returned without completing its "
@@ -331,6 +403,60 @@ cdef class _Exchange:
                 self._mark_gone()
 
 
+cdef inline unsigned _fnv1a(const char *p, size_t n) noexcept:
+    cdef size_t i
+    cdef unsigned h = 2166136261u
+    for i in range(n):
+        h = (h ^ <unsigned char>p[i]) * 16777619u
+    return h
+
+
+cdef object _asgi_name(const char *name, size_t n, _ThreadCache cache):
+    """Header name[0..n) lower-cased, as the scope gives it: one bytes object per name seen on
+    this thread (a table indexed by its hash, as _env_key's), not one per request."""
+    cdef Py_ssize_t slot = <Py_ssize_t>(_fnv1a(name, n) & (ASGI_NAMES_SLOTS - 1))
+    cdef object seen = <object>PyList_GET_ITEM(cache.asgi_names, slot)
+    if (seen is not None and <size_t>PyBytes_GET_SIZE(seen) == n
+            and memcmp(PyBytes_AS_STRING(seen), name, n) == 0):
+        return <object>PyList_GET_ITEM(cache.asgi_lower, slot)
+    cdef bytes raw = PyBytes_FromStringAndSize(name, <Py_ssize_t>n)
+    cdef bytes lower = raw.lower()
+    # This thread's own table: no other thread reads it between the two stores.
+    cache.asgi_lower[slot] = lower
+    cache.asgi_names[slot] = raw
+    return lower
+
+
+cdef object _asgi_client(const char *peer, _ThreadCache cache):
+    """The scope's client, (host, port), from the engine's "host:port" or "[v6]:port" (made
+    once per connection): one tuple per peer seen on this thread, as _asgi_name."""
+    cdef size_t n = strlen(peer)
+    cdef Py_ssize_t slot = <Py_ssize_t>(_fnv1a(peer, n) & (ASGI_PEER_SLOTS - 1))
+    cdef object seen = <object>PyList_GET_ITEM(cache.peer_keys, slot)
+    if (seen is not None and <size_t>PyBytes_GET_SIZE(seen) == n
+            and memcmp(PyBytes_AS_STRING(seen), peer, n) == 0):
+        return <object>PyList_GET_ITEM(cache.peer_values, slot)
+    cdef bytes raw = PyBytes_FromStringAndSize(peer, <Py_ssize_t>n)
+    host, _, port = raw.decode("latin-1").rpartition(":")
+    client = (host.strip("[]"), int(port))
+    cache.peer_values[slot] = client
+    cache.peer_keys[slot] = raw
+    return client
+
+
+cdef str _asgi_path(const char *p, size_t n):
+    """The scope's path: p[0..n) percent-decoded, then read as UTF-8 (surrogateescape). A path
+    of ASCII bytes without '%' is its own text."""
+    cdef size_t i
+    if memchr(p, c'%', n) == NULL:
+        for i in range(n):
+            if <unsigned char>p[i] >= 0x80:
+                break
+        else:
+            return PyUnicode_DecodeLatin1(p, <Py_ssize_t>n, NULL)
+    return _unquote_latin1(p, n).encode("latin-1").decode("utf-8", "surrogateescape")
+
+
 cdef class ASGIHandler:
     """The target of an ASGI route: the application and what every scope shares."""
     cdef readonly object app
@@ -339,10 +465,28 @@ cdef class ASGIHandler:
     cdef public object server   # (host, port), set by bind()
     cdef public dict state      # the lifespan's state, copied into each scope
     cdef str _label
+    cdef dict _template         # the scope's keys and constant values (_scope)
 
     def __init__(self, app, str root_path=""):
         self.app = app
         self.root_path = root_path.rstrip("/")
+        # Every key of the http scope, in this order; _scope replaces the values marked None.
+        self._template = {
+            "type": "http",
+            "asgi": _ASGI_VERSION,
+            "http_version": "1.1",
+            "method": None,
+            "scheme": "http",
+            "path": None,
+            "raw_path": None,
+            "query_string": None,
+            "root_path": self.root_path,
+            "headers": None,
+            "client": None,
+            "server": None,
+            "state": None,
+            "extensions": None,
+        }
         self._root_b = self.root_path.encode("utf-8")
         self.server = None
         self.state = {}
@@ -359,38 +503,42 @@ cdef class ASGIHandler:
         return f"<ASGIHandler {self._label} at {self.root_path or '/'}>"
 
     cdef dict _scope(self, const cyserve_request *req):
+        # A copy of the template (one copy of its key table, no hashing) whose per-request
+        # entries are then replaced in place: cheaper than inserting fourteen keys.
         cdef size_t i
         cdef const cyserve_header *h
         cdef const char *peer
-        cdef list headers = []
+        cdef _ThreadCache cache = _tcache()
+        cdef Py_ssize_t n = <Py_ssize_t>req.num_headers
+        cdef list headers = PyList_New(n)
         for i in range(req.num_headers):
             h = &req.headers[i]
-            headers.append((PyBytes_FromStringAndSize(h.name.ptr, <Py_ssize_t>h.name.len).lower(),
-                            PyBytes_FromStringAndSize(h.value.ptr, <Py_ssize_t>h.value.len)))
-        raw_path = PyBytes_FromStringAndSize(req.path.ptr, <Py_ssize_t>req.path.len)
+            item = (_asgi_name(h.name.ptr, h.name.len, cache),
+                    PyBytes_FromStringAndSize(h.value.ptr, <Py_ssize_t>h.value.len))
+            Py_INCREF(item)
+            PyList_SET_ITEM(headers, <Py_ssize_t>i, item)
         client = None
         if cs.server_req_peer(<const cs.req_t *>req, &peer) == 0:
-            host, _, port = (<bytes>peer).decode("latin-1").rpartition(":")
-            client = (host.strip("[]"), int(port))
-        return {
-            "type": "http",
-            "asgi": _ASGI_VERSION,
-            "http_version": ("2" if cs.server_req_http2(<const cs.req_t *>req) else
-                             "1.1" if req.minor_version == 1 else "1.0"),
-            "method": _method_str(req.method),
-            # "https" over TLS, or when a trusted proxy says so (as the client above).
-            "scheme": "https" if cs.server_req_scheme(<const cs.req_t *>req)[4] == c"s" else "http",
-            "path": _unquote_latin1(req.path.ptr, req.path.len).encode("latin-1").decode(
-                "utf-8", "surrogateescape"),
-            "raw_path": raw_path,
-            "query_string": PyBytes_FromStringAndSize(req.query.ptr, <Py_ssize_t>req.query.len),
-            "root_path": self.root_path,
-            "headers": headers,
-            "client": client,
-            "server": self.server,
-            "state": self.state.copy(),
-            "extensions": {},
-        }
+            client = _asgi_client(peer, cache)
+        cdef dict scope = PyDict_Copy(self._template)
+        if cs.server_req_http2(<const cs.req_t *>req):
+            scope["http_version"] = "2"
+        elif req.minor_version != 1:
+            scope["http_version"] = "1.0"
+        scope["method"] = _method_str(req.method)
+        # "https" over TLS, or when a trusted proxy says so (as the client above).
+        if cs.server_req_scheme(<const cs.req_t *>req)[4] == c"s":
+            scope["scheme"] = "https"
+        scope["path"] = _asgi_path(req.path.ptr, req.path.len)
+        scope["raw_path"] = PyBytes_FromStringAndSize(req.path.ptr, <Py_ssize_t>req.path.len)
+        scope["query_string"] = PyBytes_FromStringAndSize(req.query.ptr,
+                                                          <Py_ssize_t>req.query.len)
+        scope["headers"] = headers
+        scope["client"] = client
+        scope["server"] = self.server
+        scope["state"] = self.state.copy()
+        scope["extensions"] = {}
+        return scope
 
     cdef _Exchange _start(self, const cyserve_request *req):
         scope = self._scope(req)
@@ -406,7 +554,9 @@ cdef class ASGIHandler:
             raise MemoryError()
         cyserve__producer_enable(<PyObject *>ex)
         ex.h.producer = <void *>ex  # before the handoff is shared: no lock needed
-        _asgi_queue_call(_asgi_spawn, (ex, self.app, scope))
+        ex.app = self.app
+        ex.scope = scope
+        _asgi_queue_start(ex)
         return ex
 
 
@@ -438,10 +588,21 @@ cdef inline void _asgi_keep_task(task) except *:
     task.add_done_callback(_asgi_tasks.discard)
 
 
-def _asgi_spawn(args):
+def _asgi_drop_done_tasks():
+    """Forget the tasks that ended without running (a stop cancelled them before their first
+    step, so their _run never dropped them). Loop thread, at a stop."""
+    _asgi_tasks.difference_update([t for t in _asgi_tasks if t.done()])
+
+
+cdef void _asgi_spawn(_Exchange ex) except *:
     # A stop cancels every task of the loop but the lifespans' (cyserve.asgi).
-    ex, app, scope = args
-    _asgi_keep_task(_asgi_loop.create_task((<_Exchange>ex)._run(app, scope)))
+    app, scope = ex.app, ex.scope
+    ex.app = ex.scope = None
+    # Held in _asgi_tasks until _run drops it at its end: cheaper than a done callback, which
+    # costs the loop one more callback per request (about a tenth of an ASGI request's work).
+    task = _asgi_loop.create_task(ex._run(app, scope))
+    _asgi_tasks.add(task)
+    ex.task = task
 
 
 cdef void _asgi_call(void *opaque, cs.req_t *req, cs.resp_t *resp) noexcept nogil:

@@ -170,6 +170,8 @@ _error_log = _logging.getLogger("cyserve.error")
 
 # ---- per-thread state ----
 DEF WSGI_KEYS_SLOTS = 512  # native/wsgi.pyx, _env_key
+DEF ASGI_NAMES_SLOTS = 256  # native/asgi.pyx, _asgi_name
+DEF ASGI_PEER_SLOTS = 256   # native/asgi.pyx, _asgi_client
 # What the handler kinds remember between requests and change while serving (the WSGI environ
 # key of each header name, the last Host split, what an ASGI batch queued for the loop) is kept
 # per thread, not per module. With the GIL, a module-wide table was safe because only one worker
@@ -184,6 +186,10 @@ cdef class _ThreadCache:
     cdef list key_values    # ... and its environ key
     cdef object host_split  # native/wsgi.pyx: (Host, SERVER_NAME, SERVER_PORT) last seen, or None
     cdef list asgi_queue    # native/asgi.pyx: what this thread's batch queued for the loop
+    cdef list asgi_names    # native/asgi.pyx, _asgi_name: the header name seen in each slot
+    cdef list asgi_lower    # ... and the lower-cased bytes the scope gives for it
+    cdef list peer_keys     # native/asgi.pyx, _asgi_client: the peer address seen in each slot
+    cdef list peer_values   # ... and the scope's client tuple for it
 
 
 cdef inline _ThreadCache _tcache():
@@ -199,6 +205,10 @@ cdef _ThreadCache _tcache_new():
     c.key_names = [None] * WSGI_KEYS_SLOTS
     c.key_values = [None] * WSGI_KEYS_SLOTS
     c.asgi_queue = []
+    c.asgi_names = [None] * ASGI_NAMES_SLOTS
+    c.asgi_lower = [None] * ASGI_NAMES_SLOTS
+    c.peer_keys = [None] * ASGI_PEER_SLOTS
+    c.peer_values = [None] * ASGI_PEER_SLOTS
     Py_INCREF(c)  # the thread's reference, dropped by _thread_dies
     cyserve__tcache = <PyObject *>c
     return c
