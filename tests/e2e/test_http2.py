@@ -290,6 +290,78 @@ def test_many_streams_at_once(port: int) -> None:
         assert bodies[2][2] == BIG and bodies[0][2] == b"Hello, World!"
 
 
+def test_slow_stream_does_not_hold_back_the_others() -> None:
+    """One worker thread. A stream whose Python handler sleeps 1.5 s is sent first; streams sent
+    after it on the same connection (static, GIL-free, Python, WSGI) are answered while it
+    sleeps, and a second sleeping stream sleeps at the same time as the first, not after it:
+    the calls go through the worker's offload and relief threads, as HTTP/1.1 calls do."""
+    from examples import hello_nogil
+
+    app = cyserve.App()
+    app.static("/plaintext", b"Hello, World!", content_type="text/plain")
+    app.nogil("/nogil", hello_nogil.ROOT)
+
+    @app.route("/sleep")
+    def sleep(req: Any) -> str:
+        time.sleep(1.5)
+        return "slept"
+
+    @app.route("/py")
+    def py(req: Any) -> str:
+        return "fast"
+
+    app.wsgi("/wsgi", wsgi_app)
+    with serving(app.build(), threads=1) as srv, H2(srv.port) as c:
+        t0 = time.monotonic()
+        slow = c.send("/sleep")
+        time.sleep(0.1)  # its call has begun (and a relief thread took the worker's loop)
+        slow2 = c.send("/sleep")
+        time.sleep(0.1)
+        fast = [c.send(p) for p in ["/plaintext", "/nogil", "/py", "/wsgi"]]
+        ended: dict[int, float] = {}
+        while len(ended) < 6:
+            for e in c.pump():
+                if isinstance(e, h2.events.StreamEnded):
+                    ended[e.stream_id] = time.monotonic() - t0
+                assert not isinstance(e, h2.events.StreamReset), e
+        assert all(ended[s] < ended[slow] for s in fast), ended
+        assert max(ended[s] for s in fast) < 1.4, ended
+        assert ended[slow] >= 1.5 and ended[slow2] >= 1.5
+        assert all(ended[s] < ended[slow2] for s in fast), ended
+        assert ended[slow2] < 2.9, ended  # the two sleeps overlapped: not 1.5 + 1.5
+        bodies = {s: c.response(s) for s in [slow, slow2, *fast]}
+        assert bodies[slow][2] == bodies[slow2][2] == b"slept"
+        assert [bodies[s][2][:5] for s in fast] == [b"Hello", b"Hello", b"fast", b"HTTP/"]
+        assert c.get("/plaintext")[0] == 200  # the connection goes on
+
+
+def test_stream_reset_while_its_handler_runs(port: int) -> None:
+    """The client resets a stream whose handler is at work: the answer is dropped when it comes,
+    the connection serves on."""
+    with H2(port) as c:
+        sid = c.send("/slow")
+        time.sleep(0.1)
+        c.conn.reset_stream(sid)
+        c.flush()
+        assert c.get("/py")[2] == b"2 http GET 0"
+        time.sleep(0.6)  # the slow handler has returned meanwhile
+        assert c.get("/plaintext")[0] == 200
+
+
+def test_connection_closed_while_handlers_run(port: int) -> None:
+    """The client goes away while streams' handlers run: the server waits for them, then frees
+    the connection (under the sanitizers, nothing is used after it is freed)."""
+    c = H2(port)
+    for _ in range(3):
+        c.send("/slow")
+    c.send("/wsgi/gen")
+    time.sleep(0.1)
+    c.close()
+    time.sleep(0.7)
+    with H2(port) as c2:
+        assert c2.get("/plaintext")[0] == 200
+
+
 def test_connection_reused_after_idle(port: int) -> None:
     with H2(port) as c:
         assert c.get("/plaintext")[0] == 200

@@ -61,8 +61,11 @@
 
 #include "access_log.h"
 #include "clock.h"
+#include "handoff.h"
 #include "http1.h"
+#include "http1_inline.h"
 #include "request.h"
+#include "server_int.h"
 #include "stream.h"
 
 /* Output bytes gathered before a write. */
@@ -107,8 +110,20 @@ struct h2_stream {
     int need_next;     /* the library waits for the next piece (deferred) */
     int64_t limit;     /* a streamed answer's announced length left, or -1 */
     uint64_t sent;     /* body bytes handed to the library */
-    struct request rq; /* last: large */
+    uint64_t t0;       /* clock_mono_ns() when its head was complete, with metrics on */
+    /* A task (a coroutine of its own, h2_task) works on the stream: its handler's call
+     * (H2_TASK_DISPATCH) or the next piece of its streamed answer (H2_TASK_NEXT). While busy
+     * only the task touches rq and the answer's fields; the serving coroutine neither frees
+     * the stream nor reads them until it took the stream from h->done. */
+    int busy;
+    int task_op;
+    int task_rc;   /* what the task's call returned */
+    int task_more; /* H2_TASK_NEXT: stream_next's *more */
+    struct h2_stream *done_next; /* h->done */
+    struct request rq;           /* last: large */
 };
+
+enum { H2_TASK_DISPATCH = 1, H2_TASK_NEXT };
 
 struct h2_session {
     nghttp2_session *ng;
@@ -125,6 +140,20 @@ struct h2_session {
      * H2_SEEN_IDS ids up to it did (bit (id / 2) % H2_SEEN_IDS), see h2_on_begin_frame. */
     int32_t max_id;
     uint64_t seen[H2_SEEN_IDS / 64];
+    /* The tasks (h2_task): how many run, the streams whose task has finished (h->done), and
+     * whether the serving coroutine has left while some still ran (a stop cancelled its wait:
+     * the last task then closes the connection). Under lock; a task that finishes sets
+     * chan->ready, the signal the serving coroutine waits on beside the socket (tracked by the
+     * server while tasks run, so that a stop's handoff_cancel_all ends that wait). */
+    pthread_mutex_t lock;
+    unsigned tasks;
+    struct h2_stream *done;
+    int orphan;
+    /* While a stop waits for handlers at work before its GOAWAY: INT32_MIN | the last stream
+     * the GOAWAY names (streams above it are refused); 0 otherwise. */
+    int32_t drain_last;
+    struct handoff *chan;
+    int chan_tracked;
 };
 
 static const char h2_preface[] = HTTP2_PREFACE;
@@ -471,6 +500,8 @@ static int h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *u
             st->rq.log_have_req = 1;
             st->rq.log_t0 = clock_mono_ns();
         }
+        if (UNLIKELY(h->srv->metrics_on))
+            st->t0 = clock_mono_ns();
         if (st->fail_status)
             st->ready = 1; /* refused before its body: answered at once */
     }
@@ -724,12 +755,63 @@ static int h2_submit(struct h2_session *h, struct h2_stream *st)
     return rc ? -ENOMEM : 0;
 }
 
-/* Answer st: a refusal, or the request core's answer. 0, or -errno when the connection must
- * close (the server stops). */
+/* Count st's answer, status, in Server.stats() (--max-requests counts streams as requests) and
+ * in the metrics, like an HTTP/1.1 answer: a refusal of the engine's (fail_status) as a
+ * rejection, a routed answer by its route's kind and with its duration. */
+static void h2_count(struct h2_session *h, struct h2_stream *st, int status)
+{
+    struct server *s = h->srv;
+    /* safety: this thread's own counter, as in http1.c. */
+    struct server_worker *mine = server_worker_self(s);
+    atomic_store_explicit(&mine->answered,
+                          atomic_load_explicit(&mine->answered, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    if (LIKELY(!s->metrics_on))
+        return;
+    if (st->fail_status)
+        metrics_note_reject(server_metrics_self(s), status);
+    else
+        metrics_note_request(server_metrics_self(s), st->rq.mkind, status,
+                             clock_mono_ns() - st->t0);
+}
+
+/* Frame the answer of st's dispatch, which returned rc. 0, or -errno when the connection must
+ * close (the server stops). The serving coroutine. */
+static int h2_answer_done(struct h2_session *h, struct h2_stream *st, int rc)
+{
+    if (rc == -ECONNRESET) {
+        /* The client had gone before its Python call ran (logged 499 by the core). */
+        st->ready = 0;
+        if (!st->closed)
+            nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
+        return 0;
+    }
+    if (rc < 0)
+        return rc;
+    if (UNLIKELY(st->closed)) {
+        /* The client reset the stream while its handler ran: nothing is sent, but the answer
+         * is taken, so that freeing the stream gives back what it holds (a file, a stream). */
+        st->answered = 1;
+        st->status = st->rq.answer.status;
+        if (st->rq.answer.kind == REQUEST_BODY_STREAM) {
+            st->pystream = st->rq.resp.stream;
+            st->rq.resp.stream = NULL;
+        }
+        return 0;
+    }
+    h2_count(h, st, st->fail_status ? st->fail_status : st->rq.answer.status);
+    rc = h2_submit(h, st);
+    if (rc)
+        nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
+    return 0;
+}
+
+/* Answer st in the serving coroutine: a refusal, or the request core's answer. 0, or -errno
+ * when the connection must close (the server stops). */
 static int h2_answer(struct h2_session *h, struct h2_stream *st)
 {
     struct request *rq = &st->rq;
-    int rc;
+    int rc = 0;
     if (st->fail_status) {
         const char *body = st->fail_status == 431   ? "431 Request Header Fields Too Large\n"
                            : st->fail_status == 413 ? "413 Content Too Large\n"
@@ -739,53 +821,169 @@ static int h2_answer(struct h2_session *h, struct h2_stream *st)
                               st->fail_status, body, NULL);
     } else {
         rc = request_dispatch(rq, st->body.ptr, st->body.len);
-        if (rc == -ECONNRESET) {
-            /* The client had gone before its Python call ran (logged 499 by the core). */
-            st->ready = 0;
-            nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
-            return 0;
-        }
-        if (rc < 0)
-            return rc;
     }
-    /* Server.stats() and --max-requests count streams as requests.
-     * safety: this thread's own counter, as in http1.c. */
-    struct server_worker *mine = server_worker_self(h->srv);
-    atomic_store_explicit(&mine->answered,
-                          atomic_load_explicit(&mine->answered, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
-    rc = h2_submit(h, st);
-    if (rc)
-        nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
-    return 0;
+    return h2_answer_done(h, st, rc);
 }
 
-/* The next piece of st's streamed answer, which the library waits for. 0 or -errno (the server
- * stops). */
-static int h2_next_piece(struct h2_session *h, struct h2_stream *st)
+/* Ask for the next piece of st's streamed answer (what a task does: an offloaded call). Sets
+ * st->task_more; returns stream_next's result. */
+static int h2_piece_fetch(struct h2_stream *st)
 {
     struct cyserve_response *r = &st->rq.resp;
-    st->need_next = 0;
     r->body.len = 0;
     resp_body_return(r); /* the last piece is copied into frames: a lent one goes back */
-    int more;
-    int rc = stream_next(&st->rq, st->rq.answer.t, st->pystream, &more);
+    return stream_next(&st->rq, st->rq.answer.t, st->pystream, &st->task_more);
+}
+
+/* The next piece of st's streamed answer came (stream_next returned rc, *more task_more): hand
+ * it to the library. 0 or -errno (the server stops). The serving coroutine. */
+static int h2_piece_done(struct h2_session *h, struct h2_stream *st, int rc)
+{
+    struct cyserve_response *r = &st->rq.resp;
+    int more = st->task_more;
     if (rc < 0) {
         st->pystream = NULL; /* an orphan of the stop now */
         return rc;
     }
+    if (more <= 0)
+        st->pystream = NULL; /* released: the last piece, or the handler failed */
+    if (st->closed)
+        return 0; /* reset meanwhile: a stream still open goes back when st is freed */
     if (more < 0) {
-        st->pystream = NULL; /* released; the answer is cut */
         nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
         return 0;
     }
-    if (!more)
-        st->pystream = NULL; /* released: this piece is the last */
     st->more = more;
     st->src = resp_body(r, &st->src_len);
     st->src_off = 0;
     nghttp2_session_resume_data(h->ng, st->id);
     return 0;
+}
+
+/* ---- tasks: streams served beside each other ---- */
+
+/* A stream's task: its handler's call, or the next piece of its streamed answer, in a coroutine
+ * of its own (which any worker may run, or steal), so that a slow handler holds back neither the
+ * connection's other streams nor its reads and writes. What the task produced goes back to the
+ * serving coroutine, the session's one user, through h->done. */
+static int h2_task(struct coro *co, void *arg)
+{
+    struct h2_stream *st = arg;
+    struct h2_session *h = st->h;
+    (void)co;
+    if (st->task_op == H2_TASK_DISPATCH)
+        st->task_rc = request_dispatch(&st->rq, st->body.ptr, st->body.len);
+    else
+        st->task_rc = h2_piece_fetch(st);
+    pthread_mutex_lock(&h->lock);
+    h->tasks--;
+    int last = h->orphan && !h->tasks;
+    if (!h->orphan) {
+        st->done_next = h->done;
+        h->done = st;
+        /* Set under the lock: once the serving coroutine sees no task left (under the lock),
+         * no task touches the session any more, so it may free it. */
+        sched_signal_set(&h->chan->ready);
+    }
+    pthread_mutex_unlock(&h->lock);
+    if (last)
+        conn_destroy(h->c); /* the serving coroutine left it to the last task (h2_serve) */
+    return 0;
+}
+
+/* Whether st's answer is worth a task: a handler's call that may take long. A static or file
+ * route, a 404 or a 405 is answered at once by the serving coroutine (a task would only add a
+ * coroutine's cost), and so is a GIL-free handler that earned the inline path of HTTP/1 (quick,
+ * small answers: http1_inline.h), as HTTP/1 runs it inline. */
+static int h2_wants_task(struct h2_session *h, struct h2_stream *st)
+{
+    struct router_match m;
+    const struct http_request *r = &st->rq.head;
+    if (router_match(h->srv->router, ROUTER_METHOD_BIT(r->method_id), r->path, r->path_len, &m) <
+        0)
+        return 0;
+    const struct server_target *t = m.target;
+    if (t->kind == SERVER_PYTHON)
+        return 1;
+    /* safety: a relaxed hint, as for the inline path. */
+    return t->kind == SERVER_NOGIL &&
+           atomic_load_explicit(&t->inline_state, memory_order_relaxed) != INLINE_LEARN;
+}
+
+/* Start a task of kind op on st. 0, or -errno when none could start (the caller then does the
+ * work itself). The serving coroutine. */
+static int h2_task_start(struct h2_session *h, struct h2_stream *st, int op)
+{
+    if (!h->chan && handoff_new(&h->chan) < 0) {
+        h->chan = NULL;
+        return -ENOMEM;
+    }
+    if (op == H2_TASK_DISPATCH) {
+        /* What the request core caches on the connection is made here, by its one user, before
+         * tasks on other threads read it: the peer's address, and with proxy headers whether
+         * the peer is trusted and the client its headers name. */
+        const char *scheme;
+        request_client(&st->rq, &scheme);
+    }
+    st->task_op = op;
+    st->busy = 1;
+    pthread_mutex_lock(&h->lock);
+    h->tasks++;
+    pthread_mutex_unlock(&h->lock);
+    int rc = sched_spawn(h->srv->sched, h2_task, st);
+    if (UNLIKELY(rc < 0)) {
+        st->busy = 0;
+        pthread_mutex_lock(&h->lock);
+        h->tasks--;
+        pthread_mutex_unlock(&h->lock);
+        return rc;
+    }
+    if (!h->chan_tracked) {
+        /* A stop's handoff_cancel_all ends the wait on chan (h2_read_or_task). */
+        handoff_track(h->srv, h->chan, 1);
+        h->chan_tracked = 1;
+    }
+    return 0;
+}
+
+/* Take the streams whose task finished and frame what the tasks made. 1 when there were any, 0
+ * when not, -errno when the connection must close (every one is taken all the same). The
+ * serving coroutine. */
+static int h2_tasks_collect(struct h2_session *h)
+{
+    if (!h->chan)
+        return 0;
+    pthread_mutex_lock(&h->lock);
+    struct h2_stream *list = h->done;
+    h->done = NULL;
+    unsigned running = h->tasks;
+    pthread_mutex_unlock(&h->lock);
+    if (!running && h->chan_tracked) {
+        handoff_track(h->srv, h->chan, 0);
+        h->chan_tracked = 0;
+    }
+    int rc = list != NULL;
+    while (list) {
+        struct h2_stream *st = list;
+        list = st->done_next;
+        st->done_next = NULL;
+        st->busy = 0;
+        int r = st->task_op == H2_TASK_DISPATCH ? h2_answer_done(h, st, st->task_rc)
+                                                : h2_piece_done(h, st, st->task_rc);
+        if (r < 0)
+            rc = r;
+    }
+    return rc;
+}
+
+static unsigned h2_tasks_running(struct h2_session *h)
+{
+    if (!h->chan)
+        return 0;
+    pthread_mutex_lock(&h->lock);
+    unsigned n = h->tasks;
+    pthread_mutex_unlock(&h->lock);
+    return n;
 }
 
 /* ---- the session ---- */
@@ -833,6 +1031,13 @@ static void h2_session_free(struct h2_session *h, int in_coro)
     if (h->ng)
         nghttp2_session_del(h->ng);
     wbuf_free(&h->out);
+    if (h->chan) {
+        if (h->chan_tracked)
+            handoff_track(h->srv, h->chan, 0);
+        handoff_release(h->chan); /* both references are the session's */
+        handoff_release(h->chan);
+    }
+    pthread_mutex_destroy(&h->lock);
     free(h);
 }
 
@@ -882,7 +1087,9 @@ static struct h2_session *h2_session_new(struct conn *c)
     h->srv = s;
     h->flood_t = clock_mono_ns();
     wbuf_init(&h->out, NULL, 0);
+    pthread_mutex_init(&h->lock, NULL);
     if (nghttp2_session_server_new(&h->ng, cbs, h)) {
+        pthread_mutex_destroy(&h->lock);
         free(h);
         return NULL;
     }
@@ -903,7 +1110,7 @@ static void h2_sweep(struct h2_session *h)
     struct h2_stream *st = h->streams;
     while (st) {
         struct h2_stream *next = st->next;
-        if (st->closed)
+        if (st->closed && !st->busy)
             h2_stream_free(st, 1);
         st = next;
     }
@@ -913,6 +1120,59 @@ static void h2_sweep(struct h2_session *h)
  * client still sends is read and dropped for a moment first (conn_linger_close), so that the
  * close does not reset the connection before the client has read the GOAWAY. */
 #define H2_CLOSE_LINGER 2
+
+/* Read what the socket holds, or wait until it is readable or a task has finished (then
+ * -EINTR), until deadline (< 0: none). As conn_read_wait otherwise. The serving coroutine. */
+static ssize_t h2_read_or_task(struct h2_session *h, int64_t deadline)
+{
+    struct conn *c = h->c;
+    for (;;) {
+        ssize_t n = conn_read_once(c);
+        if (n != -EAGAIN)
+            return n;
+        int rc = sched_io_wait_signal(&c->io, EPOLLIN | EPOLLRDHUP, deadline, &h->chan->ready);
+        if (rc < 0)
+            return rc;
+        if (rc & (int)SCHED_SIGNALED)
+            return -EINTR;
+    }
+}
+
+/* Start the work the streams wait for: the answers of the requests that are complete, in the
+ * order their streams were opened (a handler's call in a task of its own, the rest at once),
+ * and the next pieces of streamed answers whose data the library waits for. 1 when something
+ * was done, 0 when not, -errno when the connection must close. */
+static int h2_start_work(struct h2_session *h)
+{
+    int work = 0;
+    for (struct h2_stream *st = h->streams; st; st = st->next) {
+        if (st->busy || st->closed)
+            continue;
+        if (st->ready && !st->answered && !h->fatal) {
+            work = 1;
+            if (UNLIKELY(h->drain_last) && st->id > (h->drain_last & INT32_MAX)) {
+                /* Opened after a stop began: refused, the client may retry it (RFC 9113 8.7). */
+                st->ready = 0;
+                nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, st->id,
+                                          NGHTTP2_REFUSED_STREAM);
+                continue;
+            }
+            if (!st->fail_status && h2_wants_task(h, st) &&
+                h2_task_start(h, st, H2_TASK_DISPATCH) == 0)
+                continue;
+            if (h2_answer(h, st) < 0)
+                return -ECANCELED;
+        } else if (st->need_next) {
+            work = 1;
+            st->need_next = 0;
+            if (h2_task_start(h, st, H2_TASK_NEXT) == 0)
+                continue;
+            if (h2_piece_done(h, st, h2_piece_fetch(st)) < 0)
+                return -ECANCELED;
+        }
+    }
+    return work;
+}
 
 /* Serve the connection: 0 when it went idle, 1 or H2_CLOSE_LINGER when it must close. */
 static int h2_serve_loop(struct h2_session *h)
@@ -929,37 +1189,34 @@ static int h2_serve_loop(struct h2_session *h)
                 return H2_CLOSE_LINGER;
             }
         }
-        /* Streams whose requests are complete, in the order they were opened; then the pieces
-         * streamed answers wait for. */
+        /* What the tasks finished, and what the streams wait for; then what that queued is
+         * written (writing may ask for more: a streamed answer whose window opened wants its
+         * next piece). */
         int work;
         do {
-            work = 0;
-            if (UNLIKELY(server_draining(s)) && !h->goaway) {
-                /* A stop: no new stream is taken, those open are answered (RFC 9113 6.8). */
-                h->goaway = 1;
-                nghttp2_submit_goaway(h->ng, NGHTTP2_FLAG_NONE,
-                                      nghttp2_session_get_last_proc_stream_id(h->ng),
-                                      NGHTTP2_NO_ERROR, NULL, 0);
-            }
-            for (struct h2_stream *st = h->streams; st; st = st->next) {
-                if (st->ready && !st->answered && !st->closed && !h->fatal) {
-                    if (h2_answer(h, st) < 0)
-                        return 1;
-                    work = 1;
-                }
-                if (st->need_next && !st->closed) {
-                    if (h2_next_piece(h, st) < 0)
-                        return 1;
-                    work = 1;
-                }
-            }
+            int done = h2_tasks_collect(h);
+            if (UNLIKELY(server_draining(s)) && !h->drain_last)
+                h->drain_last = nghttp2_session_get_last_proc_stream_id(h->ng) | INT32_MIN;
+            work = h2_start_work(h);
+            if (done < 0 || work < 0)
+                return 1;
             if (h2_flush(h) < 0)
                 return 1;
+            if (UNLIKELY(h->drain_last) && !h->goaway && !h2_tasks_running(h)) {
+                /* A stop: no new stream is taken, those open are answered (RFC 9113 6.8). The
+                 * GOAWAY goes once no handler is at work and their answers are written (the
+                 * library sends it before any queued frame), as clients that take GOAWAY as
+                 * the end (the h2 library) need; a stream opened meanwhile is refused
+                 * (h2_start_work). */
+                h->goaway = 1;
+                nghttp2_submit_goaway(h->ng, NGHTTP2_FLAG_NONE, h->drain_last & INT32_MAX,
+                                      NGHTTP2_NO_ERROR, NULL, 0);
+                if (h2_flush(h) < 0)
+                    return 1;
+            }
             h2_sweep(h);
-            /* Writing may have asked for more: a streamed answer whose window opened wants its
-             * next piece. */
             for (struct h2_stream *st = h->streams; st && !work; st = st->next)
-                work = st->need_next && !st->closed;
+                work = st->need_next && !st->closed && !st->busy;
         } while (work);
         if (!nghttp2_session_want_read(h->ng) && !nghttp2_session_want_write(h->ng))
             return H2_CLOSE_LINGER; /* a GOAWAY for an error is written */
@@ -988,10 +1245,19 @@ static int h2_serve_loop(struct h2_session *h)
                 return 1;
             continue;
         }
-        /* Streams are open: a body to come, or answers the client's window holds back. */
+        /* Streams are open: a body to come, answers the client's window holds back, or
+         * handlers at work. */
         if (conn_reserve(c, H2_READ_BUF) < 0)
             return 1;
-        ssize_t n = conn_read_wait(c, conn_deadline_after(s->cfg.body_timeout_ns));
+        ssize_t n;
+        if (h2_tasks_running(h)) {
+            /* A handler at work is not the client's stall: no deadline while one runs. */
+            n = h2_read_or_task(h, -1);
+            if (n == -EINTR)
+                continue;
+        } else {
+            n = conn_read_wait(c, conn_deadline_after(s->cfg.body_timeout_ns));
+        }
         if (n == -ETIMEDOUT) {
             nghttp2_submit_goaway(h->ng, NGHTTP2_FLAG_NONE,
                                   nghttp2_session_get_last_proc_stream_id(h->ng), NGHTTP2_NO_ERROR,
@@ -1004,12 +1270,40 @@ static int h2_serve_loop(struct h2_session *h)
     }
 }
 
+/* The connection closes while tasks may still run: wait for them, since they use the session
+ * and the connection. 1 when they all finished (the caller closes the connection), 0 when the
+ * wait was cancelled by a stop (the last task closes it, h2_task). The serving coroutine. */
+static int h2_tasks_finish(struct h2_session *h)
+{
+    for (;;) {
+        h2_tasks_collect(h);
+        if (!h2_tasks_running(h))
+            return 1;
+        if (sched_signal_wait(&h->chan->ready) < 0) {
+            /* Cancelled (a stop's grace period is over): the tasks still running close the
+             * connection, the last of them. Decided under the lock, so that exactly one side
+             * does. */
+            pthread_mutex_lock(&h->lock);
+            int left = h->tasks != 0;
+            h->orphan = left;
+            pthread_mutex_unlock(&h->lock);
+            if (left)
+                return 0;
+        }
+    }
+}
+
 static int h2_serve(struct h2_session *h)
 {
     int rc = h2_serve_loop(h);
     if (rc == H2_CLOSE_LINGER)
         conn_linger_close(h->c);
     if (rc) {
+        if (!h2_tasks_finish(h)) {
+            wbuf_free(&h->out);
+            wbuf_init(&h->out, NULL, 0);
+            return 0; /* the last task closes the connection */
+        }
         /* Closing: the streams go now, in the coroutine (a streamed answer's stream goes back to
          * its handler). */
         while (h->streams)
