@@ -13,11 +13,42 @@
  * HEADERS frame (the answer's header lines, lower-cased, connection-specific ones dropped) and
  * DATA frames pulled by the library as the flow-control windows allow.
  *
- * One coroutine, one writer. The connection's coroutine is the only code that touches the
- * session: it reads, feeds, dispatches the streams whose requests are complete, one after the
- * other, and writes. A handler therefore never runs concurrently with another stream of its own
- * connection (a Python handler is offloaded as usual, and the coroutine waits for it); streams
- * whose requests arrive together are answered in order, their DATA interleaved by the library.
+ * One coroutine owns the session; tasks run the handlers. The connection's coroutine (the
+ * "serving coroutine") is the only code that touches the library's session and the socket: it
+ * reads, feeds, frames and writes. A stream whose request is complete and whose answer needs a
+ * handler's call (a Python handler, WSGI, ASGI, or a GIL-free handler that has not earned the
+ * inline path, http1_inline.h) gets a task: a coroutine of its own (h2_task), spawned on the
+ * worker, which any idle worker may steal, that runs request_dispatch() on the stream's own
+ * struct request, and the next pieces of a streamed answer the same way (stream_next). A
+ * Python call in a task goes through the worker's offload batch and its relief threads exactly
+ * as an HTTP/1.1 call does; a GIL-free call runs in the task, so that the GIL-free streams of
+ * one connection run on several workers at once. A finished task puts its stream on h->done
+ * (under h->lock) and sets a signal that the serving coroutine waits on beside the socket
+ * (sched_io_wait_signal), which then frames the answer as HEADERS and DATA. So a slow handler
+ * holds back neither the other streams of its connection nor its reads, writes, PINGs and
+ * window updates. Static and file routes, 404s and 405s, and quick GIL-free handlers are
+ * answered by the serving coroutine at once: they cannot be slow, and a task would only add a
+ * coroutine's cost to them.
+ *
+ * Why tasks hand answers back rather than write them: nghttp2's session is not thread-safe, a
+ * TLS session may not be used from two threads at once, and HPACK's tables need the frames in
+ * the order they were encoded; one user of the session and the socket keeps all three true
+ * without a lock on the request path. The rule a task keeps: it touches its own stream's
+ * request and answer and nothing of the connection but what the serving coroutine made before
+ * it started it (the peer's address and request_client's answer, h2_task_start) or what is
+ * safe from any thread (the socket peek of a Python call whose client may have left). While a
+ * stream is busy the serving coroutine reads none of its request and answer and does not free
+ * it, even when the client resets it (the answer is then dropped when it comes). The serving
+ * coroutine never leaves while tasks run: a connection that ends (the client left, an error)
+ * waits for its tasks first (h2_tasks_finish); only when a stop has cancelled that wait (its
+ * grace period is over, handoff_cancel_all ends it, since the signal is a handoff's, tracked
+ * while tasks run) does the last task close the connection instead.
+ *
+ * Memory stays bounded: a task exists only for a stream the library accepted, so
+ * SETTINGS_MAX_CONCURRENT_STREAMS (100 by default) bounds a connection's tasks, their stacks
+ * and their requests; each streamed answer holds one piece at a time as before. A stop waits
+ * for the handlers at work before it sends GOAWAY (after their answers, so that clients that
+ * take GOAWAY as the end read them), and refuses streams opened meanwhile (REFUSED_STREAM).
  * The session (struct h2_session) lives in c->proto_data, so that a connection with no stream
  * open goes idle as an HTTP/1 one does: no coroutine, no stack, no read buffer, only the
  * session's tables; the next readiness spawns the coroutine again (http2_on_readable).
@@ -106,19 +137,19 @@ struct h2_stream {
     int fd;
     uint64_t foff, fleft;
     void *pystream;
-    int more;          /* a streamed answer has more pieces */
-    int need_next;     /* the library waits for the next piece (deferred) */
-    int64_t limit;     /* a streamed answer's announced length left, or -1 */
-    uint64_t sent;     /* body bytes handed to the library */
-    uint64_t t0;       /* clock_mono_ns() when its head was complete, with metrics on */
+    int more;      /* a streamed answer has more pieces */
+    int need_next; /* the library waits for the next piece (deferred) */
+    int64_t limit; /* a streamed answer's announced length left, or -1 */
+    uint64_t sent; /* body bytes handed to the library */
+    uint64_t t0;   /* clock_mono_ns() when its head was complete, with metrics on */
     /* A task (a coroutine of its own, h2_task) works on the stream: its handler's call
      * (H2_TASK_DISPATCH) or the next piece of its streamed answer (H2_TASK_NEXT). While busy
      * only the task touches rq and the answer's fields; the serving coroutine neither frees
      * the stream nor reads them until it took the stream from h->done. */
     int busy;
     int task_op;
-    int task_rc;   /* what the task's call returned */
-    int task_more; /* H2_TASK_NEXT: stream_next's *more */
+    int task_rc;                 /* what the task's call returned */
+    int task_more;               /* H2_TASK_NEXT: stream_next's *more */
     struct h2_stream *done_next; /* h->done */
     struct request rq;           /* last: large */
 };
@@ -899,8 +930,7 @@ static int h2_wants_task(struct h2_session *h, struct h2_stream *st)
 {
     struct router_match m;
     const struct http_request *r = &st->rq.head;
-    if (router_match(h->srv->router, ROUTER_METHOD_BIT(r->method_id), r->path, r->path_len, &m) <
-        0)
+    if (router_match(h->srv->router, ROUTER_METHOD_BIT(r->method_id), r->path, r->path_len, &m) < 0)
         return 0;
     const struct server_target *t = m.target;
     if (t->kind == SERVER_PYTHON)
@@ -1153,8 +1183,7 @@ static int h2_start_work(struct h2_session *h)
             if (UNLIKELY(h->drain_last) && st->id > (h->drain_last & INT32_MAX)) {
                 /* Opened after a stop began: refused, the client may retry it (RFC 9113 8.7). */
                 st->ready = 0;
-                nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, st->id,
-                                          NGHTTP2_REFUSED_STREAM);
+                nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_REFUSED_STREAM);
                 continue;
             }
             if (!st->fail_status && h2_wants_task(h, st) &&
