@@ -524,6 +524,65 @@ def test_graceful_stop_sends_goaway_and_finishes_the_stream(root: Any) -> None:
             srv_cm.__exit__(None, None, None)
 
 
+def upgrade_request(path: str, extra: bytes = b"") -> tuple[bytes, h2.connection.H2Connection]:
+    """An HTTP/1.1 request asking for `Upgrade: h2c`, and the h2 client connection whose
+    settings its HTTP2-Settings field carries."""
+    conn = h2.connection.H2Connection(
+        h2.config.H2Configuration(client_side=True, header_encoding=None))
+    settings = conn.initiate_upgrade_connection()
+    req = (f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+           f"Upgrade: h2c\r\nHTTP2-Settings: {settings.decode()}\r\n").encode() + extra + b"\r\n"
+    return req, conn
+
+
+def test_upgrade_h2c(port: int) -> None:
+    """RFC 7540 3.2: 101, then the request is answered as stream 1 over HTTP/2, and the
+    connection goes on with HTTP/2 streams."""
+    for path, body in [("/py", b"2 http GET 0"), ("/plaintext", b"Hello, World!")]:
+        req, conn = upgrade_request(path, b"X-Extra: 1\r\n")
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(req)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += sock.recv(65536)
+            head, _, rest = data.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 101 ")
+            assert b"upgrade: h2c" in head.lower()
+            c = H2.__new__(H2)
+            c.sock, c.conn, c.events, c.closed = sock, conn, [], False
+            c.flush()  # the client's preface and SETTINGS
+            if rest:
+                c.events += conn.receive_data(rest)
+            status, _, got = c.response(1)
+            assert (status, got) == (200, body)
+            assert c.get("/nogil")[2].startswith(b"Hello")  # a stream of its own, id 3
+
+
+def test_upgrade_h2c_declined(port: int) -> None:
+    """A request with a body, or without a valid HTTP2-Settings, is answered over HTTP/1.1 as if
+    it had not asked (RFC 7540 3.2.1: no upgrade without exactly one HTTP2-Settings)."""
+    with Conn(port) as c:
+        c.send(b"POST /py HTTP/1.1\r\nHost: t\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+               b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n"
+               b"Content-Length: 3\r\n\r\nabc")
+        r = c.reply()
+        assert (r.status, r.body) == (200, b"1.1 http POST 3")
+        for bad in [b"HTTP2-Settings: not*base64\r\n", b"HTTP2-Settings: AAMAAAB\r\n", b"",
+                    b"HTTP2-Settings: AAMAAABk\r\nHTTP2-Settings: AAMAAABk\r\n"]:
+            c.send(b"GET /py HTTP/1.1\r\nHost: t\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+                   b"Upgrade: h2c\r\n" + bad + b"\r\n")
+            r = c.reply()
+            assert (r.status, r.body) == (200, b"1.1 http GET 0"), bad
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_upgrade_h2c_with_curl(port: int) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    out = subprocess.run(["curl", "-s", "--http2", "-w", " %{http_version}",
+                          f"http://127.0.0.1:{port}/py"], capture_output=True, timeout=30, env=env)
+    assert out.stdout == b"2 http GET 0 2"
+
+
 def test_http2_off() -> None:
     app = cyserve.App()
     app.static("/plaintext", b"ok", content_type="text/plain")

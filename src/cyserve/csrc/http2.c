@@ -1353,6 +1353,152 @@ int http2_take_over(struct conn *c)
     return h2_serve(h);
 }
 
+/* ---- Upgrade: h2c (RFC 7540 3.2) ---- */
+
+/* Decode the base64url text b[0..n) (RFC 4648 5, without padding, as HTTP2-Settings carries
+ * it) into out (at most cap bytes). Its length, or -1 when it is not such text. */
+static ssize_t h2_base64url(const char *b, size_t n, uint8_t *out, size_t cap)
+{
+    uint32_t acc = 0;
+    unsigned bits = 0;
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = b[i];
+        int v = ch >= 'A' && ch <= 'Z'   ? ch - 'A'
+                : ch >= 'a' && ch <= 'z' ? ch - 'a' + 26
+                : ch >= '0' && ch <= '9' ? ch - '0' + 52
+                : ch == '-'              ? 62
+                : ch == '_'              ? 63
+                                         : -1;
+        if (v < 0) {
+            /* Padding is not base64url's, but a client may send it: only at the end. */
+            while (i < n && b[i] == '=')
+                i++;
+            if (i < n)
+                return -1;
+            break;
+        }
+        acc = (acc << 6) | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (len == cap)
+                return -1;
+            out[len++] = (uint8_t)(acc >> bits);
+        }
+    }
+    if (bits >= 6)
+        return -1; /* a lone character: not whole bytes */
+    return (ssize_t)len;
+}
+
+/* Copy the HTTP/1.1 request head r (the request the client upgrades with) into stream st as
+ * its header fields: :method, :path, :authority from Host, the other fields lower-cased,
+ * without the connection-specific ones. 0 or -ENOMEM. */
+static int h2_head_from_http1(struct h2_session *h, struct h2_stream *st,
+                              const struct http_request *r)
+{
+    nghttp2_frame f;
+    memset(&f, 0, sizeof(f));
+    f.hd.type = NGHTTP2_HEADERS;
+    f.hd.stream_id = st->id;
+    f.headers.cat = NGHTTP2_HCAT_REQUEST;
+    if (h2_on_header(h->ng, &f, (const uint8_t *)":method", 7, (const uint8_t *)r->method,
+                     r->method_len, 0, h) ||
+        h2_on_header(h->ng, &f, (const uint8_t *)":path", 5, (const uint8_t *)r->target,
+                     r->target_len, 0, h))
+        return -ENOMEM;
+    if (r->host && h2_on_header(h->ng, &f, (const uint8_t *)":authority", 10,
+                                (const uint8_t *)r->host, r->host_len, 0, h))
+        return -ENOMEM;
+    static const char *const drop[] = {"connection",
+                                       "upgrade",
+                                       "http2-settings",
+                                       "keep-alive",
+                                       "proxy-connection",
+                                       "transfer-encoding",
+                                       "te",
+                                       "host"};
+    for (size_t i = 0; i < r->num_headers; i++) {
+        const struct http_header *hd = &r->headers[i];
+        char low[64];
+        if (hd->name_len > sizeof(low))
+            continue; /* not one of those dropped: kept under its own spelling below */
+        for (size_t k = 0; k < hd->name_len; k++) {
+            char ch = hd->name[k];
+            low[k] = ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
+        }
+        int skip = 0;
+        for (size_t d = 0; d < sizeof(drop) / sizeof(drop[0]) && !skip; d++)
+            skip = strlen(drop[d]) == hd->name_len && memcmp(drop[d], low, hd->name_len) == 0;
+        if (!skip && h2_on_header(h->ng, &f, (const uint8_t *)low, hd->name_len,
+                                  (const uint8_t *)hd->value, hd->value_len, 0, h))
+            return -ENOMEM;
+    }
+    for (size_t i = 0; i < r->num_headers; i++) {
+        /* A field name longer than low[]: rare; lower-cased in a buffer of its own. */
+        const struct http_header *hd = &r->headers[i];
+        if (hd->name_len <= 64)
+            continue;
+        char *low = malloc(hd->name_len);
+        if (!low)
+            return -ENOMEM;
+        for (size_t k = 0; k < hd->name_len; k++) {
+            char ch = hd->name[k];
+            low[k] = ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
+        }
+        int rc = h2_on_header(h->ng, &f, (const uint8_t *)low, hd->name_len,
+                              (const uint8_t *)hd->value, hd->value_len, 0, h);
+        free(low);
+        if (rc)
+            return -ENOMEM;
+    }
+    return h2_make_head(st);
+}
+
+int http2_upgrade_settings(const char *b64, size_t len)
+{
+    uint8_t raw[HTTP2_UPGRADE_SETTINGS_MAX];
+    ssize_t n = h2_base64url(b64, len, raw, sizeof(raw));
+    return n >= 0 && n % 6 == 0 ? 0 : -EINVAL;
+}
+
+int http2_take_over_upgrade(struct conn *c, const char *b64, size_t len,
+                            const struct http_request *r, size_t rest)
+{
+    uint8_t raw[HTTP2_UPGRADE_SETTINGS_MAX];
+    ssize_t n = h2_base64url(b64, len, raw, sizeof(raw));
+    struct h2_session *h = n >= 0 ? h2_session_new(c) : NULL;
+    if (!h)
+        return 1;
+    c->proto = &http2_proto;
+    c->proto_data = h;
+    /* Stream 1 is the upgrading request, half-closed from the client's side: its answer is
+     * the first thing sent after the server's SETTINGS (RFC 7540 3.2). */
+    if (nghttp2_session_upgrade2(h->ng, raw, (size_t)n, r->method_id == HTTP_HEAD, NULL))
+        return 1;
+    struct h2_stream *st = h2_stream_new(h, 1);
+    if (!st)
+        return 1;
+    nghttp2_session_set_stream_user_data(h->ng, 1, st);
+    h->max_id = 1;
+    h2_seen_set(h, 1, 1);
+    if (h2_head_from_http1(h, st, r))
+        return 1;
+    if (UNLIKELY(h->srv->cfg.access_log_fd >= 0)) {
+        st->rq.log_have_req = 1;
+        st->rq.log_t0 = clock_mono_ns();
+    }
+    if (UNLIKELY(h->srv->metrics_on))
+        st->t0 = clock_mono_ns();
+    st->req_done = 1;
+    st->ready = 1;
+    /* What the client sent behind its request (its preface, frames) is HTTP/2's. */
+    memmove(c->buf, c->buf + rest, c->len - rest);
+    c->len -= rest;
+    return h2_serve(h);
+}
+
 /* The coroutine of an HTTP/2 connection woken from idle. */
 static int http2_serve_co(struct coro *co, void *arg)
 {
