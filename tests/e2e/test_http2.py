@@ -362,6 +362,23 @@ def test_connection_closed_while_handlers_run(port: int) -> None:
         assert c2.get("/plaintext")[0] == 200
 
 
+def test_expect_100_continue(port: int) -> None:
+    """A body that waits for 100 Continue gets it from a route that reads bodies; a route that
+    does not (404 here) answers at once, and the body is never asked for."""
+    with H2(port) as c:
+        sid = c.send("/py", method="POST", headers=[("expect", "100-continue")], end=False)
+        info = c.until(h2.events.InformationalResponseReceived)
+        assert info.stream_id == sid and dict(info.headers)[b":status"] == b"100"
+        c.conn.send_data(sid, b"x" * 10, end_stream=True)
+        c.flush()
+        assert c.response(sid)[2] == b"2 http POST 10"
+        sid = c.send("/nope", method="POST", headers=[("expect", "100-continue")], end=False)
+        assert c.response(sid)[0] == 404
+        assert not any(isinstance(e, h2.events.InformationalResponseReceived) and
+                       e.stream_id == sid for e in c.events)
+        assert c.get("/plaintext")[0] == 200
+
+
 def test_connection_reused_after_idle(port: int) -> None:
     with H2(port) as c:
         assert c.get("/plaintext")[0] == 200

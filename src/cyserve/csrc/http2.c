@@ -502,6 +502,29 @@ static int h2_make_head(struct h2_stream *st)
     return 0;
 }
 
+/* Whether st's request asks for 100 Continue (RFC 9110 10.1.1; over HTTP/2 as over HTTP/1.1). */
+static int h2_expects_continue(const struct h2_stream *st)
+{
+    const char *v;
+    size_t vlen;
+    return request_header_value(&st->rq, "expect", 6, &v, &vlen) && vlen == 12 &&
+           strncasecmp(v, "100-continue", 12) == 0;
+}
+
+/* A request with a body to come asked for 100 Continue: routing first, as HTTP/1 does. A route
+ * that reads the body gets the client's body after an interim 100; any other answer (404,
+ * 405, a static or file route) is the answer at once, and the client never sends the body
+ * for nothing (its stream is reset with NO_ERROR once answered: h2_on_frame_send). 0 or -1. */
+static int h2_continue(struct h2_session *h, struct h2_stream *st)
+{
+    if (!request_reads_body(&st->rq)) {
+        st->ready = 1;
+        return 0;
+    }
+    nghttp2_nv nv = {(uint8_t *)":status", (uint8_t *)"100", 7, 3, NGHTTP2_NV_FLAG_NONE};
+    return nghttp2_submit_headers(h->ng, NGHTTP2_FLAG_NONE, st->id, NULL, &nv, 1, NULL) ? -1 : 0;
+}
+
 static int h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
 {
     struct h2_session *h = ud;
@@ -535,6 +558,9 @@ static int h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *u
             st->t0 = clock_mono_ns();
         if (st->fail_status)
             st->ready = 1; /* refused before its body: answered at once */
+        else if (!(f->hd.flags & NGHTTP2_FLAG_END_STREAM) && h2_expects_continue(st) &&
+                 h2_continue(h, st))
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
     }
     if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) {
         st->req_done = 1;
