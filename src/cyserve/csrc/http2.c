@@ -1032,12 +1032,15 @@ static int h2_tasks_collect(struct h2_session *h)
     return rc;
 }
 
+/* Whether tasks run, or finished ones wait in h->done: either way the serving coroutine must
+ * wait on the tasks' signal too (a task that finished after the last h2_tasks_collect has set
+ * it), not on the socket alone. The serving coroutine. */
 static unsigned h2_tasks_running(struct h2_session *h)
 {
     if (!h->chan)
         return 0;
     pthread_mutex_lock(&h->lock);
-    unsigned n = h->tasks;
+    unsigned n = h->tasks + (h->done != NULL);
     pthread_mutex_unlock(&h->lock);
     return n;
 }
