@@ -362,6 +362,88 @@ static void test_deferred_answers(void)
     router_free(r);
 }
 
+/* HTTP/2: the streams of one connection run at once. Each call of this GIL-free handler waits
+ * (up to 3 s) until another call is inside it too: two streams sent together on one connection
+ * are answered "together" only if their calls ran at the same time, on the two workers. */
+static _Atomic int rendezvous_inside;
+
+static int rendezvous(cyserve_request *req, cyserve_response *resp, void *ctx)
+{
+    atomic_fetch_add(&rendezvous_inside, 1);
+    for (int i = 0; i < 3000 && atomic_load(&rendezvous_inside) < 2; i++)
+        usleep(1000);
+    if (atomic_load(&rendezvous_inside) >= 2)
+        return resp_write(resp, "together", 8);
+    return resp_write(resp, "alone", 5);
+}
+
+/* Read HTTP/2 frames from fd until streams 1 and 3 have ended; the DATA of each, "together" or
+ * "alone", is counted in *together. Returns how many of the two ended. */
+static int h2_read_two(int fd, int *together)
+{
+    static char buf[1 << 16];
+    size_t len = 0;
+    int ended = 0;
+    *together = 0;
+    while (ended < 2) {
+        ssize_t n = read(fd, buf + len, sizeof(buf) - len);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        size_t i = 0;
+        while (len - i >= 9) {
+            const unsigned char *f = (const unsigned char *)buf + i;
+            size_t flen = ((size_t)f[0] << 16) | ((size_t)f[1] << 8) | f[2];
+            if (len - i < 9 + flen)
+                break;
+            uint32_t id = ((uint32_t)(f[5] & 0x7f) << 24) | ((uint32_t)f[6] << 16) |
+                          ((uint32_t)f[7] << 8) | f[8];
+            if (f[3] == 0 && flen == 8 && memcmp(f + 9, "together", 8) == 0)
+                (*together)++;
+            if ((f[3] == 0 || f[3] == 1) && (f[4] & 1) && (id == 1 || id == 3))
+                ended++;
+            i += 9 + flen;
+        }
+        memmove(buf, buf + i, len - i);
+        len -= i;
+    }
+    return ended;
+}
+
+static void test_http2_streams_at_once(void)
+{
+    struct router *r;
+    is_int(router_new(&r), 0, "router for HTTP/2");
+    struct server_target rt;
+    memset(&rt, 0, sizeof(rt));
+    rt.kind = SERVER_NOGIL;
+    rt.fn = rendezvous;
+    router_add(r, ROUTER_PATH, "/", 1, 0, &rt, NULL, 0);
+    struct server_config cfg;
+    server_config_default(&cfg);
+    cfg.port = 0;
+    cfg.threads = 2;
+    struct server *s;
+    is_int(server_new(&s, &cfg, r), 0, "server_new (HTTP/2)");
+    char err[128];
+    is_int(server_start(s, err, sizeof(err)), 0, "server_start (HTTP/2)");
+    int fd = connect_to(server_port(s));
+    /* The preface, empty SETTINGS, then HEADERS (END_STREAM | END_HEADERS) for GET / on streams
+     * 1 and 3: :method GET, :path /, :scheme http from HPACK's static table, and :authority "a"
+     * as a literal with the table's name. */
+    static const char frames[] = HTTP2_PREFACE "\0\0\0\4\0\0\0\0\0"
+                                               "\0\0\6\1\5\0\0\0\1\x82\x84\x86\1\1a"
+                                               "\0\0\6\1\5\0\0\0\3\x82\x84\x86\1\1a";
+    ok(write(fd, frames, sizeof(frames) - 1) == (ssize_t)sizeof(frames) - 1, "sent two streams");
+    int together = 0;
+    is_int(h2_read_two(fd, &together), 2, "both streams answered");
+    is_int(together, 2, "their GIL-free calls ran at the same time, on two workers");
+    close(fd);
+    is_int(server_shutdown(s, 5ull * 1000 * 1000 * 1000), 0, "shutdown (HTTP/2)");
+    server_free(s);
+    router_free(r);
+}
+
 int main(void)
 {
     struct router *r;
@@ -444,6 +526,7 @@ int main(void)
     server_free(s);
     test_stop_drains_the_accept_queue(&st);
     test_deferred_answers();
+    test_http2_streams_at_once();
     server_target_clear(&st);
     router_free(r);
     return done_testing();

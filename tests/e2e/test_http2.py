@@ -290,6 +290,95 @@ def test_many_streams_at_once(port: int) -> None:
         assert bodies[2][2] == BIG and bodies[0][2] == b"Hello, World!"
 
 
+def test_slow_stream_does_not_hold_back_the_others() -> None:
+    """One worker thread. A stream whose Python handler sleeps 1.5 s is sent first; streams sent
+    after it on the same connection (static, GIL-free, Python, WSGI) are answered while it
+    sleeps, and a second sleeping stream sleeps at the same time as the first, not after it:
+    the calls go through the worker's offload and relief threads, as HTTP/1.1 calls do."""
+    from examples import hello_nogil
+
+    app = cyserve.App()
+    app.static("/plaintext", b"Hello, World!", content_type="text/plain")
+    app.nogil("/nogil", hello_nogil.ROOT)
+
+    @app.route("/sleep")
+    def sleep(req: Any) -> str:
+        time.sleep(1.5)
+        return "slept"
+
+    @app.route("/py")
+    def py(req: Any) -> str:
+        return "fast"
+
+    app.wsgi("/wsgi", wsgi_app)
+    with serving(app.build(), threads=1) as srv, H2(srv.port) as c:
+        t0 = time.monotonic()
+        slow = c.send("/sleep")
+        time.sleep(0.1)  # its call has begun (and a relief thread took the worker's loop)
+        slow2 = c.send("/sleep")
+        time.sleep(0.1)
+        fast = [c.send(p) for p in ["/plaintext", "/nogil", "/py", "/wsgi"]]
+        ended: dict[int, float] = {}
+        while len(ended) < 6:
+            for e in c.pump():
+                if isinstance(e, h2.events.StreamEnded):
+                    ended[e.stream_id] = time.monotonic() - t0
+                assert not isinstance(e, h2.events.StreamReset), e
+        assert all(ended[s] < ended[slow] for s in fast), ended
+        assert max(ended[s] for s in fast) < 1.4, ended
+        assert ended[slow] >= 1.5 and ended[slow2] >= 1.5
+        assert all(ended[s] < ended[slow2] for s in fast), ended
+        assert ended[slow2] < 2.9, ended  # the two sleeps overlapped: not 1.5 + 1.5
+        bodies = {s: c.response(s) for s in [slow, slow2, *fast]}
+        assert bodies[slow][2] == bodies[slow2][2] == b"slept"
+        assert [bodies[s][2][:5] for s in fast] == [b"Hello", b"Hello", b"fast", b"HTTP/"]
+        assert c.get("/plaintext")[0] == 200  # the connection goes on
+
+
+def test_stream_reset_while_its_handler_runs(port: int) -> None:
+    """The client resets a stream whose handler is at work: the answer is dropped when it comes,
+    the connection serves on."""
+    with H2(port) as c:
+        sid = c.send("/slow")
+        time.sleep(0.1)
+        c.conn.reset_stream(sid)
+        c.flush()
+        assert c.get("/py")[2] == b"2 http GET 0"
+        time.sleep(0.6)  # the slow handler has returned meanwhile
+        assert c.get("/plaintext")[0] == 200
+
+
+def test_connection_closed_while_handlers_run(port: int) -> None:
+    """The client goes away while streams' handlers run: the server waits for them, then frees
+    the connection (under the sanitizers, nothing is used after it is freed)."""
+    c = H2(port)
+    for _ in range(3):
+        c.send("/slow")
+    c.send("/wsgi/gen")
+    time.sleep(0.1)
+    c.close()
+    time.sleep(0.7)
+    with H2(port) as c2:
+        assert c2.get("/plaintext")[0] == 200
+
+
+def test_expect_100_continue(port: int) -> None:
+    """A body that waits for 100 Continue gets it from a route that reads bodies; a route that
+    does not (404 here) answers at once, and the body is never asked for."""
+    with H2(port) as c:
+        sid = c.send("/py", method="POST", headers=[("expect", "100-continue")], end=False)
+        info = c.until(h2.events.InformationalResponseReceived)
+        assert info.stream_id == sid and dict(info.headers)[b":status"] == b"100"
+        c.conn.send_data(sid, b"x" * 10, end_stream=True)
+        c.flush()
+        assert c.response(sid)[2] == b"2 http POST 10"
+        sid = c.send("/nope", method="POST", headers=[("expect", "100-continue")], end=False)
+        assert c.response(sid)[0] == 404
+        assert not any(isinstance(e, h2.events.InformationalResponseReceived) and
+                       e.stream_id == sid for e in c.events)
+        assert c.get("/plaintext")[0] == 200
+
+
 def test_connection_reused_after_idle(port: int) -> None:
     with H2(port) as c:
         assert c.get("/plaintext")[0] == 200
@@ -450,6 +539,65 @@ def test_graceful_stop_sends_goaway_and_finishes_the_stream(root: Any) -> None:
     finally:
         if not stopped:
             srv_cm.__exit__(None, None, None)
+
+
+def upgrade_request(path: str, extra: bytes = b"") -> tuple[bytes, h2.connection.H2Connection]:
+    """An HTTP/1.1 request asking for `Upgrade: h2c`, and the h2 client connection whose
+    settings its HTTP2-Settings field carries."""
+    conn = h2.connection.H2Connection(
+        h2.config.H2Configuration(client_side=True, header_encoding=None))
+    settings = conn.initiate_upgrade_connection()
+    req = (f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+           f"Upgrade: h2c\r\nHTTP2-Settings: {settings.decode()}\r\n").encode() + extra + b"\r\n"
+    return req, conn
+
+
+def test_upgrade_h2c(port: int) -> None:
+    """RFC 7540 3.2: 101, then the request is answered as stream 1 over HTTP/2, and the
+    connection goes on with HTTP/2 streams."""
+    for path, body in [("/py", b"2 http GET 0"), ("/plaintext", b"Hello, World!")]:
+        req, conn = upgrade_request(path, b"X-Extra: 1\r\n")
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(req)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += sock.recv(65536)
+            head, _, rest = data.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 101 ")
+            assert b"upgrade: h2c" in head.lower()
+            c = H2.__new__(H2)
+            c.sock, c.conn, c.events, c.closed = sock, conn, [], False
+            c.flush()  # the client's preface and SETTINGS
+            if rest:
+                c.events += conn.receive_data(rest)
+            status, _, got = c.response(1)
+            assert (status, got) == (200, body)
+            assert c.get("/nogil")[2].startswith(b"Hello")  # a stream of its own, id 3
+
+
+def test_upgrade_h2c_declined(port: int) -> None:
+    """A request with a body, or without a valid HTTP2-Settings, is answered over HTTP/1.1 as if
+    it had not asked (RFC 7540 3.2.1: no upgrade without exactly one HTTP2-Settings)."""
+    with Conn(port) as c:
+        c.send(b"POST /py HTTP/1.1\r\nHost: t\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+               b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n"
+               b"Content-Length: 3\r\n\r\nabc")
+        r = c.reply()
+        assert (r.status, r.body) == (200, b"1.1 http POST 3")
+        for bad in [b"HTTP2-Settings: not*base64\r\n", b"HTTP2-Settings: AAMAAAB\r\n", b"",
+                    b"HTTP2-Settings: AAMAAABk\r\nHTTP2-Settings: AAMAAABk\r\n"]:
+            c.send(b"GET /py HTTP/1.1\r\nHost: t\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+                   b"Upgrade: h2c\r\n" + bad + b"\r\n")
+            r = c.reply()
+            assert (r.status, r.body) == (200, b"1.1 http GET 0"), bad
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_upgrade_h2c_with_curl(port: int) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    out = subprocess.run(["curl", "-s", "--http2", "-w", " %{http_version}",
+                          f"http://127.0.0.1:{port}/py"], capture_output=True, timeout=30, env=env)
+    assert out.stdout == b"2 http GET 0 2"
 
 
 def test_http2_off() -> None:

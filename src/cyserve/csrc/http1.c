@@ -590,6 +590,63 @@ moved:
     return 0;
 }
 
+/* Whether the comma-separated list v[0..n) holds token (case-insensitive). */
+static int list_has_token(const char *v, size_t n, const char *token, size_t tlen)
+{
+    size_t i = 0;
+    while (i < n) {
+        while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+            i++;
+        size_t start = i;
+        while (i < n && v[i] != ',')
+            i++;
+        size_t end = i;
+        while (end > start && (v[end - 1] == ' ' || v[end - 1] == '\t'))
+            end--;
+        if (end - start == tlen && strncasecmp(v + start, token, tlen) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static const char upgrade_h2c_line[] =
+    "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n";
+
+/* `Upgrade: h2c` on the cleartext request whose head is c->buf[off..off+head_len) (RFC 7540
+ * 3.2): 101, then HTTP/2, the request answered as stream 1. Only an HTTP/1.1 request without a
+ * body, with one valid HTTP2-Settings field, is upgraded; any other (a POST's body would have
+ * to be read whole first, as most servers decline too) is answered over HTTP/1.1, as if it had
+ * not asked. Returns SERVE_IDLE or SERVE_CLOSE once upgraded, -1 when not upgraded. */
+static int maybe_upgrade_h2c(struct http1_session *sv, size_t off, size_t head_len)
+{
+    const struct http_request *r = &sv->rq.head;
+    if (r->minor_version != 1 || r->content_length > 0 || r->chunked || r->expect_continue ||
+        server_draining(sv->srv))
+        return -1;
+    const char *up = NULL, *settings = NULL;
+    size_t up_len = 0, settings_len = 0;
+    int nsettings = 0;
+    for (size_t i = 0; i < r->num_headers; i++) {
+        const struct http_header *hd = &r->headers[i];
+        if (hd->name_len == 7 && strncasecmp(hd->name, "upgrade", 7) == 0) {
+            up = hd->value;
+            up_len = hd->value_len;
+        } else if (hd->name_len == 14 && strncasecmp(hd->name, "http2-settings", 14) == 0) {
+            settings = hd->value;
+            settings_len = hd->value_len;
+            nsettings++;
+        }
+    }
+    /* A server MUST NOT upgrade without exactly one HTTP2-Settings (RFC 7540 3.2.1). */
+    if (!up || !list_has_token(up, up_len, "h2c", 3) || nsettings != 1 ||
+        http2_upgrade_settings(settings, settings_len) < 0)
+        return -1;
+    if (http1_flush_with(sv, upgrade_h2c_line, sizeof(upgrade_h2c_line) - 1, 0) < 0)
+        return SERVE_CLOSE;
+    return http2_take_over_upgrade(sv->c, settings, settings_len, r, off + head_len) ? SERVE_CLOSE
+                                                                                     : SERVE_IDLE;
+}
+
 static int serve_loop(struct http1_session *sv)
 {
     struct conn *c = sv->c;
@@ -690,6 +747,11 @@ static int serve_loop(struct http1_session *sv)
         if (UNLIKELY(s->cfg.access_log_fd >= 0)) {
             sv->rq.log_have_req = 1;
             sv->rq.log_t0 = clock_mono_ns();
+        }
+        if (UNLIKELY(sv->rq.head.upgrade) && s->cfg.http2 && c->tp == &conn_plain) {
+            int up = maybe_upgrade_h2c(sv, off, (size_t)n);
+            if (up >= 0)
+                return up;
         }
         uint64_t metrics_t0 = UNLIKELY(s->metrics_on) ? clock_mono_ns() : 0;
         if (UNLIKELY(sv->rq.head.expect_continue) && !request_reads_body(&sv->rq)) {

@@ -194,8 +194,8 @@ static int inline_serve(struct conn *c)
         return 0;
     c->stray_crlf = 0; /* a request came: the next one may be followed by a CRLF again */
     http1_empty_path_is_root(&req);
-    if (req.content_length > 0 || req.chunked || !req.keep_alive)
-        return 0;
+    if (req.content_length > 0 || req.chunked || !req.keep_alive || UNLIKELY(req.upgrade))
+        return 0; /* an upgrade (h2c) is the coroutine's to decide */
     struct router_match m;
     if (router_match(s->router, ROUTER_METHOD_BIT(req.method_id), req.path, req.path_len, &m) < 0)
         return 0;

@@ -13,11 +13,42 @@
  * HEADERS frame (the answer's header lines, lower-cased, connection-specific ones dropped) and
  * DATA frames pulled by the library as the flow-control windows allow.
  *
- * One coroutine, one writer. The connection's coroutine is the only code that touches the
- * session: it reads, feeds, dispatches the streams whose requests are complete, one after the
- * other, and writes. A handler therefore never runs concurrently with another stream of its own
- * connection (a Python handler is offloaded as usual, and the coroutine waits for it); streams
- * whose requests arrive together are answered in order, their DATA interleaved by the library.
+ * One coroutine owns the session; tasks run the handlers. The connection's coroutine (the
+ * "serving coroutine") is the only code that touches the library's session and the socket: it
+ * reads, feeds, frames and writes. A stream whose request is complete and whose answer needs a
+ * handler's call (a Python handler, WSGI, ASGI, or a GIL-free handler that has not earned the
+ * inline path, http1_inline.h) gets a task: a coroutine of its own (h2_task), spawned on the
+ * worker, which any idle worker may steal, that runs request_dispatch() on the stream's own
+ * struct request, and the next pieces of a streamed answer the same way (stream_next). A
+ * Python call in a task goes through the worker's offload batch and its relief threads exactly
+ * as an HTTP/1.1 call does; a GIL-free call runs in the task, so that the GIL-free streams of
+ * one connection run on several workers at once. A finished task puts its stream on h->done
+ * (under h->lock) and sets a signal that the serving coroutine waits on beside the socket
+ * (sched_io_wait_signal), which then frames the answer as HEADERS and DATA. So a slow handler
+ * holds back neither the other streams of its connection nor its reads, writes, PINGs and
+ * window updates. Static and file routes, 404s and 405s, and quick GIL-free handlers are
+ * answered by the serving coroutine at once: they cannot be slow, and a task would only add a
+ * coroutine's cost to them.
+ *
+ * Why tasks hand answers back rather than write them: nghttp2's session is not thread-safe, a
+ * TLS session may not be used from two threads at once, and HPACK's tables need the frames in
+ * the order they were encoded; one user of the session and the socket keeps all three true
+ * without a lock on the request path. The rule a task keeps: it touches its own stream's
+ * request and answer and nothing of the connection but what the serving coroutine made before
+ * it started it (the peer's address and request_client's answer, h2_task_start) or what is
+ * safe from any thread (the socket peek of a Python call whose client may have left). While a
+ * stream is busy the serving coroutine reads none of its request and answer and does not free
+ * it, even when the client resets it (the answer is then dropped when it comes). The serving
+ * coroutine never leaves while tasks run: a connection that ends (the client left, an error)
+ * waits for its tasks first (h2_tasks_finish); only when a stop has cancelled that wait (its
+ * grace period is over, handoff_cancel_all ends it, since the signal is a handoff's, tracked
+ * while tasks run) does the last task close the connection instead.
+ *
+ * Memory stays bounded: a task exists only for a stream the library accepted, so
+ * SETTINGS_MAX_CONCURRENT_STREAMS (100 by default) bounds a connection's tasks, their stacks
+ * and their requests; each streamed answer holds one piece at a time as before. A stop waits
+ * for the handlers at work before it sends GOAWAY (after their answers, so that clients that
+ * take GOAWAY as the end read them), and refuses streams opened meanwhile (REFUSED_STREAM).
  * The session (struct h2_session) lives in c->proto_data, so that a connection with no stream
  * open goes idle as an HTTP/1 one does: no coroutine, no stack, no read buffer, only the
  * session's tables; the next readiness spawns the coroutine again (http2_on_readable).
@@ -61,8 +92,11 @@
 
 #include "access_log.h"
 #include "clock.h"
+#include "handoff.h"
 #include "http1.h"
+#include "http1_inline.h"
 #include "request.h"
+#include "server_int.h"
 #include "stream.h"
 
 /* Output bytes gathered before a write. */
@@ -103,12 +137,24 @@ struct h2_stream {
     int fd;
     uint64_t foff, fleft;
     void *pystream;
-    int more;          /* a streamed answer has more pieces */
-    int need_next;     /* the library waits for the next piece (deferred) */
-    int64_t limit;     /* a streamed answer's announced length left, or -1 */
-    uint64_t sent;     /* body bytes handed to the library */
-    struct request rq; /* last: large */
+    int more;      /* a streamed answer has more pieces */
+    int need_next; /* the library waits for the next piece (deferred) */
+    int64_t limit; /* a streamed answer's announced length left, or -1 */
+    uint64_t sent; /* body bytes handed to the library */
+    uint64_t t0;   /* clock_mono_ns() when its head was complete, with metrics on */
+    /* A task (a coroutine of its own, h2_task) works on the stream: its handler's call
+     * (H2_TASK_DISPATCH) or the next piece of its streamed answer (H2_TASK_NEXT). While busy
+     * only the task touches rq and the answer's fields; the serving coroutine neither frees
+     * the stream nor reads them until it took the stream from h->done. */
+    int busy;
+    int task_op;
+    int task_rc;                 /* what the task's call returned */
+    int task_more;               /* H2_TASK_NEXT: stream_next's *more */
+    struct h2_stream *done_next; /* h->done */
+    struct request rq;           /* last: large */
 };
+
+enum { H2_TASK_DISPATCH = 1, H2_TASK_NEXT };
 
 struct h2_session {
     nghttp2_session *ng;
@@ -125,6 +171,20 @@ struct h2_session {
      * H2_SEEN_IDS ids up to it did (bit (id / 2) % H2_SEEN_IDS), see h2_on_begin_frame. */
     int32_t max_id;
     uint64_t seen[H2_SEEN_IDS / 64];
+    /* The tasks (h2_task): how many run, the streams whose task has finished (h->done), and
+     * whether the serving coroutine has left while some still ran (a stop cancelled its wait:
+     * the last task then closes the connection). Under lock; a task that finishes sets
+     * chan->ready, the signal the serving coroutine waits on beside the socket (tracked by the
+     * server while tasks run, so that a stop's handoff_cancel_all ends that wait). */
+    pthread_mutex_t lock;
+    unsigned tasks;
+    struct h2_stream *done;
+    int orphan;
+    /* While a stop waits for handlers at work before its GOAWAY: INT32_MIN | the last stream
+     * the GOAWAY names (streams above it are refused); 0 otherwise. */
+    int32_t drain_last;
+    struct handoff *chan;
+    int chan_tracked;
 };
 
 static const char h2_preface[] = HTTP2_PREFACE;
@@ -442,6 +502,29 @@ static int h2_make_head(struct h2_stream *st)
     return 0;
 }
 
+/* Whether st's request asks for 100 Continue (RFC 9110 10.1.1; over HTTP/2 as over HTTP/1.1). */
+static int h2_expects_continue(const struct h2_stream *st)
+{
+    const char *v;
+    size_t vlen;
+    return request_header_value(&st->rq, "expect", 6, &v, &vlen) && vlen == 12 &&
+           strncasecmp(v, "100-continue", 12) == 0;
+}
+
+/* A request with a body to come asked for 100 Continue: routing first, as HTTP/1 does. A route
+ * that reads the body gets the client's body after an interim 100; any other answer (404,
+ * 405, a static or file route) is the answer at once, and the client never sends the body
+ * for nothing (its stream is reset with NO_ERROR once answered: h2_on_frame_send). 0 or -1. */
+static int h2_continue(struct h2_session *h, struct h2_stream *st)
+{
+    if (!request_reads_body(&st->rq)) {
+        st->ready = 1;
+        return 0;
+    }
+    nghttp2_nv nv = {(uint8_t *)":status", (uint8_t *)"100", 7, 3, NGHTTP2_NV_FLAG_NONE};
+    return nghttp2_submit_headers(h->ng, NGHTTP2_FLAG_NONE, st->id, NULL, &nv, 1, NULL) ? -1 : 0;
+}
+
 static int h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
 {
     struct h2_session *h = ud;
@@ -471,8 +554,13 @@ static int h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *u
             st->rq.log_have_req = 1;
             st->rq.log_t0 = clock_mono_ns();
         }
+        if (UNLIKELY(h->srv->metrics_on))
+            st->t0 = clock_mono_ns();
         if (st->fail_status)
             st->ready = 1; /* refused before its body: answered at once */
+        else if (!(f->hd.flags & NGHTTP2_FLAG_END_STREAM) && h2_expects_continue(st) &&
+                 h2_continue(h, st))
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
     }
     if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) {
         st->req_done = 1;
@@ -724,12 +812,63 @@ static int h2_submit(struct h2_session *h, struct h2_stream *st)
     return rc ? -ENOMEM : 0;
 }
 
-/* Answer st: a refusal, or the request core's answer. 0, or -errno when the connection must
- * close (the server stops). */
+/* Count st's answer, status, in Server.stats() (--max-requests counts streams as requests) and
+ * in the metrics, like an HTTP/1.1 answer: a refusal of the engine's (fail_status) as a
+ * rejection, a routed answer by its route's kind and with its duration. */
+static void h2_count(struct h2_session *h, struct h2_stream *st, int status)
+{
+    struct server *s = h->srv;
+    /* safety: this thread's own counter, as in http1.c. */
+    struct server_worker *mine = server_worker_self(s);
+    atomic_store_explicit(&mine->answered,
+                          atomic_load_explicit(&mine->answered, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    if (LIKELY(!s->metrics_on))
+        return;
+    if (st->fail_status)
+        metrics_note_reject(server_metrics_self(s), status);
+    else
+        metrics_note_request(server_metrics_self(s), st->rq.mkind, status,
+                             clock_mono_ns() - st->t0);
+}
+
+/* Frame the answer of st's dispatch, which returned rc. 0, or -errno when the connection must
+ * close (the server stops). The serving coroutine. */
+static int h2_answer_done(struct h2_session *h, struct h2_stream *st, int rc)
+{
+    if (rc == -ECONNRESET) {
+        /* The client had gone before its Python call ran (logged 499 by the core). */
+        st->ready = 0;
+        if (!st->closed)
+            nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
+        return 0;
+    }
+    if (rc < 0)
+        return rc;
+    if (UNLIKELY(st->closed)) {
+        /* The client reset the stream while its handler ran: nothing is sent, but the answer
+         * is taken, so that freeing the stream gives back what it holds (a file, a stream). */
+        st->answered = 1;
+        st->status = st->rq.answer.status;
+        if (st->rq.answer.kind == REQUEST_BODY_STREAM) {
+            st->pystream = st->rq.resp.stream;
+            st->rq.resp.stream = NULL;
+        }
+        return 0;
+    }
+    h2_count(h, st, st->fail_status ? st->fail_status : st->rq.answer.status);
+    rc = h2_submit(h, st);
+    if (rc)
+        nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
+    return 0;
+}
+
+/* Answer st in the serving coroutine: a refusal, or the request core's answer. 0, or -errno
+ * when the connection must close (the server stops). */
 static int h2_answer(struct h2_session *h, struct h2_stream *st)
 {
     struct request *rq = &st->rq;
-    int rc;
+    int rc = 0;
     if (st->fail_status) {
         const char *body = st->fail_status == 431   ? "431 Request Header Fields Too Large\n"
                            : st->fail_status == 413 ? "413 Content Too Large\n"
@@ -739,53 +878,171 @@ static int h2_answer(struct h2_session *h, struct h2_stream *st)
                               st->fail_status, body, NULL);
     } else {
         rc = request_dispatch(rq, st->body.ptr, st->body.len);
-        if (rc == -ECONNRESET) {
-            /* The client had gone before its Python call ran (logged 499 by the core). */
-            st->ready = 0;
-            nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
-            return 0;
-        }
-        if (rc < 0)
-            return rc;
     }
-    /* Server.stats() and --max-requests count streams as requests.
-     * safety: this thread's own counter, as in http1.c. */
-    struct server_worker *mine = server_worker_self(h->srv);
-    atomic_store_explicit(&mine->answered,
-                          atomic_load_explicit(&mine->answered, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
-    rc = h2_submit(h, st);
-    if (rc)
-        nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
-    return 0;
+    return h2_answer_done(h, st, rc);
 }
 
-/* The next piece of st's streamed answer, which the library waits for. 0 or -errno (the server
- * stops). */
-static int h2_next_piece(struct h2_session *h, struct h2_stream *st)
+/* Ask for the next piece of st's streamed answer (what a task does: an offloaded call). Sets
+ * st->task_more; returns stream_next's result. */
+static int h2_piece_fetch(struct h2_stream *st)
 {
     struct cyserve_response *r = &st->rq.resp;
-    st->need_next = 0;
     r->body.len = 0;
     resp_body_return(r); /* the last piece is copied into frames: a lent one goes back */
-    int more;
-    int rc = stream_next(&st->rq, st->rq.answer.t, st->pystream, &more);
+    return stream_next(&st->rq, st->rq.answer.t, st->pystream, &st->task_more);
+}
+
+/* The next piece of st's streamed answer came (stream_next returned rc, *more task_more): hand
+ * it to the library. 0 or -errno (the server stops). The serving coroutine. */
+static int h2_piece_done(struct h2_session *h, struct h2_stream *st, int rc)
+{
+    struct cyserve_response *r = &st->rq.resp;
+    int more = st->task_more;
     if (rc < 0) {
         st->pystream = NULL; /* an orphan of the stop now */
         return rc;
     }
+    if (more <= 0)
+        st->pystream = NULL; /* released: the last piece, or the handler failed */
+    if (st->closed)
+        return 0; /* reset meanwhile: a stream still open goes back when st is freed */
     if (more < 0) {
-        st->pystream = NULL; /* released; the answer is cut */
         nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
         return 0;
     }
-    if (!more)
-        st->pystream = NULL; /* released: this piece is the last */
     st->more = more;
     st->src = resp_body(r, &st->src_len);
     st->src_off = 0;
     nghttp2_session_resume_data(h->ng, st->id);
     return 0;
+}
+
+/* ---- tasks: streams served beside each other ---- */
+
+/* A stream's task: its handler's call, or the next piece of its streamed answer, in a coroutine
+ * of its own (which any worker may run, or steal), so that a slow handler holds back neither the
+ * connection's other streams nor its reads and writes. What the task produced goes back to the
+ * serving coroutine, the session's one user, through h->done. */
+static int h2_task(struct coro *co, void *arg)
+{
+    struct h2_stream *st = arg;
+    struct h2_session *h = st->h;
+    (void)co;
+    if (st->task_op == H2_TASK_DISPATCH)
+        st->task_rc = request_dispatch(&st->rq, st->body.ptr, st->body.len);
+    else
+        st->task_rc = h2_piece_fetch(st);
+    pthread_mutex_lock(&h->lock);
+    h->tasks--;
+    int last = h->orphan && !h->tasks;
+    if (!h->orphan) {
+        st->done_next = h->done;
+        h->done = st;
+        /* Set under the lock: once the serving coroutine sees no task left (under the lock),
+         * no task touches the session any more, so it may free it. */
+        sched_signal_set(&h->chan->ready);
+    }
+    pthread_mutex_unlock(&h->lock);
+    if (last)
+        conn_destroy(h->c); /* the serving coroutine left it to the last task (h2_serve) */
+    return 0;
+}
+
+/* Whether st's answer is worth a task: a handler's call that may take long. A static or file
+ * route, a 404 or a 405 is answered at once by the serving coroutine (a task would only add a
+ * coroutine's cost), and so is a GIL-free handler that earned the inline path of HTTP/1 (quick,
+ * small answers: http1_inline.h), as HTTP/1 runs it inline. */
+static int h2_wants_task(struct h2_session *h, struct h2_stream *st)
+{
+    struct router_match m;
+    const struct http_request *r = &st->rq.head;
+    if (router_match(h->srv->router, ROUTER_METHOD_BIT(r->method_id), r->path, r->path_len, &m) < 0)
+        return 0;
+    const struct server_target *t = m.target;
+    if (t->kind == SERVER_PYTHON)
+        return 1;
+    /* safety: a relaxed hint, as for the inline path. */
+    return t->kind == SERVER_NOGIL &&
+           atomic_load_explicit(&t->inline_state, memory_order_relaxed) != INLINE_LEARN;
+}
+
+/* Start a task of kind op on st. 0, or -errno when none could start (the caller then does the
+ * work itself). The serving coroutine. */
+static int h2_task_start(struct h2_session *h, struct h2_stream *st, int op)
+{
+    if (!h->chan && handoff_new(&h->chan) < 0) {
+        h->chan = NULL;
+        return -ENOMEM;
+    }
+    if (op == H2_TASK_DISPATCH) {
+        /* What the request core caches on the connection is made here, by its one user, before
+         * tasks on other threads read it: the peer's address, and with proxy headers whether
+         * the peer is trusted and the client its headers name. */
+        const char *scheme;
+        request_client(&st->rq, &scheme);
+    }
+    st->task_op = op;
+    st->busy = 1;
+    pthread_mutex_lock(&h->lock);
+    h->tasks++;
+    pthread_mutex_unlock(&h->lock);
+    int rc = sched_spawn(h->srv->sched, h2_task, st);
+    if (UNLIKELY(rc < 0)) {
+        st->busy = 0;
+        pthread_mutex_lock(&h->lock);
+        h->tasks--;
+        pthread_mutex_unlock(&h->lock);
+        return rc;
+    }
+    if (!h->chan_tracked) {
+        /* A stop's handoff_cancel_all ends the wait on chan (h2_read_or_task). */
+        handoff_track(h->srv, h->chan, 1);
+        h->chan_tracked = 1;
+    }
+    return 0;
+}
+
+/* Take the streams whose task finished and frame what the tasks made. 1 when there were any, 0
+ * when not, -errno when the connection must close (every one is taken all the same). The
+ * serving coroutine. */
+static int h2_tasks_collect(struct h2_session *h)
+{
+    if (!h->chan)
+        return 0;
+    pthread_mutex_lock(&h->lock);
+    struct h2_stream *list = h->done;
+    h->done = NULL;
+    unsigned running = h->tasks;
+    pthread_mutex_unlock(&h->lock);
+    if (!running && h->chan_tracked) {
+        handoff_track(h->srv, h->chan, 0);
+        h->chan_tracked = 0;
+    }
+    int rc = list != NULL;
+    while (list) {
+        struct h2_stream *st = list;
+        list = st->done_next;
+        st->done_next = NULL;
+        st->busy = 0;
+        int r = st->task_op == H2_TASK_DISPATCH ? h2_answer_done(h, st, st->task_rc)
+                                                : h2_piece_done(h, st, st->task_rc);
+        if (r < 0)
+            rc = r;
+    }
+    return rc;
+}
+
+/* Whether tasks run, or finished ones wait in h->done: either way the serving coroutine must
+ * wait on the tasks' signal too (a task that finished after the last h2_tasks_collect has set
+ * it), not on the socket alone. The serving coroutine. */
+static unsigned h2_tasks_running(struct h2_session *h)
+{
+    if (!h->chan)
+        return 0;
+    pthread_mutex_lock(&h->lock);
+    unsigned n = h->tasks + (h->done != NULL);
+    pthread_mutex_unlock(&h->lock);
+    return n;
 }
 
 /* ---- the session ---- */
@@ -833,6 +1090,13 @@ static void h2_session_free(struct h2_session *h, int in_coro)
     if (h->ng)
         nghttp2_session_del(h->ng);
     wbuf_free(&h->out);
+    if (h->chan) {
+        if (h->chan_tracked)
+            handoff_track(h->srv, h->chan, 0);
+        handoff_release(h->chan); /* both references are the session's */
+        handoff_release(h->chan);
+    }
+    pthread_mutex_destroy(&h->lock);
     free(h);
 }
 
@@ -882,7 +1146,9 @@ static struct h2_session *h2_session_new(struct conn *c)
     h->srv = s;
     h->flood_t = clock_mono_ns();
     wbuf_init(&h->out, NULL, 0);
+    pthread_mutex_init(&h->lock, NULL);
     if (nghttp2_session_server_new(&h->ng, cbs, h)) {
+        pthread_mutex_destroy(&h->lock);
         free(h);
         return NULL;
     }
@@ -903,7 +1169,7 @@ static void h2_sweep(struct h2_session *h)
     struct h2_stream *st = h->streams;
     while (st) {
         struct h2_stream *next = st->next;
-        if (st->closed)
+        if (st->closed && !st->busy)
             h2_stream_free(st, 1);
         st = next;
     }
@@ -913,6 +1179,58 @@ static void h2_sweep(struct h2_session *h)
  * client still sends is read and dropped for a moment first (conn_linger_close), so that the
  * close does not reset the connection before the client has read the GOAWAY. */
 #define H2_CLOSE_LINGER 2
+
+/* Read what the socket holds, or wait until it is readable or a task has finished (then
+ * -EINTR), until deadline (< 0: none). As conn_read_wait otherwise. The serving coroutine. */
+static ssize_t h2_read_or_task(struct h2_session *h, int64_t deadline)
+{
+    struct conn *c = h->c;
+    for (;;) {
+        ssize_t n = conn_read_once(c);
+        if (n != -EAGAIN)
+            return n;
+        int rc = sched_io_wait_signal(&c->io, EPOLLIN | EPOLLRDHUP, deadline, &h->chan->ready);
+        if (rc < 0)
+            return rc;
+        if (rc & (int)SCHED_SIGNALED)
+            return -EINTR;
+    }
+}
+
+/* Start the work the streams wait for: the answers of the requests that are complete, in the
+ * order their streams were opened (a handler's call in a task of its own, the rest at once),
+ * and the next pieces of streamed answers whose data the library waits for. 1 when something
+ * was done, 0 when not, -errno when the connection must close. */
+static int h2_start_work(struct h2_session *h)
+{
+    int work = 0;
+    for (struct h2_stream *st = h->streams; st; st = st->next) {
+        if (st->busy || st->closed)
+            continue;
+        if (st->ready && !st->answered && !h->fatal) {
+            work = 1;
+            if (UNLIKELY(h->drain_last) && st->id > (h->drain_last & INT32_MAX)) {
+                /* Opened after a stop began: refused, the client may retry it (RFC 9113 8.7). */
+                st->ready = 0;
+                nghttp2_submit_rst_stream(h->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_REFUSED_STREAM);
+                continue;
+            }
+            if (!st->fail_status && h2_wants_task(h, st) &&
+                h2_task_start(h, st, H2_TASK_DISPATCH) == 0)
+                continue;
+            if (h2_answer(h, st) < 0)
+                return -ECANCELED;
+        } else if (st->need_next) {
+            work = 1;
+            st->need_next = 0;
+            if (h2_task_start(h, st, H2_TASK_NEXT) == 0)
+                continue;
+            if (h2_piece_done(h, st, h2_piece_fetch(st)) < 0)
+                return -ECANCELED;
+        }
+    }
+    return work;
+}
 
 /* Serve the connection: 0 when it went idle, 1 or H2_CLOSE_LINGER when it must close. */
 static int h2_serve_loop(struct h2_session *h)
@@ -929,37 +1247,34 @@ static int h2_serve_loop(struct h2_session *h)
                 return H2_CLOSE_LINGER;
             }
         }
-        /* Streams whose requests are complete, in the order they were opened; then the pieces
-         * streamed answers wait for. */
+        /* What the tasks finished, and what the streams wait for; then what that queued is
+         * written (writing may ask for more: a streamed answer whose window opened wants its
+         * next piece). */
         int work;
         do {
-            work = 0;
-            if (UNLIKELY(server_draining(s)) && !h->goaway) {
-                /* A stop: no new stream is taken, those open are answered (RFC 9113 6.8). */
-                h->goaway = 1;
-                nghttp2_submit_goaway(h->ng, NGHTTP2_FLAG_NONE,
-                                      nghttp2_session_get_last_proc_stream_id(h->ng),
-                                      NGHTTP2_NO_ERROR, NULL, 0);
-            }
-            for (struct h2_stream *st = h->streams; st; st = st->next) {
-                if (st->ready && !st->answered && !st->closed && !h->fatal) {
-                    if (h2_answer(h, st) < 0)
-                        return 1;
-                    work = 1;
-                }
-                if (st->need_next && !st->closed) {
-                    if (h2_next_piece(h, st) < 0)
-                        return 1;
-                    work = 1;
-                }
-            }
+            int done = h2_tasks_collect(h);
+            if (UNLIKELY(server_draining(s)) && !h->drain_last)
+                h->drain_last = nghttp2_session_get_last_proc_stream_id(h->ng) | INT32_MIN;
+            work = h2_start_work(h);
+            if (done < 0 || work < 0)
+                return 1;
             if (h2_flush(h) < 0)
                 return 1;
+            if (UNLIKELY(h->drain_last) && !h->goaway && !h2_tasks_running(h)) {
+                /* A stop: no new stream is taken, those open are answered (RFC 9113 6.8). The
+                 * GOAWAY goes once no handler is at work and their answers are written (the
+                 * library sends it before any queued frame), as clients that take GOAWAY as
+                 * the end (the h2 library) need; a stream opened meanwhile is refused
+                 * (h2_start_work). */
+                h->goaway = 1;
+                nghttp2_submit_goaway(h->ng, NGHTTP2_FLAG_NONE, h->drain_last & INT32_MAX,
+                                      NGHTTP2_NO_ERROR, NULL, 0);
+                if (h2_flush(h) < 0)
+                    return 1;
+            }
             h2_sweep(h);
-            /* Writing may have asked for more: a streamed answer whose window opened wants its
-             * next piece. */
             for (struct h2_stream *st = h->streams; st && !work; st = st->next)
-                work = st->need_next && !st->closed;
+                work = st->need_next && !st->closed && !st->busy;
         } while (work);
         if (!nghttp2_session_want_read(h->ng) && !nghttp2_session_want_write(h->ng))
             return H2_CLOSE_LINGER; /* a GOAWAY for an error is written */
@@ -988,10 +1303,19 @@ static int h2_serve_loop(struct h2_session *h)
                 return 1;
             continue;
         }
-        /* Streams are open: a body to come, or answers the client's window holds back. */
+        /* Streams are open: a body to come, answers the client's window holds back, or
+         * handlers at work. */
         if (conn_reserve(c, H2_READ_BUF) < 0)
             return 1;
-        ssize_t n = conn_read_wait(c, conn_deadline_after(s->cfg.body_timeout_ns));
+        ssize_t n;
+        if (h2_tasks_running(h)) {
+            /* A handler at work is not the client's stall: no deadline while one runs. */
+            n = h2_read_or_task(h, -1);
+            if (n == -EINTR)
+                continue;
+        } else {
+            n = conn_read_wait(c, conn_deadline_after(s->cfg.body_timeout_ns));
+        }
         if (n == -ETIMEDOUT) {
             nghttp2_submit_goaway(h->ng, NGHTTP2_FLAG_NONE,
                                   nghttp2_session_get_last_proc_stream_id(h->ng), NGHTTP2_NO_ERROR,
@@ -1004,12 +1328,40 @@ static int h2_serve_loop(struct h2_session *h)
     }
 }
 
+/* The connection closes while tasks may still run: wait for them, since they use the session
+ * and the connection. 1 when they all finished (the caller closes the connection), 0 when the
+ * wait was cancelled by a stop (the last task closes it, h2_task). The serving coroutine. */
+static int h2_tasks_finish(struct h2_session *h)
+{
+    for (;;) {
+        h2_tasks_collect(h);
+        if (!h2_tasks_running(h))
+            return 1;
+        if (sched_signal_wait(&h->chan->ready) < 0) {
+            /* Cancelled (a stop's grace period is over): the tasks still running close the
+             * connection, the last of them. Decided under the lock, so that exactly one side
+             * does. */
+            pthread_mutex_lock(&h->lock);
+            int left = h->tasks != 0;
+            h->orphan = left;
+            pthread_mutex_unlock(&h->lock);
+            if (left)
+                return 0;
+        }
+    }
+}
+
 static int h2_serve(struct h2_session *h)
 {
     int rc = h2_serve_loop(h);
     if (rc == H2_CLOSE_LINGER)
         conn_linger_close(h->c);
     if (rc) {
+        if (!h2_tasks_finish(h)) {
+            wbuf_free(&h->out);
+            wbuf_init(&h->out, NULL, 0);
+            return 0; /* the last task closes the connection */
+        }
         /* Closing: the streams go now, in the coroutine (a streamed answer's stream goes back to
          * its handler). */
         while (h->streams)
@@ -1027,6 +1379,152 @@ int http2_take_over(struct conn *c)
         return 1;
     c->proto = &http2_proto;
     c->proto_data = h;
+    return h2_serve(h);
+}
+
+/* ---- Upgrade: h2c (RFC 7540 3.2) ---- */
+
+/* Decode the base64url text b[0..n) (RFC 4648 5, without padding, as HTTP2-Settings carries
+ * it) into out (at most cap bytes). Its length, or -1 when it is not such text. */
+static ssize_t h2_base64url(const char *b, size_t n, uint8_t *out, size_t cap)
+{
+    uint32_t acc = 0;
+    unsigned bits = 0;
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = b[i];
+        int v = ch >= 'A' && ch <= 'Z'   ? ch - 'A'
+                : ch >= 'a' && ch <= 'z' ? ch - 'a' + 26
+                : ch >= '0' && ch <= '9' ? ch - '0' + 52
+                : ch == '-'              ? 62
+                : ch == '_'              ? 63
+                                         : -1;
+        if (v < 0) {
+            /* Padding is not base64url's, but a client may send it: only at the end. */
+            while (i < n && b[i] == '=')
+                i++;
+            if (i < n)
+                return -1;
+            break;
+        }
+        acc = (acc << 6) | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (len == cap)
+                return -1;
+            out[len++] = (uint8_t)(acc >> bits);
+        }
+    }
+    if (bits >= 6)
+        return -1; /* a lone character: not whole bytes */
+    return (ssize_t)len;
+}
+
+/* Copy the HTTP/1.1 request head r (the request the client upgrades with) into stream st as
+ * its header fields: :method, :path, :authority from Host, the other fields lower-cased,
+ * without the connection-specific ones. 0 or -ENOMEM. */
+static int h2_head_from_http1(struct h2_session *h, struct h2_stream *st,
+                              const struct http_request *r)
+{
+    nghttp2_frame f;
+    memset(&f, 0, sizeof(f));
+    f.hd.type = NGHTTP2_HEADERS;
+    f.hd.stream_id = st->id;
+    f.headers.cat = NGHTTP2_HCAT_REQUEST;
+    if (h2_on_header(h->ng, &f, (const uint8_t *)":method", 7, (const uint8_t *)r->method,
+                     r->method_len, 0, h) ||
+        h2_on_header(h->ng, &f, (const uint8_t *)":path", 5, (const uint8_t *)r->target,
+                     r->target_len, 0, h))
+        return -ENOMEM;
+    if (r->host && h2_on_header(h->ng, &f, (const uint8_t *)":authority", 10,
+                                (const uint8_t *)r->host, r->host_len, 0, h))
+        return -ENOMEM;
+    static const char *const drop[] = {"connection",
+                                       "upgrade",
+                                       "http2-settings",
+                                       "keep-alive",
+                                       "proxy-connection",
+                                       "transfer-encoding",
+                                       "te",
+                                       "host"};
+    for (size_t i = 0; i < r->num_headers; i++) {
+        const struct http_header *hd = &r->headers[i];
+        char low[64];
+        if (hd->name_len > sizeof(low))
+            continue; /* not one of those dropped: kept under its own spelling below */
+        for (size_t k = 0; k < hd->name_len; k++) {
+            char ch = hd->name[k];
+            low[k] = ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
+        }
+        int skip = 0;
+        for (size_t d = 0; d < sizeof(drop) / sizeof(drop[0]) && !skip; d++)
+            skip = strlen(drop[d]) == hd->name_len && memcmp(drop[d], low, hd->name_len) == 0;
+        if (!skip && h2_on_header(h->ng, &f, (const uint8_t *)low, hd->name_len,
+                                  (const uint8_t *)hd->value, hd->value_len, 0, h))
+            return -ENOMEM;
+    }
+    for (size_t i = 0; i < r->num_headers; i++) {
+        /* A field name longer than low[]: rare; lower-cased in a buffer of its own. */
+        const struct http_header *hd = &r->headers[i];
+        if (hd->name_len <= 64)
+            continue;
+        char *low = malloc(hd->name_len);
+        if (!low)
+            return -ENOMEM;
+        for (size_t k = 0; k < hd->name_len; k++) {
+            char ch = hd->name[k];
+            low[k] = ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
+        }
+        int rc = h2_on_header(h->ng, &f, (const uint8_t *)low, hd->name_len,
+                              (const uint8_t *)hd->value, hd->value_len, 0, h);
+        free(low);
+        if (rc)
+            return -ENOMEM;
+    }
+    return h2_make_head(st);
+}
+
+int http2_upgrade_settings(const char *b64, size_t len)
+{
+    uint8_t raw[HTTP2_UPGRADE_SETTINGS_MAX];
+    ssize_t n = h2_base64url(b64, len, raw, sizeof(raw));
+    return n >= 0 && n % 6 == 0 ? 0 : -EINVAL;
+}
+
+int http2_take_over_upgrade(struct conn *c, const char *b64, size_t len,
+                            const struct http_request *r, size_t rest)
+{
+    uint8_t raw[HTTP2_UPGRADE_SETTINGS_MAX];
+    ssize_t n = h2_base64url(b64, len, raw, sizeof(raw));
+    struct h2_session *h = n >= 0 ? h2_session_new(c) : NULL;
+    if (!h)
+        return 1;
+    c->proto = &http2_proto;
+    c->proto_data = h;
+    /* Stream 1 is the upgrading request, half-closed from the client's side: its answer is
+     * the first thing sent after the server's SETTINGS (RFC 7540 3.2). */
+    if (nghttp2_session_upgrade2(h->ng, raw, (size_t)n, r->method_id == HTTP_HEAD, NULL))
+        return 1;
+    struct h2_stream *st = h2_stream_new(h, 1);
+    if (!st)
+        return 1;
+    nghttp2_session_set_stream_user_data(h->ng, 1, st);
+    h->max_id = 1;
+    h2_seen_set(h, 1, 1);
+    if (h2_head_from_http1(h, st, r))
+        return 1;
+    if (UNLIKELY(h->srv->cfg.access_log_fd >= 0)) {
+        st->rq.log_have_req = 1;
+        st->rq.log_t0 = clock_mono_ns();
+    }
+    if (UNLIKELY(h->srv->metrics_on))
+        st->t0 = clock_mono_ns();
+    st->req_done = 1;
+    st->ready = 1;
+    /* What the client sent behind its request (its preface, frames) is HTTP/2's. */
+    memmove(c->buf, c->buf + rest, c->len - rest);
+    c->len -= rest;
     return h2_serve(h);
 }
 

@@ -11,6 +11,8 @@
 
 #include "conn.h"
 
+struct http_request;
+
 /* The client connection preface (RFC 9113 3.4) that starts h2c by prior knowledge. */
 #define HTTP2_PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 #define HTTP2_PREFACE_LEN 24
@@ -35,5 +37,21 @@ int http2_preface_match(const char *buf, size_t len);
  * c->buf[0..c->len)). Serves c until it is idle (returns 0) or must be closed (returns 1; the
  * caller destroys it). Sets c->proto and c->proto_data. The connection's coroutine. */
 int http2_take_over(struct conn *c);
+
+/* The most bytes of settings an HTTP2-Settings field may carry (decoded): 128 settings, past
+ * which a request is not upgraded. */
+#define HTTP2_UPGRADE_SETTINGS_MAX 768
+
+/* Whether the HTTP2-Settings field b64[0..len) of an `Upgrade: h2c` request is valid (base64url
+ * of whole 6-byte settings, at most HTTP2_UPGRADE_SETTINGS_MAX of them): 0 or -EINVAL. Pure. */
+int http2_upgrade_settings(const char *b64, size_t len);
+
+/* Take connection c over with HTTP/2 after HTTP/1's coroutine answered 101 to `Upgrade: h2c`
+ * (RFC 7540 3.2): the client's settings from HTTP2-Settings (b64[0..len), checked by
+ * http2_upgrade_settings), its request r (views into c->buf, no body) answered as stream 1,
+ * and c->buf[rest..c->len) what the client sent after it (its preface). Serves c as
+ * http2_take_over does and returns as it. The connection's coroutine. */
+int http2_take_over_upgrade(struct conn *c, const char *b64, size_t len,
+                            const struct http_request *r, size_t rest);
 
 #endif

@@ -285,7 +285,9 @@ static int await_watching(struct request *rq, struct handoff *h, const struct se
 
 int request_await_answer(struct request *rq, struct handoff *h, const struct server_target *t)
 {
-    return t->py_stream ? await_watching(rq, h, t) : handoff_await(rq->srv, h);
+    /* An HTTP/2 stream's call runs beside its connection's coroutine, the socket's one reader
+     * (http2.c): it waits for the answer only; a stream the client resets is the session's. */
+    return t->py_stream && !rq->http2 ? await_watching(rq, h, t) : handoff_await(rq->srv, h);
 }
 
 /* The handler deferred its answer to another thread (handoff.h): wait for it, without holding

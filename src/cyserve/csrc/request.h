@@ -187,7 +187,9 @@ void request_answer_simple(struct request_answer *a, char *buf, size_t cap, int 
 /* Route the parsed request rq whose body is body[0..body_len) to its handler kind, run the
  * handler if it has one, and fill rq->answer. Returns 0, or -errno when there is nothing to
  * answer (the server stopped while a Python handler waited): the connection must close. The
- * coroutine serving the connection. */
+ * coroutine serving the connection, or an HTTP/2 stream's task (a coroutine beside it, on any
+ * worker: http2.c), which touches no connection state but what the connection's coroutine made
+ * before it started (the peer, request_client's answer). */
 int request_dispatch(struct request *rq, const char *body, size_t body_len);
 
 /* Would the answer to the parsed request rq need its body? No for a 404, a 405, and a static or
@@ -203,7 +205,8 @@ int request_streams_body(struct request *rq);
  * the next piece of a streamed one. Meanwhile the client is watched (one that leaves is told to
  * the producer through t's py_stream, SERVER_STREAM_ABANDON) and a body that streams is read a
  * piece per ask (handoff_ask_body). 0, -ECONNRESET (the client left) or -ECANCELED (the server
- * stops). The coroutine serving the connection. */
+ * stops). The coroutine serving the connection; for an HTTP/2 stream (rq->http2), the stream's
+ * task, which only waits for the answer (the connection's coroutine is the socket's reader). */
 int request_await_answer(struct request *rq, struct handoff *h, const struct server_target *t);
 /* Would rq's handler read its body as a stream (body.h)? A Python target that takes one
  * (server_target.body_stream), over plain TCP. The coroutine serving the connection. */
