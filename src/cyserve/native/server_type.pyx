@@ -14,6 +14,9 @@ from libc.string cimport strlen, strcmp
 from cyserve.native.includes cimport server as cs
 from cyserve.native.includes.router cimport (router_t, router_new, router_free, router_add,
                                              files_root_t, files_root_new, files_root_free,
+                                             files_type_t, files_root_set_types,
+                                             files_root_set_encodings, FILES_ENC_BR,
+                                             FILES_ENC_ZSTD, FILES_ENC_GZIP,
                                              ROUTER_PATH, ROUTER_PREFIX, ROUTER_REGEX)
 
 # The values of enum http_method (csrc/http_method.h), which the parser gives each request and
@@ -102,6 +105,34 @@ def check_tls(str ssl_certfile, str ssl_keyfile=None, str ssl_keyfile_password=N
     file when they cannot be used (the process supervisor checks once, before forking)."""
     cs.tls_ctx_free(_tls_context(ssl_certfile, ssl_keyfile, ssl_keyfile_password, ssl_ciphers,
                                  ssl_ca_certs, ssl_cert_reqs))
+
+
+cdef _files_configure(files_root_t *root, str directory, str where):
+    # The content types (mimetypes' table, cyserve.static_files) and the precompressed siblings
+    # the directory holds are decided here, once, so that the engine's file answers look up a
+    # table and open a sibling only where one can exist.
+    from cyserve import static_files
+    table = [(ext.encode("ascii"), mime.encode("ascii"))
+             for ext, mime in static_files.content_types()]
+    cdef size_t n = len(table)
+    cdef files_type_t *types = <files_type_t *>calloc(n if n else 1, sizeof(files_type_t))
+    if types == NULL:
+        raise MemoryError()
+    cdef Py_ssize_t i
+    try:
+        for i in range(<Py_ssize_t>n):
+            types[i].ext = table[i][0]
+            types[i].type = table[i][1]
+        rc = files_root_set_types(root, types, n)  # copies the strings
+    finally:
+        free(types)
+    if rc != 0:
+        raise ValueError(f"{where}: the content type table was refused ({_os.strerror(-rc)})")
+    bits = {"br": FILES_ENC_BR, "zstd": FILES_ENC_ZSTD, "gzip": FILES_ENC_GZIP}
+    cdef unsigned mask = 0
+    for name in static_files.precompressed_encodings(directory):
+        mask |= <unsigned>bits[name]
+    files_root_set_encodings(root, mask)
 
 
 cdef class Server:
@@ -382,7 +413,8 @@ cdef class Server:
                 raise ValueError(f"{where}: cannot serve files from {target!r}: "
                                  f"{os.strerror(-rc)}")
             t.kind = cs.SERVER_FILES
-            t.root = root
+            t.root = root  # freed with the targets from here on, whatever fails below
+            _files_configure(root, target, where)
         else:
             raise ValueError(f"{where}: kind must be 'python', 'nogil', 'static' or 'files', "
                              f"got {kind!r}")
