@@ -117,8 +117,8 @@ void files_accept_add(struct files_accept *acc, const char *v, size_t len);
  * file's, its ETag is the sibling's with the encoding added ("\"size-mtime-br\""), so that no
  * two encodings share one, and hit->encoding names it. hit->vary is 1 when any sibling the root
  * looks for exists. The same returns as files_open (a sibling that cannot be opened is skipped,
- * never an error). One open per sibling looked for, only when the root looks for any.
- * Thread-safe. */
+ * never an error). One open per sibling looked for, only when the root looks for any. Uses about
+ * 1 KiB of stack more than files_open. Thread-safe. */
 int files_open_negotiated(const struct files_root *root, const char *rel, size_t len,
                           const struct files_accept *acc, struct files_hit *hit);
 
