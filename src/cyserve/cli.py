@@ -104,9 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print one line per response on standard output (Common Log Format "
                         "unless --access-log-format says otherwise)")
     p.add_argument("--access-log-format", default=defaults.access_log_format,
-                   choices=ACCESS_LOG_FORMATS, type=str.lower,
-                   help="common (CLF), combined (CLF with the referer and the user agent) or "
-                        "json (one object per line, with the port, scheme and seconds taken) "
+                   metavar="FORMAT", type=_access_log_format,
+                   help="common (CLF), combined (CLF with the referer and the user agent), "
+                        "json (one object per line, with the port, scheme and seconds taken), "
+                        "or gunicorn's atoms, e.g. '%%(h)s %%(t)s \"%%(r)s\" %%(s)s %%(D)s' "
                         f"(default {defaults.access_log_format})")
     p.add_argument("--access-logfile", metavar="PATH", default=None,
                    help="write the access log to this file instead of standard output (turns "
@@ -164,6 +165,11 @@ class _HelpWithDefaults(argparse.HelpFormatter):
         if action.default in (None, "", []):
             return f"{text} (default: none)"
         return f"{text} (default %(default)s)"
+
+
+def _access_log_format(value: str) -> str:
+    # A named format in any case, as before; a format of atoms as written (%(U)s is not %(u)s).
+    return value.lower() if value.lower() in ACCESS_LOG_FORMATS else value
 
 
 def _add_listen_options(p: argparse.ArgumentParser) -> None:

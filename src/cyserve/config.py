@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass, fields
 from typing import Any
 
+from .access_log import compile_format as compile_access_log_format
 from .errors import ConfigError
 from .listeners import check_uds_path, parse_bind
 
@@ -103,7 +104,8 @@ class Config:
     graceful_timeout: float = 5.0  # on shutdown, in-flight requests get this long to finish
     log_level: str = "info"
     access_log: bool = False  # one line per response on standard output (csrc/access_log.c)
-    access_log_format: str = "common"  # common (CLF), combined (+ referer, user agent) or json
+    access_log_format: str = "common"  # common (CLF), combined (+ referer, user agent), json, or
+    # gunicorn's atoms: "%(h)s %(l)s %(u)s %(t)s \"%(r)s\" %(s)s %(b)s" (cyserve/access_log.py)
     # A file for the access log instead of standard output (implies access_log); reopened on
     # SIGUSR1, for logrotate.
     access_logfile: str | None = None
@@ -245,8 +247,15 @@ class Config:
         if not isinstance(self.access_log, bool):
             raise ConfigError("access_log", repr(self.access_log), "must be True or False")
         if self.access_log_format not in ACCESS_LOG_FORMATS:
-            raise ConfigError("access_log_format", repr(self.access_log_format),
-                              "must be one of " + ", ".join(ACCESS_LOG_FORMATS))
+            # Else gunicorn's %(h)s atoms, compiled here so that a typo is a start-up error.
+            if not isinstance(self.access_log_format, str) or "%" not in self.access_log_format:
+                raise ConfigError("access_log_format", repr(self.access_log_format),
+                                  "must be one of " + ", ".join(ACCESS_LOG_FORMATS))
+            try:
+                compile_access_log_format(self.access_log_format)
+            except ValueError as e:
+                raise ConfigError("access_log_format", repr(self.access_log_format),
+                                  str(e)) from None
         if self.access_logfile is not None and (not isinstance(self.access_logfile, str)
                                                 or not self.access_logfile):
             raise ConfigError("access_logfile", repr(self.access_logfile), "must be a file path")

@@ -429,6 +429,195 @@ static void test_ranges(void)
     }
 }
 
+static void test_types(void)
+{
+    struct files_root *root;
+    is_int(files_root_new(rootdir, &root), 0, "root for the type table");
+    static const struct files_type table[] = {
+        {"mp4", "video/mp4"},
+        {"CSV", "text/csv; charset=utf-8"},
+        {"txt", "text/plain; charset=utf-8"},
+        {"js", "text/javascript; charset=utf-8"},
+    };
+    is_int(files_root_set_types(root, table, N_ELEMENTS(table)), 0, "a table of four types");
+    static const struct {
+        const char *name, *type;
+    } names[] = {
+        {"movie.mp4", "video/mp4"},
+        {"MOVIE.MP4", "video/mp4"},
+        {"dir/data.csv", "text/csv; charset=utf-8"},
+        {"x.js", "text/javascript; charset=utf-8"},
+        {"x.png", "application/octet-stream"}, /* the built-in table is replaced, not merged */
+        {"noext", "application/octet-stream"},
+        {".csv", "application/octet-stream"},
+        {"x.averyveryveryveryverylongextension1", "application/octet-stream"},
+    };
+    for (size_t i = 0; i < N_ELEMENTS(names); i++) {
+        const char *t = files_root_content_type(root, names[i].name);
+        is_mem(t, strlen(t), names[i].type, names[i].name);
+    }
+    struct files_hit hit;
+    char buf[64];
+    is_int(try_open(root, "/a.txt", &hit, buf, sizeof(buf)), 0, "open through the table");
+    is_mem(hit.content_type, hit.content_type_len, "text/plain; charset=utf-8", "table type");
+    static const struct files_type bad[] = {{"a.b", "x/y"}};
+    is_int(files_root_set_types(root, bad, 1), -EINVAL, "an extension with a dot is refused");
+    static const struct files_type empty[] = {{"", "x/y"}};
+    is_int(files_root_set_types(root, empty, 1), -EINVAL, "an empty extension is refused");
+    const char *t = files_root_content_type(root, "m.mp4");
+    is_mem(t, strlen(t), "video/mp4", "a refused table leaves the old one");
+    files_root_free(root);
+}
+
+static void test_accept(void)
+{
+    static const struct {
+        const char *v;
+        int br, zstd, gzip, star;
+    } cases[] = {
+        {"", -1, -1, -1, -1},
+        {"gzip, deflate, br, zstd", 1000, 1000, 1000, -1},
+        {"br;q=0.8, gzip;q=1.0", 800, -1, 1000, -1},
+        {"gzip;q=0", -1, -1, 0, -1},
+        {"x-gzip", -1, -1, 1000, -1},
+        {"*;q=0.5, br;q=0", 0, -1, -1, 500},
+        {"BR ; Q=0.25 ,GZIP", 250, -1, 1000, -1},
+        {"gzip;q=2", -1, -1, -1, -1},      /* not a qvalue: the element is ignored */
+        {"gzip;q=0.1234", -1, -1, -1, -1}, /* four decimals: ignored */
+        {"gzip;level=1;q=0.5", -1, -1, 500, -1},
+        {"identity;q=1, *;q=0", -1, -1, -1, 0},
+        {",,, br", 1000, -1, -1, -1},
+    };
+    for (size_t i = 0; i < N_ELEMENTS(cases); i++) {
+        struct files_accept acc;
+        files_accept_init(&acc);
+        size_t len = strlen(cases[i].v);
+        char *copy = malloc(len + 1);
+        memcpy(copy, cases[i].v, len);
+        copy[len] = ',';
+        files_accept_add(&acc, copy, len);
+        free(copy);
+        ok(acc.q[0] == cases[i].br && acc.q[1] == cases[i].zstd && acc.q[2] == cases[i].gzip &&
+               acc.star == cases[i].star,
+           "Accept-Encoding '%s': br %d zstd %d gzip %d * %d", cases[i].v, acc.q[0], acc.q[1],
+           acc.q[2], acc.star);
+    }
+    struct files_accept acc;
+    files_accept_init(&acc);
+    files_accept_add(&acc, "br;q=0.1", 8);
+    files_accept_add(&acc, "gzip", 4);
+    ok(acc.q[0] == 100 && acc.q[2] == 1000, "two lines add up");
+}
+
+/* Opens rel negotiated with the Accept-Encoding value ae; reads the body into content. */
+static int try_negotiated(const struct files_root *root, const char *rel, const char *ae,
+                          struct files_hit *hit, char *content, size_t cap)
+{
+    struct files_accept acc;
+    files_accept_init(&acc);
+    if (ae)
+        files_accept_add(&acc, ae, strlen(ae));
+    int rc = files_open_negotiated(root, rel, strlen(rel), &acc, hit);
+    content[0] = '\0';
+    if (rc == 0) {
+        ssize_t n = pread(hit->fd, content, cap - 1, 0);
+        content[n > 0 ? n : 0] = '\0';
+        close(hit->fd);
+    }
+    return rc;
+}
+
+static void test_precompressed(void)
+{
+    mk("root/pre");
+    put("root/pre/app.js", "plain js");
+    put("root/pre/app.js.br", "BR");
+    put("root/pre/app.js.gz", "GZIP");
+    put("root/pre/app.js.zst", "ZSTD!");
+    put("root/pre/only.css", "plain css");
+    put("root/pre/only.css.gz", "GZ");
+    put("root/pre/none.txt", "none");
+    put("root/pre/index.html", "plain index");
+    put("root/pre/index.html.gz", "GZ index");
+    put("root/pre/orphan.txt.gz", "no plain file");
+    mk("root/pre/dir.br");
+    put("root/pre/d.txt", "plain d");
+    mk("root/pre/d.txt.br"); /* a directory is not a sibling */
+    struct files_root *root;
+    is_int(files_root_new(rootdir, &root), 0, "root for siblings");
+    struct files_hit hit;
+    char buf[64];
+    int fds = count_fds();
+
+    is_int(try_negotiated(root, "/pre/app.js", "gzip, br", &hit, buf, sizeof(buf)), 0, "open");
+    ok(strcmp(buf, "plain js") == 0 && hit.encoding == 0 && hit.vary == 0,
+       "a root told of no encodings serves the file itself, no Vary");
+    files_root_set_encodings(root, FILES_ENC_ALL);
+    is_int(files_root_encodings(root), FILES_ENC_ALL, "encodings kept");
+
+    static const struct {
+        const char *rel, *ae, *body;
+        unsigned enc;
+        int vary;
+    } cases[] = {
+        {"/pre/app.js", "gzip, deflate, br, zstd", "BR", FILES_ENC_BR, 1},
+        {"/pre/app.js", "gzip, zstd", "ZSTD!", FILES_ENC_ZSTD, 1},
+        {"/pre/app.js", "gzip", "GZIP", FILES_ENC_GZIP, 1},
+        {"/pre/app.js", "br;q=0.5, gzip", "GZIP", FILES_ENC_GZIP, 1},
+        {"/pre/app.js", "br;q=0, gzip;q=0, zstd;q=0", "plain js", 0, 1},
+        {"/pre/app.js", NULL, "plain js", 0, 1},
+        {"/pre/app.js", "identity", "plain js", 0, 1},
+        {"/pre/app.js", "*", "BR", FILES_ENC_BR, 1},
+        {"/pre/app.js", "*;q=0.5, gzip", "GZIP", FILES_ENC_GZIP, 1},
+        {"/pre/only.css", "br, gzip", "GZ", FILES_ENC_GZIP, 1},
+        {"/pre/only.css", "br", "plain css", 0, 1},
+        {"/pre/none.txt", "br, gzip, zstd", "none", 0, 0},
+        {"/pre/", "gzip", "GZ index", FILES_ENC_GZIP, 1},
+        {"/pre/d.txt", "br", "plain d", 0, 0},
+    };
+    for (size_t i = 0; i < N_ELEMENTS(cases); i++) {
+        char desc[160];
+        snprintf(desc, sizeof(desc), "%s with '%s'", cases[i].rel, cases[i].ae ? cases[i].ae : "");
+        is_int(try_negotiated(root, cases[i].rel, cases[i].ae, &hit, buf, sizeof(buf)), 0, desc);
+        ok(strcmp(buf, cases[i].body) == 0 && hit.encoding == cases[i].enc &&
+               hit.vary == cases[i].vary,
+           "%s: body '%s' encoding %u vary %d", desc, buf, hit.encoding, hit.vary);
+    }
+    is_int(try_negotiated(root, "/pre/orphan.txt", "gzip", &hit, buf, sizeof(buf)), -ENOENT,
+           "a sibling without its file is not served in its place");
+    is_int(try_negotiated(root, "/pre/../../secret.txt", "gzip", &hit, buf, sizeof(buf)), -EINVAL,
+           "the traversal rules come first");
+
+    /* The sibling's answer: its own size, the file's type, an ETag of its own. */
+    struct files_hit plain;
+    is_int(try_negotiated(root, "/pre/app.js", NULL, &plain, buf, sizeof(buf)), 0, "plain");
+    is_int(try_negotiated(root, "/pre/app.js", "br", &hit, buf, sizeof(buf)), 0, "br");
+    is_int(hit.size, 2, "the sibling's size");
+    is_mem(hit.content_type, hit.content_type_len, "text/javascript; charset=utf-8",
+           "the file's Content-Type");
+    char etag[64];
+    snprintf(etag, sizeof(etag), "\"2-%llx-br\"", (unsigned long long)hit.mtime_ns);
+    is_mem(hit.etag, hit.etag_len, etag, "the sibling's ETag names its encoding");
+    ok(hit.etag_len != plain.etag_len || memcmp(hit.etag, plain.etag, hit.etag_len) != 0,
+       "ETags differ per encoding");
+    is_int(try_negotiated(root, "/pre/app.js", "zstd", &hit, buf, sizeof(buf)), 0, "zstd");
+    ok(hit.etag_len < FILES_ETAG_SIZE && hit.etag[hit.etag_len - 1] == '"' &&
+           memcmp(hit.etag + hit.etag_len - 6, "-zstd\"", 6) == 0,
+       "the longest encoding fits the ETag: %s", hit.etag);
+    const char *names[] = {files_encoding_name(FILES_ENC_BR), files_encoding_name(FILES_ENC_ZSTD),
+                           files_encoding_name(FILES_ENC_GZIP)};
+    ok(strcmp(names[0], "br") == 0 && strcmp(names[1], "zstd") == 0 &&
+           strcmp(names[2], "gzip") == 0 && files_encoding_name(0) == NULL,
+       "Content-Encoding tokens");
+    is_int(count_fds(), fds, "no descriptor leaked by siblings looked for");
+
+    files_root_set_encodings(root, FILES_ENC_GZIP);
+    is_int(try_negotiated(root, "/pre/app.js", "br", &hit, buf, sizeof(buf)), 0, "gzip only");
+    ok(strcmp(buf, "plain js") == 0 && hit.vary == 1,
+       "a root looking for gzip alone serves no br, and still says Vary");
+    files_root_free(root);
+}
+
 int main(void)
 {
     build_tree();
@@ -439,6 +628,9 @@ int main(void)
     test_hit();
     test_conditionals();
     test_ranges();
+    test_types();
+    test_accept();
+    test_precompressed();
     rm_tree(tmp);
     return done_testing();
 }

@@ -283,3 +283,49 @@ def test_off_by_default(tmp_path: Path) -> None:
     finally:
         lines = stop(proc)
     assert lines == []
+
+
+def test_a_gunicorn_format_is_compiled_once_and_written_per_line(tmp_path: Path) -> None:
+    fmt = ('%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s" m=%(m)s U=%(U)s '
+           'q=%(q)s H=%(H)s B=%(B)s D=%(D)s T=%(T)s M=%(M)s L=%(L)s p=%(p)s '
+           'x=%({X-Request-Id}i)s 100%%')
+    proc, port = serve(tmp_path, "--access-log", "--access-log-format", fmt)
+    try:
+        exchange(port, b"GET /slow?a=1&b=%22 HTTP/1.1\r\nHost: x\r\nReferer: http://r/\"q\"\r\n"
+                       b"User-Agent: agent\xe9\r\nX-Request-Id: abc-123\r\n"
+                       b"Connection: close\r\n\r\n")
+        get(port, "/plaintext", "HEAD")
+        assert exchange(port, b"GET / HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+    finally:
+        pid = proc.pid
+        lines = stop(proc)
+    slow, head, bad = lines
+    m = re.fullmatch(r'127\.0\.0\.1 - - \[(\d\d/[A-Z][a-z]{2}/\d{4}:\d\d:\d\d:\d\d \+0000)\] '
+                     r'"GET /slow\?a=1&b=%22 HTTP/1\.1" 200 4 "http://r/\\"q\\"" "agent\\xe9" '
+                     r'm=GET U=/slow q=a=1&b=%22 H=HTTP/1\.1 B=4 D=(\d+) T=(\d+) M=(\d+) '
+                     r'L=(\d+\.\d{6}) p=<(\d+)> x=abc-123 100%', slow)
+    assert m, slow
+    micros, secs, millis, decimal, logged_pid = (int(m.group(2)), int(m.group(3)),
+                                                  int(m.group(4)), float(m.group(5)),
+                                                  int(m.group(6)))
+    assert micros >= 200_000 and millis == micros // 1000 and secs == micros // 1_000_000
+    assert abs(decimal - micros / 1e6) < 1e-5
+    assert logged_pid == pid
+    assert ' "HEAD /plaintext HTTP/1.1" 200 0 "-" "-" m=HEAD U=/plaintext q= ' in head
+    assert ' x=- 100%' in head
+    # Rejected before it was parsed: no request line, no method, nothing timed.
+    assert re.search(r'"-" 400 \d+ "-" "-" m=- U=- q= H=- B=\d+ D=0 T=0 M=0 L=0\.000000 ', bad), bad
+
+
+def test_an_unknown_atom_is_a_one_line_error_at_start(tmp_path: Path) -> None:
+    (tmp_path / "log_app.py").write_text(textwrap.dedent(APP))
+    for fmt, says in [("%(h)s %(zz)s", "unknown atom %(zz)s"),
+                      ("%(h)s %({Content-Type}o)s", "not supported"),
+                      ("%(h)s 100%", "starts no %(name)s atom")]:
+        proc = subprocess.run([sys.executable, "-m", "cyserve", "log_app:app", "--port", "0",
+                               "--access-log", "--access-log-format", fmt], cwd=tmp_path,
+                              text=True, capture_output=True, timeout=TIMEOUT)
+        assert proc.returncode != 0 and proc.stdout == ""
+        err = proc.stderr.strip()
+        assert "\n" not in err and err.startswith("cyserve: invalid --access-log-format"), err
+        assert says in err, err

@@ -10,6 +10,9 @@
  *   json      one JSON object per line, with the client's port, the scheme and the seconds the
  *             request took (from its complete head to its response queued) besides:
  *             {"time":"2026-11-22T03:25:03Z","client":"127.0.0.1","port":50212,...}
+ *   custom    gunicorn's atoms (%(h)s %(r)s ...), compiled by cyserve/access_log.py once at start
+ *             into a list of steps (struct access_log_op) that access_log_custom runs: a format
+ *             string is never parsed per line, and the line still goes out in one write.
  *
  * The client is the peer's address, or who a trusted proxy names (request_client); CLF's host
  * field has no port, so common and combined write the address alone.
@@ -157,6 +160,134 @@ static void al_host(const char *peer, const char **host, size_t *len, long *port
     }
 }
 
+/* The request line "GET /x HTTP/1.1" (the target cut at ACCESS_LOG_FIELD_MAX), or "-". */
+static void al_reqline(struct access_line *l, const struct request *rq,
+                       const struct http_request *r)
+{
+    if (r == NULL) {
+        al_str(l, "-");
+        return;
+    }
+    size_t tlen = r->target_len > ACCESS_LOG_FIELD_MAX ? ACCESS_LOG_FIELD_MAX : r->target_len;
+    al_fmt(l, "%.*s %.*s HTTP/%s", (int)r->method_len, r->method, (int)tlen, r->target,
+           rq->http2          ? "2.0"
+           : r->minor_version ? "1.1"
+                              : "1.0");
+}
+
+/* A header's value escaped as in the combined format, or "-". */
+static void al_header_value(struct access_line *l, const struct http_header *h)
+{
+    if (h)
+        al_escaped(l, h->value, h->value_len, 0);
+    else
+        al_str(l, "-");
+}
+
+/* The line of a custom format: each op in turn. The parser has refused spaces, quotes and
+ * control bytes in the method and the target, so those go out as they came, as in the common
+ * format; header values are escaped as the combined format escapes them. */
+static void access_log_custom(struct access_line *l, const struct request *rq,
+                              const struct http_request *r, const char *host, size_t host_len)
+{
+    const struct server_config *cfg = &rq->srv->cfg;
+    uint64_t ns = r ? clock_mono_ns() - rq->log_t0 : 0;
+    for (unsigned i = 0; i < cfg->access_log_nops; i++) {
+        const struct access_log_op *op = &cfg->access_log_ops[i];
+        switch (op->atom) {
+        case ACCESS_LOG_TEXT:
+            al_raw(l, op->arg, op->arg_len);
+            break;
+        case ACCESS_LOG_HOST:
+            al_raw(l, host, host_len);
+            break;
+        case ACCESS_LOG_DASH:
+            al_str(l, "-");
+            break;
+        case ACCESS_LOG_TIME:
+            al_str(l, "[");
+            al_str(l, access_log_date(0));
+            al_str(l, "]");
+            break;
+        case ACCESS_LOG_REQLINE:
+            al_reqline(l, rq, r);
+            break;
+        case ACCESS_LOG_METHOD:
+            if (r)
+                al_raw(l, r->method, r->method_len);
+            else
+                al_str(l, "-");
+            break;
+        case ACCESS_LOG_PATH:
+        case ACCESS_LOG_QUERY: {
+            if (r == NULL) {
+                al_str(l, op->atom == ACCESS_LOG_PATH ? "-" : "");
+                break;
+            }
+            size_t tlen = r->target_len > ACCESS_LOG_FIELD_MAX ? ACCESS_LOG_FIELD_MAX
+                                                               : r->target_len;
+            const char *qm = memchr(r->target, '?', tlen);
+            size_t plen = qm ? (size_t)(qm - r->target) : tlen;
+            if (op->atom == ACCESS_LOG_PATH)
+                al_raw(l, r->target, plen);
+            else if (qm)
+                al_raw(l, qm + 1, tlen - plen - 1);
+            break;
+        }
+        case ACCESS_LOG_PROTOCOL:
+            if (r)
+                al_str(l, rq->http2 ? "HTTP/2.0" : r->minor_version ? "HTTP/1.1" : "HTTP/1.0");
+            else
+                al_str(l, "-");
+            break;
+        case ACCESS_LOG_STATUS:
+            al_fmt(l, "%d", rq->log_status);
+            break;
+        case ACCESS_LOG_BYTES:
+        case ACCESS_LOG_BYTES0:
+            if (rq->log_bytes >= 0)
+                al_fmt(l, "%lld", (long long)rq->log_bytes);
+            else
+                al_str(l, op->atom == ACCESS_LOG_BYTES ? "-" : "0");
+            break;
+        case ACCESS_LOG_REFERER:
+            al_header_value(l, r ? al_header(r, "referer") : NULL);
+            break;
+        case ACCESS_LOG_AGENT:
+            al_header_value(l, r ? al_header(r, "user-agent") : NULL);
+            break;
+        case ACCESS_LOG_SECONDS:
+            al_fmt(l, "%llu", (unsigned long long)(ns / 1000000000u));
+            break;
+        case ACCESS_LOG_MILLIS:
+            al_fmt(l, "%llu", (unsigned long long)(ns / 1000000u));
+            break;
+        case ACCESS_LOG_MICROS:
+            al_fmt(l, "%llu", (unsigned long long)(ns / 1000u));
+            break;
+        case ACCESS_LOG_DECIMAL:
+            al_fmt(l, "%.6f", (double)ns / 1e9);
+            break;
+        case ACCESS_LOG_PID:
+            al_fmt(l, "<%ld>", (long)getpid());
+            break;
+        case ACCESS_LOG_HEADER:
+            al_header_value(l, r ? al_header(r, op->arg) : NULL);
+            break;
+        default:
+            break;
+        }
+    }
+    /* A format of many long header atoms could fill the buffer: the line is cut, but it still
+     * ends with its newline. */
+    if (l->len >= sizeof(l->buf) - 1) {
+        l->buf[sizeof(l->buf) - 2] = '\n';
+        l->len = sizeof(l->buf) - 1;
+    } else {
+        al_str(l, "\n");
+    }
+}
+
 void access_log_write(struct request *rq)
 {
     int fd = rq->srv->cfg.access_log_fd;
@@ -173,9 +304,14 @@ void access_log_write(struct request *rq)
     long port;
     al_host(request_client(rq, &scheme), &host, &host_len, &port);
     const struct http_request *r = rq->log_have_req ? &rq->head : NULL;
-    const struct http_header *referer = r ? al_header(r, "referer") : NULL;
-    const struct http_header *agent = r ? al_header(r, "user-agent") : NULL;
-    if (format == ACCESS_LOG_JSON) {
+    const struct http_header *referer = NULL, *agent = NULL;
+    if (r && format != ACCESS_LOG_CUSTOM) {
+        referer = al_header(r, "referer");
+        agent = al_header(r, "user-agent");
+    }
+    if (format == ACCESS_LOG_CUSTOM) {
+        access_log_custom(&line, rq, r, host, host_len);
+    } else if (format == ACCESS_LOG_JSON) {
         double secs = r ? (double)(clock_mono_ns() - rq->log_t0) / 1e9 : 0.0;
         al_str(&line, "{\"time\":\"");
         al_str(&line, access_log_date(1));

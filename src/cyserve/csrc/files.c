@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #include "files.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -38,6 +39,9 @@ struct files_root {
     bool use_openat2; /* decided once by files_root_new */
     char *real;       /* realpath of the root, for the fallback's check */
     size_t real_len;
+    struct files_type *types; /* NULL: the built-in table; else ntypes, sorted by extension */
+    size_t ntypes;
+    unsigned encodings; /* FILES_ENC_* bits: siblings looked for (files_root_set_encodings) */
 };
 
 /* Tests set this to exercise the openat fallback on kernels that have openat2. */
@@ -95,6 +99,7 @@ void files_root_free(struct files_root *root)
         return;
     close(root->fd);
     free(root->real);
+    free(root->types);
     free(root);
 }
 
@@ -244,24 +249,112 @@ static const struct {
 
 static const char files__default_type[] = "application/octet-stream";
 
-/* The Content-Type for a file name, from its extension (case-insensitive). */
-static const char *files__content_type(const char *path)
+/* The extension of a file name (after its last '.', not a leading one), or NULL. */
+static const char *files__ext(const char *path)
 {
     const char *slash = strrchr(path, '/');
     const char *name = slash ? slash + 1 : path;
     const char *dot = strrchr(name, '.');
     if (dot == NULL || dot == name)
+        return NULL;
+    return dot + 1;
+}
+
+/* The Content-Type for a file name from the built-in table (case-insensitive): a root that was
+ * given no table of its own (the C API alone, the unit tests) still serves sensible types. */
+static const char *files__content_type(const char *path)
+{
+    const char *ext = files__ext(path);
+    if (ext == NULL)
         return files__default_type;
     for (size_t i = 0; i < N_ELEMENTS(files__types); i++) {
-        if (strcasecmp(dot + 1, files__types[i].ext) == 0)
+        if (strcasecmp(ext, files__types[i].ext) == 0)
             return files__types[i].type;
     }
     return files__default_type;
 }
 
-int files_open(const struct files_root *root, const char *rel, size_t len, struct files_hit *hit)
+static int files__type_cmp(const void *a, const void *b)
 {
-    char path[FILES_PATH_MAX];
+    return strcmp(((const struct files_type *)a)->ext, ((const struct files_type *)b)->ext);
+}
+
+int files_root_set_types(struct files_root *root, const struct files_type *types, size_t n)
+{
+    /* One allocation: the entries, then every string they point to. */
+    size_t bytes = n * sizeof(struct files_type);
+    for (size_t i = 0; i < n; i++) {
+        size_t el = strlen(types[i].ext);
+        if (el == 0 || el > FILES_EXT_MAX || strchr(types[i].ext, '.') != NULL)
+            return -EINVAL;
+        bytes += el + 1 + strlen(types[i].type) + 1;
+    }
+    struct files_type *t = malloc(bytes ? bytes : 1);
+    if (UNLIKELY(t == NULL))
+        return -ENOMEM;
+    char *p = (char *)(t + n);
+    for (size_t i = 0; i < n; i++) {
+        size_t el = strlen(types[i].ext), tl = strlen(types[i].type);
+        for (size_t k = 0; k <= el; k++)
+            p[k] = (char)tolower((unsigned char)types[i].ext[k]);
+        t[i].ext = p;
+        p += el + 1;
+        memcpy(p, types[i].type, tl + 1);
+        t[i].type = p;
+        p += tl + 1;
+    }
+    qsort(t, n, sizeof(*t), files__type_cmp);
+    free(root->types);
+    root->types = t;
+    root->ntypes = n;
+    return 0;
+}
+
+const char *files_root_content_type(const struct files_root *root, const char *path)
+{
+    if (root->types == NULL)
+        return files__content_type(path);
+    const char *ext = files__ext(path);
+    if (ext == NULL)
+        return files__default_type;
+    /* Lower-cased into a small buffer, then a binary search: a few comparisons per file
+     * answer, whatever the table's size. */
+    char low[FILES_EXT_MAX + 1];
+    size_t i = 0;
+    for (; ext[i] != '\0'; i++) {
+        if (i == FILES_EXT_MAX)
+            return files__default_type;
+        low[i] = (char)tolower((unsigned char)ext[i]);
+    }
+    low[i] = '\0';
+    struct files_type key = {.ext = low, .type = NULL};
+    const struct files_type *hit = bsearch(&key, root->types, root->ntypes, sizeof(key),
+                                           files__type_cmp);
+    return hit ? hit->type : files__default_type;
+}
+
+/* Fills hit from an open regular file's stat. */
+static void files__fill(struct files_hit *hit, int fd, const struct stat *st)
+{
+    hit->fd = fd;
+    hit->size = (uint64_t)st->st_size;
+    hit->mtime = st->st_mtim.tv_sec;
+    hit->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+    /* Strong validator from size and mtime in nanoseconds: changes whenever the file is
+     * rewritten, costs no read of the content (nginx uses size-mtime in seconds). */
+    int n = snprintf(hit->etag, sizeof(hit->etag), "\"%llx-%llx\"", (unsigned long long)hit->size,
+                     (unsigned long long)hit->mtime_ns);
+    hit->etag_len = (size_t)n;
+    http_date_format(hit->mtime, hit->last_modified);
+    hit->encoding = 0;
+    hit->vary = 0;
+}
+
+/* files_open, leaving in path (FILES_PATH_MAX bytes) the normalised path of the file opened
+ * (".../index.html" for a directory), from which its siblings' names are made. */
+static int files__open_path(const struct files_root *root, const char *rel, size_t len,
+                            struct files_hit *hit, char *path)
+{
     bool dir_hint;
     int rc = files__normalise(rel, len, path, &dir_hint);
     if (UNLIKELY(rc < 0))
@@ -281,7 +374,7 @@ int files_open(const struct files_root *root, const char *rel, size_t len, struc
         close(fd);
         size_t plen = strlen(path);
         static const char index[] = "/index.html";
-        if (UNLIKELY(plen + sizeof(index) > sizeof(path)))
+        if (UNLIKELY(plen + sizeof(index) > FILES_PATH_MAX))
             return -ENOENT;
         memcpy(path + plen, index, sizeof(index));
         fd = files__open_beneath(root, path);
@@ -307,18 +400,204 @@ int files_open(const struct files_root *root, const char *rel, size_t len, struc
     if (fl >= 0)
         (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
 
-    hit->fd = fd;
-    hit->size = (uint64_t)st.st_size;
-    hit->mtime = st.st_mtim.tv_sec;
-    hit->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-    /* Strong validator from size and mtime in nanoseconds: changes whenever the file is
-     * rewritten, costs no read of the content (nginx uses size-mtime in seconds). */
-    int n = snprintf(hit->etag, sizeof(hit->etag), "\"%llx-%llx\"", (unsigned long long)hit->size,
-                     (unsigned long long)hit->mtime_ns);
-    hit->etag_len = (size_t)n;
-    http_date_format(hit->mtime, hit->last_modified);
-    hit->content_type = files__content_type(path);
+    files__fill(hit, fd, &st);
+    hit->content_type = files_root_content_type(root, path);
     hit->content_type_len = strlen(hit->content_type);
+    return 0;
+}
+
+int files_open(const struct files_root *root, const char *rel, size_t len, struct files_hit *hit)
+{
+    char path[FILES_PATH_MAX];
+    return files__open_path(root, rel, len, hit, path);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Precompressed siblings */
+
+/* In the order that breaks ties between equal q-values: the smallest files first. */
+static const struct {
+    unsigned bit;
+    const char *suffix; /* appended to the file's name */
+    const char *name;   /* the Content-Encoding token */
+} files__encs[3] = {
+    {FILES_ENC_BR, ".br", "br"},
+    {FILES_ENC_ZSTD, ".zst", "zstd"},
+    {FILES_ENC_GZIP, ".gz", "gzip"},
+};
+
+void files_root_set_encodings(struct files_root *root, unsigned encodings)
+{
+    root->encodings = encodings & FILES_ENC_ALL;
+}
+
+unsigned files_root_encodings(const struct files_root *root)
+{
+    return root->encodings;
+}
+
+const char *files_encoding_name(unsigned encoding)
+{
+    for (size_t i = 0; i < N_ELEMENTS(files__encs); i++)
+        if (files__encs[i].bit == encoding)
+            return files__encs[i].name;
+    return NULL;
+}
+
+void files_accept_init(struct files_accept *acc)
+{
+    acc->q[0] = acc->q[1] = acc->q[2] = -1;
+    acc->star = -1;
+}
+
+/* A qvalue (RFC 9110 12.4.2: "0" ["." 0*3DIGIT] or "1" ["." 0*3("0")]) in thousandths, or -1. */
+static int files__qvalue(const char *v, size_t len)
+{
+    if (len == 0 || (v[0] != '0' && v[0] != '1'))
+        return -1;
+    int q = (v[0] - '0') * 1000;
+    if (len == 1)
+        return q;
+    if (v[1] != '.' || len > 5)
+        return -1;
+    int scale = 100;
+    for (size_t i = 2; i < len; i++, scale /= 10) {
+        if (v[i] < '0' || v[i] > '9')
+            return -1;
+        q += (v[i] - '0') * scale;
+    }
+    return q > 1000 ? -1 : q;
+}
+
+void files_accept_add(struct files_accept *acc, const char *v, size_t len)
+{
+    size_t i = 0;
+    while (i < len) {
+        /* One element: the coding up to ';' or ','; then parameters up to ','. */
+        while (i < len && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+            i++;
+        size_t cs = i;
+        while (i < len && v[i] != ';' && v[i] != ',' && v[i] != ' ' && v[i] != '\t')
+            i++;
+        size_t cl = i - cs;
+        int q = 1000;
+        while (i < len && v[i] != ',') {
+            /* A parameter: skip OWS and ';', read a name and its value. */
+            while (i < len && (v[i] == ' ' || v[i] == '\t' || v[i] == ';'))
+                i++;
+            size_t ps = i;
+            while (i < len && v[i] != '=' && v[i] != ',' && v[i] != ';')
+                i++;
+            size_t pl = i - ps;
+            while (pl > 0 && (v[ps + pl - 1] == ' ' || v[ps + pl - 1] == '\t'))
+                pl--;
+            if (i < len && v[i] == '=') {
+                i++;
+                while (i < len && (v[i] == ' ' || v[i] == '\t'))
+                    i++;
+                size_t vs = i;
+                while (i < len && v[i] != ',' && v[i] != ';' && v[i] != ' ' && v[i] != '\t')
+                    i++;
+                if (pl == 1 && (v[ps] == 'q' || v[ps] == 'Q'))
+                    q = files__qvalue(v + vs, i - vs);
+            }
+        }
+        if (cl == 0 || q < 0)
+            continue; /* an empty element, or a weight that does not parse: ignored */
+        const char *c = v + cs;
+        if (cl == 1 && c[0] == '*')
+            acc->star = q;
+        else if (cl == 2 && strncasecmp(c, "br", 2) == 0)
+            acc->q[0] = q;
+        else if (cl == 4 && strncasecmp(c, "zstd", 4) == 0)
+            acc->q[1] = q;
+        else if ((cl == 4 && strncasecmp(c, "gzip", 4) == 0) ||
+                 (cl == 6 && strncasecmp(c, "x-gzip", 6) == 0))
+            acc->q[2] = q;
+    }
+}
+
+/* Opens path + suffix beneath the root as a regular file: the fd (its stat in *st) or -1. */
+static int files__open_sibling(const struct files_root *root, const char *path, const char *suffix,
+                               struct stat *st)
+{
+    char name[FILES_PATH_MAX + 8];
+    size_t pl = strlen(path), sl = strlen(suffix);
+    if (pl + sl + 1 > sizeof(name))
+        return -1;
+    memcpy(name, path, pl);
+    memcpy(name + pl, suffix, sl + 1);
+    int fd = files__open_beneath(root, name);
+    if (fd < 0)
+        return -1;
+    if (fstat(fd, st) < 0 || !S_ISREG(st->st_mode)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+int files_open_negotiated(const struct files_root *root, const char *rel, size_t len,
+                          const struct files_accept *acc, struct files_hit *hit)
+{
+    char path[FILES_PATH_MAX];
+    int rc = files__open_path(root, rel, len, hit, path);
+    if (rc < 0 || root->encodings == 0)
+        return rc;
+    /* The accepted encodings the root looks for, best first: q, then the table's order. */
+    int order[3], n = 0;
+    for (int i = 0; i < 3; i++) {
+        int q = acc->q[i] >= 0 ? acc->q[i] : acc->star;
+        if ((root->encodings & files__encs[i].bit) && q > 0) {
+            int k = n++;
+            while (k > 0) {
+                int j = order[k - 1];
+                int qj = acc->q[j] >= 0 ? acc->q[j] : acc->star;
+                if (qj >= q)
+                    break;
+                order[k] = j;
+                k--;
+            }
+            order[k] = i;
+        }
+    }
+    unsigned tried = 0;
+    for (int k = 0; k < n; k++) {
+        int i = order[k];
+        struct stat st;
+        tried |= files__encs[i].bit;
+        int fd = files__open_sibling(root, path, files__encs[i].suffix, &st);
+        if (fd < 0)
+            continue;
+        const char *type = hit->content_type;
+        size_t type_len = hit->content_type_len;
+        close(hit->fd);
+        int fl = fcntl(fd, F_GETFL);
+        if (fl >= 0)
+            (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+        files__fill(hit, fd, &st);
+        /* "size-mtime" of the sibling, then the encoding inside the quotes. */
+        int m = snprintf(hit->etag + hit->etag_len - 1, sizeof(hit->etag) - hit->etag_len + 1,
+                         "-%s\"", files__encs[i].name);
+        hit->etag_len += (size_t)m - 1;
+        hit->content_type = type;
+        hit->content_type_len = type_len;
+        hit->encoding = files__encs[i].bit;
+        hit->vary = 1;
+        return 0;
+    }
+    /* None chosen: the answer still varies with Accept-Encoding when some sibling exists. */
+    for (int i = 0; i < 3; i++) {
+        if (!(root->encodings & files__encs[i].bit) || (tried & files__encs[i].bit))
+            continue;
+        struct stat st;
+        int fd = files__open_sibling(root, path, files__encs[i].suffix, &st);
+        if (fd >= 0) {
+            close(fd);
+            hit->vary = 1;
+            break;
+        }
+    }
     return 0;
 }
 

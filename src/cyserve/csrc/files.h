@@ -39,8 +39,9 @@ struct files_root;
 
 /* IMF-fixdate "Sun, 06 Nov 1994 08:49:37 GMT" is 29 bytes; FILES_DATE_SIZE counts the NUL. */
 #define FILES_DATE_SIZE HTTP_DATE_SIZE
-/* A quoted ETag "\"<size hex>-<mtime_ns hex>\"" is at most 1 + 16 + 1 + 16 + 1 bytes. */
-#define FILES_ETAG_SIZE 40
+/* A quoted ETag "\"<size hex>-<mtime_ns hex>[-<encoding>]\"" is at most 1 + 16 + 1 + 16 + 5 + 1
+ * bytes. */
+#define FILES_ETAG_SIZE 48
 
 struct files_hit {
     int fd;                     /* open, O_RDONLY|O_CLOEXEC; the caller closes it */
@@ -52,11 +53,77 @@ struct files_hit {
     char last_modified[FILES_DATE_SIZE]; /* IMF-fixdate of mtime, NUL-terminated */
     const char *content_type;            /* static string, e.g. "text/html; charset=utf-8" */
     size_t content_type_len;
+    unsigned encoding; /* files_open_negotiated: the FILES_ENC_* bit of the sibling opened, or 0
+                        * (files_open: always 0) */
+    int vary;          /* files_open_negotiated: 1 when the file has a precompressed sibling,
+                        * whether or not it was chosen (the answer then says Vary) */
+};
+
+/* The precompressed siblings a root may serve in place of a file x: x.br, x.zst, x.gz. */
+enum { FILES_ENC_BR = 1, FILES_ENC_ZSTD = 2, FILES_ENC_GZIP = 4, FILES_ENC_ALL = 7 };
+
+/* What a request's Accept-Encoding lines say of each sibling's encoding, as q-values in
+ * thousandths (RFC 9110 12.5.3). Zero it, then give it every line with files_accept_add. */
+struct files_accept {
+    int q[3]; /* br, zstd, gzip: the q-value named for each, -1 when not named */
+    int star; /* the q-value of "*", -1 when not named */
 };
 
 /* Opens the directory path (NUL-terminated) as a root. Returns 0 and *out, -ENOTDIR, -ENOENT,
  * -EACCES, -ENOMEM or another -errno from open. Build time. */
 int files_root_new(const char *path, struct files_root **out);
+
+/* An extension (without its dot, any case) and the Content-Type of the files that end with it. */
+struct files_type {
+    const char *ext;
+    const char *type;
+};
+
+/* The longest extension a table may hold; a longer one is served as application/octet-stream. */
+#define FILES_EXT_MAX 31
+
+/* Gives root its own table of content types (n entries, copied: the caller's strings may go once
+ * this returns), replacing the built-in one of about twenty types. The Python layer passes the
+ * table it builds once from the standard library's mimetypes when the routes are built. Returns
+ * 0, -EINVAL (an empty extension, one with a '.', or one over FILES_EXT_MAX bytes) or -ENOMEM,
+ * with the root's table unchanged on error. Build time, before the root serves. */
+int files_root_set_types(struct files_root *root, const struct files_type *types, size_t n);
+
+/* The Content-Type of the file named path (its last extension, case-insensitive, through the
+ * root's table): a static string owned by the root, "application/octet-stream" when the
+ * extension is unknown or missing. Thread-safe. */
+const char *files_root_content_type(const struct files_root *root, const char *path);
+
+/* Which precompressed siblings root looks for (FILES_ENC_* bits; 0, the default, none). The
+ * Python layer sets the encodings whose siblings it found in the directory when the routes were
+ * built, so that a tree without any costs nothing per request. Build time. */
+void files_root_set_encodings(struct files_root *root, unsigned encodings);
+
+/* The bits files_root_set_encodings set. Thread-safe. */
+unsigned files_root_encodings(const struct files_root *root);
+
+/* Starts acc as if no Accept-Encoding line were present (nothing is accepted but identity). */
+void files_accept_init(struct files_accept *acc);
+
+/* Adds one Accept-Encoding field line v[0..len): a list of codings with optional ";q=" weights
+ * ("br;q=1.0, gzip;q=0.5, *;q=0"). "x-gzip" is gzip. An element whose q-value does not parse is
+ * ignored; a coding named twice keeps its last q. Thread-safe (acc is the caller's). */
+void files_accept_add(struct files_accept *acc, const char *v, size_t len);
+
+/* Like files_open, then: when the file has a sibling the root looks for (x.br, x.zst, x.gz,
+ * opened by the same rules, a regular file) whose encoding acc gives a q-value above 0, the
+ * sibling with the highest q (ties: br, then zstd, then gzip, the smallest first) is opened in
+ * its place: hit's fd, size, mtime, Last-Modified are the sibling's, its Content-Type is the
+ * file's, its ETag is the sibling's with the encoding added ("\"size-mtime-br\""), so that no
+ * two encodings share one, and hit->encoding names it. hit->vary is 1 when any sibling the root
+ * looks for exists. The same returns as files_open (a sibling that cannot be opened is skipped,
+ * never an error). One open per sibling looked for, only when the root looks for any. Uses about
+ * 1 KiB of stack more than files_open. Thread-safe. */
+int files_open_negotiated(const struct files_root *root, const char *rel, size_t len,
+                          const struct files_accept *acc, struct files_hit *hit);
+
+/* The Content-Encoding token of a FILES_ENC_* bit ("br", "zstd", "gzip"), NULL for 0. */
+const char *files_encoding_name(unsigned encoding);
 
 /* Closes the root's fd and frees it. NULL is accepted. */
 void files_root_free(struct files_root *root);

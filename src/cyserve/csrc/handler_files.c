@@ -49,7 +49,21 @@ void hfiles_serve(struct request *rq, const struct server_target *t, const struc
     }
     size_t pl = m->prefix_len <= rq->head.path_len ? m->prefix_len : rq->head.path_len;
     struct files_hit hit;
-    int rc = files_open(t->root, rq->head.path + pl, rq->head.path_len - pl, &hit);
+    int rc;
+    if (files_root_encodings(t->root) == 0) {
+        rc = files_open(t->root, rq->head.path + pl, rq->head.path_len - pl, &hit);
+    } else {
+        /* The root has precompressed siblings: every Accept-Encoding line is read (a list may
+         * be split across several, RFC 9110 5.3). */
+        struct files_accept acc;
+        files_accept_init(&acc);
+        for (size_t i = 0; i < rq->head.num_headers; i++) {
+            const struct http_header *h = &rq->hdrs[i];
+            if (h->name_len == 15 && strncasecmp(h->name, "accept-encoding", 15) == 0)
+                files_accept_add(&acc, h->value, h->value_len);
+        }
+        rc = files_open_negotiated(t->root, rq->head.path + pl, rq->head.path_len - pl, &acc, &hit);
+    }
     if (rc == -EACCES) {
         request_answer_simple(a, abuf, 256, 403, "403 Forbidden\n", NULL);
         return;
@@ -85,8 +99,8 @@ void hfiles_serve(struct request *rq, const struct server_target *t, const struc
         range = NULL;
     char *lines = abuf;
     size_t cap = sizeof(rq->answer_lines);
-    int n = snprintf(lines, cap, "ETag: %.*s\r\nLast-Modified: %s\r\n", (int)hit.etag_len, hit.etag,
-                     hit.last_modified);
+    int n = snprintf(lines, cap, "ETag: %.*s\r\nLast-Modified: %s\r\n%s", (int)hit.etag_len,
+                     hit.etag, hit.last_modified, hit.vary ? "Vary: Accept-Encoding\r\n" : "");
     if (hfiles_not_modified(rq, &hit)) {
         close(hit.fd);
         *a = (struct request_answer){
@@ -123,6 +137,9 @@ void hfiles_serve(struct request *rq, const struct server_target *t, const struc
         start = 0;
     n += snprintf(lines + n, cap - (size_t)n, "Content-Type: %.*s\r\nAccept-Ranges: bytes\r\n",
                   (int)hit.content_type_len, hit.content_type);
+    if (hit.encoding)
+        n += snprintf(lines + n, cap - (size_t)n, "Content-Encoding: %s\r\n",
+                      files_encoding_name(hit.encoding));
     *a = (struct request_answer){
         .kind = REQUEST_BODY_FILE,
         .status = status,

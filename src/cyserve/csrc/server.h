@@ -111,8 +111,40 @@ struct server_listen {
                        * may accept from it too (see listen.c). */
 };
 
-/* The access log's line formats (access_log.c). */
-enum { ACCESS_LOG_COMMON = 0, ACCESS_LOG_COMBINED = 1, ACCESS_LOG_JSON = 2 };
+/* The access log's line formats (access_log.c). ACCESS_LOG_CUSTOM: the op list
+ * server_config.access_log_ops describes. */
+enum { ACCESS_LOG_COMMON = 0, ACCESS_LOG_COMBINED = 1, ACCESS_LOG_JSON = 2, ACCESS_LOG_CUSTOM = 3 };
+
+/* One step of a custom access log line: text to copy, or a field of the request (gunicorn's
+ * atoms: the letter each stands for is in the comment). */
+enum access_log_atom {
+    ACCESS_LOG_TEXT,     /* arg[0..arg_len) as it is */
+    ACCESS_LOG_HOST,     /* h: the client's address, without its port */
+    ACCESS_LOG_DASH,     /* l, u: "-" (no identd, no authenticated user) */
+    ACCESS_LOG_TIME,     /* t: "[26/Nov/2026:03:25:03 +0000]" */
+    ACCESS_LOG_REQLINE,  /* r: "GET /x?y HTTP/1.1" */
+    ACCESS_LOG_METHOD,   /* m */
+    ACCESS_LOG_PATH,     /* U: the target without its query */
+    ACCESS_LOG_QUERY,    /* q: the query without its '?', "" when none */
+    ACCESS_LOG_PROTOCOL, /* H: "HTTP/1.1" */
+    ACCESS_LOG_STATUS,   /* s */
+    ACCESS_LOG_BYTES,    /* b: body bytes, "-" when unknown */
+    ACCESS_LOG_BYTES0,   /* B: body bytes, 0 when unknown */
+    ACCESS_LOG_REFERER,  /* f: the Referer, "-" when none */
+    ACCESS_LOG_AGENT,    /* a: the User-Agent, "-" when none */
+    ACCESS_LOG_SECONDS,  /* T: whole seconds the request took */
+    ACCESS_LOG_MILLIS,   /* M: milliseconds */
+    ACCESS_LOG_MICROS,   /* D: microseconds */
+    ACCESS_LOG_DECIMAL,  /* L: seconds with six decimals */
+    ACCESS_LOG_PID,      /* p: "<pid>" */
+    ACCESS_LOG_HEADER,   /* {name}i: the request header arg (lower case), "-" when none */
+};
+
+struct access_log_op {
+    int atom;        /* enum access_log_atom */
+    const char *arg; /* ACCESS_LOG_TEXT: the text; ACCESS_LOG_HEADER: the lower-case name */
+    size_t arg_len;
+};
 
 struct server_config {
     const struct server_listen *listen; /* nlisten listeners (copied by server_new); when
@@ -126,7 +158,7 @@ struct server_config {
     int backlog;                /* listen() backlog per worker */
     int access_log_fd;          /* -1 (default): no access log; else one line per response is
                                  * written to it, each line in one write(2) (see access_log.c) */
-    int access_log_format;      /* ACCESS_LOG_COMMON (0, default), _COMBINED or _JSON */
+    int access_log_format;      /* ACCESS_LOG_COMMON (0, default), _COMBINED, _JSON or _CUSTOM */
     int shared_port;            /* 1: join the SO_REUSEPORT group already on host:port (process
                                  * workers, cyserve/processes.py); 0: fail if the port is taken */
     struct http_limits limits;  /* header block, target, header count */
@@ -150,6 +182,10 @@ struct server_config {
      * connections must begin with a PROXY protocol header, version 1 or 2, naming the client
      * (conn_proxy_preface); other peers' connections are served as they come. */
     const char *proxy_protocol_from;
+    /* ACCESS_LOG_CUSTOM: the steps of each line, compiled once from the format
+     * (cyserve/access_log.py). Borrowed: the caller keeps them until server_free(). */
+    const struct access_log_op *access_log_ops;
+    unsigned access_log_nops;
     /* How accepted connections carry their bytes: NULL (default) plain TCP, else that transport
      * (tls_transport, tls.h) with transport_ctx its shared state (a struct tls_ctx), borrowed:
      * both must outlive the server. */

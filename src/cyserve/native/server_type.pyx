@@ -14,6 +14,9 @@ from libc.string cimport strlen, strcmp
 from cyserve.native.includes cimport server as cs
 from cyserve.native.includes.router cimport (router_t, router_new, router_free, router_add,
                                              files_root_t, files_root_new, files_root_free,
+                                             files_type_t, files_root_set_types,
+                                             files_root_set_encodings, FILES_ENC_BR,
+                                             FILES_ENC_ZSTD, FILES_ENC_GZIP,
                                              ROUTER_PATH, ROUTER_PREFIX, ROUTER_REGEX)
 
 # The values of enum http_method (csrc/http_method.h), which the parser gives each request and
@@ -115,6 +118,34 @@ cdef int _server_on_bound(void *ud, int port) noexcept nogil:
             srv._bound_error = exc
             return -125  # ECANCELED
     return 0
+
+
+cdef _files_configure(files_root_t *root, str directory, str where):
+    # The content types (mimetypes' table, cyserve.static_files) and the precompressed siblings
+    # the directory holds are decided here, once, so that the engine's file answers look up a
+    # table and open a sibling only where one can exist.
+    from cyserve import static_files
+    table = [(ext.encode("ascii"), mime.encode("ascii"))
+             for ext, mime in static_files.content_types()]
+    cdef size_t n = len(table)
+    cdef files_type_t *types = <files_type_t *>calloc(n if n else 1, sizeof(files_type_t))
+    if types == NULL:
+        raise MemoryError()
+    cdef Py_ssize_t i
+    try:
+        for i in range(<Py_ssize_t>n):
+            types[i].ext = table[i][0]
+            types[i].type = table[i][1]
+        rc = files_root_set_types(root, types, n)  # copies the strings
+    finally:
+        free(types)
+    if rc != 0:
+        raise ValueError(f"{where}: the content type table was refused ({_os.strerror(-rc)})")
+    bits = {"br": FILES_ENC_BR, "zstd": FILES_ENC_ZSTD, "gzip": FILES_ENC_GZIP}
+    cdef unsigned mask = 0
+    for name in static_files.precompressed_encodings(directory):
+        mask |= <unsigned>bits[name]
+    files_root_set_encodings(root, mask)
 
 
 cdef class Server:
@@ -243,10 +274,14 @@ cdef class Server:
         cfg.access_log_fd = access_log_fd if access_log else -1
         formats = {"common": cs.ACCESS_LOG_COMMON, "combined": cs.ACCESS_LOG_COMBINED,
                    "json": cs.ACCESS_LOG_JSON}
-        if access_log_format not in formats:
-            raise ValueError(f"access_log_format must be one of common, combined, json; got "
-                             f"{access_log_format!r}")
-        cfg.access_log_format = formats[access_log_format]
+        if access_log_format in formats:
+            cfg.access_log_format = formats[access_log_format]
+        elif "%" in access_log_format:
+            cfg.access_log_ops = self._access_log_ops(access_log_format, &cfg.access_log_nops)
+            cfg.access_log_format = cs.ACCESS_LOG_CUSTOM
+        else:
+            raise ValueError(f"access_log_format must be one of common, combined, json, or "
+                             f"a format of %(name)s atoms; got {access_log_format!r}")
         cfg.limits.max_header_bytes = max_header_bytes
         cfg.limits.max_target_bytes = max_target_bytes
         cfg.limits.max_headers = max_headers
@@ -275,6 +310,38 @@ cdef class Server:
             raise ValueError(f"invalid server configuration (error {-rc})")
         cs.server_set_offload_hooks(self._srv, cyserve__offload_begin, cyserve__offload_end,
                                     NULL)
+
+    cdef const cs.access_log_op_t *_access_log_ops(self, str fmt, unsigned *n) except NULL:
+        # The steps of a custom access log format (cyserve.access_log compiles it), in a
+        # bytearray this Server keeps: the engine borrows them until server_free().
+        from cyserve.access_log import compile_format
+        atoms = {"TEXT": cs.ACCESS_LOG_TEXT, "HOST": cs.ACCESS_LOG_HOST,
+                 "DASH": cs.ACCESS_LOG_DASH, "TIME": cs.ACCESS_LOG_TIME,
+                 "REQLINE": cs.ACCESS_LOG_REQLINE, "METHOD": cs.ACCESS_LOG_METHOD,
+                 "PATH": cs.ACCESS_LOG_PATH, "QUERY": cs.ACCESS_LOG_QUERY,
+                 "PROTOCOL": cs.ACCESS_LOG_PROTOCOL, "STATUS": cs.ACCESS_LOG_STATUS,
+                 "BYTES": cs.ACCESS_LOG_BYTES, "BYTES0": cs.ACCESS_LOG_BYTES0,
+                 "REFERER": cs.ACCESS_LOG_REFERER, "AGENT": cs.ACCESS_LOG_AGENT,
+                 "SECONDS": cs.ACCESS_LOG_SECONDS, "MILLIS": cs.ACCESS_LOG_MILLIS,
+                 "MICROS": cs.ACCESS_LOG_MICROS, "DECIMAL": cs.ACCESS_LOG_DECIMAL,
+                 "PID": cs.ACCESS_LOG_PID, "HEADER": cs.ACCESS_LOG_HEADER}
+        try:
+            steps = compile_format(fmt)
+        except ValueError as e:
+            raise ValueError(f"access_log_format {fmt!r}: {e}") from None
+        store = bytearray(len(steps) * sizeof(cs.access_log_op_t))
+        self._keep.append(store)
+        cdef cs.access_log_op_t *ops = <cs.access_log_op_t *><char *>store
+        cdef Py_ssize_t i
+        cdef bytes arg
+        for i, (kind, text) in enumerate(steps):
+            arg = text.encode("ascii")
+            self._keep.append(arg)
+            ops[i].atom = atoms[kind]
+            ops[i].arg = arg
+            ops[i].arg_len = len(arg)
+        n[0] = len(steps)
+        return ops
 
     cdef _set_listen(self, listen):
         # listen: the addresses to serve, each (host, port) for TCP (one SO_REUSEPORT listener
@@ -397,7 +464,8 @@ cdef class Server:
                 raise ValueError(f"{where}: cannot serve files from {target!r}: "
                                  f"{os.strerror(-rc)}")
             t.kind = cs.SERVER_FILES
-            t.root = root
+            t.root = root  # freed with the targets from here on, whatever fails below
+            _files_configure(root, target, where)
         else:
             raise ValueError(f"{where}: kind must be 'python', 'nogil', 'static' or 'files', "
                              f"got {kind!r}")

@@ -59,13 +59,26 @@ cdef extern from "csrc/files.h" nogil:
         uint64_t size
         time_t mtime
         int64_t mtime_ns
-        char etag[40]
+        char etag[48]
         size_t etag_len
         char last_modified[30]
         const char *content_type
         size_t content_type_len
+        unsigned encoding
+        int vary
+
+    ctypedef struct files_type_t "struct files_type":
+        const char *ext
+        const char *type
+
+    enum:
+        FILES_ENC_BR
+        FILES_ENC_ZSTD
+        FILES_ENC_GZIP
 
     int files_root_new(const char *path, files_root_t **out)
+    int files_root_set_types(files_root_t *root, const files_type_t *types, size_t n)
+    void files_root_set_encodings(files_root_t *root, unsigned encodings)
     void files_root_free(files_root_t *root)
     int files_open(const files_root_t *root, const char *rel, size_t len, files_hit_t *hit)
     int files_not_modified(const files_hit_t *hit, const char *inm, size_t inm_len,

@@ -77,6 +77,32 @@ cdef extern from "csrc/server.h" nogil:
         ACCESS_LOG_COMMON
         ACCESS_LOG_COMBINED
         ACCESS_LOG_JSON
+        ACCESS_LOG_CUSTOM
+    enum:
+        ACCESS_LOG_TEXT
+        ACCESS_LOG_HOST
+        ACCESS_LOG_DASH
+        ACCESS_LOG_TIME
+        ACCESS_LOG_REQLINE
+        ACCESS_LOG_METHOD
+        ACCESS_LOG_PATH
+        ACCESS_LOG_QUERY
+        ACCESS_LOG_PROTOCOL
+        ACCESS_LOG_STATUS
+        ACCESS_LOG_BYTES
+        ACCESS_LOG_BYTES0
+        ACCESS_LOG_REFERER
+        ACCESS_LOG_AGENT
+        ACCESS_LOG_SECONDS
+        ACCESS_LOG_MILLIS
+        ACCESS_LOG_MICROS
+        ACCESS_LOG_DECIMAL
+        ACCESS_LOG_PID
+        ACCESS_LOG_HEADER
+    ctypedef struct access_log_op_t "struct access_log_op":
+        int atom
+        const char *arg
+        size_t arg_len
     ctypedef struct server_t "struct server":
         pass
 
@@ -119,6 +145,8 @@ cdef extern from "csrc/server.h" nogil:
         int backlog
         int access_log_fd
         int access_log_format
+        const access_log_op_t *access_log_ops
+        unsigned access_log_nops
         int shared_port
         http_limits limits
         uint64_t max_body_bytes
