@@ -549,6 +549,8 @@ def summarize(result):
                    "mean_ms": spread([r.get("mean_ms") for r in rs]),
                    "stalled": max(r.get("stalled_connections", 0) for r in rs),
                    "handshakes_in": any(r.get("handshakes_in") for r in rs),
+                   "resumed_share": (sum(r.get("resumed", 0) for r in rs) / sum(r["count"] for r in rs)
+                                     if w == "tls-resume" else None),
                    "rss_peak_kib": max(r.get("rss_peak_kib") or 0 for r in rs)}
             for ref in REFS.get(w, ()):
                 ratios = []
@@ -599,7 +601,7 @@ def markdown(result):
              f"the server tree's CPU time over the cell. Ratios: the median of the per-round ratios "
              f"per server CPU-second. Git {result['git']}; load average {result['machine']['loadavg_start']} "
              f"at the start, {result['machine']['loadavg_end']} at the end.", ""]
-    for w, (transport, unit) in WORKLOADS.items():
+    for w, (_, unit) in WORKLOADS.items():
         names = [n for n, i in result["servers"].items() if w in i["workloads"]]
         if not names:
             continue
@@ -623,6 +625,8 @@ def markdown(result):
             latst = f["p99_ms"] if lat == "p99 ms" else f["mean_ms"]
             stalled = f" ({f['stalled']} of {cfg['ws_connections']} connections never answered)" \
                 if f.get("stalled") else ""
+            if f.get("resumed_share") is not None:
+                stalled += f" ({f['resumed_share']:.0%} resumed)"
             if f.get("handshakes_in"):
                 stalled += " (handshakes included: no tls-new cell)"
             lines.append(f"| {label}{stalled} | {_cell(f['per_s'])} | {_cell(f['per_cpu_s'])} | "
