@@ -113,8 +113,10 @@ def say(msg):
 # HTTP/2 by ALPN where it has it, "h2c": cleartext with HTTP/2 by prior knowledge).
 
 class ProtoServer:
-    def __init__(self, name, label, group, command, workloads, requires=(), app=None, note=""):
+    def __init__(self, name, label, group, command, workloads, requires=(), app=None, note="",
+                 missing=None):
         self.name, self.label, self.group = name, label, group
+        self.missing = missing  # why, when its app module does not exist yet
         self._command = command
         self.workloads = tuple(workloads)
         self.requires = requires  # Python modules the server imports (checked in bench/.venv)
@@ -196,12 +198,14 @@ SERVERS = [
     ProtoServer("cyserve-nogil-ws", "cyserve (GIL-free echo)", "cyserve",
                 _cyserve("bench.http.apps.cyserve_ws_nogil_app:app"), ("ws-echo",),
                 app="bench.http.apps.cyserve_ws_nogil_app",
-                note="a GIL-free (Cython) WebSocket handler: bench/http/apps/cyserve_ws_nogil_app.py, "
-                     "written once the engine has the API"),
+                note="a GIL-free (Cython) WebSocket echo, bench/http/apps/cyserve_ws_nogil_app.py",
+                missing="the engine has no GIL-free WebSocket handler API yet, so there is no "
+                        "bench/http/apps/cyserve_ws_nogil_app.py"),
     ProtoServer("cyserve-app-ws", "cyserve (@app.websocket echo)", "cyserve",
                 _cyserve("bench.http.apps.cyserve_ws_app:app"), ("ws-echo",),
                 app="bench.http.apps.cyserve_ws_app",
-                note="a blocking handler on the event loop's executor, one thread per open WebSocket"),
+                note="a blocking handler on the event loop's default executor, one thread per open "
+                     "WebSocket: min(32, CPUs + 4) WebSockets served at once, the others wait"),
     ProtoServer("uvicorn-ws", "uvicorn (websockets)", "python-async", _uvicorn, ("ws-echo",),
                 requires=("uvicorn", "uvloop", "httptools", "websockets")),
     ProtoServer("granian-asgi-ws", "granian ASGI", "python-async",
@@ -291,6 +295,8 @@ def availability(servers):
                 v = probe.get(m, "ERROR not probed")
                 if v.startswith("ERROR"):
                     why = f"{m}: {v[6:]}"
+                    if m == s.app and s.missing and f"No module named '{m}'" in v:
+                        why = s.missing
                     break
         out[s.name] = why
     return out
@@ -548,7 +554,7 @@ def summarize(result):
                    "p99_ms": spread([r.get("p99_ms") for r in rs]),
                    "mean_ms": spread([r.get("mean_ms") for r in rs]),
                    "stalled": max(r.get("stalled_connections", 0) for r in rs),
-                   "handshakes_in": any(r.get("handshakes_in") for r in rs),
+                   "handshakes_in": sum(1 for r in rs if r.get("handshakes_in")),
                    "resumed_share": (sum(r.get("resumed", 0) for r in rs) / sum(r["count"] for r in rs)
                                      if w == "tls-resume" else None),
                    "rss_peak_kib": max(r.get("rss_peak_kib") or 0 for r in rs)}
@@ -623,12 +629,12 @@ def markdown(result):
                 lines.append(f"| {label} | {_why_missing(result, n, w)} |  |  |" + " |" * len(refs))
                 continue
             latst = f["p99_ms"] if lat == "p99 ms" else f["mean_ms"]
-            stalled = f" ({f['stalled']} of {cfg['ws_connections']} connections never answered)" \
-                if f.get("stalled") else ""
+            stalled = f" ({f['stalled']} of {cfg['ws_connections']} connections unanswered " \
+                "during the cell)" if f.get("stalled") else ""
             if f.get("resumed_share") is not None:
                 stalled += f" ({f['resumed_share']:.0%} resumed)"
             if f.get("handshakes_in"):
-                stalled += " (handshakes included: no tls-new cell)"
+                stalled += f" (handshakes included in {f['handshakes_in']} round(s): no tls-new figure)"
             lines.append(f"| {label}{stalled} | {_cell(f['per_s'])} | {_cell(f['per_cpu_s'])} | "
                          f"{_cell(latst, '{:.2f}')} | "
                          + "".join(f"{_cell(f.get('x_' + r), '{:.2f}')} | " for r in refs))

@@ -81,6 +81,20 @@ def result(runs, servers):
 NOGIL_WHY = "bench.http.apps.cyserve_ws_nogil_app: ModuleNotFoundError"
 
 
+def test_a_missing_app_module_gives_the_servers_own_reason(monkeypatch):
+    from bench.http import run as R
+    monkeypatch.setattr(P.S, "VENV_PY", sys.executable)  # an interpreter that exists
+    mod = P.BY_NAME["cyserve-nogil-ws"].app
+
+    def probe(python, mods, env=None):
+        return {m: f"ERROR ModuleNotFoundError: No module named '{m}'" if m == mod else "1.0"
+                for m in mods}
+    monkeypatch.setattr(R, "probe_modules", probe)
+    why = P.availability([P.BY_NAME["cyserve-nogil-ws"], P.BY_NAME["cyserve-asgi-ws"]])
+    assert why["cyserve-nogil-ws"].startswith("the engine has no GIL-free WebSocket handler API")
+    assert why["cyserve-asgi-ws"] is None
+
+
 def test_ws_ratios_are_per_round_medians_and_targets_say_met_or_missed():
     runs = []
     # cyserve's ASGI echo: 3x, 2x, 10x uvicorn per CPU-second (the outlier round loses the
@@ -102,7 +116,7 @@ def test_ws_ratios_are_per_round_medians_and_targets_say_met_or_missed():
     assert "| ws-echo | cyserve-asgi-ws | granian-asgi-ws | ≥ 1.5× | 1.20× | missed |" in md
     assert "| ws-echo | cyserve-nogil-ws | go-ws | ≥ 1× | – | not measured: unavailable: " \
            "bench.http.apps.cyserve_ws_nogil_app: ModuleNotFoundError |" in md
-    assert "cyserve-app-ws (58 of 64 connections never answered)" in md
+    assert "cyserve-app-ws (58 of 64 connections unanswered during the cell)" in md
     # The table is sorted by round trips per CPU-second, the best first.
     table = md.split("## ws-echo")[1].split("##")[0]
     order = [table.index(f"| {n}") for n in ("cyserve-asgi-ws", "granian-asgi-ws", "uvicorn-ws")]
@@ -121,7 +135,7 @@ def test_https_leaves_the_cells_handshakes_out():
     assert round(s["nginx"]["per_cpu_s"]["median"]) == 100_000
     assert round(s["cyserve-static"]["x_nginx"]["median"], 2) == 1.10
     md = P.markdown(res)
-    assert "cyserve-static (handshakes included: no tls-new cell)" in md
+    assert "cyserve-static (handshakes included in 1 round(s): no tls-new figure)" in md
     assert "| nginx (99% resumed) | 500 | 2,000 |" in md
     assert "| https | cyserve-static | nginx | ≥ 1.1× | 1.10× | met |" in md
 

@@ -35,6 +35,8 @@ type result struct {
 	Errors     int64   `json:"errors"`
 	Mismatches int64   `json:"mismatches,omitempty"`
 	Stalled    int     `json:"stalled_connections"`
+	MinPerConn int64   `json:"min_per_connection"`
+	MaxPerConn int64   `json:"max_per_connection"`
 	Resumed    int64   `json:"resumed,omitempty"`
 	ElapsedS   float64 `json:"elapsed_s"`
 	Rate       float64 `json:"per_s"`
@@ -49,6 +51,7 @@ type worker struct {
 	count, errors, mismatches, resumed int64
 	lat                                []time.Duration
 	firstErr                           error
+	late                               bool // its first round trip ended after the cell
 	version, cipher                    uint16
 }
 
@@ -77,7 +80,7 @@ func wsConn(url string, size int, end time.Time, w *worker) {
 	for i := range msg {
 		msg[i] = alphabet[rand.Intn(len(alphabet))]
 	}
-	// A message still unanswered one second after the end is a stalled connection, not a wait.
+	// A message still unanswered one second after the end is an error (the connection stalled).
 	c.SetReadDeadline(end.Add(time.Second))
 	for time.Now().Before(end) {
 		t0 := time.Now()
@@ -94,6 +97,9 @@ func wsConn(url string, size int, end time.Time, w *worker) {
 		}
 		w.lat = append(w.lat, time.Since(t0))
 		w.count++
+		if w.count == 1 && time.Now().After(end) {
+			w.late = true
+		}
 		if kind != websocket.TextMessage || !bytes.Equal(got, msg) {
 			w.mismatches++
 		}
@@ -192,12 +198,21 @@ func main() {
 	}
 	res := result{Mode: mode, ElapsedS: elapsed.Seconds()}
 	var all []time.Duration
+	res.MinPerConn = -1
 	for _, w := range workers {
+		if res.MinPerConn < 0 || w.count < res.MinPerConn {
+			res.MinPerConn = w.count
+		}
+		if w.count > res.MaxPerConn {
+			res.MaxPerConn = w.count
+		}
 		res.Count += w.count
 		res.Errors += w.errors
 		res.Mismatches += w.mismatches
 		res.Resumed += w.resumed
-		if w.count == 0 {
+		// A connection the server left unanswered for the whole cell: none of its round trips
+		// ended in time (its first may still have come back in the grace second).
+		if w.count == 0 || w.late {
 			res.Stalled++
 		}
 		if w.firstErr != nil && res.FirstError == "" {
