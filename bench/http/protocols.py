@@ -305,6 +305,19 @@ def availability(servers):
 # ---------------------------------------------------------------------------------------------
 # Clients. Each returns {"count", "errors", "p50_ms", "p99_ms", ...}.
 
+def client(argv, timeout):
+    """(stdout, stderr, returncode) of a load client pinned to the client CPU; one that outlives
+    `timeout` is killed and reported with what it printed (returncode None), never raised: one
+    stuck cell must not lose the run."""
+    try:
+        p = subprocess.run(pinned(argv, CLIENT_CPU), capture_output=True, text=True, timeout=timeout)
+        return p.stdout, p.stderr, p.returncode
+    except subprocess.TimeoutExpired as e:
+        def text(b):
+            return b.decode("utf-8", "replace") if isinstance(b, bytes) else (b or "")
+        return text(e.stdout), text(e.stderr) + f"\nkilled after {timeout} s", None
+
+
 def parse_h2load(out):
     """Figures from h2load's summary: requests done and succeeded, 2xx, the mean request time
     (h2load prints no percentiles) and the protocol it negotiated."""
@@ -331,36 +344,37 @@ def parse_h2load(out):
 
 def run_h2load(port, tls, duration):
     url = f"{'https' if tls else 'http'}://127.0.0.1:{port}/plaintext"
-    argv = ["h2load", "-c", str(H2_CLIENTS), "-m", str(H2_STREAMS), "-t", "1", "-D", str(duration)]
-    argv = pinned(argv + [url], CLIENT_CPU)
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 60)
-    res = parse_h2load(p.stdout)
-    if res["protocol"] != ("h2" if tls else "h2c"):
-        res["errors"] += 1  # not HTTP/2: the figure would be another workload's
-    res["raw"] = p.stdout[-1500:] + p.stderr[-500:]
+    # -N: a connection that stays silent for 5 s is dropped rather than waited for (h2load's
+    # timing mode otherwise waits for every connection to finish).
+    argv = ["h2load", "-c", str(H2_CLIENTS), "-m", str(H2_STREAMS), "-t", "1", "-D", str(duration),
+            "-N", "5", url]
+    out, err, rc = client(argv, duration + 30)
+    res = parse_h2load(out)
+    if res["protocol"] != ("h2" if tls else "h2c") or rc is None:
+        res["errors"] += 1  # not HTTP/2 (the figure would be another workload's), or killed
+    res["raw"] = out[-1500:] + err[-500:]
     return res
 
 
 def run_wrk_https(port, duration):
     argv = ["wrk", "--latency", "-t", "1", "-c", str(WRK_CONNECTIONS), "-d", f"{duration}s",
             "--timeout", "4s", f"https://127.0.0.1:{port}/plaintext"]
-    p = subprocess.run(pinned(argv, CLIENT_CPU), capture_output=True, text=True, timeout=duration + 30)
-    res = harness.parse_wrk(p.stdout)
+    out, err, rc = client(argv, duration + 30)
+    res = harness.parse_wrk(out)
     res["count"] = res.pop("requests")
-    res["errors"] += res.pop("non2xx") + (p.returncode != 0)
-    res["raw"] = p.stdout[-1500:] + p.stderr[-500:]
+    res["errors"] += res.pop("non2xx") + (rc != 0)
+    res["raw"] = out[-1500:] + err[-500:]
     return res
 
 
 def run_load(args, duration):
     """bench/peers/goproto/load: ws or tls; its JSON line, with count/errors as the others."""
-    argv = pinned([GO_LOAD] + args + ["-d", f"{duration}s"], CLIENT_CPU)
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 60)
+    out, err, rc = client([GO_LOAD] + args + ["-d", f"{duration}s"], duration + 30)
     try:
-        res = json.loads(p.stdout.strip().splitlines()[-1])
+        res = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return {"client": "goproto-load", "count": 0, "errors": 1, "p50_ms": None, "p99_ms": None,
-                "raw": p.stdout[-500:] + p.stderr[-1000:]}
+                "raw": out[-500:] + err[-1000:]}
     res["client"] = "goproto-load"
     res["errors"] = res.get("errors", 0) + res.get("mismatches", 0)
     res.pop("per_s", None)
@@ -742,7 +756,12 @@ def main(argv=None):
         for rnd in range(args.rounds):
             order = live[rnd % len(live):] + live[:rnd % len(live)] if live else []
             for server in order:
-                visit(server, workloads, rnd, cfg, tmp, tls, runs, probes, t0)
+                try:
+                    visit(server, workloads, rnd, cfg, tmp, tls, runs, probes, t0)
+                except Exception as e:  # noqa: BLE001 - one server's failure is its cells' status
+                    say(f"  {server.name}: round {rnd} failed: {type(e).__name__}: {e}")
+                    runs.append({"round": rnd, "server": server.name, "workload": "?",
+                                 "status": f"failed: {type(e).__name__}: {str(e)[:200]}"})
     from bench.http.run import git_rev, machine_info
     ver = versions(chosen)
     result = {
