@@ -24,7 +24,7 @@ OpenSSL's defaults on both sides: TLS 1.3, the suite each pair negotiates is rec
 
     python bench/http/protocols.py --quick            one round of 1 s cells
     python bench/http/protocols.py --rounds 3 --duration 2
-    options: --servers a,b  --workloads x,y  --no-setup  --out DIR
+    options: --servers a,b  --workloads x,y  --no-setup  --out DIR  --report RESULT.json
 
 Results: bench/results/protocols-<timestamp>.json, protocols-latest.json and protocols-latest.md.
 """
@@ -663,8 +663,14 @@ def markdown(result):
             verdict = "met" if st["median"] >= want else "missed"
             got = f"{st['median']:.2f}×"
         else:
-            verdict = "not measured: " + (_why_missing(result, name, w) if not s.get(w, {}).get(name)
-                                         else _why_missing(result, ref, w))
+            if not s.get(w, {}).get(name):
+                why = _why_missing(result, name, w)
+            elif not s.get(w, {}).get(ref):
+                why = _why_missing(result, ref, w)
+            else:  # both served, but never both with enough CPU time to divide by in one round
+                why = f"no round with a figure per CPU-second for both (a cell under {MIN_CPU_S:g} s " \
+                      "of server CPU)"
+            verdict = "not measured: " + why
             got = "–"
         lines.append(f"| {w} | {name} | {ref} | ≥ {want:g}× | {got} | {verdict} |")
     lines.append("")
@@ -730,7 +736,15 @@ def main(argv=None):
     ap.add_argument("--workloads", help="comma-separated (default: all)")
     ap.add_argument("--no-setup", action="store_true")
     ap.add_argument("--out", default=RESULTS)
+    ap.add_argument("--report", metavar="JSON", help="print the Markdown report of a result file again "
+                    "(summarized by this version) and exit")
     args = ap.parse_args(argv)
+    if args.report:
+        with open(args.report) as f:
+            result = json.load(f)
+        result["summary"] = summarize(result)
+        sys.stdout.write(markdown(result))
+        return 0
     if args.quick:
         args.rounds, args.duration = 1, 1
     workloads = args.workloads.split(",") if args.workloads else list(WORKLOADS)

@@ -143,8 +143,12 @@ def test_https_leaves_the_cells_handshakes_out():
 def test_failed_cells_are_said_not_dropped():
     runs = [run(0, "nginx", "h2c", 100_000, 1.0),
             dict(run(0, "cyserve-static", "h2c", 0, 1.0), status="none completed", per_cpu_s=None,
-                 first_error="connection reset")]
+                 first_error="connection reset"),
+            run(0, "nginx", "h2-tls", 100_000, 1.0),
+            dict(run(0, "cyserve-static", "h2-tls", 1000, 0.2), per_cpu_s=None)]  # too little CPU
     md = P.markdown(result(runs, {"nginx": None, "cyserve-static": None}))
+    assert "| h2-tls | cyserve-static | nginx | ≥ 1× | – | not measured: no round with a figure " \
+           "per CPU-second for both (a cell under 0.5 s of server CPU) |" in md
     assert "| cyserve-static | none completed: connection reset |" in md
     assert "| h2c | cyserve-static | nginx | ≥ 1× | – | not measured: none completed: connection " \
            "reset |" in md
