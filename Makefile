@@ -198,6 +198,13 @@ bench: build
 bench-quick: build
 	$(PY) bench/http/run.py --quick
 
+# WebSocket echo, HTTPS, TLS handshakes, HTTP/2 over TLS and h2c (bench/http/protocols.py), e.g.
+# make bench-protocols BENCH_PROTOCOLS_ARGS="--rounds 3 --duration 2"
+.PHONY: bench-protocols
+BENCH_PROTOCOLS_ARGS ?=
+bench-protocols: build
+	$(PY) bench/http/protocols.py $(BENCH_PROTOCOLS_ARGS)
+
 # e.g. make bench-coro BENCH_CORO_ARGS="--wait-idle 600" on a shared machine
 BENCH_CORO_ARGS ?=
 bench-coro: build
