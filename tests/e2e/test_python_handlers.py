@@ -117,7 +117,11 @@ def test_slow_handlers_serve_every_connection_in_turn():
         return "done"
 
     routes = [("path", "/busy", None, "python", busy)]
-    with serving(routes, threads=1) as srv:
+    # Relief off: this is the order of one worker's batches. With relief on, a crowded machine
+    # (a load of 5-15, or ASan's slower batches) preempts a busy batch past relief's threshold,
+    # and the relief threads' own batches then share the GIL unevenly: a different unfairness,
+    # measured and written down in docs/architecture.md ("Known limits"), not this one.
+    with serving(routes, threads=1, blocking_threads=0) as srv:
         # 64 connections: as many as a batch's call limit (SCHED_OFFLOAD_BATCH), where the
         # overtaking showed (with 32 the old order was only uneven, 78 to 138).
         out = subprocess.run([sys.executable, "-c", _FAIR_CLIENT, str(srv.port), "64", "2"],
