@@ -28,10 +28,11 @@ $(STAMP): requirements-dev.txt
 	chmod +x $(VENV)/bin/cyserve
 	touch $@
 
-# The C libraries the extension links, found with pkg-config by setup.py: OpenSSL 3 (libssl-dev)
-# and libnghttp2 (libnghttp2-dev, for HTTP/2). A plain Debian machine may lack their development
-# packages: install them, as a new user would (as root with apt; otherwise say what to install).
-NATIVE_PKGS := openssl:libssl-dev libnghttp2:libnghttp2-dev
+# The C libraries the extension links, found with pkg-config by setup.py: OpenSSL 3 (libssl-dev),
+# libnghttp2 (libnghttp2-dev, for HTTP/2) and zlib (zlib1g-dev, for WebSocket compression). A
+# plain Debian machine may lack their development packages: install them, as a new user would
+# (as root with apt; otherwise say what to install).
+NATIVE_PKGS := openssl:libssl-dev libnghttp2:libnghttp2-dev zlib:zlib1g-dev
 native-deps:
 	@missing=""; for p in $(NATIVE_PKGS); do \
 	  pkg-config --exists "$${p%%:*}" 2>/dev/null || missing="$$missing $${p#*:}"; \
