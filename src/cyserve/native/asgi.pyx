@@ -339,6 +339,7 @@ cdef class ASGIHandler:
     cdef public object server   # (host, port), set by bind()
     cdef public dict state      # the lifespan's state, copied into each scope
     cdef str _label
+    cdef public bint ws_deflate  # negotiate permessage-deflate (the Server's option)
 
     def __init__(self, app, str root_path=""):
         self.app = app
@@ -347,6 +348,7 @@ cdef class ASGIHandler:
         self.server = None
         self.state = {}
         self._label = getattr(app, "__qualname__", None) or type(app).__qualname__
+        self.ws_deflate = True
 
     def bind(self, str host, int port):
         self.server = (host, port)
