@@ -154,8 +154,9 @@ cdef class WSReader:
                     self.failed = True
                     out.append(("error", self.r.error, (<bytes>self.r.error_text).decode()))
                     return out
-                payload = PyBytes_FromStringAndSize(self.msg.ptr + before,
-                                                    <Py_ssize_t>(self.msg.len - before))
+                payload = (PyBytes_FromStringAndSize(self.msg.ptr + before,
+                                                     <Py_ssize_t>(self.msg.len - before))
+                           if self.msg.len > before else b"")
             else:
                 payload = PyBytes_FromStringAndSize(f.payload, <Py_ssize_t>f.len)
             op = _OPS[f.opcode]
