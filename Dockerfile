@@ -12,7 +12,7 @@ ARG PYTHON_VERSION=3.12
 FROM python:${PYTHON_VERSION}-slim-bookworm AS build
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev pkg-config libssl-dev \
-       libnghttp2-dev \
+       libnghttp2-dev zlib1g-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

@@ -14,7 +14,7 @@ CORE_SOURCES := $(wildcard src/cyserve/*.pyx src/cyserve/*.pxd src/cyserve/nativ
 	src/cyserve/native/*.pxi src/cyserve/native/includes/*.pxd src/cyserve/csrc/*.c \
 	src/cyserve/csrc/*.h src/cyserve/csrc/*.S src/cyserve/include/cyserve/*.h) setup.py
 
-.PHONY: all build run test test-tools test-c test-asan test-pythons test-ft test-ft-tsan python-ft venv-tests dist lint bench bench-quick bench-coro soak fuzz fuzz-tools fuzz-net clean native-deps h2spec
+.PHONY: all build run test test-tools test-c test-asan test-pythons test-ft test-ft-tsan python-ft venv-tests dist lint bench bench-quick bench-coro soak fuzz fuzz-tools fuzz-net clean native-deps h2spec autobahn
 
 all: build
 
@@ -28,10 +28,11 @@ $(STAMP): requirements-dev.txt
 	chmod +x $(VENV)/bin/cyserve
 	touch $@
 
-# The C libraries the extension links, found with pkg-config by setup.py: OpenSSL 3 (libssl-dev)
-# and libnghttp2 (libnghttp2-dev, for HTTP/2). A plain Debian machine may lack their development
-# packages: install them, as a new user would (as root with apt; otherwise say what to install).
-NATIVE_PKGS := openssl:libssl-dev libnghttp2:libnghttp2-dev
+# The C libraries the extension links, found with pkg-config by setup.py: OpenSSL 3 (libssl-dev),
+# libnghttp2 (libnghttp2-dev, for HTTP/2) and zlib (zlib1g-dev, for WebSocket compression). A
+# plain Debian machine may lack their development packages: install them, as a new user would
+# (as root with apt; otherwise say what to install).
+NATIVE_PKGS := openssl:libssl-dev libnghttp2:libnghttp2-dev zlib:zlib1g-dev
 native-deps:
 	@missing=""; for p in $(NATIVE_PKGS); do \
 	  pkg-config --exists "$${p%%:*}" 2>/dev/null || missing="$$missing $${p#*:}"; \
@@ -238,6 +239,13 @@ $(H2SPEC):
 
 h2spec: build $(H2SPEC)
 	$(PY) tests/h2spec_run.py $(H2SPEC)
+
+# WebSocket conformance: Autobahn|Testsuite 0.8.2's fuzzingclient against the ASGI and the
+# App's echo (tests/autobahn/run.py). The suite needs Python 2.7 (pyenv's, or python2.7) and is
+# installed with its pip into .cache/autobahn/ the first time. CASES='1.*,13.1.*' or CASES=all
+# (the default leaves out 9.*, performance, and 12.*/13.*, compression: long on a small machine).
+autobahn: build
+	$(PY) tests/autobahn/run.py $(if $(CASES),--cases '$(CASES)')
 
 # A ten-minute mixed soak (SOAK_SECONDS=): --processes 2 with a worker killed every minute, RSS
 # and descriptors sampled every 10 s, a report with a plot in bench/results/soak/.

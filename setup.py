@@ -86,6 +86,33 @@ def nghttp2_flags():
     return pkg("--cflags")[1], pkg("--libs")[1]
 
 
+ZLIB_MISSING = (
+    "cyserve needs the development files of zlib (WebSocket's permessage-deflate, csrc/ws.c, links "
+    "it): install zlib1g-dev (Debian, Ubuntu), zlib-devel (Fedora, RHEL) or zlib (Homebrew), then "
+    "build again")
+
+
+def zlib_flags():
+    """Compiler and linker flags of the system's zlib: pkg-config's when it knows zlib, else -lz
+    once a test program that includes <zlib.h> links; a build without it stops with a sentence
+    that says what to install."""
+    if shutil.which("pkg-config"):
+        proc = subprocess.run(["pkg-config", "--cflags", "--libs", "zlib"], capture_output=True,
+                              text=True)
+        if proc.returncode == 0:
+            flags = proc.stdout.split()
+            return ([f for f in flags if not f.startswith(("-l", "-L"))],
+                    [f for f in flags if f.startswith(("-l", "-L"))])
+    cc = os.environ.get("CC", "cc").split()
+    program = "#include <zlib.h>\nint main(void) { return zlibVersion() == 0; }\n"
+    probe = subprocess.run([*cc, "-x", "c", "-", "-o", os.devnull, "-lz"], input=program,
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise SystemExit(f"{ZLIB_MISSING} (no <zlib.h> and libz found: pkg-config does not know "
+                         "zlib, and a test program does not build)")
+    return [], ["-lz"]
+
+
 class BuildExt(build_ext):
     """setuptools does not compile .S files by default: teach the compiler the extension."""
 
@@ -112,6 +139,7 @@ def extensions():
         ldflags += [f"-fsanitize={sanitize}"]
     ssl_cflags, ssl_libs = openssl_flags()
     h2_cflags, h2_libs = nghttp2_flags()
+    z_cflags, z_libs = zlib_flags()
     csrc = sorted(glob(os.path.join(PKG, "csrc", "*.c")))
     # The headers, with the *.c.h fragments that sched.c includes, are dependencies: build_ext
     # skips an extension whose listed files are all older than it, so a change to a header alone
@@ -126,8 +154,8 @@ def extensions():
             # csrc/ itself is not on the path: its sched.h would shadow the system <sched.h>.
             include_dirs=[PKG, os.path.join(PKG, "include")],
             define_macros=macros,
-            extra_compile_args=cflags + ssl_cflags + h2_cflags,
-            extra_link_args=ldflags + ssl_libs + h2_libs,
+            extra_compile_args=cflags + ssl_cflags + h2_cflags + z_cflags,
+            extra_link_args=ldflags + ssl_libs + h2_libs + z_libs,
         )
     ]
     if os.environ.get("CYSERVE_TEST_HOOKS") == "1":
@@ -140,8 +168,8 @@ def extensions():
                      os.path.join(PKG, "csrc", "ws.c"),
                      os.path.join(PKG, "csrc", "proxyproto.c")],
             include_dirs=[PKG, os.path.join(PKG, "include")],
-            extra_compile_args=cflags + ssl_cflags,
-            extra_link_args=ldflags + ssl_libs,
+            extra_compile_args=cflags + ssl_cflags + z_cflags,
+            extra_link_args=ldflags + ssl_libs + z_libs,
         ))
     return exts
 

@@ -5,7 +5,10 @@
  * and, for replaying a corpus without libFuzzer, with gcc and -DFUZZ_REPLAY (fuzz/Makefile).
  *
  * The first input byte picks the maximum message size (0: none, else 4 times its value); the
- * rest is what a client sends. It is read as the engine reads it (frames taken from the front
+ * rest is what a client sends. A first byte of 0xFF (0xFE: with client_no_context_takeover)
+ * turns permessage-deflate on, and the next byte picks the maximum: compressed messages are then
+ * inflated by ws_pmd_inflate as the engine does, and their inflated bytes are what is compared;
+ * the inflated message must never have been given room past the maximum and one byte. It is read as the engine reads it (frames taken from the front
  * of a buffer that grows as bytes arrive): whole, split at two places the input chooses, and a
  * byte at a time when short. Checked: consumed never passes the buffer, a payload lies inside
  * its frame, need (once known) is at least what is buffered of the frame, and every way of
@@ -41,13 +44,19 @@ static uint64_t mix(uint64_t h, const void *p, size_t n)
     return h;
 }
 
-/* Feed data[0..n) in pieces ending at cuts[0..ncuts) (then n). */
-static struct outcome feed(const uint8_t *data, size_t n, uint64_t max, const size_t *cuts,
-                           int ncuts)
+/* Feed data[0..n) in pieces ending at cuts[0..ncuts) (then n); deflate: 0 off, 1 on, 2 on with
+ * client_no_context_takeover. */
+static struct outcome feed(const uint8_t *data, size_t n, uint64_t max, int deflate,
+                           const size_t *cuts, int ncuts)
 {
     struct outcome o = {14695981039346656037ULL, 0, 0};
     struct ws_reader r;
     ws_reader_init(&r, max);
+    r.deflate = deflate != 0;
+    struct ws_pmd_params pp = {0, deflate == 2, 15};
+    struct ws_pmd z;
+    ws_pmd_init(&z, &pp);
+    struct ws_buf msg = {0};
     char *buf = malloc(n ? n : 1);
     size_t len = 0, fed = 0;
     for (int c = 0; c <= ncuts; c++) {
@@ -68,22 +77,38 @@ static struct outcome feed(const uint8_t *data, size_t n, uint64_t max, const si
             if (rc == -1) {
                 check(r.error == 1002 || r.error == 1007 || r.error == 1009, "error code");
                 o.error = r.error;
-                free(buf);
-                return o;
+                goto out;
             }
             check(rc > 0 && (size_t)rc <= len - pos, "consumed within the buffer");
             check(f.payload >= buf + pos && f.payload + f.len <= buf + pos + rc,
                   "payload inside its frame");
+            check(!f.compressed || deflate, "compressed only with the extension");
             int meta[4] = {f.opcode, f.fin, f.first, f.code};
             o.hash = mix(o.hash, meta, sizeof(meta));
-            o.hash = mix(o.hash, f.payload, (size_t)f.len);
+            if (f.compressed) {
+                size_t before = f.first ? 0 : msg.len;
+                int zr = ws_pmd_inflate(&z, &r, &f, &msg);
+                check(max == 0 || msg.cap <= max + 1, "inflated room within the maximum");
+                if (zr != 0) {
+                    check(r.error == 1007 || r.error == 1009, "inflate error code");
+                    o.error = r.error;
+                    goto out;
+                }
+                if (msg.len > before)
+                    o.hash = mix(o.hash, msg.ptr + before, msg.len - before);
+            } else {
+                o.hash = mix(o.hash, f.payload, (size_t)f.len);
+            }
             o.frames++;
             pos += (size_t)rc;
         }
         memmove(buf, buf + pos, len - pos);
         len -= pos;
     }
+out:
     free(buf);
+    free(msg.ptr);
+    ws_pmd_free(&z);
     return o;
 }
 
@@ -91,10 +116,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
+    int deflate = 0;
+    if (data[0] >= 0xFE) {
+        deflate = data[0] == 0xFF ? 1 : 2;
+        data++;
+        size--;
+        if (size < 1)
+            return 0;
+    }
     uint64_t max = (uint64_t)data[0] * 4;
     data++;
     size--;
-    struct outcome whole = feed(data, size, max, NULL, 0);
+    struct outcome whole = feed(data, size, max, deflate, NULL, 0);
     if (size >= 2) {
         size_t cuts[2] = {data[0] % size, data[size - 1] % size};
         if (cuts[0] > cuts[1]) {
@@ -102,7 +135,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             cuts[0] = cuts[1];
             cuts[1] = t;
         }
-        struct outcome split = feed(data, size, max, cuts, 2);
+        struct outcome split = feed(data, size, max, deflate, cuts, 2);
         check(split.hash == whole.hash && split.frames == whole.frames &&
                   split.error == whole.error,
               "split feeding agrees with the whole");
@@ -111,7 +144,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t cuts[512];
         for (size_t i = 0; i < size; i++)
             cuts[i] = i;
-        struct outcome bytes = feed(data, size, max, cuts, (int)size);
+        struct outcome bytes = feed(data, size, max, deflate, cuts, (int)size);
         check(bytes.hash == whole.hash && bytes.frames == whole.frames &&
                   bytes.error == whole.error,
               "byte-at-a-time feeding agrees with the whole");

@@ -1,5 +1,6 @@
 """Seeds fuzz/corpus-ws/ with the WebSocket conformance cases of tests/ws/*.md: one file per
-case, its first byte the maximum message size / 4 that fuzz_ws.c reads (0: none), then the
+case, its first byte the maximum message size / 4 that fuzz_ws.c reads (0: none), after a byte
+0xFF (0xFE: with client_no_context_takeover) for a case with permessage-deflate on, then the
 case's bytes. Run from anywhere: python3 fuzz/seed_ws_corpus.py"""
 
 import hashlib
@@ -19,6 +20,8 @@ def main() -> None:
         data, _expect, meta = case.values
         max_byte = min(255, meta.get("max_message", 0) // 4)
         blob = bytes([max_byte]) + data[:4096]
+        if meta.get("deflate"):
+            blob = (b"\xfe" if meta.get("client_no_context_takeover") else b"\xff") + blob
         (out / hashlib.sha1(blob).hexdigest()[:16]).write_bytes(blob)
 
 

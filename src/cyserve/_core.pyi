@@ -128,6 +128,10 @@ class Server:
         metrics: Optional[Metrics] = None,
         metrics_slot: int = -1,
         proxy_protocol_from: Optional[str] = None,
+        ws_max_size: int = 16777216,
+        ws_ping_interval: Optional[float] = 20.0,
+        ws_ping_timeout: Optional[float] = 20.0,
+        ws_per_message_deflate: bool = True,
     ) -> None: ...
     @property
     def scheme(self) -> str: ...

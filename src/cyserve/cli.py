@@ -147,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_proxy_options(p)
     _add_lifecycle_options(p)
     _add_metrics_options(p)
+    _add_ws_options(p)
     p.formatter_class = _HelpWithDefaults
     p.add_argument("--version", action="version", version=f"cyserve {__version__}")
     return p
@@ -248,6 +249,39 @@ def _add_metrics_options(p: argparse.ArgumentParser) -> None:
                    help="serve the metrics on PORT of --host (default: none)")
 
 
+def _add_ws_options(p: argparse.ArgumentParser) -> None:
+    defaults = Config()
+    g = p.add_argument_group("WebSocket", "uvicorn's names and defaults.")
+    g.add_argument("--ws-max-size", metavar="BYTES", default=str(defaults.ws_max_size),
+                   help="a message longer than this closes the connection with 1009 "
+                        f"(default {defaults.ws_max_size})")
+    g.add_argument("--ws-ping-interval", metavar="SECONDS", default=str(defaults.ws_ping_interval),
+                   help="send a ping this often; 0: never "
+                        f"(default {defaults.ws_ping_interval})")
+    g.add_argument("--ws-ping-timeout", metavar="SECONDS", default=str(defaults.ws_ping_timeout),
+                   help="close with 1011 when a ping's pong does not come within this; 0: never "
+                        f"(default {defaults.ws_ping_timeout})")
+    g.add_argument("--ws-per-message-deflate", action=argparse.BooleanOptionalAction,
+                   default=defaults.ws_per_message_deflate,
+                   help="take permessage-deflate (RFC 7692) when a client offers it "
+                        "(default: on)")
+
+
+def _ws_options(args: argparse.Namespace) -> dict[str, Any]:
+    options: dict[str, Any] = {"ws_per_message_deflate": args.ws_per_message_deflate}
+    try:
+        options["ws_max_size"] = int(args.ws_max_size, 10)
+    except ValueError:
+        raise ConfigError("ws_max_size", args.ws_max_size, "must be an integer") from None
+    for name in ("ws_ping_interval", "ws_ping_timeout"):
+        raw = getattr(args, name)
+        try:
+            options[name] = float(raw)
+        except ValueError:
+            raise ConfigError(name, raw, "must be a number of seconds") from None
+    return options
+
+
 def _app_reloader(args: argparse.Namespace, config: Config) -> Callable[[], App]:
     """What imports the application again for a reload (SIGHUP to a process supervisor): the
     modules imported since now whose files are under --app-dir (the application's own code, not
@@ -331,6 +365,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
                    forwarded_allow_ips=args.forwarded_allow_ips,
                    forwarded_header=args.forwarded_header,
                    proxy_protocol=args.proxy_protocol)
+    options.update(_ws_options(args))
     return Config(**options)
 
 

@@ -148,6 +148,13 @@ class Config:
     # HTTP/2 (csrc/http2.c): offered by ALPN over TLS, and h2c by prior knowledge in cleartext.
     http2: bool = True
     http2_max_concurrent_streams: int = 100  # SETTINGS_MAX_CONCURRENT_STREAMS per connection
+    # WebSocket (csrc/ws_conn.c), uvicorn's names and defaults: a message over ws_max_size bytes
+    # closes 1009; a ping every ws_ping_interval seconds, closed with 1011 when its pong does not
+    # come within ws_ping_timeout (None or 0: off); permessage-deflate taken when offered.
+    ws_max_size: int = 16 * 1024 * 1024
+    ws_ping_interval: float | None = 20.0
+    ws_ping_timeout: float | None = 20.0
+    ws_per_message_deflate: bool = True
     # Set by the process supervisor for its workers only (not a user option: the CLI has no flag).
     shared_port: bool = dataclasses.field(default=False, repr=False)
 
@@ -197,6 +204,10 @@ class Config:
             "min_body_rate": self.min_body_rate,
             "http2": bool(self.http2),
             "http2_max_concurrent_streams": self.http2_max_concurrent_streams,
+            "ws_max_size": self.ws_max_size,
+            "ws_ping_interval": self.ws_ping_interval,
+            "ws_ping_timeout": self.ws_ping_timeout,
+            "ws_per_message_deflate": self.ws_per_message_deflate,
             **self.tls_kwargs(),
         }
 
@@ -226,6 +237,13 @@ class Config:
         if not isinstance(self.http2, bool):
             raise ConfigError("http2", repr(self.http2), "must be True or False")
         _check_int("http2_max_concurrent_streams", self.http2_max_concurrent_streams, 1, 1 << 20)
+        _check_int("ws_max_size", self.ws_max_size, 1, 1 << 40)
+        for name in ("ws_ping_interval", "ws_ping_timeout"):
+            if getattr(self, name) is not None:
+                _check_seconds(name, getattr(self, name), allow_zero=True)
+        if not isinstance(self.ws_per_message_deflate, bool):
+            raise ConfigError("ws_per_message_deflate", repr(self.ws_per_message_deflate),
+                              "must be True or False")
         self._validate_listen()
         self._validate_proxy()
         self._validate_recycling()

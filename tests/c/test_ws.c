@@ -316,6 +316,146 @@ static void test_handshake(void)
     ok(ws_token_list_has(" upgrade ", 9, "upgrade"), "OWS around");
 }
 
+/* ---- permessage-deflate ---- */
+
+static void test_pmd_negotiate(void)
+{
+    struct ws_pmd_params p;
+    char out[WS_PMD_RESPONSE_MAX];
+    const char *v = "permessage-deflate; client_max_window_bits";
+    is_int(ws_pmd_negotiate(v, strlen(v), &p, out), strlen("permessage-deflate"),
+           "a browser's offer is taken");
+    is_mem(out, strlen(out), "permessage-deflate", "and answered without parameters");
+    is_int(p.server_max_window_bits, 15, "the server's window is 32 KiB");
+    v = "permessage-deflate; server_max_window_bits=8, permessage-deflate; "
+        "server_max_window_bits=\"12\"; server_no_context_takeover; CLIENT_NO_CONTEXT_TAKEOVER";
+    ok(ws_pmd_negotiate(v, strlen(v), &p, out) > 0, "a second offer is taken");
+    is_mem(out, strlen(out),
+           "permessage-deflate; server_no_context_takeover; client_no_context_takeover; "
+           "server_max_window_bits=12",
+           "the first (a window of 8, which zlib cannot keep to) declined, the second answered");
+    ok(p.server_no_context_takeover && p.client_no_context_takeover &&
+           p.server_max_window_bits == 12,
+       "its parameters, a quoted value included");
+    const char *declined[] = {
+        "",
+        "x-webkit-deflate-frame",
+        "permessage-deflate; foo",
+        "permessage-deflate; server_no_context_takeover; server_no_context_takeover",
+        "permessage-deflate; server_no_context_takeover=1",
+        "permessage-deflate; server_max_window_bits",
+        "permessage-deflate; server_max_window_bits=16",
+        "permessage-deflate; server_max_window_bits=010",
+        "permessage-deflate; client_max_window_bits=7",
+        "permessage-deflate; client_max_window_bits=15; client_max_window_bits",
+    };
+    for (size_t i = 0; i < sizeof(declined) / sizeof(declined[0]); i++)
+        ok(ws_pmd_negotiate(declined[i], strlen(declined[i]), &p, out) == 0, "declined: '%s'",
+           declined[i]);
+}
+
+/* A compressed client message of p[0..n) as one frame into out (zlib's own deflate). */
+static size_t client_compressed(unsigned char *out, int op, const void *p, size_t n)
+{
+    z_stream z;
+    memset(&z, 0, sizeof(z));
+    deflateInit2(&z, 9, Z_DEFLATED, -15, 9, Z_DEFAULT_STRATEGY);
+    unsigned char *tmp = malloc(n + 1024);
+    z.next_in = (Bytef *)p;
+    z.avail_in = (uInt)n;
+    z.next_out = tmp;
+    z.avail_out = (uInt)(n + 1024);
+    deflate(&z, Z_SYNC_FLUSH);
+    size_t cn = (n + 1024) - z.avail_out - 4; /* without the 00 00 FF FF tail */
+    deflateEnd(&z);
+    size_t len = client_frame(out, 1, op, tmp, cn);
+    out[0] |= 0x40;
+    free(tmp);
+    return len;
+}
+
+static void test_pmd_bomb_is_bounded(void)
+{
+    size_t big = 8u << 20;
+    char *zeros = calloc(1, big);
+    unsigned char *buf = malloc(big / 100 + 4096);
+    size_t n = client_compressed(buf, WS_OP_BINARY, zeros, big);
+    ok(n < big / 100, "8 MiB of zeros compress to %zu bytes", n);
+    struct ws_reader r;
+    ws_reader_init(&r, 100000);
+    r.deflate = 1;
+    struct ws_pmd_params pp = {0, 0, 15};
+    struct ws_pmd z;
+    ws_pmd_init(&z, &pp);
+    struct ws_buf out = {0};
+    struct ws_frame f;
+    is_int(ws_read_frame(&r, (char *)buf, n, &f), n, "the frame is read (small compressed)");
+    ok(f.compressed, "marked compressed");
+    is_int(ws_pmd_inflate(&z, &r, &f, &out), -1, "inflating it fails");
+    is_int(r.error, WS_CLOSE_TOO_BIG, "with 1009");
+    ok(out.cap <= 100001, "having allocated %zu bytes, no more than the maximum and one", out.cap);
+    free(out.ptr);
+    ws_pmd_free(&z);
+    free(zeros);
+    free(buf);
+}
+
+static void test_pmd_round_trip(void)
+{
+    /* The server's compressor against zlib's inflater, with each window and context mode. */
+    char msg[3000];
+    for (size_t i = 0; i < sizeof(msg); i++)
+        msg[i] = "abcdefgh"[(i * 7 + i / 13) % 8];
+    int bits[] = {9, 12, 15};
+    for (int nc = 0; nc < 2; nc++)
+        for (size_t b = 0; b < sizeof(bits) / sizeof(bits[0]); b++) {
+            struct ws_pmd_params pp = {nc, 0, bits[b]};
+            struct ws_pmd z;
+            ws_pmd_init(&z, &pp);
+            struct ws_buf out = {0};
+            z_stream in;
+            memset(&in, 0, sizeof(in));
+            inflateInit2(&in, -bits[b]);
+            int good = 1;
+            for (int m = 0; m < 3; m++) {
+                if (ws_pmd_deflate(&z, msg, sizeof(msg), &out) != 0) {
+                    good = 0;
+                    break;
+                }
+                if (nc)
+                    inflateReset(&in); /* no context: each message inflates alone */
+                char tail[4] = {0, 0, (char)0xFF, (char)0xFF};
+                char back[4000];
+                in.next_out = (Bytef *)back;
+                in.avail_out = sizeof(back);
+                in.next_in = (Bytef *)out.ptr;
+                in.avail_in = (uInt)out.len;
+                int zr = inflate(&in, Z_SYNC_FLUSH);
+                in.next_in = (Bytef *)tail;
+                in.avail_in = 4;
+                zr = inflate(&in, Z_SYNC_FLUSH);
+                size_t got = sizeof(back) - in.avail_out;
+                if ((zr != Z_OK && zr != Z_BUF_ERROR) || got != sizeof(msg) ||
+                    memcmp(back, msg, sizeof(msg)) != 0)
+                    good = 0;
+            }
+            ok(good, "window %d, %s: three messages round trip", bits[b],
+               nc ? "no context takeover" : "context kept");
+            inflateEnd(&in);
+            free(out.ptr);
+            ws_pmd_free(&z);
+        }
+    /* An empty message. */
+    struct ws_pmd_params pp = {0, 0, 15};
+    struct ws_pmd z;
+    ws_pmd_init(&z, &pp);
+    struct ws_buf out = {0};
+    is_int(ws_pmd_deflate(&z, "", 0, &out), 0, "an empty message compresses");
+    ok(out.len >= 1, "to a block of its own (%zu bytes)", out.len);
+    free(out.ptr);
+    ws_pmd_free(&z);
+}
+
 int main(void)
 {
     test_simple_text();
@@ -327,5 +467,8 @@ int main(void)
     test_utf8();
     test_server_heads();
     test_handshake();
+    test_pmd_negotiate();
+    test_pmd_bomb_is_bounded();
+    test_pmd_round_trip();
     return done_testing();
 }

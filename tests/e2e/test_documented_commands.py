@@ -81,6 +81,8 @@ SKIP = {
                      "runs eight seconds of it)",
     r"^make h2spec\b": "needs Go and a download of h2spec; tests/e2e/test_http2.py covers "
                        "HTTP/2 with the h2 library and curl",
+    r"^make autobahn\b": "needs Python 2.7 and a download of the Autobahn suite, and runs for "
+                         "minutes; tests/ws/ and tests/e2e/test_websocket*.py cover the rules",
     r"^\.venv/bin/python bench/": "benchmark scripts: same as make bench",
     r"^python -m bench\.http\.scaling\b": "needs a machine of 2N cores and wrk "
                                          "(tests/bench/test_scaling_report.py checks its table)",

@@ -35,6 +35,8 @@ def test_server_kwargs_match_the_engine_contract() -> None:
         "access_log_format": "common",
         "body_budget": 64 << 20, "min_body_rate": 500,
         "http2": True, "http2_max_concurrent_streams": 100,
+        "ws_max_size": 16 << 20, "ws_ping_interval": 20.0, "ws_ping_timeout": 20.0,
+        "ws_per_message_deflate": True,
     }
     assert isinstance(c.server_kwargs()["keepalive_timeout"], float)
     # Set only by the process supervisor for its workers (cyserve/supervisor.py).
@@ -49,6 +51,11 @@ def test_zero_threads_means_the_cpus_this_process_may_use() -> None:
 
 @pytest.mark.parametrize(("option", "value", "message"), [
     ("port", -1, "invalid port -1: must be between 0 and 65535"),
+    ("ws_max_size", 0, "invalid ws_max_size 0: must be between 1 and 1099511627776"),
+    ("ws_ping_interval", -1, "invalid ws_ping_interval -1: must be at least 0"),
+    ("ws_ping_timeout", "5", "invalid ws_ping_timeout '5': must be a number of seconds"),
+    ("ws_per_message_deflate", 1,
+     "invalid ws_per_message_deflate 1: must be True or False"),
     ("port", 65536, "invalid port 65536: must be between 0 and 65535"),
     ("port", "80", "invalid port '80': must be an integer"),
     ("port", 80.0, "invalid port 80.0: must be an integer"),

@@ -17,7 +17,17 @@ Format of a case file (one topic per file, as tests/http/):
     text "hi" nomask rsv=0x40                  unmasked; RSV bits set
     close code=1000 "bye"                      a close frame with a code and a reason
     raw 81 02 68 69                            bytes as they are (hex)
+    text "Hello" deflate                       compressed (RFC 7692) by the case's compressor,
+                                               which keeps its context from frame to frame; RSV1
+                                               set unless a continuation; a final frame loses
+                                               its 00 00 FF FF tail
+    text "Hello" deflatefresh                  the same by a compressor of its own (no context)
+    text "Hello" deflatefinal                  the same, the stream ended by a BFINAL block
     ```
+
+    <!-- meta={"deflate": true} -->            permessage-deflate negotiated (also
+                                               "client_no_context_takeover": true); a compressed
+                                               frame is expected with the bytes it inflates to
 
     ```expect                                  (what the reader returns, in order)
     text first fin "Hello"                     data frames: first/cont and fin/more flags
@@ -37,7 +47,9 @@ import ast
 import json
 import re
 import struct
+import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,7 +80,17 @@ def payload_of(text: str) -> tuple[bytes, str]:
     return data, text[:m.start()] + text[m.end():]
 
 
-def build_frame(line: str) -> bytes:
+def deflated(comp: Any, data: bytes, fin: bool) -> bytes:
+    """data compressed as a permessage-deflate sender does: a sync flush, and at the message's end
+    the 00 00 FF FF tail removed (RFC 7692 7.2.1)."""
+    out = comp.compress(data) + comp.flush(zlib.Z_SYNC_FLUSH)
+    if fin:
+        assert out.endswith(b"\x00\x00\xff\xff")
+        out = out[:-4]
+    return out
+
+
+def build_frame(line: str, comp: Any = None) -> bytes:
     words = line.split()
     if words[0] == "raw":
         return bytes.fromhex("".join(words[1:]))
@@ -76,9 +98,11 @@ def build_frame(line: str) -> bytes:
     words = rest.split()
     head, flags = words[0], words[1:]
     op = int(head[3:], 0) if head.startswith("op=") else OPS[head]
-    fin, mask, rsv, code = True, True, 0, None
+    fin, mask, rsv, code, deflate = True, True, 0, None, None
     for flag in flags:
-        if flag == "nofin":
+        if flag in ("deflate", "deflatefresh", "deflatefinal"):
+            deflate = flag
+        elif flag == "nofin":
             fin = False
         elif flag == "nomask":
             mask = False
@@ -90,6 +114,14 @@ def build_frame(line: str) -> bytes:
             raise ValueError(f"unknown flag {flag!r} in {line!r}")
     if code is not None:
         data = struct.pack("!H", code) + data
+    if deflate:
+        fresh = zlib.compressobj(wbits=-15)
+        if deflate == "deflatefinal":
+            data = fresh.compress(data) + fresh.flush()  # a stream ended by a BFINAL block
+        else:
+            data = deflated(comp if deflate == "deflate" else fresh, data, fin)
+        if op != 0:
+            rsv |= 0x40
     n = len(data)
     b0 = (0x80 if fin else 0) | rsv | op
     mbit = 0x80 if mask else 0
@@ -144,7 +176,8 @@ def load_cases() -> list:
                     j += 1
                 body = [b for b in lines[i + 1:j] if b.strip()]
                 if lang == "frames":
-                    data = b"".join(build_frame(b.strip()) for b in body)
+                    comp = zlib.compressobj(wbits=-15)
+                    data = b"".join(build_frame(b.strip(), comp) for b in body)
                 elif lang == "expect":
                     assert title and data is not None, f"{path.name}: expect without frames"
                     expect = [expected_event(b.strip()) for b in body]
@@ -160,8 +193,9 @@ def load_cases() -> list:
 CASES = load_cases()
 
 
-def run(pieces: list[bytes], max_message: int) -> list[tuple]:
-    reader = _testhooks.WSReader(max_message)
+def run(pieces: list[bytes], meta: dict) -> list[tuple]:
+    reader = _testhooks.WSReader(meta.get("max_message", 0), meta.get("deflate", False),
+                                 meta.get("client_no_context_takeover", False))
     out: list[tuple] = []
     for piece in pieces:
         for ev in reader.feed(piece):
@@ -175,10 +209,9 @@ def test_enough_cases() -> None:
 
 @pytest.mark.parametrize("data,expect,meta", CASES)
 def test_case(data: bytes, expect: list[tuple], meta: dict) -> None:
-    max_message = meta.get("max_message", 0)
-    assert run([data], max_message) == expect, "fed whole"
+    assert run([data], meta) == expect, "fed whole"
     for k in range(1, len(data)):
-        assert run([data[:k], data[k:]], max_message) == expect, f"split at byte {k}"
+        assert run([data[:k], data[k:]], meta) == expect, f"split at byte {k}"
     if len(data) <= 4096:
-        assert run([data[i:i + 1] for i in range(len(data))], max_message) == expect, \
+        assert run([data[i:i + 1] for i in range(len(data))], meta) == expect, \
             "fed a byte at a time"

@@ -203,6 +203,13 @@ struct server_config {
      * METRICS_PUBLISH_MS while the server runs. */
     struct metrics_proc *metrics;
     unsigned metrics_shards;
+    /* WebSocket connections (ws_conn.h): a message longer than ws_max_message closes with 1009
+     * (0: WSCONN_MAX_MESSAGE); a ping goes out every ws_ping_interval_ns (0: none), and a pong
+     * that does not come within ws_ping_timeout_ns of it closes the connection with 1011 (0:
+     * never). Zero-initialised: the defaults, no pings. */
+    uint64_t ws_max_message;
+    uint64_t ws_ping_interval_ns;
+    uint64_t ws_ping_timeout_ns;
 };
 
 /* Defaults: keep-alive 5 s, head 10 s, body 10 s, 8 KiB head/target, 100 headers,

@@ -1,8 +1,13 @@
 /* ws.c: the WebSocket codec (ws.h has the contract).
  *
  * ---- Decisions the RFC leaves open ----
- * - No extension is negotiated (permessage-deflate is not implemented), so any RSV bit set is a
- *   protocol error (1002), as RFC 6455 5.2 requires without an extension that defines it.
+ * - The one extension is permessage-deflate (RFC 7692): once negotiated (r->deflate), RSV1 on a
+ *   message's first frame marks it compressed. Any other RSV bit, and RSV1 without the
+ *   extension or on a control or continuation frame, is a protocol error (1002), as RFC 6455
+ *   5.2 and RFC 7692 6 require.
+ * - The maximum message size is checked twice for a compressed message: on its compressed bytes
+ *   from each frame's head (as for any message), and on its inflated bytes as they come out of
+ *   zlib, whose output buffer never grows past it (a deflate bomb of a few bytes stops there).
  * - A frame is returned only whole: its payload must lie in the buffer, so the caller grows its
  *   buffer to the frame's size (ws_reader.need). That is what makes the reader zero-copy (the
  *   payload is unmasked where it lies) and keeps it simple; the maximum message size bounds the
@@ -22,9 +27,12 @@
 #include "ws.h"
 
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <openssl/evp.h>
+#include <zlib.h>
 
 void ws_reader_init(struct ws_reader *r, uint64_t max_message)
 {
@@ -130,12 +138,18 @@ ssize_t ws_read_frame(struct ws_reader *r, char *buf, size_t len, struct ws_fram
         return -2;
     int fin = u[0] >> 7;
     int op = u[0] & 0x0F;
-    if (u[0] & 0x70)
-        return ws_fail(r, WS_CLOSE_PROTOCOL, "reserved bits set without an extension");
     int masked = u[1] >> 7;
     uint64_t plen = u[1] & 0x7F;
     size_t hl = 2;
     int control = op >= 0x8;
+    int rsv1 = 0;
+    if (u[0] & 0x70) {
+        if ((u[0] & 0x70) != 0x40 || !r->deflate)
+            return ws_fail(r, WS_CLOSE_PROTOCOL, "reserved bits set without an extension");
+        if (control || op == WS_OP_CONT)
+            return ws_fail(r, WS_CLOSE_PROTOCOL, "RSV1 on a control or continuation frame");
+        rsv1 = 1;
+    }
     /* Everything the first two bytes decide is checked before waiting for the rest: a bad
      * frame fails at once, whatever the split. */
     if (control) {
@@ -212,11 +226,13 @@ ssize_t ws_read_frame(struct ws_reader *r, char *buf, size_t len, struct ws_fram
         r->message_op = op;
         r->message_len = 0;
         r->utf8 = 0;
+        r->compressed = rsv1;
         f->first = 1;
     }
     f->opcode = r->message_op;
+    f->compressed = r->compressed;
     r->message_len += plen;
-    if (r->message_op == WS_OP_TEXT) {
+    if (r->message_op == WS_OP_TEXT && !r->compressed) {
         if (ws_utf8_feed(&r->utf8, payload, plen))
             return ws_fail(r, WS_CLOSE_INVALID_DATA, "text message is not UTF-8");
         if (fin && r->utf8)
@@ -355,5 +371,290 @@ int ws_accept(const char *key, size_t key_len, char out[WS_ACCEPT_LEN])
     if (EVP_EncodeBlock(b64, md, 20) != WS_ACCEPT_LEN)
         return -EIO;
     memcpy(out, b64, WS_ACCEPT_LEN);
+    return 0;
+}
+
+/* ---- permessage-deflate (RFC 7692) ----
+ * Negotiation follows 7.1: the server takes the first acceptable offer and answers it alone.
+ * Inflating is bounded by the reader's max_message: the output buffer grows by doubling but never
+ * past max_message + 1 bytes, and a message that fills it fails with 1009 before zlib is asked
+ * for more. Compressing uses a sync flush per message (7.2.1) and the negotiated window; with
+ * server_no_context_takeover the compressor is reset after each message, and with
+ * client_no_context_takeover the inflater too (a client that promised it and still refers back
+ * fails with 1007 rather than being decoded by luck). A sender may end its deflate stream with a
+ * BFINAL block (7.2.3.4): what follows in that message, the appended tail included, is ignored
+ * as zlib ignores data after a stream's end, and the next message starts a fresh stream. */
+
+static int ws_lower_eq(const char *a, size_t n, const char *lit)
+{
+    size_t k = strlen(lit);
+    if (n != k)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (ws_lower((unsigned char)a[i]) != lit[i])
+            return 0;
+    return 1;
+}
+
+static void ws_trim(const char *v, size_t *s, size_t *e)
+{
+    while (*s < *e && (v[*s] == ' ' || v[*s] == '\t'))
+        (*s)++;
+    while (*e > *s && (v[*e - 1] == ' ' || v[*e - 1] == '\t'))
+        (*e)--;
+}
+
+/* The end of the item starting at i, at the first sep outside a quoted string (or n). */
+static size_t ws_item_end(const char *v, size_t i, size_t n, char sep)
+{
+    int quoted = 0;
+    for (; i < n; i++) {
+        if (v[i] == '"')
+            quoted = !quoted;
+        else if (v[i] == sep && !quoted)
+            break;
+    }
+    return i;
+}
+
+/* A window-bits value: 8..15 in decimal without a leading zero, or -1. */
+static int ws_window_bits(const char *v, size_t n)
+{
+    if (n == 1 && v[0] >= '8' && v[0] <= '9')
+        return v[0] - '0';
+    if (n == 2 && v[0] == '1' && v[1] >= '0' && v[1] <= '5')
+        return 10 + v[1] - '0';
+    return -1;
+}
+
+/* One offer, v[s..e) after its name. 1 and *p filled when the server accepts it, else 0. */
+static int ws_pmd_offer(const char *v, size_t s, size_t e, struct ws_pmd_params *p)
+{
+    int seen_snct = 0, seen_cnct = 0, seen_smwb = 0, seen_cmwb = 0;
+    memset(p, 0, sizeof(*p));
+    p->server_max_window_bits = 15;
+    while (s < e) {
+        s++; /* the ';' */
+        size_t pe = ws_item_end(v, s, e, ';');
+        size_t ks = s, ke = pe, vs = 0, ve = 0;
+        int has_value = 0;
+        for (size_t i = s; i < pe; i++)
+            if (v[i] == '=') {
+                ke = i, vs = i + 1, ve = pe, has_value = 1;
+                break;
+            }
+        ws_trim(v, &ks, &ke);
+        if (has_value) {
+            ws_trim(v, &vs, &ve);
+            if (ve - vs >= 2 && v[vs] == '"' && v[ve - 1] == '"')
+                vs++, ve--;
+        }
+        s = pe;
+        if (ws_lower_eq(v + ks, ke - ks, "server_no_context_takeover")) {
+            if (seen_snct++ || has_value)
+                return 0;
+            p->server_no_context_takeover = 1;
+        } else if (ws_lower_eq(v + ks, ke - ks, "client_no_context_takeover")) {
+            if (seen_cnct++ || has_value)
+                return 0;
+            p->client_no_context_takeover = 1;
+        } else if (ws_lower_eq(v + ks, ke - ks, "server_max_window_bits")) {
+            int bits = has_value ? ws_window_bits(v + vs, ve - vs) : -1;
+            if (seen_smwb++ || bits < 0)
+                return 0;
+            if (bits == 8)
+                return 0; /* zlib deflates raw data with a window of 9 at least */
+            p->server_max_window_bits = bits;
+        } else if (ws_lower_eq(v + ks, ke - ks, "client_max_window_bits")) {
+            if (seen_cmwb++ || (has_value && ws_window_bits(v + vs, ve - vs) < 0))
+                return 0;
+        } else {
+            return 0; /* a parameter this server does not know */
+        }
+    }
+    return 1;
+}
+
+size_t ws_pmd_negotiate(const char *v, size_t n, struct ws_pmd_params *p,
+                        char out[WS_PMD_RESPONSE_MAX])
+{
+    size_t i = 0;
+    while (i < n) {
+        size_t e = ws_item_end(v, i, n, ',');
+        size_t ne = ws_item_end(v, i, e, ';');
+        size_t ns = i, nend = ne;
+        ws_trim(v, &ns, &nend);
+        i = e < n ? e + 1 : n;
+        if (!ws_lower_eq(v + ns, nend - ns, "permessage-deflate"))
+            continue;
+        if (!ws_pmd_offer(v, ne, e, p))
+            continue;
+        int len = snprintf(out, WS_PMD_RESPONSE_MAX, "permessage-deflate%s%s",
+                           p->server_no_context_takeover ? "; server_no_context_takeover" : "",
+                           p->client_no_context_takeover ? "; client_no_context_takeover" : "");
+        if (p->server_max_window_bits != 15)
+            len += snprintf(out + len, WS_PMD_RESPONSE_MAX - (size_t)len,
+                            "; server_max_window_bits=%d", p->server_max_window_bits);
+        return (size_t)len;
+    }
+    return 0;
+}
+
+void ws_pmd_init(struct ws_pmd *z, const struct ws_pmd_params *p)
+{
+    memset(z, 0, sizeof(*z));
+    z->p = *p;
+}
+
+void ws_pmd_free(struct ws_pmd *z)
+{
+    if (z->in) {
+        inflateEnd(z->in);
+        free(z->in);
+    }
+    if (z->out) {
+        deflateEnd(z->out);
+        free(z->out);
+    }
+    z->in = z->out = NULL;
+}
+
+static int ws_pmd_fail(struct ws_reader *r, int code, const char *why)
+{
+    r->error = code;
+    r->error_text = why;
+    return -1;
+}
+
+/* Inflate in[0..n) onto out within the reader's bound, validating text as it comes. */
+static int ws_pmd_run(struct ws_pmd *z, struct ws_reader *r, const unsigned char *in, size_t n,
+                      struct ws_buf *out, int text)
+{
+    z_stream *s = z->in;
+    if (z->ended)
+        return 0;
+    uint64_t limit = r->max_message ? r->max_message + 1 : (uint64_t)SIZE_MAX;
+    for (;;) {
+        if (s->avail_in == 0 && n) {
+            size_t take = n > (1u << 30) ? (1u << 30) : n;
+            s->next_in = (Bytef *)in;
+            s->avail_in = (uInt)take;
+            in += take;
+            n -= take;
+        }
+        if (out->len == out->cap) {
+            if (out->len >= limit)
+                return ws_pmd_fail(r, WS_CLOSE_TOO_BIG, "message inflates past the maximum");
+            uint64_t want = out->cap ? (uint64_t)out->cap * 2 : 4096;
+            if (want > limit)
+                want = limit;
+            char *np = realloc(out->ptr, (size_t)want);
+            if (!np)
+                return ws_pmd_fail(r, WS_CLOSE_INTERNAL, "out of memory inflating a message");
+            out->ptr = np;
+            out->cap = (size_t)want;
+        }
+        size_t room = out->cap - out->len;
+        if (room > (1u << 30))
+            room = 1u << 30;
+        s->next_out = (Bytef *)out->ptr + out->len;
+        s->avail_out = (uInt)room;
+        int zr = inflate(s, Z_SYNC_FLUSH);
+        size_t got = room - s->avail_out;
+        if (got && text && ws_utf8_feed(&r->utf8, (const unsigned char *)out->ptr + out->len, got))
+            return ws_pmd_fail(r, WS_CLOSE_INVALID_DATA, "text message is not UTF-8");
+        out->len += got;
+        if (r->max_message && out->len > r->max_message)
+            return ws_pmd_fail(r, WS_CLOSE_TOO_BIG, "message inflates past the maximum");
+        if (zr == Z_STREAM_END) {
+            /* The sender ended its stream (BFINAL): the next message starts a new one. */
+            inflateReset(s);
+            s->avail_in = 0;
+            z->ended = 1;
+            return 0;
+        }
+        if (zr == Z_MEM_ERROR)
+            return ws_pmd_fail(r, WS_CLOSE_INTERNAL, "out of memory inflating a message");
+        if (zr != Z_OK && zr != Z_BUF_ERROR)
+            return ws_pmd_fail(r, WS_CLOSE_INVALID_DATA, "bad deflate data");
+        /* Done once every input byte is in and zlib left output room unused: with a sync
+         * flush it has then written all it can. */
+        if (s->avail_in == 0 && n == 0 && (s->avail_out > 0 || zr == Z_BUF_ERROR))
+            return 0;
+    }
+}
+
+int ws_pmd_inflate(struct ws_pmd *z, struct ws_reader *r, const struct ws_frame *f,
+                   struct ws_buf *out)
+{
+    static const unsigned char tail[4] = {0x00, 0x00, 0xFF, 0xFF};
+    if (!z->in) {
+        z_stream *s = calloc(1, sizeof(*s));
+        if (!s || inflateInit2(s, -15) != Z_OK) {
+            free(s);
+            return ws_pmd_fail(r, WS_CLOSE_INTERNAL, "out of memory for an inflater");
+        }
+        z->in = s;
+    }
+    if (f->first)
+        out->len = 0;
+    int text = f->opcode == WS_OP_TEXT;
+    if (f->len && ws_pmd_run(z, r, (const unsigned char *)f->payload, (size_t)f->len, out, text))
+        return -1;
+    if (!f->fin)
+        return 0;
+    if (ws_pmd_run(z, r, tail, sizeof(tail), out, text))
+        return -1;
+    z->ended = 0;
+    if (text && r->utf8)
+        return ws_pmd_fail(r, WS_CLOSE_INVALID_DATA, "text message ends inside a character");
+    if (z->p.client_no_context_takeover)
+        inflateReset(z->in);
+    return 0;
+}
+
+int ws_pmd_deflate(struct ws_pmd *z, const char *p, size_t n, struct ws_buf *out)
+{
+    if (n > (1u << 30))
+        return -EINVAL;
+    if (!z->out) {
+        z_stream *s = calloc(1, sizeof(*s));
+        if (!s)
+            return -ENOMEM;
+        int bits = z->p.server_max_window_bits ? z->p.server_max_window_bits : 15;
+        if (deflateInit2(s, Z_DEFAULT_COMPRESSION, Z_DEFLATED, -bits, 8, Z_DEFAULT_STRATEGY) !=
+            Z_OK) {
+            free(s);
+            return -ENOMEM;
+        }
+        z->out = s;
+    }
+    z_stream *s = z->out;
+    out->len = 0;
+    s->next_in = (Bytef *)p;
+    s->avail_in = (uInt)n;
+    for (;;) {
+        if (out->cap - out->len < 64) {
+            size_t want = out->cap * 2 > n / 2 + 128 ? out->cap * 2 : n / 2 + 128;
+            char *np = realloc(out->ptr, want);
+            if (!np)
+                return -ENOMEM;
+            out->ptr = np;
+            out->cap = want;
+        }
+        size_t room = out->cap - out->len;
+        s->next_out = (Bytef *)out->ptr + out->len;
+        s->avail_out = (uInt)room;
+        int zr = deflate(s, Z_SYNC_FLUSH);
+        out->len += room - s->avail_out;
+        if (zr != Z_OK && zr != Z_BUF_ERROR)
+            return -EIO;
+        if (s->avail_in == 0 && s->avail_out > 0)
+            break;
+    }
+    if (out->len >= 4 && memcmp(out->ptr + out->len - 4, "\x00\x00\xff\xff", 4) == 0)
+        out->len -= 4;
+    if (z->p.server_no_context_takeover)
+        deflateReset(s);
     return 0;
 }

@@ -45,6 +45,8 @@ enum ws_close_code {
 /* What the reader keeps between frames: the message being received and its validation. */
 struct ws_reader {
     uint64_t max_message; /* a message (all its fragments) longer than this closes 1009; 0: none */
+    int deflate;          /* permessage-deflate was negotiated: RSV1 marks a compressed message */
+    int compressed;       /* the open message is compressed: its UTF-8 is checked after inflating */
     int message_op;       /* WS_OP_TEXT or WS_OP_BINARY while a fragmented message is open, or 0 */
     uint64_t message_len; /* bytes of the open message so far */
     uint32_t utf8;        /* the text message's UTF-8 validation state (0: at a character edge) */
@@ -63,7 +65,9 @@ struct ws_reader {
 struct ws_frame {
     int opcode;
     int fin;
-    int first; /* a data frame that starts a message */
+    int first;      /* a data frame that starts a message */
+    int compressed; /* a data frame of a compressed message (RSV1 on its first frame): its
+                     * payload is deflate data, for ws_pmd_inflate */
     char *payload;
     uint64_t len;
     int code;
@@ -74,7 +78,9 @@ struct ws_frame {
 /* A reader for a new connection, messages bounded by max_message (0: unbounded). */
 void ws_reader_init(struct ws_reader *r, uint64_t max_message);
 
-/* Read one client frame from buf[0..len). Returns the bytes it took (> 0) and fills *f, its
+/* Read one client frame from buf[0..len). With r->deflate set, RSV1 on a message's first frame
+ * marks it compressed (f->compressed on each of its frames; its text is then not validated here,
+ * ws_pmd_inflate does it on the inflated bytes); RSV1 elsewhere, RSV2 and RSV3 stay errors. Returns the bytes it took (> 0) and fills *f, its
  * payload unmasked in place (buf is modified only then); -2 when the frame is not complete
  * (r->need says how large it is once its head is in); -1 on a protocol error: r->error is the
  * close code (1002 protocol, 1007 invalid UTF-8, 1009 too big) and the connection must close.
@@ -129,5 +135,66 @@ int ws_handshake_check(const struct ws_handshake *h, const char **why);
  * out (WS_ACCEPT_LEN bytes, no terminator). 0, or -EINVAL when the key is not 24 characters of
  * base64 that decode to 16 bytes. */
 int ws_accept(const char *key, size_t key_len, char out[WS_ACCEPT_LEN]);
+
+/* ---- permessage-deflate (RFC 7692) ---- */
+
+/* What a connection negotiated. */
+struct ws_pmd_params {
+    int server_no_context_takeover; /* the server resets its compressor after each message */
+    int client_no_context_takeover; /* the client resets its own: the server's inflater may too */
+    int server_max_window_bits;     /* 9..15: the window the server compresses with */
+};
+
+/* The longest Sec-WebSocket-Extensions value ws_pmd_negotiate writes, its NUL included. */
+#define WS_PMD_RESPONSE_MAX 128
+
+/* Choose among the offers of a Sec-WebSocket-Extensions value v[0..n) (the request's fields
+ * joined with commas): the first permessage-deflate offer whose parameters are all known, given
+ * once, well formed and within what the server can honour. Declined: unknown or repeated
+ * parameters, a bad value, and server_max_window_bits=8, which zlib cannot keep to (it deflates
+ * with 9 instead). client_max_window_bits is accepted with or without a value and not answered:
+ * the inflater's 32 KiB window reads any smaller one. Returns the response's length (> 0), the
+ * value written NUL-ended to out, with *p filled; 0 when no offer is acceptable (the connection
+ * then speaks uncompressed). Any thread. */
+size_t ws_pmd_negotiate(const char *v, size_t n, struct ws_pmd_params *p,
+                        char out[WS_PMD_RESPONSE_MAX]);
+
+/* A growable heap buffer for whole messages (realloc'd; free ptr when done). */
+struct ws_buf {
+    char *ptr;
+    size_t len, cap;
+};
+
+struct z_stream_s; /* zlib's, kept out of this header */
+
+/* One connection's compression state; its zlib streams are made on first use, so a connection
+ * that never sends or receives a compressed message costs nothing more. */
+struct ws_pmd {
+    struct ws_pmd_params p;
+    struct z_stream_s *in, *out;
+    int ended; /* the message's deflate stream ended (BFINAL): the rest of it is ignored */
+};
+
+/* Start z with the negotiated p. Any thread. */
+void ws_pmd_init(struct ws_pmd *z, const struct ws_pmd_params *p);
+
+/* Free z's zlib streams. */
+void ws_pmd_free(struct ws_pmd *z);
+
+/* A frame of a compressed message (f->compressed, from ws_read_frame with r): inflate its payload
+ * onto out (its first frame resets out->len to 0), and once it is the last, finish the message
+ * (RFC 7692 7.2.2: the 00 00 FF FF the sender removed). Never lets out grow past
+ * r->max_message + 1 bytes (0: unbounded): a message that inflates past it fails with 1009,
+ * whatever its compressed size (a deflate bomb costs the server max_message, no more). A text
+ * message's inflated bytes are validated as they come (fail fast, 1007). Returns 0; -1 with
+ * r->error and r->error_text set (1007: bad deflate data or UTF-8; 1009: too big; 1011: out of
+ * memory). The thread reading the connection. */
+int ws_pmd_inflate(struct ws_pmd *z, struct ws_reader *r, const struct ws_frame *f,
+                   struct ws_buf *out);
+
+/* Compress a whole message p[0..n) onto out (out->len reset to 0) as permessage-deflate sends it:
+ * one sync-flushed deflate run, its 00 00 FF FF tail removed; the sender sets RSV1 on the frame.
+ * 0, -ENOMEM or -EIO. The thread writing the connection. */
+int ws_pmd_deflate(struct ws_pmd *z, const char *p, size_t n, struct ws_buf *out);
 
 #endif

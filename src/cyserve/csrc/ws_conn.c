@@ -30,12 +30,16 @@
 #include "server_int.h"
 #include "wbuf.h"
 
-int wsconn_attach(struct handoff *h, wsconn_deliver_fn deliver)
+int wsconn_attach(struct handoff *h, wsconn_deliver_fn deliver, const struct ws_pmd_params *pmd)
 {
     struct wsconn_chan *ch = calloc(1, sizeof(*ch));
     if (UNLIKELY(!ch))
         return -ENOMEM;
     ch->deliver = deliver;
+    if (pmd) {
+        ch->deflate = 1;
+        ch->pmd = *pmd;
+    }
     pthread_mutex_init(&ch->lock, NULL);
     h->ws = ch;
     return 0;
@@ -105,6 +109,22 @@ int wsconn_close(struct handoff *h, int code, const char *reason, size_t n)
     return rc;
 }
 
+void wsconn_consumed(struct handoff *h, size_t n)
+{
+    struct wsconn_chan *ch = h->ws;
+    if (handoff_gone(h))
+        return;
+    n += WSCONN_MSG_COST;
+    pthread_mutex_lock(&ch->lock);
+    ch->in_held = ch->in_held > n ? ch->in_held - n : 0;
+    int wake = ch->want_room && ch->in_held < WSCONN_IN_WINDOW;
+    if (wake)
+        ch->want_room = 0;
+    pthread_mutex_unlock(&ch->lock);
+    if (wake)
+        sched_signal_set(&h->ready);
+}
+
 /* ---- the engine's side ---- */
 
 struct wsconn_session {
@@ -113,7 +133,13 @@ struct wsconn_session {
     struct handoff *h;
     struct wsconn_chan *ch;
     struct ws_reader r;
-    struct wbuf frag; /* a fragmented message so far */
+    struct wbuf frag;      /* a fragmented message so far */
+    struct ws_pmd z;       /* permessage-deflate's streams, when negotiated */
+    struct ws_buf msg;     /* a compressed message, inflated so far */
+    struct ws_buf zout;    /* a message being compressed */
+    int64_t ping_at;       /* when the next ping goes out (< 0: no pings) */
+    int64_t pong_deadline; /* a ping awaits its pong until then (< 0: none awaited) */
+    uint64_t ping_id;      /* the payload of the ping awaited */
     int close_sent;
     int closed_told; /* the producer got WSCONN_EV_CLOSED */
     int64_t close_deadline;
@@ -141,6 +167,11 @@ static int wsconn_deliver(struct wsconn_session *ws, int event, const char *data
     struct wsconn_job job = {ws->h, event, data, len, code};
     if (event == WSCONN_EV_CLOSED)
         ws->closed_told = 1;
+    if (event == WSCONN_EV_TEXT || event == WSCONN_EV_BINARY) {
+        pthread_mutex_lock(&ws->ch->lock);
+        ws->ch->in_held += len + WSCONN_MSG_COST;
+        pthread_mutex_unlock(&ws->ch->lock);
+    }
     return sched_offload(wsconn_deliver_call, &job);
 }
 
@@ -170,6 +201,34 @@ static int wsconn_send_close_code(struct wsconn_session *ws, int code)
     return wsconn_send_close(ws, p, n);
 }
 
+/* Replace *op's frame, made uncompressed by wsconn_send, by its compressed form (RSV1 set) when
+ * permessage-deflate is on and the message is long enough to gain. 0 or -ENOMEM; on failure
+ * to compress, the frame goes as it was (uncompressed is always allowed). */
+static int wsconn_compress(struct wsconn_session *ws, struct wsconn_out **op)
+{
+    struct wsconn_out *o = *op;
+    size_t hl = (unsigned char)o->data[1] == 126 ? 4 : (unsigned char)o->data[1] == 127 ? 10 : 2;
+    size_t n = o->len - hl;
+    int opcode = o->data[0] & 0x0F;
+    if (n < WSCONN_DEFLATE_MIN || ws_pmd_deflate(&ws->z, o->data + hl, n, &ws->zout) != 0)
+        return 0;
+    struct wsconn_out *c = malloc(sizeof(*c) + WS_HEAD_MAX + ws->zout.len);
+    if (UNLIKELY(!c))
+        return -ENOMEM;
+    size_t chl = ws_frame_head((unsigned char *)c->data, opcode, 1, ws->zout.len);
+    c->data[0] |= 0x40; /* RSV1: a compressed message (RFC 7692 6) */
+    memcpy(c->data + chl, ws->zout.ptr, ws->zout.len);
+    c->len = chl + ws->zout.len;
+    c->next = o->next;
+    free(o);
+    *op = c;
+    if (ws->zout.cap > (64u << 10)) {
+        free(ws->zout.ptr); /* a large message's room is not kept for the connection's life */
+        memset(&ws->zout, 0, sizeof(ws->zout));
+    }
+    return 0;
+}
+
 /* Send what the producer queued, then its close if it asked. 0 or -errno. */
 static int wsconn_send_queued(struct wsconn_session *ws)
 {
@@ -189,16 +248,26 @@ static int wsconn_send_queued(struct wsconn_session *ws)
         struct wsconn_out *batch[16];
         int cnt = 0;
         while (list && cnt < 16) {
+            if (ws->ch->deflate && !ws->close_sent && wsconn_compress(ws, &list) != 0) {
+                rc = -ENOMEM;
+                break;
+            }
             batch[cnt] = list;
             iov[cnt].iov_base = list->data;
             iov[cnt].iov_len = list->len;
             cnt++;
             list = list->next;
         }
-        if (rc == 0 && !ws->close_sent)
+        if (rc == 0 && !ws->close_sent && cnt)
             rc = conn_sendv(ws->c, iov, cnt, 0);
         for (int i = 0; i < cnt; i++)
             free(batch[i]);
+        if (rc == -ENOMEM)
+            while (list) {
+                struct wsconn_out *next = list->next;
+                free(list);
+                list = next;
+            }
     }
     if (rc == 0 && drained)
         wsconn_deliver(ws, WSCONN_EV_DRAINED, NULL, 0, 0);
@@ -210,12 +279,25 @@ static int wsconn_send_queued(struct wsconn_session *ws)
 }
 
 /* A data frame: a whole message goes to the producer from where it lies; fragments are gathered
- * first. 0 or -errno. */
+ * first, and a compressed message is inflated as its frames come. 0, -EPROTO (the reader's
+ * error says the close code) or -errno. */
 static int wsconn_on_data(struct wsconn_session *ws, const struct ws_frame *f)
 {
     int ev = f->opcode == WS_OP_TEXT ? WSCONN_EV_TEXT : WSCONN_EV_BINARY;
     if (ws->close_sent)
         return 0; /* closing: the producer said it wants nothing more */
+    if (f->compressed) {
+        if (ws_pmd_inflate(&ws->z, &ws->r, f, &ws->msg) != 0)
+            return -EPROTO;
+        if (!f->fin)
+            return 0;
+        int rc = wsconn_deliver(ws, ev, ws->msg.ptr, ws->msg.len, 0);
+        if (ws->msg.cap > (64u << 10)) {
+            free(ws->msg.ptr); /* a large message's room is not kept for the connection's life */
+            memset(&ws->msg, 0, sizeof(ws->msg));
+        }
+        return rc;
+    }
     if (f->first && f->fin)
         return wsconn_deliver(ws, ev, f->payload, (size_t)f->len, 0);
     if (f->first)
@@ -257,7 +339,12 @@ static int wsconn_read_frames(struct wsconn_session *ws)
                 return WS_END;
             break;
         case WS_OP_PONG:
-            break; /* unsolicited, or an answer to nothing we sent: ignored (5.5.3) */
+            /* The answer to our keep-alive ping ends its wait; others (unsolicited, or to an
+             * older ping) are ignored (5.5.3). */
+            if (ws->pong_deadline >= 0 && f.len == sizeof(ws->ping_id) &&
+                memcmp(f.payload, &ws->ping_id, sizeof(ws->ping_id)) == 0)
+                ws->pong_deadline = -1;
+            break;
         case WS_OP_CLOSE:
             if (!ws->close_sent) {
                 /* Echo its code (none for none), then close the TCP connection. */
@@ -268,10 +355,18 @@ static int wsconn_read_frames(struct wsconn_session *ws)
             if (!ws->closed_told)
                 wsconn_deliver(ws, WSCONN_EV_CLOSED, f.reason, f.reason_len, f.code);
             return WS_END;
-        default:
-            if (wsconn_on_data(ws, &f))
+        default: {
+            int drc = wsconn_on_data(ws, &f);
+            if (drc == -EPROTO) {
+                wsconn_send_close_code(ws, ws->r.error);
+                if (!ws->closed_told)
+                    wsconn_deliver(ws, WSCONN_EV_CLOSED, NULL, 0, ws->r.error);
+                return WS_END;
+            }
+            if (drc)
                 return WS_END;
             break;
+        }
         }
     }
     if (pos) {
@@ -281,12 +376,56 @@ static int wsconn_read_frames(struct wsconn_session *ws)
     return rc;
 }
 
+/* The keep-alive ping (server_config.ws_ping_interval_ns): send one when it is due and none is
+ * awaited. Returns the deadline the wait must respect for it (< 0: none). */
+static int64_t wsconn_keepalive(struct wsconn_session *ws, int paused)
+{
+    const struct server_config *cfg = &ws->srv->cfg;
+    if (ws->ping_at < 0 || ws->close_sent)
+        return -1;
+    int64_t now = (int64_t)sched_now_ns();
+    if (paused) {
+        /* Not reading: a pong could not be seen. The application holds the client back, so
+         * its liveness is not in question until it reads again. */
+        ws->pong_deadline = -1;
+        ws->ping_at = now + (int64_t)cfg->ws_ping_interval_ns;
+        return -1;
+    }
+    if (ws->pong_deadline >= 0)
+        return ws->pong_deadline;
+    if (now >= ws->ping_at) {
+        ws->ping_id = (uint64_t)now;
+        if (wsconn_send_frame(ws, WS_OP_PING, (const char *)&ws->ping_id, sizeof(ws->ping_id)))
+            return -1; /* the next read or write finds the connection broken */
+        ws->ping_at = now + (int64_t)cfg->ws_ping_interval_ns;
+        if (cfg->ws_ping_timeout_ns) {
+            ws->pong_deadline = now + (int64_t)cfg->ws_ping_timeout_ns;
+            return ws->pong_deadline;
+        }
+    }
+    return ws->ping_at;
+}
+
+static int64_t wsconn_min_deadline(int64_t a, int64_t b)
+{
+    if (a < 0)
+        return b;
+    if (b < 0)
+        return a;
+    return a < b ? a : b;
+}
+
 void wsconn_serve(struct conn *c, struct handoff *h, size_t off)
 {
     struct wsconn_session state = {.c = c, .srv = c->home->srv, .h = h, .ch = h->ws};
     struct wsconn_session *ws = &state;
+    const struct server_config *cfg = &ws->srv->cfg;
     ws->close_deadline = -1;
-    ws_reader_init(&ws->r, WSCONN_MAX_MESSAGE);
+    ws->pong_deadline = -1;
+    ws->ping_at = cfg->ws_ping_interval_ns ? conn_deadline_after(cfg->ws_ping_interval_ns) : -1;
+    ws_reader_init(&ws->r, cfg->ws_max_message ? cfg->ws_max_message : WSCONN_MAX_MESSAGE);
+    ws->r.deflate = ws->ch->deflate;
+    ws_pmd_init(&ws->z, &ws->ch->pmd);
     wbuf_init(&ws->frag, NULL, 0);
     if (off) {
         memmove(c->buf, c->buf + off, c->len - off);
@@ -299,20 +438,33 @@ void wsconn_serve(struct conn *c, struct handoff *h, size_t off)
             break;
         if (wsconn_send_queued(ws) < 0)
             break;
-        /* Room for the frame being read: the codec said how large it is once its head is in. */
-        size_t want = ws->r.need > c->cap ? (size_t)ws->r.need : c->cap;
-        if (c->len == c->cap)
-            want = c->cap * 2 > want ? c->cap * 2 : want;
-        if (want > c->cap && conn_reserve(c, want) < 0)
-            break;
-        if (!c->drained) {
-            ssize_t n = conn_read_once(c);
-            if (n > 0)
-                continue;
-            if (n == 0 || n != -EAGAIN)
-                break; /* the client went without a close frame: 1006 */
+        /* An application that does not take its messages stops the reading (WSCONN_IN_WINDOW):
+         * the socket is then not read, so TCP holds the client back; its wsconn_consumed wakes
+         * us through the signal. A close in progress reads on, to see the client's close. */
+        pthread_mutex_lock(&ws->ch->lock);
+        int paused = ws->ch->in_held >= WSCONN_IN_WINDOW && !ws->close_sent;
+        ws->ch->want_room = paused;
+        pthread_mutex_unlock(&ws->ch->lock);
+        int64_t deadline = wsconn_min_deadline(ws->close_deadline, wsconn_keepalive(ws, paused));
+        if (!paused) {
+            /* Room for the frame being read: the codec said how large it is once its head is
+             * in. */
+            size_t want = ws->r.need > c->cap ? (size_t)ws->r.need : c->cap;
+            if (c->len == c->cap)
+                want = c->cap * 2 > want ? c->cap * 2 : want;
+            if (want > c->cap && conn_reserve(c, want) < 0)
+                break;
+            if (!c->drained) {
+                ssize_t n = conn_read_once(c);
+                if (n > 0)
+                    continue;
+                if (n == 0 || n != -EAGAIN)
+                    break; /* the client went without a close frame: 1006 */
+            }
         }
-        int rc = sched_io_wait_signal(&c->io, EPOLLIN, ws->close_deadline, &h->ready);
+        /* Paused, the wait takes no readiness (events 0): an error or a hang-up still ends it,
+         * and readability stays recorded for the wait after the pause. */
+        int rc = sched_io_wait_signal(&c->io, paused ? 0 : EPOLLIN, deadline, &h->ready);
         if (rc == -ECANCELED) {
             /* The server stops (after its grace period): going away. */
             if (!ws->close_sent)
@@ -320,8 +472,21 @@ void wsconn_serve(struct conn *c, struct handoff *h, size_t off)
             close_code = WS_CLOSE_GOING_AWAY;
             break;
         }
+        if (rc == -ETIMEDOUT) {
+            int64_t now = (int64_t)sched_now_ns();
+            if (ws->close_sent && now >= ws->close_deadline)
+                break; /* the client did not answer our close in time */
+            if (ws->pong_deadline >= 0 && now >= ws->pong_deadline) {
+                /* No pong within ws_ping_timeout: the peer is gone or stuck (1011, as the
+                 * websockets library closes then). */
+                wsconn_send_close_code(ws, WS_CLOSE_INTERNAL);
+                close_code = WS_CLOSE_INTERNAL;
+                break;
+            }
+            continue; /* a ping is due */
+        }
         if (rc < 0)
-            break; /* the client did not answer our close in time */
+            break;
         if (rc & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
             c->drained = 0;
     }
@@ -334,6 +499,9 @@ void wsconn_serve(struct conn *c, struct handoff *h, size_t off)
     if (!ws->closed_told)
         wsconn_deliver(ws, WSCONN_EV_CLOSED, NULL, 0, close_code);
     wbuf_free(&ws->frag);
+    free(ws->msg.ptr);
+    free(ws->zout.ptr);
+    ws_pmd_free(&ws->z);
     handoff_track(ws->srv, h, 0);
     handoff_leave(h);
 }

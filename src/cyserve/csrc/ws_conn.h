@@ -30,6 +30,15 @@ struct handoff;
 /* Bytes queued for sending beyond which wsconn_send asks its caller to wait for
  * WSCONN_EV_DRAINED: a producer faster than its client is slowed down, not buffered for ever. */
 #define WSCONN_HIGH_WATER (256u << 10)
+/* Bytes of messages handed to the producer and not yet taken by its application
+ * (wsconn_consumed) beyond which the engine stops reading the socket until it takes them: an
+ * application that never receives holds the client back through TCP, not the server's memory.
+ * Each message counts WSCONN_MSG_COST bytes more than its length, so empty ones count too. */
+#define WSCONN_IN_WINDOW (64u << 10)
+#define WSCONN_MSG_COST 64
+/* Messages shorter than this are sent uncompressed even with permessage-deflate: a deflate call
+ * costs more than the few bytes it could save. */
+#define WSCONN_DEFLATE_MIN 64
 /* How long the engine waits for the client's close frame after sending its own. */
 #define WSCONN_CLOSE_WAIT_NS (5ull * 1000000000ull)
 
@@ -66,14 +75,23 @@ struct wsconn_chan {
     size_t bytes;     /* queued */
     int want_drained; /* wsconn_send returned 1: report WSCONN_EV_DRAINED */
     int close_req;    /* the producer asked to close with close_code, close_reason */
+    size_t in_held;   /* bytes handed to the producer and not yet consumed (WSCONN_IN_WINDOW) */
+    int want_room;    /* the engine stopped reading until in_held falls back */
     int close_code;
     size_t close_len;
     char close_reason[WS_CONTROL_MAX];
+    int deflate; /* permessage-deflate was negotiated with pmd */
+    struct ws_pmd_params pmd;
 };
 
-/* Producer, before giving its 101 answer: make h a WebSocket channel reporting through deliver.
- * 0 or -ENOMEM. Any thread, holding the turn. */
-int wsconn_attach(struct handoff *h, wsconn_deliver_fn deliver);
+/* Producer, before giving its 101 answer: make h a WebSocket channel reporting through deliver,
+ * speaking permessage-deflate with pmd (as ws_pmd_negotiate chose it and the 101 says), or
+ * uncompressed when pmd is NULL. 0 or -ENOMEM. Any thread, holding the turn. */
+int wsconn_attach(struct handoff *h, wsconn_deliver_fn deliver, const struct ws_pmd_params *pmd);
+
+/* Producer: its application took a message of n bytes that deliver handed it (the engine reads
+ * on once less than WSCONN_IN_WINDOW is held). Any thread. */
+void wsconn_consumed(struct handoff *h, size_t n);
 
 /* Free h's channel (handoff_release does, with the handoff). */
 void wsconn_chan_free(struct wsconn_chan *ch);

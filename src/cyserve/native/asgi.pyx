@@ -466,6 +466,7 @@ cdef class ASGIHandler:
     cdef public dict state      # the lifespan's state, copied into each scope
     cdef str _label
     cdef dict _template         # the scope's keys and constant values (_scope)
+    cdef public bint ws_deflate  # negotiate permessage-deflate (the Server's option)
 
     def __init__(self, app, str root_path=""):
         self.app = app
@@ -491,6 +492,7 @@ cdef class ASGIHandler:
         self.server = None
         self.state = {}
         self._label = getattr(app, "__qualname__", None) or type(app).__qualname__
+        self.ws_deflate = True
 
     def bind(self, str host, int port):
         self.server = (host, port)

@@ -73,6 +73,8 @@ cdef class _WSExchange:
     cdef list denial_headers
     cdef list denial_body
     cdef readonly str label
+    cdef bytes pmd_response     # the Sec-WebSocket-Extensions answer, or None: uncompressed
+    cdef cs.ws_pmd_params_t pmd  # what ws_pmd_negotiate chose (with pmd_response)
 
     def __dealloc__(self):
         if self.h != NULL:
@@ -82,11 +84,14 @@ cdef class _WSExchange:
 
     def _on_event(self, args):
         event, payload, code = args
+        # Each message keeps its length, which receive() gives back to the engine's inbound
+        # window (csrc/ws_conn.h, WSCONN_IN_WINDOW) when the app takes it.
         if event == cs.WSCONN_EV_TEXT:
-            self.inbox.append({"type": "websocket.receive",
-                               "text": payload.decode("utf-8")})  # validated by the engine
+            self.inbox.append(({"type": "websocket.receive",
+                                "text": payload.decode("utf-8")},  # validated by the engine
+                               len(payload)))
         elif event == cs.WSCONN_EV_BINARY:
-            self.inbox.append({"type": "websocket.receive", "bytes": payload})
+            self.inbox.append(({"type": "websocket.receive", "bytes": payload}, len(payload)))
         elif event == cs.WSCONN_EV_CLOSED:
             self._closed(code, payload.decode("utf-8", "replace"))
         elif event == cs.WSCONN_EV_DRAINED:
@@ -114,7 +119,9 @@ cdef class _WSExchange:
             return {"type": "websocket.connect"}
         while True:
             if self.inbox:
-                return self.inbox.popleft()
+                message, size = self.inbox.popleft()
+                cs.wsconn_consumed(self.h, <size_t>size)
+                return message
             if self.state == _WS_CLOSED:
                 return {"type": "websocket.disconnect", "code": self.close_code,
                         "reason": self.close_reason}
@@ -197,13 +204,18 @@ cdef class _WSExchange:
         sub = message.get("subprotocol")
         if sub is not None:
             _add_header(resp, "Sec-WebSocket-Protocol", str(sub))
+        if self.pmd_response is not None:
+            _add_header(resp, "Sec-WebSocket-Extensions", self.pmd_response.decode("ascii"))
         for name, value in message.get("headers") or ():
             lname = bytes(name).lower()
+            # Extensions are the engine's: it frames the messages, so only what it negotiated
+            # may be announced.
             if lname in (b"upgrade", b"connection", b"sec-websocket-accept", b"content-length",
-                         b"transfer-encoding", b"date"):
+                         b"transfer-encoding", b"date", b"sec-websocket-extensions"):
                 continue
             _add_header(resp, bytes(name).decode("latin-1"), bytes(value).decode("latin-1"))
-        if cs.wsconn_attach(self.h, _ws_deliver) != 0:
+        if cs.wsconn_attach(self.h, _ws_deliver,
+                            &self.pmd if self.pmd_response is not None else NULL) != 0:
             raise MemoryError("WebSocket channel")
         self.state = _WS_OPEN
         if cs.handoff_give(self.h, 0) != 0:
@@ -283,8 +295,12 @@ cdef bint _asgi_ws_start(ASGIHandler handler, const cyserve_request *req,
     cdef size_t i
     cdef const char *why = NULL
     cdef char accept[28]
+    cdef char pmd_out[cs.WS_PMD_RESPONSE_MAX]
+    cdef cs.ws_pmd_params_t pmd
+    cdef size_t pmd_len = 0
     memset(&hs, 0, sizeof(hs))
     subprotocols = []
+    extensions = []
     for i in range(req.num_headers):
         h = &req.headers[i]
         if _name_is(h, "upgrade", 7):
@@ -304,6 +320,8 @@ cdef bint _asgi_ws_start(ASGIHandler handler, const cyserve_request *req,
         elif _name_is(h, "sec-websocket-protocol", 22):
             v = PyBytes_FromStringAndSize(h.value.ptr, <Py_ssize_t>h.value.len).decode("latin-1")
             subprotocols.extend(p.strip() for p in v.split(",") if p.strip())
+        elif _name_is(h, "sec-websocket-extensions", 24):
+            extensions.append(PyBytes_FromStringAndSize(h.value.ptr, <Py_ssize_t>h.value.len))
     if not hs.upgrade_websocket:
         return False
     hs.is_get = req.method.len == 3 and memcmp(req.method.ptr, "GET", 3) == 0
@@ -335,6 +353,14 @@ cdef bint _asgi_ws_start(ASGIHandler handler, const cyserve_request *req,
     ex.inbox = collections.deque()
     ex.close_code = 1006
     ex.close_reason = ""
+    ex.pmd_response = None
+    if extensions and handler.ws_deflate:
+        # permessage-deflate (RFC 7692), the first offer the engine can honour (csrc/ws.h).
+        offers = b", ".join(extensions)
+        pmd_len = cs.ws_pmd_negotiate(offers, <size_t>len(offers), &pmd, pmd_out)
+        if pmd_len:
+            ex.pmd = pmd
+            ex.pmd_response = PyBytes_FromStringAndSize(pmd_out, <Py_ssize_t>pmd_len)
     if cs.handoff_new(&ex.h) != 0:
         raise MemoryError()
     cyserve__producer_enable(<PyObject *>ex)  # for cyserve__producer_get (asgi.pyx)

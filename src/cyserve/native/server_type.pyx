@@ -167,6 +167,7 @@ cdef class Server:
     cdef cs.tls_ctx_t *_tls
     cdef readonly str scheme
     cdef object _metrics  # the Metrics whose slot the engine counts into (kept alive here)
+    cdef bint _ws_deflate  # ASGI routes negotiate permessage-deflate (set before the routes)
     cdef object __weakref__
 
     def __cinit__(self):
@@ -190,7 +191,9 @@ cdef class Server:
                  str ssl_keyfile=None, str ssl_keyfile_password=None, str ssl_ciphers=None,
                  str ssl_ca_certs=None, int ssl_cert_reqs=0, bint http2=True,
                  int http2_max_concurrent_streams=100, Metrics metrics=None,
-                 int metrics_slot=-1, proxy_protocol_from=None):
+                 int metrics_slot=-1, proxy_protocol_from=None, ws_max_size=16 << 20,
+                 ws_ping_interval=20.0, ws_ping_timeout=20.0,
+                 bint ws_per_message_deflate=True):
         if self._router != NULL:
             raise RuntimeError("Server.__init__ called twice")
         if not 0 <= port <= 65535:
@@ -211,6 +214,14 @@ cdef class Server:
                              ">= 1")
         if max_body_bytes < 0:
             raise ValueError(f"max_body_bytes must be >= 0, got {max_body_bytes}")
+        if not 1 <= ws_max_size <= 1 << 40:
+            raise ValueError(f"ws_max_size must be in 1..2**40, got {ws_max_size}")
+        for name, value in (("ws_ping_interval", ws_ping_interval),
+                            ("ws_ping_timeout", ws_ping_timeout)):
+            # None or 0: off (uvicorn's None).
+            if value is not None and not 0 <= value <= 1e9:
+                raise ValueError(f"{name} must be in 0..1e9 seconds or None, got {value}")
+        self._ws_deflate = ws_per_message_deflate
         for name, value in (("keepalive_timeout", keepalive_timeout),
                             ("header_timeout", header_timeout), ("body_timeout", body_timeout)):
             # The nanoseconds must fit a uint64 (1.8e10 s); past it the cast wrapped to 0.
@@ -291,6 +302,9 @@ cdef class Server:
         cfg.body_timeout_ns = <uint64_t>(body_timeout * 1e9)
         cfg.http2 = 1 if http2 else 0
         cfg.http2_max_streams = http2_max_concurrent_streams
+        cfg.ws_max_message = ws_max_size
+        cfg.ws_ping_interval_ns = <uint64_t>((ws_ping_interval or 0) * 1e9)
+        cfg.ws_ping_timeout_ns = <uint64_t>((ws_ping_timeout or 0) * 1e9)
         if self._tls != NULL:
             cfg.transport = cs.tls_transport_ptr
             cfg.transport_ctx = <void *>self._tls
@@ -409,6 +423,7 @@ cdef class Server:
             if isinstance(target, ASGIHandler):  # native/asgi.pyx: answers made on the loop
                 t.py_call = _asgi_call
                 t.py_stream = _asgi_stream
+                target.ws_deflate = self._ws_deflate  # offered permessage-deflate is taken
                 t.stream_body = 1  # receive() gets the body as it arrives
                 t.body_stream = 0  # not the WSGI/App stream (body.h): receive() reads its own
                 t.metrics_kind = cs.METRICS_ASGI

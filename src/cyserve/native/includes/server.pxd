@@ -162,6 +162,9 @@ cdef extern from "csrc/server.h" nogil:
         unsigned http2_max_streams
         metrics_proc_t *metrics
         unsigned metrics_shards
+        uint64_t ws_max_message
+        uint64_t ws_ping_interval_ns
+        uint64_t ws_ping_timeout_ns
 
     int server_target_static(server_target_t *t, int status, const char *headers,
                              size_t headers_len, const char *body, size_t body_len)
@@ -235,6 +238,13 @@ cdef extern from "csrc/ws.h" nogil:
     int ws_accept(const char *key, size_t key_len, char *out)
     int ws_token_list_has(const char *v, size_t n, const char *tok)
     int ws_close_code_valid(int code)
+    ctypedef struct ws_pmd_params_t "struct ws_pmd_params":
+        int server_no_context_takeover
+        int client_no_context_takeover
+        int server_max_window_bits
+    enum:
+        WS_PMD_RESPONSE_MAX
+    size_t ws_pmd_negotiate(const char *v, size_t n, ws_pmd_params_t *p, char *out)
 
 cdef extern from "csrc/ws_conn.h" nogil:
     enum:
@@ -244,7 +254,8 @@ cdef extern from "csrc/ws_conn.h" nogil:
         WSCONN_EV_DRAINED
     ctypedef void (*wsconn_deliver_fn)(handoff_t *h, int event, const char *data, size_t len,
                                        int code) noexcept
-    int wsconn_attach(handoff_t *h, wsconn_deliver_fn deliver)
+    int wsconn_attach(handoff_t *h, wsconn_deliver_fn deliver, const ws_pmd_params_t *pmd)
+    void wsconn_consumed(handoff_t *h, size_t n)
     int wsconn_send(handoff_t *h, int opcode, const char *p, size_t n)
     int wsconn_close(handoff_t *h, int code, const char *reason, size_t n)
 
