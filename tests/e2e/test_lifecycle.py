@@ -230,3 +230,100 @@ def test_max_requests_needs_a_fixed_port(tmp_path: Path) -> None:
                        timeout=TIMEOUT)
     assert r.returncode == 2
     assert r.stderr.startswith("cyserve: invalid --max-requests 10: needs a fixed port")
+
+
+def test_max_lifetime_recycles_workers_and_loses_nothing(tmp_path: Path,
+                                                         served: list[Served]) -> None:
+    path = str(tmp_path / "l.sock")
+    srv = Served(tmp_path, "--uds", path, "--threads", "1", "--processes", "2",
+                 "--max-lifetime", "1", "--max-lifetime-jitter", "0.5", wait_serving=2, app=APP)
+    served.append(srv)
+    load = Load(socket.AF_UNIX, path)
+    lines: list[str] = []
+    try:
+        while sum("reached its --max-lifetime" in ln for ln in lines) < 4:
+            lines.append(srv.lines.get(timeout=TIMEOUT))
+            assert not load.failures, load.failures[:5]
+        load.wait_for(50)
+    finally:
+        load.stop()
+    lines += _lines(srv)
+    pids = {int(b.split()[1]) for b in load.bodies}
+    print(f"\n--max-lifetime 1: {load.ok} requests, {len(pids)} worker processes answered, "
+          "0 failures")
+    assert load.failures == []
+    assert len(pids) >= 4
+    assert not any("starting a new one" in ln for ln in lines)  # no worker died
+    assert srv.stop() == 0, srv.stderr
+
+
+def test_sigttin_and_sigttou_add_and_remove_workers(tmp_path: Path,
+                                                    served: list[Served]) -> None:
+    path = str(tmp_path / "s.sock")
+    srv = Served(tmp_path, "--uds", path, "--threads", "1", "--processes", "2", wait_serving=2,
+                 app=APP)
+    served.append(srv)
+    load = Load(socket.AF_UNIX, path)
+
+    def until(text: str) -> list[str]:
+        seen = []
+        while True:
+            seen.append(srv.lines.get(timeout=TIMEOUT))
+            if text in seen[-1]:
+                return seen
+
+    try:
+        load.wait_for(20)
+        os.kill(srv.proc.pid, signal.SIGTTIN)
+        seen = until("SIGTTIN: 3 worker processes (was 2)")
+        seen += until("cyserve: serving on")  # the third worker
+        load.wait_for(20)
+        os.kill(srv.proc.pid, signal.SIGTTOU)
+        until("SIGTTOU: 2 worker processes (was 3)")
+        os.kill(srv.proc.pid, signal.SIGTTOU)
+        until("SIGTTOU: 1 worker process (was 2)")
+        os.kill(srv.proc.pid, signal.SIGTTOU)
+        until("SIGTTOU: keeping 1 worker process")
+        load.wait_for(20)
+        # The two that went stopped gracefully; one process answers from now on.
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            before = len(load.bodies)
+            load.wait_for(30)
+            if len({b.split()[1] for b in load.bodies[before:]}) == 1:
+                break
+            assert time.monotonic() < deadline
+    finally:
+        load.stop()
+    assert load.failures == []
+    assert srv.stop() == 0, srv.stderr
+    assert "while stopping" not in srv.stderr and "starting a new one" not in srv.stderr
+
+
+def test_reload_restarts_on_a_changed_file_and_loses_nothing(tmp_path: Path,
+                                                             served: list[Served]) -> None:
+    path = str(tmp_path / "d.sock")
+    # One process: --reload runs the supervisor by itself, for the same handover as SIGHUP.
+    srv = Served(tmp_path, "--uds", path, "--threads", "1", "--reload", wait_serving=1,
+                 app=APP)
+    served.append(srv)
+    load = Load(socket.AF_UNIX, path)
+    try:
+        load.wait_for(20)
+        source = tmp_path / "listen_app.py"
+        for version in ("edited", "again"):
+            # A helper module under the folder counts too; the app's own file is edited last.
+            (tmp_path / "helper.py").write_text(f"X = {version!r}\n")
+            source.write_text(re.sub(r'VERSION = "\w+"', f'VERSION = "{version}"',
+                                     source.read_text()))
+            deadline = time.monotonic() + TIMEOUT
+            while not (load.bodies and load.bodies[-1].startswith(version + " ")):
+                assert time.monotonic() < deadline, "the edited code is not served"
+                time.sleep(0.02)
+            load.wait_for(20)
+    finally:
+        load.stop()
+    assert load.failures == []
+    assert srv.stop() == 0, srv.stderr
+    assert sum(bool(re.search(r"--reload: \S+/(helper|listen_app)\.py( and 1 more)? changed; "
+                              r"reloading$", ln)) for ln in srv.all_lines) >= 2, srv.all_lines
