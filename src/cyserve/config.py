@@ -215,6 +215,7 @@ class Config:
             "min_body_rate": self.min_body_rate,
             "http2": bool(self.http2),
             "http2_max_concurrent_streams": self.http2_max_concurrent_streams,
+            "limit_concurrency": self.limit_concurrency,
             **self.tls_kwargs(),
         }
 

@@ -10,6 +10,7 @@ import os
 import re
 import socket
 import subprocess
+import time
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -235,3 +236,76 @@ def test_toml_on_python_310_without_tomli_says_what_is_missing(tmp_path: Path) -
     r = _cyserve(tmp_path, "listen_app:app", "--config", str(toml))
     assert (r.returncode, r.stderr) == (2, f"cyserve: --config {toml}: reading TOML on Python "
                                            "3.10 needs the tomli package (pip install tomli)\n")
+
+
+SLOW_APP = """
+import os
+import time
+
+import cyserve
+
+app = cyserve.App()
+
+
+@app.get("/slow")
+def slow(request):
+    # In its handler until the test makes the file (at most 30 s).
+    deadline = time.monotonic() + 30
+    while not os.path.exists("release") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return "slow"
+
+
+@app.get("/fast")
+def fast(request):
+    return "fast"
+
+
+app.static("/plain", b"plain")
+"""
+
+
+def _raw(port: int, path: str) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        data = b""
+        while b"\r\n\r\n" not in data or not data.endswith((b"slow", b"fast", b"plain",
+                                                              b"at once\n")):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        return data
+
+
+def test_limit_concurrency_answers_503_past_n_requests_in_handlers(
+        tmp_path: Path, served: list[Served]) -> None:
+    import threading
+
+    port = free_port()
+    # Two worker threads: whichever one the refused requests reach, one is free to read them
+    # while the other is in the slow handler (it rescues the busy one's connections).
+    srv = Served(tmp_path, "--port", str(port), "--threads", "2", "--limit-concurrency", "1",
+                 app=SLOW_APP)
+    served.append(srv)
+    answers: list[bytes] = []
+    slow = threading.Thread(target=lambda: answers.append(_raw(port, "/slow")))
+    slow.start()
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while True:  # until the slow call is in its handler: the next one is refused
+            refused = _raw(port, "/fast")
+            if refused.startswith(b"HTTP/1.1 503"):
+                break
+            assert refused.startswith(b"HTTP/1.1 200") and time.monotonic() < deadline
+            time.sleep(0.05)
+        head = refused.split(b"\r\n\r\n")[0].split(b"\r\n")
+        assert b"Retry-After: 1" in head and b"Connection: close" in head, head
+        # Answers that need no handler are not counted.
+        assert _raw(port, "/plain").startswith(b"HTTP/1.1 200")
+    finally:
+        (tmp_path / "release").write_text("")
+        slow.join(TIMEOUT)
+    assert [a.split(b"\r\n")[0] for a in answers] == [b"HTTP/1.1 200 OK"]
+    assert _raw(port, "/fast").startswith(b"HTTP/1.1 200")  # the count went back down
+    assert srv.stop() == 0, srv.stderr

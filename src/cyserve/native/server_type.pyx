@@ -144,6 +144,7 @@ cdef class Server:
                  str ssl_keyfile=None, str ssl_keyfile_password=None, str ssl_ciphers=None,
                  str ssl_ca_certs=None, int ssl_cert_reqs=0, bint http2=True,
                  int http2_max_concurrent_streams=100, Metrics metrics=None,
+                 unsigned int limit_concurrency=0,
                  int metrics_slot=-1, proxy_protocol_from=None):
         if self._router != NULL:
             raise RuntimeError("Server.__init__ called twice")
@@ -241,6 +242,7 @@ cdef class Server:
         cfg.body_timeout_ns = <uint64_t>(body_timeout * 1e9)
         cfg.http2 = 1 if http2 else 0
         cfg.http2_max_streams = http2_max_concurrent_streams
+        cfg.limit_concurrency = limit_concurrency
         if self._tls != NULL:
             cfg.transport = cs.tls_transport_ptr
             cfg.transport_ctx = <void *>self._tls
