@@ -215,7 +215,8 @@ class Config:
             "min_body_rate": self.min_body_rate,
             "http2": bool(self.http2),
             "http2_max_concurrent_streams": self.http2_max_concurrent_streams,
-            "limit_concurrency": self.limit_concurrency,
+            # Only when set: the engine's default is no limit.
+            **({"limit_concurrency": self.limit_concurrency} if self.limit_concurrency else {}),
             **self.tls_kwargs(),
         }
 
