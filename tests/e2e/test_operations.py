@@ -239,28 +239,29 @@ def test_toml_on_python_310_without_tomli_says_what_is_missing(tmp_path: Path) -
 
 
 SLOW_APP = """
+import asyncio
 import os
-import time
 
 import cyserve
 
+
+async def asgi(scope, receive, send):
+    # /a/slow stays in flight until the test makes the file (at most 30 s), awaiting on the
+    # event loop: no worker thread is held, whatever the machine's load.
+    slow = scope["path"].endswith("/slow")
+    if slow:
+        open("started", "w").close()
+    for _ in range(3000 if slow else 0):
+        if os.path.exists("release"):
+            break
+        await asyncio.sleep(0.01)
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": b"slow" if slow else b"fast"})
+
+
 app = cyserve.App()
-
-
-@app.get("/slow")
-def slow(request):
-    # In its handler until the test makes the file (at most 30 s).
-    deadline = time.monotonic() + 30
-    while not os.path.exists("release") and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return "slow"
-
-
-@app.get("/fast")
-def fast(request):
-    return "fast"
-
-
+app.asgi("/a", asgi)
 app.static("/plain", b"plain")
 """
 
@@ -283,22 +284,19 @@ def test_limit_concurrency_answers_503_past_n_requests_in_handlers(
     import threading
 
     port = free_port()
-    # Two worker threads: whichever one the refused requests reach, one is free to read them
-    # while the other is in the slow handler (it rescues the busy one's connections).
-    srv = Served(tmp_path, "--port", str(port), "--threads", "2", "--limit-concurrency", "1",
+    srv = Served(tmp_path, "--port", str(port), "--threads", "1", "--limit-concurrency", "1",
                  app=SLOW_APP)
     served.append(srv)
     answers: list[bytes] = []
-    slow = threading.Thread(target=lambda: answers.append(_raw(port, "/slow")))
+    slow = threading.Thread(target=lambda: answers.append(_raw(port, "/a/slow")))
     slow.start()
     try:
         deadline = time.monotonic() + TIMEOUT
-        while True:  # until the slow call is in its handler: the next one is refused
-            refused = _raw(port, "/fast")
-            if refused.startswith(b"HTTP/1.1 503"):
-                break
-            assert refused.startswith(b"HTTP/1.1 200") and time.monotonic() < deadline
-            time.sleep(0.05)
+        while not (tmp_path / "started").exists():  # the slow request is in flight
+            assert time.monotonic() < deadline and not answers, answers
+            time.sleep(0.01)
+        refused = _raw(port, "/a/fast")
+        assert refused.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), refused
         head = refused.split(b"\r\n\r\n")[0].split(b"\r\n")
         assert b"Retry-After: 1" in head and b"Connection: close" in head, head
         # Answers that need no handler are not counted.
@@ -307,5 +305,5 @@ def test_limit_concurrency_answers_503_past_n_requests_in_handlers(
         (tmp_path / "release").write_text("")
         slow.join(TIMEOUT)
     assert [a.split(b"\r\n")[0] for a in answers] == [b"HTTP/1.1 200 OK"]
-    assert _raw(port, "/fast").startswith(b"HTTP/1.1 200")  # the count went back down
+    assert _raw(port, "/a/fast").startswith(b"HTTP/1.1 200")  # the count went back down
     assert srv.stop() == 0, srv.stderr
