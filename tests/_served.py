@@ -56,14 +56,15 @@ class Served:
 
     def __init__(self, tmp: Path, *args: str, pass_fds: tuple[int, ...] = (),
                  launcher: list[str] | None = None, wait_serving: int = 1,
-                 app: str = APP) -> None:
+                 app: str = APP, env: dict[str, str] | None = None) -> None:
         (tmp / "listen_app.py").write_text(textwrap.dedent(app))
         cmd = [sys.executable, "-m", "cyserve", "listen_app:app", *args]
         self.proc = subprocess.Popen((launcher or []) + cmd, cwd=tmp, pass_fds=pass_fds,
-                                     env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                                     env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})),
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      start_new_session=True)
         self.lines: queue.Queue[str] = queue.Queue()
+        self.all_lines: list[str] = []  # every line read, including those taken from lines
         self.stderr = ""
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -77,6 +78,7 @@ class Served:
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
+            self.all_lines.append(line.rstrip("\n"))
             self.lines.put(line.rstrip("\n"))
 
     def stop(self) -> int:

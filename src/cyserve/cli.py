@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from . import __version__
@@ -36,7 +37,7 @@ _INT_OPTIONS = ("port", "threads", "processes", "blocking_threads", "backlog", "
                 "max_target_bytes", "max_headers", "max_body_bytes", "body_budget",
                 "min_body_rate", "http2_max_concurrent_streams")
 _FLOAT_OPTIONS = ("keepalive_timeout", "header_timeout", "body_timeout", "graceful_timeout",
-                  "worker_timeout")
+                  "worker_timeout", "max_lifetime", "max_lifetime_jitter")
 
 
 class _UsageError(Exception):
@@ -50,22 +51,25 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(message)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
     defaults = Config()
     p = _Parser(prog="cyserve", description="Serve a cyserve.App over HTTP/1.1.",
-                epilog="Ctrl-C or SIGTERM stops the server gracefully; a second Ctrl-C forces it.")
-    p.add_argument("app", metavar="MODULE:APP",
+                epilog="Ctrl-C or SIGTERM stops the server gracefully; a second Ctrl-C forces it.",
+                add_help=_help)
+    p.add_argument("app", metavar="MODULE:APP", nargs="?", default=None,
                    help="the cyserve.App, WSGI or ASGI application to serve, e.g. "
-                        "examples.demo.app:app")
+                        "examples.demo.app:app (or $CYSERVE_APP, or app in the --config file)")
     p.add_argument("--host", default=defaults.host,
                    help=f"address to bind (default {defaults.host})")
     p.add_argument("--port", metavar="PORT", default=str(defaults.port),
                    help=f"port to bind, 0 for any free port (default {defaults.port})")
     p.add_argument("--threads", metavar="N", default=str(defaults.threads),
                    help="worker threads; 0 = one per CPU available (default 0)")
-    p.add_argument("--processes", metavar="N", default=str(defaults.processes),
+    p.add_argument("--processes", "-w", "--workers", metavar="N", default=str(defaults.processes),
                    help="worker processes, each with --threads threads (default 1); Python "
-                        "handlers need more than one to use more than one core")
+                        "handlers need more than one to use more than one core. The application "
+                        "is imported once, by the supervisor, and the workers are forked from it "
+                        "(gunicorn's --preload); --no-preload imports it in each worker")
     p.add_argument("--blocking-threads", metavar="N", default=str(defaults.blocking_threads),
                    help="Python calls that may block at once (sleep, a slow database) while "
                         "every worker keeps serving its other connections: threads kept to "
@@ -80,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="most header fields (431 beyond)")
     p.add_argument("--max-body-bytes", metavar="BYTES", default=str(defaults.max_body_bytes),
                    help="largest request body (413 beyond)")
-    p.add_argument("--keepalive-timeout", metavar="SECONDS",
+    p.add_argument("--keepalive-timeout", "--timeout-keep-alive", "--keep-alive",
+                   metavar="SECONDS",
                    default=str(defaults.keepalive_timeout),
                    help="seconds an idle keep-alive connection is kept")
     p.add_argument("--header-timeout", metavar="SECONDS", default=str(defaults.header_timeout),
@@ -148,9 +153,81 @@ def build_parser() -> argparse.ArgumentParser:
     _add_lifecycle_options(p)
     _add_metrics_options(p)
     _add_ws_options(p)
+    _add_operations_options(p)
     p.formatter_class = _HelpWithDefaults
-    p.add_argument("--version", action="version", version=f"cyserve {__version__}")
+    if _help:
+        p.add_argument("--version", action="version", version=f"cyserve {__version__}")
+    _group_options(p)
     return p
+
+
+def _add_operations_options(p: argparse.ArgumentParser) -> None:
+    defaults = Config()
+    p.add_argument("-c", "--config", metavar="FILE", default=None,
+                   help="read options from this TOML file: one table whose keys are the long "
+                        "options' names (port = 8000, max-requests = 1000); the command line "
+                        "and CYSERVE_<OPTION> environment variables win over it (default: "
+                        "$CYSERVE_CONFIG, else none)")
+    p.add_argument("--preload", action=argparse.BooleanOptionalAction, default=defaults.preload,
+                   help="with worker processes, import the application once in the supervisor "
+                        "and fork the workers from it (memory shared until written, a broken "
+                        "app reported once); --no-preload imports it in each worker after the "
+                        "fork, for an app that opens connections or threads at import "
+                        "(default: on)")
+    p.add_argument("--limit-concurrency", metavar="N", default=str(defaults.limit_concurrency),
+                   help="answer 503 (Retry-After, the connection closed) to a request that "
+                        "finds N requests of its process in flight (default 0: no limit)")
+    p.add_argument("--log-config", metavar="FILE", default=None,
+                   help="configure Python's logging from FILE: a dictConfig in JSON (.json) or "
+                        "YAML (.yaml, .yml: needs PyYAML), else an INI file for fileConfig; "
+                        "its levels win over --log-level (default: none)")
+    p.add_argument("--reload", action="store_true",
+                   help="development: restart the workers when a .py file under --reload-dir "
+                        "changes (new workers serve before the old ones stop); uses watchfiles "
+                        "when installed, else polls twice a second (default: off)")
+    p.add_argument("--reload-dir", metavar="DIR", action="append", default=[],
+                   help="a folder --reload watches, repeatable (default: --app-dir)")
+
+
+# --help's sections, in order, as uvicorn's documentation groups its settings. Options are
+# added where their code is and placed here, so that a new option lands in "options" until it
+# is given a section (tests/unit/test_cli_help.py checks that none is left there).
+_SECTIONS: list[tuple[str, str | None, tuple[str, ...]]] = [
+    ("application", None, ("app_dir", "factory", "interface", "loop", "config")),
+    ("where to listen", None, ("host", "port", "backlog")),
+    ("development", None, ("reload", "reload_dir")),
+    ("worker processes", None, ("processes", "threads", "blocking_threads", "preload", "pid")),
+    ("logging", None, ("log_level", "log_config", "access_log", "access_log_format",
+                       "access_logfile")),
+    ("HTTP", None, ("http2", "http2_max_concurrent_streams", "health_path")),
+    ("HTTPS", None, ("ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers",
+                     "ssl_ca_certs", "ssl_cert_reqs")),
+    ("resource limits", None, ("limit_concurrency", "max_header_bytes", "max_target_bytes",
+                               "max_headers", "max_body_bytes", "body_budget",
+                               "min_body_rate")),
+    ("timeouts", None, ("keepalive_timeout", "header_timeout", "body_timeout",
+                        "graceful_timeout")),
+    ("behind a proxy", None, ()),
+    ("metrics", None, ()),
+]
+
+
+def _group_options(p: argparse.ArgumentParser) -> None:
+    groups = {g.title: g for g in p._action_groups}
+    ordered = [groups["positional arguments"], groups[p._optionals.title]]
+    for title, description, dests in _SECTIONS:
+        group = groups.get(title) or p.add_argument_group(title, description)
+        at = 0  # the section's own options first, in the order given
+        for dest in dests:
+            for action in p._actions:
+                if action.dest == dest:
+                    for g in p._action_groups:
+                        if action in g._group_actions:
+                            g._group_actions.remove(action)
+                    group._group_actions.insert(at, action)
+                    at += 1
+        ordered.append(group)
+    p._action_groups[:] = ordered + [g for g in p._action_groups if g not in ordered]
 
 
 class _HelpWithDefaults(argparse.HelpFormatter):
@@ -222,17 +299,26 @@ def _add_lifecycle_options(p: argparse.ArgumentParser) -> None:
         "A supervisor runs the workers with --processes 2 or more, or with --max-requests (then "
         "even one worker: its replacement starts before it stops). SIGHUP to the supervisor "
         "reloads: new workers with the application imported again, then the old ones stop "
-        "gracefully.")
-    g.add_argument("--max-requests", metavar="N", default="0",
+        "gracefully. SIGTTIN adds a worker process, SIGTTOU removes one.")
+    g.add_argument("--max-requests", "--limit-max-requests", metavar="N", default="0",
                    help="replace a worker process after it has answered N requests; it finishes "
                         "what is in flight once its replacement serves (default 0: never)")
+    g.add_argument("-p", "--pid", metavar="FILE", default=None,
+                   help="write the server's pid (the supervisor's with --processes) to FILE, "
+                        "removed at exit; refused while FILE holds a live process's pid "
+                        "(default: none)")
     p.add_argument("--health-path", metavar="PATH", default=None,
                    help="answer GET PATH with 200 \"ok\" from C, for a load balancer's health "
                         "checks, e.g. /healthz (default: none)")
     g.add_argument("--max-requests-jitter", metavar="J", default="0",
                    help="add a random 0..J to each worker's --max-requests, so that workers are "
                         "not all replaced at once (default 0)")
-    g.add_argument("--worker-timeout", metavar="SECONDS", default="0",
+    g.add_argument("--max-lifetime", metavar="SECONDS", default="0",
+                   help="replace a worker process once it has served for SECONDS, as "
+                        "--max-requests does (default 0: never)")
+    g.add_argument("--max-lifetime-jitter", metavar="SECONDS", default="0",
+                   help="add a random 0..SECONDS to each worker's --max-lifetime (default 0)")
+    g.add_argument("--worker-timeout", "--timeout", metavar="SECONDS", default="0",
                    help="kill and replace a worker process whose scheduler makes no progress "
                         "for SECONDS (a call that runs that long, a stopped process); its "
                         "threads' Python stacks are printed first (default 0: never)")
@@ -297,6 +383,13 @@ def _app_reloader(args: argparse.Namespace, config: Config) -> Callable[[], App]
                     or f"{os.sep}site-packages{os.sep}" in path):
                 continue
             del sys.modules[name]
+            # CPython trusts a cached .pyc whose source kept its size and modification second:
+            # an edit made within the second of the last import would not be seen.
+            if path.endswith(".py"):
+                try:
+                    os.unlink(importlib.util.cache_from_source(path))
+                except (OSError, NotImplementedError, ValueError):
+                    pass
         importlib.invalidate_caches()
         return load_app(args.app, args.app_dir, config.interface, args.factory)
 
@@ -356,6 +449,15 @@ def config_from_args(args: argparse.Namespace) -> Config:
         except ValueError:
             raise ConfigError(name, raw, "must be an integer") from None
     options["health_path"] = args.health_path
+    options["pid"] = args.pid
+    try:
+        options["limit_concurrency"] = int(args.limit_concurrency, 10)
+    except ValueError:
+        raise ConfigError("limit_concurrency", args.limit_concurrency,
+                          "must be an integer") from None
+    options.update(log_config=args.log_config, reload=args.reload, preload=args.preload,
+                   reload_dirs=tuple(args.reload_dir or
+                                     ([args.app_dir] if args.reload else [])))
     if args.metrics_bind is not None:
         options["metrics_bind"] = args.metrics_bind
     elif args.metrics_port is not None:
@@ -419,11 +521,196 @@ def _is_parent_or_self(missing: str, wanted: str) -> bool:
     return wanted == missing or wanted.startswith(missing + ".")
 
 
+ENV_PREFIX = "CYSERVE_"
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+
+
+def option_names(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """Every option that the environment and a --config file may set, by its long name
+    (``max-requests``; an alias such as ``workers`` too), with the action that takes it. Not
+    --help, --version, nor the --no- spellings of a flag (``http2 = false`` says that)."""
+    names: dict[str, argparse.Action] = {}
+    for action in parser._actions:
+        if action.dest in ("help", "version"):
+            continue
+        if not action.option_strings:
+            names["app"] = action
+        for s in action.option_strings:
+            if s.startswith("--") and not (s.startswith("--no-") and
+                                           isinstance(action, argparse.BooleanOptionalAction)):
+                names[s[2:]] = action
+    return names
+
+
+def env_name(option: str) -> str:
+    """The environment variable of a long option: --max-requests is CYSERVE_MAX_REQUESTS."""
+    return ENV_PREFIX + option.upper().replace("-", "_")
+
+
+class _Source:
+    """Option values from one place (the environment, a TOML file), as command-line words."""
+
+    def __init__(self) -> None:
+        self.words: dict[str, list[str]] = {}  # dest -> the words that say it
+        self.label: dict[str, str] = {}  # dest -> where it came from, for errors
+
+    def add(self, parser: argparse.ArgumentParser, action: argparse.Action, option: str,
+            label: str, value: object) -> None:
+        """Record ``value`` for ``action``; a value of the wrong kind is a usage error that
+        names ``label``."""
+        positional = not action.option_strings  # MODULE:APP
+        long = f"--{option}"
+        words: list[str]
+        if action.nargs == 0:  # a flag: true or false
+            if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+                value = value.strip().lower() in _TRUE
+            if not isinstance(value, bool):
+                raise _UsageError(f"{label}: must be true or false, got {value!r}")
+            if isinstance(action, argparse.BooleanOptionalAction):
+                words = [long if value else f"--no-{option}"]
+            else:
+                words = [long] if value else []
+        elif isinstance(action, argparse._AppendAction):
+            items = value.split() if isinstance(value, str) else value
+            if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
+                raise _UsageError(f"{label}: must be a list of strings, got {value!r}")
+            words = [w for v in items for w in (long, v)]
+        else:
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                raise _UsageError(f"{label}: must be a string or a number, got {value!r}")
+            words = [str(value)] if positional else [long, str(value)]
+        try:  # a choice checked alone, so that a bad one is reported with where it came from
+            parser.parse_args(([] if positional else ["m:app"]) + words)
+        except _UsageError as exc:
+            raise _UsageError(f"{label}: {exc}") from None
+        self.words[action.dest] = words
+        self.label[action.dest] = label
+
+
+def _from_environment(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> _Source:
+    """CYSERVE_<OPTION> for every long option. Other variables with the prefix are not
+    options (the build's CYSERVE_TEST_HOOKS, an application's own) and are left alone."""
+    src = _Source()
+    for option, action in option_names(parser).items():
+        name = env_name(option)
+        if name in environ:
+            src.add(parser, action, option, f"{name}={environ[name]!r}", environ[name])
+    return src
+
+
+def _read_toml(path: str) -> dict[str, Any]:
+    if path.endswith(".py"):
+        raise _UsageError(f"--config {path}: a Python configuration file (gunicorn's) is not "
+                          "read; give the options as a TOML file")
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # Python 3.10: the tomli backport, a dependency of cyserve there
+        try:
+            import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
+        except ModuleNotFoundError:
+            raise _UsageError(f"--config {path}: reading TOML on Python 3.10 needs the tomli "
+                              "package (pip install tomli)") from None
+    try:
+        with open(path, "rb") as f:
+            doc: dict[str, Any] = tomllib.load(f)
+    except OSError as exc:
+        raise _UsageError(f"--config {path}: cannot read it: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise _UsageError(f"--config {path}: not valid TOML: {exc}") from None
+    if set(doc) == {"cyserve"} and isinstance(doc["cyserve"], dict):
+        doc = doc["cyserve"]  # the options in a [cyserve] table of their own
+    return doc
+
+
+def _from_file(parser: argparse.ArgumentParser, path: str) -> _Source:
+    names = option_names(parser)
+    src = _Source()
+    for key, value in _read_toml(path).items():
+        option = key.replace("_", "-")
+        action = names.get(option) if option != "config" else None
+        if action is None:
+            raise _UsageError(f"--config {path}: unknown option {key!r}")
+        src.add(parser, action, option, f"--config {path}: {key}", value)
+    return src
+
+
+def _given(argv: Sequence[str]) -> set[str]:
+    """The dests the command line itself gives (read by a parser without --help and --version,
+    which would act on them)."""
+    quiet = build_parser(_help=False)
+    for action in quiet._actions:
+        action.default = argparse.SUPPRESS
+        action.required = False
+    try:
+        return set(vars(quiet.parse_known_args(list(argv))[0]))
+    except _UsageError:
+        return set()  # the real parse says what is wrong
+
+
+def parse_command(argv: Sequence[str] | None = None,
+                  environ: Mapping[str, str] | None = None
+                  ) -> tuple[argparse.Namespace, Config]:
+    """The arguments and the Config of a command line, with what the environment
+    (CYSERVE_<OPTION>) and a --config TOML file add: the command line wins over the
+    environment, which wins over the file, which wins over the defaults. _UsageError or
+    ConfigError (naming where a bad value came from) otherwise."""
+    args, given, labels = parse_sources(argv, environ)
+    try:
+        return args, config_from_args(args)
+    except ConfigError as exc:
+        label = labels.get(exc.option)
+        if label is not None and exc.option not in given:
+            raise _UsageError(f"{label}: {exc.reason}") from None
+        raise
+
+
+def parse_sources(argv: Sequence[str] | None = None,
+                  environ: Mapping[str, str] | None = None
+                  ) -> tuple[argparse.Namespace, set[str], dict[str, str]]:
+    """parse_command's first half: the merged arguments, the dests the command line gave, and
+    where each of the others came from (an environment variable, a key of the file)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    env = _from_environment(parser, os.environ if environ is None else environ)
+    given = _given(argv)
+    path = None
+    if "config" in given:
+        path = parser.parse_known_args(argv)[0].config
+    elif "config" in env.words:
+        path = env.words["config"][-1]
+    file = _from_file(parser, path) if path is not None else _Source()
+    words: list[str] = []
+    labels: dict[str, str] = {}
+    for src in (file, env):
+        for dest in src.words:
+            labels[dest] = src.label[dest]
+    app: list[str] = []
+    for dest in labels:
+        if dest in given or dest == "config":
+            continue
+        src = env if dest in env.words else file
+        if dest == "app":
+            app = src.words[dest]
+        else:
+            words += src.words[dest]
+    args = parser.parse_args(words + argv)
+    if args.app is None and app:
+        args.app = app[0]
+    if args.app is None:
+        raise _UsageError("the following arguments are required: MODULE:APP")
+    return args, given, labels
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; return its exit status."""
     try:
-        args = build_parser().parse_args(argv)
-        config = config_from_args(args)
+        args, config = parse_command(argv)
+        if config.log_config is not None:
+            # Before the application is imported, as uvicorn does: its import may log too.
+            from .signals import configure_logging
+
+            configure_logging(config.log_level, config.log_config)
     except _UsageError as exc:
         return _fail(str(exc), EXIT_USAGE)
     except ConfigError as exc:
@@ -461,3 +748,47 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _fail(message: str, status: int) -> int:
     print(f"cyserve: {message}", file=sys.stderr, flush=True)
     return status
+
+
+def options_markdown() -> str:
+    """The tables of every option, a section of --help each, for docs/options.md: made from
+    the parser itself, so that they cannot drift from it (tests/unit/test_config_sources.py
+    compares the two)."""
+    parser = build_parser()
+    formatter = parser._get_formatter()
+    out: list[str] = []
+    for group in parser._action_groups:
+        actions = [a for a in group._group_actions if a.dest not in ("help", "version")]
+        if not actions:
+            continue
+        out += [f"### {group.title}", "", "| option | environment | what it does |",
+                "| --- | --- | --- |"]
+        for action in actions:
+            if not action.option_strings:
+                spellings = f"`{action.metavar}`"
+                env = f"`{ENV_PREFIX}APP`, `app`"
+            else:
+                first = next(s for s in action.option_strings if s.startswith("--"))
+                value = "" if action.nargs == 0 else \
+                    " " + formatter._format_args(action, action.dest.upper())
+                spellings = ", ".join([f"`{first}{value}`"] + [
+                    f"`{s}`" for s in action.option_strings if s != first])
+                env = f"`{env_name(first[2:])}`"
+            what = " ".join(formatter._expand_help(action).split()).replace("|", "\\|")
+            out.append(f"| {spellings} | {env} | {what} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def _write_options_doc(path: str) -> None:
+    begin, end = "<!-- options table: begin -->\n", "<!-- options table: end -->\n"
+    with open(path) as f:
+        text = f.read()
+    text = text[:text.index(begin) + len(begin)] + options_markdown() + text[text.index(end):]
+    with open(path, "w") as f:
+        f.write(text)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--write-options-doc"]:
+    # Rewrites the table of docs/options.md from the parser (run from the repository's root).
+    _write_options_doc(sys.argv[2] if len(sys.argv) > 2 else "docs/options.md")

@@ -130,6 +130,26 @@ class Config:
     # random 0..max_requests_jitter of its own) is replaced, the new one serving first. 0: never.
     max_requests: int = 0
     max_requests_jitter: int = 0
+    # A worker process older than max_lifetime seconds (plus a random 0..max_lifetime_jitter of
+    # its own) is replaced the same way. 0: never.
+    max_lifetime: float = 0.0
+    max_lifetime_jitter: float = 0.0
+    # A file the pid of the server (the supervisor, or the one serving process) is written to,
+    # and removed from at exit; refused while it holds the pid of a live process.
+    pid: str | None = None
+    # Requests one process may have in flight at once; past it 503 with Retry-After and the
+    # connection closed (csrc/request.c). 0: no limit.
+    limit_concurrency: int = 0
+    # A logging configuration file (signals.configure_logging): dictConfig JSON or YAML, or a
+    # fileConfig INI file. Its levels win over log_level.
+    log_config: str | None = None
+    # Development: restart the workers when a .py file under reload_dirs changes (a SIGHUP
+    # reload: the new workers serve before the old ones stop; supervisor.py).
+    reload: bool = False
+    reload_dirs: tuple[str, ...] = ()
+    # With worker processes: import the application once in the supervisor and fork the workers
+    # from it (True), or import it again in each worker after the fork (False).
+    preload: bool = True
     # A path answered 200 "ok" from C (a static route), for load balancers' health checks.
     health_path: str | None = None
     # Prometheus metrics (csrc/metrics.c): HOST:PORT of a listener of their own answering
@@ -208,6 +228,8 @@ class Config:
             "ws_ping_interval": self.ws_ping_interval,
             "ws_ping_timeout": self.ws_ping_timeout,
             "ws_per_message_deflate": self.ws_per_message_deflate,
+            # Only when set: the engine's default is no limit.
+            **({"limit_concurrency": self.limit_concurrency} if self.limit_concurrency else {}),
             **self.tls_kwargs(),
         }
 
@@ -247,6 +269,24 @@ class Config:
         self._validate_listen()
         self._validate_proxy()
         self._validate_recycling()
+        _check_int("limit_concurrency", self.limit_concurrency, 0, 1 << 30)
+        for name in ("reload", "preload"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(name, repr(getattr(self, name)), "must be True or False")
+        if isinstance(self.reload_dirs, str):
+            object.__setattr__(self, "reload_dirs", (self.reload_dirs,))
+        object.__setattr__(self, "reload_dirs", tuple(self.reload_dirs))
+        for d in self.reload_dirs:
+            if not isinstance(d, str) or not os.path.isdir(d):
+                raise ConfigError("reload_dirs", repr(d), "must be a folder")
+        if self.reload and self.port == 0 and not self._listens_elsewhere():
+            raise ConfigError("reload", True, "needs a fixed port: a new worker must listen "
+                              "where the one it replaces did")
+        if self.log_config is not None:
+            check_log_config(self.log_config)
+        if self.pid is not None and (not isinstance(self.pid, str) or not self.pid
+                                     or "\0" in self.pid):
+            raise ConfigError("pid", repr(self.pid), "must be a file path")
         if self.health_path is not None and (
                 not isinstance(self.health_path, str) or not self.health_path.startswith("/")
                 or any(c.isspace() or c in "?#" for c in self.health_path)):
@@ -342,7 +382,8 @@ class Config:
     def supervised(self) -> bool:
         """Whether a process supervisor runs the workers: for several processes, and for
         recycling (--max-requests), which needs a process to start the next worker."""
-        return self.processes > 1 or self.max_requests > 0 or self.worker_timeout > 0
+        return (self.processes > 1 or self.max_requests > 0 or self.max_lifetime > 0
+                or self.worker_timeout > 0 or self.reload)
 
     @property
     def metrics_shards(self) -> int:
@@ -366,16 +407,23 @@ class Config:
                                   "must be HOST:PORT or [V6]:PORT")
         _check_int("max_requests", self.max_requests, 0, 1 << 62)
         _check_int("max_requests_jitter", self.max_requests_jitter, 0, 1 << 62)
-        if self.max_requests and self.port == 0 and not self._listens_elsewhere():
-            raise ConfigError("max_requests", self.max_requests, "needs a fixed port: a new "
-                              "worker must listen where the one it replaces did")
-        if self.max_requests:
+        _check_seconds("max_lifetime", self.max_lifetime, allow_zero=True)
+        _check_seconds("max_lifetime_jitter", self.max_lifetime_jitter, allow_zero=True)
+        if self.max_lifetime and self.max_lifetime < 1:
+            raise ConfigError("max_lifetime", self.max_lifetime,
+                              "must be 0 (never) or at least 1 second")
+        for name in ("max_requests", "max_lifetime"):
+            value = getattr(self, name)
+            if not value:
+                continue
+            if self.port == 0 and not self._listens_elsewhere():
+                raise ConfigError(name, value, "needs a fixed port: a new worker must listen "
+                                  "where the one it replaces did")
             for b in self.bind:
                 a = parse_bind(b)
                 if a.kind == "tcp" and a.port == 0:
-                    raise ConfigError("max_requests", self.max_requests,
-                                      f"needs fixed ports: {a.url()} would change with each "
-                                      "new worker")
+                    raise ConfigError(name, value, f"needs fixed ports: {a.url()} would change "
+                                      "with each new worker")
 
     def _validate_proxy(self) -> None:
         if not isinstance(self.proxy_headers, bool):
@@ -426,6 +474,21 @@ class Config:
                     raise ConfigError("processes", self.processes,
                                       f"needs fixed ports: {a.url()} would be a port of its "
                                       "own in each process")
+
+
+def check_log_config(path: object) -> None:
+    """ConfigError unless ``path`` is a readable logging configuration cyserve can load: YAML
+    needs PyYAML (not a dependency of cyserve)."""
+    if not isinstance(path, str) or not path:
+        raise ConfigError("log_config", repr(path), "must be a file path")
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise ConfigError("log_config", path, f"cannot read the file: {exc.strerror}") from None
+    if path.endswith((".yaml", ".yml")) and importlib.util.find_spec("yaml") is None:
+        raise ConfigError("log_config", path, "a YAML file needs PyYAML (pip install pyyaml); "
+                          "or give the same dictionary as JSON")
 
 
 # Whose proxy headers are believed when --proxy-headers gives no list: uvicorn's default.

@@ -70,7 +70,7 @@ def serve_process(app: App, config: Config, *, stop_event: threading.Event | Non
     workers check --max-requests with it). ``metrics``: (a cyserve._core.Metrics, this
     process's slot) made by a process supervisor; without it, config.metrics_bind makes one here
     that this process serves."""
-    configure_logging(config.log_level)
+    configure_logging(config.log_level, config.log_config)
     routes = app.build()
     if config.health_path is not None:
         # Served from C like any static route; a route of the application's own on the same

@@ -18,13 +18,13 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .errors import ListenError
+from .errors import CyserveError, ListenError
 
 if TYPE_CHECKING:
     from ._core import Server
 
 __all__ = ["Waiter", "say", "format_address", "listen_error", "configure_logging", "log",
-           "POLL_SECONDS"]
+           "POLL_SECONDS", "PidFile"]
 
 log = logging.getLogger("cyserve")
 
@@ -142,11 +142,118 @@ def listen_error(host: str, port: int, exc: OSError) -> ListenError:
     return err
 
 
-def configure_logging(level: str) -> None:
-    # Tracebacks of failing handlers and the engine's warnings go through this logger. Give it a
-    # handler only if the application configured none, so that users' logging setups win.
+# The --log-config file this process has applied (a forked worker inherits it applied).
+_applied_log_config: str | None = None
+
+
+def configure_logging(level: str, log_config: str | None = None) -> None:
+    """Set up the "cyserve" logger (tracebacks of failing handlers, the engine's warnings).
+
+    With ``log_config`` (--log-config), the file configures logging, uvicorn's way: a
+    dictConfig in JSON or YAML, else an INI file for fileConfig, loggers it does not name left
+    as they are; its levels win over ``level``. A file logging cannot use is a ConfigError.
+    Without one, the logger gets a handler only if the application configured none, so that
+    users' logging setups win; its lines carry the process's pid, since several worker
+    processes write to one standard error."""
+    global _applied_log_config
+    if log_config is not None:
+        if _applied_log_config != log_config:
+            _load_log_config(log_config)
+            _applied_log_config = log_config
+        return
     log.setLevel(level.upper())
     if not log.handlers and not logging.getLogger().handlers:
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("cyserve: %(levelname)s: %(message)s"))
+        handler.setFormatter(logging.Formatter(
+            "cyserve: %(levelname)s: [%(process)d] %(message)s"))
         log.addHandler(handler)
+
+
+def _dict_config(cfg: Any) -> None:
+    import logging.config
+
+    if isinstance(cfg, dict):
+        # As uvicorn's own configuration says: loggers made before (cyserve's, the app's) keep
+        # working unless the file asks otherwise.
+        cfg.setdefault("disable_existing_loggers", False)
+    logging.config.dictConfig(cfg)
+
+
+def _load_log_config(path: str) -> None:
+    import logging.config
+
+    try:
+        if path.endswith(".json"):
+            import json
+
+            with open(path) as f:
+                _dict_config(json.load(f))
+        elif path.endswith((".yaml", ".yml")):
+            import yaml  # type: ignore[import-untyped,unused-ignore]
+
+            with open(path) as f:
+                _dict_config(yaml.safe_load(f))
+        else:
+            logging.config.fileConfig(path, disable_existing_loggers=False)
+    except Exception as exc:  # json, yaml, configparser and logging's own errors alike
+        from .errors import ConfigError
+
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise ConfigError("log_config", path, f"logging cannot use it: {reason}") from None
+
+
+class PidFile:
+    """--pid FILE: the pid of the process the user started (the supervisor, or the one serving
+    process), for init scripts and `kill -HUP $(cat FILE)`.
+
+    Written whole or not at all (a temporary file renamed over it), refused while the pid
+    already in it is a live process (a second server started by mistake would otherwise take
+    over the file of the first), and removed at exit only while it still holds this process's
+    pid: a later server may have taken it over."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.pid = os.getpid()
+
+    def write(self) -> None:
+        other = self._live_pid()
+        if other is not None:
+            raise CyserveError(f"--pid {self.path}: process {other} written in it is still "
+                               "running (another server?); stop it, or remove the file")
+        tmp = f"{self.path}.{self.pid}.tmp"
+        try:
+            with open(tmp, "w") as f:
+                f.write(f"{self.pid}\n")
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise CyserveError(f"--pid {self.path}: cannot write the pid file: "
+                               f"{exc.strerror or exc}") from None
+
+    def remove(self) -> None:
+        try:
+            with open(self.path) as f:
+                mine = f.read().strip() == str(self.pid)
+            if mine:
+                os.unlink(self.path)
+        except OSError:
+            pass
+
+    def _live_pid(self) -> int | None:
+        try:
+            with open(self.path) as f:
+                pid = int(f.read().strip() or "0")
+        except (OSError, ValueError):
+            return None  # no file, or not a pid: nothing to protect
+        if pid <= 0 or pid == self.pid:
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None  # stale: its server ended without removing it (SIGKILL, a crash)
+        except PermissionError:
+            return pid  # alive, another user's
+        return pid

@@ -20,7 +20,7 @@ from .app import App, as_app
 from .config import Config
 from .errors import CyserveError
 from .serving import serve_process
-from .signals import format_address
+from .signals import PidFile, format_address
 from .supervisor import serve_processes
 
 if TYPE_CHECKING:
@@ -59,11 +59,18 @@ def serve(app: App | Callable[..., Any], config: Config, *,
     application again, for a process supervisor's reload (SIGHUP).
     """
     app = as_app(app, config.interface)
-    if config.supervised:  # processes > 1, or worker recycling (max_requests)
-        if stop_event is not None or ready is not None:
-            raise CyserveError("processes > 1 is run from the main thread by signals; "
-                               "stop_event and ready apply to one process only")
-        if serve_processes(app, config.replace(interface="cyserve"), loader) != 0:
-            raise CyserveError("stopped: worker processes failed (see above)")
-        return
-    serve_process(app, config, stop_event=stop_event, ready=ready)
+    pidfile = PidFile(config.pid) if config.pid is not None else None
+    if config.supervised and (stop_event is not None or ready is not None):
+        raise CyserveError("processes > 1 is run from the main thread by signals; "
+                           "stop_event and ready apply to one process only")
+    if pidfile is not None:
+        pidfile.write()
+    try:
+        if config.supervised:  # processes > 1, or worker recycling (max_requests)
+            if serve_processes(app, config.replace(interface="cyserve"), loader) != 0:
+                raise CyserveError("stopped: worker processes failed (see above)")
+            return
+        serve_process(app, config, stop_event=stop_event, ready=ready)
+    finally:
+        if pidfile is not None:
+            pidfile.remove()

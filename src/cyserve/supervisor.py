@@ -30,12 +30,19 @@ The supervisor (the process the user started) never serves. In order:
    waits in its queue is served by whoever accepts next. This is why --max-requests runs under
    a supervisor even with one process.
    - --max-requests N (+ a random 0..--max-requests-jitter per worker): a worker past its count
-     says so on its pipe ("M") and keeps serving until its replacement does.
+     says so on its pipe ("M") and keeps serving until its replacement does. --max-lifetime S
+     (+ a random 0..--max-lifetime-jitter seconds) is the same for a worker serving for S
+     seconds ("L"): a leak that grows with time rather than with requests is bounded too.
    - SIGHUP: a reload, as gunicorn's. The application is imported again here first (when the
      command line gave it as module:attribute: the modules under its folder are forgotten and
      imported anew), so an application that no longer imports or builds is reported and the old
      workers keep serving; then as many new workers start, and once they all serve, the old
      ones stop. A new worker that exits before it serves aborts the reload the same way.
+   - --reload (development): a .py file under the watched folders that changes is a SIGHUP
+     (reloader.py says which changed; the main loop asks it, no thread of its own).
+   - SIGTTIN and SIGTTOU, as gunicorn's: one worker more, or one fewer (never fewer than one).
+     The supervisor keeps the count it was told (replacements, reloads and recycling keep it);
+     the worker that goes is the newest, stopped gracefully like any retired one.
 6. Metrics and heartbeats (--metrics-bind, --worker-timeout). The supervisor makes the shared
    region the workers' engines count into (csrc/metrics.c) before it forks them, gives each
    worker a slot, and answers the scrapes from a C thread of its own, summing every slot; when
@@ -53,6 +60,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import faulthandler
+import math
 import os
 import signal
 import socket
@@ -62,13 +70,14 @@ import time
 from typing import Any
 
 from .app import App
-from .config import Config
+from .config import MAX_PROCESSES, Config
 import random
 import traceback
 from collections.abc import Callable
 
-from .errors import CyserveError, ListenError
+from .errors import ConfigError, CyserveError, ListenError
 from .listeners import Listeners
+from .reloader import Watcher
 from .serving import MetricsEndpoint, serve_process
 from .signals import Waiter, configure_logging, format_address, listen_error, say
 
@@ -83,6 +92,9 @@ _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 # Blocked across fork until the new worker's handlers are in place (_spawn): the stop signals,
 # and SIGUSR1, which the supervisor passes on to its workers (they reopen the access log file).
 _FORK_BLOCKED = _STOP_SIGNALS | {signal.SIGUSR1}
+# One worker more, one fewer (gunicorn's signals). The supervisor's own handlers; a worker
+# puts the default actions back.
+_SCALE_SIGNALS = (signal.SIGTTIN, signal.SIGTTOU)
 # After SIGABRT (--worker-timeout), how long a worker gets to print its stacks before SIGKILL.
 _ABORT_GRACE_SECONDS = 2.0
 
@@ -94,7 +106,12 @@ def serve_processes(app: App, config: Config, loader: Callable[[], App] | None =
     starts new workers with the same application."""
     if threading.current_thread() is not threading.main_thread():
         raise CyserveError("processes > 1 needs the main thread (it supervises by signals)")
-    configure_logging(config.log_level)
+    configure_logging(config.log_level, config.log_config)
+    for name, value in (("reload", config.reload), ("preload", not config.preload)):
+        if value and loader is None:
+            raise ConfigError(name, config.reload if name == "reload" else config.preload,
+                              "needs the application given as MODULE:APP (the command "
+                              "line), which can be imported again")
     app.build()  # a bad route is reported here, once
     if config.ssl_certfile:
         from ._core import check_tls
@@ -183,6 +200,17 @@ class _Supervisor:
         self.reload_new: set[int] = set()  # a reload's new workers, until they all serve
         self.reload_old: set[int] = set()  # the workers they replace
         self.hups = 0
+        self.spent_why: dict[int, str] = {}  # what made a spent worker spent, for its line
+        # How many workers to keep: --processes, then SIGTTIN and SIGTTOU (scaled by the main
+        # loop; the handlers only count).
+        self.target = config.processes
+        self.scale = 0
+        self.scale_previous: dict[int, Any] = {}
+        self.watcher: Watcher | None = None
+        if config.reload:
+            self.watcher = Watcher(config.reload_dirs or ["."])
+            say(f"cyserve: --reload: watching the .py files under "
+                f"{', '.join(self.watcher.dirs)} ({self.watcher.uses})")
 
     def install(self) -> None:
         self.waiter.install()
@@ -191,26 +219,41 @@ class _Supervisor:
             signal.signal(signal.SIGHUP, self._on_hup)
             # SIGUSR1 (logrotate) is for the workers, which write the access log.
             signal.signal(signal.SIGUSR1, lambda signum, frame: self._signal_all(signum))
+            for signum in _SCALE_SIGNALS:
+                self.scale_previous[signum] = signal.signal(signum, self._on_scale)
 
     def uninstall(self) -> None:
         self.waiter.uninstall()  # puts SIGHUP's own previous handler back too
+        for signum, previous in self.scale_previous.items():
+            signal.signal(signum, previous)
+        self.scale_previous.clear()
+
+    def _on_scale(self, signum: int, frame: Any) -> None:
+        self.scale += 1 if signum == signal.SIGTTIN else -1
 
     def _on_hup(self, signum: int, frame: Any) -> None:
         self.hups += 1  # acted on by the main loop, as a stop request is
 
     def run(self) -> int:
-        for _ in range(self.config.processes):
+        for _ in range(self.target):
             self._spawn()
         status = 0
         while not self.giving_up and self.waiter.pending() == 0:
             time.sleep(_POLL_SECONDS)
             self._read_pipes()
+            if self.watcher is not None:
+                changed = self.watcher.changed()
+                if changed:
+                    more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
+                    say(f"cyserve: --reload: {changed[0]}{more} changed; reloading")
+                    self.hups += 1
             if self.hups and not self.reload_new:
                 # One reload at a time: a SIGHUP during a reload (the code changed again) is
                 # acted on once it is over, and several collapse into one.
                 self.hups = 0
                 self._begin_reload()
             self._hand_over()
+            self._rescale()
             self._watch()
             for pid, code in self._reap():
                 started = self.children.pop(pid)
@@ -273,8 +316,14 @@ class _Supervisor:
                 continue
             if b"R" in data:
                 self.ready.add(pid)
-            if b"M" in data and pid not in self.retiring:
+            if pid in self.retiring:
+                continue
+            if b"M" in data:
                 self.spent.add(pid)
+                self.spent_why[pid] = "answered its --max-requests"
+            elif b"L" in data:
+                self.spent.add(pid)
+                self.spent_why[pid] = "reached its --max-lifetime"
 
     def _hand_over(self) -> None:
         """Move every handover on: start a replacement for each spent worker, stop the old
@@ -295,9 +344,34 @@ class _Supervisor:
         waiting = set(self.replacing.values())
         for pid in sorted(self.spent - waiting):
             if pid in self.children and pid not in self.retiring:
-                say(f"cyserve: worker process {pid} answered its --max-requests; starting "
-                    "its replacement")
+                why = self.spent_why.get(pid, "answered its --max-requests")
+                say(f"cyserve: worker process {pid} {why}; starting its replacement")
                 self.replacing[self._spawn()] = pid
+
+    def _rescale(self) -> None:
+        """SIGTTIN/SIGTTOU: start a worker more, or retire the newest, never below one."""
+        if not self.scale or self.reload_new or self.giving_up or self.waiter.pending():
+            return  # a reload under way scales once it is over
+        scale, self.scale = self.scale, 0
+        target = max(1, min(self.target + scale, MAX_PROCESSES))
+        if target == self.target:
+            say(f"cyserve: {'SIGTTIN' if scale > 0 else 'SIGTTOU'}: keeping {self.target} "
+                f"worker process{'es' if self.target != 1 else ''}")
+            return
+        if target > self.target:
+            for _ in range(target - self.target):
+                self._spawn()
+        else:
+            # The newest workers go; not one that a handover is replacing or starting.
+            handing = set(self.replacing) | set(self.replacing.values())
+            serving = sorted((p for p in self.children
+                              if p not in self.retiring and p not in handing),
+                             key=lambda p: self.children[p])
+            for pid in serving[max(0, len(serving) - (self.target - target)):]:
+                self._retire(pid)
+        say(f"cyserve: {'SIGTTIN' if scale > 0 else 'SIGTTOU'}: {target} worker "
+            f"process{'es' if target != 1 else ''} (was {self.target})")
+        self.target = target
 
     def _retire(self, pid: int) -> None:
         self.spent.discard(pid)
@@ -322,12 +396,12 @@ class _Supervisor:
                 return
             self.app = app
             say("cyserve: SIGHUP: reloading: application imported again; starting "
-                f"{self.config.processes} new worker processes")
+                f"{self.target} new worker processes")
         else:
             say("cyserve: SIGHUP: reloading: starting new worker processes (the application "
                 "was given as an object: it is not imported again)")
         self.reload_old = {pid for pid in self.children if pid not in self.retiring}
-        self.reload_new = {self._spawn() for _ in range(self.config.processes)}
+        self.reload_new = {self._spawn() for _ in range(self.target)}
         # Spent workers are replaced by the reload itself.
         for new in list(self.replacing):
             self.replacing.pop(new)
@@ -397,6 +471,7 @@ class _Supervisor:
             os.close(fd)
         self.ready.discard(pid)
         self.spent.discard(pid)
+        self.spent_why.pop(pid, None)
         self.reload_old.discard(pid)
 
     def _spawn(self) -> int:
@@ -432,7 +507,10 @@ class _Supervisor:
                     os.close(fd)
                 if self.scrape is not None:  # nor the scrapes
                     self.scrape.sock.close()
-                code = _worker_main(self.app, self.config, self.waiter.previous_handlers(),
+                app = self.app
+                if not self.config.preload and self.loader is not None:
+                    app = self.loader()  # --no-preload: this worker imports it for itself
+                code = _worker_main(app, self.config, self.waiter.previous_handlers(),
                                     supervisor, self.listeners, wfd,
                                     (self.region, slot) if slot >= 0 else None)
             except SystemExit as exc:
@@ -527,15 +605,18 @@ def _worker_main(app: App, config: Config, previous: dict[int, Any], supervisor:
         return 1
     for signum, handler in previous.items():
         signal.signal(signum, handler)
+    for signum in _SCALE_SIGNALS:
+        signal.signal(signum, signal.SIG_DFL)
     if config.worker_timeout:
         # SIGABRT from the supervisor (--worker-timeout) prints every thread's Python stack from
         # the signal handler, without the GIL a stuck handler may hold.
         faulthandler.enable(file=sys.stderr, all_threads=True)
     try:
         serve_process(app, config.replace(processes=1, shared_port=True, max_requests=0,
-                                          worker_timeout=0.0, metrics_bind=None),
+                                          max_lifetime=0.0, worker_timeout=0.0,
+                                          metrics_bind=None),
                       listeners=listeners, ready=lambda srv: _tell(pipe, b"R"),
-                      tick=_max_requests_tick(config, pipe), metrics=metrics)
+                      tick=_recycle_tick(config, pipe), metrics=metrics)
     except ListenError as exc:
         say(f"cyserve: {exc}", sys.stderr)
         return 1
@@ -549,19 +630,31 @@ def _tell(pipe: int, what: bytes) -> None:
         pass
 
 
-def _max_requests_tick(config: Config, pipe: int) -> Callable[[Any], None] | None:
+def _recycle_tick(config: Config, pipe: int) -> Callable[[Any], None] | None:
     """What a worker checks while it waits for a stop request: whether it has answered its
-    --max-requests (plus its own jitter), then says so once on its pipe."""
-    if not config.max_requests:
+    --max-requests, or served for its --max-lifetime (each plus its own jitter), then says which
+    once on its pipe."""
+    if not config.max_requests and not config.max_lifetime:
         return None
-    limit = config.max_requests + random.randint(0, config.max_requests_jitter)
+    limit = config.max_requests + random.randint(0, config.max_requests_jitter) \
+        if config.max_requests else 0
+    lifetime = config.max_lifetime + random.uniform(0.0, config.max_lifetime_jitter) \
+        if config.max_lifetime else math.inf
+    end: float | None = None
     told = False
 
     def tick(srv: Any) -> None:
-        nonlocal told
-        if not told and srv.requests >= limit:
+        nonlocal told, end
+        if told:
+            return
+        if end is None:  # the first tick comes once the server serves: the lifetime starts
+            end = time.monotonic() + lifetime
+        if limit and srv.requests >= limit:
             told = True
             _tell(pipe, b"M")
+        elif time.monotonic() >= end:
+            told = True
+            _tell(pipe, b"L")
 
     return tick
 

@@ -284,9 +284,10 @@ def test_subprocess_bad_option() -> None:
 
 
 def test_subprocess_unknown_flag() -> None:
-    proc = run_cyserve("examples.demo.app:app", "--workers", "2")
+    # (--workers was the example here until it became --processes' alias, as uvicorn spells it.)
+    proc = run_cyserve("examples.demo.app:app", "--worker-count", "2")
     assert proc.returncode == 2
-    assert proc.stderr == "cyserve: unrecognized arguments: --workers 2\n"
+    assert proc.stderr == "cyserve: unrecognized arguments: --worker-count 2\n"
 def test_subprocess_port_in_use(tmp_path: Path) -> None:
     (tmp_path / "tiny.py").write_text(textwrap.dedent("""
         import cyserve

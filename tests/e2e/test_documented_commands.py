@@ -91,6 +91,10 @@ SKIP = {
     r"^make (?:python-ft|test-ft)\b": "a free-threaded CPython built from source (minutes of "
                                       "CPU), and this suite run again on it",
     r"^python -m bench\.": "benchmark scripts: same as make bench",
+    r"^\.venv/bin/python -m cyserve\.cli --write-options-doc": "rewrites docs/options.md's "
+                                                             "tables, serves nothing: "
+                                                             "tests/unit/test_config_sources.py "
+                                                             "compares them with the parser",
     r"^make (?:dist|test-pythons|lint)\b": "packaging, other Pythons, the source gates: "
                                            "tests/e2e/test_packaging.py builds what make dist "
                                            "builds; test-pythons and lint run this suite, or "

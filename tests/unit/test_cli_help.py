@@ -32,3 +32,23 @@ def test_operations_flags_reach_the_config() -> None:
     assert c.metrics_bind == "[::1]:9100" and not c.proxy_protocol and not c.worker_timeout
     text = " ".join(parser.format_help().split())
     assert "metrics: Prometheus text format at GET /metrics" in text
+
+
+def test_uvicorn_and_gunicorn_spellings_are_aliases() -> None:
+    parser = cli.build_parser()
+    c = cli.config_from_args(parser.parse_args(
+        ["m:app", "--workers", "3", "--timeout-keep-alive", "7", "--limit-max-requests", "100",
+         "--timeout", "30", "--timeout-graceful-shutdown", "2", "-b", "127.0.0.1:9000",
+         "-p", "/tmp/x.pid", "--max-lifetime", "60", "--limit-concurrency", "50"]))
+    assert (c.processes, c.keepalive_timeout, c.max_requests, c.worker_timeout,
+            c.graceful_timeout, c.bind, c.pid, c.max_lifetime, c.limit_concurrency) == \
+        (3, 7.0, 100, 30.0, 2.0, ("127.0.0.1:9000",), "/tmp/x.pid", 60.0, 50)
+    assert cli.config_from_args(parser.parse_args(["m:app", "-w", "2", "--keep-alive", "3"])
+                                ).processes == 2
+    text = " ".join(parser.format_help().split())
+    for section in ("application:", "where to listen:", "development:", "worker processes:",
+                    "logging:", "HTTP:", "HTTPS:", "resource limits:", "timeouts:",
+                    "behind a proxy:", "metrics:"):
+        assert section in text
+    assert "The application is imported once, by the supervisor, and the workers are forked " \
+        "from it" in text

@@ -348,10 +348,36 @@ int request_body_streams(struct request *rq)
     return t->kind == SERVER_PYTHON && t->body_stream;
 }
 
+static int dispatch_call(struct request *rq, const struct router_match *m, const char *body,
+                         size_t body_len);
+
+/* --limit-concurrency: one count per process (struct server), taken around the handler call
+ * only, so the answers that need no handler (static, files, 404) and the inline path never
+ * touch it, and with no limit the request path pays one predictable branch. A relaxed
+ * fetch-add is enough: the count orders nothing, it only bounds. Past the limit the client is
+ * told to come back (Retry-After) on a new connection: closing spreads a retrying client over
+ * the other processes of the SO_REUSEPORT group, where keeping the connection would bring it
+ * back to the busy one. */
+static int dispatch_limited(struct request *rq, const struct router_match *m, const char *body,
+                            size_t body_len)
+{
+    struct server *s = rq->srv;
+    unsigned was = atomic_fetch_add_explicit(&s->in_handlers, 1, memory_order_relaxed);
+    if (was >= s->cfg.limit_concurrency) {
+        atomic_fetch_sub_explicit(&s->in_handlers, 1, memory_order_relaxed);
+        answer_simple(rq, 503, "503 Service Unavailable: too many requests at once\n",
+                      "Retry-After: 1\r\n");
+        rq->answer.close = 1;
+        return 0;
+    }
+    int rc = dispatch_call(rq, m, body, body_len);
+    atomic_fetch_sub_explicit(&s->in_handlers, 1, memory_order_relaxed);
+    return rc;
+}
+
 int request_dispatch(struct request *rq, const char *body, size_t body_len)
 {
     struct http_request *req = &rq->head;
-    int head_only = req->method_id == HTTP_HEAD;
     struct request_answer *a = &rq->answer;
     struct router_match m;
     int rc = router_match(rq->srv->router, ROUTER_METHOD_BIT(req->method_id), req->path,
@@ -389,7 +415,22 @@ int request_dispatch(struct request *rq, const char *body, size_t body_len)
         hfiles_serve(rq, t, &m);
         return 0;
     }
+    if (LIKELY(rq->srv->cfg.limit_concurrency == 0))
+        return dispatch_call(rq, &m, body, body_len);
+    return dispatch_limited(rq, &m, body, body_len);
+}
 
+/* request_dispatch's handler call: a GIL-free handler, or a Python one offloaded to the
+ * worker's batch (and an ASGI answer awaited). Its return is request_dispatch's. */
+static int dispatch_call(struct request *rq, const struct router_match *mp, const char *body,
+                         size_t body_len)
+{
+    struct http_request *req = &rq->head;
+    int head_only = req->method_id == HTTP_HEAD;
+    struct request_answer *a = &rq->answer;
+    struct router_match m = *mp;
+    const struct server_target *t = m.target;
+    int rc;
     cyserve_request creq;
     request_view(&creq, req, &m, body, body_len, rq);
     resp_reset(&rq->resp);

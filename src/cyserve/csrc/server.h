@@ -210,6 +210,10 @@ struct server_config {
     uint64_t ws_max_message;
     uint64_t ws_ping_interval_ns;
     uint64_t ws_ping_timeout_ns;
+    /* Requests of this server in a handler at once (GIL-free, Python, WSGI, ASGI: static and
+     * file answers take no handler and are not counted); one more is answered 503 with
+     * Retry-After and the connection closed (request.c). 0 (default): no limit. */
+    unsigned limit_concurrency;
 };
 
 /* Defaults: keep-alive 5 s, head 10 s, body 10 s, 8 KiB head/target, 100 headers,

@@ -110,6 +110,7 @@ struct server {
     _Atomic uint64_t live;
     _Atomic uint64_t body_held;     /* request body bytes held against cfg.body_budget (http1.c) */
     _Atomic unsigned body_streams;  /* bodies being streamed to handlers (body.c's slots) */
+    _Atomic unsigned in_handlers;   /* requests in a handler, under cfg.limit_concurrency */
     _Atomic int stopping;           /* a server_shutdown is in progress or done */
     _Atomic uint64_t stop_deadline; /* when the grace period of the shutdown ends */
     _Atomic unsigned undrained;     /* listener slots a stop has not yet drained and shut */

@@ -191,6 +191,7 @@ cdef class Server:
                  str ssl_keyfile=None, str ssl_keyfile_password=None, str ssl_ciphers=None,
                  str ssl_ca_certs=None, int ssl_cert_reqs=0, bint http2=True,
                  int http2_max_concurrent_streams=100, Metrics metrics=None,
+                 unsigned int limit_concurrency=0,
                  int metrics_slot=-1, proxy_protocol_from=None, ws_max_size=16 << 20,
                  ws_ping_interval=20.0, ws_ping_timeout=20.0,
                  bint ws_per_message_deflate=True):
@@ -305,6 +306,7 @@ cdef class Server:
         cfg.ws_max_message = ws_max_size
         cfg.ws_ping_interval_ns = <uint64_t>((ws_ping_interval or 0) * 1e9)
         cfg.ws_ping_timeout_ns = <uint64_t>((ws_ping_timeout or 0) * 1e9)
+        cfg.limit_concurrency = limit_concurrency
         if self._tls != NULL:
             cfg.transport = cs.tls_transport_ptr
             cfg.transport_ctx = <void *>self._tls

@@ -160,6 +160,7 @@ cdef extern from "csrc/server.h" nogil:
         void *transport_ctx
         int http2
         unsigned http2_max_streams
+        unsigned limit_concurrency
         metrics_proc_t *metrics
         unsigned metrics_shards
         uint64_t ws_max_message

@@ -1,0 +1,309 @@
+"""What an operator sets around the server, each with a real server in a subprocess: --pid,
+options from the environment and a TOML file, --log-config and the pid in every worker's log
+lines, --no-preload. (Recycling, reloads and scaling, under load: test_lifecycle.py.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import socket
+import subprocess
+import time
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from _served import TIMEOUT, Served, free_port, request
+
+pytestmark = pytest.mark.native
+
+APP = """
+import os
+
+import cyserve
+
+os.write(1, f"imported in {os.getpid()}\\n".encode())  # one write: workers share the pipe
+app = cyserve.App()
+
+
+@app.get("/who")
+def who(request):
+    return f"{os.getpid()}"
+
+
+@app.get("/boom")
+def boom(request):
+    raise RuntimeError("boom on purpose")
+"""
+
+
+@pytest.fixture
+def served() -> Iterator[list[Served]]:
+    started: list[Served] = []
+    yield started
+    for s in started:
+        s.close()
+
+
+def _cyserve(tmp: Path, *args: str, env: dict[str, str] | None = None
+             ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cyserve", *args], cwd=tmp, text=True,
+                          capture_output=True, timeout=TIMEOUT,
+                          env=dict(os.environ, **(env or {})))
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_pid_file_is_written_refused_while_live_and_removed(tmp_path: Path,
+                                                            served: list[Served],
+                                                            processes: int) -> None:
+    pidfile = tmp_path / "run" / "cyserve.pid"
+    pidfile.parent.mkdir()
+    pidfile.write_text("999999999\n")  # stale: no such process
+    port = free_port()
+    srv = Served(tmp_path, "--port", str(port), "--threads", "1", "--processes",
+                 str(processes), "--pid", str(pidfile), wait_serving=processes, app=APP)
+    served.append(srv)
+    assert pidfile.read_text() == f"{srv.proc.pid}\n"  # the supervisor's, or the one process's
+    # A second server given the same file is refused before it binds anything.
+    r = _cyserve(tmp_path, "listen_app:app", "--port", str(free_port()), "--pid", str(pidfile))
+    assert r.returncode == 1
+    assert r.stderr.splitlines()[-1] == (
+        f"cyserve: --pid {pidfile}: process {srv.proc.pid} written in it is still running "
+        "(another server?); stop it, or remove the file")
+    assert request(socket.AF_INET, ("127.0.0.1", port))[0] == b"HTTP/1.1 200 OK"
+    assert pidfile.read_text() == f"{srv.proc.pid}\n"
+    assert srv.stop() == 0, srv.stderr
+    assert not pidfile.exists()
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11) and importlib.util.find_spec("tomli") is None,
+                    reason="reading TOML on Python 3.10 needs tomli (tested: the error says so)")
+def test_options_from_the_environment_and_a_toml_file(tmp_path: Path,
+                                                      served: list[Served]) -> None:
+    port = free_port()
+    toml = tmp_path / "cyserve.toml"
+    toml.write_text('port = 1\nthreads = 1\nhealth-path = "/healthz"\nworkers = 2\n'
+                    'log-level = "warning"\n')
+    # The environment wins over the file (the port), the command line over both (--workers).
+    srv = Served(tmp_path, "--workers", "1", wait_serving=1, app=APP,
+                 env={"CYSERVE_CONFIG": str(toml), "CYSERVE_PORT": str(port)})
+    served.append(srv)
+    assert srv.serving == [f"http://127.0.0.1:{port}"]
+    assert request(socket.AF_INET, ("127.0.0.1", port), "/healthz") == (b"HTTP/1.1 200 OK",
+                                                                        "ok\n")
+    assert srv.stop() == 0, srv.stderr
+    assert "supervising" not in srv.stderr
+    # A bad value says where it came from, in one line.
+    r = _cyserve(tmp_path, "listen_app:app", env={"CYSERVE_CONFIG": str(toml),
+                                                  "CYSERVE_THREADS": "many"})
+    assert (r.returncode, r.stderr) == (2, "cyserve: CYSERVE_THREADS='many': must be an "
+                                           "integer\n")
+    toml.write_text('app = "listen_app:app"\nmax-request = 10\n')
+    r = _cyserve(tmp_path, "-c", str(toml))
+    assert (r.returncode, r.stderr) == (2, f"cyserve: --config {toml}: unknown option "
+                                           "'max-request'\n")
+
+
+def test_every_workers_log_lines_carry_its_pid(tmp_path: Path, served: list[Served]) -> None:
+    port = free_port()
+    srv = Served(tmp_path, "--port", str(port), "--threads", "1", "--processes", "2",
+                 wait_serving=2, app=APP)
+    served.append(srv)
+    pids = set(_pids_of_children(srv.proc.pid))
+    for _ in range(6):
+        assert request(socket.AF_INET, ("127.0.0.1", port), "/boom")[0].endswith(b"500 "
+                                                                              b"Internal Server "
+                                                                              b"Error")
+    assert srv.stop() == 0
+    lines = [ln for ln in srv.stderr.splitlines() if ln.startswith("cyserve: ERROR: ")]
+    assert len(lines) == 6, srv.stderr
+    for ln in lines:
+        m = re.match(r"cyserve: ERROR: \[(\d+)\] handler .* failed", ln)
+        assert m and m.group(1) in pids, (ln, pids)
+
+
+def _pids_of_children(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return f.read().split()
+
+
+@pytest.mark.parametrize("kind", ["json", "ini"])
+def test_log_config_configures_logging_in_every_worker(tmp_path: Path, served: list[Served],
+                                                       kind: str) -> None:
+    log = tmp_path / "app.log"
+    fmt = "%(process)d %(name)s %(levelname)s %(message)s"
+    if kind == "json":
+        conf = tmp_path / "logging.json"
+        conf.write_text(json.dumps({
+            "version": 1,
+            "formatters": {"plain": {"format": fmt}},
+            "handlers": {"file": {"class": "logging.FileHandler", "filename": str(log),
+                                  "formatter": "plain"}},
+            "loggers": {"cyserve": {"handlers": ["file"], "level": "INFO"}},
+        }))
+    else:
+        conf = tmp_path / "logging.ini"
+        conf.write_text(f"""
+[loggers]
+keys = root,cyserve
+
+[handlers]
+keys = file
+
+[formatters]
+keys = plain
+
+[logger_root]
+handlers =
+
+[logger_cyserve]
+handlers = file
+qualname = cyserve
+level = INFO
+
+[handler_file]
+class = FileHandler
+args = ({str(log)!r},)
+formatter = plain
+
+[formatter_plain]
+format = {fmt}
+""")
+    port = free_port()
+    srv = Served(tmp_path, "--port", str(port), "--threads", "1", "--processes", "2",
+                 "--log-config", str(conf), wait_serving=2, app=APP)
+    served.append(srv)
+    pids = set(_pids_of_children(srv.proc.pid))
+    for _ in range(6):
+        request(socket.AF_INET, ("127.0.0.1", port), "/boom")
+    assert srv.stop() == 0, srv.stderr
+    assert "boom on purpose" not in srv.stderr  # to the file, not standard error
+    logged = [ln for ln in log.read_text().splitlines() if re.match(r"\d+ cyserve", ln)]
+    assert len(logged) == 6, log.read_text()
+    assert {ln.split()[0] for ln in logged} <= pids
+
+
+def test_log_config_errors_are_one_line(tmp_path: Path) -> None:
+    (tmp_path / "listen_app.py").write_text(APP)
+    yaml = tmp_path / "logging.yaml"
+    yaml.write_text("version: 1\n")
+    r = _cyserve(tmp_path, "listen_app:app", "--log-config", str(yaml))
+    try:
+        import yaml as _  # noqa: F401
+    except ImportError:
+        assert (r.returncode, r.stderr) == (2, f"cyserve: invalid --log-config {yaml}: a YAML "
+                                               "file needs PyYAML (pip install pyyaml); or give "
+                                               "the same dictionary as JSON\n")
+    bad = tmp_path / "logging.json"
+    bad.write_text('{"version": 1, "handlers": {"h": {"class": "no.such.Handler"}}}')
+    r = _cyserve(tmp_path, "listen_app:app", "--port", str(free_port()), "--log-config",
+                 str(bad))
+    assert r.returncode == 2
+    assert r.stderr.startswith(f"cyserve: invalid --log-config {bad}: logging cannot use it: ")
+    assert r.stderr.count("\n") == 1, r.stderr
+    r = _cyserve(tmp_path, "listen_app:app", "--log-config", str(tmp_path / "none.json"))
+    assert (r.returncode, r.stderr) == (2, f"cyserve: invalid --log-config "
+                                           f"{tmp_path / 'none.json'}: cannot read the file: "
+                                           "No such file or directory\n")
+
+
+@pytest.mark.parametrize("preload", [True, False])
+def test_preload_imports_once_and_no_preload_in_each_worker(tmp_path: Path,
+                                                            served: list[Served],
+                                                            preload: bool) -> None:
+    port = free_port()
+    srv = Served(tmp_path, "--port", str(port), "--threads", "1", "--processes", "2",
+                 *([] if preload else ["--no-preload"]), wait_serving=2, app=APP)
+    served.append(srv)
+    workers = set(_pids_of_children(srv.proc.pid))
+    answered = {request(socket.AF_INET, ("127.0.0.1", port))[1] for _ in range(20)}
+    assert answered <= workers
+    assert srv.stop() == 0, srv.stderr
+    imports = [ln for ln in srv.all_lines if ln.startswith("imported in ")]
+    expected = {str(srv.proc.pid)} | (set() if preload else workers)
+    assert {ln.split()[-1] for ln in imports} == expected, imports
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 11) or importlib.util.find_spec("tomli") is not None,
+                    reason="Python 3.11 reads TOML itself; tomli is installed")
+def test_toml_on_python_310_without_tomli_says_what_is_missing(tmp_path: Path) -> None:
+    toml = tmp_path / "cyserve.toml"
+    toml.write_text("port = 9000\n")
+    r = _cyserve(tmp_path, "listen_app:app", "--config", str(toml))
+    assert (r.returncode, r.stderr) == (2, f"cyserve: --config {toml}: reading TOML on Python "
+                                           "3.10 needs the tomli package (pip install tomli)\n")
+
+
+SLOW_APP = """
+import asyncio
+import os
+
+import cyserve
+
+
+async def asgi(scope, receive, send):
+    # /a/slow stays in flight until the test makes the file (at most 30 s), awaiting on the
+    # event loop: no worker thread is held, whatever the machine's load.
+    slow = scope["path"].endswith("/slow")
+    if slow:
+        open("started", "w").close()
+    for _ in range(3000 if slow else 0):
+        if os.path.exists("release"):
+            break
+        await asyncio.sleep(0.01)
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": b"slow" if slow else b"fast"})
+
+
+app = cyserve.App()
+app.asgi("/a", asgi)
+app.static("/plain", b"plain")
+"""
+
+
+def _raw(port: int, path: str) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        data = b""
+        while b"\r\n\r\n" not in data or not data.endswith((b"slow", b"fast", b"plain",
+                                                              b"at once\n")):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        return data
+
+
+def test_limit_concurrency_answers_503_past_n_requests_in_handlers(
+        tmp_path: Path, served: list[Served]) -> None:
+    import threading
+
+    port = free_port()
+    srv = Served(tmp_path, "--port", str(port), "--threads", "1", "--limit-concurrency", "1",
+                 app=SLOW_APP)
+    served.append(srv)
+    answers: list[bytes] = []
+    slow = threading.Thread(target=lambda: answers.append(_raw(port, "/a/slow")))
+    slow.start()
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not (tmp_path / "started").exists():  # the slow request is in flight
+            assert time.monotonic() < deadline and not answers, answers
+            time.sleep(0.01)
+        refused = _raw(port, "/a/fast")
+        assert refused.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), refused
+        head = refused.split(b"\r\n\r\n")[0].split(b"\r\n")
+        assert b"Retry-After: 1" in head and b"Connection: close" in head, head
+        # Answers that need no handler are not counted.
+        assert _raw(port, "/plain").startswith(b"HTTP/1.1 200")
+    finally:
+        (tmp_path / "release").write_text("")
+        slow.join(TIMEOUT)
+    assert [a.split(b"\r\n")[0] for a in answers] == [b"HTTP/1.1 200 OK"]
+    assert _raw(port, "/a/fast").startswith(b"HTTP/1.1 200")  # the count went back down
+    assert srv.stop() == 0, srv.stderr

@@ -1,0 +1,157 @@
+"""Options from the environment (CYSERVE_<OPTION>) and from a TOML file (--config): every
+option is taken from both, the command line wins over the environment, which wins over the
+file, and a bad key or value is one line that names it (cli.parse_command)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+
+from cyserve import cli
+
+pytestmark = pytest.mark.skipif(sys.version_info < (3, 11) and not __import__(
+    "importlib.util").util.find_spec("tomli"), reason="reading TOML on 3.10 needs tomli")
+
+
+def _sample(action: argparse.Action) -> tuple[object, object]:
+    """A value for the option that differs from its default: (as given, as parsed)."""
+    if action.nargs == 0:
+        value = not action.default
+        return value, value
+    if action.nargs == "?" and not action.option_strings:  # MODULE:APP
+        return "m:app", "m:app"
+    if isinstance(action, argparse._AppendAction):
+        return ["unix:/tmp/a.sock", "127.0.0.1:9"], ["unix:/tmp/a.sock", "127.0.0.1:9"]
+    if action.choices:
+        value = next(c for c in action.choices if c != action.default)
+        return value, value
+    return "7", "7"
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(f'"{v}"' for v in value) + "]"
+    return f'"{value}"'
+
+
+def test_every_option_is_taken_from_the_environment_and_from_toml(tmp_path: Path) -> None:
+    parser = cli.build_parser()
+    names = cli.option_names(parser)
+    assert {"port", "processes", "workers", "max-requests", "app", "config", "http2"} <= \
+        set(names)
+    checked = 0
+    for option, action in names.items():
+        if option == "config":
+            continue  # where the file is: below
+        given, parsed = _sample(action)
+        env_value = " ".join(given) if isinstance(given, list) else \
+            ("true" if given is True else "false" if given is False else str(given))
+        env = {cli.env_name(option): env_value}
+        if option != "app":
+            env["CYSERVE_APP"] = "m:app"
+        args, given_dests, labels = cli.parse_sources([], env)
+        assert getattr(args, action.dest) == parsed, (option, env)
+        assert labels[action.dest].startswith(cli.env_name(option) + "=")
+        toml = tmp_path / f"{option}.toml"
+        lines = [f"{option} = {_toml(given)}"]
+        if option != "app":
+            lines.append('app = "m:app"')
+        toml.write_text("\n".join(lines) + "\n")
+        args, _, labels = cli.parse_sources(["--config", str(toml)], {})
+        assert getattr(args, action.dest) == parsed, (option, toml.read_text())
+        # The snake_case spelling of a key is the same key.
+        toml.write_text("\n".join([f"{option.replace('-', '_')} = {_toml(given)}"] + lines[1:])
+                        + "\n")
+        args, _, _ = cli.parse_sources([], {"CYSERVE_CONFIG": str(toml)})
+        assert getattr(args, action.dest) == parsed, option
+        checked += 1
+    assert checked == len(names) - 1
+
+
+def test_the_command_line_wins_over_the_environment_which_wins_over_the_file(
+        tmp_path: Path) -> None:
+    toml = tmp_path / "cyserve.toml"
+    toml.write_text('app = "m:app"\nport = 9001\nthreads = 3\nmax-requests = 50\n'
+                    'bind = ["127.0.0.1:9100"]\naccess-log = true\n')
+    args, config = cli.parse_command(["--config", str(toml)], {})
+    assert (config.port, config.threads, config.max_requests, config.bind, config.access_log) \
+        == (9001, 3, 50, ("127.0.0.1:9100",), True)
+    env = {"CYSERVE_PORT": "9002", "CYSERVE_THREADS": "2", "CYSERVE_BIND": "127.0.0.1:9200",
+           "CYSERVE_TEST_HOOKS": "1"}  # not an option: left alone
+    args, config = cli.parse_command(["--config", str(toml), "--threads", "1",
+                                      "--bind", "127.0.0.1:9300"], env)
+    assert (config.port, config.threads, config.max_requests, config.bind) == \
+        (9002, 1, 50, ("127.0.0.1:9300",))
+    assert args.app == "m:app"
+    # A [cyserve] table of its own is the same table.
+    toml.write_text('[cyserve]\napp = "m:app"\nworkers = 2\n')
+    assert cli.parse_command(["--config", str(toml)], {})[1].processes == 2
+
+
+@pytest.mark.parametrize("content, env, message", [
+    ('app = "m:app"\nprot = 80\n', {}, "--config {path}: unknown option 'prot'"),
+    ('app = "m:app"\nport = "eighty"\n', {},
+     "--config {path}: port: must be an integer"),
+    ('app = "m:app"\nport = true\n', {},
+     "--config {path}: port: must be a string or a number, got True"),
+    ('app = "m:app"\nlog-level = "loud"\n', {},
+     "--config {path}: log-level: argument --log-level: invalid choice: 'loud'"),
+    ('app = "m:app"\naccess-log = "maybe"\n', {},
+     "--config {path}: access-log: must be true or false, got 'maybe'"),
+    ('app = "m:app"\nconfig = "other.toml"\n', {}, "--config {path}: unknown option 'config'"),
+    ('app = "m:app"\nport = 8000\n[extra]\n', {}, "--config {path}: unknown option 'extra'"),
+    ('app = "m:app"\nport = 80\nport = 81\n', {}, "--config {path}: not valid TOML"),
+    ('app = "m:app"\n', {"CYSERVE_MAX_REQUESTS": "lots"},
+     "CYSERVE_MAX_REQUESTS='lots': must be an integer"),
+    ('app = "m:app"\n', {"CYSERVE_PROCESSES": "0"},
+     "CYSERVE_PROCESSES='0': must be between 1 and 256"),
+    ('app = "m:app"\n', {"CYSERVE_HTTP2": "perhaps"},
+     "CYSERVE_HTTP2='perhaps': must be true or false, got 'perhaps'"),
+])
+def test_a_bad_key_or_value_names_it(tmp_path: Path, content: str, env: dict[str, str],
+                                     message: str) -> None:
+    toml = tmp_path / "cyserve.toml"
+    toml.write_text(content)
+    with pytest.raises(cli._UsageError) as err:
+        cli.parse_command(["--config", str(toml)], env)
+    text = str(err.value)
+    assert text.startswith(message.format(path=toml)), text
+    assert "\n" not in text
+
+
+def test_a_gunicorn_python_config_is_refused_clearly(tmp_path: Path) -> None:
+    conf = tmp_path / "gunicorn.conf.py"
+    conf.write_text("workers = 2\n")
+    with pytest.raises(cli._UsageError, match="a Python configuration file .gunicorn's. is not "
+                                              "read; give the options as a TOML file"):
+        cli.parse_command(["m:app", "-c", str(conf)], {})
+
+
+def test_a_value_given_on_the_command_line_is_reported_as_the_option(tmp_path: Path) -> None:
+    from cyserve.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        cli.parse_command(["m:app", "--port", "x"], {"CYSERVE_PORT": "y"})
+    assert err.value.for_cli() == "invalid --port x: must be an integer"
+
+
+def test_the_options_table_in_the_docs_is_the_generated_one() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "options.md").read_text()
+    begin, end = "<!-- options table: begin -->\n", "<!-- options table: end -->\n"
+    assert begin in doc and end in doc
+    table = doc[doc.index(begin) + len(begin):doc.index(end)]
+    assert table == cli.options_markdown(), (
+        "docs/options.md is out of date: rewrite it with `.venv/bin/python -m cyserve.cli "
+        "--write-options-doc`")
+
+
+def test_every_option_has_a_help_section() -> None:
+    parser = cli.build_parser()
+    left = [a.option_strings for a in parser._optionals._group_actions
+            if a.dest not in ("help", "version")]
+    assert left == [], "options without a section in --help (cli._SECTIONS)"
