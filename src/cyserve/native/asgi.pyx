@@ -372,6 +372,9 @@ cdef class ASGIHandler:
         if cs.server_req_peer(<const cs.req_t *>req, &peer) == 0:
             host, _, port = (<bytes>peer).decode("latin-1").rpartition(":")
             client = (host.strip("[]"), int(port))
+        # The ASGI TLS extension over TLS (its connection's, not a proxy's).
+        tls = _tls_extension(<const cs.req_t *>req) if cs.server_req_tls(
+            <const cs.req_t *>req) else None
         return {
             "type": "http",
             "asgi": _ASGI_VERSION,
@@ -389,7 +392,7 @@ cdef class ASGIHandler:
             "client": client,
             "server": self.server,
             "state": self.state.copy(),
-            "extensions": {},
+            "extensions": {"tls": tls} if tls is not None else {},
         }
 
     cdef _Exchange _start(self, const cyserve_request *req):
