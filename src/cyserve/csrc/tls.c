@@ -114,11 +114,11 @@
 #define TLS_REJECT_LINGER_NS (200ull * 1000 * 1000)
 
 struct tls_ctx {
-    pthread_mutex_t lock; /* guards cur against a reload's swap */
-    SSL_CTX *cur;         /* the current load's default context (a reference of ours) */
-    int http2;            /* ALPN offers h2 */
-    uint64_t ticket_period;             /* seconds per ticket key */
-    _Atomic int64_t ticket_shift;       /* periods added by tls_ctx_rotate_ticket_keys */
+    pthread_mutex_t lock;         /* guards cur against a reload's swap */
+    SSL_CTX *cur;                 /* the current load's default context (a reference of ours) */
+    int http2;                    /* ALPN offers h2 */
+    uint64_t ticket_period;       /* seconds per ticket key */
+    _Atomic int64_t ticket_shift; /* periods added by tls_ctx_rotate_ticket_keys */
 };
 
 static __thread char tls_gather_buf[TLS_GATHER];
@@ -277,7 +277,7 @@ static int tls_ticket_cb(SSL *s, unsigned char *name, unsigned char *iv, EVP_CIP
     if (enc) {
         tls_ticket_derive(now, 'n', k);
         memcpy(name, k, TLS_TK_NAME);
-        if (RAND_bytes(iv, EVP_MAX_IV_LENGTH < 16 ? EVP_MAX_IV_LENGTH : 16) != 1)
+        if (RAND_bytes(iv, 16) != 1) /* AES-CBC's IV */
             return -1;
         tls_ticket_derive(now, 'a', k);
         int ok = EVP_EncryptInit_ex(ectx, EVP_aes_256_cbc(), NULL, k, iv) == 1 &&
@@ -655,8 +655,9 @@ static int tls_load_new(struct tls_ctx *t, const struct tls_options *o, SSL_CTX 
         OCSP_RESPONSE_free(r);
         ERR_clear_error();
         if (!whole) {
-            snprintf(err, errlen, "'%s' is not an OCSP response (DER, as `openssl ocsp -respout` "
-                                  "writes it)",
+            snprintf(err, errlen,
+                     "'%s' is not an OCSP response (DER, as `openssl ocsp -respout` "
+                     "writes it)",
                      o->ocsp_file);
             rc = -EINVAL;
             goto fail;

@@ -74,14 +74,14 @@ int tls_kernel_tls(void);
 /* What a handler may know of its connection's TLS session (tls_conn_info). The strings are
  * OpenSSL's or the session's, valid while the connection lives. */
 struct tls_info {
-    int version;               /* on the wire: 0x0303 TLS 1.2, 0x0304 TLS 1.3 */
-    const char *version_name;  /* "TLSv1.3" */
-    int cipher;                /* the IANA number of the cipher suite (0x1301) */
-    const char *cipher_name;   /* OpenSSL's name of it ("TLS_AES_128_GCM_SHA256") */
-    int peer_cert;             /* 1: the client sent a certificate */
-    long verify;               /* its verification: 0 (X509_V_OK) or OpenSSL's error number */
-    const char *verify_text;   /* the error in words, NULL when it verified */
-    const char *server_name;   /* the name the client asked for (SNI), or NULL */
+    int version;              /* on the wire: 0x0303 TLS 1.2, 0x0304 TLS 1.3 */
+    const char *version_name; /* "TLSv1.3" */
+    int cipher;               /* the IANA number of the cipher suite (0x1301) */
+    const char *cipher_name;  /* OpenSSL's name of it ("TLS_AES_128_GCM_SHA256") */
+    int peer_cert;            /* 1: the client sent a certificate */
+    long verify;              /* its verification: 0 (X509_V_OK) or OpenSSL's error number */
+    const char *verify_text;  /* the error in words, NULL when it verified */
+    const char *server_name;  /* the name the client asked for (SNI), or NULL */
 };
 
 /* Fill out for connection c. 0, or -ENOTCONN when c is not a TLS connection past its handshake.
