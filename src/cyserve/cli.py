@@ -141,6 +141,17 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
                    help="the CAs client certificates are verified against (PEM)")
     p.add_argument("--ssl-cert-reqs", metavar="N", default=None,
                    help="client certificates: 0 not asked for (default), 1 optional, 2 required")
+    p.add_argument("--ssl-sni", metavar="NAME=CERTFILE[,KEYFILE]", action="append",
+                   default=None,
+                   help="serve NAME (or *.domain) with its own certificate, chosen by the name "
+                        "the client asks for (SNI); repeatable. Other names, and clients that "
+                        "name none, get --ssl-certfile's")
+    p.add_argument("--ssl-ocsp-file", metavar="FILE", default=None,
+                   help="an OCSP response (DER) stapled for --ssl-certfile's certificate when "
+                        "a client asks; read again with the certificates on SIGHUP")
+    p.add_argument("--ssl-ticket-rotation", metavar="SECONDS", default=None,
+                   help="session ticket keys change every SECONDS (default 3600); a ticket "
+                        "resumes for two periods")
     p.add_argument("--http2", action=argparse.BooleanOptionalAction, default=defaults.http2,
                    help="speak HTTP/2 beside HTTP/1.1: offered by ALPN over TLS, and h2c by "
                         "prior knowledge on plain connections (default: on)")
@@ -424,6 +435,16 @@ def config_from_args(args: argparse.Namespace) -> Config:
                  "ssl_ca_certs"):
         if getattr(args, name) is not None:
             options[name] = getattr(args, name)
+    if args.ssl_sni:
+        options["ssl_sni"] = tuple(args.ssl_sni)
+    if args.ssl_ocsp_file is not None:
+        options["ssl_ocsp_file"] = args.ssl_ocsp_file
+    if args.ssl_ticket_rotation is not None:
+        try:
+            options["ssl_ticket_rotation"] = int(args.ssl_ticket_rotation, 10)
+        except ValueError:
+            raise ConfigError("ssl_ticket_rotation", args.ssl_ticket_rotation,
+                              "must be a whole number of seconds") from None
     if args.ssl_cert_reqs is not None:
         try:
             options["ssl_cert_reqs"] = int(args.ssl_cert_reqs, 10)

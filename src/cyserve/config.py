@@ -165,6 +165,11 @@ class Config:
     ssl_ciphers: str | None = None  # OpenSSL cipher list for TLS 1.2; None: OpenSSL's defaults
     ssl_ca_certs: str | None = None  # PEM: the CAs that client certificates are verified against
     ssl_cert_reqs: int = 0  # client certificates: 0 none, 1 optional, 2 required (ssl.CERT_*)
+    # More names, each served with its own certificate (SNI): "NAME=CERTFILE[,KEYFILE]" entries
+    # (NAME may be *.domain); a client naming none of them gets ssl_certfile's.
+    ssl_sni: tuple[str, ...] = ()
+    ssl_ocsp_file: str | None = None  # DER OCSP response stapled for ssl_certfile's certificate
+    ssl_ticket_rotation: int = 3600  # seconds each session ticket key is used for
     # HTTP/2 (csrc/http2.c): offered by ALPN over TLS, and h2c by prior knowledge in cleartext.
     http2: bool = True
     http2_max_concurrent_streams: int = 100  # SETTINGS_MAX_CONCURRENT_STREAMS per connection
@@ -245,7 +250,10 @@ class Config:
         return {"ssl_certfile": self.ssl_certfile, "ssl_keyfile": self.ssl_keyfile,
                 "ssl_keyfile_password": self.ssl_keyfile_password,
                 "ssl_ciphers": self.ssl_ciphers, "ssl_ca_certs": self.ssl_ca_certs,
-                "ssl_cert_reqs": int(self.ssl_cert_reqs)}
+                "ssl_cert_reqs": int(self.ssl_cert_reqs),
+                "ssl_sni": [parse_sni(entry) for entry in self.ssl_sni],
+                "ssl_ocsp_file": self.ssl_ocsp_file,
+                "ssl_ticket_rotation": int(self.ssl_ticket_rotation)}
 
     def _validate(self) -> None:
         if not isinstance(self.host, str) or not self.host or self.host != self.host.strip():
@@ -337,21 +345,33 @@ class Config:
         if self.ssl_cert_reqs and not self.ssl_ca_certs:
             raise ConfigError("ssl_cert_reqs", self.ssl_cert_reqs,
                               "client certificates need ssl_ca_certs to verify them")
+        _check_int("ssl_ticket_rotation", self.ssl_ticket_rotation, 1, 1 << 30)
+        if isinstance(self.ssl_sni, str):
+            object.__setattr__(self, "ssl_sni", (self.ssl_sni,))
+        if not isinstance(self.ssl_sni, (tuple, list)):
+            raise ConfigError("ssl_sni", repr(self.ssl_sni), "must be a list of NAME=CERTFILE"
+                              "[,KEYFILE] entries")
+        object.__setattr__(self, "ssl_sni", tuple(self.ssl_sni))
+        sni_files = []
+        for entry in self.ssl_sni:
+            _name, cert, key = parse_sni(entry)  # ConfigError when malformed
+            sni_files += [("ssl_sni", cert), ("ssl_sni", key)]
         for name in ("ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers",
-                     "ssl_ca_certs"):
+                     "ssl_ca_certs", "ssl_ocsp_file"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or "\0" in value):
                 raise ConfigError(name, repr(value) if name != "ssl_keyfile_password" else "***",
                                   "must be a string")
         if not self.ssl_certfile:
             for name in ("ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers", "ssl_ca_certs",
-                         "ssl_cert_reqs"):
+                         "ssl_cert_reqs", "ssl_sni", "ssl_ocsp_file"):
                 if getattr(self, name):
                     raise ConfigError(name, "(given)" if name == "ssl_keyfile_password"
                                       else getattr(self, name), "needs ssl_certfile")
             return
-        for name in ("ssl_certfile", "ssl_keyfile", "ssl_ca_certs"):
-            path = getattr(self, name)
+        files = [(name, getattr(self, name)) for name in ("ssl_certfile", "ssl_keyfile",
+                                                          "ssl_ca_certs", "ssl_ocsp_file")]
+        for name, path in files + sni_files:
             if path:
                 try:
                     with open(path, "rb"):
@@ -508,6 +528,24 @@ def check_forwarded_allow_ips(name: str, value: object) -> None:
         except ValueError:
             raise ConfigError(name, value, f"{item!r} is not an IP address or network "
                                            "(10.0.0.0/8, ::1, or * for every peer)") from None
+
+
+def parse_sni(entry: object) -> tuple[str, str, str | None]:
+    """One ssl_sni entry, "NAME=CERTFILE[,KEYFILE]" (--ssl-sni), as (name, certfile, keyfile
+    or None); ConfigError when it is not one."""
+    if not isinstance(entry, str) or "\0" in entry:
+        raise ConfigError("ssl_sni", repr(entry), "must be a NAME=CERTFILE[,KEYFILE] string")
+    name, eq, files = entry.partition("=")
+    cert, _, key = files.partition(",")
+    name = name.strip()
+    if not eq or not name or not cert:
+        raise ConfigError("ssl_sni", entry, "must be NAME=CERTFILE[,KEYFILE] (a host name or "
+                          "*.domain, then its certificate and, unless in it, its key)")
+    allowed = set("abcdefghijklmnopqrstuvwxyz0123456789-.")
+    bare = name[2:] if name.startswith("*.") else name
+    if not bare or not set(bare.lower()) <= allowed:
+        raise ConfigError("ssl_sni", entry, f"{name!r} is not a host name (or *.domain)")
+    return name.lower(), cert, key or None
 
 
 def _check_int(name: str, value: object, low: int, high: int | None) -> None:

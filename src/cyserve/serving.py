@@ -8,7 +8,9 @@ each worker process it forks. The lifecycle, in order:
 2. Install the SIGINT, SIGTERM and SIGHUP handlers *before* starting the workers: a signal that
    arrives while the server starts is then recorded rather than lost or raised as
    KeyboardInterrupt in the middle of start(). SIGHUP (a process manager's "reload") stops like
-   SIGTERM: reloading is not supported, and its default action would cut requests in flight.
+   SIGTERM: reloading the application needs a process supervisor, and its default action would
+   cut requests in flight. A TLS server is the exception: SIGHUP reloads its certificates
+   (Server.reload_tls: new handshakes get them, connections keep theirs) and it goes on.
 3. Start the server (bind, listen, start the workers) and print one line saying where it serves.
 4. The main thread waits in short time.sleep() calls. Python runs signal handlers only in the main
    thread, between bytecodes; a main thread blocked in a long C call would never see Ctrl-C.
@@ -172,7 +174,8 @@ def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Serv
         if tcp and wsgi_port == 0:
             _bind_wsgi(routes, config, port, wsgi_host)
 
-    waiter = Waiter(stop_event, on_usr1=logfile.reopen if logfile is not None else None)
+    waiter = Waiter(stop_event, on_usr1=logfile.reopen if logfile is not None else None,
+                    on_hup=(lambda: _reload_tls(srv)) if config.ssl_certfile else None)
     waiter.install()
     if waiter.owns_process():
         # A worker process forked by the supervisor starts with them blocked (supervisor.py):
@@ -206,6 +209,7 @@ def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Serv
             else:
                 while srv.running and waiter.pending() == 0:
                     time.sleep(POLL_SECONDS)
+                    waiter.run_hups()
                     tick(srv)
             if srv.running:
                 say(waiter.shutdown_line())
@@ -221,6 +225,19 @@ def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Serv
             runtime.stop()
         if logfile is not None:
             logfile.close()  # the workers are gone: nothing writes to it any more
+
+
+def _reload_tls(srv: Server) -> None:
+    """SIGHUP to a TLS server: read its certificate files again, or say why not and keep the
+    ones it has."""
+    try:
+        srv.reload_tls()
+    except ValueError as exc:
+        say(f"cyserve: SIGHUP: cannot reload the certificates: {exc}; still serving with the "
+            "ones loaded before", sys.stderr)
+        return
+    say("cyserve: SIGHUP: certificates reloaded: new connections get them, open ones keep "
+        "theirs (the application is not imported again: that needs a process supervisor)")
 
 
 class AccessLogFile:

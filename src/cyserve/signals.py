@@ -63,11 +63,16 @@ class Waiter:
     """Counts stop requests: signals (in the main thread) and a stop_event (anywhere)."""
 
     def __init__(self, stop_event: threading.Event | None,
-                 on_usr1: Callable[[], None] | None = None) -> None:
+                 on_usr1: Callable[[], None] | None = None,
+                 on_hup: Callable[[], None] | None = None) -> None:
         self.requests = 0
         self.first_signal: int | None = None
         self.stop_event = stop_event
         self.on_usr1 = on_usr1
+        # With on_hup (a TLS server: reload its certificates), SIGHUP is counted here and
+        # on_hup runs from the waiting loop (run_hups), not from the signal handler.
+        self.on_hup = on_hup
+        self.hups = 0
         self._previous: dict[int, Any] = {}
 
     def install(self) -> None:
@@ -76,8 +81,10 @@ class Waiter:
         # SIGHUP too: process managers send it to reload (gunicorn's meaning). cyserve cannot
         # reload, and SIGHUP's default action would end the process at once, cutting requests in
         # flight; a graceful stop loses nothing (shutdown_line says why it stopped).
+        # A TLS server reloads its certificates on SIGHUP instead (on_hup).
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            self._previous[signum] = signal.signal(signum, self._on_signal)
+            handler = self._on_hup if signum == signal.SIGHUP and self.on_hup else self._on_signal
+            self._previous[signum] = signal.signal(signum, handler)
         # SIGUSR1 reopens the access log file (logrotate), and is ignored when there is none:
         # its default action would end the process.
         self._previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, self._on_usr1)
@@ -102,6 +109,15 @@ class Waiter:
             self.first_signal = signum
         self.requests += 1
 
+    def _on_hup(self, signum: int, frame: FrameType | None) -> None:
+        self.hups += 1
+
+    def run_hups(self) -> None:
+        """Act on the SIGHUPs counted since the last call (one on_hup for any number)."""
+        if self.hups and self.on_hup is not None:
+            self.hups = 0
+            self.on_hup()
+
     def _on_usr1(self, signum: int, frame: FrameType | None) -> None:
         if self.on_usr1 is not None:
             self.on_usr1()
@@ -123,6 +139,7 @@ class Waiter:
         """Return when a stop was requested or the server stopped on its own."""
         while srv.running and self.pending() == 0:
             time.sleep(POLL_SECONDS)
+            self.run_hups()
 
 
 # For these the C library's text is the whole story ("address already in use"); for anything

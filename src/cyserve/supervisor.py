@@ -383,6 +383,17 @@ class _Supervisor:
                 pass
 
     def _begin_reload(self) -> None:
+        if self.config.ssl_certfile:
+            # The new workers read the certificate files again: a file that cannot be used now
+            # keeps the old workers, with the certificates they have, rather than fail them.
+            from ._core import check_tls
+
+            try:
+                check_tls(**self.config.tls_kwargs())
+            except ValueError as exc:
+                say(f"cyserve: reload failed: {exc}; the old worker processes keep serving "
+                    "with the certificates they have", sys.stderr)
+                return
         if self.loader is not None:
             try:
                 app = self.loader()

@@ -303,6 +303,13 @@ const char *server_req_scheme(const cyserve_request *req);
 /* 1 when req came over TLS (its connection's transport is not plain TCP), else 0. The thread
  * serving req. */
 int server_req_tls(const cyserve_request *req);
+/* The TLS session req came over (tls.h: struct tls_info, tls_conn_info): 0, or -ENOTCONN when
+ * it is not TLS. The thread serving req. */
+struct tls_info;
+int server_req_tls_info(const cyserve_request *req, struct tls_info *out);
+/* A text of that session (tls.h: TLS_TEXT_*, tls_conn_text) in a malloc'd buffer the caller
+ * frees: 0, -ENOENT, -ENOTCONN or -ENOMEM. The thread serving req. */
+int server_req_tls_text(const cyserve_request *req, int what, char **out, size_t *len);
 /* 1 when req came over HTTP/2 (a stream of an HTTP/2 connection), else 0. The thread serving
  * req. */
 int server_req_http2(const cyserve_request *req);

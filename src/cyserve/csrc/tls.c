@@ -40,11 +40,29 @@
  * retry passes the same bytes OpenSSL expects. SSL_write writes one record per write(2) (MSG_MORE
  * has no use here: each record is whole).
  *
- * Files. There is no sendfile over TLS without kernel TLS, and this kernel offers no `tls` ULP, so
- * tls_sendfile is a bounded read-and-encrypt loop: each call preads at most TLS_FILE_CHUNK bytes
- * into a per-thread buffer and writes them with one SSL_write. The memory is bounded (one chunk
- * per thread, whatever the file's size), and a retry after WANT_WRITE reads the same range again
- * (the offset only advances once OpenSSL took the chunk). kTLS (SSL_sendfile) is not used.
+ * Files. Where the kernel attaches the `tls` ULP (probed once per process on a loopback socket,
+ * tls_ktls_probe) and OpenSSL was built with kernel TLS, the contexts ask for it
+ * (SSL_OP_ENABLE_KTLS) and a session whose sending side OpenSSL handed to the kernel sends files
+ * with SSL_sendfile: no copy and no encryption in user space. Elsewhere (a kernel without the
+ * module, as on the machine this was written on, or a cipher the kernel lacks) tls_sendfile is a
+ * bounded read-and-encrypt loop: each call preads at most TLS_FILE_CHUNK bytes into a per-thread
+ * buffer and writes them with one SSL_write. The memory is bounded (one chunk per thread,
+ * whatever the file's size), and a retry after WANT_WRITE reads the same range again (the offset
+ * only advances once OpenSSL took the chunk).
+ *
+ * Certificates. A server's struct tls_ctx holds the current "load" of its files: a default
+ * SSL_CTX (its certificate) that owns a struct tls_load (the SNI names with an SSL_CTX each, and
+ * the stapled OCSP response). The SNI callback moves a handshake to its name's context
+ * (SSL_set_SSL_CTX); every context is made alike (tls_ctx_make), since OpenSSL then reads ALPN,
+ * verification and tickets from the one chosen. tls_ctx_reload makes a new load and swaps it in
+ * under a mutex that tls_session_new takes only to reference the current one: a connection
+ * holds its context by reference, so a reload never touches an open connection, and the old load
+ * is freed with the last connection made on it.
+ *
+ * Handlers. tls_conn_info and tls_conn_text read what the handshake fixed (version, cipher, the
+ * certificates), from the thread serving a request while the connection's coroutine may be in
+ * SSL_read: renegotiation is off and a TLS 1.3 server sends its tickets within the handshake,
+ * so nothing they read changes after it.
  *
  * Thread-local buffers. A coroutine may move between threads at any scheduler call, so the
  * buffers are only used within one transport call, which never waits while it holds one.
@@ -63,10 +81,30 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <strings.h>
+#include <time.h>
+
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
 #include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/ocsp.h>
+#include <openssl/params.h>
+#include <openssl/pem.h>
+#include <openssl/rand.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include "conn.h"
+#include "request.h"
+#include "server.h"
 
 /* One TLS record's plaintext at most: what one SSL_write of gathered pieces covers. */
 #define TLS_GATHER 16384
@@ -76,8 +114,11 @@
 #define TLS_REJECT_LINGER_NS (200ull * 1000 * 1000)
 
 struct tls_ctx {
-    SSL_CTX *ssl;
-    int http2; /* ALPN offers h2 */
+    pthread_mutex_t lock;         /* guards cur against a reload's swap */
+    SSL_CTX *cur;                 /* the current load's default context (a reference of ours) */
+    int http2;                    /* ALPN offers h2 */
+    uint64_t ticket_period;       /* seconds per ticket key */
+    _Atomic int64_t ticket_shift; /* periods added by tls_ctx_rotate_ticket_keys */
 };
 
 static __thread char tls_gather_buf[TLS_GATHER];
@@ -95,7 +136,7 @@ int tls_looks_like_http(const char *b, size_t n)
     return n >= 1 && b[0] >= 'A' && b[0] <= 'Z';
 }
 
-/* ---- the context ---- */
+/* ---- the context: callbacks and errors ---- */
 
 /* The key's password, given to OpenSSL's PEM reader. Without a password it returns 0, so an
  * encrypted key fails to load instead of OpenSSL prompting on the terminal. */
@@ -167,43 +208,255 @@ static void tls_error(char *err, size_t errlen, const char *what, const char *fi
         snprintf(err, errlen, "%s: %s%s", what, why, hint);
 }
 
-int tls_ctx_new(const struct tls_options *o, struct tls_ctx **out, char *err, size_t errlen)
+/* ---- session tickets ---- */
+
+/* Ticket keys are not random per context but derived from one secret per process and the
+ * number of the current period (the wall clock divided by the rotation period): key(e) =
+ * HMAC-SHA256(secret, label || e) for its name, its AES key and its HMAC key. So rotation needs
+ * no timer thread and no lock (each ticket operation computes the period it is in), the worker
+ * processes a supervisor forks after it made its first context share the secret and rotate
+ * together (a client resumes on whichever process accepts it), and a reload of the
+ * certificates keeps the keys. A ticket made in period e is accepted in e and e + 1 (then
+ * renewed with the current key), so resumption survives one rotation and no ticket lives
+ * longer than two periods. */
+static unsigned char tls_ticket_secret[32];
+static int tls_ticket_secret_ok;
+static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
+static int tls_ex_server = -1; /* every SSL_CTX of ours: its struct tls_ctx (borrowed) */
+static int tls_ex_load = -1;   /* a default SSL_CTX: its struct tls_load (owned) */
+static int tls_ktls_ok;        /* the kernel attaches the tls ULP (tls_ktls_probe) */
+
+#define TLS_TK_NAME 16
+#define TLS_TK_KEY 32
+
+static void tls_ticket_derive(int64_t epoch, char label, unsigned char out[32])
 {
-    const char *cert = o->certfile && *o->certfile ? o->certfile : NULL;
-    const char *key = o->keyfile && *o->keyfile ? o->keyfile : cert;
-    const char *pw = o->password && *o->password ? o->password : NULL;
-    if (!cert) {
-        snprintf(err, errlen, "a certificate file is required for TLS");
-        return -EINVAL;
+    unsigned char msg[19 + 1 + 8];
+    memcpy(msg, "cyserve ticket key ", 19);
+    msg[19] = (unsigned char)label;
+    for (int i = 0; i < 8; i++)
+        msg[20 + i] = (unsigned char)((uint64_t)epoch >> (56 - 8 * i));
+    unsigned len = 32;
+    if (!HMAC(EVP_sha256(), tls_ticket_secret, sizeof(tls_ticket_secret), msg, sizeof(msg), out,
+              &len))
+        memset(out, 0, 32); /* never: HMAC-SHA256 of a buffer does not fail */
+}
+
+static int64_t tls_ticket_epoch(struct tls_ctx *t)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)((uint64_t)ts.tv_sec / t->ticket_period) +
+           atomic_load_explicit(&t->ticket_shift, memory_order_relaxed);
+}
+
+static int tls_ticket_init(EVP_MAC_CTX *hctx, int64_t epoch)
+{
+    unsigned char hkey[32];
+    tls_ticket_derive(epoch, 'h', hkey);
+    OSSL_PARAM params[3];
+    params[0] = OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_KEY, hkey, sizeof(hkey));
+    params[1] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0);
+    params[2] = OSSL_PARAM_construct_end();
+    int ok = EVP_MAC_CTX_set_params(hctx, params);
+    OPENSSL_cleanse(hkey, sizeof(hkey));
+    return ok;
+}
+
+/* OpenSSL's ticket key callback (SSL_CTX_set_tlsext_ticket_key_evp_cb): enc 1, choose the key
+ * and IV of a new ticket (1); enc 0, find the key of the ticket named `name` (1: current, 2:
+ * the previous period's, to be renewed; 0: unknown or too old, a full handshake). */
+static int tls_ticket_cb(SSL *s, unsigned char *name, unsigned char *iv, EVP_CIPHER_CTX *ectx,
+                         EVP_MAC_CTX *hctx, int enc)
+{
+    struct tls_ctx *t = SSL_CTX_get_ex_data(SSL_get_SSL_CTX(s), tls_ex_server);
+    if (!t)
+        return -1;
+    int64_t now = tls_ticket_epoch(t);
+    unsigned char k[32];
+    if (enc) {
+        tls_ticket_derive(now, 'n', k);
+        memcpy(name, k, TLS_TK_NAME);
+        if (RAND_bytes(iv, 16) != 1) /* AES-CBC's IV */
+            return -1;
+        tls_ticket_derive(now, 'a', k);
+        int ok = EVP_EncryptInit_ex(ectx, EVP_aes_256_cbc(), NULL, k, iv) == 1 &&
+                 tls_ticket_init(hctx, now) == 1;
+        OPENSSL_cleanse(k, sizeof(k));
+        return ok ? 1 : -1;
     }
+    for (int back = 0; back < 2; back++) {
+        tls_ticket_derive(now - back, 'n', k);
+        if (CRYPTO_memcmp(name, k, TLS_TK_NAME) != 0)
+            continue;
+        tls_ticket_derive(now - back, 'a', k);
+        int ok = EVP_DecryptInit_ex(ectx, EVP_aes_256_cbc(), NULL, k, iv) == 1 &&
+                 tls_ticket_init(hctx, now - back) == 1;
+        OPENSSL_cleanse(k, sizeof(k));
+        return ok ? (back ? 2 : 1) : -1;
+    }
+    return 0;
+}
+
+/* ---- kernel TLS ---- */
+
+/* Whether this process can attach the kernel's `tls` ULP to a TCP socket (the module is
+ * loaded, or loads for a process allowed to): made on a loopback connection, once. */
+static int tls_ktls_probe(void)
+{
+    int ok = 0;
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    if (l >= 0 && c >= 0 && bind(l, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(l, 1) == 0 &&
+        getsockname(l, (struct sockaddr *)&a, &alen) == 0 &&
+        connect(c, (struct sockaddr *)&a, sizeof(a)) == 0)
+        ok = setsockopt(c, IPPROTO_TCP, TCP_ULP, "tls", sizeof("tls")) == 0;
+    if (c >= 0)
+        close(c);
+    if (l >= 0)
+        close(l);
+    return ok;
+}
+
+int tls_kernel_tls(void)
+{
+#ifdef OPENSSL_NO_KTLS
+    return 0;
+#else
+    return tls_ktls_ok;
+#endif
+}
+
+/* ---- the context ---- */
+
+/* A name served with its own certificate (SNI), and the context that holds it. */
+struct tls_sni {
+    char *name; /* lower case; "*.example.org" matches one label in front of example.org */
+    SSL_CTX *ctx;
+};
+
+/* One load of the certificate files: what the default context's callbacks read. Owned by the
+ * default SSL_CTX (freed with it, ex_data tls_ex_load), so it lives as long as any connection
+ * whose handshake began on it, across reloads. */
+struct tls_load {
+    struct tls_sni *sni;
+    size_t nsni;
+    unsigned char *ocsp; /* the DER OCSP response stapled for the default certificate */
+    size_t ocsp_len;
+};
+
+static void tls_load_free(struct tls_load *l)
+{
+    if (!l)
+        return;
+    for (size_t i = 0; i < l->nsni; i++) {
+        free(l->sni[i].name);
+        SSL_CTX_free(l->sni[i].ctx);
+    }
+    free(l->sni);
+    free(l->ocsp);
+    free(l);
+}
+
+static void tls_load_ex_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl,
+                             void *argp)
+{
+    (void)parent, (void)ad, (void)idx, (void)argl, (void)argp;
+    tls_load_free(ptr);
+}
+
+static void tls_init_once(void)
+{
+    tls_ex_server = SSL_CTX_get_ex_new_index(0, NULL, NULL, NULL, NULL);
+    tls_ex_load = SSL_CTX_get_ex_new_index(0, NULL, NULL, NULL, tls_load_ex_free);
+    tls_ticket_secret_ok = RAND_bytes(tls_ticket_secret, sizeof(tls_ticket_secret)) == 1;
+    tls_ktls_ok = tls_ktls_probe();
     ERR_clear_error();
-    struct tls_ctx *t = calloc(1, sizeof(*t));
-    if (!t) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
+}
+
+/* The name the client asked for (SNI) picks its certificate's context; no name, or one we do
+ * not serve, keeps the default certificate (never an alert: a client that sends an IP address or
+ * nothing still gets an answer). */
+static int tls_sni_cb(SSL *s, int *alert, void *arg)
+{
+    (void)alert;
+    const struct tls_load *l = arg;
+    const char *name = SSL_get_servername(s, TLSEXT_NAMETYPE_host_name);
+    if (!name || !l)
+        return SSL_TLSEXT_ERR_OK;
+    const char *dot = strchr(name, '.');
+    SSL_CTX *wild = NULL;
+    for (size_t i = 0; i < l->nsni; i++) {
+        const char *n = l->sni[i].name;
+        if (strcasecmp(n, name) == 0) {
+            SSL_set_SSL_CTX(s, l->sni[i].ctx);
+            return SSL_TLSEXT_ERR_OK;
+        }
+        if (!wild && n[0] == '*' && dot && dot != name && strcasecmp(n + 1, dot) == 0)
+            wild = l->sni[i].ctx;
     }
+    if (wild)
+        SSL_set_SSL_CTX(s, wild);
+    return SSL_TLSEXT_ERR_OK;
+}
+
+/* The client asked for the certificate's status (status_request): staple the OCSP response. */
+static int tls_status_cb(SSL *s, void *arg)
+{
+    const struct tls_load *l = arg;
+    if (!l || !l->ocsp)
+        return SSL_TLSEXT_ERR_NOACK;
+    unsigned char *copy = OPENSSL_memdup(l->ocsp, l->ocsp_len); /* OpenSSL frees it */
+    if (!copy)
+        return SSL_TLSEXT_ERR_NOACK;
+    if (SSL_set_tlsext_status_ocsp_resp(s, copy, (long)l->ocsp_len) != 1) {
+        OPENSSL_free(copy);
+        return SSL_TLSEXT_ERR_NOACK;
+    }
+    return SSL_TLSEXT_ERR_OK;
+}
+
+/* One SSL_CTX serving certfile/keyfile with every other setting of o; every context of a
+ * server (the default one and each SNI name's) is made alike, since after SNI switches a
+ * connection to another context OpenSSL reads the verify store, ALPN and tickets from it. 0
+ * and *out, or -EINVAL with err filled. */
+static int tls_ctx_make(struct tls_ctx *t, const struct tls_options *o, const char *cert,
+                        const char *key, SSL_CTX **out, char *err, size_t errlen)
+{
+    const char *pw = o->password && *o->password ? o->password : NULL;
+    if (!key)
+        key = cert;
+    ERR_clear_error();
     SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
     if (!ctx) {
         tls_error(err, errlen, "cannot create the TLS context", NULL, 0);
-        free(t);
         return -ENOMEM;
     }
-    t->ssl = ctx;
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
     /* The server's cipher order wins; a peer that leaves without close_notify is an ordinary
      * end of stream for HTTP/1 (its framing tells truncation), not an error; no renegotiation
      * (a client could make the server redo handshakes at will). */
     SSL_CTX_set_options(ctx, SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_IGNORE_UNEXPECTED_EOF |
                                  SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
+#ifndef OPENSSL_NO_KTLS
+    /* Kernel TLS only where the kernel has it (see "Files" above). */
+    if (tls_ktls_ok)
+        SSL_CTX_set_options(ctx, SSL_OP_ENABLE_KTLS);
+#endif
     /* Moving write buffer: see "Writes" above. Release buffers: an idle keep-alive connection
      * keeps no 16 KiB read and write buffers, only its session. */
     SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
-    /* Session resumption: tickets (OpenSSL's default, keys made per context) and the session
-     * cache, with an id context so that resumed sessions are accepted. */
+    /* Session resumption: tickets (keys from tls_ticket_cb, rotated) and the session cache, with
+     * an id context so that resumed sessions are accepted. A session lives two ticket
+     * periods, as its ticket's key does. */
     SSL_CTX_set_session_id_context(ctx, (const unsigned char *)"cyserve", 7);
+    SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, tls_ticket_cb);
+    SSL_CTX_set_timeout(ctx, (long)(2 * t->ticket_period));
+    SSL_CTX_set_ex_data(ctx, tls_ex_server, t);
     SSL_CTX_set_default_passwd_cb(ctx, tls_password_cb);
     SSL_CTX_set_default_passwd_cb_userdata(ctx, (void *)pw);
-    int rc = -EINVAL;
     errno = 0;
     if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {
         tls_error(err, errlen, "cannot load the certificate from", cert, pw != NULL);
@@ -228,17 +481,6 @@ int tls_ctx_new(const struct tls_options *o, struct tls_ctx **out, char *err, si
         goto fail;
     }
     const char *ca = o->ca_certs && *o->ca_certs ? o->ca_certs : NULL;
-    if (o->cert_reqs < 0 || o->cert_reqs > 2) {
-        snprintf(err, errlen,
-                 "the client certificate mode must be 0 (none), 1 (optional) or 2 "
-                 "(required), not %d",
-                 o->cert_reqs);
-        goto fail;
-    }
-    if (o->cert_reqs && !ca) {
-        snprintf(err, errlen, "client certificates need the CA certificates to verify them");
-        goto fail;
-    }
     if (ca) {
         errno = 0;
         if (SSL_CTX_load_verify_locations(ctx, ca, NULL) != 1) {
@@ -255,22 +497,254 @@ int tls_ctx_new(const struct tls_options *o, struct tls_ctx **out, char *err, si
     if (o->cert_reqs)
         SSL_CTX_set_verify(
             ctx, SSL_VERIFY_PEER | (o->cert_reqs == 2 ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0), NULL);
-    t->http2 = o->http2;
     SSL_CTX_set_alpn_select_cb(ctx, tls_alpn_select, t);
-    *out = t;
+    *out = ctx;
     return 0;
 fail:
     SSL_CTX_free(ctx);
-    free(t);
+    return -EINVAL;
+}
+
+/* The whole file at path into a malloc'd buffer (*len bytes), or -errno. */
+static int tls_read_file(const char *path, unsigned char **out, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -errno;
+    unsigned char *b = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n == cap) {
+            if (cap >= (1u << 20)) { /* an OCSP response is a few KiB */
+                free(b);
+                fclose(f);
+                return -EFBIG;
+            }
+            cap = cap ? cap * 2 : 4096;
+            unsigned char *nb = realloc(b, cap);
+            if (!nb) {
+                free(b);
+                fclose(f);
+                return -ENOMEM;
+            }
+            b = nb;
+        }
+        size_t got = fread(b + n, 1, cap - n, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(b);
+        return -EIO;
+    }
+    *out = b;
+    *len = n;
+    return 0;
+}
+
+/* A name of o->sni as the SNI table keeps it: a host name, or "*." and one, in lower case. */
+static int tls_sni_name_ok(const char *n)
+{
+    size_t len = strlen(n);
+    if (len == 0 || len > 253)
+        return 0;
+    const char *p = n[0] == '*' ? n + 1 : n;
+    if (n[0] == '*' && (p[0] != '.' || !p[1]))
+        return 0;
+    for (; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '-' || *p == '.'))
+            return 0;
+    return 1;
+}
+
+/* Load every file of o: the default context (its reference to the caller, owning the load that
+ * SNI and stapling read) in *out. 0, or -errno with err filled and nothing kept. */
+static int tls_load_new(struct tls_ctx *t, const struct tls_options *o, SSL_CTX **out, char *err,
+                        size_t errlen)
+{
+    const char *cert = o->certfile && *o->certfile ? o->certfile : NULL;
+    const char *key = o->keyfile && *o->keyfile ? o->keyfile : NULL;
+    if (!cert) {
+        snprintf(err, errlen, "a certificate file is required for TLS");
+        return -EINVAL;
+    }
+    if (o->cert_reqs < 0 || o->cert_reqs > 2) {
+        snprintf(err, errlen,
+                 "the client certificate mode must be 0 (none), 1 (optional) or 2 "
+                 "(required), not %d",
+                 o->cert_reqs);
+        return -EINVAL;
+    }
+    if (o->cert_reqs && !(o->ca_certs && *o->ca_certs)) {
+        snprintf(err, errlen, "client certificates need the CA certificates to verify them");
+        return -EINVAL;
+    }
+    SSL_CTX *def;
+    int rc = tls_ctx_make(t, o, cert, key, &def, err, errlen);
+    if (rc < 0)
+        return rc;
+    struct tls_load *l = calloc(1, sizeof(*l));
+    if (!l || SSL_CTX_set_ex_data(def, tls_ex_load, l) != 1) {
+        free(l);
+        SSL_CTX_free(def);
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    /* From here the load is the default context's: freeing def frees it. */
+    rc = -ENOMEM;
+    if (o->nsni) {
+        l->sni = calloc(o->nsni, sizeof(*l->sni));
+        if (!l->sni) {
+            snprintf(err, errlen, "out of memory");
+            goto fail;
+        }
+    }
+    for (size_t i = 0; i < o->nsni; i++) {
+        const struct tls_sni_option *so = &o->sni[i];
+        if (!so->name || !tls_sni_name_ok(so->name)) {
+            snprintf(err, errlen,
+                     "'%s' is not a host name to serve a certificate for (a name, or *. and "
+                     "one)",
+                     so->name ? so->name : "");
+            rc = -EINVAL;
+            goto fail;
+        }
+        for (size_t j = 0; j < l->nsni; j++)
+            if (strcasecmp(l->sni[j].name, so->name) == 0) {
+                snprintf(err, errlen, "the name '%s' is given two certificates", so->name);
+                rc = -EINVAL;
+                goto fail;
+            }
+        SSL_CTX *ctx;
+        rc = tls_ctx_make(t, o, so->certfile && *so->certfile ? so->certfile : cert,
+                          so->keyfile && *so->keyfile ? so->keyfile : NULL, &ctx, err, errlen);
+        if (rc < 0)
+            goto fail;
+        char *name = strdup(so->name);
+        if (!name) {
+            SSL_CTX_free(ctx);
+            snprintf(err, errlen, "out of memory");
+            rc = -ENOMEM;
+            goto fail;
+        }
+        for (char *p = name; *p; p++)
+            if (*p >= 'A' && *p <= 'Z')
+                *p = (char)(*p - 'A' + 'a');
+        l->sni[l->nsni].name = name;
+        l->sni[l->nsni].ctx = ctx;
+        l->nsni++;
+    }
+    if (l->nsni) {
+        SSL_CTX_set_tlsext_servername_callback(def, tls_sni_cb);
+        SSL_CTX_set_tlsext_servername_arg(def, l);
+    }
+    if (o->ocsp_file && *o->ocsp_file) {
+        rc = tls_read_file(o->ocsp_file, &l->ocsp, &l->ocsp_len);
+        if (rc < 0) {
+            snprintf(err, errlen, "cannot read the OCSP response from '%s': %s", o->ocsp_file,
+                     strerror(-rc));
+            goto fail;
+        }
+        const unsigned char *p = l->ocsp;
+        OCSP_RESPONSE *r = d2i_OCSP_RESPONSE(NULL, &p, (long)l->ocsp_len);
+        int whole = r && p == l->ocsp + l->ocsp_len;
+        OCSP_RESPONSE_free(r);
+        ERR_clear_error();
+        if (!whole) {
+            snprintf(err, errlen,
+                     "'%s' is not an OCSP response (DER, as `openssl ocsp -respout` "
+                     "writes it)",
+                     o->ocsp_file);
+            rc = -EINVAL;
+            goto fail;
+        }
+        SSL_CTX_set_tlsext_status_cb(def, tls_status_cb);
+        SSL_CTX_set_tlsext_status_arg(def, l);
+    }
+    *out = def;
+    return 0;
+fail:
+    SSL_CTX_free(def);
     return rc;
+}
+
+int tls_ctx_new(const struct tls_options *o, struct tls_ctx **out, char *err, size_t errlen)
+{
+    pthread_once(&tls_once, tls_init_once);
+    if (tls_ex_server < 0 || tls_ex_load < 0 || !tls_ticket_secret_ok) {
+        snprintf(err, errlen, "OpenSSL could not be initialised (no random bytes?)");
+        return -ENOMEM;
+    }
+    if (o->ticket_period_s > (1u << 30)) {
+        snprintf(err, errlen, "the ticket key period must be at most 2**30 seconds, not %u",
+                 o->ticket_period_s);
+        return -EINVAL;
+    }
+    struct tls_ctx *t = calloc(1, sizeof(*t));
+    if (!t) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    t->http2 = o->http2;
+    t->ticket_period = o->ticket_period_s ? o->ticket_period_s : TLS_TICKET_PERIOD_DEFAULT;
+    atomic_init(&t->ticket_shift, 0);
+    pthread_mutex_init(&t->lock, NULL);
+    int rc = tls_load_new(t, o, &t->cur, err, errlen);
+    if (rc < 0) {
+        pthread_mutex_destroy(&t->lock);
+        free(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+int tls_ctx_reload(struct tls_ctx *t, const struct tls_options *o, char *err, size_t errlen)
+{
+    SSL_CTX *fresh;
+    int rc = tls_load_new(t, o, &fresh, err, errlen);
+    if (rc < 0)
+        return rc;
+    pthread_mutex_lock(&t->lock);
+    SSL_CTX *old = t->cur;
+    t->cur = fresh;
+    pthread_mutex_unlock(&t->lock);
+    /* Connections made on the old load hold references of their own (SSL_new's): it is freed
+     * with the last of them. */
+    SSL_CTX_free(old);
+    return 0;
+}
+
+void tls_ctx_rotate_ticket_keys(struct tls_ctx *t)
+{
+    atomic_fetch_add_explicit(&t->ticket_shift, 1, memory_order_relaxed);
 }
 
 void tls_ctx_free(struct tls_ctx *t)
 {
     if (!t)
         return;
-    SSL_CTX_free(t->ssl);
+    SSL_CTX_free(t->cur);
+    pthread_mutex_destroy(&t->lock);
     free(t);
+}
+
+/* A new session on the current load's default context (a reload may swap it meanwhile: the
+ * reference is taken under the lock, so the context cannot be freed between the read and
+ * SSL_new's own reference). */
+static SSL *tls_session_new(struct tls_ctx *t)
+{
+    pthread_mutex_lock(&t->lock);
+    SSL_CTX *ctx = t->cur;
+    SSL_CTX_up_ref(ctx);
+    pthread_mutex_unlock(&t->lock);
+    SSL *ssl = SSL_new(ctx);
+    SSL_CTX_free(ctx);
+    return ssl;
 }
 
 /* ---- the handshake ---- */
@@ -334,8 +808,7 @@ static ssize_t tls_handshake(struct conn *c)
             if (rc < 0)
                 return rc;
         }
-        struct tls_ctx *t = s->cfg.transport_ctx;
-        ssl = SSL_new(t->ssl);
+        ssl = tls_session_new(s->cfg.transport_ctx);
         if (!ssl) {
             ERR_clear_error();
             return -ENOMEM;
@@ -490,6 +963,28 @@ static ssize_t tls_sendfile(struct conn *c, int fd, off_t *off, size_t count)
 {
     if (UNLIKELY(!c->tp_data))
         return -ENOTCONN;
+#ifndef OPENSSL_NO_KTLS
+    if (tls_ktls_ok && BIO_get_ktls_send(SSL_get_wbio(c->tp_data))) {
+        /* Kernel TLS sends this session's records: the kernel encrypts the file's pages as
+         * sendfile(2) sends them, with no copy here. */
+        for (;;) {
+            ERR_clear_error(); /* see tls_handshake */
+            ossl_ssize_t n = SSL_sendfile(c->tp_data, fd, *off, count, 0);
+            if (n > 0) {
+                *off += n;
+                return n;
+            }
+            int f = tls_failure(c, (int)n, 0);
+            if (f == 1) {
+                int rc = tls_wait_other(c, 0);
+                if (rc < 0)
+                    return rc;
+                continue;
+            }
+            return f == 0 ? -EPIPE : f;
+        }
+    }
+#endif
     size_t want = count < TLS_FILE_CHUNK ? count : TLS_FILE_CHUNK;
     char *b = tls_file_buf;
     ssize_t got;
@@ -547,6 +1042,90 @@ static void tls_close(struct conn *c)
     }
     SSL_free(c->tp_data);
     c->tp_data = NULL;
+}
+
+/* ---- what handlers see ---- */
+
+int tls_conn_info(const struct conn *c, struct tls_info *out)
+{
+    SSL *ssl = c->tp == &tls_transport ? c->tp_data : NULL;
+    if (!ssl || !SSL_is_init_finished(ssl))
+        return -ENOTCONN;
+    const SSL_CIPHER *ci = SSL_get_current_cipher(ssl);
+    out->version = SSL_version(ssl);
+    out->version_name = SSL_get_version(ssl);
+    out->cipher = ci ? (int)(SSL_CIPHER_get_id(ci) & 0xffff) : 0;
+    out->cipher_name = ci ? SSL_CIPHER_get_name(ci) : NULL;
+    out->peer_cert = SSL_get0_peer_certificate(ssl) != NULL;
+    out->verify = out->peer_cert ? SSL_get_verify_result(ssl) : 0;
+    out->verify_text = out->verify ? X509_verify_cert_error_string(out->verify) : NULL;
+    out->server_name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+    return 0;
+}
+
+/* Append cert's PEM to m. 0 or -ENOMEM. */
+static int tls_pem_add(BIO *m, X509 *cert)
+{
+    return PEM_write_bio_X509(m, cert) == 1 ? 0 : -ENOMEM;
+}
+
+int tls_conn_text(const struct conn *c, int what, char **out, size_t *len)
+{
+    SSL *ssl = c->tp == &tls_transport ? c->tp_data : NULL;
+    if (!ssl || !SSL_is_init_finished(ssl))
+        return -ENOTCONN;
+    X509 *leaf = what == TLS_TEXT_SERVER_CERT ? SSL_get_certificate(ssl)
+                                              : SSL_get0_peer_certificate(ssl);
+    if (!leaf)
+        return -ENOENT;
+    BIO *m = BIO_new(BIO_s_mem());
+    if (!m)
+        return -ENOMEM;
+    int rc = 0;
+    if (what == TLS_TEXT_PEER_NAME) {
+        /* RFC 4514's string form (RFC 2253's, which it replaces), UTF-8. */
+        if (X509_NAME_print_ex(m, X509_get_subject_name(leaf), 0,
+                               XN_FLAG_RFC2253 & ~ASN1_STRFLGS_ESC_MSB) < 0)
+            rc = -ENOMEM;
+    } else {
+        rc = tls_pem_add(m, leaf);
+        /* The rest of the client's chain as it sent it (on the server's side OpenSSL keeps the
+         * leaf apart from it). */
+        STACK_OF(X509) *chain = what == TLS_TEXT_PEER_CHAIN ? SSL_get_peer_cert_chain(ssl) : NULL;
+        for (int i = 0; rc == 0 && chain && i < sk_X509_num(chain); i++) {
+            X509 *x = sk_X509_value(chain, i);
+            if (X509_cmp(x, leaf) != 0)
+                rc = tls_pem_add(m, x);
+        }
+    }
+    char *p;
+    long n = BIO_get_mem_data(m, &p);
+    char *copy = rc == 0 && n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (copy) {
+        memcpy(copy, p, (size_t)n);
+        copy[n] = 0;
+        *out = copy;
+        *len = (size_t)n;
+    } else {
+        rc = -ENOMEM;
+    }
+    BIO_free(m);
+    ERR_clear_error();
+    return rc;
+}
+
+/* server.h's view of the above, for a request (kept here rather than in request.c so that the
+ * engine's units built without OpenSSL need no TLS). */
+int server_req_tls_info(const cyserve_request *req, struct tls_info *out)
+{
+    const struct request *rq = req->engine;
+    return rq ? tls_conn_info(rq->c, out) : -ENOTCONN;
+}
+
+int server_req_tls_text(const cyserve_request *req, int what, char **out, size_t *len)
+{
+    const struct request *rq = req->engine;
+    return rq ? tls_conn_text(rq->c, what, out, len) : -ENOTCONN;
 }
 
 const struct conn_transport tls_transport = {tls_recv,     tls_sendv, tls_sendfile,

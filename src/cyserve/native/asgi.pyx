@@ -539,7 +539,11 @@ cdef class ASGIHandler:
         scope["client"] = client
         scope["server"] = self.server
         scope["state"] = self.state.copy()
-        scope["extensions"] = {}
+        # The ASGI TLS extension over TLS (its connection's, not a proxy's).
+        if cs.server_req_tls(<const cs.req_t *>req):
+            scope["extensions"] = {"tls": _tls_extension(<const cs.req_t *>req)}
+        else:
+            scope["extensions"] = {}
         return scope
 
     cdef _Exchange _start(self, const cyserve_request *req):

@@ -465,6 +465,75 @@ cdef class RequestBody:
         return "<RequestBody (expired)>" if self._br == NULL else "<RequestBody>"
 
 
+cdef object _tls_text(const cs.req_t *req, int what):
+    """One text of req's TLS session (tls_conn_text: a PEM or a subject name), or None."""
+    cdef char *p = NULL
+    cdef size_t n = 0
+    cdef int rc = cs.server_req_tls_text(req, what, &p, &n)
+    if rc == -_errno.ENOENT or rc == -_errno.ENOTCONN:
+        return None
+    if rc != 0:
+        raise MemoryError()
+    try:
+        return PyBytes_FromStringAndSize(p, <Py_ssize_t>n).decode("utf-8", "replace")
+    finally:
+        free(p)
+
+
+cdef list _pem_split(str pems):
+    """Several PEM certificates in one text, one string each, in order."""
+    end = "-----END CERTIFICATE-----\n"
+    return [piece + end for piece in pems.split(end) if piece.strip()] if pems else []
+
+
+cdef object _tls_extension(const cs.req_t *req):
+    """The ASGI TLS extension of req's connection (scope["extensions"]["tls"]), or None over
+    cleartext: the server's certificate, the client's chain (its certificate first) and
+    subject, why that did not verify, the protocol version and cipher suite as numbers."""
+    cdef cs.tls_info_t info
+    if cs.server_req_tls_info(req, &info) != 0:
+        return None
+    return {
+        "server_cert": _tls_text(req, cs.TLS_TEXT_SERVER_CERT),
+        "client_cert_chain": (_pem_split(_tls_text(req, cs.TLS_TEXT_PEER_CHAIN))
+                              if info.peer_cert else []),
+        "client_cert_name": _tls_text(req, cs.TLS_TEXT_PEER_NAME) if info.peer_cert else None,
+        "client_cert_error": (info.verify_text.decode("utf-8", "replace")
+                              if info.verify_text != NULL else None),
+        "tls_version": info.version,
+        "cipher_suite": info.cipher,
+    }
+
+
+cdef int _tls_environ(dict env, const cs.req_t *req) except -1:
+    """The TLS variables of a WSGI environ, as Apache's mod_ssl names them: HTTPS, SSL_PROTOCOL,
+    SSL_CIPHER, SSL_TLS_SNI, SSL_CLIENT_VERIFY (NONE, SUCCESS or FAILED:reason) and, with a
+    client certificate, SSL_CLIENT_CERT (PEM), SSL_CLIENT_S_DN and SSL_CLIENT_CERT_CHAIN_n."""
+    cdef cs.tls_info_t info
+    if cs.server_req_tls_info(req, &info) != 0:
+        return 0
+    env["HTTPS"] = "on"
+    env["SSL_PROTOCOL"] = info.version_name.decode("ascii", "replace")
+    if info.cipher_name != NULL:
+        env["SSL_CIPHER"] = info.cipher_name.decode("ascii", "replace")
+    if info.server_name != NULL:
+        env["SSL_TLS_SNI"] = info.server_name.decode("ascii", "replace")
+    if not info.peer_cert:
+        env["SSL_CLIENT_VERIFY"] = "NONE"
+        return 0
+    env["SSL_CLIENT_VERIFY"] = ("SUCCESS" if info.verify_text == NULL else
+                                "FAILED:" + info.verify_text.decode("utf-8", "replace"))
+    chain = _pem_split(_tls_text(req, cs.TLS_TEXT_PEER_CHAIN))
+    if chain:
+        env["SSL_CLIENT_CERT"] = chain[0]
+        for i, pem in enumerate(chain[1:]):
+            env[f"SSL_CLIENT_CERT_CHAIN_{i}"] = pem
+    name = _tls_text(req, cs.TLS_TEXT_PEER_NAME)
+    if name is not None:
+        env["SSL_CLIENT_S_DN"] = name
+    return 0
+
+
 cdef class Request:
     """One HTTP request, as a Python handler sees it. Built lazily from the engine's views: a
     field becomes a Python object only when the handler reads it. Valid only during the handler
@@ -588,6 +657,22 @@ cdef class Request:
         """"http", or "https" over TLS, or when a trusted proxy says the client used it."""
         self._check()
         return (<bytes>cs.server_req_scheme(<const cs.req_t *>self._req)).decode("ascii")
+
+    @property
+    def tls(self):
+        """The connection's TLS session as a dict, or None over cleartext: the keys of the ASGI
+        TLS extension (server_cert, client_cert_chain, client_cert_name, client_cert_error,
+        tls_version, cipher_suite)."""
+        self._check()
+        return _tls_extension(<const cs.req_t *>self._req)
+
+    @property
+    def client_cert(self):
+        """The client's certificate (PEM) when it sent one over TLS, else None. It was verified
+        against --ssl-ca-certs during the handshake (--ssl-cert-reqs 1 or 2)."""
+        self._check()
+        chain = _tls_text(<const cs.req_t *>self._req, cs.TLS_TEXT_PEER_CHAIN)
+        return _pem_split(chain)[0] if chain else None
 
     @property
     def client(self):

@@ -73,38 +73,85 @@ cdef bytes _serialise_headers(headers, str where):
     return b"".join(parts)
 
 
-cdef cs.tls_ctx_t *_tls_context(str certfile, str keyfile, str password, str ciphers,
-                                str ca_certs, int cert_reqs, bint http2=True) except NULL:
-    """A TLS context from a certificate and key files: ValueError with OpenSSL's reason and the
-    file's name when they cannot be used."""
+cdef const char *keep_b(list keep, bytes b):
+    """b's bytes, kept alive by keep for as long as the caller holds it."""
+    keep.append(b)
+    return b
+
+
+cdef int _tls_load(cs.tls_ctx_t **ctx, bint reload, str certfile, str keyfile, str password,
+                   str ciphers, str ca_certs, int cert_reqs, bint http2, sni, str ocsp_file,
+                   ticket_rotation) except -1:
+    """Make a TLS context (reload false: ctx[0] set) or load ctx[0]'s files again (reload true)
+    from certificate and key files: ValueError with OpenSSL's reason and the file's name when
+    they cannot be used (a reload then keeps the certificates it had). sni: (name, certfile,
+    keyfile or None) for each more name served with a certificate of its own."""
     cdef cs.tls_options_t o
-    cdef cs.tls_ctx_t *ctx = NULL
     cdef char err[512]
-    cdef bytes cert_b = _os.fsencode(certfile)
-    cdef bytes key_b = _os.fsencode(keyfile) if keyfile else b""
-    cdef bytes ciphers_b = ciphers.encode("ascii", "replace") if ciphers else b""
-    cdef bytes pw_b = password.encode("utf-8") if password else b""
-    cdef bytes ca_b = _os.fsencode(ca_certs) if ca_certs else b""
+    cdef cs.tls_sni_option_t *so = NULL
+    cdef Py_ssize_t i
+    cdef int rc
+    keep = []
+    fs = _os.fsencode
+    sni = list(sni or ())
+    if not 0 <= ticket_rotation <= 1 << 30:
+        raise ValueError(f"ssl_ticket_rotation must be 0..2**30 seconds, got {ticket_rotation}")
     # Empty strings mean "not given" to tls_ctx_new.
-    o.certfile = cert_b
-    o.keyfile = key_b
-    o.ciphers = ciphers_b
-    o.password = pw_b
-    o.ca_certs = ca_b
+    o.certfile = keep_b(keep, fs(certfile))
+    o.keyfile = keep_b(keep, fs(keyfile) if keyfile else b"")
+    o.ciphers = keep_b(keep, ciphers.encode("ascii", "replace") if ciphers else b"")
+    o.password = keep_b(keep, password.encode("utf-8") if password else b"")
+    o.ca_certs = keep_b(keep, fs(ca_certs) if ca_certs else b"")
+    o.ocsp_file = keep_b(keep, fs(ocsp_file) if ocsp_file else b"")
     o.cert_reqs = cert_reqs
     o.http2 = 1 if http2 else 0
-    err[0] = 0
-    if cs.tls_ctx_new(&o, &ctx, err, sizeof(err)) != 0:
+    o.ticket_period_s = <unsigned>ticket_rotation
+    so = <cs.tls_sni_option_t *>calloc(max(1, len(sni)), sizeof(cs.tls_sni_option_t))
+    if so == NULL:
+        raise MemoryError()
+    try:
+        for i, entry in enumerate(sni):
+            name, sni_cert, sni_key = entry
+            so[i].name = keep_b(keep, str(name).encode("idna"))
+            so[i].certfile = keep_b(keep, fs(sni_cert))
+            so[i].keyfile = keep_b(keep, fs(sni_key) if sni_key else b"")
+        o.sni = so
+        o.nsni = len(sni)
+        err[0] = 0
+        if reload:
+            rc = cs.tls_ctx_reload(ctx[0], &o, err, sizeof(err))
+        else:
+            rc = cs.tls_ctx_new(&o, ctx, err, sizeof(err))
+    finally:
+        free(so)
+    if rc != 0:
         raise ValueError(err.decode("utf-8", "replace"))
-    return ctx
+    return 0
 
 
-def check_tls(str ssl_certfile, str ssl_keyfile=None, str ssl_keyfile_password=None,
-              str ssl_ciphers=None, str ssl_ca_certs=None, int ssl_cert_reqs=0):
-    """Load the certificate and key as a server would, and let them go: ValueError naming the
-    file when they cannot be used (the process supervisor checks once, before forking)."""
-    cs.tls_ctx_free(_tls_context(ssl_certfile, ssl_keyfile, ssl_keyfile_password, ssl_ciphers,
-                                 ssl_ca_certs, ssl_cert_reqs))
+def _tls_args(str ssl_certfile, str ssl_keyfile=None, str ssl_keyfile_password=None,
+              str ssl_ciphers=None, str ssl_ca_certs=None, int ssl_cert_reqs=0,
+              ssl_sni=None, str ssl_ocsp_file=None, ssl_ticket_rotation=0):
+    """The TLS keyword arguments in _tls_load's order (without ctx, reload and http2)."""
+    return (ssl_certfile, ssl_keyfile, ssl_keyfile_password, ssl_ciphers, ssl_ca_certs,
+            ssl_cert_reqs, ssl_sni, ssl_ocsp_file, ssl_ticket_rotation)
+
+
+def check_tls(*tls_args, **tls_kwargs):
+    """Load the certificates and keys as a server would, and let them go: ValueError naming the
+    file when they cannot be used (the process supervisor checks once, before forking, and
+    again before a reload)."""
+    cdef cs.tls_ctx_t *ctx = NULL
+    a = _tls_args(*tls_args, **tls_kwargs)
+    _tls_load(&ctx, False, a[0], a[1], a[2], a[3], a[4], a[5], True, a[6], a[7], a[8])
+    cs.tls_ctx_free(ctx)
+
+
+def kernel_tls():
+    """Whether TLS connections of this process send files with kernel TLS (the kernel has the
+    `tls` ULP): True, or False for the read-and-encrypt loop. Known once a TLS server (or
+    check_tls) has run in this process; False before."""
+    return bool(cs.tls_kernel_tls())
 
 
 cdef int _server_on_bound(void *ud, int port) noexcept nogil:
@@ -165,6 +212,8 @@ cdef class Server:
     cdef cs.server_listen_t *_listen
     cdef unsigned _nlisten
     cdef cs.tls_ctx_t *_tls
+    cdef tuple _tls_args  # what _tls was made from: reload_tls() reads the same files again
+    cdef bint _tls_http2
     cdef readonly str scheme
     cdef object _metrics  # the Metrics whose slot the engine counts into (kept alive here)
     cdef bint _ws_deflate  # ASGI routes negotiate permessage-deflate (set before the routes)
@@ -189,7 +238,8 @@ cdef class Server:
                  min_body_rate=500, listen=None, forwarded_allow_ips=None,
                  str forwarded_header="x-forwarded", str ssl_certfile=None,
                  str ssl_keyfile=None, str ssl_keyfile_password=None, str ssl_ciphers=None,
-                 str ssl_ca_certs=None, int ssl_cert_reqs=0, bint http2=True,
+                 str ssl_ca_certs=None, int ssl_cert_reqs=0, ssl_sni=None,
+                 str ssl_ocsp_file=None, ssl_ticket_rotation=0, bint http2=True,
                  int http2_max_concurrent_streams=100, Metrics metrics=None,
                  unsigned int limit_concurrency=0,
                  int metrics_slot=-1, proxy_protocol_from=None, ws_max_size=16 << 20,
@@ -233,10 +283,14 @@ cdef class Server:
         self.threads = threads
         self.scheme = "http"
         if ssl_certfile:
-            self._tls = _tls_context(ssl_certfile, ssl_keyfile, ssl_keyfile_password, ssl_ciphers,
-                                     ssl_ca_certs, ssl_cert_reqs, http2)
+            self._tls_args = _tls_args(ssl_certfile, ssl_keyfile, ssl_keyfile_password,
+                                       ssl_ciphers, ssl_ca_certs, ssl_cert_reqs, ssl_sni,
+                                       ssl_ocsp_file, ssl_ticket_rotation)
+            self._tls_http2 = http2
+            self._tls_reload(False)
             self.scheme = "https"
-        elif ssl_keyfile or ssl_keyfile_password or ssl_ciphers or ssl_ca_certs or ssl_cert_reqs:
+        elif (ssl_keyfile or ssl_keyfile_password or ssl_ciphers or ssl_ca_certs or ssl_cert_reqs
+              or ssl_sni or ssl_ocsp_file):
             raise ValueError("the ssl_* options need ssl_certfile")
         if router_new(&self._router) != 0:
             raise MemoryError()
@@ -494,6 +548,28 @@ cdef class Server:
             if rc == -17:
                 msg = "another route already has this pattern and one of these methods"
             raise ValueError(f"{where}: {msg}")
+
+    cdef int _tls_reload(self, bint reload) except -1:
+        a = self._tls_args
+        _tls_load(&self._tls, reload, a[0], a[1], a[2], a[3], a[4], a[5], self._tls_http2,
+                  a[6], a[7], a[8])
+        return 0
+
+    def reload_tls(self):
+        """Read the certificate, key, CA and OCSP files again: new handshakes use them,
+        connections already made keep theirs. ValueError (OpenSSL's reason, the file's name)
+        when they cannot be used: the server then goes on with the ones it had."""
+        if self._tls == NULL:
+            raise RuntimeError("this server does not speak TLS")
+        self._tls_reload(True)
+
+    def rotate_ticket_keys(self):
+        """Move the session ticket keys on by one period now, as the clock does every
+        ssl_ticket_rotation seconds: tickets of the period before still resume (and are
+        renewed), older ones make a full handshake."""
+        if self._tls == NULL:
+            raise RuntimeError("this server does not speak TLS")
+        cs.tls_ctx_rotate_ticket_keys(self._tls)
 
     def start(self, on_bound=None):
         """Bind and start the workers; returns at once. Raises OSError (port in use, ...).

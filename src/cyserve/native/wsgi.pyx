@@ -245,6 +245,7 @@ cdef class WSGIHandler:
         tls = cs.server_req_tls(<const cs.req_t *>req)
         if tls:
             env["wsgi.url_scheme"] = "https"
+            _tls_environ(env, <const cs.req_t *>req)
         host = env.get("HTTP_HOST")
         if host:
             # Nearly every request names the same host: its split is kept, per thread

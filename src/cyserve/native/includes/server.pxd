@@ -263,6 +263,10 @@ cdef extern from "csrc/ws_conn.h" nogil:
 cdef extern from "csrc/tls.h" nogil:
     ctypedef struct tls_ctx_t "struct tls_ctx":
         pass
+    ctypedef struct tls_sni_option_t "struct tls_sni_option":
+        const char *name
+        const char *certfile
+        const char *keyfile
     ctypedef struct tls_options_t "struct tls_options":
         const char *certfile
         const char *keyfile
@@ -271,6 +275,29 @@ cdef extern from "csrc/tls.h" nogil:
         const char *ca_certs
         int cert_reqs
         int http2
+        const tls_sni_option_t *sni
+        size_t nsni
+        const char *ocsp_file
+        unsigned ticket_period_s
+    ctypedef struct tls_info_t "struct tls_info":
+        int version
+        const char *version_name
+        int cipher
+        const char *cipher_name
+        int peer_cert
+        long verify
+        const char *verify_text
+        const char *server_name
+    enum:
+        TLS_TEXT_SERVER_CERT
+        TLS_TEXT_PEER_CHAIN
+        TLS_TEXT_PEER_NAME
     int tls_ctx_new(const tls_options_t *o, tls_ctx_t **out, char *err, size_t errlen)
+    int tls_ctx_reload(tls_ctx_t *t, const tls_options_t *o, char *err, size_t errlen)
+    void tls_ctx_rotate_ticket_keys(tls_ctx_t *t)
+    int tls_kernel_tls()
     void tls_ctx_free(tls_ctx_t *t)
+    # Declared in server.h (made in tls.c).
+    int server_req_tls_info(const req_t *req, tls_info_t *out)
+    int server_req_tls_text(const req_t *req, int what, char **out, size_t *len)
     const void *tls_transport_ptr "(const void *)&tls_transport"
