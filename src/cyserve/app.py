@@ -228,23 +228,30 @@ class App:
             app, "__qualname__", type(app).__name__)
         self._add_kind("prefix", prefix, None, "python", handler, label, where)
 
-    def websocket(self, path: str, subprotocols: Iterable[str] | None = None
-                  ) -> Callable[[H], H]:
+    def websocket(self, path: str, subprotocols: Iterable[str] | None = None,
+                  max_connections: int = 1000) -> Callable[[H], H]:
         """Register the decorated function as the WebSocket handler of ``path`` (a pattern, as
         for ``get``): it is called with a ``cyserve.websocket.WebSocket`` (``receive()``,
         ``send()``, ``close()``, iteration over the messages) once the handshake is accepted, on
         a thread of its own, and may block. ``subprotocols``: those the route speaks, the first
-        the client offers is chosen. A plain HTTP request to the path gets 426."""
+        the client offers is chosen. ``max_connections``: the most WebSockets the route serves
+        at once (a thread each); one more is answered 503 with Retry-After before the
+        handshake. A plain HTTP request to the path gets 426."""
         from ._core import ASGIHandler
         from .websocket import SyncWebSocketApp
 
         where = f"app.websocket({path!r})"
+        if isinstance(max_connections, bool) or not isinstance(max_connections, int) \
+                or max_connections < 1:
+            raise RouteError(f"{where}: max_connections must be a positive integer, got "
+                             f"{max_connections!r}")
 
         def register(handler: H) -> H:
             if not callable(handler):
                 raise HandlerTypeError(f"{where}: a WebSocket handler is a function taking the "
                                        f"WebSocket, got {_describe_object(handler)}")
-            target = ASGIHandler(SyncWebSocketApp(handler, list(subprotocols or ())), "")
+            target = ASGIHandler(SyncWebSocketApp(handler, list(subprotocols or ()),
+                                                  max_connections), "")
             label = "WebSocket " + getattr(handler, "__module__", "?") + "." + getattr(
                 handler, "__qualname__", type(handler).__name__)
             self._add_kind("path", path, ("GET",), "python", target, label, where)

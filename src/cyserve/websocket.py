@@ -2,12 +2,16 @@
 
 The decorated function is an ordinary (synchronous) Python function that gets a ``WebSocket`` and
 may block in it: ``receive()`` waits for the client's next message, ``send()`` for room in the
-server's queue. It runs on a thread of the ASGI event loop's default executor, and talks to the
-engine through the same websocket scope as an ASGI application (``native/asgi_ws.pyx``): the
-engine reads and writes frames, answers pings and makes the close handshake; this module only
-turns the scope's messages into calls. Each open WebSocket holds one executor thread while its
-handler runs (asyncio's default: min(32, CPUs + 4)); an application with more concurrent
-WebSockets than that should be written for ASGI instead.
+server's queue. It runs on a thread of the route's own pool, and talks to the engine through
+the same websocket scope as an ASGI application (``native/asgi_ws.pyx``): the engine reads and
+writes frames, answers pings and makes the close handshake; this module only turns the scope's
+messages into calls. Each open WebSocket holds one thread while its handler runs, so a route
+serves at most ``max_connections`` at once (``app.websocket(path, max_connections=N)``, default
+1000; threads are made as needed and kept for the next connection). One more is refused before
+the handshake with 503 and ``Retry-After``, never left open without an answer (it once ran on
+the event loop's default executor, min(32, CPUs + 4) threads: on a 2-core machine the seventh
+WebSocket got its 101 and then no answer until another closed). Thousands of WebSockets at once
+are ASGI's job: a coroutine each, not a thread.
 
     @app.websocket("/echo")
     def echo(ws):
@@ -24,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 __all__ = ["WebSocket", "WebSocketClosed"]
@@ -111,10 +116,15 @@ class SyncWebSocketApp:
     handler on an executor thread."""
 
     def __init__(self, handler: Callable[[WebSocket], Any],
-                 subprotocols: list[str] | None = None) -> None:
+                 subprotocols: list[str] | None = None, max_connections: int = 1000) -> None:
         self.handler = handler
         self.subprotocols = list(subprotocols or ())
+        self.max_connections = max_connections
         self.__qualname__ = getattr(handler, "__qualname__", type(handler).__name__)
+        # Made on the first connection (a route never used costs no pool); touched only on the
+        # event loop's thread, as is the count of handlers running.
+        self._pool: ThreadPoolExecutor | None = None
+        self._running = 0
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -133,20 +143,38 @@ class SyncWebSocketApp:
             await send({"type": "http.response.body", "body": body})
             return
         await receive()  # websocket.connect
+        if self._running >= self.max_connections:
+            # Refused before the handshake (the denial response extension): the client gets an
+            # answer it can act on instead of an open socket nobody serves.
+            _log.warning("WebSocket %s: %d connections already, the most this route serves at "
+                         "once (max_connections); answered 503", scope["path"],
+                         self._running)
+            body = b"503 Service Unavailable: too many WebSocket connections on this path\n"
+            await send({"type": "websocket.http.response.start", "status": 503,
+                        "headers": [(b"retry-after", b"1"),
+                                    (b"content-type", b"text/plain; charset=utf-8")]})
+            await send({"type": "websocket.http.response.body", "body": body})
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.max_connections,
+                                            thread_name_prefix="cyserve-websocket")
         offered = scope.get("subprotocols") or []
         sub = next((p for p in offered if p in self.subprotocols), None)
         await send({"type": "websocket.accept", "subprotocol": sub})
         loop = asyncio.get_running_loop()
         ws = WebSocket(scope, receive, send, loop, sub)
         code = 1000
+        self._running += 1
         try:
-            await loop.run_in_executor(None, self.handler, ws)
+            await loop.run_in_executor(self._pool, self.handler, ws)
         except WebSocketClosed:
             pass  # the client left while the handler used the connection
         except Exception:
             _log.exception("WebSocket handler %s failed for %s", self.__qualname__,
                            scope["path"])
             code = 1011
+        finally:
+            self._running -= 1
         if ws.closed is None:
             ws.closed = WebSocketClosed(code)
             await send({"type": "websocket.close", "code": code})

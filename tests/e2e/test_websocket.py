@@ -526,3 +526,54 @@ def test_app_websocket_sync_handler() -> None:
         while len(closed) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
     assert sorted(closed) == [1000, 4001]
+
+
+def test_app_websocket_serves_many_at_once_and_refuses_past_its_bound() -> None:
+    # Each connection holds a thread while its handler blocks: 40 at once must all be answered
+    # (on the event loop's default executor only min(32, CPUs + 4) ran, and the others got their
+    # 101 and then silence), and one past max_connections is refused with 503 before the
+    # handshake instead of being left open.
+    app = cyserve.App()
+
+    @app.websocket("/echo")
+    def echo(ws: Any) -> None:
+        for message in ws:
+            ws.send(message)
+
+    @app.websocket("/two", max_connections=2)
+    def two(ws: Any) -> None:
+        for message in ws:
+            ws.send(message)
+
+    with pytest.raises(cyserve.RouteError, match="max_connections must be a positive integer"):
+        app.websocket("/none", max_connections=0)
+
+    with serving_app(app) as port:
+        clients = [connect(f"ws://127.0.0.1:{port}/echo") for _ in range(40)]
+        try:
+            for i, ws in enumerate(clients):
+                ws.send(f"m{i}")
+            for i, ws in enumerate(clients):
+                assert ws.recv(timeout=10) == f"m{i}"
+        finally:
+            for ws in clients:
+                ws.close()
+        with connect(f"ws://127.0.0.1:{port}/two") as a, connect(f"ws://127.0.0.1:{port}/two") as b:
+            a.send("a")
+            b.send("b")
+            assert (a.recv(timeout=5), b.recv(timeout=5)) == ("a", "b")
+            with pytest.raises(websockets.exceptions.InvalidStatus) as info:
+                connect(f"ws://127.0.0.1:{port}/two")
+            assert info.value.response.status_code == 503
+            assert info.value.response.headers["Retry-After"] == "1"
+        # The two closed: the route serves again.
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                with connect(f"ws://127.0.0.1:{port}/two") as c:
+                    c.send("c")
+                    assert c.recv(timeout=5) == "c"
+                break
+            except websockets.exceptions.InvalidStatus:
+                assert time.monotonic() < deadline, "the route never served again"
+                time.sleep(0.05)
