@@ -18,6 +18,8 @@ An App is only a list of routes. ``app.build()`` turns it into the plain list th
                       route off the engine's inline path
              "static" target is (status, [(name, value), ...], body bytes), served from C
              "files"  target is the real path of a directory
+             "health" as "static", but answered 503 once the server fails its health or
+                      a stop begins (serving.py's --health-path route)
 
 Everything that can be wrong with a route is reported here, at registration, as a RouteError (a
 ValueError) that names the pattern, so that the C router only ever sees routes that make sense
@@ -52,7 +54,7 @@ HandlerResult = Union[str, bytes, dict[str, Any], list[Any], "Response", None]
 Handler = Callable[["Request"], HandlerResult]
 H = TypeVar("H", bound=Callable[..., Any])
 Match = Literal["path", "prefix", "regex"]
-Kind = Literal["python", "nogil", "static", "files"]
+Kind = Literal["python", "nogil", "static", "files", "health"]
 RouteTuple = tuple[Match, str, tuple[str, ...] | None, Kind, Any]
 
 NOGIL_CAPSULE_NAME = "cyserve.nogil_handler"

@@ -37,7 +37,7 @@ _INT_OPTIONS = ("port", "threads", "processes", "blocking_threads", "backlog", "
                 "max_target_bytes", "max_headers", "max_body_bytes", "body_budget",
                 "min_body_rate", "http2_max_concurrent_streams")
 _FLOAT_OPTIONS = ("keepalive_timeout", "header_timeout", "body_timeout", "graceful_timeout",
-                  "worker_timeout", "max_lifetime", "max_lifetime_jitter")
+                  "worker_timeout", "max_lifetime", "max_lifetime_jitter", "drain_delay")
 
 
 class _UsageError(Exception):
@@ -103,6 +103,11 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--graceful-timeout", "--timeout-graceful-shutdown", metavar="SECONDS",
                    default=str(defaults.graceful_timeout),
                    help="seconds in-flight requests get to finish on shutdown")
+    p.add_argument("--drain-delay", metavar="SECONDS", default=str(defaults.drain_delay),
+                   help="on a stop, first serve as usual for this long with --health-path "
+                        "answering 503, so that a load balancer takes this server out before "
+                        "its listeners close (Kubernetes: instead of a preStop sleep); a second "
+                        "Ctrl-C ends the wait (default 0: none)")
     p.add_argument("--log-level", default=defaults.log_level, choices=LOG_LEVELS, type=str.lower,
                    help="level of the cyserve logger (default info)")
     p.add_argument("--access-log", action="store_true",
@@ -218,7 +223,7 @@ _SECTIONS: list[tuple[str, str | None, tuple[str, ...]]] = [
                                "max_headers", "max_body_bytes", "body_budget",
                                "min_body_rate")),
     ("timeouts", None, ("keepalive_timeout", "header_timeout", "body_timeout",
-                        "graceful_timeout")),
+                        "graceful_timeout", "drain_delay")),
     ("behind a proxy", None, ()),
     ("metrics", None, ()),
 ]

@@ -102,6 +102,8 @@ class Config:
     # slower gets 408, as Apache's mod_reqtimeout MinRate (500 is its default too).
     min_body_rate: int = 500
     graceful_timeout: float = 5.0  # on shutdown, in-flight requests get this long to finish
+    # On a stop, serve this long first with the health path answering 503 (serving.py).
+    drain_delay: float = 0.0
     log_level: str = "info"
     access_log: bool = False  # one line per response on standard output (csrc/access_log.c)
     access_log_format: str = "common"  # common (CLF), combined (+ referer, user agent), json, or
@@ -310,6 +312,7 @@ class Config:
             _check_seconds(name, getattr(self, name), allow_zero=False)
         # 0 is meaningful here: do not wait for in-flight requests at all.
         _check_seconds("graceful_timeout", self.graceful_timeout, allow_zero=True)
+        _check_seconds("drain_delay", self.drain_delay, allow_zero=True)
         if not isinstance(self.access_log, bool):
             raise ConfigError("access_log", repr(self.access_log), "must be True or False")
         if self.access_log_format not in ACCESS_LOG_FORMATS:

@@ -77,7 +77,7 @@ def serve_process(app: App, config: Config, *, stop_event: threading.Event | Non
     if config.health_path is not None:
         # Served from C like any static route; a route of the application's own on the same
         # path is reported as a conflict by the engine.
-        routes = routes + [("path", config.health_path, ("GET",), "static",
+        routes = routes + [("path", config.health_path, ("GET",), "health",
                             (200, [("Content-Type", "text/plain")], b"ok\n"))]
     server_cls = _server_class()
     own = listeners is None
@@ -213,6 +213,7 @@ def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Serv
                     tick(srv)
             if srv.running:
                 say(waiter.shutdown_line())
+                _drain_delay(srv, config, waiter)
                 _stop(srv, config.graceful_timeout, waiter)
         finally:
             # Whatever went wrong above, never leave workers running behind the caller's back.
@@ -225,6 +226,21 @@ def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Serv
             runtime.stop()
         if logfile is not None:
             logfile.close()  # the workers are gone: nothing writes to it any more
+
+
+def _drain_delay(srv: Server, config: Config, waiter: Waiter) -> None:
+    """config.drain_delay seconds of serving as usual with the health path failing, before the
+    graceful stop closes the listeners: a load balancer checking it stops sending new requests
+    first. A second stop request (Ctrl-C again) ends the wait."""
+    if config.drain_delay <= 0:
+        return
+    srv.fail_health()
+    what = f"{config.health_path} answers 503" if config.health_path else "serving"
+    say(f"cyserve: {what} for {config.drain_delay:g}s (--drain-delay) before the listeners close")
+    first = waiter.pending()
+    deadline = time.monotonic() + config.drain_delay
+    while srv.running and waiter.pending() == first and time.monotonic() < deadline:
+        time.sleep(min(POLL_SECONDS, max(0.0, deadline - time.monotonic())))
 
 
 def _reload_tls(srv: Server) -> None:

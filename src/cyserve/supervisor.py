@@ -573,7 +573,8 @@ class _Supervisor:
         # may already have counted two) forces. A supervisor giving up on its own had none.
         base = 0 if self.giving_up else 1
         forced = killed = False
-        deadline = time.monotonic() + self.config.graceful_timeout + _FORCE_EXTRA_SECONDS
+        deadline = (time.monotonic() + self.config.drain_delay + self.config.graceful_timeout
+                    + _FORCE_EXTRA_SECONDS)
         while self.children:
             for pid, code in self._reap():
                 self.children.pop(pid, None)

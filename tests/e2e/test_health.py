@@ -39,3 +39,46 @@ def test_a_bad_health_path_is_one_line(tmp_path: Path, path: str, message: str) 
                        capture_output=True, text=True, timeout=TIMEOUT)
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith("cyserve: " + message), r.stderr
+
+
+def test_drain_delay_fails_the_health_path_first_then_stops(tmp_path: Path) -> None:
+    # SIGTERM with --drain-delay: for that long the health path answers 503 while everything
+    # else (new connections included) is served as usual; then the graceful stop closes the
+    # listeners. A load balancer checking the path stops sending before connections are refused.
+    import signal
+    import time
+
+    port = free_port()
+    srv = Served(tmp_path, "--port", str(port), "--threads", "1", "--health-path", "/healthz",
+                 "--drain-delay", "1.5")
+    try:
+        addr = ("127.0.0.1", port)
+        assert request(socket.AF_INET, addr, "/healthz") == (b"HTTP/1.1 200 OK", "ok\n")
+        t0 = time.monotonic()
+        srv.proc.send_signal(signal.SIGTERM)
+        deadline = t0 + 1.0
+        seen: set[bytes] = set()
+        while time.monotonic() < deadline:
+            status, _ = request(socket.AF_INET, addr, "/healthz")
+            seen.add(status)
+            if status.startswith(b"HTTP/1.1 503"):
+                break
+            time.sleep(0.02)
+        assert any(s.startswith(b"HTTP/1.1 503") for s in seen), seen
+        assert time.monotonic() - t0 < 1.2
+        # Still serving the rest during the delay, on a new connection.
+        assert request(socket.AF_INET, addr, "/plain") == (b"HTTP/1.1 200 OK", "plain")
+        assert srv.proc.wait(TIMEOUT) == 0
+        took = time.monotonic() - t0
+        assert took >= 1.4, took
+    finally:
+        srv.close()
+
+
+def test_a_negative_drain_delay_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "listen_app.py").write_text(textwrap.dedent(APP))
+    r = subprocess.run([sys.executable, "-m", "cyserve", "listen_app:app", "--port",
+                        str(free_port()), "--drain-delay", "-1"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("cyserve: invalid --drain-delay -1.0: must be at least 0"), r.stderr

@@ -206,8 +206,8 @@ static int inline_serve(struct conn *c)
             return 0;
         return inline_nogil(c, mine, t, &req, &m);
     }
-    if (t->kind != SERVER_STATIC)
-        return 0;
+    if (t->kind != SERVER_STATIC || UNLIKELY(t->static_health && server_health_failing(s)))
+        return 0; /* a failing health check is answered 503 by the coroutine (request.c) */
     size_t body_len = req.method_id == HTTP_HEAD ? 0 : t->static_body_len;
     if (HTTP1_STATIC_HEAD_MAX(t) + body_len > CONN_BUF_INITIAL)
         return 0;

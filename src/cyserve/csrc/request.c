@@ -399,6 +399,10 @@ int request_dispatch(struct request *rq, const char *body, size_t body_len)
         return 0;
     }
     const struct server_target *t = m.target;
+    if (UNLIKELY(t->kind == SERVER_STATIC && t->static_health) && server_health_failing(rq->srv)) {
+        answer_simple(rq, 503, "503 Service Unavailable: draining\n", NULL);
+        return 0;
+    }
     if (t->kind == SERVER_STATIC) {
         *a = (struct request_answer){
             .kind = REQUEST_BODY_STATIC,

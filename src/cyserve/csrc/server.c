@@ -396,6 +396,12 @@ static void teardown(struct server *s)
     pthread_mutex_unlock(&s->stats_lock);
 }
 
+void server_fail_health(struct server *s)
+{
+    /* safety: relaxed: see server_health_failing. */
+    atomic_store_explicit(&s->health_failing, 1, memory_order_relaxed);
+}
+
 void server_set_on_bound(struct server *s, int (*fn)(void *ud, int port), void *ud)
 {
     s->on_bound = fn;

@@ -52,6 +52,9 @@ struct server_target {
     /* A sealed memfd with the body when it is large (sent by sendfile, no copy per response),
      * else -1. Owned; closed by server_target_clear(). */
     int static_fd;
+    /* SERVER_STATIC, set by the caller after server_target_static(): the health path, answered
+     * 503 instead once server_fail_health() was called or a stop began. */
+    int static_health;
     /* SERVER_NOGIL */
     cyserve_nogil_handler fn;
     void *ctx;
@@ -92,6 +95,10 @@ enum { SERVER_STREAM_NEXT = 0, SERVER_STREAM_ABANDON = 1 };
  * Release with server_target_clear(). */
 int server_target_static(struct server_target *t, int status, const char *headers,
                          size_t headers_len, const char *body, size_t body_len);
+
+/* From now on the health path (a target with static_health) answers 503, as it does once a stop
+ * begins: a load balancer then takes this server out before its listeners close. Any thread. */
+void server_fail_health(struct server *s);
 
 /* Free what server_target_static() allocated; leaves t zeroed. */
 void server_target_clear(struct server_target *t);

@@ -107,6 +107,7 @@ struct server {
     void *on_bound_ud;
     _Atomic int running;
     _Atomic int draining;
+    _Atomic int health_failing; /* server_fail_health */
     _Atomic uint64_t live;
     _Atomic uint64_t body_held;     /* request body bytes held against cfg.body_budget (http1.c) */
     _Atomic unsigned body_streams;  /* bodies being streamed to handlers (body.c's slots) */
@@ -152,6 +153,13 @@ static inline int server_draining(const struct server *s)
     /* safety: the flag only makes coroutines finish sooner; a late observation just serves one
      * more request, so relaxed ordering is enough. */
     return atomic_load_explicit(&s->draining, memory_order_relaxed);
+}
+
+/* Whether the health path answers 503 (server_fail_health, or a stop has begun). Any thread. */
+static inline int server_health_failing(const struct server *s)
+{
+    /* safety: relaxed, as draining: a late observation answers one more check 200. */
+    return atomic_load_explicit(&s->health_failing, memory_order_relaxed) || server_draining(s);
 }
 
 /* The worker running the calling thread: its caches are this thread's alone. Not the home of

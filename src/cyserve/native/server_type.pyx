@@ -511,7 +511,9 @@ cdef class Server:
             t.ctx = ctx
             if not inline:
                 cs.server_target_never_inline(t)
-        elif kind == "static":
+        elif kind == "static" or kind == "health":
+            # "health": a static answer that turns 503 once fail_health() is called or a stop
+            # begins (the --health-path route).
             try:
                 status, headers, body = target
             except (TypeError, ValueError):
@@ -527,6 +529,7 @@ cdef class Server:
                 raise ValueError(f"{where}: invalid status {status!r}")
             if rc != 0:
                 raise MemoryError()
+            t.static_health = kind == "health"
         elif kind == "files":
             path_b = _os.fsencode(target)
             rc = files_root_new(path_b, &root)
@@ -554,6 +557,12 @@ cdef class Server:
         _tls_load(&self._tls, reload, a[0], a[1], a[2], a[3], a[4], a[5], self._tls_http2,
                   a[6], a[7], a[8])
         return 0
+
+    def fail_health(self):
+        """Answer the health route (kind "health": --health-path) with 503 from now on, as it is
+        once a stop begins: a load balancer's checks fail while everything else is served."""
+        if self._srv != NULL:
+            cs.server_fail_health(self._srv)
 
     def reload_tls(self):
         """Read the certificate, key, CA and OCSP files again: new handshakes use them,

@@ -125,6 +125,7 @@ cdef extern from "csrc/server.h" nogil:
         void *opaque
         int stream_body
         int body_stream
+        int static_health
         unsigned metrics_kind
         files_root_t *root
 
@@ -167,6 +168,7 @@ cdef extern from "csrc/server.h" nogil:
         uint64_t ws_ping_interval_ns
         uint64_t ws_ping_timeout_ns
 
+    void server_fail_health(server_t *s)
     int server_target_static(server_target_t *t, int status, const char *headers,
                              size_t headers_len, const char *body, size_t body_len)
     void server_target_clear(server_target_t *t)
