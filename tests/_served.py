@@ -51,6 +51,24 @@ def ipv6_loopback() -> bool:
         return False
 
 
+def _kill_session(sid: int) -> None:
+    """SIGKILL every process left in session sid (Served starts each server in its own)."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rpartition(b")")[2].split()
+        except OSError:
+            continue
+        # After the name: state, ppid, pgrp, session.
+        if len(fields) > 3 and int(fields[3]) == sid:
+            try:
+                os.kill(int(name), signal.SIGKILL)
+            except OSError:
+                pass
+
+
 class Served:
     """`cyserve listen_app:app ARGS...` in a session of its own, its output read line by line."""
 
@@ -93,6 +111,12 @@ class Served:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+        # Worker processes have process groups of their own (supervisor.py), so the kill above
+        # misses them; they end when their supervisor does (SIGTERM from the kernel), unless one
+        # is stuck in C holding the GIL, as the --worker-timeout tests make them. Such a worker
+        # would keep this reader's pipe open, and the test run would hang on it: kill what is
+        # left of the session.
+        _kill_session(self.proc.pid)
         self._reader.join(TIMEOUT)
         if self.proc.stderr is not None and not self.proc.stderr.closed:
             self.stderr = self.proc.stderr.read()  # the process has exited: this ends
