@@ -190,14 +190,23 @@ format = {fmt}
 def test_log_config_errors_are_one_line(tmp_path: Path) -> None:
     (tmp_path / "listen_app.py").write_text(APP)
     yaml = tmp_path / "logging.yaml"
-    yaml.write_text("version: 1\n")
-    r = _cyserve(tmp_path, "listen_app:app", "--log-config", str(yaml))
     try:
         import yaml as _  # noqa: F401
     except ImportError:
+        yaml.write_text("version: 1\n")
+        r = _cyserve(tmp_path, "listen_app:app", "--log-config", str(yaml))
         assert (r.returncode, r.stderr) == (2, f"cyserve: invalid --log-config {yaml}: a YAML "
                                                "file needs PyYAML (pip install pyyaml); or give "
                                                "the same dictionary as JSON\n")
+    else:
+        # PyYAML is there (requirements-dev.txt has it): the file is read, and what logging
+        # refuses is one line, as for JSON. (A valid file would start a server that runs on.)
+        yaml.write_text("version: 1\nhandlers:\n  h:\n    class: no.such.Handler\n")
+        r = _cyserve(tmp_path, "listen_app:app", "--port", str(free_port()), "--log-config",
+                     str(yaml))
+        assert r.returncode == 2
+        assert r.stderr.startswith(f"cyserve: invalid --log-config {yaml}: logging cannot use "
+                                   "it: "), r.stderr
     bad = tmp_path / "logging.json"
     bad.write_text('{"version": 1, "handlers": {"h": {"class": "no.such.Handler"}}}')
     r = _cyserve(tmp_path, "listen_app:app", "--port", str(free_port()), "--log-config",
