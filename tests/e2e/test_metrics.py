@@ -142,6 +142,10 @@ def test_metrics_count_every_process_and_parse(tmp_path: Path, served: list[Serv
     assert m["cyserve_scheduler_offloads_total"] >= 40
     assert m["cyserve_coroutines_spawned_total"] > 0
     assert m["cyserve_scheduler_run_queue"] >= 0
+    # 40 Python calls ran in batches that each waited for the GIL a little (under 1 s here).
+    assert 0 < m["cyserve_python_wait_seconds_total"] < 40
+    # Coroutines alive now: a few at most (never the wrap-around of finished read past spawned).
+    assert 0 <= m["cyserve_coroutines"] < 1000
     assert "cyserve_scheduler_steals_total" in m and "cyserve_relief_adoptions_total" in m
     # An idle keep-alive connection is open, and seen within the publisher's period.
     with socket.create_connection(addr, timeout=TIMEOUT) as s:

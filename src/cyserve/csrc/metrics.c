@@ -157,9 +157,11 @@ void metrics_retire(struct metrics_region *r, unsigned i)
     counter_fold(&t->offloads, &p->offloads);
     counter_fold(&t->reliefs, &p->reliefs);
     counter_fold(&t->relief_threads, &p->relief_threads);
+    counter_fold(&t->offload_wait_ns, &p->offload_wait_ns);
     /* safety: the gauges and the heartbeat of an ended process mean nothing any more. */
     atomic_store_explicit(&p->open, 0, memory_order_relaxed);
     atomic_store_explicit(&p->runq, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->coroutines, 0, memory_order_relaxed);
     atomic_store_explicit(&p->beat_ns, 0, memory_order_relaxed);
     atomic_store_explicit(&p->stuck_ns, 0, memory_order_relaxed);
     atomic_store_explicit(&p->pid, 0, memory_order_release);
@@ -200,7 +202,7 @@ struct metrics_sum {
     uint64_t req[METRICS_KINDS][5], dur[METRICS_BUCKETS + 1], dur_ns, bytes_in, bytes_out;
     uint64_t accepted, reject[METRICS_REJECTS];
     uint64_t open, inline_ok, spawned, steals, parks, hops, offloads, reliefs, relief_threads;
-    uint64_t runq, procs;
+    uint64_t runq, procs, coroutines, offload_wait_ns;
 };
 
 static void sum_region(struct metrics_region *r, struct metrics_sum *s)
@@ -236,6 +238,8 @@ static void sum_region(struct metrics_region *r, struct metrics_sum *s)
         s->reliefs += counter_ld(&p->reliefs);
         s->relief_threads += counter_ld(&p->relief_threads);
         s->runq += counter_ld(&p->runq);
+        s->coroutines += counter_ld(&p->coroutines);
+        s->offload_wait_ns += counter_ld(&p->offload_wait_ns);
     }
 }
 
@@ -322,6 +326,15 @@ ssize_t metrics_format(struct metrics_region *r, char *buf, size_t cap)
     text_put_one(&t, "cyserve_scheduler_offloads_total", "counter",
                  "Python calls handed to a worker's batch under the GIL.", s.offloads);
     text_put_one(&t, "cyserve_scheduler_run_queue", "gauge", "Coroutines queued to run.", s.runq);
+    text_put_one(&t, "cyserve_coroutines", "gauge",
+                 "Coroutines alive now, each holding a stack from its worker's pool.",
+                 s.coroutines);
+    text_put(&t,
+             "# HELP cyserve_python_wait_seconds_total Time batches of Python calls waited to "
+             "start: for the GIL (on a free-threaded build, to attach).\n"
+             "# TYPE cyserve_python_wait_seconds_total counter\n"
+             "cyserve_python_wait_seconds_total %.6f\n",
+             (double)s.offload_wait_ns / 1e9);
     text_put_one(&t, "cyserve_relief_adoptions_total", "counter",
                  "Times a relief thread took over the loop of a worker stuck in a call.",
                  s.reliefs);

@@ -77,7 +77,9 @@ struct metrics_proc {
                                 * one batch of Python calls (sched_watch_stuck) */
     _Atomic uint64_t open;     /* connections open */
     _Atomic uint64_t inline_ok, spawned, steals, parks, hops, offloads, reliefs, relief_threads;
-    _Atomic uint64_t runq; /* coroutines queued to run */
+    _Atomic uint64_t runq;            /* coroutines queued to run */
+    _Atomic uint64_t coroutines;      /* alive now, each holding a stack: a gauge */
+    _Atomic uint64_t offload_wait_ns; /* sched_stats.offload_wait_ns, a counter */
     struct metrics_shard shards[];
 };
 

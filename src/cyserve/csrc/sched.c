@@ -263,6 +263,7 @@ struct sched_worker {
     unsigned finished_pending;
     /* Counters: written by the owner only, read approximately by sched_get_stats (relaxed). */
     uint64_t st_spawned, st_finished, st_steals, st_parks, st_hops, st_offloads;
+    uint64_t st_offload_wait_ns; /* sched_stats.offload_wait_ns; owner only */
 };
 
 struct sched {
@@ -419,6 +420,12 @@ static void stat_inc(uint64_t *c)
     /* safety: only the owner writes; a relaxed load+store is a plain increment that readers
      * may see late, never torn. */
     __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+}
+
+static void stat_add(uint64_t *c, uint64_t n)
+{
+    /* safety: as stat_inc. */
+    __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
 }
 
 static int sched_is_stopping(struct sched *s)
@@ -1496,6 +1503,7 @@ void sched_get_stats(const struct sched *s, struct sched_stats *out)
         out->parks += __atomic_load_n(&w->st_parks, __ATOMIC_RELAXED);
         out->hops += __atomic_load_n(&w->st_hops, __ATOMIC_RELAXED);
         out->offloads += __atomic_load_n(&w->st_offloads, __ATOMIC_RELAXED);
+        out->offload_wait_ns += __atomic_load_n(&w->st_offload_wait_ns, __ATOMIC_RELAXED);
     }
     for (unsigned i = 0; i < s->n; i++)
         out->runq += runq_len((struct runq *)&s->w[i].rq);

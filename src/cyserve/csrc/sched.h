@@ -307,6 +307,9 @@ struct sched_stats {
     uint64_t reliefs;        /* times a relief thread took over a stuck worker's loop */
     uint64_t relief_threads; /* relief threads started */
     uint64_t runq;           /* coroutines queued to run now (run queues, inject queue) */
+    /* Nanoseconds offload batches spent between their stamp and their first call: the begin
+     * hook's wait (the engine's: for the GIL; on a free-threaded build, to attach). */
+    uint64_t offload_wait_ns;
 };
 void sched_get_stats(const struct sched *s, struct sched_stats *out);
 

@@ -146,12 +146,14 @@ static void w_run_offloads(struct sched_worker *w, int cancel)
      * stalls this worker's loop as surely as a call that blocks. */
     /* safety: seq_cst store, then mon_notice_batch's seq_cst load: the monitor's deep park
      * (store mon_deep, load off_start) cannot miss this batch (sched_relief.c.h). */
-    __atomic_store_n(&w->off_start, sched_clock_ns(), __ATOMIC_SEQ_CST);
+    uint64_t stamp = sched_clock_ns();
+    __atomic_store_n(&w->off_start, stamp, __ATOMIC_SEQ_CST);
     if (s->mon_evfd >= 0)
         mon_notice_batch(s);
     if (s->off_begin)
         s->off_begin(s->off_ud);
     uint64_t start = sched_clock_ns(), now;
+    stat_add(&w->st_offload_wait_ns, start - stamp); /* the begin hook's wait: the GIL's */
     unsigned ran = 0;
     struct coro *c = list, *last_ran = list;
     for (;;) {

@@ -323,6 +323,10 @@ static void publish_once(struct server *s, uint64_t *seq, uint64_t *since)
     atomic_store_explicit(&p->reliefs, ss.reliefs, memory_order_relaxed);
     atomic_store_explicit(&p->relief_threads, ss.relief_threads, memory_order_relaxed);
     atomic_store_explicit(&p->runq, ss.runq, memory_order_relaxed);
+    /* Read worker by worker, finished may pass spawned for a moment: never below 0. */
+    atomic_store_explicit(&p->coroutines, ss.spawned > ss.finished ? ss.spawned - ss.finished : 0,
+                          memory_order_relaxed);
+    atomic_store_explicit(&p->offload_wait_ns, ss.offload_wait_ns, memory_order_relaxed);
     atomic_store_explicit(&p->stuck_ns, stuck, memory_order_relaxed);
     atomic_store_explicit(&p->beat_ns, now, memory_order_relaxed);
 }
