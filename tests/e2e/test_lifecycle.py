@@ -420,3 +420,42 @@ def test_five_reloads_and_many_recyclings_under_keepalive_load_from_another_proc
 # Handovers by --max-requests in the lifecycle test: the issue's 100 (about a minute on a
 # quiet 2-core machine).
 RECYCLINGS = 100
+
+
+def test_a_worker_killed_by_sigkill_under_load_costs_only_its_requests_in_flight(
+        tmp_path: Path, served: list[Served]) -> None:
+    """The lifecycle target's last part: kill -9 of one worker process under the same load.
+    The supervisor starts a new one; what is lost is at most the requests that were in flight
+    on the killed worker (one per connection of the client: two keep-alive, one new), and
+    nothing after."""
+    path = str(tmp_path / "k.sock")
+    srv = Served(tmp_path, "--uds", path, "--threads", "1", "--processes", "2", wait_serving=2,
+                 app=APP)
+    served.append(srv)
+    load = LoadProcess(tmp_path, "unix:" + path)
+    try:
+        load.wait_for(100)
+        assert load.progress["failures"] == 0, load.progress
+        with open(f"/proc/{srv.proc.pid}/task/{srv.proc.pid}/children") as f:
+            victim = int(f.read().split()[0])
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + TIMEOUT
+        while True:  # the supervisor reaps it and starts a new one
+            with open(f"/proc/{srv.proc.pid}/task/{srv.proc.pid}/children") as f:
+                children = [int(p) for p in f.read().split()]
+            if victim not in children and len(children) == 2:
+                break
+            assert time.monotonic() < deadline, children
+            time.sleep(0.02)
+        load.wait_for(300)  # served on by the other worker and the new one
+        # (the client reports its progress now and then: a failure at the kill may show late)
+        lost = int(load.progress["failures"])  # type: ignore[call-overload]
+        load.wait_for(300)
+        assert load.progress["failures"] == lost, load.progress  # nothing lost afterwards
+    finally:
+        result = load.stop()
+    print(f"\nkill -9 of worker {victim} under load: {result['ok']} requests, "
+          f"{result['nfailures']} failed (in flight on it), "
+          f"{result['keepalive_retries']} idle keep-alive connections closed (retried)")
+    assert int(result["nfailures"]) <= 3, result  # type: ignore[call-overload]
+    assert srv.stop() == 0, srv.stderr
