@@ -192,8 +192,16 @@ def test_sighup_reloads_the_application_and_loses_nothing(tmp_path: Path, served
     # Once the old workers have stopped, only the new code answers.
     deadline = time.monotonic() + TIMEOUT
     while True:
-        bodies = [request(fam, address)[1] for _ in range(20)]
-        if all(b.startswith("v00006 ") for b in bodies):
+        try:
+            bodies = [request(fam, address)[1] for _ in range(20)]
+        except ConnectionResetError:
+            # Over TCP a new connection queued on an old worker's closing SO_REUSEPORT listener
+            # is reset (the known limit the load above retries): the last old workers are
+            # still going away.
+            if family != "tcp":
+                raise
+            bodies = []
+        if bodies and all(b.startswith("v00006 ") for b in bodies):
             break
         assert time.monotonic() < deadline, bodies
         time.sleep(0.1)

@@ -284,7 +284,11 @@ def test_signals_after_run_returns_are_the_programs_again(tmp_path: Path) -> Non
     # stack, and the next SIGINT (Python's handler runs on it) killed the process with SIGSEGV:
     # a second Ctrl-C just after a quick stop, or any later one in a program that goes on.
     proc = run_program(tmp_path / "embedded.py", EMBEDDED)
-    assert proc.stdout.splitlines()[-1] == "KeyboardInterrupt after run()"
+    # (It failed once in a full run, never alone: the program exited 0 with "cyserve: shutting
+    # down" as its last line, as if SIGINT were still cyserve's. Everything is kept for the next
+    # time.)
+    assert proc.stdout.splitlines()[-1] == "KeyboardInterrupt after run()", (proc.stdout,
+                                                                             proc.stderr)
 
 
 def test_stdout_closed_does_not_spoil_the_graceful_stop(tmp_path: Path) -> None:
