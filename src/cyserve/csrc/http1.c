@@ -775,8 +775,21 @@ static int serve_loop(struct http1_session *sv)
         const char *body = NULL;
         size_t body_len = 0, next = off;
         sv->rq.body_left = 0;
-        if (sv->rq.head.content_length > 0 && !sv->rq.head.chunked &&
-            UNLIKELY(request_streams_body(&sv->rq))) {
+        sv->rq.body_chunked = sv->rq.body_overread = 0;
+        if (UNLIKELY(sv->rq.head.chunked) && request_streams_body(&sv->rq)) {
+            /* A chunked body the handler reads as it arrives: decoded piece by piece as it is
+             * asked for (request.c, body_piece_chunked), from what the buffer holds, then from
+             * the socket. Its size is known only at its end: max_body_bytes is checked as it
+             * goes. */
+            size_t head_end = off + (size_t)n;
+            memset(&sv->rq.body_ch, 0, sizeof(sv->rq.body_ch));
+            sv->rq.body_chunked = 1;
+            sv->rq.body_left = REQUEST_BODY_OPEN;
+            sv->rq.body_at = head_end;
+            sv->rq.body_end = sv->rq.body_rest = next = c->len;
+            sv->rq.body_continue = sv->rq.head.expect_continue;
+        } else if (sv->rq.head.content_length > 0 && !sv->rq.head.chunked &&
+                   UNLIKELY(request_streams_body(&sv->rq))) {
             /* The handler reads the body as it arrives (request.h, body_left): what the buffer
              * holds now is its first part, the rest stays in the socket until asked for. */
             uint64_t cl = (uint64_t)sv->rq.head.content_length;
@@ -804,7 +817,9 @@ static int serve_loop(struct http1_session *sv)
             sv->rq.defer = NULL;
             keep = 1;
         }
-        int body_unread = sv->rq.body_left != 0;
+        int body_unread = sv->rq.body_left != 0 || sv->rq.body_overread;
+        if (UNLIKELY(sv->rq.body_chunked) && !body_unread)
+            next = sv->rq.body_rest; /* what came after the body (request.c, rest_of_chunked) */
         if (UNLIKELY(body_unread))
             keep = 0; /* a body not read whole: the rest is in the socket, where the next
                        * request would be, so this answer closes the connection */

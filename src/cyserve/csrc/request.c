@@ -217,6 +217,90 @@ static int body_piece(struct request *rq, char *piece, size_t *n)
     return 0;
 }
 
+/* A streamed chunked body ended with `left` bytes of what came next (a pipelined request) at
+ * rest: put them where the serving loop reads on from (rq->body_rest, up to c->len). Those that
+ * came from the buffer are still there, just before body_at; those a socket read brought are
+ * copied after the buffer's end when it has room, and dropped otherwise (body_overread), since
+ * moving the buffer would move the request head's views that the access log reads later. */
+static void rest_of_chunked(struct request *rq, const char *rest, size_t left, int from_buf)
+{
+    struct conn *c = rq->c;
+    if (from_buf) {
+        rq->body_rest = rq->body_at - left;
+    } else if (left <= c->cap - c->len) {
+        rq->body_rest = c->len;
+        memcpy(c->buf + c->len, rest, left);
+        c->len += left;
+    } else {
+        rq->body_rest = c->len;
+        rq->body_overread = 1;
+    }
+    if (rq->body_rest < c->len)
+        c->drained = 0; /* a next request is in the buffer: parse it before reading again */
+}
+
+/* The next piece of rq's streamed chunked body into piece[0..*n): the decoded bytes of what the
+ * buffer holds, then of reads from the socket (each waiting up to body_timeout), as soon as
+ * there are any, BODY_PIECE_MAX at most; *n is 0 only for the end. The raw bytes are read into
+ * piece and decoded there (http_chunked_decode works in place). 0, -ETIMEDOUT, -ECONNRESET (the
+ * client left), -EMSGSIZE (the body goes past max_body_bytes) or -EBADMSG (bad framing). */
+static int body_piece_chunked(struct request *rq, char *piece, size_t *n)
+{
+    struct conn *c = rq->c;
+    const struct server_config *cfg = &rq->srv->cfg;
+    size_t got = 0;
+    while (got < BODY_PIECE_MAX) {
+        size_t raw;
+        int raw_from_buf = rq->body_at < rq->body_end;
+        if (raw_from_buf) {
+            raw = rq->body_end - rq->body_at;
+            if (raw > BODY_PIECE_MAX - got)
+                raw = BODY_PIECE_MAX - got;
+            memcpy(piece + got, c->buf + rq->body_at, raw);
+            rq->body_at += raw;
+        } else {
+            if (got > 0)
+                break; /* what came so far goes now rather than after another wait */
+            if (rq->body_continue) {
+                rq->body_continue = 0;
+                struct iovec iov = {(void *)body_continue_line, sizeof(body_continue_line) - 1};
+                if (conn_sendv(c, &iov, 1, 0) < 0)
+                    return -ECONNRESET;
+            }
+            ssize_t r = c->tp->recv(c, piece, BODY_PIECE_MAX);
+            if (r == -EAGAIN) {
+                int ev = sched_io_wait(&c->io, EPOLLIN, conn_deadline_after(cfg->body_timeout_ns));
+                if (ev == -ETIMEDOUT)
+                    return -ETIMEDOUT;
+                if (ev < 0)
+                    return -ECONNRESET;
+                continue;
+            }
+            if (r <= 0)
+                return -ECONNRESET;
+            raw = (size_t)r;
+        }
+        size_t l = raw;
+        int64_t left = http_chunked_decode(&rq->body_ch, piece + got, &l,
+                                           cfg->limits.max_header_bytes);
+        if (left == -1)
+            return rq->body_ch.status == 431 ? -EMSGSIZE : -EBADMSG;
+        got += l;
+        /* A chunk announced bigger than what the limit leaves is refused now, not after
+         * max_body_bytes of it have been read (remaining only grows while a size is read). */
+        if (rq->body_ch.total > cfg->max_body_bytes ||
+            (left == -2 && rq->body_ch.remaining > cfg->max_body_bytes - rq->body_ch.total))
+            return -EMSGSIZE;
+        if (left >= 0) {
+            rq->body_left = 0;
+            rest_of_chunked(rq, piece + got, (size_t)left, raw_from_buf);
+            break;
+        }
+    }
+    *n = got;
+    return 0;
+}
+
 /* Wait for the producer's answer on h while watching the client: one that hangs up meanwhile
  * (end of stream, a reset) is told to the producer at once, through target t's py_stream with
  * SERVER_STREAM_ABANDON (an ASGI app's receive() then returns http.disconnect while the app still
@@ -224,7 +308,8 @@ static int body_piece(struct request *rq, char *piece, size_t *n)
  * with uvicorn. Bytes of a next, pipelined request stay in the socket for the serving loop. A
  * streamed body (rq->body_left) is read here, a piece each time the producer asks (a body that
  * does not progress within body_timeout counts as a client gone).
- * 0, -ECONNRESET (the client left), or -ECANCELED (the server stops). */
+ * 0, -ECONNRESET (the client left), -ECANCELED (the server stops), or -EMSGSIZE / -EBADMSG (a
+ * streamed body over max_body_bytes or badly framed; the producer was told it is gone). */
 static int await_watching(struct request *rq, struct handoff *h, const struct server_target *t)
 {
     struct conn *c = rq->c;
@@ -247,7 +332,17 @@ static int await_watching(struct request *rq, struct handoff *h, const struct se
                         rc = -ENOMEM;
                         break;
                     }
-                    int brc = body_piece(rq, piece, &job.len);
+                    int brc = rq->body_chunked ? body_piece_chunked(rq, piece, &job.len)
+                                               : body_piece(rq, piece, &job.len);
+                    if (brc == -EMSGSIZE || brc == -EBADMSG) {
+                        /* The client's fault, told to it (await_deferred answers 413 or 400)
+                         * rather than as a connection gone; the app's receive() says
+                         * http.disconnect all the same. */
+                        struct gone_job gj = {t, h};
+                        sched_offload(gone_trampoline, &gj);
+                        rc = brc;
+                        break;
+                    }
                     if (brc < 0)
                         goto gone;
                     job.data = piece;
@@ -293,7 +388,7 @@ int request_await_answer(struct request *rq, struct handoff *h, const struct ser
 /* The handler deferred its answer to another thread (handoff.h): wait for it, without holding
  * the worker, and take it into rq->resp as if the handler had made it. 0, or -ECANCELED (the
  * server stops; the handoff is left), -ECONNRESET (the client left; the producer was told) or
- * -ENOMEM. */
+ * -ENOMEM; or 1 when a streamed body was refused (413, 400) and rq->answer says so. */
 static int await_deferred(struct request *rq, const struct server_target *t)
 {
     struct handoff *h = rq->resp.defer;
@@ -302,6 +397,20 @@ static int await_deferred(struct request *rq, const struct server_target *t)
     int rc = request_await_answer(rq, h, t);
     if (LIKELY(rc == 0))
         rc = resp_take(&rq->resp, &h->resp);
+    if (UNLIKELY(rc == -EMSGSIZE || rc == -EBADMSG)) {
+        /* A streamed body broke a limit or its framing before the app answered: the client
+         * gets the status, the app's answer (if it comes) goes nowhere, and the connection
+         * closes, since the rest of the body is still in the socket. */
+        request_leave_defer(rq);
+        resp_reset(&rq->resp);
+        rq->resp.close = 1;
+        if (rc == -EMSGSIZE)
+            answer_simple(rq, 413, "413 Content Too Large\n", NULL);
+        else
+            answer_simple(rq, 400, "400 Bad Request: bad chunked framing\n", NULL);
+        rq->answer.close = 1;
+        return 1;
+    }
     if (UNLIKELY(rc < 0)) {
         request_leave_defer(rq);
         resp_reset(&rq->resp);
@@ -466,6 +575,8 @@ static int dispatch_call(struct request *rq, const struct router_match *mp, cons
             rc = await_deferred(rq, t);
             if (UNLIKELY(rc < 0))
                 return rc;
+            if (UNLIKELY(rc > 0))
+                return 0; /* refused for its body: the answer is made */
         }
     }
     if (server_draining(rq->srv)) {

@@ -16,6 +16,9 @@
 #include "resp.h"
 #include "router.h"
 
+/* body_left of a chunked body streamed to its handler, whose length is not known. */
+#define REQUEST_BODY_OPEN UINT64_MAX
+
 struct conn;
 struct handoff;
 struct server;
@@ -89,13 +92,21 @@ struct request {
     /* The handoff the answer comes through when a handler deferred it (handoff.h), held until
      * the answer is sent or given up; NULL otherwise. */
     struct handoff *defer;
-    /* A Content-Length body the handler reads as it arrives (a target with stream_body: an
-     * ASGI app's receive()) instead of whole before the call: the bytes still to deliver, where
-     * the ones already in the connection's buffer are (buf[body_at..body_end)), and whether
-     * 100 Continue is owed before the first read from the socket. body_left is 0 otherwise. */
+    /* A body the handler reads as it arrives (a target with stream_body: an ASGI app's
+     * receive()) instead of whole before the call: the bytes still to deliver (REQUEST_BODY_OPEN
+     * for a chunked one until its last chunk is decoded), where the ones already in the
+     * connection's buffer are (buf[body_at..body_end), raw: chunked framing included), and
+     * whether 100 Continue is owed before the first read from the socket. body_left is 0
+     * otherwise. A chunked one is decoded as it goes (body_ch); the reads may bring bytes past
+     * its end (a pipelined request), which are left in the buffer from body_rest on, or, when
+     * the buffer has no room for them without moving, dropped (body_overread: the connection
+     * then closes after the answer). */
     uint64_t body_left;
     size_t body_at, body_end;
     int body_continue;
+    int body_chunked, body_overread;
+    size_t body_rest;
+    struct http_chunked body_ch;
     /* The body, when it is streamed to the handler (body.h) rather than whole in the view;
      * NULL otherwise. */
     struct body_reader *body_rd;
