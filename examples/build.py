@@ -16,7 +16,7 @@ import sysconfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-EXTENSIONS = ["hello_nogil"]
+EXTENSIONS = ["hello_nogil", "ws_echo_nogil"]
 
 
 def _api_files(pkg_dir: str, include_dir: str) -> list[str]:

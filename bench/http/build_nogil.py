@@ -1,4 +1,5 @@
-"""Compile bench/http/apps/cyserve_nogil.pyx against the cyserve in src/ into bench/.build/.
+"""Compile bench/http/apps/cyserve_nogil.pyx and the GIL-free WebSocket echo of
+examples/ws_echo_nogil.pyx against the cyserve in src/ into bench/.build/.
 
 Run with a Python that has Cython and imports cyserve (the runner uses bench/.venv). Exits non-zero
 with the compiler's message when cyserve's cimport-able API is not there yet."""
@@ -18,10 +19,12 @@ def main():
     from setuptools import Extension
     from setuptools.dist import Distribution
 
-    ext = Extension("cyserve_nogil", [os.path.join(HERE, "apps", "cyserve_nogil.pyx")],
-                    include_dirs=[cyserve.get_include()], extra_compile_args=["-O2"])
+    exts = [Extension("cyserve_nogil", [os.path.join(HERE, "apps", "cyserve_nogil.pyx")],
+                      include_dirs=[cyserve.get_include()], extra_compile_args=["-O2"]),
+            Extension("ws_echo_nogil", [os.path.join(ROOT, "examples", "ws_echo_nogil.pyx")],
+                      include_dirs=[cyserve.get_include()], extra_compile_args=["-O2"])]
     os.makedirs(BUILD, exist_ok=True)
-    dist = Distribution({"ext_modules": cythonize([ext], quiet=True, language_level=3,
+    dist = Distribution({"ext_modules": cythonize(exts, quiet=True, language_level=3,
                                                   compiler_directives={
                                                       "freethreading_compatible": True},
                                                   include_path=[os.path.join(ROOT, "src")],

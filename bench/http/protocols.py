@@ -198,9 +198,8 @@ SERVERS = [
     ProtoServer("cyserve-nogil-ws", "cyserve (GIL-free echo)", "cyserve",
                 _cyserve("bench.http.apps.cyserve_ws_nogil_app:app"), ("ws-echo",),
                 app="bench.http.apps.cyserve_ws_nogil_app",
-                note="a GIL-free (Cython) WebSocket echo, bench/http/apps/cyserve_ws_nogil_app.py",
-                missing="the engine has no GIL-free WebSocket handler API yet, so there is no "
-                        "bench/http/apps/cyserve_ws_nogil_app.py"),
+                note="examples/ws_echo_nogil.pyx: callbacks in C on the worker, without the GIL "
+                     "(bench/http/apps/cyserve_ws_nogil_app.py)"),
     ProtoServer("cyserve-app-ws", "cyserve (@app.websocket echo)", "cyserve",
                 _cyserve("bench.http.apps.cyserve_ws_app:app"), ("ws-echo",),
                 app="bench.http.apps.cyserve_ws_app",
@@ -236,8 +235,9 @@ BY_NAME = {s.name: s for s in SERVERS}
 # Setup.
 
 def setup(notes, no_setup=False):
-    """Install h2load (Debian's nghttp2-client) the way run.py installs wrk and nginx, and build
-    the Go peer and load client (bench/peers/goproto, its own module: gorilla/websocket)."""
+    """Install h2load (Debian's nghttp2-client) the way run.py installs wrk and nginx, build the
+    GIL-free modules (bench/http/build_nogil.py) and the Go peer and load client
+    (bench/peers/goproto, its own module: gorilla/websocket)."""
     if not no_setup and not processes.have("h2load") and os.geteuid() == 0 and processes.have("apt-get"):
         say("setup: apt-get install nghttp2-client")
         subprocess.run(["apt-get", "update", "-qq"], capture_output=True)
@@ -250,6 +250,12 @@ def setup(notes, no_setup=False):
             notes.append(f"{tool}: not installed")
     if no_setup:
         return
+    if os.path.exists(S.VENV_PY):
+        # The GIL-free WebSocket echo (examples/ws_echo_nogil.pyx) into bench/.build/.
+        from bench.http.run import setup_nogil
+        why = setup_nogil(notes)
+        if why:
+            notes.append(why)
     if not processes.have("go"):
         notes.append("Go peer and load client: `go` is not installed")
         return

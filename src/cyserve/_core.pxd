@@ -7,3 +7,4 @@
 
 include "native/sched_api.pxi"
 include "native/http_api.pxi"
+include "native/ws_api.pxi"

@@ -10,6 +10,7 @@ cyserve._testhooks, built only for them."""
 
 include "native/sched.pyx"
 include "native/http_api.pyx"
+include "native/ws_api.pyx"
 include "native/python_handler.pyx"
 include "native/wsgi.pyx"
 include "native/asgi.pyx"

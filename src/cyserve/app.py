@@ -16,6 +16,8 @@ An App is only a list of routes. ``app.build()`` turns it into the plain list th
                       (that capsule, a capsule holding the handler's ctx pointer, or None), or
                       a triple (capsule, ctx or None, inline: bool); inline False keeps the
                       route off the engine's inline path
+             "nogil_ws" target is (a PyCapsule named "cyserve.nogil_ws_handler", a ctx capsule
+                      or None): a GIL-free WebSocket route (app.nogil_websocket)
              "static" target is (status, [(name, value), ...], body bytes), served from C
              "files"  target is the real path of a directory
              "health" as "static", but answered 503 once the server fails its health or
@@ -54,10 +56,11 @@ HandlerResult = Union[str, bytes, dict[str, Any], list[Any], "Response", None]
 Handler = Callable[["Request"], HandlerResult]
 H = TypeVar("H", bound=Callable[..., Any])
 Match = Literal["path", "prefix", "regex"]
-Kind = Literal["python", "nogil", "static", "files", "health"]
+Kind = Literal["python", "nogil", "nogil_ws", "static", "files", "health"]
 RouteTuple = tuple[Match, str, tuple[str, ...] | None, Kind, Any]
 
 NOGIL_CAPSULE_NAME = "cyserve.nogil_handler"
+NOGIL_WS_CAPSULE_NAME = "cyserve.nogil_ws_handler"
 PARAM_TYPES = ("int", "str", "path")
 # Path parameters or regex groups per route (ROUTER_MAX_PARAMS in csrc/router.h).
 MAX_PARAMS = 16
@@ -260,6 +263,25 @@ class App:
             return handler
 
         return register
+
+    def nogil_websocket(self, path: str, capsule: object, ctx: object = None) -> None:
+        """Register a GIL-free WebSocket route (a capsule from ``cyserve_ws_handler_capsule``,
+        cyserve/handler.h and _core.pxd): the engine answers the handshake and runs the
+        handler's on_open, on_message and on_close in C on the worker, without the GIL; between
+        messages the connection is idle and holds no coroutine. ``ctx``, if given, is a
+        PyCapsule whose pointer the callbacks receive; the App keeps it alive. GET only; a
+        request that is not a valid handshake gets 400 (426 for another version)."""
+        where = f"app.nogil_websocket({path!r})"
+        if type(capsule).__name__ != "PyCapsule" or not _capsule_is_valid(
+                capsule, NOGIL_WS_CAPSULE_NAME.encode()):
+            raise HandlerTypeError(f"{where}: expected a PyCapsule named "
+                                   f"{NOGIL_WS_CAPSULE_NAME!r} (made by "
+                                   f"cyserve_ws_handler_capsule), got {_describe_object(capsule)}")
+        if ctx is not None and type(ctx).__name__ != "PyCapsule":
+            raise HandlerTypeError(f"{where}: ctx must be a PyCapsule (its pointer is passed to "
+                                   f"the callbacks) or None, got {_describe_object(ctx)}")
+        self._add_kind("path", path, ("GET",), "nogil_ws", (capsule, ctx),
+                       "GIL-free WebSocket", where)
 
     def static(self, path: str, body: str | bytes, content_type: str | None = None,
                status: int = 200, headers: Iterable[tuple[str, str]] | None = None,

@@ -29,6 +29,7 @@
 #include "csrc/proxy.c"
 #include "csrc/ws.c"
 #include "csrc/ws_conn.c"
+#include "csrc/ws_nogil.c"
 #include "csrc/proxyproto.c"
 #include "csrc/metrics.c"
 

@@ -276,6 +276,11 @@ static void conn_idle_timeout(struct sched_timer *t)
     if (c->busy)
         return; /* it re-arms when it goes idle again */
     uint64_t deadline = c->idle_since + c->home->srv->cfg.keepalive_ns;
+    if (c->proto->idle_deadline) {
+        deadline = c->proto->idle_deadline(c);
+        if (!deadline)
+            return; /* the protocol keeps idle connections without a deadline */
+    }
     if (sched_now_ns() < deadline) {
         sched_timer_arm(&c->idle, deadline);
         c->timer_armed = 1;

@@ -38,6 +38,9 @@ struct conn_proto {
     /* c is being destroyed: free c->proto_data. May be NULL. Home's loop lock held, or no
      * worker runs any more. */
     void (*close)(struct conn *c);
+    /* When the idle connection's timer is due (sched_now_ns() clock), 0 for never; NULL: its
+     * idle_since plus the keep-alive timeout, as for HTTP/1. Home's loop lock held. */
+    uint64_t (*idle_deadline)(struct conn *c);
 };
 
 /* How bytes cross a connection: plain sockets (conn_plain) or TLS (tls_transport, tls.h). Each returns bytes moved (recv: 0 at end of stream) or -errno; -EAGAIN

@@ -31,6 +31,7 @@
 #include "sched.h"
 #include "server_int.h"
 #include "ws_conn.h"
+#include "ws_nogil.h"
 
 /* The request core says "no length" with its own name; the head writer takes it as is. */
 _Static_assert(REQUEST_LENGTH_NONE == HTTP_LENGTH_UNTIL_CLOSE, "one value for 'no length'");
@@ -817,6 +818,13 @@ static int serve_loop(struct http1_session *sv)
             sv->rq.defer = NULL;
             keep = 1;
         }
+        struct wsn *wsn = sv->rq.wsn;
+        if (UNLIKELY(wsn != NULL)) {
+            /* A GIL-free WebSocket accepted: the 101 keeps the connection, whatever its head
+             * said about keep-alive. */
+            sv->rq.wsn = NULL;
+            keep = 1;
+        }
         int body_unread = sv->rq.body_left != 0 || sv->rq.body_overread;
         if (UNLIKELY(sv->rq.body_chunked) && !body_unread)
             next = sv->rq.body_rest; /* what came after the body (request.c, rest_of_chunked) */
@@ -847,6 +855,19 @@ static int serve_loop(struct http1_session *sv)
         sv->rq.client_done = REQUEST_CLIENT_NO_HEAD;
         if (UNLIKELY(sv->rq.body_left != 0))
             sv->rq.body_left = 0;
+        if (UNLIKELY(wsn != NULL)) {
+            /* The connection becomes the GIL-free WebSocket's (ws_nogil.h), idle between its
+             * messages; the bytes behind the handshake are the client's first frames. */
+            if (rc == 0 && sv->rq.answer.status == 101)
+                rc = http1_flush(sv);
+            else if (rc == 0)
+                rc = -EPROTO;
+            if (rc != 0) {
+                wsn_discard(wsn);
+                return SERVE_CLOSE;
+            }
+            return wsn_take_over(c, wsn, next) ? SERVE_CLOSE : SERVE_IDLE;
+        }
         if (UNLIKELY(ws != NULL)) {
             /* The connection switches protocol after the 101 (ws_conn.h); the bytes behind
              * the handshake are the client's first frames. */
@@ -900,6 +921,7 @@ int http1_serve(struct coro *co, void *arg)
     sv->rq.log_status = 0;
     sv->rq.log_have_req = 0;
     sv->rq.defer = NULL;
+    sv->rq.wsn = NULL;
     sv->rq.body_rd = NULL;
     sv->rq.http2 = 0;
     sv->body_held = 0;

@@ -31,6 +31,7 @@
 #include "sched.h"
 #include "server_int.h"
 #include "stream.h"
+#include "ws_nogil.h"
 
 /* A GIL-free handler that fails gets a 500, and the operator a line on standard error (a Python
  * handler's failure gets a logged traceback), at most one a second for the whole process, so that
@@ -560,6 +561,22 @@ static int dispatch_call(struct request *rq, const struct router_match *mp, cons
         } else {
             hrc = t->fn(&creq, &rq->resp, t->ctx);
         }
+    } else if (t->kind == SERVER_NOGIL_WS) {
+        int st = wsn_open(rq, t, &creq);
+        if (UNLIKELY(st < 0))
+            return st;
+        if (st > 0) {
+            /* A bad handshake (RFC 6455 4.2.2: 426 names the version spoken), then close. */
+            if (st == 426)
+                answer_simple(rq, 426, "426 Upgrade Required\n",
+                              "Sec-WebSocket-Version: 13\r\nUpgrade: websocket\r\n");
+            else
+                answer_simple(rq, 400, "400 Bad Request: not a valid WebSocket handshake\n", NULL);
+            a->close = 1;
+            rq->resp.close = 1;
+            return 0;
+        }
+        hrc = 0;
     } else {
         struct py_job job = {t, &creq, &rq->resp, rq->c, clock_mono_ns(), 0};
         rc = sched_offload(py_trampoline, &job);

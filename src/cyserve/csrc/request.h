@@ -92,6 +92,9 @@ struct request {
     /* The handoff the answer comes through when a handler deferred it (handoff.h), held until
      * the answer is sent or given up; NULL otherwise. */
     struct handoff *defer;
+    /* A GIL-free WebSocket accepted by its route (ws_nogil.h): the 101 is the answer, and the
+     * connection is handed to it once the answer is sent (wsn_take_over); NULL otherwise. */
+    struct wsn *wsn;
     /* A body the handler reads as it arrives (a target with stream_body: an ASGI app's
      * receive()) instead of whole before the call: the bytes still to deliver (REQUEST_BODY_OPEN
      * for a chunked one until its last chunk is decoded), where the ones already in the

@@ -237,6 +237,12 @@ int sched_io_release(struct sched_io *io);
  * not reported twice. The home's loop lock is held (it is, in on_ready). Worker only. */
 void sched_io_idle(struct sched_io *io);
 
+/* From a callback holding io's home's loop lock (a timer's), io idle: mark it served, as an event
+ * does before on_ready, for a coroutine the caller spawns to serve it. Readiness that comes
+ * meanwhile is recorded for that coroutine (sched_io_release then says -EAGAIN), not handed to
+ * on_ready for a second one. Worker only. */
+void sched_io_take(struct sched_io *io);
+
 /* Remove io from its home epoll. Call before closing the fd. From a coroutine this enters a home
  * section of io's home and stays in it (like sched_io_release's 0); from a callback the caller
  * must hold the home's loop lock (sched_home_held() == io->home). Worker only. */

@@ -272,6 +272,12 @@ void sched_io_idle(struct sched_io *io)
     io->active = 0;
 }
 
+void sched_io_take(struct sched_io *io)
+{
+    io->active = 1;
+    io->ready &= ~(uint32_t)(EPOLLIN | EPOLLOUT);
+}
+
 void sched_io_del(struct sched_io *io)
 {
     struct sched_worker *w = sched_self();

@@ -33,6 +33,7 @@ enum server_target_kind {
     SERVER_NOGIL,      /* cyserve_nogil_handler called on the worker thread */
     SERVER_PYTHON,     /* py_call(opaque, req, resp) via sched_offload */
     SERVER_FILES,      /* files_open + sendfile beneath a root */
+    SERVER_NOGIL_WS,   /* a WebSocket whose cyserve_ws_handler runs on the worker (ws_nogil.h) */
 };
 
 /* What a route points at. The router stores a pointer to it; the caller keeps it alive (and
@@ -55,9 +56,11 @@ struct server_target {
     /* SERVER_STATIC, set by the caller after server_target_static(): the health path, answered
      * 503 instead once server_fail_health() was called or a stop began. */
     int static_health;
-    /* SERVER_NOGIL */
+    /* SERVER_NOGIL (and ctx for SERVER_NOGIL_WS) */
     cyserve_nogil_handler fn;
     void *ctx;
+    /* SERVER_NOGIL_WS: the callbacks, kept alive by the caller as the target is */
+    const cyserve_ws_handler *ws;
     /* Whether fn may run inline, on the worker's loop (http1_inline.c): below
      * INLINE_LEARN, the number of quick calls seen so far; INLINE_LEARN: yes; above: never.
      * Zero when the target is made (zeroed memory). */

@@ -189,6 +189,7 @@ static inline unsigned server_target_mkind(const struct server_target *t)
     case SERVER_FILES:
         return METRICS_FILES;
     case SERVER_NOGIL:
+    case SERVER_NOGIL_WS:
         return METRICS_NOGIL;
     default:
         return t->metrics_kind ? t->metrics_kind : METRICS_PYTHON;

@@ -511,6 +511,21 @@ cdef class Server:
             t.ctx = ctx
             if not inline:
                 cs.server_target_never_inline(t)
+        elif kind == "nogil_ws":
+            cap, ctx_cap = target
+            if not PyCapsule_CheckExact(cap) or PyCapsule_GetName(cap) == NULL or \
+                    strcmp(PyCapsule_GetName(cap), b"cyserve.nogil_ws_handler") != 0:
+                raise TypeError(f"{where}: a nogil_ws target must be a PyCapsule named "
+                                f"'cyserve.nogil_ws_handler' (from cyserve_ws_handler_capsule)")
+            ctx = NULL
+            if ctx_cap is not None:
+                if not PyCapsule_CheckExact(ctx_cap):
+                    raise TypeError(f"{where}: the nogil_ws context must be a PyCapsule or None")
+                ctx = PyCapsule_GetPointer(ctx_cap, PyCapsule_GetName(ctx_cap))
+            self._keep.append(target)
+            t.kind = cs.SERVER_NOGIL_WS
+            t.ws = <const cs.ws_handler_t *>PyCapsule_GetPointer(cap, b"cyserve.nogil_ws_handler")
+            t.ctx = ctx
         elif kind == "static" or kind == "health":
             # "health": a static answer that turns 503 once fail_health() is called or a stop
             # begins (the --health-path route).
@@ -541,8 +556,8 @@ cdef class Server:
             t.root = root  # freed with the targets from here on, whatever fails below
             _files_configure(root, target, where)
         else:
-            raise ValueError(f"{where}: kind must be 'python', 'nogil', 'static' or 'files', "
-                             f"got {kind!r}")
+            raise ValueError(f"{where}: kind must be 'python', 'nogil', 'nogil_ws', 'static' or "
+                             f"'files', got {kind!r}")
         pat = pattern.encode("utf-8")
         err[0] = 0
         rc = router_add(self._router, kinds[match], pat, len(pat), mask, t, err, sizeof(err))

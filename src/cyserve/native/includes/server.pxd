@@ -16,6 +16,8 @@ cdef extern from "cyserve/handler.h" nogil:
         pass
     ctypedef struct resp_t "cyserve_response":
         pass
+    ctypedef struct ws_handler_t "cyserve_ws_handler":
+        pass
 
 # Function pointer types of struct server_target's fields (Cython-side names; the C fields are
 # cyserve_nogil_handler and an unnamed pointer type of the same signature).
@@ -115,11 +117,13 @@ cdef extern from "csrc/server.h" nogil:
         SERVER_NOGIL
         SERVER_PYTHON
         SERVER_FILES
+        SERVER_NOGIL_WS
 
     ctypedef struct server_target_t "struct server_target":
         server_target_kind kind
         nogil_fn_t fn
         void *ctx
+        const ws_handler_t *ws
         py_call_t py_call
         py_stream_t py_stream
         void *opaque
@@ -261,6 +265,15 @@ cdef extern from "csrc/ws_conn.h" nogil:
     void wsconn_consumed(handoff_t *h, size_t n)
     int wsconn_send(handoff_t *h, int opcode, const char *p, size_t n)
     int wsconn_close(handoff_t *h, int code, const char *reason, size_t n)
+
+cdef extern from "csrc/ws_nogil.h" nogil:
+    ctypedef struct wsn_t "struct wsn":
+        pass
+    int wsn_send(wsn_t *w, int opcode, const char *p, size_t n)
+    int wsn_close(wsn_t *w, int code, const char *reason, size_t n)
+    void wsn_set_data(wsn_t *w, void *data)
+    void *wsn_data(wsn_t *w)
+
 
 cdef extern from "csrc/tls.h" nogil:
     ctypedef struct tls_ctx_t "struct tls_ctx":
