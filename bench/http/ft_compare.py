@@ -23,7 +23,8 @@ from bench.common import processes
 from bench.http import harness
 from bench.http import servers as S
 
-APPS = {"py": "bench.http.apps.cyserve_py:app", "wsgi": "bench.peers.python.wsgi_app:app"}
+APPS = {"py": "bench.http.apps.cyserve_py:app", "wsgi": "bench.peers.python.wsgi_app:app",
+        "asgi": "bench.peers.python.asgi_app:app"}
 # A CPU-bound route takes tens of ms a request: a few connections keep every worker busy.
 CONNECTIONS = {"plaintext": 32, "json": 8, "msgpack": 8, "loop": 4}
 

@@ -201,7 +201,8 @@ CYSERVE_APPS = {"cyserve-py": "bench.http.apps.cyserve_py", "cyserve-static": "b
                 "cyserve-nogil": "bench.http.apps.cyserve_nogil_app", "cyserve-wsgi": "bench.peers.python.wsgi_app",
                 "cyserve-asgi": "bench.peers.python.asgi_app",
                 "cyserve-files": "bench.http.apps.cyserve_files_app",
-                "cyserve-py-ft": "bench.http.apps.cyserve_py", "cyserve-wsgi-ft": "bench.peers.python.wsgi_app"}
+                "cyserve-py-ft": "bench.http.apps.cyserve_py", "cyserve-wsgi-ft": "bench.peers.python.wsgi_app",
+                "cyserve-asgi-ft": "bench.peers.python.asgi_app"}
 
 
 def availability(servers, nogil_error):

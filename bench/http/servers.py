@@ -163,6 +163,10 @@ SERVERS = [
            _cyserve("bench.peers.python.wsgi_app:app"), requires=("msgpack",), python=FT_PY,
            note="the WSGI peers' app, one process of N threads on a free-threaded CPython "
                 "(CYSERVE_BENCH_PYTHON_FT)"),
+    Server("cyserve-asgi-ft", "cyserve (ASGI app, free-threaded)", "cyserve",
+           _cyserve("bench.peers.python.asgi_app:app"), requires=("msgpack",), python=FT_PY,
+           note="the ASGI peers' app, one process of N threads on a free-threaded CPython "
+                "(CYSERVE_BENCH_PYTHON_FT), each worker thread with an event loop of its own"),
     Server("go-fasthttp", "Go fasthttp", "go", _go("go-fasthttp")),
     Server("go-nethttp", "Go net/http", "go", _go("go-nethttp")),
     Server("nginx", "nginx", "c", _nginx, workloads=STATIC,

@@ -7,9 +7,12 @@ too, and ``app.asgi(prefix, asgi_app)`` mounts one beside native, GIL-free and W
 
 Where it runs: one asyncio event loop per process, on a thread of its own ("cyserve-asgi"),
 started before the server accepts anything (``--loop auto|asyncio|uvloop``; auto takes uvloop
-when it is installed). The application may use all of asyncio there: tasks, sleeps, timeouts, its
-own sockets, run_in_executor. The engine's workers never wait for it: a request's coroutine parks
-until the application has sent its answer (docs/architecture.md, "ASGI").
+when it is installed). On a free-threaded interpreter whose GIL is off, each worker thread has a
+loop of its own ("cyserve-asgi-N" for "cyserve-worker-N", made on its first ASGI request), and a
+request runs on the loop of the worker that parsed it; the process's loop then runs only the
+lifespans (``loops_per_thread``). The application may use all of asyncio there: tasks, sleeps,
+timeouts, its own sockets, run_in_executor. The engine's workers never wait for it: a request's
+coroutine parks until the application has sent its answer (docs/architecture.md, "ASGI").
 
 The http scope: ``http_version``, ``method``, ``scheme`` ("http"), ``path`` (percent-decoded,
 UTF-8), ``raw_path``, ``query_string`` (raw), ``root_path``, ``headers`` (lower-cased names, raw
@@ -56,6 +59,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -64,7 +68,7 @@ from typing import Any
 from .app import is_asgi_app
 from .config import LOOPS
 
-__all__ = ["is_asgi_app", "ASGIRuntime", "LifespanError", "loop_factory"]
+__all__ = ["is_asgi_app", "ASGIRuntime", "LifespanError", "loop_factory", "loops_per_thread"]
 
 _log = logging.getLogger("cyserve.asgi")
 _STOP_TASKS_SECONDS = 5.0
@@ -144,21 +148,66 @@ class _Lifespan:
             fut.set_result(None)
 
 
+def loops_per_thread() -> bool:
+    """Whether each worker thread runs its requests on an event loop of its own: on a
+    free-threaded interpreter whose GIL is off at runtime (an extension that does not declare
+    itself free-threading safe turns it back on), where one loop thread would be the limit of
+    every worker's ASGI requests. With the GIL, one loop per process (the workers' Python
+    calls are serialised anyway, and each loop would be one more thread to wake)."""
+    is_gil_enabled = getattr(sys, "_is_gil_enabled", None)
+    return is_gil_enabled is not None and not is_gil_enabled()
+
+
 class ASGIRuntime:
-    """The process's event loop thread and the lifespans of the ASGI handlers it serves."""
+    """The process's event loop thread and the lifespans of the ASGI handlers it serves; on a
+    free-threaded interpreter without the GIL also one loop thread per worker thread, made on
+    the worker's first ASGI request (``loops_per_thread``)."""
 
-    def __init__(self, handlers: list[Any], loop: str = "auto") -> None:
+    def __init__(self, handlers: list[Any], loop: str = "auto",
+                 per_thread: bool | None = None) -> None:
+        from ._core import _ASGILoop
+
         self.handlers = handlers
-        self.loop = loop_factory(loop)()
-        self.thread = threading.Thread(target=self._run, name="cyserve-asgi", daemon=True)
+        self._factory = loop_factory(loop)
+        self.loop = self._factory()
+        self.main = _ASGILoop(self.loop)
+        self.thread = threading.Thread(target=self._run, args=(self.loop,), name="cyserve-asgi",
+                                       daemon=True)
         self._lifespans: list[_Lifespan] = []
+        self.per_thread = loops_per_thread() if per_thread is None else per_thread
+        # The worker threads' loops and their threads: appended by the workers (each its own,
+        # once), read by stop() after the server stopped.
+        self._lock = threading.Lock()
+        self._thread_loops: list[tuple[Any, threading.Thread]] = []
+        self._stopping = False
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
+    @staticmethod
+    def _run(loop: asyncio.AbstractEventLoop) -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_forever()
 
-    def _call(self, coro: Any, timeout: float | None = None) -> Any:
-        fut: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+    def _new_thread_loop(self) -> Any:
+        """The calling worker thread's own loop, running on a thread of its own (named after
+        the worker: cyserve-asgi-N for cyserve-worker-N). Called by the engine, Python state
+        attached, on the worker's first ASGI request."""
+        from ._core import _ASGILoop
+
+        name = threading.current_thread().name
+        suffix = name.rpartition("-")[2] if name.startswith("cyserve-worker-") else name
+        lp = _ASGILoop(self._factory())
+        thread = threading.Thread(target=self._run, args=(lp.loop,), name=f"cyserve-asgi-{suffix}",
+                                  daemon=True)
+        with self._lock:
+            if self._stopping:
+                lp.loop.close()
+                raise RuntimeError("the ASGI event loops are stopping")
+            thread.start()
+            self._thread_loops.append((lp, thread))
+        return lp
+
+    def _call(self, coro: Any, timeout: float | None = None,
+              loop: asyncio.AbstractEventLoop | None = None) -> Any:
+        fut: Future[Any] = asyncio.run_coroutine_threadsafe(coro, loop or self.loop)
         return fut.result(timeout)
 
     def start(self) -> None:
@@ -167,12 +216,14 @@ class ASGIRuntime:
         from ._core import _asgi_set_loop
 
         self.thread.start()
-        _asgi_set_loop(self.loop)
         try:
+            # The lifespans run on the process's loop before any request: their state is then
+            # every request's, whichever loop runs it.
             self._call(self._startup())
         except BaseException:
             self.stop(0.0, lifespan=False)
             raise
+        _asgi_set_loop(self.main, self._new_thread_loop if self.per_thread else None)
 
     async def _startup(self) -> None:
         seen: dict[int, _Lifespan] = {}
@@ -196,7 +247,7 @@ class ASGIRuntime:
                 except LifespanError as exc:
                     _log.error("%s", exc)
 
-    async def _cancel_requests(self, timeout: float) -> None:
+    async def _cancel_requests(self, lp: Any, timeout: float) -> None:
         # Every task but this one and the lifespans': the requests' and what they spawned.
         keep = {asyncio.current_task(), *(life.task for life in self._lifespans)}
         tasks = [t for t in asyncio.all_tasks() if t not in keep]
@@ -206,21 +257,40 @@ class ASGIRuntime:
             await asyncio.wait(tasks, timeout=timeout)
         from ._core import _asgi_drop_done_tasks
 
-        _asgi_drop_done_tasks()
+        _asgi_drop_done_tasks(lp)
+
+    def _stop_loop(self, lp: Any, thread: threading.Thread, timeout: float) -> None:
+        lp.closed = True
+        try:
+            if timeout >= 0:
+                self._call(self._cancel_requests(lp, timeout), timeout + 1.0, lp.loop)
+        finally:
+            lp.loop.call_soon_threadsafe(lp.loop.stop)
+            thread.join()
+            lp.loop.close()
 
     def stop(self, timeout: float = _STOP_TASKS_SECONDS, lifespan: bool = True) -> None:
         """After the server stopped: cancel the requests' tasks still running (their answers
-        were given up by the stop), run the lifespan shutdowns, stop and close the loop."""
+        were given up by the stop), on every loop; run the lifespan shutdowns, once, on the
+        process's loop; stop and close the loops."""
         from ._core import _asgi_set_loop
 
         if not self.thread.is_alive():
             return
+        _asgi_set_loop(None)
+        with self._lock:
+            self._stopping = True
+            thread_loops, self._thread_loops = self._thread_loops, []
         try:
-            self._call(self._cancel_requests(timeout), timeout + 1.0)
+            # The workers' loops first: a request's task there may still use what the
+            # lifespan made, which its shutdown then closes.
+            for lp, thread in thread_loops:
+                self._stop_loop(lp, thread, timeout)
+            self.main.closed = True
+            self._call(self._cancel_requests(self.main, timeout), timeout + 1.0)
             if lifespan:
                 self._call(self._shutdown(), None)
         finally:
-            _asgi_set_loop(None)
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join()
             self.loop.close()

@@ -73,10 +73,52 @@ _asgi_log = _logging_asgi.getLogger("cyserve.asgi")
 # The loop the applications run on: cyserve.asgi sets it when it starts the loop thread, before
 # the server takes requests, and clears it after the server stopped; the workers only read it
 # meanwhile (and cyserve.asgi keeps the loop alive beyond that). What the current batch queued
-# for it, (callable, argument) pairs, is in the thread's _ThreadCache.asgi_queue: each worker's
-# batch flushes its own, so that on a free-threaded interpreter one worker's flush can neither
-# take another's half-made batch nor clear its flag.
+# for its thread's loop, (callable, argument) pairs, is in the thread's _ThreadCache.asgi_queue:
+# each worker's batch flushes its own, so that on a free-threaded interpreter one worker's flush
+# can neither take another's half-made batch nor clear its flag.
 cdef object _asgi_loop = None
+
+
+cdef class _ASGILoop:
+    """An event loop that runs ASGI requests, and the requests' tasks it holds. The process's
+    loop (the lifespans' too), or on a free-threaded interpreter without the GIL one of the
+    loops that cyserve.asgi starts, one per worker thread, on the thread's first ASGI request."""
+    cdef public object loop
+    # The requests' tasks, held until they end: the loop itself keeps only weak references, and
+    # a task that awaits a future only its exchange refers to (a WebSocket's next message, a
+    # long poll) is an unreachable cycle that the garbage collector would destroy while it
+    # waits. One set per loop: only its loop's thread touches it.
+    cdef public set tasks
+    cdef public bint closed  # set by cyserve.asgi once the loop is stopped: not handed out again
+
+    def __init__(self, loop):
+        self.loop = loop
+        self.tasks = set()
+        self.closed = False
+
+
+# The process's loop (_asgi_loop's), and on a free-threaded interpreter whose GIL is off the
+# callable that makes a worker thread's own loop (cyserve.asgi), None otherwise.
+cdef _ASGILoop _asgi_main = None
+cdef object _asgi_new_loop = None
+
+
+cdef _ASGILoop _asgi_here(_ThreadCache cache):
+    """The loop that the requests this thread parses run on: its own loop when there is one per
+    worker thread (made on the thread's first ASGI request and kept for its life), the
+    process's otherwise. Python state attached."""
+    cdef _ASGILoop lp = cache.asgi_loop
+    if lp is not None and not lp.closed:
+        return lp
+    if _asgi_new_loop is None:
+        lp = _asgi_main
+    else:
+        lp = <_ASGILoop?>_asgi_new_loop()
+    if lp is None:
+        raise RuntimeError("the ASGI event loop is not running")
+    cache.asgi_loop = lp
+    return lp
+
 
 # Headers the engine writes itself: an application's are dropped (a Content-Length is used as the
 # announced length of a streamed body, or of a HEAD answer). _asgi_header_kind tells them, and
@@ -130,9 +172,14 @@ cdef dict _ASGI_VERSION = {"version": "3.0", "spec_version": "2.4"}
 cdef Py_ssize_t _ASGI_CHUNK = 65536  # receive() hands a large body over in pieces of this size
 
 
-def _asgi_set_loop(loop):
-    global _asgi_loop
-    _asgi_loop = loop
+def _asgi_set_loop(_ASGILoop lp, new_loop=None):
+    """The process's loop (None once it stopped) and, for one loop per worker thread, the
+    callable that makes a thread's loop. Set before the server starts, cleared after it
+    stopped: the workers only read them meanwhile."""
+    global _asgi_loop, _asgi_main, _asgi_new_loop
+    _asgi_main = lp
+    _asgi_loop = None if lp is None else lp.loop
+    _asgi_new_loop = new_loop if lp is not None else None
 
 
 cdef void _asgi_flush() except *:
@@ -144,11 +191,12 @@ cdef void _asgi_flush() except *:
         return
     batch = cache.asgi_queue
     cache.asgi_queue = []
-    loop = _asgi_loop
-    if loop is None:
+    # Everything queued is for this thread's loop (_asgi_queue_call sends the rest directly).
+    cdef _ASGILoop lp = cache.asgi_loop
+    if lp is None or lp.closed:
         return
     try:
-        loop.call_soon_threadsafe(_asgi_run_batch, batch)
+        lp.loop.call_soon_threadsafe(_asgi_run_batch, batch)
     except RuntimeError:  # the loop is closed: the stop cancels what is left
         pass
 
@@ -166,15 +214,31 @@ def _asgi_run_batch(list batch):
             _asgi_log.exception("ASGI dispatch failed")
 
 
-cdef inline void _asgi_queue_call(fn, arg):
+cdef inline void _asgi_queue_call(_ASGILoop lp, fn, arg) except *:
+    """fn(arg) on lp's thread: with this batch's other calls when lp is this thread's loop (the
+    only one the batch's flush wakes), at once otherwise (a request whose coroutine moved to
+    another worker, or to a relief thread, after its loop was chosen)."""
     global cyserve__asgi_queued
-    _tcache().asgi_queue.append((fn, arg))
-    cyserve__asgi_queued = 1
+    cdef _ThreadCache cache = _tcache()
+    cdef _ASGILoop here = cache.asgi_loop
+    if (here is None or here.closed) and _asgi_new_loop is None:
+        # One loop per process: every thread's batches go to it (a relief thread's too).
+        here = cache.asgi_loop = _asgi_main
+    if lp is here:
+        cache.asgi_queue.append((fn, arg))
+        cyserve__asgi_queued = 1
+    elif not lp.closed:
+        try:
+            lp.loop.call_soon_threadsafe(fn, arg)
+        except RuntimeError:  # the loop is closed: the stop cancels what is left
+            pass
 
 
-cdef inline void _asgi_queue_start(_Exchange ex):
+cdef inline void _asgi_queue_start(_Exchange ex) except *:
     global cyserve__asgi_queued
-    _tcache().asgi_queue.append(ex)
+    cdef _ThreadCache cache = _tcache()
+    ex.lp = _asgi_here(cache)
+    cache.asgi_queue.append(ex)
     cyserve__asgi_queued = 1
 
 
@@ -207,7 +271,8 @@ cdef class _Exchange:
     cdef object ended        # the future receive() waits on for http.disconnect
     cdef bint body_stream    # the body comes piece by piece as receive() asks (body is b"")
     cdef object body_wait    # the future receive() waits on for the next piece
-    cdef object task         # the task running _run, held in _asgi_tasks until _run ends
+    cdef object task         # the task running _run, held in lp.tasks until _run ends
+    cdef _ASGILoop lp        # the loop it runs on: its futures are that loop's
     cdef object app, scope   # what _asgi_spawn starts _run with (cleared then)
     cdef readonly str label
 
@@ -223,7 +288,7 @@ cdef class _Exchange:
             # through with one piece in memory, and a slow app slows the client down.
             if self.gone or self.complete:
                 return {"type": "http.disconnect"}
-            self.body_wait = _asgi_loop.create_future()
+            self.body_wait = self.lp.loop.create_future()
             if cs.handoff_ask_body(self.h, _asgi_body_piece) != 0:
                 self._mark_gone()
             piece = await self.body_wait
@@ -247,7 +312,7 @@ cdef class _Exchange:
             return {"type": "http.request", "body": chunk, "more_body": True}
         if not (self.complete or self.gone):
             if self.ended is None:
-                self.ended = _asgi_loop.create_future()
+                self.ended = self.lp.loop.create_future()
             # asyncio is imported here, not at the module's import: a server without an ASGI
             # app does not pay its ~6 MiB (it pulls in ssl and more). By now the loop runs, so
             # it is imported already and this is a dict lookup.
@@ -294,7 +359,7 @@ cdef class _Exchange:
         if not more:
             self._give(0)
             return
-        self.written = _asgi_loop.create_future()
+        self.written = self.lp.loop.create_future()
         self._give(1)
         # The engine writes the piece, then asks for the next (_asgi_stream): that resolves it.
         await self.written
@@ -375,7 +440,7 @@ cdef class _Exchange:
             return
         finally:
             # The task is still running (this is its last step), so the loop holds it now.
-            _asgi_tasks.discard(self.task)
+            self.lp.tasks.discard(self.task)
             self.task = None
         if not self.complete and not self.gone:
             if not self.started or not self.streaming:
@@ -577,37 +642,32 @@ cdef void _asgi_body_piece(cs.handoff_t *h, const char *data, size_t n,
     ex = <_Exchange>p
     Py_DecRef(p)  # ex holds its own reference
     try:
-        _asgi_queue_call(ex._body_piece,
+        _asgi_queue_call(ex.lp, ex._body_piece,
                          (PyBytes_FromStringAndSize(data, <Py_ssize_t>n), more != 0))
     except BaseException:
         _asgi_log.exception("handing a request body piece to the event loop failed")
 
 
-# The requests' tasks, held until they end: the loop itself keeps only weak references, and a
-# task that awaits a future only its exchange refers to (a WebSocket's next message, a long
-# poll) is an unreachable cycle that the garbage collector would destroy while it waits.
-cdef set _asgi_tasks = set()
+cdef inline void _asgi_keep_task(_ASGILoop lp, task) except *:
+    lp.tasks.add(task)
+    task.add_done_callback(lp.tasks.discard)
 
 
-cdef inline void _asgi_keep_task(task) except *:
-    _asgi_tasks.add(task)
-    task.add_done_callback(_asgi_tasks.discard)
-
-
-def _asgi_drop_done_tasks():
+def _asgi_drop_done_tasks(_ASGILoop lp):
     """Forget the tasks that ended without running (a stop cancelled them before their first
-    step, so their _run never dropped them). Loop thread, at a stop."""
-    _asgi_tasks.difference_update([t for t in _asgi_tasks if t.done()])
+    step, so their _run never dropped them). lp's thread, at a stop."""
+    lp.tasks.difference_update([t for t in lp.tasks if t.done()])
 
 
 cdef void _asgi_spawn(_Exchange ex) except *:
     # A stop cancels every task of the loop but the lifespans' (cyserve.asgi).
     app, scope = ex.app, ex.scope
     ex.app = ex.scope = None
-    # Held in _asgi_tasks until _run drops it at its end: cheaper than a done callback, which
+    # Held in lp.tasks until _run drops it at its end: cheaper than a done callback, which
     # costs the loop one more callback per request (about a tenth of an ASGI request's work).
-    task = _asgi_loop.create_task(ex._run(app, scope))
-    _asgi_tasks.add(task)
+    cdef _ASGILoop lp = ex.lp
+    task = lp.loop.create_task(ex._run(app, scope))
+    lp.tasks.add(task)
     ex.task = task
 
 
@@ -652,7 +712,8 @@ cdef void _asgi_stream_impl(cs.handoff_t *h, int op) noexcept:
         return  # the exchange is gone already: nobody to tell
     ex = <object>p  # an _Exchange, or a _WSExchange whose handshake waits
     Py_DecRef(p)  # ex holds its own reference
+    cdef _ASGILoop lp = (<_Exchange>ex).lp if type(ex) is _Exchange else (<_WSExchange>ex).lp
     if op == cs.SERVER_STREAM_NEXT:
-        _asgi_queue_call(ex._piece_written, None)
+        _asgi_queue_call(lp, ex._piece_written, None)
     else:
-        _asgi_queue_call(ex._client_gone, None)
+        _asgi_queue_call(lp, ex._client_gone, None)

@@ -52,7 +52,7 @@ cdef void _ws_deliver(cs.handoff_t *h, int event, const char *data, size_t n,
     Py_DecRef(p)  # ex holds its own reference
     try:
         payload = PyBytes_FromStringAndSize(data, <Py_ssize_t>n) if n else b""
-        _asgi_queue_call(ex._on_event, (event, payload, code))
+        _asgi_queue_call(ex.lp, ex._on_event, (event, payload, code))
     except BaseException:
         _asgi_log.exception("handing a WebSocket message to the event loop failed")
 
@@ -75,6 +75,7 @@ cdef class _WSExchange:
     cdef readonly str label
     cdef bytes pmd_response     # the Sec-WebSocket-Extensions answer, or None: uncompressed
     cdef cs.ws_pmd_params_t pmd  # what ws_pmd_negotiate chose (with pmd_response)
+    cdef _ASGILoop lp           # the loop it runs on: its futures are that loop's
 
     def __dealloc__(self):
         if self.h != NULL:
@@ -125,7 +126,7 @@ cdef class _WSExchange:
             if self.state == _WS_CLOSED:
                 return {"type": "websocket.disconnect", "code": self.close_code,
                         "reason": self.close_reason}
-            self.waiter = _asgi_loop.create_future()
+            self.waiter = self.lp.loop.create_future()
             await self.waiter
             self.waiter = None
 
@@ -153,7 +154,7 @@ cdef class _WSExchange:
             if rc < 0:
                 raise MemoryError("WebSocket send")
             if rc == 1:
-                self.drained = _asgi_loop.create_future()
+                self.drained = self.lp.loop.create_future()
                 await self.drained
             return
         if t == "websocket.accept":
@@ -365,11 +366,13 @@ cdef bint _asgi_ws_start(ASGIHandler handler, const cyserve_request *req,
         raise MemoryError()
     cyserve__producer_enable(<PyObject *>ex)  # for cyserve__producer_get (asgi.pyx)
     ex.h.producer = <void *>ex
-    _asgi_queue_call(_asgi_ws_spawn, (ex, handler.app, scope))
+    ex.lp = _asgi_here(_tcache())
+    _asgi_queue_call(ex.lp, _asgi_ws_spawn, (ex, handler.app, scope))
     cs.resp_set_defer(resp, <void *>ex.h)
     return True
 
 
 def _asgi_ws_spawn(args):
     ex, app, scope = args
-    _asgi_keep_task(_asgi_loop.create_task((<_WSExchange>ex)._run(app, scope)))
+    cdef _ASGILoop lp = (<_WSExchange>ex).lp
+    _asgi_keep_task(lp, lp.loop.create_task((<_WSExchange>ex)._run(app, scope)))

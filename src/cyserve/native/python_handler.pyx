@@ -186,7 +186,8 @@ cdef class _ThreadCache:
     cdef list key_names     # native/wsgi.pyx, _env_key: the header name seen in each slot
     cdef list key_values    # ... and its environ key
     cdef object host_split  # native/wsgi.pyx: (Host, SERVER_NAME, SERVER_PORT) last seen, or None
-    cdef list asgi_queue    # native/asgi.pyx: what this thread's batch queued for the loop
+    cdef list asgi_queue    # native/asgi.pyx: what this thread's batch queued for its loop
+    cdef object asgi_loop   # native/asgi.pyx: that loop (an _ASGILoop, _asgi_here), or None
     cdef list asgi_names    # native/asgi.pyx, _asgi_name: the header name seen in each slot
     cdef list asgi_lower    # ... and the lower-cased bytes the scope gives for it
     cdef list peer_keys     # native/asgi.pyx, _asgi_client: the peer address seen in each slot
