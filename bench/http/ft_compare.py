@@ -50,6 +50,8 @@ def main(argv=None):
                         port = processes.free_port()
                         argv_ = [py, "-m", "cyserve", APPS[app], "--host", "127.0.0.1",
                                  "--port", str(port), "--threads", str(n)]
+                        if app == "asgi":  # a loop per worker thread: one would be the limit
+                            argv_ += ["--asgi-loops", "thread"]
                         run = processes.start_server(argv_, port, os.path.join(tmp, "log"),
                                                      env=S.py_env(), cwd=S.ROOT)
                         try:

@@ -109,7 +109,7 @@ def _lwan(s, port, threads, tmp):
     return [os.environ["LWAN_BIN"], "-c", conf], None, None
 
 
-def _cyserve(app_ref, processes=False):
+def _cyserve(app_ref, processes=False, extra=()):
     """processes=True: N worker processes of one thread each instead of one process of N
     threads, for Python handlers (one GIL per process), like granian's and uvicorn's --workers."""
     def cmd(s, port, threads, tmp):
@@ -118,7 +118,7 @@ def _cyserve(app_ref, processes=False):
         scale = ["--processes", str(threads), "--threads", "1"] if processes and threads > 1 \
             else ["--threads", str(threads)]
         return [s.python, "-m", "cyserve", app_ref, "--host", "127.0.0.1", "--port", str(port)] \
-            + scale, env, None
+            + scale + list(extra), env, None
     return cmd
 
 
@@ -164,7 +164,8 @@ SERVERS = [
            note="the WSGI peers' app, one process of N threads on a free-threaded CPython "
                 "(CYSERVE_BENCH_PYTHON_FT)"),
     Server("cyserve-asgi-ft", "cyserve (ASGI app, free-threaded)", "cyserve",
-           _cyserve("bench.peers.python.asgi_app:app"), requires=("msgpack",), python=FT_PY,
+           _cyserve("bench.peers.python.asgi_app:app", extra=("--asgi-loops", "thread")),
+           requires=("msgpack",), python=FT_PY,
            note="the ASGI peers' app, one process of N threads on a free-threaded CPython "
                 "(CYSERVE_BENCH_PYTHON_FT), each worker thread with an event loop of its own"),
     Server("go-fasthttp", "Go fasthttp", "go", _go("go-fasthttp")),

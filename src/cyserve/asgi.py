@@ -7,10 +7,11 @@ too, and ``app.asgi(prefix, asgi_app)`` mounts one beside native, GIL-free and W
 
 Where it runs: one asyncio event loop per process, on a thread of its own ("cyserve-asgi"),
 started before the server accepts anything (``--loop auto|asyncio|uvloop``; auto takes uvloop
-when it is installed). On a free-threaded interpreter whose GIL is off, each worker thread has a
+when it is installed). With ``asgi_loops="thread"`` (``--asgi-loops thread``, meant for a
+free-threaded interpreter whose GIL is off: ``loops_per_thread``), each worker thread has a
 loop of its own ("cyserve-asgi-N" for "cyserve-worker-N", made on its first ASGI request), and a
 request runs on the loop of the worker that parsed it; the process's loop then runs only the
-lifespans (``loops_per_thread``). The application may use all of asyncio there: tasks, sleeps,
+lifespans. The application may use all of asyncio there: tasks, sleeps,
 timeouts, its own sockets, run_in_executor. The engine's workers never wait for it: a request's
 coroutine parks until the application has sent its answer (docs/architecture.md, "ASGI").
 
@@ -149,22 +150,23 @@ class _Lifespan:
 
 
 def loops_per_thread() -> bool:
-    """Whether each worker thread runs its requests on an event loop of its own: on a
-    free-threaded interpreter whose GIL is off at runtime (an extension that does not declare
-    itself free-threading safe turns it back on), where one loop thread would be the limit of
-    every worker's ASGI requests. With the GIL, one loop per process (the workers' Python
-    calls are serialised anyway, and each loop would be one more thread to wake)."""
+    """Whether a loop per worker thread (``asgi_loops="thread"``) can run requests at once here:
+    on a free-threaded interpreter whose GIL is off at runtime (an extension that does not
+    declare itself free-threading safe turns it back on), where one loop thread would be the
+    limit of every worker's ASGI requests. With the GIL, one loop per process serves as well
+    (the workers' Python calls are serialised anyway, and each loop is one more thread to
+    wake). Per-thread loops are asked for, never chosen from this: an object the lifespan made
+    for its loop (a connection pool, a client session) cannot be used from another loop."""
     is_gil_enabled = getattr(sys, "_is_gil_enabled", None)
     return is_gil_enabled is not None and not is_gil_enabled()
 
 
 class ASGIRuntime:
-    """The process's event loop thread and the lifespans of the ASGI handlers it serves; on a
-    free-threaded interpreter without the GIL also one loop thread per worker thread, made on
-    the worker's first ASGI request (``loops_per_thread``)."""
+    """The process's event loop thread and the lifespans of the ASGI handlers it serves; with
+    per_thread (``asgi_loops="thread"``) also one loop thread per worker thread, made on the
+    worker's first ASGI request."""
 
-    def __init__(self, handlers: list[Any], loop: str = "auto",
-                 per_thread: bool | None = None) -> None:
+    def __init__(self, handlers: list[Any], loop: str = "auto", per_thread: bool = False) -> None:
         from ._core import _ASGILoop
 
         self.handlers = handlers
@@ -174,7 +176,7 @@ class ASGIRuntime:
         self.thread = threading.Thread(target=self._run, args=(self.loop,), name="cyserve-asgi",
                                        daemon=True)
         self._lifespans: list[_Lifespan] = []
-        self.per_thread = loops_per_thread() if per_thread is None else per_thread
+        self.per_thread = per_thread
         # The worker threads' loops and their threads: appended by the workers (each its own,
         # once), read by stop() after the server stopped.
         self._lock = threading.Lock()

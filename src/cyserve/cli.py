@@ -22,7 +22,8 @@ from typing import Any, NoReturn
 
 from . import __version__
 from .app import App, as_app
-from .config import ACCESS_LOG_FORMATS, FORWARDED_HEADERS, INTERFACES, LOG_LEVELS, LOOPS, Config
+from .config import (ACCESS_LOG_FORMATS, ASGI_LOOPS, FORWARDED_HEADERS, INTERFACES, LOG_LEVELS,
+                     LOOPS, Config)
 from .errors import (AppLoadError, ConfigError, CyserveError, HandlerTypeError, ListenError,
                      RouteError)
 
@@ -129,6 +130,11 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--loop", default=defaults.loop, choices=LOOPS, type=str.lower,
                    help="the event loop of an ASGI application (default auto: uvloop when "
                         "installed, else asyncio)")
+    p.add_argument("--asgi-loops", default=defaults.asgi_loops, choices=ASGI_LOOPS,
+                   type=str.lower,
+                   help="process: one event loop runs every ASGI request (default); thread: "
+                        "one loop per worker thread, for a free-threaded interpreter; objects "
+                        "the lifespan made for its loop cannot be used from the others")
     p.add_argument("--factory", action="store_true",
                    help="MODULE:APP is a function that returns the application: call it (with "
                         "no arguments) first")
@@ -209,7 +215,7 @@ def _add_operations_options(p: argparse.ArgumentParser) -> None:
 # added where their code is and placed here, so that a new option lands in "options" until it
 # is given a section (tests/unit/test_cli_help.py checks that none is left there).
 _SECTIONS: list[tuple[str, str | None, tuple[str, ...]]] = [
-    ("application", None, ("app_dir", "factory", "interface", "loop", "config")),
+    ("application", None, ("app_dir", "factory", "interface", "loop", "asgi_loops", "config")),
     ("where to listen", None, ("host", "port", "backlog")),
     ("development", None, ("reload", "reload_dir")),
     ("worker processes", None, ("processes", "threads", "blocking_threads", "preload", "pid")),
@@ -436,7 +442,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
                                "access_log_format": args.access_log_format,
                                "access_logfile": args.access_logfile,
                                "interface": args.interface,
-                               "loop": args.loop, "http2": args.http2}
+                               "loop": args.loop, "asgi_loops": args.asgi_loops,
+                               "http2": args.http2}
     for name in ("ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers",
                  "ssl_ca_certs"):
         if getattr(args, name) is not None:

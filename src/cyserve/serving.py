@@ -305,7 +305,7 @@ def _start_asgi(routes: list[Any], config: Config) -> Any:
 
     for handler in handlers:
         handler.bind(config.host, config.port)
-    runtime = ASGIRuntime(handlers, config.loop)
+    runtime = ASGIRuntime(handlers, config.loop, per_thread=config.asgi_loops == "thread")
     try:
         runtime.start()
     except LifespanError as exc:

@@ -419,9 +419,8 @@ def test_the_app_has_all_of_asyncio() -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": body})
 
-    # The loop's thread: the process's, or on a free-threaded interpreter the worker's own
-    # (cyserve-asgi-N for cyserve-worker-N).
-    loop_thread = rb"cyserve-asgi-\d+" if cyserve.asgi.loops_per_thread() else rb"cyserve-asgi"
+    # The loop's thread: the process's (the default; test_asgi_loops.py has a loop per worker).
+    loop_thread = rb"cyserve-asgi"
     with serving_app(app) as port:
         body = request(port, get("/")).body
     assert re.fullmatch(rb"upstream:ping\|task\|asynci\|" + loop_thread, body), body

@@ -1,10 +1,10 @@
-"""Where an ASGI request runs: on a free-threaded interpreter without the GIL, on an event loop of
-the worker thread that parsed it (one loop per worker, made on its first ASGI request); with the
-GIL, on the process's one loop. The lifespan runs once either way, its state shared.
+"""Where an ASGI request runs: with `asgi_loops="thread"` (meant for a free-threaded interpreter
+without the GIL), on an event loop of the worker thread that parsed it (one loop per worker, made
+on its first ASGI request); by default, on the process's one loop. The lifespan runs once either
+way, its state shared.
 
-Each test runs in both modes: "default" (what this interpreter chooses: per worker on 3.14t, one
-loop on a GIL build) and "per-thread" (forced, so that a GIL build checks the same machinery:
-several loops, a request's futures on its own loop, the stop of every loop)."""
+Each test runs in both modes, on whatever interpreter runs the tests (a GIL build checks the same
+machinery: several loops, a request's futures on its own loop, the stop of every loop)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-import cyserve.asgi
 from _rawhttp import Conn, get
 from test_asgi import serving_app
 
@@ -29,11 +28,14 @@ CLIENTS = 8
 REQUESTS = 100  # per client, over one keep-alive connection
 
 
-@pytest.fixture(params=["default", "per-thread"])
-def per_thread(request: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[bool]:
-    if request.param == "per-thread":
-        monkeypatch.setattr(cyserve.asgi, "loops_per_thread", lambda: True)
-    yield cyserve.asgi.loops_per_thread()
+@pytest.fixture(params=["process", "thread"])
+def per_thread(request: Any) -> Iterator[bool]:
+    yield request.param == "thread"
+
+
+def loops(per_thread: bool) -> str:
+    """The asgi_loops option of a mode."""
+    return "thread" if per_thread else "process"
 
 
 def _asgi_threads() -> list[str]:
@@ -120,7 +122,8 @@ def test_requests_run_on_their_workers_loops_with_one_lifespan(per_thread: bool)
 
     # Relief off: a relief thread that runs a stuck worker's calls (a crowded machine preempts
     # batches for long enough) makes a loop of its own, and this test counts the workers' loops.
-    with serving_app(app, threads=WORKERS, blocking_threads=0) as port:
+    with serving_app(app, threads=WORKERS, blocking_threads=0,
+                     asgi_loops=loops(per_thread)) as port:
         failures = _hammer(port, check)
         assert not failures, failures[:5]
         running = _asgi_threads()
@@ -190,7 +193,7 @@ def test_asyncio_inside_a_request_uses_the_requests_loop(per_thread: bool) -> No
             failures.append(repr(exc))
 
     try:
-        with serving_app(app, threads=WORKERS) as port:
+        with serving_app(app, threads=WORKERS, asgi_loops=loops(per_thread)) as port:
             clients = [threading.Thread(target=client, args=(100 * n,)) for n in range(6)]
             for t in clients:
                 t.start()
@@ -231,7 +234,8 @@ def test_stop_cancels_pending_requests_on_every_loop_then_runs_shutdown_once(
             raise
 
     conns = []
-    with serving_app(app, threads=WORKERS, graceful_timeout=0.2) as port:
+    with serving_app(app, threads=WORKERS, graceful_timeout=0.2,
+                     asgi_loops=loops(per_thread)) as port:
         for n in range(8):
             c = Conn(port, timeout=30)
             c.__enter__()
