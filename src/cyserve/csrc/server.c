@@ -314,6 +314,11 @@ static void publish_once(struct server *s, uint64_t *seq, uint64_t *since)
     /* safety: this thread is the slot's only writer of these words; readers (a scrape, the
      * supervisor) take each one relaxed, any recent value will do. */
     atomic_store_explicit(&p->open, st.live, memory_order_relaxed);
+    uint64_t busy = 0;
+    for (unsigned i = 0; i < s->nworkers; i++)
+        busy += atomic_load_explicit(&s->workers[i].busy, memory_order_relaxed);
+    atomic_store_explicit(&p->busy, busy, memory_order_relaxed);
+    atomic_store_explicit(&p->python, ss.offloading, memory_order_relaxed);
     atomic_store_explicit(&p->inline_ok, st.inline_ok, memory_order_relaxed);
     atomic_store_explicit(&p->spawned, st.spawned, memory_order_relaxed);
     atomic_store_explicit(&p->steals, ss.steals, memory_order_relaxed);

@@ -71,7 +71,10 @@ struct server_worker {
     unsigned nfree_bufs;
     _Atomic uint64_t inline_ok; /* requests answered inline by this thread */
     _Atomic uint64_t answered;  /* requests answered by coroutines on this thread */
-    struct metrics_shard *m;    /* this thread's counters (metrics.h), NULL: none */
+    /* Connections homed here that are not idle (conn.busy set), counted only with metrics on:
+     * written under this home's loop lock (conn_set_busy), read by the publisher. */
+    _Atomic uint64_t busy;
+    struct metrics_shard *m; /* this thread's counters (metrics.h), NULL: none */
 } CACHE_ALIGNED;
 
 struct server {
