@@ -103,6 +103,10 @@ struct server {
     int metrics_on;
     pthread_t pub_thread;
     int pub_stop;
+    /* The supervisor's watcher (cfg.parent_pid, server.c): its thread and stop eventfd, -1 when
+     * it does not run. Started by the first server_start, stopped by server_free. */
+    pthread_t parent_thread;
+    int parent_stop;
     void (*off_begin)(void *);
     void (*off_end)(void *);
     void *off_ud;
