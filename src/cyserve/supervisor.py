@@ -570,7 +570,15 @@ class _Supervisor:
     def _stop(self, status: int) -> int:
         """Stop every worker (SIGTERM); one more stop request forces them (a second SIGTERM,
         which a worker takes as its second signal), another or the deadline kills them."""
-        self._signal_all(signal.SIGTERM)
+        # Not to a worker a handover already told to stop: it is stopping, and past its own
+        # handlers (put back before it exits) a second SIGTERM would kill it outright, "killed
+        # by SIGTERM", a failed worker where nothing failed.
+        for pid in list(self.children):
+            if pid not in self.retiring:
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
         # The stop request being served now is the first; any beyond it (a quick double Ctrl-C
         # may already have counted two) forces. A supervisor giving up on its own had none.
         base = 0 if self.giving_up else 1
