@@ -144,6 +144,8 @@ class Server:
         ws_ping_interval: Optional[float] = 20.0,
         ws_ping_timeout: Optional[float] = 20.0,
         ws_per_message_deflate: bool = True,
+        parent_pid: int = 0,
+        parent_grace: float = 10.0,
     ) -> None: ...
     @property
     def scheme(self) -> str: ...

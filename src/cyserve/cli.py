@@ -45,6 +45,16 @@ class _UsageError(Exception):
     pass
 
 
+class _Flag(argparse.BooleanOptionalAction):
+    """--x / --no-x, with its help as written: Python 3.10's BooleanOptionalAction appends
+    "(default: True)" to it, where the help already says "(default: on)" (and --help and
+    docs/options.md would differ from one Python to the next)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.help = kwargs.get("help")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a mistake is one line and exit status 2 instead of usage text."""
 
@@ -163,7 +173,7 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--ssl-ticket-rotation", metavar="SECONDS", default=None,
                    help="session ticket keys change every SECONDS (default 3600); a ticket "
                         "resumes for two periods")
-    p.add_argument("--http2", action=argparse.BooleanOptionalAction, default=defaults.http2,
+    p.add_argument("--http2", action=_Flag, default=defaults.http2,
                    help="speak HTTP/2 beside HTTP/1.1: offered by ALPN over TLS, and h2c by "
                         "prior knowledge on plain connections (default: on)")
     p.add_argument("--http2-max-concurrent-streams", metavar="N",
@@ -190,7 +200,7 @@ def _add_operations_options(p: argparse.ArgumentParser) -> None:
                         "options' names (port = 8000, max-requests = 1000); the command line "
                         "and CYSERVE_<OPTION> environment variables win over it (default: "
                         "$CYSERVE_CONFIG, else none)")
-    p.add_argument("--preload", action=argparse.BooleanOptionalAction, default=defaults.preload,
+    p.add_argument("--preload", action=_Flag, default=defaults.preload,
                    help="with worker processes, import the application once in the supervisor "
                         "and fork the workers from it (memory shared until written, a broken "
                         "app reported once); --no-preload imports it in each worker after the "
@@ -370,7 +380,7 @@ def _add_ws_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ws-ping-timeout", metavar="SECONDS", default=str(defaults.ws_ping_timeout),
                    help="close with 1011 when a ping's pong does not come within this; 0: never "
                         f"(default {defaults.ws_ping_timeout})")
-    g.add_argument("--ws-per-message-deflate", action=argparse.BooleanOptionalAction,
+    g.add_argument("--ws-per-message-deflate", action=_Flag,
                    default=defaults.ws_per_message_deflate,
                    help="take permessage-deflate (RFC 7692) when a client offers it "
                         "(default: on)")

@@ -61,7 +61,7 @@ def serve_process(app: App, config: Config, *, stop_event: threading.Event | Non
                   ready: Callable[[Server], None] | None = None,
                   listeners: Listeners | None = None,
                   tick: Callable[[Server], None] | None = None,
-                  metrics: tuple[Any, int] | None = None) -> None:
+                  metrics: tuple[Any, int] | None = None, parent: int = 0) -> None:
     """Serve ``app`` in this process until a stop request (see the module docstring).
 
     Outside the main thread no signal handler can be installed: the server then runs until
@@ -71,7 +71,9 @@ def serve_process(app: App, config: Config, *, stop_event: threading.Event | Non
     ``tick`` is called with the Server every POLL_SECONDS while it serves (the supervisor's
     workers check --max-requests with it). ``metrics``: (a cyserve._core.Metrics, this
     process's slot) made by a process supervisor; without it, config.metrics_bind makes one here
-    that this process serves."""
+    that this process serves. ``parent``: the pid of a process supervisor whose death stops
+    this process, from a thread of the engine that needs no GIL (csrc/server.c, "the
+    supervisor's watcher"); 0: none."""
     configure_logging(config.log_level, config.log_config)
     routes = app.build()
     if config.health_path is not None:
@@ -89,7 +91,8 @@ def serve_process(app: App, config: Config, *, stop_event: threading.Event | Non
         if metrics is None and config.metrics_bind is not None:
             scrape = MetricsEndpoint(config, 1)
             metrics = (scrape.metrics, scrape.metrics.claim(os.getpid()))
-        _serve_on(app, config, routes, server_cls, listeners, stop_event, ready, tick, metrics)
+        _serve_on(app, config, routes, server_cls, listeners, stop_event, ready, tick, metrics,
+                  parent)
     finally:
         if scrape is not None:
             scrape.close()
@@ -139,8 +142,10 @@ def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Serv
               listeners: Listeners, stop_event: threading.Event | None,
               ready: Callable[[Server], None] | None,
               tick: Callable[[Server], None] | None = None,
-              metrics: tuple[Any, int] | None = None) -> None:
+              metrics: tuple[Any, int] | None = None, parent: int = 0) -> None:
     kwargs = config.server_kwargs()
+    if parent:
+        kwargs["parent_pid"], kwargs["parent_grace"] = parent, float(config.graceful_timeout)
     if metrics is not None and metrics[1] >= 0:
         kwargs["metrics"], kwargs["metrics_slot"] = metrics
     tcp = listeners.tcp

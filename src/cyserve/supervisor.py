@@ -14,7 +14,9 @@ The supervisor (the process the user started) never serves. In order:
 2. It forks the workers after importing the app and before any engine thread exists (fork copies
    only the calling thread). Each worker runs its own process group, so a Ctrl-C in the terminal
    reaches the supervisor alone, which then decides what each worker gets; and each asks the
-   kernel for SIGTERM if the supervisor dies (PR_SET_PDEATHSIG), so none is orphaned.
+   kernel for SIGTERM if the supervisor dies (PR_SET_PDEATHSIG), so none is orphaned; and since
+   that SIGTERM's handler needs the GIL, which a C call may hold for good, the engine watches
+   the supervisor too (Server(parent_pid=...), csrc/server.c) and ends the process itself.
 3. A worker that exits while the server is running is replaced. One that exits within
    _QUICK_EXIT_SECONDS of its start counts as a failure to start; after _MAX_QUICK_EXITS in a
    row the supervisor stops everything and exits with status 1 rather than fork forever.
@@ -568,7 +570,15 @@ class _Supervisor:
     def _stop(self, status: int) -> int:
         """Stop every worker (SIGTERM); one more stop request forces them (a second SIGTERM,
         which a worker takes as its second signal), another or the deadline kills them."""
-        self._signal_all(signal.SIGTERM)
+        # Not to a worker a handover already told to stop: it is stopping, and past its own
+        # handlers (put back before it exits) a second SIGTERM would kill it outright, "killed
+        # by SIGTERM", a failed worker where nothing failed.
+        for pid in list(self.children):
+            if pid not in self.retiring:
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
         # The stop request being served now is the first; any beyond it (a quick double Ctrl-C
         # may already have counted two) forces. A supervisor giving up on its own had none.
         base = 0 if self.giving_up else 1
@@ -628,7 +638,7 @@ def _worker_main(app: App, config: Config, previous: dict[int, Any], supervisor:
                                           max_lifetime=0.0, worker_timeout=0.0,
                                           metrics_bind=None),
                       listeners=listeners, ready=lambda srv: _tell(pipe, b"R"),
-                      tick=_recycle_tick(config, pipe), metrics=metrics)
+                      tick=_recycle_tick(config, pipe), metrics=metrics, parent=supervisor)
     except ListenError as exc:
         say(f"cyserve: {exc}", sys.stderr)
         return 1

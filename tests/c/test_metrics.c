@@ -69,20 +69,51 @@ static void test_threads_and_sums(void)
     is_int(sample(text, "cyserve_worker_processes"), 2, "two processes");
     /* Process 0 ends: its counts stay, its slot is free again. */
     metrics_add(&metrics_proc_at(r, 0)->open, 3);
+    metrics_add(&metrics_proc_at(r, 0)->busy, 2);
+    metrics_add(&metrics_proc_at(r, 0)->python, 1);
+    metrics_add(&metrics_proc_at(r, 1)->open, 4);
+    metrics_add(&metrics_proc_at(r, 1)->busy, 1);
+    metrics_format(r, text, sizeof(text));
+    is_int(sample(text, "cyserve_open_connections"), 7, "open connections, summed");
+    is_int(sample(text, "cyserve_connections{state=\"idle\"}"), 4, "idle: open less busy");
+    is_int(sample(text, "cyserve_connections{state=\"active\"}"), 2, "active: busy less python");
+    is_int(sample(text, "cyserve_connections{state=\"python\"}"), 1, "in a Python call");
+    /* Gauges copied at different moments may disagree for a moment: the parts never go below
+     * 0 and still add up to the open connections. */
+    metrics_add(&metrics_proc_at(r, 1)->python, 5);
+    metrics_add(&metrics_proc_at(r, 1)->busy, 10);
+    metrics_format(r, text, sizeof(text));
+    is_int(sample(text, "cyserve_connections{state=\"idle\"}"), 0, "busy past open: no idle");
+    is_int(sample(text, "cyserve_connections{state=\"active\"}"), 1, "python past busy");
+    is_int(sample(text, "cyserve_connections{state=\"python\"}"), 6, "in Python calls");
     metrics_retire(r, 0);
     metrics_format(r, text, sizeof(text));
     is_int(sample(text, "cyserve_requests_total{route=\"static\",status=\"2xx\"}"), 80000,
            "a retired process's counts are kept");
-    is_int(sample(text, "cyserve_open_connections"), 0, "its gauges are not");
+    is_int(sample(text, "cyserve_open_connections"), 4, "its gauges are not");
+    is_int(sample(text, "cyserve_connections{state=\"python\"}"), 4,
+           "nor its Python calls (clamped to the other's open connections)");
     is_int(sample(text, "cyserve_worker_processes"), 1, "one process left");
     is_int(metrics_claim(r, 103), 0, "its slot is claimed again");
     metrics_note_reject(&metrics_proc_at(r, 0)->shards[0], 431);
     metrics_note_reject(&metrics_proc_at(r, 0)->shards[0], 418);
+    metrics_note_reject(&metrics_proc_at(r, 0)->shards[0], 503);
+    metrics_note_limit(&metrics_proc_at(r, 0)->shards[1]);
+    metrics_note_limit(&metrics_proc_at(r, 0)->shards[2]);
+    metrics_note_limit(NULL); /* a thread without a shard counts nothing */
     metrics_format(r, text, sizeof(text));
-    is_int(sample(text, "cyserve_rejections_total{status=\"431\"}"), 1, "a 431");
-    is_int(sample(text, "cyserve_rejections_total{status=\"other\"}"), 1, "another status");
+    is_int(sample(text, "cyserve_rejections_total{status=\"431\",reason=\"head_too_large\"}"), 1,
+           "a 431");
+    is_int(sample(text, "cyserve_rejections_total{status=\"other\",reason=\"other\"}"), 1,
+           "another status");
+    is_int(sample(text, "cyserve_rejections_total{status=\"503\",reason=\"body_capacity\"}"), 1,
+           "the body budget's 503");
+    is_int(sample(text, "cyserve_rejections_total{status=\"503\",reason=\"limit_concurrency\"}"), 2,
+           "--limit-concurrency's 503s, told apart");
     is_int(sample(text, "cyserve_requests_total{route=\"none\",status=\"4xx\"}"), 2,
            "refusals are answers of no route");
+    is_int(sample(text, "cyserve_requests_total{route=\"none\",status=\"5xx\"}"), 1,
+           "a limit's refusal is not counted as an answer twice (the engine counts its answer)");
     is_int(metrics_format(r, text, 100), -ENOSPC, "a buffer too small is said");
     metrics_region_free(r);
 }

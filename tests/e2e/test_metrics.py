@@ -131,7 +131,7 @@ def test_metrics_count_every_process_and_parse(tmp_path: Path, served: list[Serv
         assert len(pids) == processes  # both counted into the same sums
     assert m["cyserve_requests_total{route=static,status=2xx}"] == 40
     assert m["cyserve_requests_total{route=none,status=4xx}"] == 3  # two 404s and the 400
-    assert m["cyserve_rejections_total{status=400}"] == 1
+    assert m["cyserve_rejections_total{reason=malformed,status=400}"] == 1
     assert m["cyserve_request_duration_seconds_count"] == 82  # the 400 has no duration
     assert m["cyserve_request_duration_seconds_bucket{le=+Inf}"] == 82
     assert m["cyserve_request_duration_seconds_bucket{le=10}"] <= 82

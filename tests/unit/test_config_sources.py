@@ -5,15 +5,11 @@ file, and a bad key or value is one line that names it (cli.parse_command)."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import pytest
 
 from cyserve import cli
-
-pytestmark = pytest.mark.skipif(sys.version_info < (3, 11) and not __import__(
-    "importlib.util").util.find_spec("tomli"), reason="reading TOML on 3.10 needs tomli")
 
 
 def _sample(action: argparse.Action) -> tuple[object, object]:

@@ -155,6 +155,7 @@ void conn_destroy(struct conn *c)
         sched_timer_cancel(&c->idle);
         c->timer_armed = 0;
     }
+    conn_set_busy(c, 0); /* the home's count of busy connections forgets it */
     if (c->proto->close)
         c->proto->close(c);
     if (UNLIKELY(c->tp_data != NULL) && c->tp->close)
@@ -260,7 +261,7 @@ void conn_open(struct server *s, unsigned home, int fd, const struct conn_proto 
 static void conn_on_ready(struct sched_io *io, uint32_t events)
 {
     struct conn *c = io->data;
-    c->busy = 1;
+    conn_set_busy(c, 1);
     c->fresh = 0;
     if (UNLIKELY(events & (EPOLLHUP | EPOLLERR)))
         /* safety: a hint for request.c; see the field. */
@@ -575,7 +576,7 @@ void conn_go_idle(struct conn *c)
     }
     c->idle_since = sched_now_ns();
     c->drained = 0; /* said of the last read only: the next one starts knowing nothing */
-    c->busy = 0;
+    conn_set_busy(c, 0);
     if (!c->timer_armed) {
         sched_timer_arm(&c->idle, c->idle_since + c->home->srv->cfg.keepalive_ns);
         c->timer_armed = 1;

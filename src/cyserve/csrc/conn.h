@@ -152,6 +152,20 @@ static inline int64_t conn_deadline_after(uint64_t ns)
     return (int64_t)(sched_now_ns() + ns);
 }
 
+/* Set c's busy flag, and keep its home's count of busy connections (the metrics' idle and
+ * active connections) when metrics are on. With the home's loop lock held: the lock makes the
+ * home's count single-writer, so a relaxed load and store do (no locked instruction). */
+static inline void conn_set_busy(struct conn *c, int busy)
+{
+    if (UNLIKELY(c->home->srv->metrics_on) && c->busy != busy) {
+        _Atomic uint64_t *n = &c->home->busy;
+        /* safety: see above; the publisher reads it relaxed, any recent value will do. */
+        atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + (busy ? 1 : -1),
+                              memory_order_relaxed);
+    }
+    c->busy = busy;
+}
+
 /* The callback that served c's readiness itself (the inline path) is done with it and leaves
  * it idle: its buffer goes back to the cache of mine (the calling thread's worker), the
  * keep-alive timer is armed if it is not, and its next readable event calls on_readable again.
@@ -162,7 +176,7 @@ static inline void conn_idle_inline(struct conn *c, struct server_worker *mine)
     c->buf = NULL;
     c->cap = c->len = 0;
     c->drained = 0; /* said of this read only: the next one starts knowing nothing */
-    c->busy = 0;
+    conn_set_busy(c, 0);
     if (!c->timer_armed) {
         sched_timer_arm(&c->idle, c->idle_since + c->home->srv->cfg.keepalive_ns);
         c->timer_armed = 1;

@@ -71,8 +71,11 @@ static const char *const bucket_le[METRICS_BUCKETS] = {
 };
 static const char *const kind_names[METRICS_KINDS] = {"none",   "static", "files", "nogil",
                                                       "python", "wsgi",   "asgi"};
-static const char *const reject_names[METRICS_REJECTS] = {"400", "408", "413",  "414",
-                                                          "431", "503", "other"};
+static const char *const reject_status[METRICS_REJECTS] = {"400", "408", "413", "414",
+                                                           "431", "503", "503", "other"};
+static const char *const reject_reason[METRICS_REJECTS] = {
+    "malformed",      "timeout",       "body_too_large",    "target_too_long",
+    "head_too_large", "body_capacity", "limit_concurrency", "other"};
 
 int metrics_region_new(struct metrics_region **out, unsigned nprocs, unsigned nshards)
 {
@@ -160,6 +163,8 @@ void metrics_retire(struct metrics_region *r, unsigned i)
     counter_fold(&t->offload_wait_ns, &p->offload_wait_ns);
     /* safety: the gauges and the heartbeat of an ended process mean nothing any more. */
     atomic_store_explicit(&p->open, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->busy, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->python, 0, memory_order_relaxed);
     atomic_store_explicit(&p->runq, 0, memory_order_relaxed);
     atomic_store_explicit(&p->coroutines, 0, memory_order_relaxed);
     atomic_store_explicit(&p->beat_ns, 0, memory_order_relaxed);
@@ -197,11 +202,18 @@ void metrics_note_reject(struct metrics_shard *m, int status)
     metrics_add(&m->req[METRICS_NONE][cls], 1);
 }
 
+void metrics_note_limit(struct metrics_shard *m)
+{
+    if (m)
+        metrics_add(&m->reject[METRICS_RLIMIT], 1);
+}
+
 /* The sums a scrape tells. */
 struct metrics_sum {
     uint64_t req[METRICS_KINDS][5], dur[METRICS_BUCKETS + 1], dur_ns, bytes_in, bytes_out;
     uint64_t accepted, reject[METRICS_REJECTS];
-    uint64_t open, inline_ok, spawned, steals, parks, hops, offloads, reliefs, relief_threads;
+    uint64_t open, busy, python, inline_ok, spawned, steals, parks, hops, offloads, reliefs,
+        relief_threads;
     uint64_t runq, procs, coroutines, offload_wait_ns;
 };
 
@@ -229,6 +241,8 @@ static void sum_region(struct metrics_region *r, struct metrics_sum *s)
                 s->reject[x] += counter_ld(&m->reject[x]);
         }
         s->open += counter_ld(&p->open);
+        s->busy += counter_ld(&p->busy);
+        s->python += counter_ld(&p->python);
         s->inline_ok += counter_ld(&p->inline_ok);
         s->spawned += counter_ld(&p->spawned);
         s->steals += counter_ld(&p->steals);
@@ -301,18 +315,34 @@ ssize_t metrics_format(struct metrics_region *r, char *buf, size_t cap)
              (unsigned long long)cum);
     text_put(&t, "cyserve_request_duration_seconds_sum %.9f\n", (double)s.dur_ns / 1e9);
     text_put(&t, "cyserve_request_duration_seconds_count %llu\n", (unsigned long long)cum);
-    text_put(&t, "# HELP cyserve_rejections_total Requests the engine refused itself, by status: "
-                 "400 malformed, 408 a head or body too slow, 413 body, 414 target, 431 head too "
-                 "large, 503 body budget.\n# TYPE cyserve_rejections_total counter\n");
+    text_put(&t,
+             "# HELP cyserve_rejections_total Requests the engine refused itself, by status "
+             "and reason: 400 malformed, 408 a head or body too slow, 413 body, 414 target, 431 "
+             "head too large, 503 the request bodies' budget (body_capacity) or "
+             "--limit-concurrency.\n# TYPE cyserve_rejections_total counter\n");
     for (unsigned x = 0; x < METRICS_REJECTS; x++)
-        text_put(&t, "cyserve_rejections_total{status=\"%s\"} %llu\n", reject_names[x],
-                 (unsigned long long)s.reject[x]);
+        text_put(&t, "cyserve_rejections_total{status=\"%s\",reason=\"%s\"} %llu\n",
+                 reject_status[x], reject_reason[x], (unsigned long long)s.reject[x]);
     text_put_one(&t, "cyserve_received_bytes_total", "counter",
                  "Bytes read from clients (HTTP, before TLS).", s.bytes_in);
     text_put_one(&t, "cyserve_sent_bytes_total", "counter",
                  "Bytes sent to clients (HTTP, before TLS).", s.bytes_out);
     text_put_one(&t, "cyserve_connections_total", "counter", "Connections accepted.", s.accepted);
     text_put_one(&t, "cyserve_open_connections", "gauge", "Connections open now.", s.open);
+    /* Each process's gauges are copied at a slightly different moment: the parts are clamped so
+     * that none goes below 0 and they add up to the open connections. */
+    uint64_t busy = s.busy < s.open ? s.busy : s.open;
+    uint64_t python = s.python < busy ? s.python : busy;
+    text_put(&t,
+             "# HELP cyserve_connections Open connections by state: idle (keep-alive, between "
+             "requests), active (a request in progress in the engine), python (in a Python call, "
+             "or waiting for its batch or the GIL).\n"
+             "# TYPE cyserve_connections gauge\n"
+             "cyserve_connections{state=\"idle\"} %llu\n"
+             "cyserve_connections{state=\"active\"} %llu\n"
+             "cyserve_connections{state=\"python\"} %llu\n",
+             (unsigned long long)(s.open - busy), (unsigned long long)(busy - python),
+             (unsigned long long)python);
     text_put_one(&t, "cyserve_inline_answers_total", "counter",
                  "Requests answered on a worker's loop, without a coroutine.", s.inline_ok);
     text_put_one(&t, "cyserve_coroutines_spawned_total", "counter",

@@ -38,8 +38,9 @@ enum metrics_kind {
     METRICS_KINDS
 };
 
-/* The engine's own refusals (the "status" label of cyserve_rejections_total): a malformed
- * request, a timeout, a limit. */
+/* The engine's own refusals (the "status" and "reason" labels of cyserve_rejections_total): a
+ * malformed request, a timeout, a limit. METRICS_RLIMIT is --limit-concurrency's 503, told
+ * apart from the 503 of the request bodies' budget. */
 enum metrics_reject {
     METRICS_R400 = 0,
     METRICS_R408,
@@ -47,6 +48,7 @@ enum metrics_reject {
     METRICS_R414,
     METRICS_R431,
     METRICS_R503,
+    METRICS_RLIMIT,
     METRICS_ROTHER,
     METRICS_REJECTS
 };
@@ -76,6 +78,9 @@ struct metrics_proc {
     _Atomic uint64_t stuck_ns; /* then: the longest any thread had been in one coroutine run or
                                 * one batch of Python calls (sched_watch_stuck) */
     _Atomic uint64_t open;     /* connections open */
+    _Atomic uint64_t busy;     /* of them, not idle: a request (or a protocol) in progress */
+    _Atomic uint64_t python;   /* Python calls queued for a batch, waiting for the GIL or
+                                * running (an HTTP/2 connection may have several) */
     _Atomic uint64_t inline_ok, spawned, steals, parks, hops, offloads, reliefs, relief_threads;
     _Atomic uint64_t runq;            /* coroutines queued to run */
     _Atomic uint64_t coroutines;      /* alive now, each holding a stack: a gauge */
@@ -131,6 +136,9 @@ void metrics_note_request(struct metrics_shard *m, unsigned kind, int status, ui
 /* The engine refused a request with status (400, 408, 413 ...): counted as a rejection and as
  * an answer of route kind METRICS_NONE (not in the duration histogram). */
 void metrics_note_reject(struct metrics_shard *m, int status);
+
+/* A request refused by --limit-concurrency (its answer, a 503, is counted as any answer). */
+void metrics_note_limit(struct metrics_shard *m);
 
 /* The scrape listener: a thread that accepts on fd (a listening stream socket, borrowed, made
  * non-blocking here) and answers GET /metrics with r's text, anything else with 404, one

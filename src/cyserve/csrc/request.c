@@ -475,6 +475,9 @@ static int dispatch_limited(struct request *rq, const struct router_match *m, co
     unsigned was = atomic_fetch_add_explicit(&s->in_handlers, 1, memory_order_relaxed);
     if (was >= s->cfg.limit_concurrency) {
         atomic_fetch_sub_explicit(&s->in_handlers, 1, memory_order_relaxed);
+        /* The engine's own answer, as a refusal: no route answered it. */
+        rq->mkind = METRICS_NONE;
+        metrics_note_limit(server_metrics_self(s));
         answer_simple(rq, 503, "503 Service Unavailable: too many requests at once\n",
                       "Retry-After: 1\r\n");
         rq->answer.close = 1;

@@ -264,6 +264,9 @@ struct sched_worker {
     /* Counters: written by the owner only, read approximately by sched_get_stats (relaxed). */
     uint64_t st_spawned, st_finished, st_steals, st_parks, st_hops, st_offloads;
     uint64_t st_offload_wait_ns; /* sched_stats.offload_wait_ns; owner only */
+    /* sched_offload() calls begun and returned on this thread (a coroutine may return on
+     * another thread than it began: only the sum over the threads means something). Owner. */
+    uint64_t st_off_in, st_off_out;
 };
 
 struct sched {
@@ -1490,6 +1493,7 @@ int sched_home_held(void)
 void sched_get_stats(const struct sched *s, struct sched_stats *out)
 {
     memset(out, 0, sizeof(*out));
+    uint64_t off_in = 0, off_out = 0;
     /* safety: relaxed reads of monitor-written counters. */
     out->reliefs = __atomic_load_n(&s->st_reliefs, __ATOMIC_RELAXED);
     out->relief_threads = __atomic_load_n(&s->st_relief_threads, __ATOMIC_RELAXED);
@@ -1504,7 +1508,11 @@ void sched_get_stats(const struct sched *s, struct sched_stats *out)
         out->hops += __atomic_load_n(&w->st_hops, __ATOMIC_RELAXED);
         out->offloads += __atomic_load_n(&w->st_offloads, __ATOMIC_RELAXED);
         out->offload_wait_ns += __atomic_load_n(&w->st_offload_wait_ns, __ATOMIC_RELAXED);
+        off_in += __atomic_load_n(&w->st_off_in, __ATOMIC_RELAXED);
+        off_out += __atomic_load_n(&w->st_off_out, __ATOMIC_RELAXED);
     }
+    /* Read thread by thread, a return may be seen before its call: never below 0. */
+    out->offloading = off_in > off_out ? off_in - off_out : 0;
     for (unsigned i = 0; i < s->n; i++)
         out->runq += runq_len((struct runq *)&s->w[i].rq);
     /* safety: a gauge read lock-free, as the parkers read it. */

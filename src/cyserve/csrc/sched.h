@@ -316,6 +316,9 @@ struct sched_stats {
     /* Nanoseconds offload batches spent between their stamp and their first call: the begin
      * hook's wait (the engine's: for the GIL; on a free-threaded build, to attach). */
     uint64_t offload_wait_ns;
+    /* Coroutines inside sched_offload() now: their call queued for a batch, waiting for the
+     * begin hook (the GIL), or running. A gauge. */
+    uint64_t offloading;
 };
 void sched_get_stats(const struct sched *s, struct sched_stats *out);
 

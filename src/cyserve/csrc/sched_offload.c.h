@@ -246,17 +246,24 @@ int sched_offload(void (*fn)(void *), void *arg)
     if (UNLIKELY(sched_is_stopping(w->s)))
         return -ECANCELED;
     struct sched_offload_rec rec = {.fn = fn, .arg = arg, .since = w->now};
+    stat_inc(&w->st_off_in);
+    int r;
     for (;;) {
         coro_sched_node(w->current)->wait = &rec;
-        int r = coro_yield(w->current, SCHED_Y_OFFLOAD);
-        if (LIKELY(r != SCHED_OFFLOAD_AGAIN))
-            return r;
-        /* The call did not fit in its batch: queue it on the worker running us now (it may
-         * have been stolen). A stop begun meanwhile cancels it like any other call. */
+        r = coro_yield(w->current, SCHED_Y_OFFLOAD);
+        /* Resumed, maybe on another thread than the one it queued on (stolen, relieved). */
         w = sched_self();
-        if (UNLIKELY(sched_is_stopping(w->s)))
-            return -ECANCELED;
+        if (LIKELY(r != SCHED_OFFLOAD_AGAIN))
+            break;
+        /* The call did not fit in its batch: queue it on the worker running us now. A stop
+         * begun meanwhile cancels it like any other call. */
+        if (UNLIKELY(sched_is_stopping(w->s))) {
+            r = -ECANCELED;
+            break;
+        }
     }
+    stat_inc(&w->st_off_out);
+    return r;
 }
 
 void sched_set_offload_hooks(struct sched *s, void (*begin)(void *ud), void (*end)(void *ud),

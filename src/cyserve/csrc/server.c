@@ -171,6 +171,7 @@ int server_new(struct server **out, const struct server_config *cfg, const struc
     s->router = router;
     s->metrics_on = cfg->metrics != NULL && cfg->metrics_shards > 0;
     s->pub_stop = -1;
+    s->parent_stop = -1;
     pthread_mutex_init(&s->ext_lock, NULL);
     pthread_mutex_init(&s->stats_lock, NULL);
     pthread_mutex_init(&s->orphan_lock, NULL);
@@ -314,6 +315,11 @@ static void publish_once(struct server *s, uint64_t *seq, uint64_t *since)
     /* safety: this thread is the slot's only writer of these words; readers (a scrape, the
      * supervisor) take each one relaxed, any recent value will do. */
     atomic_store_explicit(&p->open, st.live, memory_order_relaxed);
+    uint64_t busy = 0;
+    for (unsigned i = 0; i < s->nworkers; i++)
+        busy += atomic_load_explicit(&s->workers[i].busy, memory_order_relaxed);
+    atomic_store_explicit(&p->busy, busy, memory_order_relaxed);
+    atomic_store_explicit(&p->python, ss.offloading, memory_order_relaxed);
     atomic_store_explicit(&p->inline_ok, st.inline_ok, memory_order_relaxed);
     atomic_store_explicit(&p->spawned, st.spawned, memory_order_relaxed);
     atomic_store_explicit(&p->steals, ss.steals, memory_order_relaxed);
@@ -376,6 +382,89 @@ static void publish_stop(struct server *s)
     pthread_join(s->pub_thread, NULL);
     close(s->pub_stop);
     s->pub_stop = -1;
+}
+
+/* ---- the supervisor's watcher (server_config.parent_pid) ----
+ *
+ * A worker process is told of its supervisor's death by the kernel (PR_SET_PDEATHSIG, SIGTERM),
+ * but a signal only sets a flag that Python's handler reads when the main thread next runs
+ * Python code: a worker whose GIL is held for good by a C call (an extension spinning, a
+ * regular expression backtracking) never stops, and keeps its share of the listeners. This
+ * thread needs neither the GIL nor a worker: it notices the death by polling getppid() (10 times
+ * a second: a pipe's end would tell at once, but every worker forked later would inherit the
+ * other workers' write ends), then stops the engine as SIGTERM's graceful path would (no new
+ * connection, idle ones closed, requests in flight given the grace period) and, should the
+ * process still run a second after the grace period (its Python thread stuck, or the stop
+ * itself stuck joining a worker that never returns from its call), ends it with _exit. */
+
+static void *parent_exit_main(void *arg)
+{
+    uint64_t ns = (uint64_t)(uintptr_t)arg;
+    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+    static const char msg[] = "cyserve: the supervisor is gone and this worker did not stop "
+                              "within its grace period: exiting\n";
+    ssize_t n = write(2, msg, sizeof(msg) - 1);
+    (void)n; /* nothing to do if standard error is gone too */
+    _exit(1);
+}
+
+static void *parent_main(void *arg)
+{
+    struct server *s = arg;
+    struct pollfd pf = {s->parent_stop, POLLIN, 0};
+    for (;;) {
+        if (poll(&pf, 1, SERVER_PARENT_POLL_MS) > 0)
+            return NULL; /* server_free */
+        if (getppid() != (pid_t)s->cfg.parent_pid)
+            break;
+    }
+    static const char msg[] = "cyserve: the supervisor is gone: stopping this worker\n";
+    ssize_t n = write(2, msg, sizeof(msg) - 1);
+    (void)n;
+    /* The deadline first, from a thread of its own: the stop below may never return. */
+    uint64_t after = s->cfg.parent_grace_ns + 1000000000ull;
+    pthread_t t;
+    pthread_attr_t attr;
+    if (pthread_attr_init(&attr) != 0 ||
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) != 0 ||
+        pthread_create(&t, &attr, parent_exit_main, (void *)(uintptr_t)after) != 0)
+        _exit(1); /* cannot keep the promise of a bounded stop: stop now */
+    pthread_attr_destroy(&attr);
+    /* A second caller of server_shutdown (the control thread, when its SIGTERM handler runs)
+     * waits for this one; this one is not a worker, so it may call it. */
+    server_shutdown(s, s->cfg.parent_grace_ns);
+    poll(&pf, 1, -1); /* until server_free */
+    return NULL;
+}
+
+static void parent_watch_start(struct server *s)
+{
+    if (s->cfg.parent_pid <= 0 || s->parent_stop >= 0)
+        return;
+    s->parent_stop = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (s->parent_stop < 0)
+        return;
+    if (pthread_create(&s->parent_thread, NULL, parent_main, s) != 0) {
+        close(s->parent_stop);
+        s->parent_stop = -1;
+        return;
+    }
+    pthread_setname_np(s->parent_thread, "cyserve-parent");
+}
+
+/* After the last stop: the watcher must not touch s once it is freed. */
+static void parent_watch_stop(struct server *s)
+{
+    if (s->parent_stop < 0)
+        return;
+    uint64_t one = 1;
+    ssize_t n = write(s->parent_stop, &one, sizeof(one));
+    (void)n; /* an eventfd write of 1 only fails on overflow */
+    pthread_join(s->parent_thread, NULL);
+    close(s->parent_stop);
+    s->parent_stop = -1;
 }
 
 /* Free the scheduler, then the workers and their connections (the scheduler goes first: freeing
@@ -565,6 +654,7 @@ int server_start(struct server *s, char *errmsg, size_t errlen)
     /* safety: release pairs with server_running's acquire. */
     atomic_store_explicit(&s->running, 1, memory_order_release);
     publish_start(s);
+    parent_watch_start(s);
     return 0;
 
 fail_sched:
@@ -644,6 +734,7 @@ void server_free(struct server *s)
     if (!s)
         return;
     server_shutdown(s, 0);
+    parent_watch_stop(s);
     /* safety: the workers are joined, this thread is the only one left touching s. */
     unsigned n = atomic_load_explicit(&s->ext_count, memory_order_relaxed);
     for (unsigned i = 0; i < n; i++)

@@ -224,7 +224,19 @@ struct server_config {
      * file answers take no handler and are not counted); one more is answered 503 with
      * Retry-After and the connection closed (request.c). 0 (default): no limit. */
     unsigned limit_concurrency;
+    /* The supervisor of a worker process: when parent_pid > 0, a thread of the engine
+     * (cyserve-parent) checks getppid() every SERVER_PARENT_POLL_MS while the server runs; once
+     * it differs (the supervisor died, even by SIGKILL), that thread begins the graceful stop
+     * itself (server_shutdown with parent_grace_ns) and ends the process with _exit(1) if it
+     * still runs parent_grace_ns + 1 s later. It needs nothing of the process's other threads,
+     * so a worker whose Python thread never gets the GIL again (a C call that holds it) ends
+     * all the same. 0 (default): no such thread. */
+    int parent_pid;
+    uint64_t parent_grace_ns;
 };
+
+/* How often the cyserve-parent thread looks at getppid() (server_config.parent_pid). */
+#define SERVER_PARENT_POLL_MS 100
 
 /* Defaults: keep-alive 5 s, head 10 s, body 10 s, 8 KiB head/target, 100 headers,
  * 1 MiB body, backlog 1024, host 127.0.0.1, port 8000, threads 0, blocking_threads 16, HTTP/2

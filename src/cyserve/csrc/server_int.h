@@ -71,7 +71,10 @@ struct server_worker {
     unsigned nfree_bufs;
     _Atomic uint64_t inline_ok; /* requests answered inline by this thread */
     _Atomic uint64_t answered;  /* requests answered by coroutines on this thread */
-    struct metrics_shard *m;    /* this thread's counters (metrics.h), NULL: none */
+    /* Connections homed here that are not idle (conn.busy set), counted only with metrics on:
+     * written under this home's loop lock (conn_set_busy), read by the publisher. */
+    _Atomic uint64_t busy;
+    struct metrics_shard *m; /* this thread's counters (metrics.h), NULL: none */
 } CACHE_ALIGNED;
 
 struct server {
@@ -100,6 +103,10 @@ struct server {
     int metrics_on;
     pthread_t pub_thread;
     int pub_stop;
+    /* The supervisor's watcher (cfg.parent_pid, server.c): its thread and stop eventfd, -1 when
+     * it does not run. Started by the first server_start, stopped by server_free. */
+    pthread_t parent_thread;
+    int parent_stop;
     void (*off_begin)(void *);
     void (*off_end)(void *);
     void *off_ud;

@@ -244,7 +244,8 @@ cdef class Server:
                  unsigned int limit_concurrency=0,
                  int metrics_slot=-1, proxy_protocol_from=None, ws_max_size=16 << 20,
                  ws_ping_interval=20.0, ws_ping_timeout=20.0,
-                 bint ws_per_message_deflate=True):
+                 bint ws_per_message_deflate=True, int parent_pid=0,
+                 double parent_grace=10.0):
         if self._router != NULL:
             raise RuntimeError("Server.__init__ called twice")
         if not 0 <= port <= 65535:
@@ -361,6 +362,12 @@ cdef class Server:
         cfg.ws_ping_interval_ns = <uint64_t>((ws_ping_interval or 0) * 1e9)
         cfg.ws_ping_timeout_ns = <uint64_t>((ws_ping_timeout or 0) * 1e9)
         cfg.limit_concurrency = limit_concurrency
+        # A worker process's supervisor: the engine stops this process if it dies
+        # (csrc/server.h, server_config.parent_pid), with or without the GIL.
+        if parent_pid < 0 or parent_grace < 0:
+            raise ValueError("parent_pid and parent_grace must be >= 0")
+        cfg.parent_pid = parent_pid
+        cfg.parent_grace_ns = <uint64_t>(parent_grace * 1e9)
         if self._tls != NULL:
             cfg.transport = cs.tls_transport_ptr
             cfg.transport_ctx = <void *>self._tls

@@ -166,6 +166,8 @@ cdef extern from "csrc/server.h" nogil:
         int http2
         unsigned http2_max_streams
         unsigned limit_concurrency
+        int parent_pid
+        uint64_t parent_grace_ns
         metrics_proc_t *metrics
         unsigned metrics_shards
         uint64_t ws_max_message

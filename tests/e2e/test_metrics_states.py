@@ -1,0 +1,162 @@
+"""--metrics-bind's connections by state (idle, active, python) and --limit-concurrency's
+refusals under a reason of their own, each scraped from a real server, with prometheus_client's
+parser, while connections are held in every state."""
+
+from __future__ import annotations
+
+import socket
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from _served import TIMEOUT, Served, free_port
+
+pytestmark = pytest.mark.native
+
+APP = """
+import os
+import time
+
+import cyserve
+
+app = cyserve.App()
+GO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "go")
+
+
+@app.get("/block")
+def block(request):
+    # Holds its Python call (and its --limit-concurrency place) until the test makes the file.
+    while not os.path.exists(GO):
+        time.sleep(0.01)
+    return "done"
+
+
+app.static("/plain", b"plain")
+"""
+
+STATES = ("idle", "active", "python")
+
+
+@pytest.fixture
+def served() -> Iterator[list[Served]]:
+    started: list[Served] = []
+    yield started
+    for s in started:
+        s.close()
+
+
+def scrape(port: int) -> dict[str, float]:
+    """Every sample of the endpoint, by name and labels, parsed by prometheus_client."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=TIMEOUT) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+    return out
+
+
+def states(mport: int) -> tuple[int, ...]:
+    m = scrape(mport)
+    got = tuple(int(m[f"cyserve_connections{{state={s}}}"]) for s in STATES)
+    assert sum(got) == m["cyserve_open_connections"], m  # the states split the open ones
+    return got
+
+
+def wait_states(mport: int, want: tuple[int, int, int]) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    got = states(mport)
+    while got != want:
+        assert time.monotonic() < deadline, f"(idle, active, python) {got}, not {want}"
+        time.sleep(0.05)
+        got = states(mport)
+
+
+def connect(port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_connections_by_state_and_limit_refusals(tmp_path: Path, served: list[Served],
+                                                 processes: int) -> None:
+    port, mport = free_port(), free_port()
+    args = ["--port", str(port), "--threads", "2", "--metrics-bind", f"127.0.0.1:{mport}",
+            "--limit-concurrency", "1"]
+    if processes > 1:
+        args += ["--processes", str(processes)]
+    srv = Served(tmp_path, *args, wait_serving=processes, app=APP)
+    served.append(srv)
+    wait_states(mport, (0, 0, 0))
+    held: list[socket.socket] = []
+    # Idle: three keep-alive connections that had their answer.
+    for _ in range(3):
+        s = connect(port)
+        s.sendall(b"GET /plain HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert s.recv(200).endswith(b"plain")
+        held.append(s)
+    wait_states(mport, (3, 0, 0))
+    # Active: two connections in the middle of a request head.
+    for _ in range(2):
+        s = connect(port)
+        s.sendall(b"GET /plain HTTP/1.1\r\nHost: x\r\n")
+        held.append(s)
+    wait_states(mport, (3, 2, 0))
+    # Python: one request in its handler.
+    blocked = connect(port)
+    blocked.sendall(b"GET /block HTTP/1.1\r\nHost: x\r\n\r\n")
+    wait_states(mport, (3, 2, 1))
+    key = "cyserve_rejections_total{reason=%s,status=503}"
+    assert scrape(mport)[key % "limit_concurrency"] == 0
+    # A second handler call is past --limit-concurrency 1. With two processes, only in the
+    # process of the first: a try that lands in the other one starts a handler there, which
+    # waits as the first does, and the next try is refused wherever it lands.
+    started = 0
+    while True:
+        status, body = _try_block(port)
+        if status.startswith(b"HTTP/1.1 503"):
+            assert "too many requests at once" in body
+            break
+        assert processes > 1 and started == 0 and status == b"", (status, body)
+        started += 1
+    (tmp_path / "go").touch()  # every handler returns
+    assert blocked.recv(200).endswith(b"done")
+    blocked.close()
+
+    def counted() -> dict[str, float]:
+        m = scrape(mport)
+        return m if m["cyserve_requests_total{route=python,status=2xx}"] == 1 + started \
+            else {}
+    deadline = time.monotonic() + TIMEOUT
+    while not (m := counted()):
+        assert time.monotonic() < deadline, scrape(mport)
+        time.sleep(0.05)
+    assert m[key % "limit_concurrency"] == 1
+    assert m[key % "body_capacity"] == 0  # the other 503 the engine gives, told apart
+    # The refusal is the engine's own answer: counted under no route, once.
+    assert m["cyserve_requests_total{route=none,status=5xx}"] == 1
+    assert m["cyserve_requests_total{route=python,status=5xx}"] == 0
+    # The keep-alive connection that had the blocked answer is idle again; then all close.
+    wait_states(mport, (3, 2, 0))
+    for s in held:
+        s.close()
+    wait_states(mport, (0, 0, 0))
+    assert srv.stop() == 0, srv.stderr
+
+
+def _try_block(port: int) -> tuple[bytes, str]:
+    """GET /block: its status line and body, or (b"", "") when no answer came within 0.5 s
+    (it landed in a process with room: its handler waits for the file)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as s:
+        s.sendall(b"GET /block HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        s.settimeout(0.5)
+        try:
+            data = s.recv(1000)
+        except TimeoutError:
+            return b"", ""
+    head, _, body = data.partition(b"\r\n\r\n")
+    return head.split(b"\r\n")[0], body.decode()
