@@ -359,6 +359,28 @@ static int parse_head(struct http1_session *sv, size_t off)
     return n;
 }
 
+/* Whether the rejected request line at b[0..n) has a method and a target but, where its
+ * version belongs, something that cannot begin "HTTP/" (a third space-separated token of
+ * another protocol). Such bytes are not HTTP/1 at all: on a cleartext port that also serves
+ * h2c by prior knowledge they are a client preface gone wrong, which RFC 9113 3.4 answers by
+ * closing the connection, not with an HTTP/1.1 400 the client cannot read. Pure. */
+static int not_http1_version(const char *b, size_t n)
+{
+    const char *eol = memchr(b, '\n', n);
+    const char *end = eol ? eol : b + n;
+    const char *sp1 = memchr(b, ' ', (size_t)(end - b));
+    if (!sp1 || sp1 == b)
+        return 0;
+    const char *sp2 = memchr(sp1 + 1, ' ', (size_t)(end - sp1 - 1));
+    if (!sp2 || sp2 == sp1 + 1)
+        return 0;
+    const char *v = sp2 + 1;
+    size_t k = (size_t)(end - v);
+    if (k > 5)
+        k = 5;
+    return k > 0 && *v != '\r' && memcmp(v, "HTTP/", k) != 0;
+}
+
 static const char continue_line[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
 /* Send 100 Continue if the client asked for it and we have not yet. */
@@ -437,7 +459,7 @@ static int finish_stream(struct http1_session *sv, int keep)
                 break;
             /* The answer goes out before the wait: the client may wait for it. */
             if (http1_flush(sv) < 0 ||
-                sched_io_wait(&c->io, EPOLLIN | EPOLLRDHUP,
+                sched_io_wait(&c->io, br->wait_out ? EPOLLOUT : EPOLLIN | EPOLLRDHUP,
                               conn_deadline_after(sv->srv->cfg.body_timeout_ns)) < 0) {
                 rc = -ETIMEDOUT;
                 break;
@@ -738,9 +760,13 @@ static int serve_loop(struct http1_session *sv)
                 return SERVE_CLOSE;
             continue;
         }
-        if (n < 0)
+        if (n < 0) {
+            if (UNLIKELY(off == 0 && s->cfg.http2 && c->tp == &conn_plain &&
+                         not_http1_version(c->buf, c->len)))
+                return SERVE_CLOSE;
             return http1_error_close(sv, sv->rq.head.status ? sv->rq.head.status : 400,
                                      sv->rq.head.error ? sv->rq.head.error : "malformed request");
+        }
         head_deadline = -1;
         c->stray_crlf = 0;
         sv->rq.client_done = REQUEST_CLIENT_TODO;

@@ -338,8 +338,6 @@ int request_reads_body(struct request *rq)
 
 int request_body_streams(struct request *rq)
 {
-    if (rq->c->tp != &conn_plain)
-        return 0;
     struct router_match m;
     if (router_match(rq->srv->router, ROUTER_METHOD_BIT(rq->head.method_id), rq->head.path,
                      rq->head.path_len, &m) < 0)

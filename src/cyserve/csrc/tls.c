@@ -84,6 +84,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -917,6 +918,24 @@ static ssize_t tls_recv(struct conn *c, void *buf, size_t len)
         return f;
     }
     return (ssize_t)got;
+}
+
+ssize_t tls_recv_nowait(struct conn *c, void *buf, size_t len, short *events)
+{
+    SSL *ssl = c->tp_data;
+    if (UNLIKELY(!ssl || !SSL_is_init_finished(ssl)))
+        return -ENOTCONN;
+    size_t n;
+    ERR_clear_error(); /* see tls_handshake */
+    int r = SSL_read_ex(ssl, buf, len, &n);
+    if (r == 1)
+        return (ssize_t)n;
+    int f = tls_failure(c, r, 1);
+    if (f == -EAGAIN || f == 1) {
+        *events = f == 1 ? POLLOUT : POLLIN;
+        return -EAGAIN;
+    }
+    return f;
 }
 
 /* One SSL_write of n bytes at p: bytes written, or -errno / -EAGAIN. */
