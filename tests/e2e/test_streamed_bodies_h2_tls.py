@@ -19,7 +19,7 @@ from typing import Any
 
 import h2.events
 import pytest
-from _rawhttp import serving
+from test_asgi import serving_app
 from _subserve import PYTHON, env_with_src, free_port, running
 from test_http2 import H2
 
@@ -62,6 +62,23 @@ def native(request):
         h.update(piece)
         n += len(piece)
     return f"{n} {h.hexdigest()} stream"
+
+async def asgi(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    h = hashlib.sha256()
+    n = pieces = 0
+    while True:
+        m = await receive()
+        h.update(m.get("body", b""))
+        n += len(m.get("body", b""))
+        pieces += 1
+        if not m.get("more_body"):
+            break
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": f"{n} {h.hexdigest()} {pieces}".encode()})
+
+app.asgi("/a", asgi)
 '''
 
 
@@ -170,8 +187,13 @@ def http1_upload(sock: socket.socket, path: str, total: int, chunked: bool) -> b
     return got
 
 
-@pytest.mark.parametrize("path", ["/n", "/w"])
-@pytest.mark.parametrize("how", ["h2c", "h2 tls", "http/1.1 tls", "http/1.1 tls chunked"])
+# Every route over every way but one: a chunked body reaches an ASGI app whole over HTTP/1.1,
+# in cleartext as over TLS (docs/architecture.md, "Request bodies: whole or streamed").
+CASES = [(how, path) for how in ("h2c", "h2 tls", "http/1.1 tls", "http/1.1 tls chunked")
+         for path in ("/n", "/w", "/a") if (how, path) != ("http/1.1 tls chunked", "/a")]
+
+
+@pytest.mark.parametrize(("how", "path"), CASES)
 def test_large_upload_streams_with_bounded_memory(upload_servers: dict[str, Any], how: str,
                                                   path: str) -> None:
     srv = upload_servers["tls" if "tls" in how else "plain"]
@@ -181,7 +203,10 @@ def test_large_upload_streams_with_bounded_memory(upload_servers: dict[str, Any]
     if how.startswith("h2"):
         ctx = tls_ctx(upload_servers["certs"], ["h2"]) if "tls" in how else None
         with H2(srv.port, tls=ctx, timeout=60) as c:
-            status, body = h2_upload(c, path, UPLOAD, length=path == "/n")
+            # As real clients do: without it, the last segment of each window waits for the
+            # delayed ACK of the one before (40 ms a window on Linux).
+            c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            status, body = h2_upload(c, path, UPLOAD, length=path != "/w")
         assert status == 200
     else:
         raw = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
@@ -194,6 +219,8 @@ def test_large_upload_streams_with_bounded_memory(upload_servers: dict[str, Any]
     assert f"{count} {digest}" == upload_servers["want"]
     if path == "/w":
         assert kind == "RequestBody"  # streamed, not a BytesIO of the whole body
+    if path == "/a":
+        assert int(kind) >= UPLOAD // 65536  # receive() got it in pieces of at most 64 KiB
     growth = (rss_kib(pid, "VmHWM") - before) * 1024
     assert growth < RSS_GROWTH_MAX, f"peak RSS grew {growth / MIB:.1f} MiB for {how}"
 
@@ -226,13 +253,37 @@ def build_app() -> Any:
             raise
         return str(n)
 
+    app.asgi("/asgi", asgi_app)
     return app
+
+
+async def asgi_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] != "http":
+        return
+    n = pieces = 0
+    while True:
+        m = await receive()
+        if m["type"] == "http.disconnect":
+            SEEN.append(("asgi disconnect", n))
+            return
+        n += len(m.get("body", b""))
+        pieces += 1
+        if pieces == 1:
+            SEEN.append(("asgi first", n))
+        if not m.get("more_body"):
+            break
+    if scope["path"] == "/asgi/wait":  # no answer: wait for the client to leave
+        SEEN.append(("asgi waits", n))
+        SEEN.append(("asgi then", (await receive())["type"]))
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": f"{n} {pieces}".encode()})
 
 
 @pytest.fixture(scope="module")
 def port() -> Iterator[int]:
-    with serving(build_app().build(), max_body_bytes=1_000_000, body_timeout=1.0) as srv:
-        yield srv.port
+    with serving_app(build_app(), max_body_bytes=1_000_000, body_timeout=1.0) as p:
+        yield p
 
 
 def test_window_opens_only_as_the_handler_reads(port: int) -> None:
@@ -349,3 +400,43 @@ def test_streamed_body_over_the_limit_gets_413(port: int) -> None:
         status, _, body = c.response(sid)
         assert (status, body) == (200, b"200000")
 
+
+def test_asgi_body_streams_over_h2_in_pieces(port: int) -> None:
+    """receive() gets the body as it comes: its first piece before the client has ended the
+    body (a body read whole would call the app only after END_STREAM)."""
+    SEEN.clear()
+    with H2(port) as c:
+        sid = c.send("/asgi/sum", method="POST", end=False)
+        send_some(c, sid, 300_000)
+        assert 0 < wait_seen("asgi first") <= 65536
+        send_some(c, sid, 100_000)
+        c.conn.end_stream(sid)
+        c.flush()
+        status, _, body = c.response(sid)
+        n, pieces = map(int, body.split())
+        assert (status, n) == (200, 400_000)
+        assert pieces >= 400_000 // 65536
+        # (in one piece or two: the DATA with END_STREAM may come after the first receive())
+        assert c.get("/asgi/sum", method="POST", body=b"abc")[2].split()[0] == b"3"
+
+
+@pytest.mark.parametrize("midway", [False, True])
+def test_asgi_gets_http_disconnect_on_reset(port: int, midway: bool) -> None:
+    """The client resets the stream while the app works: receive() returns http.disconnect, as
+    over HTTP/1.1 when the client leaves (during the body, or after it, while the app waits)."""
+    SEEN.clear()
+    with H2(port) as c:
+        if midway:
+            sid = c.send("/asgi/sum", method="POST", end=False)
+            send_some(c, sid, 100_000)
+        else:
+            sid = c.send("/asgi/wait", method="POST", body=b"x" * 10)
+            assert wait_seen("asgi waits") == 10
+        c.conn.reset_stream(sid)
+        c.flush()
+        if midway:
+            assert wait_seen("asgi disconnect") <= 100_000
+        else:
+            assert wait_seen("asgi then") == "http.disconnect"
+        # The connection goes on.
+        assert c.get("/asgi/sum", method="POST", body=b"ab")[2].split()[0] == b"2"

@@ -171,15 +171,16 @@ struct h2_stream {
     pthread_cond_t bcv;
     char *bbuf;
     size_t bpos, blen;
-    uint64_t bgot;      /* DATA bytes received */
-    uint64_t bunacked;  /* taken by the handler, not yet consumed in the library's windows */
-    int beof;           /* END_STREAM received */
-    int bgone;          /* the stream closed before its end (a reset) or the connection ended */
-    int bdead;          /* the handler is done with the body: DATA is dropped on arrival */
-    int bsig;           /* the serving coroutine was signalled for bunacked */
-    int bfail;          /* -EFBIG past max_body_bytes, else 0 */
-    struct body_reader br; /* rq.body_rd while bstream */
-    struct request rq;     /* last: large */
+    uint64_t bgot;     /* DATA bytes received */
+    uint64_t bunacked; /* taken by the handler, not yet consumed in the library's windows */
+    int beof;          /* END_STREAM received */
+    int bgone;         /* the stream closed before its end (a reset) or the connection ended */
+    int bdead;         /* the handler is done with the body: DATA is dropped on arrival */
+    int bsig;          /* the serving coroutine was signalled for bunacked */
+    int bfail;         /* -EFBIG past max_body_bytes, else 0 */
+    struct sched_signal *bwatch; /* set on news for a task watching (http2_stream_watch) */
+    struct body_reader br;       /* rq.body_rd while bstream */
+    struct request rq;           /* last: large */
 };
 
 enum { H2_TASK_DISPATCH = 1, H2_TASK_NEXT };
@@ -238,6 +239,12 @@ static struct h2_stream *h2_stream_new(struct h2_session *h, int32_t id)
     st->h = h;
     st->id = id;
     st->fd = -1;
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC); /* the clock clock_mono_ns reads */
+    pthread_cond_init(&st->bcv, &a);
+    pthread_condattr_destroy(&a);
+    pthread_mutex_init(&st->blk, NULL);
     st->limit = -1;
     wbuf_init(&st->hstore, NULL, 0);
     wbuf_init(&st->cookie, NULL, 0);
@@ -287,12 +294,12 @@ static void h2_stream_free(struct h2_stream *st, int in_coro)
     h2_budget_release(st);
     if (st->bstream) {
         h2_body_close(h, st);
-        body_end(&st->br); /* its stream slot */
-        pthread_cond_destroy(&st->bcv);
-        pthread_mutex_destroy(&st->blk);
+        body_end(&st->br); /* its stream slot, when a handler's reader held one */
         free(st->bbuf);
         h->bstreams--;
     }
+    pthread_cond_destroy(&st->bcv);
+    pthread_mutex_destroy(&st->blk);
     wbuf_free(&st->hstore);
     wbuf_free(&st->cookie);
     wbuf_free(&st->body);
@@ -372,19 +379,18 @@ static void h2_bodies_ack(struct h2_session *h)
  * serving coroutine. */
 static void h2_body_gone(struct h2_stream *st)
 {
-    if (!st->bstream)
-        return;
     pthread_mutex_lock(&st->blk);
     st->bgone = 1;
     pthread_cond_broadcast(&st->bcv);
+    if (st->bwatch)
+        sched_signal_set(st->bwatch);
     pthread_mutex_unlock(&st->blk);
 }
 
 /* DATA for st's streamed body: kept for the handler (the window bounds it to H2_BODY_CAP), or
  * dropped and consumed at once when the handler is done with the body or it broke
  * max_body_bytes. The serving coroutine (a library callback). */
-static void h2_body_put(struct h2_session *h, struct h2_stream *st, const uint8_t *data,
-                        size_t len)
+static void h2_body_put(struct h2_session *h, struct h2_stream *st, const uint8_t *data, size_t len)
 {
     size_t drop = 0;
     pthread_mutex_lock(&st->blk);
@@ -406,6 +412,8 @@ static void h2_body_put(struct h2_session *h, struct h2_stream *st, const uint8_
         st->blen += len;
     }
     pthread_cond_signal(&st->bcv);
+    if (st->bwatch)
+        sched_signal_set(st->bwatch);
     pthread_mutex_unlock(&st->blk);
     if (drop)
         nghttp2_session_consume(h->ng, st->id, drop);
@@ -481,17 +489,18 @@ static ssize_t h2_body_pull(struct body_reader *br, void *dst, size_t n, int lin
  * its DATA kept for the handler's reads (h2_body_put, h2_body_pull). The caller took one of the
  * server's stream slots (body_slot_take), which st's reader now holds. 0 or -ENOMEM. The
  * serving coroutine. */
-static int h2_body_begin(struct h2_session *h, struct h2_stream *st)
+static int h2_body_begin(struct h2_session *h, struct h2_stream *st, int reader)
 {
     st->bbuf = malloc(H2_BODY_CAP);
     if (!st->bbuf)
         return -ENOMEM;
-    pthread_condattr_t a;
-    pthread_condattr_init(&a);
-    pthread_condattr_setclock(&a, CLOCK_MONOTONIC); /* the clock clock_mono_ns reads */
-    pthread_cond_init(&st->bcv, &a);
-    pthread_condattr_destroy(&a);
-    pthread_mutex_init(&st->blk, NULL);
+    st->bstream = 1;
+    h->bstreams++;
+    if (!reader) {
+        /* An ASGI app: its task takes the pieces as receive() asks (http2_body_take). */
+        st->rq.body_left = 1;
+        return 0;
+    }
     struct body_reader *br = &st->br;
     memset(br, 0, sizeof(*br));
     br->c = h->c;
@@ -501,10 +510,67 @@ static int h2_body_begin(struct h2_session *h, struct h2_stream *st)
     br->slot = 1;
     br->pull = h2_body_pull;
     br->pull_data = st;
-    st->bstream = 1;
     st->rq.body_rd = br;
-    h->bstreams++;
     return 0;
+}
+
+static struct h2_stream *h2_stream_of_rq(struct request *rq)
+{
+    return (struct h2_stream *)(void *)((char *)rq - offsetof(struct h2_stream, rq));
+}
+
+void http2_stream_watch(struct request *rq, struct sched_signal *wake)
+{
+    struct h2_stream *st = h2_stream_of_rq(rq);
+    pthread_mutex_lock(&st->blk);
+    st->bwatch = wake;
+    if (st->bgone || st->blen > st->bpos || st->beof)
+        sched_signal_set(wake); /* news from before the watch */
+    pthread_mutex_unlock(&st->blk);
+}
+
+void http2_stream_unwatch(struct request *rq)
+{
+    struct h2_stream *st = h2_stream_of_rq(rq);
+    pthread_mutex_lock(&st->blk);
+    st->bwatch = NULL;
+    pthread_mutex_unlock(&st->blk);
+}
+
+int http2_stream_gone(struct request *rq)
+{
+    struct h2_stream *st = h2_stream_of_rq(rq);
+    pthread_mutex_lock(&st->blk);
+    /* While its task runs, a stream closes only by a reset (the answer is not sent yet). */
+    int gone = st->bgone || st->bfail;
+    pthread_mutex_unlock(&st->blk);
+    return gone;
+}
+
+int http2_body_take(struct request *rq, char *dst, size_t max, size_t *n, int *more)
+{
+    struct h2_stream *st = h2_stream_of_rq(rq);
+    int rc = 0, wake = 0;
+    pthread_mutex_lock(&st->blk);
+    size_t k = st->blen - st->bpos;
+    if (k || st->beof) {
+        if (k > max)
+            k = max;
+        memcpy(dst, st->bbuf + st->bpos, k);
+        st->bpos += k;
+        st->bunacked += k;
+        wake = k && !st->bsig;
+        st->bsig |= wake;
+        *n = k;
+        *more = !st->beof || st->bpos < st->blen;
+        rc = 1;
+    } else if (st->bgone || st->bfail) {
+        rc = -ECONNRESET;
+    }
+    pthread_mutex_unlock(&st->blk);
+    if (wake)
+        sched_signal_set(&st->h->chan->ready);
+    return rc;
 }
 
 /* ---- floods ---- */
@@ -742,14 +808,17 @@ static int h2_continue(struct h2_session *h, struct h2_stream *st)
     return nghttp2_submit_headers(h->ng, NGHTTP2_FLAG_NONE, st->id, NULL, &nv, 1, NULL) ? -1 : 0;
 }
 
-/* Whether st's body should stream to its handler: a handler that reads bodies as streams
- * (request_body_streams: a Python handler or a WSGI app) and a body that is not known to be
- * small (no content-length, or one over BODY_STREAM_MIN), as over HTTP/1.1. */
+/* Whether st's body should stream to its handler: 2 for an ASGI app (request_streams_body:
+ * receive() asks for each piece, whatever the body's size, as over HTTP/1.1); 1 for a handler
+ * that reads bodies as streams (request_body_streams: a Python handler or a WSGI app) when
+ * the body is not known to be small (no content-length, or one over BODY_STREAM_MIN), as over
+ * HTTP/1.1 (it then needs a stream slot); else 0. */
 static int h2_body_streams(struct h2_session *h, struct h2_stream *st)
 {
+    if (request_streams_body(&st->rq))
+        return 2;
     int64_t cl = st->rq.head.content_length;
-    return h->srv->cfg.http2 && (cl < 0 || cl > BODY_STREAM_MIN) &&
-           request_body_streams(&st->rq);
+    return (cl < 0 || cl > BODY_STREAM_MIN) && request_body_streams(&st->rq);
 }
 
 static int h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
@@ -788,10 +857,13 @@ static int h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *u
         else if (!(f->hd.flags & NGHTTP2_FLAG_END_STREAM) && h2_expects_continue(st) &&
                  h2_continue(h, st))
             return NGHTTP2_ERR_CALLBACK_FAILURE;
-        if (!st->fail_status && !st->ready && !(f->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
-            h2_body_streams(h, st) && body_slot_take(h->srv)) {
-            if (h2_body_begin(h, st) < 0) {
-                body_slot_give(h->srv);
+        int streams = !st->fail_status && !st->ready && !(f->hd.flags & NGHTTP2_FLAG_END_STREAM)
+                          ? h2_body_streams(h, st)
+                          : 0;
+        if (streams == 2 || (streams == 1 && body_slot_take(h->srv))) {
+            if (h2_body_begin(h, st, streams == 1) < 0) {
+                if (streams == 1)
+                    body_slot_give(h->srv);
                 h2_stream_fail(st, 503, "no memory for the request body");
             }
             st->ready = 1; /* its handler is called now and reads the body as it comes */
@@ -804,6 +876,8 @@ static int h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *u
             pthread_mutex_lock(&st->blk);
             st->beof = 1;
             pthread_cond_signal(&st->bcv);
+            if (st->bwatch)
+                sched_signal_set(st->bwatch);
             pthread_mutex_unlock(&st->blk);
         }
     }
