@@ -633,3 +633,24 @@ def test_curl(port: int, tls_port: int, certs: dict[str, str]) -> None:
                           f"localhost:{tls_port}:127.0.0.1"], capture_output=True, timeout=30,
                          env=env)
     assert out.stdout == b"2 https GET 0 2"
+
+
+def test_not_http_on_the_cleartext_port_is_closed(port: int) -> None:
+    """Bytes that are neither the client preface nor an HTTP/1 request line (a third word that
+    is not an HTTP version) are a preface gone wrong on a port that serves h2c: the connection is
+    closed without an HTTP/1.1 answer (RFC 9113 3.4; h2spec 3.5/2). An HTTP/1 request that is
+    only malformed still gets its 400."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"INVALID CONNECTION PREFACE\r\n\r\n")
+        assert s.recv(100) == b""
+    with Conn(port) as c:
+        c.send(b"GET / HTTP/1.1x\r\nHost: t\r\n\r\n")
+        assert c.reply().status == 400
+    with Conn(port) as c:
+        c.send(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")  # a TLS hello: not a method
+        assert c.reply().status == 400
+    app = cyserve.App()
+    app.static("/plaintext", b"ok", content_type="text/plain")
+    with serving(app.build(), http2=False) as srv, Conn(srv.port) as c:
+        c.send(b"INVALID CONNECTION PREFACE\r\n\r\n")  # HTTP/1 only: answered as HTTP/1
+        assert c.reply().status == 400
