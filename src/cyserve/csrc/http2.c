@@ -85,7 +85,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <malloc.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -107,6 +109,14 @@
 #define H2_BODY_CAP NGHTTP2_INITIAL_WINDOW_SIZE
 /* A handler's wait for DATA is cut in slices this long, to see a stop's deadline. */
 #define H2_BODY_WAIT_SLICE_NS 100000000ull
+
+/* The library's allocations from this size on are mapped apart (h2_mem): its outbound frame
+ * buffer (one chunk of 16,394 bytes, NGHTTP2_FRAMEBUF_CHUNKLEN, made with the session and kept
+ * for its life) is the largest thing an idle connection would otherwise hold. */
+#define H2_BIG_MIN 8192
+/* The size of that frame buffer chunk: 9 bytes of frame header, 1 of padding length, 16,384 of
+ * payload (nghttp2's NGHTTP2_FRAMEBUF_CHUNKLEN, not in its public header). */
+#define H2_FRAMEBUF_LEN (9 + 1 + 16384)
 
 /* Output bytes gathered before a write. */
 #define H2_OUT_FLUSH_AT 65536
@@ -215,6 +225,20 @@ struct h2_session {
     struct handoff *chan;
     int chan_tracked;
     unsigned bstreams; /* streams whose body streams to their handler (h2_body_begin) */
+    /* The library's large blocks (h2_mem: its outbound frame buffer, a large frame's inbound
+     * buffer), mapped apart so that an idle connection gives their pages back (h2_mem_idle). */
+    struct h2_big *bigs;
+};
+
+/* One of the library's blocks of H2_BIG_MIN bytes or more: its own anonymous mapping, with this
+ * header at its start (the block follows it, 16-byte aligned). Its last word, just before the
+ * block, is 1 (a malloc'd block's header has 0 there). */
+struct h2_big {
+    struct h2_big *next, *prev;
+    size_t size; /* what the library asked for */
+    size_t pad;
+    size_t map_len;
+    size_t tag;
 };
 
 static const char h2_preface[] = HTTP2_PREFACE;
@@ -1436,6 +1460,100 @@ static void http2_close(struct conn *c)
         h2_session_free(h, 0);
 }
 
+/* ---- the library's memory ---- */
+
+/* nghttp2_mem for one session (ud, the struct h2_session): small blocks from malloc; blocks of
+ * H2_BIG_MIN bytes or more in anonymous mappings of their own, listed in h->bigs, so that
+ * h2_mem_idle can give their pages back while the connection is idle. The serving coroutine
+ * (the library is called only there), or h2_session_free. */
+static void *h2_mem_malloc(size_t size, void *ud)
+{
+    struct h2_session *h = ud;
+    if (size < H2_BIG_MIN) {
+        /* A header in front of every block, so that free tells the two kinds apart. */
+        size_t *p = malloc(size + 16);
+        if (!p)
+            return NULL;
+        p[0] = p[1] = 0;
+        return (char *)p + 16;
+    }
+    size_t len = (size + sizeof(struct h2_big) + 4095) & ~(size_t)4095;
+    struct h2_big *b = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (b == MAP_FAILED)
+        return NULL;
+    b->map_len = len;
+    b->size = size;
+    b->tag = 1;
+    b->prev = NULL;
+    b->next = h->bigs;
+    if (h->bigs)
+        h->bigs->prev = b;
+    h->bigs = b;
+    return b + 1;
+}
+
+static void h2_mem_free(void *ptr, void *ud)
+{
+    struct h2_session *h = ud;
+    if (!ptr)
+        return;
+    size_t *tag = (size_t *)((char *)ptr - 16);
+    if (tag[1] != 1) { /* h2_big.tag of a mapped block, 0 in a malloc'd block's header */
+        free(tag);
+        return;
+    }
+    struct h2_big *b = (struct h2_big *)ptr - 1;
+    if (b->prev)
+        b->prev->next = b->next;
+    else
+        h->bigs = b->next;
+    if (b->next)
+        b->next->prev = b->prev;
+    munmap(b, b->map_len);
+}
+
+static void *h2_mem_calloc(size_t n, size_t size, void *ud)
+{
+    if (size && n > SIZE_MAX / size)
+        return NULL;
+    void *p = h2_mem_malloc(n * size, ud);
+    if (p && n * size < H2_BIG_MIN)
+        memset(p, 0, n * size); /* a fresh mapping is zero already */
+    return p;
+}
+
+static void *h2_mem_realloc(void *ptr, size_t size, void *ud)
+{
+    if (!ptr)
+        return h2_mem_malloc(size, ud);
+    size_t *tag = (size_t *)((char *)ptr - 16);
+    size_t old = tag[1] == 1 ? ((struct h2_big *)ptr - 1)->size : 0;
+    if (!old && size < H2_BIG_MIN) {
+        size_t *p = realloc(tag, size + 16);
+        return p ? (char *)p + 16 : NULL;
+    }
+    void *n = h2_mem_malloc(size, ud);
+    if (!n)
+        return NULL;
+    /* A malloc'd block's size is not kept: copy what the new one can take, which is all of the
+     * old one whenever the library grows a block (it never shrinks one through realloc). */
+    size_t have = old ? old : malloc_usable_size(tag) - 16;
+    memcpy(n, ptr, have < size ? have : size);
+    h2_mem_free(ptr, ud);
+    return n;
+}
+
+/* The connection goes idle, with everything the library queued written: the pages of its
+ * outbound frame buffer are given back (read as zeros when next touched; the library writes a
+ * frame into it before it sends it). Only that buffer: another large block may hold state (a
+ * frame read in part). An idle connection then keeps its session's tables, not that buffer. */
+static void h2_mem_idle(struct h2_session *h)
+{
+    for (struct h2_big *b = h->bigs; b; b = b->next)
+        if (b->size == H2_FRAMEBUF_LEN && b->map_len > 4096)
+            madvise((char *)b + 4096, b->map_len - 4096, MADV_DONTNEED); /* the header stays */
+}
+
 /* The callbacks, made once for the process (the library only reads them). */
 static nghttp2_session_callbacks *h2_cbs;
 static pthread_once_t h2_cbs_once = PTHREAD_ONCE_INIT;
@@ -1484,7 +1602,8 @@ static struct h2_session *h2_session_new(struct conn *c)
         return NULL;
     }
     nghttp2_option_set_no_auto_window_update(opt, 1);
-    int rc = nghttp2_session_server_new2(&h->ng, cbs, h, opt);
+    nghttp2_mem mem = {h, h2_mem_malloc, h2_mem_free, h2_mem_calloc, h2_mem_realloc};
+    int rc = nghttp2_session_server_new3(&h->ng, cbs, h, opt, &mem);
     nghttp2_option_del(opt);
     if (rc) {
         pthread_mutex_destroy(&h->lock);
@@ -1633,6 +1752,7 @@ static int h2_serve_loop(struct h2_session *h)
             if (c->drained) {
                 int rc = sched_io_release(&c->io);
                 if (rc == 0) {
+                    h2_mem_idle(h);
                     conn_go_idle(c);
                     return 0;
                 }
