@@ -62,6 +62,13 @@
  * dropped after body_timeout without progress (conn_sendv). A stream's answer is pulled by the
  * library frame by frame: a streamed Python answer holds one piece at a time.
  *
+ * Bodies that stream. A stream whose handler reads bodies as streams (a Python handler or a WSGI
+ * app with a large or unannounced body, an ASGI app always) is dispatched at its HEADERS; its
+ * DATA waits in a buffer of one window for the handler's reads, and the session opens the
+ * windows itself (NGHTTP2_OPT_NO_AUTO_WINDOW_UPDATE): only for the bytes the handler took, so
+ * flow control is the backpressure and a stream holds at most H2_BODY_CAP of its body. Bodies
+ * read whole are consumed as they arrive, as the library did by itself.
+ *
  * Timeouts. A connection with no stream open is idle under keepalive_timeout. With streams open
  * (a body still arriving, answers held back by a zero window), each read waits body_timeout at
  * most: then GOAWAY and close, so that a stalled window cannot hold a connection open.
