@@ -639,13 +639,15 @@ def test_not_http_on_the_cleartext_port_is_closed(port: int) -> None:
     """Bytes that are neither the client preface nor an HTTP/1 request line (a third word that
     is not an HTTP version) are a preface gone wrong on a port that serves h2c: the connection is
     closed without an HTTP/1.1 answer (RFC 9113 3.4; h2spec 3.5/2). An HTTP/1 request that is
-    only malformed still gets its 400."""
+    only malformed still gets its 400, and so do other lines that are not HTTP."""
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
         s.sendall(b"INVALID CONNECTION PREFACE\r\n\r\n")
         assert s.recv(100) == b""
-    with Conn(port) as c:
-        c.send(b"GET / HTTP/1.1x\r\nHost: t\r\n\r\n")
-        assert c.reply().status == 400
+    for bad in (b"GET / HTTP/1.1x\r\nHost: t\r\n\r\n", b"GET / XTTP/1.1\r\nHost: t\r\n\r\n",
+                b"PROXY TCP4 192.0.2.1 198.51.100.1 56324 443\r\n\r\n"):
+        with Conn(port) as c:
+            c.send(bad)
+            assert c.reply().status == 400, bad
     with Conn(port) as c:
         c.send(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")  # a TLS hello: not a method
         assert c.reply().status == 400

@@ -14,10 +14,11 @@
  * poll(2), its GIL released. That blocks the thread, not the server: a thread stuck in a call
  * has its worker's other connections taken over by a relief thread (sched_relief.c.h). The
  * coroutine and the call never touch the reader at once: the call runs between the coroutine's
- * offload and its resumption. Over TLS the call reads through OpenSSL (tls_recv_nowait) in the
- * same turns, so the session is never used by two threads at once; a TLS read that must write
- * first (a key update's answer into a full socket) waits for the socket to take bytes, on the
- * call's thread with poll(2) or in the coroutine (br->wait_out).
+ * offload and its resumption. Over TLS the call reads through OpenSSL (the transport's
+ * recv_nowait, tls_recv_nowait) in the same turns, so the session is never used by two threads
+ * at once; a TLS read that must write first (a key update's answer into a full socket) waits
+ * for the socket to take bytes, on the call's thread with poll(2) or in the coroutine
+ * (br->wait_out).
  *
  * The rules while the handler reads: max_body_bytes on the decoded bytes (a Content-Length over
  * it is refused before the call, as before); body_timeout for each wait for the client; the
@@ -45,7 +46,6 @@
 #include "conn.h"
 #include "request.h"
 #include "server_int.h"
-#include "tls.h"
 
 /* A wait for the client is cut in slices this long, to see a stop's deadline. */
 #define BODY_WAIT_SLICE_MS 100
@@ -140,7 +140,8 @@ static int body_fill(struct body_reader *br, char *dst, size_t n, size_t *direct
     if (!br->chunked && want > br->left)
         want = (size_t)br->left;
     ssize_t r;
-    if (LIKELY(br->c->tp == &conn_plain)) {
+    const struct conn_transport *tp = br->c->tp;
+    if (LIKELY(!tp || !tp->recv_nowait)) {
         do
             r = conn_sock_recv(br->fd, to, want);
         while (r < 0 && errno == EINTR);
@@ -148,7 +149,7 @@ static int body_fill(struct body_reader *br, char *dst, size_t n, size_t *direct
             r = errno == EAGAIN || errno == EWOULDBLOCK ? -EAGAIN : -ECONNRESET;
     } else {
         short ev = POLLIN;
-        r = tls_recv_nowait(br->c, to, want, &ev);
+        r = tp->recv_nowait(br->c, to, want, &ev);
         br->wait_out = r == -EAGAIN && ev == POLLOUT;
     }
     if (r < 0) {

@@ -359,26 +359,29 @@ static int parse_head(struct http1_session *sv, size_t off)
     return n;
 }
 
-/* Whether the rejected request line at b[0..n) has a method and a target but, where its
- * version belongs, something that cannot begin "HTTP/" (a third space-separated token of
- * another protocol). Such bytes are not HTTP/1 at all: on a cleartext port that also serves
- * h2c by prior knowledge they are a client preface gone wrong, which RFC 9113 3.4 answers by
- * closing the connection, not with an HTTP/1.1 400 the client cannot read. Pure. */
+/* Whether the rejected bytes at b[0..n) have the shape of the HTTP/2 client preface's first
+ * line gone wrong: a line of exactly three words, the third of which cannot begin "HTTP/",
+ * followed at once by an empty line (the preface is "PRI * HTTP/2.0", an empty line, "SM", an
+ * empty line). Such bytes are no HTTP/1 request (which has a version, and its empty line ends
+ * its fields): on a cleartext port that also serves h2c by prior knowledge they are a client
+ * preface gone wrong, which RFC 9113 3.4 answers by closing the connection, not with an
+ * HTTP/1.1 400 the client cannot read. Anything else that is rejected (a PROXY line from a peer
+ * that is not a balancer, a TLS hello, a malformed request) still gets its 400. Pure. */
 static int not_http1_version(const char *b, size_t n)
 {
     const char *eol = memchr(b, '\n', n);
-    const char *end = eol ? eol : b + n;
+    if (!eol || eol == b || eol[-1] != '\r' || (size_t)(b + n - eol) < 3 || eol[1] != '\r' ||
+        eol[2] != '\n')
+        return 0;
+    const char *end = eol - 1; /* the CR */
     const char *sp1 = memchr(b, ' ', (size_t)(end - b));
     if (!sp1 || sp1 == b)
         return 0;
     const char *sp2 = memchr(sp1 + 1, ' ', (size_t)(end - sp1 - 1));
-    if (!sp2 || sp2 == sp1 + 1)
+    if (!sp2 || sp2 == sp1 + 1 || sp2 + 1 == end || memchr(sp2 + 1, ' ', (size_t)(end - sp2 - 1)))
         return 0;
-    const char *v = sp2 + 1;
-    size_t k = (size_t)(end - v);
-    if (k > 5)
-        k = 5;
-    return k > 0 && *v != '\r' && memcmp(v, "HTTP/", k) != 0;
+    size_t k = (size_t)(end - sp2 - 1);
+    return memcmp(sp2 + 1, "HTTP/", k < 5 ? k : 5) != 0;
 }
 
 static const char continue_line[] = "HTTP/1.1 100 Continue\r\n\r\n";

@@ -1147,5 +1147,5 @@ int server_req_tls_text(const cyserve_request *req, int what, char **out, size_t
     return rq ? tls_conn_text(rq->c, what, out, len) : -ENOTCONN;
 }
 
-const struct conn_transport tls_transport = {tls_recv,     tls_sendv, tls_sendfile,
-                                             tls_shutdown, tls_close, tls_start};
+const struct conn_transport tls_transport = {tls_recv,  tls_sendv, tls_sendfile,   tls_shutdown,
+                                             tls_close, tls_start, tls_recv_nowait};
