@@ -4,9 +4,9 @@ certificate made for the run), each on a static route. Prints h2spec's summary l
 the cases that failed; exits 1 when a case fails.
 
 No case is expected to fail. http2/3.5/2 ("Sends invalid connection preface") on the cleartext
-port, which serves HTTP/1.1 and h2c side by side, sends bytes that are neither the preface nor
-an HTTP/1 request line ("INVALID CONNECTION PREFACE"): the server closes without an HTTP/1.1
-answer, as RFC 9113 3.4 asks (http1.c, not_http1_version)."""
+port, which serves HTTP/1.1 and h2c side by side, sends bytes shaped like the preface's first
+line that are no HTTP/1 request ("INVALID CONNECTION PREFACE" and an empty line): the server
+closes without an HTTP/1.1 answer, as RFC 9113 3.4 asks (http1.c, not_http1_version)."""
 
 from __future__ import annotations
 
