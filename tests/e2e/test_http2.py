@@ -499,7 +499,9 @@ def test_stalled_stream_is_closed_after_body_timeout() -> None:
         return "never"
 
     with serving(app.build(), body_timeout=0.5) as srv, H2(srv.port) as c:
-        c.send("/py", method="POST", end=False)  # a body that never comes
+        # A small body announced (read whole before the call) that never comes. (A large or
+        # unannounced one streams to the handler, which answers without reading it here.)
+        c.send("/py", method="POST", headers=[("content-length", "1000")], end=False)
         t0 = time.monotonic()
         ended = c.until(h2.events.ConnectionTerminated)
         assert ended.error_code == h2.errors.ErrorCodes.NO_ERROR
@@ -631,3 +633,26 @@ def test_curl(port: int, tls_port: int, certs: dict[str, str]) -> None:
                           f"localhost:{tls_port}:127.0.0.1"], capture_output=True, timeout=30,
                          env=env)
     assert out.stdout == b"2 https GET 0 2"
+
+
+def test_not_http_on_the_cleartext_port_is_closed(port: int) -> None:
+    """Bytes that are neither the client preface nor an HTTP/1 request line (a third word that
+    is not an HTTP version) are a preface gone wrong on a port that serves h2c: the connection is
+    closed without an HTTP/1.1 answer (RFC 9113 3.4; h2spec 3.5/2). An HTTP/1 request that is
+    only malformed still gets its 400, and so do other lines that are not HTTP."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"INVALID CONNECTION PREFACE\r\n\r\n")
+        assert s.recv(100) == b""
+    for bad in (b"GET / HTTP/1.1x\r\nHost: t\r\n\r\n", b"GET / XTTP/1.1\r\nHost: t\r\n\r\n",
+                b"PROXY TCP4 192.0.2.1 198.51.100.1 56324 443\r\n\r\n"):
+        with Conn(port) as c:
+            c.send(bad)
+            assert c.reply().status == 400, bad
+    with Conn(port) as c:
+        c.send(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")  # a TLS hello: not a method
+        assert c.reply().status == 400
+    app = cyserve.App()
+    app.static("/plaintext", b"ok", content_type="text/plain")
+    with serving(app.build(), http2=False) as srv, Conn(srv.port) as c:
+        c.send(b"INVALID CONNECTION PREFACE\r\n\r\n")  # HTTP/1 only: answered as HTTP/1
+        assert c.reply().status == 400

@@ -14,8 +14,11 @@
  * poll(2), its GIL released. That blocks the thread, not the server: a thread stuck in a call
  * has its worker's other connections taken over by a relief thread (sched_relief.c.h). The
  * coroutine and the call never touch the reader at once: the call runs between the coroutine's
- * offload and its resumption. TLS connections keep reading bodies whole: a TLS read may need
- * to write, which only the coroutine can wait for.
+ * offload and its resumption. Over TLS the call reads through OpenSSL (the transport's
+ * recv_nowait, tls_recv_nowait) in the same turns, so the session is never used by two threads
+ * at once; a TLS read that must write first (a key update's answer into a full socket) waits
+ * for the socket to take bytes, on the call's thread with poll(2) or in the coroutine
+ * (br->wait_out).
  *
  * The rules while the handler reads: max_body_bytes on the decoded bytes (a Content-Length over
  * it is refused before the call, as before); body_timeout for each wait for the client; the
@@ -47,7 +50,7 @@
 /* A wait for the client is cut in slices this long, to see a stop's deadline. */
 #define BODY_WAIT_SLICE_MS 100
 
-static int body_fail(struct body_reader *br, int err, int status, const char *reason)
+int body_fail(struct body_reader *br, int err, int status, const char *reason)
 {
     br->err = err;
     br->status = status;
@@ -137,11 +140,20 @@ static int body_fill(struct body_reader *br, char *dst, size_t n, size_t *direct
     if (!br->chunked && want > br->left)
         want = (size_t)br->left;
     ssize_t r;
-    do
-        r = conn_sock_recv(br->fd, to, want);
-    while (r < 0 && errno == EINTR);
+    const struct conn_transport *tp = br->c->tp;
+    if (LIKELY(!tp || !tp->recv_nowait)) {
+        do
+            r = conn_sock_recv(br->fd, to, want);
+        while (r < 0 && errno == EINTR);
+        if (r < 0)
+            r = errno == EAGAIN || errno == EWOULDBLOCK ? -EAGAIN : -ECONNRESET;
+    } else {
+        short ev = POLLIN;
+        r = tp->recv_nowait(br->c, to, want, &ev);
+        br->wait_out = r == -EAGAIN && ev == POLLOUT;
+    }
     if (r < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
+        if (r == -EAGAIN)
             return -EAGAIN;
         return body_fail(br, -ECONNRESET, 0, "the client went away during the request body");
     }
@@ -188,15 +200,14 @@ static int body_below_rate(const struct body_reader *br)
     return br->recvd < rate * (br->waited_ns / 1000000000ull);
 }
 
-/* Whether a stop's grace period is over (then a body still being read is cut). */
-static int body_stop_due(const struct server *s, uint64_t now)
+int body_stop_due(const struct server *s, uint64_t now)
 {
     /* safety: relaxed: a stop's flag and deadline only end a body's reading sooner. */
     return atomic_load_explicit(&s->stopping, memory_order_relaxed) &&
            now >= atomic_load_explicit(&s->stop_deadline, memory_order_relaxed);
 }
 
-/* Wait until the socket is readable: 0, or -ETIMEDOUT (body_timeout without a byte, or too
+/* Wait until the socket is readable (writable when a TLS read must write first): 0, or -ETIMEDOUT (body_timeout without a byte, or too
  * slow) or -ECANCELED (the stop's grace period is over), sticky. A handler's thread. */
 static int body_wait(struct body_reader *br)
 {
@@ -211,7 +222,7 @@ static int body_wait(struct body_reader *br)
             return body_fail(br, -ETIMEDOUT, 408, "request body timed out");
         }
         uint64_t ms = (deadline - now + 999999) / 1000000;
-        struct pollfd p = {.fd = br->fd, .events = POLLIN | POLLRDHUP};
+        struct pollfd p = {.fd = br->fd, .events = br->wait_out ? POLLOUT : POLLIN | POLLRDHUP};
         int r = poll(&p, 1, ms > BODY_WAIT_SLICE_MS ? BODY_WAIT_SLICE_MS : (int)ms);
         now = clock_mono_ns();
         if (r > 0)
@@ -229,6 +240,8 @@ ssize_t body_read(struct body_reader *br, void *dst, size_t n, int line)
 {
     if (!n)
         return 0;
+    if (br->pull)
+        return br->pull(br, dst, n, line);
     for (;;) {
         /* An error comes before what is left in the window: past the limit or inside broken
          * framing, those bytes are not the body's. (A read meets the client's leaving only

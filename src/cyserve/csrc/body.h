@@ -35,6 +35,9 @@ struct body_reader {
     int slot; /* holds one of the server's stream slots (body_slot_take), given back by body_end */
     int done; /* the body's end was seen */
     int err;  /* sticky: 0, or the -errno every later read returns */
+    /* The last read said -EAGAIN because OpenSSL must write first: wait for the socket to be
+     * writable rather than readable. Always 0 over plain TCP. */
+    int wait_out;
     /* With err: the answer the client should get (413, 408, 400, 431), or 0 when there is
      * nobody to answer (the client went away, the server stops); reason names the problem. */
     int status;
@@ -50,6 +53,11 @@ struct body_reader {
      * of the next request read past it at win[end..tail). */
     char *win;
     size_t cap, pos, end, tail;
+    /* A body that does not come from the socket (an HTTP/2 stream's DATA, which the connection's
+     * coroutine receives): body_read calls pull instead, with the same contract, and pull keeps
+     * err, status, reason and taken as body_read does. NULL for HTTP/1's own bodies. */
+    ssize_t (*pull)(struct body_reader *br, void *dst, size_t n, int line);
+    void *pull_data;
 };
 
 /* Start streaming the body of the request on c (server s) whose first body bytes are
@@ -68,6 +76,13 @@ int body_slot_take(struct server *s);
 /* Give back a slot taken by body_slot_take that no reader holds. Any thread. */
 void body_slot_give(struct server *s);
 
+/* Record br's sticky error err (-errno) with the answer status a client should get (0: none)
+ * and its reason (static); returns err. For a pull function (above). */
+int body_fail(struct body_reader *br, int err, int status, const char *reason);
+
+/* Whether a stop's grace period is over, so that a body still being read is cut. Any thread. */
+int body_stop_due(const struct server *s, uint64_t now);
+
 /* Release what br holds (its window, its stream slot). Idempotent. Any thread that holds br. */
 void body_end(struct body_reader *br);
 
@@ -81,8 +96,8 @@ ssize_t body_read(struct body_reader *br, void *dst, size_t n, int line);
 
 /* Drop the body bytes that have arrived and read on without waiting, until at most *budget
  * more bytes were dropped (decreased by those dropped). Returns 0 when the body has ended,
- * -EAGAIN when the rest must be waited for (the caller waits for the socket, then calls
- * again), -E2BIG when the budget ran out, or a sticky error. The connection's coroutine. */
+ * -EAGAIN when the rest must be waited for (the caller waits for the socket, readable or, with
+ * br->wait_out, writable, then calls again), -E2BIG when the budget ran out, or a sticky error. The connection's coroutine. */
 int body_drain(struct body_reader *br, uint64_t *budget);
 
 /* The bytes after the body's end that were read with it (the next pipelined request):

@@ -64,6 +64,11 @@ struct conn_transport {
      * coroutine when it starts (every connection starts as HTTP/1), cheap once done. NULL for
      * a transport without a handshake (plain sockets). */
     int (*handshake)(struct conn *c);
+    /* One read without waiting by a thread other than c's coroutine, while the coroutine waits
+     * for it (a handler reading a streamed body, body.c): as recv, and on -EAGAIN *events says
+     * what to poll(2) for (POLLIN, or POLLOUT when a read has to write first). NULL for plain
+     * sockets, which body.c reads with conn_sock_recv. */
+    ssize_t (*recv_nowait)(struct conn *c, void *buf, size_t len, short *events);
 };
 
 enum { CONN_ALPN_HTTP1 = 1, CONN_ALPN_H2 = 2 };

@@ -360,6 +360,31 @@ static int parse_head(struct http1_session *sv, size_t off)
     return n;
 }
 
+/* Whether the rejected bytes at b[0..n) have the shape of the HTTP/2 client preface's first
+ * line gone wrong: a line of exactly three words, the third of which cannot begin "HTTP/",
+ * followed at once by an empty line (the preface is "PRI * HTTP/2.0", an empty line, "SM", an
+ * empty line). Such bytes are no HTTP/1 request (which has a version, and its empty line ends
+ * its fields): on a cleartext port that also serves h2c by prior knowledge they are a client
+ * preface gone wrong, which RFC 9113 3.4 answers by closing the connection, not with an
+ * HTTP/1.1 400 the client cannot read. Anything else that is rejected (a PROXY line from a peer
+ * that is not a balancer, a TLS hello, a malformed request) still gets its 400. Pure. */
+static int not_http1_version(const char *b, size_t n)
+{
+    const char *eol = memchr(b, '\n', n);
+    if (!eol || eol == b || eol[-1] != '\r' || (size_t)(b + n - eol) < 3 || eol[1] != '\r' ||
+        eol[2] != '\n')
+        return 0;
+    const char *end = eol - 1; /* the CR */
+    const char *sp1 = memchr(b, ' ', (size_t)(end - b));
+    if (!sp1 || sp1 == b)
+        return 0;
+    const char *sp2 = memchr(sp1 + 1, ' ', (size_t)(end - sp1 - 1));
+    if (!sp2 || sp2 == sp1 + 1 || sp2 + 1 == end || memchr(sp2 + 1, ' ', (size_t)(end - sp2 - 1)))
+        return 0;
+    size_t k = (size_t)(end - sp2 - 1);
+    return memcmp(sp2 + 1, "HTTP/", k < 5 ? k : 5) != 0;
+}
+
 static const char continue_line[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
 /* Send 100 Continue if the client asked for it and we have not yet. */
@@ -438,7 +463,7 @@ static int finish_stream(struct http1_session *sv, int keep)
                 break;
             /* The answer goes out before the wait: the client may wait for it. */
             if (http1_flush(sv) < 0 ||
-                sched_io_wait(&c->io, EPOLLIN | EPOLLRDHUP,
+                sched_io_wait(&c->io, br->wait_out ? EPOLLOUT : EPOLLIN | EPOLLRDHUP,
                               conn_deadline_after(sv->srv->cfg.body_timeout_ns)) < 0) {
                 rc = -ETIMEDOUT;
                 break;
@@ -739,9 +764,13 @@ static int serve_loop(struct http1_session *sv)
                 return SERVE_CLOSE;
             continue;
         }
-        if (n < 0)
+        if (n < 0) {
+            if (UNLIKELY(off == 0 && s->cfg.http2 && c->tp == &conn_plain &&
+                         not_http1_version(c->buf, c->len)))
+                return SERVE_CLOSE;
             return http1_error_close(sv, sv->rq.head.status ? sv->rq.head.status : 400,
                                      sv->rq.head.error ? sv->rq.head.error : "malformed request");
+        }
         head_deadline = -1;
         c->stray_crlf = 0;
         sv->rq.client_done = REQUEST_CLIENT_TODO;

@@ -62,6 +62,13 @@
  * dropped after body_timeout without progress (conn_sendv). A stream's answer is pulled by the
  * library frame by frame: a streamed Python answer holds one piece at a time.
  *
+ * Bodies that stream. A stream whose handler reads bodies as streams (a Python handler or a WSGI
+ * app with a large or unannounced body, an ASGI app always) is dispatched at its HEADERS; its
+ * DATA waits in a buffer of one window for the handler's reads, and the session opens the
+ * windows itself (NGHTTP2_OPT_NO_AUTO_WINDOW_UPDATE): only for the bytes the handler took, so
+ * flow control is the backpressure and a stream holds at most H2_BODY_CAP of its body. Bodies
+ * read whole are consumed as they arrive, as the library did by itself.
+ *
  * Timeouts. A connection with no stream open is idle under keepalive_timeout. With streams open
  * (a body still arriving, answers held back by a zero window), each read waits body_timeout at
  * most: then GOAWAY and close, so that a stalled window cannot hold a connection open.
@@ -85,12 +92,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <malloc.h>
 #include <strings.h>
+#include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <nghttp2/nghttp2.h>
 
 #include "access_log.h"
+#include "body.h"
 #include "clock.h"
 #include "handoff.h"
 #include "http1.h"
@@ -98,6 +109,21 @@
 #include "request.h"
 #include "server_int.h"
 #include "stream.h"
+
+/* What a stream whose body streams to its handler may hold of it: the library's default
+ * SETTINGS_INITIAL_WINDOW_SIZE, which the server does not change, so the client may not send
+ * more before the handler's reads open the window again. */
+#define H2_BODY_CAP NGHTTP2_INITIAL_WINDOW_SIZE
+/* A handler's wait for DATA is cut in slices this long, to see a stop's deadline. */
+#define H2_BODY_WAIT_SLICE_NS 100000000ull
+
+/* The library's allocations from this size on are mapped apart (h2_mem): its outbound frame
+ * buffer (one chunk of 16,394 bytes, NGHTTP2_FRAMEBUF_CHUNKLEN, made with the session and kept
+ * for its life) is the largest thing an idle connection would otherwise hold. */
+#define H2_BIG_MIN 8192
+/* The size of that frame buffer chunk: 9 bytes of frame header, 1 of padding length, 16,384 of
+ * payload (nghttp2's NGHTTP2_FRAMEBUF_CHUNKLEN, not in its public header). */
+#define H2_FRAMEBUF_LEN (9 + 1 + 16384)
 
 /* Output bytes gathered before a write. */
 #define H2_OUT_FLUSH_AT 65536
@@ -151,6 +177,26 @@ struct h2_stream {
     int task_rc;                 /* what the task's call returned */
     int task_more;               /* H2_TASK_NEXT: stream_next's *more */
     struct h2_stream *done_next; /* h->done */
+    /* A body streamed to its handler (bstream, h2_body_begin): the DATA the serving coroutine
+     * received (h2_body_put) that the handler's reads (h2_body_pull, on the call's thread) have
+     * not taken, bbuf[bpos..blen), under blk. The handler's reads open the window
+     * (bunacked: taken and not yet given back with nghttp2_session_consume, which the serving
+     * coroutine does on the signal bsig asked for), so the client sends no more than
+     * H2_BODY_CAP ahead of the handler. */
+    int bstream;
+    pthread_mutex_t blk;
+    pthread_cond_t bcv;
+    char *bbuf;
+    size_t bpos, blen;
+    uint64_t bgot;     /* DATA bytes received */
+    uint64_t bunacked; /* taken by the handler, not yet consumed in the library's windows */
+    int beof;          /* END_STREAM received */
+    int bgone;         /* the stream closed before its end (a reset) or the connection ended */
+    int bdead;         /* the handler is done with the body: DATA is dropped on arrival */
+    int bsig;          /* the serving coroutine was signalled for bunacked */
+    int bfail;         /* -EFBIG past max_body_bytes, else 0 */
+    struct sched_signal *bwatch; /* set on news for a task watching (http2_stream_watch) */
+    struct body_reader br;       /* rq.body_rd while bstream */
     struct request rq;           /* last: large */
 };
 
@@ -185,6 +231,21 @@ struct h2_session {
     int32_t drain_last;
     struct handoff *chan;
     int chan_tracked;
+    unsigned bstreams; /* streams whose body streams to their handler (h2_body_begin) */
+    /* The library's large blocks (h2_mem: its outbound frame buffer, a large frame's inbound
+     * buffer), mapped apart so that an idle connection gives their pages back (h2_mem_idle). */
+    struct h2_big *bigs;
+};
+
+/* One of the library's blocks of H2_BIG_MIN bytes or more: its own anonymous mapping, with this
+ * header at its start (the block follows it, 16-byte aligned). Its last word, just before the
+ * block, is 1 (a malloc'd block's header has 0 there). */
+struct h2_big {
+    struct h2_big *next, *prev;
+    size_t size; /* what the library asked for */
+    size_t pad;
+    size_t map_len;
+    size_t tag;
 };
 
 static const char h2_preface[] = HTTP2_PREFACE;
@@ -199,6 +260,8 @@ int http2_preface_match(const char *buf, size_t len)
 
 /* ---- streams ---- */
 
+static void h2_body_close(struct h2_session *h, struct h2_stream *st);
+
 static struct h2_stream *h2_stream_new(struct h2_session *h, int32_t id)
 {
     struct h2_stream *st = calloc(1, sizeof(*st));
@@ -207,6 +270,12 @@ static struct h2_stream *h2_stream_new(struct h2_session *h, int32_t id)
     st->h = h;
     st->id = id;
     st->fd = -1;
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC); /* the clock clock_mono_ns reads */
+    pthread_cond_init(&st->bcv, &a);
+    pthread_condattr_destroy(&a);
+    pthread_mutex_init(&st->blk, NULL);
     st->limit = -1;
     wbuf_init(&st->hstore, NULL, 0);
     wbuf_init(&st->cookie, NULL, 0);
@@ -254,6 +323,14 @@ static void h2_stream_free(struct h2_stream *st, int in_coro)
     }
     resp_free(&st->rq.resp);
     h2_budget_release(st);
+    if (st->bstream) {
+        h2_body_close(h, st);
+        body_end(&st->br); /* its stream slot, when a handler's reader held one */
+        free(st->bbuf);
+        h->bstreams--;
+    }
+    pthread_cond_destroy(&st->bcv);
+    pthread_mutex_destroy(&st->blk);
     wbuf_free(&st->hstore);
     wbuf_free(&st->cookie);
     wbuf_free(&st->body);
@@ -288,6 +365,243 @@ static void h2_stream_fail(struct h2_stream *st, int status, const char *why)
     wbuf_free(&st->body);
     wbuf_init(&st->body, NULL, 0);
     h2_budget_release(st);
+}
+
+/* ---- bodies streamed to their handler ---- */
+
+/* The handler is done with st's streamed body: what it holds or did not give back is consumed
+ * in the library's windows (the connection's window must not shrink for good), and DATA still
+ * to come is dropped on arrival. Idempotent. The serving coroutine. */
+static void h2_body_close(struct h2_session *h, struct h2_stream *st)
+{
+    if (!st->bstream)
+        return;
+    pthread_mutex_lock(&st->blk);
+    size_t drop = st->blen - st->bpos + st->bunacked;
+    st->bdead = 1;
+    st->bpos = st->blen = 0;
+    st->bunacked = 0;
+    pthread_mutex_unlock(&st->blk);
+    if (drop && h->ng)
+        nghttp2_session_consume(h->ng, st->id, drop);
+}
+
+/* Give the library back the window the handlers' reads freed, so that it sends WINDOW_UPDATE:
+ * the flow control that paces a streamed upload by its handler. The serving coroutine. */
+static void h2_bodies_ack(struct h2_session *h)
+{
+    if (!h->bstreams)
+        return;
+    for (struct h2_stream *st = h->streams; st; st = st->next) {
+        if (!st->bstream)
+            continue;
+        pthread_mutex_lock(&st->blk);
+        uint64_t k = st->bunacked;
+        st->bunacked = 0;
+        st->bsig = 0;
+        pthread_mutex_unlock(&st->blk);
+        if (k)
+            nghttp2_session_consume(h->ng, st->id, (size_t)k);
+    }
+}
+
+/* The client will send no more of st's body (a reset, or the connection ends): a handler
+ * waiting for it is woken and reads -ECONNRESET after what was buffered. Any time in the
+ * serving coroutine. */
+static void h2_body_gone(struct h2_stream *st)
+{
+    pthread_mutex_lock(&st->blk);
+    st->bgone = 1;
+    pthread_cond_broadcast(&st->bcv);
+    if (st->bwatch)
+        sched_signal_set(st->bwatch);
+    pthread_mutex_unlock(&st->blk);
+}
+
+/* DATA for st's streamed body: kept for the handler (the window bounds it to H2_BODY_CAP), or
+ * dropped and consumed at once when the handler is done with the body or it broke
+ * max_body_bytes. The serving coroutine (a library callback). */
+static void h2_body_put(struct h2_session *h, struct h2_stream *st, const uint8_t *data, size_t len)
+{
+    size_t drop = 0;
+    pthread_mutex_lock(&st->blk);
+    if (st->bdead || st->bfail) {
+        drop = len;
+    } else if ((st->bgot += len) > h->srv->cfg.max_body_bytes) {
+        st->bfail = -EFBIG; /* the handler reads it after what it holds is dropped */
+        drop = len + st->blen - st->bpos;
+        st->bpos = st->blen = 0;
+    } else {
+        if (st->blen + len > H2_BODY_CAP) {
+            memmove(st->bbuf, st->bbuf + st->bpos, st->blen - st->bpos);
+            st->blen -= st->bpos;
+            st->bpos = 0;
+        }
+        /* The library refuses DATA past the window (FLOW_CONTROL_ERROR) before this callback,
+         * and the window counts what is held here: it always fits. */
+        memcpy(st->bbuf + st->blen, data, len);
+        st->blen += len;
+    }
+    pthread_cond_signal(&st->bcv);
+    if (st->bwatch)
+        sched_signal_set(st->bwatch);
+    pthread_mutex_unlock(&st->blk);
+    if (drop)
+        nghttp2_session_consume(h->ng, st->id, drop);
+}
+
+/* body_read for an HTTP/2 stream's body (struct body_reader's pull): what the serving
+ * coroutine received, waiting for it on st's condition variable (the caller is a handler's call
+ * on a thread, its GIL released) within body_timeout per wait and a stop's grace period. What it
+ * takes is given back to the window by the serving coroutine, woken through the tasks' signal
+ * once per turn. The call's thread, while st's task runs (st is not freed meanwhile). */
+static ssize_t h2_body_pull(struct body_reader *br, void *dst, size_t n, int line)
+{
+    struct h2_stream *st = br->pull_data;
+    struct server *s = br->s;
+    if (br->err)
+        return br->err;
+    uint64_t deadline = clock_mono_ns() + s->cfg.body_timeout_ns;
+    int err = 0, status = 0;
+    const char *why = NULL;
+    pthread_mutex_lock(&st->blk);
+    for (;;) {
+        size_t k = st->blen - st->bpos;
+        if (k) {
+            if (k > n)
+                k = n;
+            if (line) {
+                const char *nl = memchr(st->bbuf + st->bpos, '\n', k);
+                if (nl)
+                    k = (size_t)(nl - (st->bbuf + st->bpos)) + 1;
+            }
+            memcpy(dst, st->bbuf + st->bpos, k);
+            st->bpos += k;
+            st->bunacked += k;
+            int wake = !st->bsig;
+            st->bsig = 1;
+            pthread_mutex_unlock(&st->blk);
+            br->taken += k;
+            if (wake)
+                sched_signal_set(&st->h->chan->ready);
+            return (ssize_t)k;
+        }
+        if (st->bfail) {
+            err = st->bfail, status = 413, why = "request body too large";
+            break;
+        }
+        if (st->beof) {
+            pthread_mutex_unlock(&st->blk);
+            return 0;
+        }
+        if (st->bgone) {
+            err = -ECONNRESET, why = "the client reset the stream before the request body ended";
+            break;
+        }
+        uint64_t now = clock_mono_ns();
+        if (body_stop_due(s, now)) {
+            err = -ECANCELED, why = "the server stopped during the request body";
+            break;
+        }
+        if (now >= deadline) {
+            err = -ETIMEDOUT, status = 408, why = "request body timed out";
+            break;
+        }
+        uint64_t until = deadline - now > H2_BODY_WAIT_SLICE_NS ? now + H2_BODY_WAIT_SLICE_NS
+                                                                : deadline;
+        struct timespec ts = {(time_t)(until / 1000000000ull), (long)(until % 1000000000ull)};
+        pthread_cond_timedwait(&st->bcv, &st->blk, &ts);
+    }
+    pthread_mutex_unlock(&st->blk);
+    return body_fail(br, err, status, why);
+}
+
+/* Stream st's body to its handler rather than gather it: its request is dispatched now, and
+ * its DATA kept for the handler's reads (h2_body_put, h2_body_pull). The caller took one of the
+ * server's stream slots (body_slot_take), which st's reader now holds. 0 or -ENOMEM. The
+ * serving coroutine. */
+static int h2_body_begin(struct h2_session *h, struct h2_stream *st, int reader)
+{
+    st->bbuf = malloc(H2_BODY_CAP);
+    if (!st->bbuf)
+        return -ENOMEM;
+    st->bstream = 1;
+    h->bstreams++;
+    if (!reader) {
+        /* An ASGI app: its task takes the pieces as receive() asks (http2_body_take). */
+        st->rq.body_left = 1;
+        return 0;
+    }
+    struct body_reader *br = &st->br;
+    memset(br, 0, sizeof(*br));
+    br->c = h->c;
+    br->s = h->srv;
+    br->fd = -1;
+    br->length = st->rq.head.content_length;
+    br->slot = 1;
+    br->pull = h2_body_pull;
+    br->pull_data = st;
+    st->rq.body_rd = br;
+    return 0;
+}
+
+static struct h2_stream *h2_stream_of_rq(struct request *rq)
+{
+    return (struct h2_stream *)(void *)((char *)rq - offsetof(struct h2_stream, rq));
+}
+
+void http2_stream_watch(struct request *rq, struct sched_signal *wake)
+{
+    struct h2_stream *st = h2_stream_of_rq(rq);
+    pthread_mutex_lock(&st->blk);
+    st->bwatch = wake;
+    if (st->bgone || st->blen > st->bpos || st->beof)
+        sched_signal_set(wake); /* news from before the watch */
+    pthread_mutex_unlock(&st->blk);
+}
+
+void http2_stream_unwatch(struct request *rq)
+{
+    struct h2_stream *st = h2_stream_of_rq(rq);
+    pthread_mutex_lock(&st->blk);
+    st->bwatch = NULL;
+    pthread_mutex_unlock(&st->blk);
+}
+
+int http2_stream_gone(struct request *rq)
+{
+    struct h2_stream *st = h2_stream_of_rq(rq);
+    pthread_mutex_lock(&st->blk);
+    /* While its task runs, a stream closes only by a reset (the answer is not sent yet). */
+    int gone = st->bgone || st->bfail;
+    pthread_mutex_unlock(&st->blk);
+    return gone;
+}
+
+int http2_body_take(struct request *rq, char *dst, size_t max, size_t *n, int *more)
+{
+    struct h2_stream *st = h2_stream_of_rq(rq);
+    int rc = 0, wake = 0;
+    pthread_mutex_lock(&st->blk);
+    size_t k = st->blen - st->bpos;
+    if (k || st->beof) {
+        if (k > max)
+            k = max;
+        memcpy(dst, st->bbuf + st->bpos, k);
+        st->bpos += k;
+        st->bunacked += k;
+        wake = k && !st->bsig;
+        st->bsig |= wake;
+        *n = k;
+        *more = !st->beof || st->bpos < st->blen;
+        rc = 1;
+    } else if (st->bgone || st->bfail) {
+        rc = -ECONNRESET;
+    }
+    pthread_mutex_unlock(&st->blk);
+    if (wake)
+        sched_signal_set(&st->h->chan->ready);
+    return rc;
 }
 
 /* ---- floods ---- */
@@ -525,6 +839,21 @@ static int h2_continue(struct h2_session *h, struct h2_stream *st)
     return nghttp2_submit_headers(h->ng, NGHTTP2_FLAG_NONE, st->id, NULL, &nv, 1, NULL) ? -1 : 0;
 }
 
+/* Whether st's body should stream to its handler: 2 for an ASGI app (request_streams_body:
+ * receive() asks for each piece, whatever the body's size, as over HTTP/1.1); 1 for a handler
+ * that reads bodies as streams (request_body_streams: a Python handler or a WSGI app) when
+ * the body is not known to be small (no content-length, or one over BODY_STREAM_MIN), as over
+ * HTTP/1.1 (it then needs a stream slot); else 0. */
+static int h2_body_streams(struct h2_session *h, struct h2_stream *st)
+{
+    if (!h->srv->router) /* a session without routes: the request side's unit tests */
+        return 0;
+    if (request_streams_body(&st->rq))
+        return 2;
+    int64_t cl = st->rq.head.content_length;
+    return (cl < 0 || cl > BODY_STREAM_MIN) && request_body_streams(&st->rq);
+}
+
 static int h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
 {
     struct h2_session *h = ud;
@@ -561,10 +890,29 @@ static int h2_on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *u
         else if (!(f->hd.flags & NGHTTP2_FLAG_END_STREAM) && h2_expects_continue(st) &&
                  h2_continue(h, st))
             return NGHTTP2_ERR_CALLBACK_FAILURE;
+        int streams = !st->fail_status && !st->ready && !(f->hd.flags & NGHTTP2_FLAG_END_STREAM)
+                          ? h2_body_streams(h, st)
+                          : 0;
+        if (streams == 2 || (streams == 1 && body_slot_take(h->srv))) {
+            if (h2_body_begin(h, st, streams == 1) < 0) {
+                if (streams == 1)
+                    body_slot_give(h->srv);
+                h2_stream_fail(st, 503, "no memory for the request body");
+            }
+            st->ready = 1; /* its handler is called now and reads the body as it comes */
+        }
     }
     if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) {
         st->req_done = 1;
         st->ready = 1;
+        if (st->bstream) {
+            pthread_mutex_lock(&st->blk);
+            st->beof = 1;
+            pthread_cond_signal(&st->bcv);
+            if (st->bwatch)
+                sched_signal_set(st->bwatch);
+            pthread_mutex_unlock(&st->blk);
+        }
     }
     return 0;
 calm:
@@ -578,6 +926,13 @@ static int h2_on_data(nghttp2_session *ng, uint8_t flags, int32_t id, const uint
 {
     struct h2_session *h = ud;
     struct h2_stream *st = h2_stream_of(ng, id);
+    if (st && st->bstream) {
+        h2_body_put(h, st, data, len);
+        return 0;
+    }
+    /* The session opens the windows itself (NGHTTP2_OPT_NO_AUTO_WINDOW_UPDATE, for the bodies
+     * that stream): a body read whole is taken as it arrives, within its own limits. */
+    nghttp2_session_consume(ng, id, len);
     if (!st || st->fail_status || st->ready)
         return 0;
     struct server *s = h->srv;
@@ -606,8 +961,10 @@ static int h2_on_data(nghttp2_session *ng, uint8_t flags, int32_t id, const uint
 static int h2_on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code, void *ud)
 {
     struct h2_stream *st = h2_stream_of(ng, id);
-    if (st)
+    if (st) {
         st->closed = 1; /* freed by the loop, outside the library's calls */
+        h2_body_gone(st);
+    }
     return 0;
 }
 
@@ -836,6 +1193,8 @@ static void h2_count(struct h2_session *h, struct h2_stream *st, int status)
  * close (the server stops). The serving coroutine. */
 static int h2_answer_done(struct h2_session *h, struct h2_stream *st, int rc)
 {
+    if (st->bstream && (rc < 0 || st->rq.answer.kind != REQUEST_BODY_STREAM))
+        h2_body_close(h, st); /* the call is over and no streamed answer reads on */
     if (rc == -ECONNRESET) {
         /* The client had gone before its Python call ran (logged 499 by the core). */
         st->ready = 0;
@@ -902,8 +1261,10 @@ static int h2_piece_done(struct h2_session *h, struct h2_stream *st, int rc)
         st->pystream = NULL; /* an orphan of the stop now */
         return rc;
     }
-    if (more <= 0)
+    if (more <= 0) {
         st->pystream = NULL; /* released: the last piece, or the handler failed */
+        h2_body_close(h, st);
+    }
     if (st->closed)
         return 0; /* reset meanwhile: a stream still open goes back when st is freed */
     if (more < 0) {
@@ -1108,6 +1469,100 @@ static void http2_close(struct conn *c)
         h2_session_free(h, 0);
 }
 
+/* ---- the library's memory ---- */
+
+/* nghttp2_mem for one session (ud, the struct h2_session): small blocks from malloc; blocks of
+ * H2_BIG_MIN bytes or more in anonymous mappings of their own, listed in h->bigs, so that
+ * h2_mem_idle can give their pages back while the connection is idle. The serving coroutine
+ * (the library is called only there), or h2_session_free. */
+static void *h2_mem_malloc(size_t size, void *ud)
+{
+    struct h2_session *h = ud;
+    if (size < H2_BIG_MIN) {
+        /* A header in front of every block, so that free tells the two kinds apart. */
+        size_t *p = malloc(size + 16);
+        if (!p)
+            return NULL;
+        p[0] = p[1] = 0;
+        return (char *)p + 16;
+    }
+    size_t len = (size + sizeof(struct h2_big) + 4095) & ~(size_t)4095;
+    struct h2_big *b = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (b == MAP_FAILED)
+        return NULL;
+    b->map_len = len;
+    b->size = size;
+    b->tag = 1;
+    b->prev = NULL;
+    b->next = h->bigs;
+    if (h->bigs)
+        h->bigs->prev = b;
+    h->bigs = b;
+    return b + 1;
+}
+
+static void h2_mem_free(void *ptr, void *ud)
+{
+    struct h2_session *h = ud;
+    if (!ptr)
+        return;
+    size_t *tag = (size_t *)((char *)ptr - 16);
+    if (tag[1] != 1) { /* h2_big.tag of a mapped block, 0 in a malloc'd block's header */
+        free(tag);
+        return;
+    }
+    struct h2_big *b = (struct h2_big *)ptr - 1;
+    if (b->prev)
+        b->prev->next = b->next;
+    else
+        h->bigs = b->next;
+    if (b->next)
+        b->next->prev = b->prev;
+    munmap(b, b->map_len);
+}
+
+static void *h2_mem_calloc(size_t n, size_t size, void *ud)
+{
+    if (size && n > SIZE_MAX / size)
+        return NULL;
+    void *p = h2_mem_malloc(n * size, ud);
+    if (p && n * size < H2_BIG_MIN)
+        memset(p, 0, n * size); /* a fresh mapping is zero already */
+    return p;
+}
+
+static void *h2_mem_realloc(void *ptr, size_t size, void *ud)
+{
+    if (!ptr)
+        return h2_mem_malloc(size, ud);
+    size_t *tag = (size_t *)((char *)ptr - 16);
+    size_t old = tag[1] == 1 ? ((struct h2_big *)ptr - 1)->size : 0;
+    if (!old && size < H2_BIG_MIN) {
+        size_t *p = realloc(tag, size + 16);
+        return p ? (char *)p + 16 : NULL;
+    }
+    void *n = h2_mem_malloc(size, ud);
+    if (!n)
+        return NULL;
+    /* A malloc'd block's size is not kept: copy what the new one can take, which is all of the
+     * old one whenever the library grows a block (it never shrinks one through realloc). */
+    size_t have = old ? old : malloc_usable_size(tag) - 16;
+    memcpy(n, ptr, have < size ? have : size);
+    h2_mem_free(ptr, ud);
+    return n;
+}
+
+/* The connection goes idle, with everything the library queued written: the pages of its
+ * outbound frame buffer are given back (read as zeros when next touched; the library writes a
+ * frame into it before it sends it). Only that buffer: another large block may hold state (a
+ * frame read in part). An idle connection then keeps its session's tables, not that buffer. */
+static void h2_mem_idle(struct h2_session *h)
+{
+    for (struct h2_big *b = h->bigs; b; b = b->next)
+        if (b->size == H2_FRAMEBUF_LEN && b->map_len > 4096)
+            madvise((char *)b + 4096, b->map_len - 4096, MADV_DONTNEED); /* the header stays */
+}
+
 /* The callbacks, made once for the process (the library only reads them). */
 static nghttp2_session_callbacks *h2_cbs;
 static pthread_once_t h2_cbs_once = PTHREAD_ONCE_INIT;
@@ -1147,7 +1602,19 @@ static struct h2_session *h2_session_new(struct conn *c)
     h->flood_t = clock_mono_ns();
     wbuf_init(&h->out, NULL, 0);
     pthread_mutex_init(&h->lock, NULL);
-    if (nghttp2_session_server_new(&h->ng, cbs, h)) {
+    /* The windows are opened by the application's reads (nghttp2_session_consume): bodies
+     * read whole as they arrive, bodies streamed to a handler as it reads them. */
+    nghttp2_option *opt;
+    if (nghttp2_option_new(&opt)) {
+        pthread_mutex_destroy(&h->lock);
+        free(h);
+        return NULL;
+    }
+    nghttp2_option_set_no_auto_window_update(opt, 1);
+    nghttp2_mem mem = {h, h2_mem_malloc, h2_mem_free, h2_mem_calloc, h2_mem_realloc};
+    int rc = nghttp2_session_server_new3(&h->ng, cbs, h, opt, &mem);
+    nghttp2_option_del(opt);
+    if (rc) {
         pthread_mutex_destroy(&h->lock);
         free(h);
         return NULL;
@@ -1218,6 +1685,12 @@ static int h2_start_work(struct h2_session *h)
             if (!st->fail_status && h2_wants_task(h, st) &&
                 h2_task_start(h, st, H2_TASK_DISPATCH) == 0)
                 continue;
+            if (st->bstream && !st->fail_status) {
+                /* Its handler would wait in this coroutine for DATA only this coroutine
+                 * reads. */
+                h2_stream_fail(st, 503, "no task for the request body");
+                h2_body_close(h, st);
+            }
             if (h2_answer(h, st) < 0)
                 return -ECANCELED;
         } else if (st->need_next) {
@@ -1258,6 +1731,7 @@ static int h2_serve_loop(struct h2_session *h)
             work = h2_start_work(h);
             if (done < 0 || work < 0)
                 return 1;
+            h2_bodies_ack(h);
             if (h2_flush(h) < 0)
                 return 1;
             if (UNLIKELY(h->drain_last) && !h->goaway && !h2_tasks_running(h)) {
@@ -1287,6 +1761,7 @@ static int h2_serve_loop(struct h2_session *h)
             if (c->drained) {
                 int rc = sched_io_release(&c->io);
                 if (rc == 0) {
+                    h2_mem_idle(h);
                     conn_go_idle(c);
                     return 0;
                 }
@@ -1333,6 +1808,9 @@ static int h2_serve_loop(struct h2_session *h)
  * wait was cancelled by a stop (the last task closes it, h2_task). The serving coroutine. */
 static int h2_tasks_finish(struct h2_session *h)
 {
+    /* A handler waiting for a body that will not come now is woken. */
+    for (struct h2_stream *st = h->streams; st; st = st->next)
+        h2_body_gone(st);
     for (;;) {
         h2_tasks_collect(h);
         if (!h2_tasks_running(h))

@@ -54,4 +54,26 @@ int http2_upgrade_settings(const char *b64, size_t len);
 int http2_take_over_upgrade(struct conn *c, const char *b64, size_t len,
                             const struct http_request *r, size_t rest);
 
+struct request;
+struct sched_signal;
+
+/* A stream's task waiting for its producer's answer (an ASGI app: request_await_answer) watches
+ * its stream through these. The stream's task, on an HTTP/2 stream's request (rq->http2), while
+ * the task runs (the stream is not freed meanwhile).
+ *
+ * http2_stream_watch: from now on, until http2_stream_unwatch, wake is set whenever the stream
+ * has news for the task (DATA of a streamed body, its end, a reset, the connection's end). */
+void http2_stream_watch(struct request *rq, struct sched_signal *wake);
+void http2_stream_unwatch(struct request *rq);
+
+/* Whether the client will send nothing more on rq's stream before its end: it reset the stream,
+ * the connection ended, or a streamed body broke max_body_bytes. */
+int http2_stream_gone(struct request *rq);
+
+/* The next piece of rq's streamed body (rq->body_left set by http2.c) into dst[0..max): 1 with
+ * *n bytes (0 at the end) and *more whether more follow, 0 when none has arrived yet (the watch
+ * signal is set when one does), -ECONNRESET when the client will send no more
+ * (http2_stream_gone). The window opens as pieces are taken. */
+int http2_body_take(struct request *rq, char *dst, size_t max, size_t *n, int *more);
+
 #endif

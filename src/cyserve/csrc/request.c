@@ -28,6 +28,7 @@
 #include "handler_files.h"
 #include "handler_static.h"
 #include "http1_inline.h"
+#include "http2.h"
 #include "sched.h"
 #include "server_int.h"
 #include "stream.h"
@@ -379,11 +380,74 @@ static int await_watching(struct request *rq, struct handoff *h, const struct se
     return rc;
 }
 
+/* await_watching for an HTTP/2 stream, in its task: the connection's coroutine is the socket's
+ * one reader (http2.c), so the stream is watched through it (http2_stream_watch): a reset, or
+ * the connection's end, is told to the producer (http.disconnect) as a client's leaving is
+ * over HTTP/1.1, and a streamed body's pieces are taken from what the coroutine received, one
+ * each time the producer asks. Same returns as await_watching. */
+static int await_h2(struct request *rq, struct handoff *h, const struct server_target *t)
+{
+    char *piece = NULL;
+    int asked = 0, rc;
+    handoff_track(rq->srv, h, 1);
+    http2_stream_watch(rq, &h->ready);
+    for (;;) {
+        rc = sched_signal_wait(&h->ready);
+        if (rc < 0)
+            break;
+        /* safety: acquire pairs with the producer's release stores of body_asked and given
+         * (handoff.c), as in await_watching. */
+        if (__atomic_exchange_n(&h->body_asked, 0, __ATOMIC_ACQUIRE))
+            asked = 1;
+        if (asked) {
+            struct body_job job = {h, NULL, 0, 0};
+            int more = 0;
+            int brc = 1;
+            if (rq->body_left) {
+                if (!piece && !(piece = malloc(BODY_PIECE_MAX))) {
+                    rc = -ENOMEM;
+                    break;
+                }
+                brc = http2_body_take(rq, piece, BODY_PIECE_MAX, &job.len, &more);
+                if (brc < 0)
+                    goto gone;
+                job.data = piece;
+            }
+            if (brc > 0) {
+                asked = 0;
+                if (!more)
+                    rq->body_left = 0;
+                job.more = more;
+                if (sched_offload(body_trampoline, &job) < 0) {
+                    rc = -ECANCELED;
+                    break;
+                }
+            }
+        }
+        if (__atomic_exchange_n(&h->given, 0, __ATOMIC_ACQUIRE)) {
+            rc = 0;
+            break;
+        }
+        if (!http2_stream_gone(rq))
+            continue;
+    gone:;
+        struct gone_job job = {t, h};
+        sched_offload(gone_trampoline, &job); /* refused only by a stop, which cancels h too */
+        access_log_note(rq, 499, 0);
+        rc = -ECONNRESET;
+        break;
+    }
+    http2_stream_unwatch(rq);
+    free(piece);
+    handoff_track(rq->srv, h, 0);
+    return rc;
+}
+
 int request_await_answer(struct request *rq, struct handoff *h, const struct server_target *t)
 {
-    /* An HTTP/2 stream's call runs beside its connection's coroutine, the socket's one reader
-     * (http2.c): it waits for the answer only; a stream the client resets is the session's. */
-    return t->py_stream && !rq->http2 ? await_watching(rq, h, t) : handoff_await(rq->srv, h);
+    if (!t->py_stream)
+        return handoff_await(rq->srv, h);
+    return rq->http2 ? await_h2(rq, h, t) : await_watching(rq, h, t);
 }
 
 /* The handler deferred its answer to another thread (handoff.h): wait for it, without holding
@@ -448,8 +512,6 @@ int request_reads_body(struct request *rq)
 
 int request_body_streams(struct request *rq)
 {
-    if (rq->c->tp != &conn_plain)
-        return 0;
     struct router_match m;
     if (router_match(rq->srv->router, ROUTER_METHOD_BIT(rq->head.method_id), rq->head.path,
                      rq->head.path_len, &m) < 0)

@@ -223,7 +223,7 @@ int request_streams_body(struct request *rq);
  * task, which only waits for the answer (the connection's coroutine is the socket's reader). */
 int request_await_answer(struct request *rq, struct handoff *h, const struct server_target *t);
 /* Would rq's handler read its body as a stream (body.h)? A Python target that takes one
- * (server_target.body_stream), over plain TCP. The coroutine serving the connection. */
+ * (server_target.body_stream), over plain TCP or TLS. The coroutine serving the connection. */
 int request_body_streams(struct request *rq);
 
 /* Leave rq's handoff, if it has one. The serving coroutine. */

@@ -84,6 +84,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -919,6 +920,24 @@ static ssize_t tls_recv(struct conn *c, void *buf, size_t len)
     return (ssize_t)got;
 }
 
+ssize_t tls_recv_nowait(struct conn *c, void *buf, size_t len, short *events)
+{
+    SSL *ssl = c->tp_data;
+    if (UNLIKELY(!ssl || !SSL_is_init_finished(ssl)))
+        return -ENOTCONN;
+    size_t n;
+    ERR_clear_error(); /* see tls_handshake */
+    int r = SSL_read_ex(ssl, buf, len, &n);
+    if (r == 1)
+        return (ssize_t)n;
+    int f = tls_failure(c, r, 1);
+    if (f == -EAGAIN || f == 1) {
+        *events = f == 1 ? POLLOUT : POLLIN;
+        return -EAGAIN;
+    }
+    return f;
+}
+
 /* One SSL_write of n bytes at p: bytes written, or -errno / -EAGAIN. */
 static ssize_t tls_write(struct conn *c, const void *p, size_t n)
 {
@@ -1128,5 +1147,5 @@ int server_req_tls_text(const cyserve_request *req, int what, char **out, size_t
     return rq ? tls_conn_text(rq->c, what, out, len) : -ENOTCONN;
 }
 
-const struct conn_transport tls_transport = {tls_recv,     tls_sendv, tls_sendfile,
-                                             tls_shutdown, tls_close, tls_start};
+const struct conn_transport tls_transport = {tls_recv,  tls_sendv, tls_sendfile,   tls_shutdown,
+                                             tls_close, tls_start, tls_recv_nowait};

@@ -7,6 +7,7 @@
 #define CYSERVE_TLS_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 struct conn;
 struct conn_transport;
@@ -103,6 +104,14 @@ int tls_conn_text(const struct conn *c, int what, char **out, size_t *len);
  * transport_ctx). Its calls follow struct conn_transport's contract (conn.h); the first recv
  * makes the handshake, waiting in the connection's coroutine. */
 extern const struct conn_transport tls_transport;
+
+/* One read of c's application bytes (c past its handshake) without waiting, by a thread other
+ * than c's coroutine while that coroutine waits for it (a handler's call reading a streamed
+ * request body, body.c): bytes read (> 0), 0 when the client closed the session, -EAGAIN when
+ * OpenSSL must wait for the socket (*events: POLLIN, or POLLOUT when a read has to write, as a
+ * key update's answer may), or -errno. Never both threads at once: an SSL session is not safe
+ * to share. */
+ssize_t tls_recv_nowait(struct conn *c, void *buf, size_t len, short *events);
 
 /* Whether the first bytes a client sent (n >= 1 of them at b) look like a plaintext HTTP
  * request rather than a TLS record: an upper-case method's first letter. Pure. */
