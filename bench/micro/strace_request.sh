@@ -12,6 +12,10 @@
 # line printed is each system call's count per request. With CONNS=1 each request is answered
 # before the next is sent, so the counts are the same from run to run; with CONNS > 1 the
 # requests in flight batch as under load, and the counts move a little with the batching.
+# Whether the worker parks between two requests (light load) or finds the next one waiting
+# depends on the client's speed: PACE_MS (0) makes the client wait that long after each round
+# of answers, so that the worker parks before every request and the counts are those of a
+# server under light load, the same from run to run.
 set -euo pipefail
 TREE=$(cd "$1" && pwd); APP=$2; TARGET=$3; N=${4:-2000}; OUT=${5:-/tmp/strace-req.txt}
 PORT=$((20000 + RANDOM % 20000))
@@ -25,10 +29,11 @@ cd "$TREE"
 PYTHONHASHSEED=0 PYTHONPATH="$TREE/src:$TREE${PYTHONPATH:+:$PYTHONPATH}" "${CMD[@]}" \
   > "$OUT.log" 2>&1 &
 SP=$!
-python3 - "$PORT" "$TARGET" "$N" "$SP" "${CONNS:-1}" "$OUT" <<'PY'
+python3 - "$PORT" "$TARGET" "$N" "$SP" "${CONNS:-1}" "$OUT" "${PACE_MS:-0}" <<'PY'
 import os, signal, socket, subprocess, sys, time
 port, target, n, pid, conns, out = (int(sys.argv[1]), sys.argv[2], int(sys.argv[3]),
                                     sys.argv[4], int(sys.argv[5]), sys.argv[6])
+pace = float(sys.argv[7]) / 1000
 req = f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
 for _ in range(600):
     try:
@@ -52,6 +57,7 @@ def rounds(total):
     for _ in range(total // conns):
         for s in socks: s.sendall(req)
         for i in range(conns): answer(i)
+        if pace: time.sleep(pace)
 rounds(300)
 # -p of the process with -f attaches every thread it has ("attached with N threads").
 st = subprocess.Popen(["strace", "-c", "-f", "-o", out, "-p", pid], stderr=subprocess.PIPE)
