@@ -260,6 +260,9 @@ struct sched_worker {
     uint64_t rng;
     uint64_t tick;
     int spinning;
+    /* 1 while w_park dispatches the events its wait returned: what they spawn here needs no
+     * wake-up (w_park's own end wakes another worker if one should spin). */
+    int in_park;
     unsigned finished_pending;
     /* Counters: written by the owner only, read approximately by sched_get_stats (relaxed). */
     uint64_t st_spawned, st_finished, st_steals, st_parks, st_hops, st_offloads;
@@ -899,7 +902,9 @@ static void w_park(struct sched_worker *w, int watch)
         int watch_ms = (int)((SCHED_RESCUE_NS + 999999) / 1000000);
         if ((watch || w_others_unparked(w)) && (timeout < 0 || timeout > watch_ms))
             timeout = watch_ms;
+        w->in_park = 1;
         w_poll(w, w, timeout);
+        w->in_park = 0;
     }
     /* safety: take our state back; whatever a waker stored tells us how we were woken. */
     int st = __atomic_exchange_n(&w->parked, W_RUNNING, __ATOMIC_SEQ_CST);
@@ -1254,6 +1259,12 @@ int sched_spawn(struct sched *s, coro_fn fn, void *arg)
         __atomic_fetch_add(&s->alive, 1, __ATOMIC_RELAXED);
         stat_inc(&w->st_spawned);
         w_push(w, co);
+        /* Spawned by an event w's park dispatches (a request on an idle connection): w itself
+         * leaves the park and runs it next, and w_park's end wakes another worker to spin when
+         * it should. Waking here would claim w itself (it still counts as parked) and cost it
+         * an eventfd write, an epoll wake-up and a read for nothing. */
+        if (w->in_park)
+            return 0;
         sched_fence(); /* safety: submitter's recipe step 2 */
         sched_wakep(s);
         return 0;
