@@ -102,8 +102,8 @@ static int plain_shutdown(struct conn *c, int how)
     return shutdown(c->io.fd, how) < 0 ? -errno : 0;
 }
 
-const struct conn_transport conn_plain = {plain_recv,     plain_sendv, plain_sendfile,
-                                          plain_shutdown, NULL,        NULL};
+const struct conn_transport conn_plain = {
+    plain_recv, plain_sendv, plain_sendfile, plain_shutdown, NULL, NULL, NULL};
 
 /* The transport calls of the serving coroutine. The plain transport is tested for and called
  * directly, so that a plain connection pays a compare, not an indirect call, per system call. */
