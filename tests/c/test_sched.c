@@ -577,6 +577,169 @@ static void test_offload_bounded(void)
     sched_free(s);
 }
 
+/* ---- one queue of calls ----
+ * The queue itself, without threads: a hand-over merges by age whoever queued the calls, the
+ * first take stops counting a waiter, and a batch ending by its bound (or a relief thread)
+ * leaves the calls to a thread that handed its own over and has not taken yet. */
+enum { CQ_N = 6 };
+static struct coro *cq_co[CQ_N];
+static struct sched_offload_rec cq_rec[CQ_N];
+
+static struct coro *cq_list(const int *idx, int n)
+{
+    for (int i = 0; i < n; i++) {
+        coro_sched_node(cq_co[idx[i]])->wait = &cq_rec[idx[i]];
+        coro_sched_node(cq_co[idx[i]])->next = i + 1 < n ? cq_co[idx[i + 1]] : NULL;
+    }
+    return cq_co[idx[0]];
+}
+
+static void test_callq(void)
+{
+    struct coro_pool *pool = NULL;
+    ok(coro_pool_new(&pool, CORO_STACK_DEFAULT) == 0, "callq: a pool");
+    for (int i = 0; i < CQ_N; i++) {
+        cq_co[i] = coro_new(pool, NULL, NULL);
+        cq_rec[i].since = 100 + 10 * (uint64_t)i; /* cq_co[i] is the i-th oldest */
+    }
+    struct sched_callq q = {0};
+    static const int a[] = {0, 2, 5}, b[] = {1, 3, 4};
+    callq_hand(&q, cq_list(a, 3), cq_co[5], 1);
+    callq_hand(&q, cq_list(b, 3), cq_co[4], 1);
+    is_int((int)q.waiting, 2, "callq: two threads handed calls over");
+    int order_ok = 1;
+    for (int i = 0; i < CQ_N; i++) {
+        struct coro *c = callq_take(&q, i < 2);
+        order_ok &= c == cq_co[i];
+    }
+    ok(order_ok, "callq: the merged calls come out oldest first, whoever queued them");
+    ok(callq_take(&q, 0) == NULL && q.tail == NULL, "callq: then the queue is empty");
+    is_int((int)q.waiting, 0, "callq: each first take stopped counting its thread");
+
+    /* A hand-over of calls all younger than the queue's appends them. */
+    static const int c1[] = {0, 1}, c2[] = {2, 3};
+    callq_hand(&q, cq_list(c1, 2), cq_co[1], 1);
+    (void)callq_take(&q, 1);
+    callq_hand(&q, cq_list(c2, 2), cq_co[3], 1);
+    ok(q.head == cq_co[1] && q.tail == cq_co[3] && coro_sched_node(cq_co[1])->next == cq_co[2],
+       "callq: younger calls are appended");
+    ok(callq_take_all(&q, 1) == NULL && q.head == cq_co[1],
+       "callq: a thread about to take keeps the calls from being taken back");
+    ok(callq_leave(&q) == 0 && q.waiting == 1,
+       "callq: a batch ending by its bound leaves the calls to that thread");
+    ok(callq_take(&q, 1) == cq_co[1] && q.waiting == 0, "callq: that thread's first take");
+    ok(callq_leave(&q) == 1 && q.waiting == 1,
+       "callq: with no thread about to take, the batch ending by its bound owes one");
+    ok(callq_take(&q, 1) == cq_co[2] && q.waiting == 0, "callq: the owed batch takes the oldest");
+    struct coro *all = callq_take_all(&q, 1);
+    ok(all == cq_co[3] && coro_sched_node(all)->next == NULL && !q.head && !q.tail,
+       "callq: with no thread about to take, the calls left can be taken back");
+    ok(callq_leave(&q) == 0 && q.waiting == 0, "callq: an empty queue is owed nothing");
+    for (int i = 0; i < CQ_N; i++)
+        coro_free(cq_co[i], pool);
+    coro_pool_free(pool);
+}
+
+/* ---- one queue of calls: a thread that cannot get the hooks' lock does not starve ----
+ * Two workers. Worker 1 spawns SQ_N coroutines on itself, each offloading a call; its batch
+ * hands them over and then waits in the begin hook, which keeps worker 1 out until every one
+ * of those calls ran, or a deadline passed (as a thread the interpreter never gives the GIL to).
+ * Worker 0 meanwhile offloads calls of its own one at a time. With one shared queue, worker
+ * 0's batches take worker 1's calls (older than its own) and run them, so all run before the
+ * deadline, on worker 0; with a queue per thread, none can run until worker 1 is let in. */
+enum { SQ_N = 8 };
+static int sq_shared, sq_done, sq_ran_on_0, sq_from_1, sq_w1_waiting, sq_timeout_ms;
+static int sq_done_at_release;
+static pthread_mutex_t sq_gil = PTHREAD_MUTEX_INITIALIZER;
+
+static void sq_begin(void *ud)
+{
+    if (sched_worker_id() == 1) {
+        add(&sq_w1_waiting, 1);
+        for (int i = 0; i < sq_timeout_ms && get(&sq_done) < SQ_N; i++)
+            usleep(1000);
+        __atomic_store_n(&sq_done_at_release, get(&sq_done), __ATOMIC_SEQ_CST);
+        add(&sq_w1_waiting, -1);
+    }
+    pthread_mutex_lock(&sq_gil);
+}
+
+static void sq_end(void *ud)
+{
+    pthread_mutex_unlock(&sq_gil);
+}
+
+static void sq_call(void *arg)
+{
+    if (sched_worker_id() == 0)
+        add(&sq_ran_on_0, 1);
+    add(&sq_done, 1);
+}
+
+static void sq_tick(void *arg)
+{
+}
+
+static int sq_queued_on_1(struct coro *co, void *arg)
+{
+    if (sched_worker_id() == 1)
+        add(&sq_from_1, 1);
+    return sched_offload(sq_call, NULL) == 0 ? 0 : -1;
+}
+
+static int sq_ticker(struct coro *co, void *arg)
+{
+    /* Bounded: a broken scheduler fails the checks instead of hanging. */
+    for (int i = 0; i < 5000 && get(&sq_done) < SQ_N; i++) {
+        if (sched_offload(sq_tick, NULL) != 0)
+            return -1;
+        if (get(&sq_w1_waiting) == 0)
+            sched_sleep_ns(1000000);
+    }
+    return 0;
+}
+
+static void sq_start_hook(struct sched *s, unsigned id, void *ud)
+{
+    if (id == 1) {
+        for (int i = 0; i < SQ_N; i++)
+            sched_spawn(s, sq_queued_on_1, NULL);
+    } else {
+        /* Let worker 1 run its coroutines first, so that none is stolen before it offloads. */
+        usleep(30000);
+        sched_spawn(s, sq_ticker, NULL);
+    }
+}
+
+static void test_shared_queue(int shared)
+{
+    sq_shared = shared;
+    sq_done = sq_ran_on_0 = sq_from_1 = sq_w1_waiting = 0;
+    sq_done_at_release = -1;
+    sq_timeout_ms = shared ? 5000 : 200;
+    const char *how = shared ? "shared queue" : "queue per thread";
+    struct sched *s = new_sched(2, 0, 0, 0);
+    sched_set_offload_hooks(s, sq_begin, sq_end, NULL);
+    sched_share_offloads(s, shared);
+    sched_set_worker_hooks(s, sq_start_hook, NULL, NULL);
+    sched_spawn(s, sq_ticker, NULL); /* batch mode: alive before the hooks spawn */
+    sched_run(s);
+    ok(get(&sq_done) == SQ_N, "%s: every call ran", how);
+    ok(get(&sq_from_1) >= SQ_N / 2, "%s: %d of %d calls were queued on worker 1", how,
+       get(&sq_from_1), SQ_N);
+    if (shared) {
+        ok(get(&sq_done_at_release) == SQ_N, "%s: all ran while worker 1 waited for the lock", how);
+        ok(get(&sq_ran_on_0) >= get(&sq_from_1),
+           "%s: worker 0's batches ran worker 1's calls (%d on worker 0)", how, get(&sq_ran_on_0));
+    } else {
+        /* The control: what the shared queue changes. Worker 1's calls waited for it. */
+        ok(get(&sq_done_at_release) <= SQ_N - get(&sq_from_1),
+           "%s: worker 1's calls waited for worker 1 (%d ran before it got the lock)", how,
+           get(&sq_done_at_release));
+    }
+    sched_free(s);
+}
+
 /* ---- stop with coroutines suspended ---- */
 
 static int stop_started, stop_defers, stop_cancelled;
@@ -1345,6 +1508,9 @@ int main(void)
     test_io_hop();
     test_offload();
     test_offload_bounded();
+    test_callq();
+    test_shared_queue(1);
+    test_shared_queue(0);
     test_stop();
     test_signal();
     test_signal_stress();

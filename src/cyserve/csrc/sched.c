@@ -200,6 +200,24 @@ enum sched_yield_kind {
 /* Parked-flag states of a worker. */
 enum { W_RUNNING = 0, W_PARKED = 1, W_WOKEN = 2, W_WOKEN_SPIN = 3 };
 
+/* Offloaded calls handed to batches and not started yet, oldest first (sched_offload.c.h,
+ * "One queue of calls"): a list linked through node next, ordered by sched_offload_rec.since. */
+struct sched_callq {
+    /* safety (field): every field below is read and written only under lock (a word held for
+     * a few instructions, or for one merge of two batches' lists). */
+    int lock;
+    /* Threads that handed their calls to this queue and have not yet taken their first call
+     * (most wait for the begin hook: the GIL). Each will take from the queue, so a batch
+     * that ends with calls left may leave them to it. */
+    unsigned waiting;
+    struct coro *head, *tail;
+    /* Not under lock. shared: every thread uses this queue (written before the threads start).
+     * tickets: the next call's place when shared (sched_offload.c.h, offload_since), taken
+     * with an atomic add. */
+    int shared;
+    uint64_t tickets;
+};
+
 struct sched_worker {
     struct runq rq;
     /* safety (field): remote is an MPSC stack head, pushed by any thread with CAS, taken by
@@ -230,11 +248,13 @@ struct sched_worker {
     /* relief threads: the last home relief_of named (owner only; see own_home). */
     int last_home;
     int tid; /* the thread's id (gettid), for the monitor's look at its state; set at start */
-    /* safety (field): batch_lock (a word, taken for a few instructions) guards batch_rest: the
-     * calls of the running batch not started yet. The owner takes them one at a time; a thread
-     * relieving a stuck batch takes all that are left (sched_relief.c.h). */
-    int batch_lock CACHE_ALIGNED;
-    struct coro *batch_rest;
+    /* safety (field): q_own is a queue of calls handed to batches and not started yet, with
+     * a lock word of its own (struct sched_callq, sched_offload.c.h); any thread takes from it
+     * under that word. q points to the queue this thread's batches use: its own q_own, or,
+     * when the scheduler shares one queue (sched_share_offloads), worker 0's q_own for every
+     * thread; set before the threads start, read-only afterwards. */
+    struct sched_callq q_own CACHE_ALIGNED;
+    struct sched_callq *q;
     /* Owner-only (this thread) from here on, except the home state marked "Under L(W)". */
     struct sched *s CACHE_ALIGNED;
     unsigned id;
@@ -253,6 +273,10 @@ struct sched_worker {
     /* This thread's again. */
     struct coro *off_head, *off_tail;
     unsigned n_off;
+    /* This thread owes its shared queue of calls a batch: its last batch ended by its bound
+     * with calls left there and nobody about to take them, so it counted itself among the
+     * queue's waiting and will run a batch even with no call of its own (sched_offload.c.h). */
+    int off_owed;
     /* Coroutine runs left before the queued offloaded calls are due even if local work remains:
      * the run queue's length when the first of them was queued (FIFO order, sched_offload.c.h). */
     unsigned off_ahead;
@@ -790,7 +814,7 @@ static int w_work_visible(struct sched_worker *w)
     /* safety: seq_cst, after the parker's fence: pairs with remote_push's seq_cst CAS. */
     if (__atomic_load_n(&w->remote, __ATOMIC_SEQ_CST))
         return 1;
-    if (w->local_head || w->n_off)
+    if (w->local_head || w->n_off || w->off_owed)
         return 1;
     for (unsigned i = 0; i < s->n_all; i++)
         if (runq_len(&s->w[i].rq) > 0)
@@ -967,7 +991,7 @@ static void w_loop(struct sched_worker *w)
             continue;
         }
         w_flush_finished(w);
-        if (w->n_off) {
+        if (w->n_off || w->off_owed) {
             w_loop_offloads(w);
             continue;
         }
@@ -994,7 +1018,7 @@ static void w_drain(struct sched_worker *w)
             struct coro *co = w->parked_head;
             wait_finish(w, w, coro_sched_node(co)->wait, -ECANCELED);
         }
-        if (w->n_off)
+        if (w->n_off || w->off_owed)
             w_run_offloads(w, 1);
         remote_drain(w);
         int handed = 0;
@@ -1112,6 +1136,7 @@ int sched_new(struct sched **out, const struct sched_config *cfg)
         w->held = -1;
         w->relieved_by = -1;
         w->relief_of = i < s->n ? RELIEF_BUSY : RELIEF_IDLE;
+        w->q = &w->q_own;
         w->rng = c.seed + 0x9E3779B97F4A7C15ull * (i + 1);
         err = runq_init(&w->rq, c.runq_capacity);
         if (!err) {
@@ -1177,6 +1202,15 @@ static void sched_free_leftovers(struct sched *s)
         }
         w->off_tail = NULL;
         w->n_off = 0;
+        /* A queue of calls is empty once every batch has ended; this only keeps a broken
+         * invariant from leaking. */
+        while (w->q_own.head) {
+            co = w->q_own.head;
+            w->q_own.head = coro_sched_node(co)->next;
+            coro_sched_node(co)->next = list;
+            list = co;
+        }
+        w->q_own.tail = NULL;
         /* Parked coroutines exist only if the workers never drained (sched_free without stop
          * in server mode); their registrations die with the epoll fd, their timers with the
          * heap (the heap only points into their stacks). */

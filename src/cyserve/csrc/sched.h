@@ -143,6 +143,14 @@ int sched_offload(void (*fn)(void *), void *arg);
 void sched_set_offload_hooks(struct sched *s, void (*begin)(void *ud), void (*end)(void *ud),
                              void *ud);
 
+/* Whether the begin/end hooks exclude each other (they take one lock, such as CPython's GIL),
+ * so that the offloaded calls of all threads run one at a time anyway. shared != 0: one queue
+ * of calls for the whole scheduler, taken oldest first by whichever thread's batch holds the
+ * hooks, so that threads winning that lock unevenly do not starve each other's coroutines;
+ * 0 (the default): each thread's batches take only its own calls (and those it relieves).
+ * Before the workers start. */
+void sched_share_offloads(struct sched *s, int shared);
+
 /* Hooks run by each worker thread when it starts (before its loop) and when it exits (after it
  * cancelled its coroutines), with the worker index. The HTTP engine opens and closes its
  * per-worker listening socket there. Relief threads run neither: they are nobody's home. Set

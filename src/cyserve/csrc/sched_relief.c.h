@@ -28,8 +28,8 @@
  *   lock back). The coroutines this wakes run on the relief thread, and their offloaded calls
  *   run in its own batches: that is how up to cfg.relief calls may block at once while every
  *   home's events are still served. It also takes the calls a stuck batch has not started
- *   (batch_steal) and steals from stuck threads' run queues, so a fast call never waits behind
- *   a slow one.
+ *   (relief_take_batch: its queue of calls, unless another batch is about to take them) and
+ *   steals from stuck threads' run queues, so a fast call never waits behind a slow one.
  * - When the home's thread is back (off_start no longer old), or the monitor gave the home to
  *   another relief thread because this one got stuck in its own long call, the relief thread
  *   lets go of the home; once its own work is done it waits for the next assignment.
@@ -72,13 +72,15 @@ static int relief_stuck(struct sched_worker *x, uint64_t now)
     return st != 0 && now > st && now - st >= SCHED_RELIEF_NS;
 }
 
-/* Take v's batch calls that have not started, if v is stuck, and make their coroutines runnable
- * on w with SCHED_OFFLOAD_AGAIN (they offload again on w). Returns how many. Owner of w. */
+/* Take the calls not started in v's queue of calls, if v is stuck and no batch is about to take
+ * them (one waiting for the GIL takes them as soon as a thread of ours could), and make their
+ * coroutines runnable on w with SCHED_OFFLOAD_AGAIN (they offload again on w). Returns how
+ * many. Owner of w. */
 static int relief_take_batch(struct sched_worker *w, struct sched_worker *v, uint64_t now)
 {
     if (!relief_stuck(v, now))
         return 0;
-    struct coro *rest = batch_steal(v);
+    struct coro *rest = callq_take_all(v->q, 1);
     int n = 0;
     for (struct coro *c = rest; c; c = coro_sched_node(c)->next)
         n++;
@@ -145,7 +147,7 @@ static int relief_work_visible(struct sched_worker *r, int h)
         __atomic_load_n(&r->remote, __ATOMIC_SEQ_CST) ||
         __atomic_load_n(&r->relief_of, __ATOMIC_SEQ_CST) != h)
         return 1;
-    return r->local_head || r->n_off || runq_len(&r->rq) > 0;
+    return r->local_head || r->n_off || r->off_owed || runq_len(&r->rq) > 0;
 }
 
 static void relief_park(struct sched_worker *r, int h, int timeout_ms)
@@ -219,7 +221,7 @@ static void relief_loop(struct sched_worker *r)
             continue;
         }
         w_flush_finished(r);
-        if (r->n_off) {
+        if (r->n_off || r->off_owed) {
             w_loop_offloads(r);
             continue;
         }

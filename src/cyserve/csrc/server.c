@@ -188,6 +188,11 @@ void server_set_offload_hooks(struct server *s, void (*begin)(void *), void (*en
     s->off_ud = ud;
 }
 
+void server_share_offloads(struct server *s, int shared)
+{
+    s->off_shared = shared;
+}
+
 int server_port(const struct server *s)
 {
     return s->port;
@@ -641,6 +646,7 @@ int server_start(struct server *s, char *errmsg, size_t errlen)
     sched_set_worker_hooks(s->sched, listen_worker_start, NULL, s);
     if (s->off_begin || s->off_end)
         sched_set_offload_hooks(s->sched, s->off_begin, s->off_end, s->off_ud);
+    sched_share_offloads(s->sched, s->off_shared);
     /* safety: workers read draining only after sched_start's thread creation, which orders
      * this store before them. */
     atomic_store_explicit(&s->draining, 0, memory_order_relaxed);

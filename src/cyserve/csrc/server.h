@@ -252,6 +252,12 @@ int server_new(struct server **out, const struct server_config *cfg, const struc
 void server_set_offload_hooks(struct server *s, void (*begin)(void *), void (*end)(void *),
                               void *ud);
 
+/* Whether those hooks exclude each other (they take the GIL): the workers' and relief threads'
+ * Python calls then wait in one queue, taken oldest first by whichever thread holds the GIL
+ * (sched_share_offloads). 0 (the default): a queue per thread, as a free-threaded interpreter
+ * wants. Before server_start. */
+void server_share_offloads(struct server *s, int shared);
+
 /* A call made by server_start once every listener is bound (port: the first TCP listener's, as
  * server_port() will say) and before any worker starts, on the thread that called server_start:
  * what must know the port before the first request can be served (a WSGI environ's

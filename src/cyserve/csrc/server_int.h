@@ -110,6 +110,7 @@ struct server {
     void (*off_begin)(void *);
     void (*off_end)(void *);
     void *off_ud;
+    int off_shared;                      /* server_share_offloads */
     int (*on_bound)(void *ud, int port); /* server_set_on_bound */
     void *on_bound_ud;
     _Atomic int running;

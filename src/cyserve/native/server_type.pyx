@@ -4,6 +4,7 @@
 import atexit as _atexit
 import os as _os
 import re as _re
+import sys as _sys
 import weakref as _weakref
 
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_GetName, PyCapsule_CheckExact
@@ -47,6 +48,14 @@ def _stop_all_at_exit():
 
 
 _atexit.register(_stop_all_at_exit)
+
+
+def _gil_enabled():
+    # Whether this interpreter runs with a GIL now: always before 3.13; on a free-threaded
+    # build, unless it was turned on (-X gil=1, or an extension that does not declare itself
+    # free-threading safe).
+    is_enabled = getattr(_sys, "_is_gil_enabled", None)
+    return True if is_enabled is None else bool(is_enabled())
 
 
 cdef bytes _serialise_headers(headers, str where):
@@ -620,6 +629,12 @@ cdef class Server:
         self._bound_error = None
         if on_bound is not None:
             cs.server_set_on_bound(self._srv, _server_on_bound, <void *>self)
+        # With a GIL, the Python calls of every thread run one at a time anyway: one queue of
+        # calls, taken oldest first by whoever holds the GIL, keeps a worker and its relief
+        # threads from starving each other's connections. Without one (3.14t), a queue per
+        # thread, so that the batches run in parallel. Asked here, not at import: an extension
+        # imported meanwhile may have turned the GIL on.
+        cs.server_share_offloads(self._srv, 1 if _gil_enabled() else 0)
         try:
             with nogil:
                 rc = cs.server_start(self._srv, err, sizeof(err))
