@@ -250,9 +250,12 @@ def setup(notes, no_setup=False):
             notes.append(f"{tool}: not installed")
     if no_setup:
         return
+    # The Python peers (granian, uvicorn with websockets) in bench/.venv, as run.py installs them:
+    # a venv made before a peer joined bench/peers/python/requirements.txt gets it now.
+    from bench.http.run import setup_nogil, setup_venv
+    setup_venv(notes)
     if os.path.exists(S.VENV_PY):
         # The GIL-free WebSocket echo (examples/ws_echo_nogil.pyx) into bench/.build/.
-        from bench.http.run import setup_nogil
         why = setup_nogil(notes)
         if why:
             notes.append(why)
