@@ -155,9 +155,9 @@ void conn_destroy(struct conn *c)
         sched_timer_cancel(&c->idle);
         c->timer_armed = 0;
     }
-    conn_set_busy(c, 0); /* the home's count of busy connections forgets it */
     if (c->proto->close)
-        c->proto->close(c);
+        c->proto->close(c); /* it may read c->busy (a WebSocket's goodbye: idle, or served) */
+    conn_set_busy(c, 0);    /* the home's count of busy connections forgets it */
     if (UNLIKELY(c->tp_data != NULL) && c->tp->close)
         c->tp->close(c);
     close(c->io.fd);
