@@ -9,6 +9,7 @@ the reading handler."""
 from __future__ import annotations
 
 import hashlib
+import os
 import socket
 import ssl
 import threading
@@ -222,7 +223,12 @@ def test_large_upload_streams_with_bounded_memory(upload_servers: dict[str, Any]
     if path == "/a":
         assert int(kind) >= UPLOAD // 65536  # receive() got it in pieces of at most 64 KiB
     growth = (rss_kib(pid, "VmHWM") - before) * 1024
-    assert growth < RSS_GROWTH_MAX, f"peak RSS grew {growth / MIB:.1f} MiB for {how}"
+    if os.environ.get("CYSERVE_EXPECT_SANITIZED") != "1":
+        # Not under AddressSanitizer (make test's second stage): its allocator keeps freed
+        # memory in quarantine and its shadow grows with every byte touched, so the RSS says
+        # what the sanitizer holds, not the server. The first stage checks the bound; this one
+        # still runs the whole upload and checks its content.
+        assert growth < RSS_GROWTH_MAX, f"peak RSS grew {growth / MIB:.1f} MiB for {how}"
 
 
 # ---- HTTP/2 flow control and the events a reading handler sees (in-process server) ----
