@@ -324,6 +324,12 @@ def _add_proxy_options(p: argparse.ArgumentParser) -> None:
                    help="the headers the proxy writes: x-forwarded (X-Forwarded-For/-Proto) or "
                         "forwarded (RFC 7239); the other kind is the client's and is ignored "
                         f"(default {defaults.forwarded_header})")
+    g.add_argument("--root-path", metavar="PATH", default=defaults.root_path,
+                   help="the path the proxy serves the application under, e.g. /api, which it "
+                        "removes before forwarding: ASGI's root_path (and the start of its path "
+                        "and raw_path, as uvicorn), WSGI's SCRIPT_NAME (a request path that "
+                        "still begins with it has it moved out of PATH_INFO, as gunicorn); "
+                        "routes still match the path as received (default: none)")
 
 
 def _add_lifecycle_options(p: argparse.ArgumentParser) -> None:
@@ -510,7 +516,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
     options.update(proxy_headers=args.proxy_headers,
                    forwarded_allow_ips=args.forwarded_allow_ips,
                    forwarded_header=args.forwarded_header,
-                   proxy_protocol=args.proxy_protocol)
+                   proxy_protocol=args.proxy_protocol, root_path=args.root_path)
     options.update(_ws_options(args))
     return Config(**options)
 

@@ -16,6 +16,7 @@ import importlib.util
 import ipaddress
 import math
 import os
+import re
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -136,6 +137,10 @@ class Config:
     # configuration and uvicorn) or "forwarded" (RFC 7239). The other family is ignored: the
     # proxy passes it through from the client.
     forwarded_header: str = "x-forwarded"
+    # The path a proxy serves this application under ("/api"), removed by the proxy before it
+    # forwards: ASGI's root_path and the front of its path, WSGI's SCRIPT_NAME (serving.py,
+    # native/asgi.pyx, native/wsgi.pyx). "": none.
+    root_path: str = ""
     # Worker recycling (supervisor.py): a worker process that has answered max_requests (plus a
     # random 0..max_requests_jitter of its own) is replaced, the new one serving first. 0: never.
     max_requests: int = 0
@@ -475,6 +480,7 @@ class Config:
             check_forwarded_allow_ips("forwarded_allow_ips", self.forwarded_allow_ips)
         elif self.proxy_headers and "FORWARDED_ALLOW_IPS" in os.environ:
             check_forwarded_allow_ips("forwarded_allow_ips", os.environ["FORWARDED_ALLOW_IPS"])
+        check_root_path(self.root_path)
 
     def _listens_elsewhere(self) -> bool:
         """Whether bind, uds or fd replace host and port."""
@@ -508,6 +514,28 @@ class Config:
                     raise ConfigError("processes", self.processes,
                                       f"needs fixed ports: {a.url()} would be a port of its "
                                       "own in each process")
+
+
+# A root path's characters: RFC 3986's pchar without '%' (so that the path and the raw path
+# spell it alike), in segments each after a '/'.
+_ROOT_PATH = re.compile(r"(/[A-Za-z0-9\-._~!$&'()*+,;=:@]+)+")
+
+
+def check_root_path(value: object) -> None:
+    """ConfigError unless value is "" or a path such as /api: it begins with '/', does not end
+    with one, and holds no character a path would have to percent-encode."""
+    if not isinstance(value, str):
+        raise ConfigError("root_path", repr(value), "must be a path such as /api")
+    if value == "":
+        return
+    if not value.startswith("/"):
+        raise ConfigError("root_path", repr(value), "must begin with '/', e.g. /api")
+    if value.endswith("/"):
+        raise ConfigError("root_path", repr(value), "must not end with '/' (/api, not /api/; "
+                          "an empty value for none)")
+    if not _ROOT_PATH.fullmatch(value):
+        raise ConfigError("root_path", repr(value), "must be path segments of letters, digits "
+                          "and -._~!$&'()*+,;=:@ (no empty segment, no '%', '?' or '#')")
 
 
 def check_log_config(path: object) -> None:

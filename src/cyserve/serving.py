@@ -324,6 +324,8 @@ def _bind_wsgi(routes: list[Any], config: Config, port: int, host: str | None = 
     from ._core import ASGIHandler, WSGIHandler
 
     for route in routes:
+        if isinstance(route[4], (WSGIHandler, ASGIHandler)):
+            route[4].set_root_path(config.root_path)  # --root-path
         if isinstance(route[4], WSGIHandler):
             route[4].bind(config.host if host is None else host, port, config.workers,
                           config.shared_port)
