@@ -93,6 +93,7 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
                    help="longest request target (414 beyond)")
     p.add_argument("--max-headers", metavar="N", default=str(defaults.max_headers),
                    help="most header fields (431 beyond)")
+    _add_gunicorn_limits(p)
     p.add_argument("--max-body-bytes", metavar="BYTES", default=str(defaults.max_body_bytes),
                    help="largest request body (413 beyond)")
     p.add_argument("--keepalive-timeout", "--timeout-keep-alive", "--keep-alive",
@@ -150,17 +151,17 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
                         "no arguments) first")
     p.add_argument("--app-dir", metavar="DIR", default=".",
                    help="folder put first on sys.path before importing (default: the current one)")
-    p.add_argument("--ssl-certfile", metavar="FILE", default=None,
+    p.add_argument("--ssl-certfile", "--certfile", metavar="FILE", default=None,
                    help="serve HTTPS with this certificate (PEM, then its chain)")
-    p.add_argument("--ssl-keyfile", metavar="FILE", default=None,
+    p.add_argument("--ssl-keyfile", "--keyfile", metavar="FILE", default=None,
                    help="the certificate's private key (PEM; default: in --ssl-certfile)")
     p.add_argument("--ssl-keyfile-password", metavar="PASSWORD", default=None,
                    help="the password of an encrypted --ssl-keyfile")
-    p.add_argument("--ssl-ciphers", metavar="CIPHERS", default=None,
+    p.add_argument("--ssl-ciphers", "--ciphers", metavar="CIPHERS", default=None,
                    help="OpenSSL cipher list for TLS 1.2 (default: OpenSSL's)")
-    p.add_argument("--ssl-ca-certs", metavar="FILE", default=None,
+    p.add_argument("--ssl-ca-certs", "--ca-certs", metavar="FILE", default=None,
                    help="the CAs client certificates are verified against (PEM)")
-    p.add_argument("--ssl-cert-reqs", metavar="N", default=None,
+    p.add_argument("--ssl-cert-reqs", "--cert-reqs", metavar="N", default=None,
                    help="client certificates: 0 not asked for (default), 1 optional, 2 required")
     p.add_argument("--ssl-sni", metavar="NAME=CERTFILE[,KEYFILE]", action="append",
                    default=None,
@@ -191,6 +192,50 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
         p.add_argument("--version", action="version", version=f"cyserve {__version__}")
     _group_options(p)
     return p
+
+
+# gunicorn's names of the request limits: (its option, the cyserve option it sets).
+_GUNICORN_LIMITS = (("limit_request_line", "max_target_bytes"),
+                    ("limit_request_fields", "max_headers"),
+                    ("limit_request_field_size", "max_header_bytes"))
+
+
+def _add_gunicorn_limits(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--limit-request-line", metavar="BYTES", default=None,
+                   help="gunicorn's name for --max-target-bytes, which it sets: cyserve counts "
+                        "the request target, not the method and version around it (so a line "
+                        "a dozen bytes longer passes); 0: the largest, 1048576 (default: "
+                        "--max-target-bytes's)")
+    p.add_argument("--limit-request-fields", metavar="N", default=None,
+                   help="gunicorn's name for --max-headers, which it sets; 0: the most, 10000 "
+                        "(default: --max-headers's)")
+    p.add_argument("--limit-request-field-size", "--limit-request-field_size", metavar="BYTES",
+                   default=None,
+                   help="gunicorn's limit on one header field, taken as --max-header-bytes, "
+                        "which it sets: cyserve bounds the whole header block (request line "
+                        "and every field), and so each field; 0: the largest, 1048576 "
+                        "(default: --max-header-bytes's)")
+
+
+def _gunicorn_limits(args: argparse.Namespace, options: dict[str, Any]) -> None:
+    """gunicorn's limit options, given, replace the cyserve options they name; 0 (gunicorn's
+    "no limit") is the largest value cyserve takes."""
+    from .config import _LIMIT_MAXIMUM
+
+    for name, target in _GUNICORN_LIMITS:
+        raw = getattr(args, name)
+        if raw is None:
+            continue
+        try:
+            value = int(raw, 10)
+        except ValueError:
+            raise ConfigError(name, raw, "must be an integer") from None
+        most = _LIMIT_MAXIMUM[target]
+        low = 64 if target == "max_header_bytes" else 1
+        if value != 0 and not low <= value <= most:
+            raise ConfigError(name, raw, f"must be 0 (the most, {most}) or between {low} and "
+                              f"{most}")
+        options[target] = value or most
 
 
 def _add_operations_options(p: argparse.ArgumentParser) -> None:
@@ -237,7 +282,8 @@ _SECTIONS: list[tuple[str, str | None, tuple[str, ...]]] = [
                      "ssl_ticket_rotation")),
     ("resource limits", None, ("limit_concurrency", "max_header_bytes", "max_target_bytes",
                                "max_headers", "max_body_bytes", "body_budget",
-                               "min_body_rate")),
+                               "min_body_rate", "limit_request_line", "limit_request_fields",
+                               "limit_request_field_size")),
     ("timeouts", None, ("keepalive_timeout", "header_timeout", "body_timeout",
                         "graceful_timeout", "drain_delay")),
     ("behind a proxy", None, ()),
@@ -492,6 +538,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         except ValueError:
             raise ConfigError(name, raw, "must be a number of seconds") from None
     options.update(_listen_options(args))
+    _gunicorn_limits(args, options)
     for name in ("max_requests", "max_requests_jitter"):
         raw = getattr(args, name)
         try:
