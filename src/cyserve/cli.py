@@ -15,6 +15,7 @@ import argparse
 import importlib
 import importlib.util
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -264,16 +265,54 @@ def _add_operations_options(p: argparse.ArgumentParser) -> None:
                         "when installed, else polls twice a second (default: off)")
     p.add_argument("--reload-dir", metavar="DIR", action="append", default=[],
                    help="a folder --reload watches, repeatable (default: --app-dir)")
+    _add_process_options(p)
+
+
+def _add_process_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--chdir", metavar="DIR", default=None,
+                   help="change to DIR first, before the application is imported and every "
+                        "other relative path is read (but --config's) (default: stay)")
+    p.add_argument("--env-file", metavar="PATH", default=None,
+                   help="set the environment variables of a file of NAME=VALUE lines before "
+                        "the application is imported (comments, export, quotes, ${VAR}); a "
+                        "variable already set keeps its value; CYSERVE_<OPTION> ones in it are "
+                        "options (default: none)")
+    p.add_argument("-m", "--umask", metavar="MASK", default=None,
+                   help="the process's umask, as gunicorn reads it: 022 or 0o22 octal, 18 "
+                        "decimal, 0x12 hex (default: the inherited one)")
+    p.add_argument("-u", "--user", metavar="USER", default=None,
+                   help="worker processes run as USER (a name or an id): the supervisor, "
+                        "started as root, binds every listener, then each worker switches before "
+                        "it serves or imports the application; its group is USER's own unless "
+                        "--group says (default: stay)")
+    p.add_argument("-g", "--group", metavar="GROUP", default=None,
+                   help="worker processes run with GROUP (a name or an id) (default: --user's "
+                        "group, else stay)")
+
+
+def parse_umask(raw: str) -> int:
+    """gunicorn's reading of --umask: a number as Python writes it (0o22, 0x12, 18), and a
+    leading 0 followed by digits is octal (022). ConfigError otherwise."""
+    text = raw.strip()
+    if re.fullmatch(r"0\d+", text):
+        text = "0o" + text[1:]
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise ConfigError("umask", raw, "must be a mode such as 022 (octal), 0o22 or 18") \
+            from None
 
 
 # --help's sections, in order, as uvicorn's documentation groups its settings. Options are
 # added where their code is and placed here, so that a new option lands in "options" until it
 # is given a section (tests/unit/test_cli_help.py checks that none is left there).
 _SECTIONS: list[tuple[str, str | None, tuple[str, ...]]] = [
-    ("application", None, ("app_dir", "factory", "interface", "loop", "asgi_loops", "config")),
+    ("application", None, ("app_dir", "factory", "interface", "loop", "asgi_loops", "config",
+                           "chdir", "env_file")),
     ("where to listen", None, ("host", "port", "backlog")),
     ("development", None, ("reload", "reload_dir")),
-    ("worker processes", None, ("processes", "threads", "blocking_threads", "preload", "pid")),
+    ("worker processes", None, ("processes", "threads", "blocking_threads", "preload", "pid",
+                                "user", "group", "umask")),
     ("logging", None, ("log_level", "log_config", "access_log", "access_log_format",
                        "access_logfile")),
     ("HTTP", None, ("http2", "http2_max_concurrent_streams", "health_path")),
@@ -539,6 +578,9 @@ def config_from_args(args: argparse.Namespace) -> Config:
             raise ConfigError(name, raw, "must be a number of seconds") from None
     options.update(_listen_options(args))
     _gunicorn_limits(args, options)
+    if args.umask is not None:
+        options["umask"] = parse_umask(args.umask)
+    options.update(user=args.user, group=args.group)
     for name in ("max_requests", "max_requests_jitter"):
         raw = getattr(args, name)
         try:
@@ -792,6 +834,7 @@ def parse_sources(argv: Sequence[str] | None = None,
         else:
             words += src.words[dest]
     args = parser.parse_args(words + argv)
+    args.config = path  # the file read, wherever it was named
     if args.app is None and app:
         args.app = app[0]
     if args.app is None:
@@ -799,10 +842,41 @@ def parse_sources(argv: Sequence[str] | None = None,
     return args, given, labels
 
 
+def _prepare_process(argv: list[str]) -> list[str]:
+    """--chdir, --umask and --env-file, done before anything else is read or imported; the
+    arguments to parse again then (the --config file's path made absolute: it is read from
+    where the command was started). _UsageError or ConfigError when one cannot be done."""
+    args, _, _ = parse_sources(argv)
+    if args.chdir is None and args.env_file is None and args.umask is None:
+        return argv
+    if args.config is not None:
+        argv = argv + ["--config", os.path.abspath(args.config)]
+    if args.chdir is not None:
+        try:
+            os.chdir(args.chdir)
+        except OSError as exc:
+            raise _UsageError(f"--chdir {args.chdir}: cannot enter it: "
+                              f"{exc.strerror or exc}") from None
+    if args.umask is not None:
+        mask = parse_umask(args.umask)
+        if not 0 <= mask <= 0o777:
+            raise ConfigError("umask", args.umask, "must be between 0 and 0o777")
+        os.umask(mask)
+    if args.env_file is not None:
+        from .envfile import EnvFileError, load_env_file
+
+        try:
+            load_env_file(args.env_file)
+        except EnvFileError as exc:
+            raise _UsageError(str(exc)) from None
+    return argv
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; return its exit status."""
     try:
-        args, config = parse_command(argv)
+        args, config = parse_command(_prepare_process(list(sys.argv[1:] if argv is None
+                                                            else argv)))
         if config.log_config is not None:
             # Before the application is imported, as uvicorn does: its import may log too.
             from .signals import configure_logging

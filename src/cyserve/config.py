@@ -195,6 +195,13 @@ class Config:
     ws_ping_interval: float | None = 20.0
     ws_ping_timeout: float | None = 20.0
     ws_per_message_deflate: bool = True
+    # The user and group (names or ids) the worker processes run as: the supervisor, run as
+    # root, binds the listeners, then each worker drops to them before it serves or imports the
+    # application (supervisor.py, owner.py). None: stay as started.
+    user: str | int | None = None
+    group: str | int | None = None
+    # The process's umask (os.umask) from the start, e.g. 0o027; None: the inherited one.
+    umask: int | None = None
     # Set by the process supervisor for its workers only (not a user option: the CLI has no flag).
     shared_port: bool = dataclasses.field(default=False, repr=False)
 
@@ -422,7 +429,18 @@ class Config:
         """Whether a process supervisor runs the workers: for several processes, and for
         recycling (--max-requests), which needs a process to start the next worker."""
         return (self.processes > 1 or self.max_requests > 0 or self.max_lifetime > 0
-                or self.worker_timeout > 0 or self.reload)
+                or self.worker_timeout > 0 or self.reload or self.drops_privileges)
+
+    @property
+    def drops_privileges(self) -> bool:
+        """Whether the workers switch to another user or group (user, group): then a supervisor
+        runs them, having made every listening socket before (privileged ports included)."""
+        return self.user is not None or self.group is not None
+
+    def process_owner(self) -> tuple[int, int, str | None] | None:
+        """(uid, gid, user name or None) that the workers switch to, or None: stay. Without a
+        group, the user's own (its primary group); without a user, the current uid."""
+        return resolve_owner(self.user, self.group) if self.drops_privileges else None
 
     @property
     def metrics_shards(self) -> int:
@@ -481,6 +499,10 @@ class Config:
         elif self.proxy_headers and "FORWARDED_ALLOW_IPS" in os.environ:
             check_forwarded_allow_ips("forwarded_allow_ips", os.environ["FORWARDED_ALLOW_IPS"])
         check_root_path(self.root_path)
+        if self.umask is not None:
+            _check_int("umask", self.umask, 0, 0o777)
+        if self.drops_privileges:
+            resolve_owner(self.user, self.group)  # ConfigError when it cannot be done
 
     def _listens_elsewhere(self) -> bool:
         """Whether bind, uds or fd replace host and port."""
@@ -536,6 +558,51 @@ def check_root_path(value: object) -> None:
     if not _ROOT_PATH.fullmatch(value):
         raise ConfigError("root_path", repr(value), "must be path segments of letters, digits "
                           "and -._~!$&'()*+,;=:@ (no empty segment, no '%', '?' or '#')")
+
+
+def resolve_owner(user: object, group: object) -> tuple[int, int, str | None]:
+    """(uid, gid, user name or None) for a user and a group given as names or ids (an id may
+    be a string of digits); None keeps the current one, but a user alone brings its primary
+    group. ConfigError for an unknown name, or when switching needs root and this process is
+    not root."""
+    import grp
+    import pwd
+
+    name: str | None = None
+    uid, gid = os.getuid(), os.getgid()
+    if user is not None:
+        if isinstance(user, bool) or not isinstance(user, (str, int)) or user == "":
+            raise ConfigError("user", repr(user), "must be a user name or id")
+        try:
+            entry = pwd.getpwuid(int(user)) if isinstance(user, int) or user.isdigit() \
+                else pwd.getpwnam(user)
+        except KeyError:
+            if isinstance(user, int) or user.isdigit():
+                entry = None  # an id without a name is allowed, as with chown
+                uid = int(user)
+            else:
+                raise ConfigError("user", user, "no such user") from None
+        if entry is not None:
+            uid, gid, name = entry.pw_uid, entry.pw_gid, entry.pw_name
+    if group is not None:
+        if isinstance(group, bool) or not isinstance(group, (str, int)) or group == "":
+            raise ConfigError("group", repr(group), "must be a group name or id")
+        if isinstance(group, int) or group.isdigit():
+            gid = int(group)
+        else:
+            try:
+                gid = grp.getgrnam(group).gr_gid
+            except KeyError:
+                raise ConfigError("group", group, "no such group") from None
+    for value, what in ((uid, "user"), (gid, "group")):
+        if not 0 <= value < 2**32 - 1:
+            raise ConfigError(what, value, "must be an id between 0 and 4294967294")
+    if os.geteuid() != 0 and (uid != os.geteuid() or gid != os.getegid()):
+        which = "user" if user is not None and uid != os.geteuid() else "group"
+        raise ConfigError(which, user if which == "user" else group,
+                          f"switching to another {which} needs root (this process runs as uid "
+                          f"{os.geteuid()}, gid {os.getegid()})")
+    return uid, gid, name
 
 
 def check_log_config(path: object) -> None:

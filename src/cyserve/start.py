@@ -12,6 +12,7 @@ What both need of signals and status lines is in cyserve.signals.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -59,6 +60,8 @@ def serve(app: App | Callable[..., Any], config: Config, *,
     application again, for a process supervisor's reload (SIGHUP).
     """
     app = as_app(app, config.interface)
+    if config.umask is not None:
+        os.umask(config.umask)  # before any file is made: the pid file, a Unix socket
     pidfile = PidFile(config.pid) if config.pid is not None else None
     if config.supervised and (stop_event is not None or ready is not None):
         raise CyserveError("processes > 1 is run from the main thread by signals; "

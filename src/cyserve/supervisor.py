@@ -79,6 +79,7 @@ from collections.abc import Callable
 
 from .errors import ConfigError, CyserveError, ListenError
 from .listeners import Listeners
+from .owner import drop_privileges
 from .reloader import Watcher
 from .serving import MetricsEndpoint, serve_process
 from .signals import Waiter, configure_logging, format_address, listen_error, say
@@ -115,6 +116,12 @@ def serve_processes(app: App, config: Config, loader: Callable[[], App] | None =
                               "needs the application given as MODULE:APP (the command "
                               "line), which can be imported again")
     app.build()  # a bad route is reported here, once
+    if config.drops_privileges:
+        # The engine is loaded here, as root: the user the workers become may not be able to
+        # read it, or the standard library it imports (an interpreter installed under /root).
+        import encodings.idna  # noqa: F401  (the engine encodes host names with it)
+
+        from . import _core  # noqa: F401
     if config.ssl_certfile:
         from ._core import check_tls
 
@@ -520,6 +527,9 @@ class _Supervisor:
                     os.close(fd)
                 if self.scrape is not None:  # nor the scrapes
                     self.scrape.sock.close()
+                owner = self.config.process_owner()
+                if owner is not None:  # --user/--group: before the app is imported or served
+                    drop_privileges(owner)
                 app = self.app
                 if not self.config.preload and self.loader is not None:
                     app = self.loader()  # --no-preload: this worker imports it for itself
