@@ -243,8 +243,11 @@ def _add_operations_options(p: argparse.ArgumentParser) -> None:
     defaults = Config()
     p.add_argument("-c", "--config", metavar="FILE", default=None,
                    help="read options from this TOML file: one table whose keys are the long "
-                        "options' names (port = 8000, max-requests = 1000); the command line "
-                        "and CYSERVE_<OPTION> environment variables win over it (default: "
+                        "options' names (port = 8000, max-requests = 1000), or from a Python "
+                        "file (FILE.py, as gunicorn's): its globals named as options "
+                        "(max_requests = 1000) and its hooks (on_starting, when_ready, "
+                        "post_fork, worker_exit, on_exit); the command line and "
+                        "CYSERVE_<OPTION> environment variables win over it (default: "
                         "$CYSERVE_CONFIG, else none)")
     p.add_argument("--preload", action=_Flag, default=defaults.preload,
                    help="with worker processes, import the application once in the supervisor "
@@ -580,7 +583,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
     _gunicorn_limits(args, options)
     if args.umask is not None:
         options["umask"] = parse_umask(args.umask)
-    options.update(user=args.user, group=args.group)
+    options.update(user=args.user, group=args.group, **getattr(args, "hooks", {}))
     for name in ("max_requests", "max_requests_jitter"):
         raw = getattr(args, name)
         try:
@@ -693,6 +696,7 @@ class _Source:
     def __init__(self) -> None:
         self.words: dict[str, list[str]] = {}  # dest -> the words that say it
         self.label: dict[str, str] = {}  # dest -> where it came from, for errors
+        self.hooks: dict[str, Any] = {}  # a Python configuration file's (cyserve.hooks)
 
     def add(self, parser: argparse.ArgumentParser, action: argparse.Action, option: str,
             label: str, value: object) -> None:
@@ -738,10 +742,57 @@ def _from_environment(parser: argparse.ArgumentParser, environ: Mapping[str, str
     return src
 
 
+# A Python configuration file's settings and hooks, by its real path: the command line is
+# parsed twice (_prepare_process), and the file's code must run once.
+_PYTHON_CONFIGS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+
+
+def _read_python_config(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A gunicorn-style configuration file, run once: (its settings, its hooks). Its module
+    globals named as options (max_requests, workers, bind) are settings; functions named as
+    hooks (cyserve.hooks) are hooks. Names beginning with '_' or a capital, modules, classes and
+    other functions are the file's own business; any other value is an unknown option."""
+    from .hooks import HOOKS, hook_refusal
+
+    key = os.path.realpath(path)
+    if key in _PYTHON_CONFIGS:
+        return _PYTHON_CONFIGS[key]
+    import runpy
+    import types
+
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise _UsageError(f"--config {path}: cannot read it: {exc.strerror or exc}") from None
+    try:
+        namespace = runpy.run_path(path, run_name="__cyserve_config__")
+    except SyntaxError as exc:
+        raise _UsageError(f"--config {path}, line {exc.lineno}: SyntaxError: {exc.msg}") \
+            from None
+    except Exception as exc:
+        lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__)
+                 if os.path.realpath(f.filename) == key]
+        where = f", line {lines[-1]}" if lines else ""
+        raise _UsageError(f"--config {path}{where}: {type(exc).__name__}: {exc}") from None
+    settings: dict[str, Any] = {}
+    hooks: dict[str, Any] = {}
+    for name, value in namespace.items():
+        if name.startswith("_") or name[:1].isupper():
+            continue
+        refusal = hook_refusal(name)
+        if refusal is not None:
+            raise _UsageError(f"--config {path}: {refusal}")
+        if name in HOOKS:
+            hooks[name] = value
+        elif value is not None and not isinstance(value, (types.ModuleType, type)) \
+                and not callable(value):
+            settings[name] = list(value) if isinstance(value, tuple) else value
+    _PYTHON_CONFIGS[key] = (settings, hooks)
+    return settings, hooks
+
+
 def _read_toml(path: str) -> dict[str, Any]:
-    if path.endswith(".py"):
-        raise _UsageError(f"--config {path}: a Python configuration file (gunicorn's) is not "
-                          "read; give the options as a TOML file")
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # Python 3.10: the tomli backport, a dependency of cyserve there
@@ -765,7 +816,11 @@ def _read_toml(path: str) -> dict[str, Any]:
 def _from_file(parser: argparse.ArgumentParser, path: str) -> _Source:
     names = option_names(parser)
     src = _Source()
-    for key, value in _read_toml(path).items():
+    if path.endswith(".py"):
+        doc, src.hooks = _read_python_config(path)
+    else:
+        doc = _read_toml(path)
+    for key, value in doc.items():
         option = key.replace("_", "-")
         action = names.get(option) if option != "config" else None
         if action is None:
@@ -835,6 +890,9 @@ def parse_sources(argv: Sequence[str] | None = None,
             words += src.words[dest]
     args = parser.parse_args(words + argv)
     args.config = path  # the file read, wherever it was named
+    args.hooks = file.hooks
+    for name in file.hooks:
+        labels[name] = f"--config {path}: {name}"
     if args.app is None and app:
         args.app = app[0]
     if args.app is None:

@@ -17,11 +17,13 @@ import ipaddress
 import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
 from .access_log import compile_format as compile_access_log_format
 from .errors import ConfigError
+from .hooks import HOOKS, check_hook
 from .listeners import check_uds_path, parse_bind
 
 __all__ = ["Config", "INTERFACES", "LOG_LEVELS", "MAX_PROCESSES", "MAX_THREADS",
@@ -202,6 +204,13 @@ class Config:
     group: str | int | None = None
     # The process's umask (os.umask) from the start, e.g. 0o027; None: the inherited one.
     umask: int | None = None
+    # Hooks as gunicorn calls them (cyserve.hooks): on_starting(server), when_ready(server),
+    # post_fork(server, worker), worker_exit(server, worker), on_exit(server).
+    on_starting: Callable[..., Any] | None = dataclasses.field(default=None, repr=False)
+    when_ready: Callable[..., Any] | None = dataclasses.field(default=None, repr=False)
+    post_fork: Callable[..., Any] | None = dataclasses.field(default=None, repr=False)
+    worker_exit: Callable[..., Any] | None = dataclasses.field(default=None, repr=False)
+    on_exit: Callable[..., Any] | None = dataclasses.field(default=None, repr=False)
     # Set by the process supervisor for its workers only (not a user option: the CLI has no flag).
     shared_port: bool = dataclasses.field(default=False, repr=False)
 
@@ -429,7 +438,8 @@ class Config:
         """Whether a process supervisor runs the workers: for several processes, and for
         recycling (--max-requests), which needs a process to start the next worker."""
         return (self.processes > 1 or self.max_requests > 0 or self.max_lifetime > 0
-                or self.worker_timeout > 0 or self.reload or self.drops_privileges)
+                or self.worker_timeout > 0 or self.reload or self.drops_privileges
+                or self.post_fork is not None or self.worker_exit is not None)
 
     @property
     def drops_privileges(self) -> bool:
@@ -503,6 +513,9 @@ class Config:
             _check_int("umask", self.umask, 0, 0o777)
         if self.drops_privileges:
             resolve_owner(self.user, self.group)  # ConfigError when it cannot be done
+        for name in HOOKS:
+            if getattr(self, name) is not None:
+                check_hook(name, getattr(self, name))
 
     def _listens_elsewhere(self) -> bool:
         """Whether bind, uds or fd replace host and port."""

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .app import App, as_app
 from .config import Config
 from .errors import CyserveError
+from .hooks import HookServer, call_hook
 from .serving import serve_process
 from .signals import PidFile, format_address
 from .supervisor import serve_processes
@@ -66,14 +67,33 @@ def serve(app: App | Callable[..., Any], config: Config, *,
     if config.supervised and (stop_event is not None or ready is not None):
         raise CyserveError("processes > 1 is run from the main thread by signals; "
                            "stop_event and ready apply to one process only")
+    server = HookServer(config)
+    call_hook(config, "on_starting", server, must=True)  # before anything is bound
     if pidfile is not None:
         pidfile.write()
     try:
         if config.supervised:  # processes > 1, or worker recycling (max_requests)
-            if serve_processes(app, config.replace(interface="cyserve"), loader) != 0:
+            if serve_processes(app, config.replace(interface="cyserve"), loader,
+                               server=server) != 0:
                 raise CyserveError("stopped: worker processes failed (see above)")
             return
-        serve_process(app, config, stop_event=stop_event, ready=ready)
+        serve_process(app, config, stop_event=stop_event,
+                      ready=_when_ready(config, server, ready))
     finally:
         if pidfile is not None:
             pidfile.remove()
+        call_hook(config, "on_exit", server)
+
+
+def _when_ready(config: Config, server: HookServer, ready: Callable[[Server], None] | None
+                ) -> Callable[[Server], None] | None:
+    """``ready``, with the when_ready hook called first (one serving process)."""
+    if config.when_ready is None:
+        return ready
+
+    def both(srv: Server) -> None:
+        call_hook(config, "when_ready", server)
+        if ready is not None:
+            ready(srv)
+
+    return both
