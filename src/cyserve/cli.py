@@ -126,7 +126,8 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--access-log", action="store_true",
                    help="print one line per response on standard output (Common Log Format "
                         "unless --access-log-format says otherwise)")
-    p.add_argument("--access-log-format", default=defaults.access_log_format,
+    p.add_argument("--access-log-format", "--access-logformat",
+                   default=defaults.access_log_format,
                    metavar="FORMAT", type=_access_log_format,
                    help="common (CLF), combined (CLF with the referer and the user agent), "
                         "json (one object per line, with the port, scheme and seconds taken), "
@@ -280,6 +281,9 @@ def _add_process_options(p: argparse.ArgumentParser) -> None:
                         "the application is imported (comments, export, quotes, ${VAR}); a "
                         "variable already set keeps its value; CYSERVE_<OPTION> ones in it are "
                         "options (default: none)")
+    p.add_argument("-e", "--env", metavar="NAME=VALUE", action="append", default=[],
+                   help="set an environment variable before the application is imported, "
+                        "over any value it had (gunicorn's); repeatable (default: none)")
     p.add_argument("-m", "--umask", metavar="MASK", default=None,
                    help="the process's umask, as gunicorn reads it: 022 or 0o22 octal, 18 "
                         "decimal, 0x12 hex (default: the inherited one)")
@@ -311,7 +315,7 @@ def parse_umask(raw: str) -> int:
 # is given a section (tests/unit/test_cli_help.py checks that none is left there).
 _SECTIONS: list[tuple[str, str | None, tuple[str, ...]]] = [
     ("application", None, ("app_dir", "factory", "interface", "loop", "asgi_loops", "config",
-                           "chdir", "env_file")),
+                           "chdir", "env", "env_file")),
     ("where to listen", None, ("host", "port", "backlog")),
     ("development", None, ("reload", "reload_dir")),
     ("worker processes", None, ("processes", "threads", "blocking_threads", "preload", "pid",
@@ -445,7 +449,7 @@ def _add_lifecycle_options(p: argparse.ArgumentParser) -> None:
                         "--max-requests does (default 0: never)")
     g.add_argument("--max-lifetime-jitter", metavar="SECONDS", default="0",
                    help="add a random 0..SECONDS to each worker's --max-lifetime (default 0)")
-    g.add_argument("--worker-timeout", "--timeout", metavar="SECONDS", default="0",
+    g.add_argument("--worker-timeout", "--timeout", "-t", metavar="SECONDS", default="0",
                    help="kill and replace a worker process whose scheduler makes no progress "
                         "for SECONDS (a call that runs that long, a stopped process); its "
                         "threads' Python stacks are printed first (default 0: never)")
@@ -901,11 +905,11 @@ def parse_sources(argv: Sequence[str] | None = None,
 
 
 def _prepare_process(argv: list[str]) -> list[str]:
-    """--chdir, --umask and --env-file, done before anything else is read or imported; the
-    arguments to parse again then (the --config file's path made absolute: it is read from
+    """--chdir, --umask, --env and --env-file, done before anything else is read or imported;
+    the arguments to parse again then (the --config file's path made absolute: it is read from
     where the command was started). _UsageError or ConfigError when one cannot be done."""
     args, _, _ = parse_sources(argv)
-    if args.chdir is None and args.env_file is None and args.umask is None:
+    if args.chdir is None and args.env_file is None and args.umask is None and not args.env:
         return argv
     if args.config is not None:
         argv = argv + ["--config", os.path.abspath(args.config)]
@@ -920,7 +924,12 @@ def _prepare_process(argv: list[str]) -> list[str]:
         if not 0 <= mask <= 0o777:
             raise ConfigError("umask", args.umask, "must be between 0 and 0o777")
         os.umask(mask)
-    if args.env_file is not None:
+    for item in args.env:
+        name, eq, value = item.partition("=")
+        if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", name) or "\0" in value:
+            raise _UsageError(f"--env {item}: must be NAME=VALUE (a variable name, then '=')")
+        os.environ[name] = value
+    if args.env_file is not None:  # after --env, whose values it does not replace
         from .envfile import EnvFileError, load_env_file
 
         try:

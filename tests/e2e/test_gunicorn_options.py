@@ -73,6 +73,13 @@ def test_gunicorn_tls_spellings_are_aliases() -> None:
             args.ssl_cert_reqs) == ("c.pem", "k.pem", "ca.pem", "HIGH", "2")
 
 
+def test_more_gunicorn_spellings_are_aliases() -> None:
+    parser = cli.build_parser()
+    c = cli.config_from_args(parser.parse_args(
+        ["m:app", "-t", "30", "--access-logformat", "%(h)s %(s)s"]))
+    assert (c.worker_timeout, c.access_log_format) == (30.0, "%(h)s %(s)s")
+
+
 def test_gunicorn_limits_are_enforced_by_the_served_process(tmp_path: Path,
                                                             served: list[Served]) -> None:
     port = free_port()
@@ -131,6 +138,23 @@ def test_env_file_is_loaded_before_the_import_and_may_set_options(
                          "app.env", app=ENV_APP, env={"KEPT": "from the environment"}))
     assert _body(port, "/env") == f"hello there from the environment {tmp_path}"
     assert _body(port, "/hz") == "ok\n"  # an option set by the file
+
+
+def test_env_options_set_variables_over_the_environment_and_the_env_file(
+        tmp_path: Path, served: list[Served]) -> None:
+    port = free_port()
+    (tmp_path / "app.env").write_text("GREETING=from-the-file\n")
+    served.append(Served(tmp_path, "--port", str(port), "--threads", "1", "-e",
+                         "GREETING=from-e", "--env", "KEPT=from --env", "--env-file", "app.env",
+                         app=ENV_APP, env={"KEPT": "from the environment"}))
+    assert _body(port, "/env") == f"from-e from --env {tmp_path}"
+
+
+def test_a_bad_env_option_is_one_line(tmp_path: Path) -> None:
+    out = _cyserve(tmp_path, "m:app", "--env", "NOEQUALS")
+    assert out.returncode == 2
+    assert out.stderr == ("cyserve: --env NOEQUALS: must be NAME=VALUE (a variable name, "
+                          "then '=')\n")
 
 
 @pytest.mark.parametrize(("content", "line"), [
