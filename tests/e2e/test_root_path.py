@@ -25,6 +25,14 @@ import cyserve
 
 
 async def asgi_app(scope, receive, send):
+    if scope["type"] == "websocket":
+        await receive()
+        await send({"type": "websocket.accept"})
+        await send({"type": "websocket.send", "text": json.dumps(
+            {"root_path": scope["root_path"], "path": scope["path"],
+             "raw_path": scope["raw_path"].decode("latin-1")})})
+        await send({"type": "websocket.close"})
+        return
     if scope["type"] != "http":
         return
     body = json.dumps({"root_path": scope["root_path"], "path": scope["path"],
@@ -110,6 +118,20 @@ def test_mounts_put_their_prefix_after_the_root_path(tmp_path: Path,
     # Routing is unchanged: the routes match the path as received.
     assert _get(port, "/native/p") == (200, "/native/p")
     assert _get(port, "/svc/w/x")[0] == 404
+
+
+def test_a_websocket_scope_has_the_root_path_too(tmp_path: Path,
+                                                 served: list[Served]) -> None:
+    websockets = pytest.importorskip("websockets")
+    from websockets.sync.client import connect
+
+    assert websockets is not None
+    port = free_port()
+    s = Served(tmp_path, "--port", str(port), "--threads", "1", "--root-path", "/svc", app=APP)
+    served.append(s)
+    with connect(f"ws://127.0.0.1:{port}/a/chat", open_timeout=TIMEOUT) as ws:
+        got = json.loads(ws.recv(timeout=TIMEOUT))
+    assert got == {"root_path": "/svc/a", "path": "/svc/a/chat", "raw_path": "/svc/a/chat"}
 
 
 def test_without_a_root_path_the_mounts_are_as_before(tmp_path: Path,
