@@ -4,6 +4,8 @@
 async callable, as uvicorn tells them; ``--interface asgi`` insists), ``cyserve.run(asgi_app)``
 too, and ``app.asgi(prefix, asgi_app)`` mounts one beside native, GIL-free and WSGI routes, with
 ``root_path`` set to the prefix and ``path`` the whole path (as Starlette's Mount reads it).
+With ``--root-path /svc`` (``root_path="/svc"``), ``root_path`` is "/svc" followed by the prefix and
+``path`` and ``raw_path`` begin with "/svc", as uvicorn builds them: the proxy removed it.
 
 Where it runs: one asyncio event loop per process, on a thread of its own ("cyserve-asgi"),
 started before the server accepts anything (``--loop auto|asyncio|uvloop``; auto takes uvloop

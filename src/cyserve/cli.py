@@ -15,6 +15,7 @@ import argparse
 import importlib
 import importlib.util
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -93,6 +94,7 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
                    help="longest request target (414 beyond)")
     p.add_argument("--max-headers", metavar="N", default=str(defaults.max_headers),
                    help="most header fields (431 beyond)")
+    _add_gunicorn_limits(p)
     p.add_argument("--max-body-bytes", metavar="BYTES", default=str(defaults.max_body_bytes),
                    help="largest request body (413 beyond)")
     p.add_argument("--keepalive-timeout", "--timeout-keep-alive", "--keep-alive",
@@ -124,7 +126,8 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--access-log", action="store_true",
                    help="print one line per response on standard output (Common Log Format "
                         "unless --access-log-format says otherwise)")
-    p.add_argument("--access-log-format", default=defaults.access_log_format,
+    p.add_argument("--access-log-format", "--access-logformat",
+                   default=defaults.access_log_format,
                    metavar="FORMAT", type=_access_log_format,
                    help="common (CLF), combined (CLF with the referer and the user agent), "
                         "json (one object per line, with the port, scheme and seconds taken), "
@@ -150,17 +153,17 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
                         "no arguments) first")
     p.add_argument("--app-dir", metavar="DIR", default=".",
                    help="folder put first on sys.path before importing (default: the current one)")
-    p.add_argument("--ssl-certfile", metavar="FILE", default=None,
+    p.add_argument("--ssl-certfile", "--certfile", metavar="FILE", default=None,
                    help="serve HTTPS with this certificate (PEM, then its chain)")
-    p.add_argument("--ssl-keyfile", metavar="FILE", default=None,
+    p.add_argument("--ssl-keyfile", "--keyfile", metavar="FILE", default=None,
                    help="the certificate's private key (PEM; default: in --ssl-certfile)")
     p.add_argument("--ssl-keyfile-password", metavar="PASSWORD", default=None,
                    help="the password of an encrypted --ssl-keyfile")
-    p.add_argument("--ssl-ciphers", metavar="CIPHERS", default=None,
+    p.add_argument("--ssl-ciphers", "--ciphers", metavar="CIPHERS", default=None,
                    help="OpenSSL cipher list for TLS 1.2 (default: OpenSSL's)")
-    p.add_argument("--ssl-ca-certs", metavar="FILE", default=None,
+    p.add_argument("--ssl-ca-certs", "--ca-certs", metavar="FILE", default=None,
                    help="the CAs client certificates are verified against (PEM)")
-    p.add_argument("--ssl-cert-reqs", metavar="N", default=None,
+    p.add_argument("--ssl-cert-reqs", "--cert-reqs", metavar="N", default=None,
                    help="client certificates: 0 not asked for (default), 1 optional, 2 required")
     p.add_argument("--ssl-sni", metavar="NAME=CERTFILE[,KEYFILE]", action="append",
                    default=None,
@@ -193,12 +196,59 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
     return p
 
 
+# gunicorn's names of the request limits: (its option, the cyserve option it sets).
+_GUNICORN_LIMITS = (("limit_request_line", "max_target_bytes"),
+                    ("limit_request_fields", "max_headers"),
+                    ("limit_request_field_size", "max_header_bytes"))
+
+
+def _add_gunicorn_limits(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--limit-request-line", metavar="BYTES", default=None,
+                   help="gunicorn's name for --max-target-bytes, which it sets: cyserve counts "
+                        "the request target, not the method and version around it (so a line "
+                        "a dozen bytes longer passes); 0: the largest, 1048576 (default: "
+                        "--max-target-bytes's)")
+    p.add_argument("--limit-request-fields", metavar="N", default=None,
+                   help="gunicorn's name for --max-headers, which it sets; 0: the most, 10000 "
+                        "(default: --max-headers's)")
+    p.add_argument("--limit-request-field-size", "--limit-request-field_size", metavar="BYTES",
+                   default=None,
+                   help="gunicorn's limit on one header field, taken as --max-header-bytes, "
+                        "which it sets: cyserve bounds the whole header block (request line "
+                        "and every field), and so each field; 0: the largest, 1048576 "
+                        "(default: --max-header-bytes's)")
+
+
+def _gunicorn_limits(args: argparse.Namespace, options: dict[str, Any]) -> None:
+    """gunicorn's limit options, given, replace the cyserve options they name; 0 (gunicorn's
+    "no limit") is the largest value cyserve takes."""
+    from .config import _LIMIT_MAXIMUM
+
+    for name, target in _GUNICORN_LIMITS:
+        raw = getattr(args, name)
+        if raw is None:
+            continue
+        try:
+            value = int(raw, 10)
+        except ValueError:
+            raise ConfigError(name, raw, "must be an integer") from None
+        most = _LIMIT_MAXIMUM[target]
+        low = 64 if target == "max_header_bytes" else 1
+        if value != 0 and not low <= value <= most:
+            raise ConfigError(name, raw, f"must be 0 (the most, {most}) or between {low} and "
+                              f"{most}")
+        options[target] = value or most
+
+
 def _add_operations_options(p: argparse.ArgumentParser) -> None:
     defaults = Config()
     p.add_argument("-c", "--config", metavar="FILE", default=None,
                    help="read options from this TOML file: one table whose keys are the long "
-                        "options' names (port = 8000, max-requests = 1000); the command line "
-                        "and CYSERVE_<OPTION> environment variables win over it (default: "
+                        "options' names (port = 8000, max-requests = 1000), or from a Python "
+                        "file (FILE.py, as gunicorn's): its globals named as options "
+                        "(max_requests = 1000) and its hooks (on_starting, when_ready, "
+                        "post_fork, worker_exit, on_exit); the command line and "
+                        "CYSERVE_<OPTION> environment variables win over it (default: "
                         "$CYSERVE_CONFIG, else none)")
     p.add_argument("--preload", action=_Flag, default=defaults.preload,
                    help="with worker processes, import the application once in the supervisor "
@@ -219,16 +269,57 @@ def _add_operations_options(p: argparse.ArgumentParser) -> None:
                         "when installed, else polls twice a second (default: off)")
     p.add_argument("--reload-dir", metavar="DIR", action="append", default=[],
                    help="a folder --reload watches, repeatable (default: --app-dir)")
+    _add_process_options(p)
+
+
+def _add_process_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--chdir", metavar="DIR", default=None,
+                   help="change to DIR first, before the application is imported and every "
+                        "other relative path is read (but --config's) (default: stay)")
+    p.add_argument("--env-file", metavar="PATH", default=None,
+                   help="set the environment variables of a file of NAME=VALUE lines before "
+                        "the application is imported (comments, export, quotes, ${VAR}); a "
+                        "variable already set keeps its value; CYSERVE_<OPTION> ones in it are "
+                        "options (default: none)")
+    p.add_argument("-e", "--env", metavar="NAME=VALUE", action="append", default=[],
+                   help="set an environment variable before the application is imported, "
+                        "over any value it had (gunicorn's); repeatable (default: none)")
+    p.add_argument("-m", "--umask", metavar="MASK", default=None,
+                   help="the process's umask, as gunicorn reads it: 022 or 0o22 octal, 18 "
+                        "decimal, 0x12 hex (default: the inherited one)")
+    p.add_argument("-u", "--user", metavar="USER", default=None,
+                   help="worker processes run as USER (a name or an id): the supervisor, "
+                        "started as root, binds every listener, then each worker switches before "
+                        "it serves or imports the application; its group is USER's own unless "
+                        "--group says (default: stay)")
+    p.add_argument("-g", "--group", metavar="GROUP", default=None,
+                   help="worker processes run with GROUP (a name or an id) (default: --user's "
+                        "group, else stay)")
+
+
+def parse_umask(raw: str) -> int:
+    """gunicorn's reading of --umask: a number as Python writes it (0o22, 0x12, 18), and a
+    leading 0 followed by digits is octal (022). ConfigError otherwise."""
+    text = raw.strip()
+    if re.fullmatch(r"0\d+", text):
+        text = "0o" + text[1:]
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise ConfigError("umask", raw, "must be a mode such as 022 (octal), 0o22 or 18") \
+            from None
 
 
 # --help's sections, in order, as uvicorn's documentation groups its settings. Options are
 # added where their code is and placed here, so that a new option lands in "options" until it
 # is given a section (tests/unit/test_cli_help.py checks that none is left there).
 _SECTIONS: list[tuple[str, str | None, tuple[str, ...]]] = [
-    ("application", None, ("app_dir", "factory", "interface", "loop", "asgi_loops", "config")),
+    ("application", None, ("app_dir", "factory", "interface", "loop", "asgi_loops", "config",
+                           "chdir", "env", "env_file")),
     ("where to listen", None, ("host", "port", "backlog")),
     ("development", None, ("reload", "reload_dir")),
-    ("worker processes", None, ("processes", "threads", "blocking_threads", "preload", "pid")),
+    ("worker processes", None, ("processes", "threads", "blocking_threads", "preload", "pid",
+                                "user", "group", "umask")),
     ("logging", None, ("log_level", "log_config", "access_log", "access_log_format",
                        "access_logfile")),
     ("HTTP", None, ("http2", "http2_max_concurrent_streams", "health_path")),
@@ -237,7 +328,8 @@ _SECTIONS: list[tuple[str, str | None, tuple[str, ...]]] = [
                      "ssl_ticket_rotation")),
     ("resource limits", None, ("limit_concurrency", "max_header_bytes", "max_target_bytes",
                                "max_headers", "max_body_bytes", "body_budget",
-                               "min_body_rate")),
+                               "min_body_rate", "limit_request_line", "limit_request_fields",
+                               "limit_request_field_size")),
     ("timeouts", None, ("keepalive_timeout", "header_timeout", "body_timeout",
                         "graceful_timeout", "drain_delay")),
     ("behind a proxy", None, ()),
@@ -324,6 +416,12 @@ def _add_proxy_options(p: argparse.ArgumentParser) -> None:
                    help="the headers the proxy writes: x-forwarded (X-Forwarded-For/-Proto) or "
                         "forwarded (RFC 7239); the other kind is the client's and is ignored "
                         f"(default {defaults.forwarded_header})")
+    g.add_argument("--root-path", metavar="PATH", default=defaults.root_path,
+                   help="the path the proxy serves the application under, e.g. /api, which it "
+                        "removes before forwarding: ASGI's root_path (and the start of its path "
+                        "and raw_path, as uvicorn), WSGI's SCRIPT_NAME (a request path that "
+                        "still begins with it has it moved out of PATH_INFO, as gunicorn); "
+                        "routes still match the path as received (default: none)")
 
 
 def _add_lifecycle_options(p: argparse.ArgumentParser) -> None:
@@ -351,7 +449,7 @@ def _add_lifecycle_options(p: argparse.ArgumentParser) -> None:
                         "--max-requests does (default 0: never)")
     g.add_argument("--max-lifetime-jitter", metavar="SECONDS", default="0",
                    help="add a random 0..SECONDS to each worker's --max-lifetime (default 0)")
-    g.add_argument("--worker-timeout", "--timeout", metavar="SECONDS", default="0",
+    g.add_argument("--worker-timeout", "--timeout", "-t", metavar="SECONDS", default="0",
                    help="kill and replace a worker process whose scheduler makes no progress "
                         "for SECONDS (a call that runs that long, a stopped process); its "
                         "threads' Python stacks are printed first (default 0: never)")
@@ -486,6 +584,10 @@ def config_from_args(args: argparse.Namespace) -> Config:
         except ValueError:
             raise ConfigError(name, raw, "must be a number of seconds") from None
     options.update(_listen_options(args))
+    _gunicorn_limits(args, options)
+    if args.umask is not None:
+        options["umask"] = parse_umask(args.umask)
+    options.update(user=args.user, group=args.group, **getattr(args, "hooks", {}))
     for name in ("max_requests", "max_requests_jitter"):
         raw = getattr(args, name)
         try:
@@ -510,7 +612,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
     options.update(proxy_headers=args.proxy_headers,
                    forwarded_allow_ips=args.forwarded_allow_ips,
                    forwarded_header=args.forwarded_header,
-                   proxy_protocol=args.proxy_protocol)
+                   proxy_protocol=args.proxy_protocol, root_path=args.root_path)
     options.update(_ws_options(args))
     return Config(**options)
 
@@ -598,6 +700,7 @@ class _Source:
     def __init__(self) -> None:
         self.words: dict[str, list[str]] = {}  # dest -> the words that say it
         self.label: dict[str, str] = {}  # dest -> where it came from, for errors
+        self.hooks: dict[str, Any] = {}  # a Python configuration file's (cyserve.hooks)
 
     def add(self, parser: argparse.ArgumentParser, action: argparse.Action, option: str,
             label: str, value: object) -> None:
@@ -643,10 +746,57 @@ def _from_environment(parser: argparse.ArgumentParser, environ: Mapping[str, str
     return src
 
 
+# A Python configuration file's settings and hooks, by its real path: the command line is
+# parsed twice (_prepare_process), and the file's code must run once.
+_PYTHON_CONFIGS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+
+
+def _read_python_config(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A gunicorn-style configuration file, run once: (its settings, its hooks). Its module
+    globals named as options (max_requests, workers, bind) are settings; functions named as
+    hooks (cyserve.hooks) are hooks. Names beginning with '_' or a capital, modules, classes and
+    other functions are the file's own business; any other value is an unknown option."""
+    from .hooks import HOOKS, hook_refusal
+
+    key = os.path.realpath(path)
+    if key in _PYTHON_CONFIGS:
+        return _PYTHON_CONFIGS[key]
+    import runpy
+    import types
+
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise _UsageError(f"--config {path}: cannot read it: {exc.strerror or exc}") from None
+    try:
+        namespace = runpy.run_path(path, run_name="__cyserve_config__")
+    except SyntaxError as exc:
+        raise _UsageError(f"--config {path}, line {exc.lineno}: SyntaxError: {exc.msg}") \
+            from None
+    except Exception as exc:
+        lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__)
+                 if os.path.realpath(f.filename) == key]
+        where = f", line {lines[-1]}" if lines else ""
+        raise _UsageError(f"--config {path}{where}: {type(exc).__name__}: {exc}") from None
+    settings: dict[str, Any] = {}
+    hooks: dict[str, Any] = {}
+    for name, value in namespace.items():
+        if name.startswith("_") or name[:1].isupper():
+            continue
+        refusal = hook_refusal(name)
+        if refusal is not None:
+            raise _UsageError(f"--config {path}: {refusal}")
+        if name in HOOKS:
+            hooks[name] = value
+        elif value is not None and not isinstance(value, (types.ModuleType, type)) \
+                and not callable(value):
+            settings[name] = list(value) if isinstance(value, tuple) else value
+    _PYTHON_CONFIGS[key] = (settings, hooks)
+    return settings, hooks
+
+
 def _read_toml(path: str) -> dict[str, Any]:
-    if path.endswith(".py"):
-        raise _UsageError(f"--config {path}: a Python configuration file (gunicorn's) is not "
-                          "read; give the options as a TOML file")
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # Python 3.10: the tomli backport, a dependency of cyserve there
@@ -670,7 +820,11 @@ def _read_toml(path: str) -> dict[str, Any]:
 def _from_file(parser: argparse.ArgumentParser, path: str) -> _Source:
     names = option_names(parser)
     src = _Source()
-    for key, value in _read_toml(path).items():
+    if path.endswith(".py"):
+        doc, src.hooks = _read_python_config(path)
+    else:
+        doc = _read_toml(path)
+    for key, value in doc.items():
         option = key.replace("_", "-")
         action = names.get(option) if option != "config" else None
         if action is None:
@@ -739,6 +893,10 @@ def parse_sources(argv: Sequence[str] | None = None,
         else:
             words += src.words[dest]
     args = parser.parse_args(words + argv)
+    args.config = path  # the file read, wherever it was named
+    args.hooks = file.hooks
+    for name in file.hooks:
+        labels[name] = f"--config {path}: {name}"
     if args.app is None and app:
         args.app = app[0]
     if args.app is None:
@@ -746,10 +904,46 @@ def parse_sources(argv: Sequence[str] | None = None,
     return args, given, labels
 
 
+def _prepare_process(argv: list[str]) -> list[str]:
+    """--chdir, --umask, --env and --env-file, done before anything else is read or imported;
+    the arguments to parse again then (the --config file's path made absolute: it is read from
+    where the command was started). _UsageError or ConfigError when one cannot be done."""
+    args, _, _ = parse_sources(argv)
+    if args.chdir is None and args.env_file is None and args.umask is None and not args.env:
+        return argv
+    if args.config is not None:
+        argv = argv + ["--config", os.path.abspath(args.config)]
+    if args.chdir is not None:
+        try:
+            os.chdir(args.chdir)
+        except OSError as exc:
+            raise _UsageError(f"--chdir {args.chdir}: cannot enter it: "
+                              f"{exc.strerror or exc}") from None
+    if args.umask is not None:
+        mask = parse_umask(args.umask)
+        if not 0 <= mask <= 0o777:
+            raise ConfigError("umask", args.umask, "must be between 0 and 0o777")
+        os.umask(mask)
+    for item in args.env:
+        name, eq, value = item.partition("=")
+        if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", name) or "\0" in value:
+            raise _UsageError(f"--env {item}: must be NAME=VALUE (a variable name, then '=')")
+        os.environ[name] = value
+    if args.env_file is not None:  # after --env, whose values it does not replace
+        from .envfile import EnvFileError, load_env_file
+
+        try:
+            load_env_file(args.env_file)
+        except EnvFileError as exc:
+            raise _UsageError(str(exc)) from None
+    return argv
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; return its exit status."""
     try:
-        args, config = parse_command(argv)
+        args, config = parse_command(_prepare_process(list(sys.argv[1:] if argv is None
+                                                            else argv)))
         if config.log_config is not None:
             # Before the application is imported, as uvicorn does: its import may log too.
             from .signals import configure_logging

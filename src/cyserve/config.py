@@ -16,11 +16,14 @@ import importlib.util
 import ipaddress
 import math
 import os
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
 from .access_log import compile_format as compile_access_log_format
 from .errors import ConfigError
+from .hooks import HOOKS, check_hook
 from .listeners import check_uds_path, parse_bind
 
 __all__ = ["Config", "INTERFACES", "LOG_LEVELS", "MAX_PROCESSES", "MAX_THREADS",
@@ -136,6 +139,10 @@ class Config:
     # configuration and uvicorn) or "forwarded" (RFC 7239). The other family is ignored: the
     # proxy passes it through from the client.
     forwarded_header: str = "x-forwarded"
+    # The path a proxy serves this application under ("/api"), removed by the proxy before it
+    # forwards: ASGI's root_path and the front of its path, WSGI's SCRIPT_NAME (serving.py,
+    # native/asgi.pyx, native/wsgi.pyx). "": none.
+    root_path: str = ""
     # Worker recycling (supervisor.py): a worker process that has answered max_requests (plus a
     # random 0..max_requests_jitter of its own) is replaced, the new one serving first. 0: never.
     max_requests: int = 0
@@ -190,6 +197,20 @@ class Config:
     ws_ping_interval: float | None = 20.0
     ws_ping_timeout: float | None = 20.0
     ws_per_message_deflate: bool = True
+    # The user and group (names or ids) the worker processes run as: the supervisor, run as
+    # root, binds the listeners, then each worker drops to them before it serves or imports the
+    # application (supervisor.py, owner.py). None: stay as started.
+    user: str | int | None = None
+    group: str | int | None = None
+    # The process's umask (os.umask) from the start, e.g. 0o027; None: the inherited one.
+    umask: int | None = None
+    # Hooks as gunicorn calls them (cyserve.hooks): on_starting(server), when_ready(server),
+    # post_fork(server, worker), worker_exit(server, worker), on_exit(server).
+    on_starting: Callable[..., Any] | None = dataclasses.field(default=None, repr=False)
+    when_ready: Callable[..., Any] | None = dataclasses.field(default=None, repr=False)
+    post_fork: Callable[..., Any] | None = dataclasses.field(default=None, repr=False)
+    worker_exit: Callable[..., Any] | None = dataclasses.field(default=None, repr=False)
+    on_exit: Callable[..., Any] | None = dataclasses.field(default=None, repr=False)
     # Set by the process supervisor for its workers only (not a user option: the CLI has no flag).
     shared_port: bool = dataclasses.field(default=False, repr=False)
 
@@ -417,7 +438,19 @@ class Config:
         """Whether a process supervisor runs the workers: for several processes, and for
         recycling (--max-requests), which needs a process to start the next worker."""
         return (self.processes > 1 or self.max_requests > 0 or self.max_lifetime > 0
-                or self.worker_timeout > 0 or self.reload)
+                or self.worker_timeout > 0 or self.reload or self.drops_privileges
+                or self.post_fork is not None or self.worker_exit is not None)
+
+    @property
+    def drops_privileges(self) -> bool:
+        """Whether the workers switch to another user or group (user, group): then a supervisor
+        runs them, having made every listening socket before (privileged ports included)."""
+        return self.user is not None or self.group is not None
+
+    def process_owner(self) -> tuple[int, int, str | None] | None:
+        """(uid, gid, user name or None) that the workers switch to, or None: stay. Without a
+        group, the user's own (its primary group); without a user, the current uid."""
+        return resolve_owner(self.user, self.group) if self.drops_privileges else None
 
     @property
     def metrics_shards(self) -> int:
@@ -475,6 +508,14 @@ class Config:
             check_forwarded_allow_ips("forwarded_allow_ips", self.forwarded_allow_ips)
         elif self.proxy_headers and "FORWARDED_ALLOW_IPS" in os.environ:
             check_forwarded_allow_ips("forwarded_allow_ips", os.environ["FORWARDED_ALLOW_IPS"])
+        check_root_path(self.root_path)
+        if self.umask is not None:
+            _check_int("umask", self.umask, 0, 0o777)
+        if self.drops_privileges:
+            resolve_owner(self.user, self.group)  # ConfigError when it cannot be done
+        for name in HOOKS:
+            if getattr(self, name) is not None:
+                check_hook(name, getattr(self, name))
 
     def _listens_elsewhere(self) -> bool:
         """Whether bind, uds or fd replace host and port."""
@@ -508,6 +549,73 @@ class Config:
                     raise ConfigError("processes", self.processes,
                                       f"needs fixed ports: {a.url()} would be a port of its "
                                       "own in each process")
+
+
+# A root path's characters: RFC 3986's pchar without '%' (so that the path and the raw path
+# spell it alike), in segments each after a '/'.
+_ROOT_PATH = re.compile(r"(/[A-Za-z0-9\-._~!$&'()*+,;=:@]+)+")
+
+
+def check_root_path(value: object) -> None:
+    """ConfigError unless value is "" or a path such as /api: it begins with '/', does not end
+    with one, and holds no character a path would have to percent-encode."""
+    if not isinstance(value, str):
+        raise ConfigError("root_path", repr(value), "must be a path such as /api")
+    if value == "":
+        return
+    if not value.startswith("/"):
+        raise ConfigError("root_path", repr(value), "must begin with '/', e.g. /api")
+    if value.endswith("/"):
+        raise ConfigError("root_path", repr(value), "must not end with '/' (/api, not /api/; "
+                          "an empty value for none)")
+    if not _ROOT_PATH.fullmatch(value):
+        raise ConfigError("root_path", repr(value), "must be path segments of letters, digits "
+                          "and -._~!$&'()*+,;=:@ (no empty segment, no '%', '?' or '#')")
+
+
+def resolve_owner(user: object, group: object) -> tuple[int, int, str | None]:
+    """(uid, gid, user name or None) for a user and a group given as names or ids (an id may
+    be a string of digits); None keeps the current one, but a user alone brings its primary
+    group. ConfigError for an unknown name, or when switching needs root and this process is
+    not root."""
+    import grp
+    import pwd
+
+    name: str | None = None
+    uid, gid = os.getuid(), os.getgid()
+    if user is not None:
+        if isinstance(user, bool) or not isinstance(user, (str, int)) or user == "":
+            raise ConfigError("user", repr(user), "must be a user name or id")
+        try:
+            entry = pwd.getpwuid(int(user)) if isinstance(user, int) or user.isdigit() \
+                else pwd.getpwnam(user)
+        except KeyError:
+            if isinstance(user, int) or user.isdigit():
+                entry = None  # an id without a name is allowed, as with chown
+                uid = int(user)
+            else:
+                raise ConfigError("user", user, "no such user") from None
+        if entry is not None:
+            uid, gid, name = entry.pw_uid, entry.pw_gid, entry.pw_name
+    if group is not None:
+        if isinstance(group, bool) or not isinstance(group, (str, int)) or group == "":
+            raise ConfigError("group", repr(group), "must be a group name or id")
+        if isinstance(group, int) or group.isdigit():
+            gid = int(group)
+        else:
+            try:
+                gid = grp.getgrnam(group).gr_gid
+            except KeyError:
+                raise ConfigError("group", group, "no such group") from None
+    for value, what in ((uid, "user"), (gid, "group")):
+        if not 0 <= value < 2**32 - 1:
+            raise ConfigError(what, value, "must be an id between 0 and 4294967294")
+    if os.geteuid() != 0 and (uid != os.geteuid() or gid != os.getegid()):
+        which = "user" if user is not None and uid != os.geteuid() else "group"
+        raise ConfigError(which, user if which == "user" else group,
+                          f"switching to another {which} needs root (this process runs as uid "
+                          f"{os.geteuid()}, gid {os.getegid()})")
+    return uid, gid, name
 
 
 def check_log_config(path: object) -> None:

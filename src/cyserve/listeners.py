@@ -144,10 +144,15 @@ class Listeners:
     descriptors; engine_listen() is what cyserve._core.Server takes as ``listen``; close()
     closes what open() made and removes its socket files.
 
-    TCP addresses are not opened here: the engine binds one listener per worker for each."""
+    TCP addresses are not opened here: the engine binds one listener per worker for each. Unless
+    ``share_tcp``: for workers that give up root (--user), which could no longer bind a
+    privileged port, each TCP address is bound here too, once, and shared as a Unix socket is.
+    ``owner`` (uid, gid): the Unix socket files are given to them, as gunicorn does, so that the
+    workers' user owns what it serves on."""
 
     def __init__(self, addresses: Sequence[Address], *, backlog: int = 1024,
-                 uds_perms: int | None = None, systemd: bool = False) -> None:
+                 uds_perms: int | None = None, systemd: bool = False, share_tcp: bool = False,
+                 owner: tuple[int, int] | None = None) -> None:
         self.addresses = list(addresses)
         self.backlog = backlog
         self.uds_perms = uds_perms
@@ -159,6 +164,8 @@ class Listeners:
         # The Unix socket files made here, with their (st_dev, st_ino) as bind() left them.
         self._made_paths: list[tuple[str, tuple[int, int]]] = []
         self._owner = os.getpid()
+        self.share_tcp = share_tcp
+        self.owner = owner
 
     @classmethod
     def for_config(cls, config: Any) -> Listeners:
@@ -171,15 +178,17 @@ class Listeners:
             if fds:
                 addresses = [Address("fd", fd=n) for n in fds]
                 systemd = True
+        owner = config.process_owner()
         listeners = cls(addresses, backlog=config.backlog, uds_perms=config.uds_perms,
-                        systemd=systemd)
+                        systemd=systemd, share_tcp=owner is not None,
+                        owner=owner[:2] if owner is not None else None)
         listeners.explicit = explicit or systemd
         return listeners
 
     @property
     def default(self) -> bool:
         """Whether the server listens on host and port alone, the way it always did."""
-        return not self.explicit
+        return not self.explicit and not self.share_tcp
 
     @property
     def tcp(self) -> list[Address]:
@@ -189,9 +198,14 @@ class Listeners:
         """Make the Unix sockets and check the inherited descriptors. ListenError naming the
         address when one cannot be used; nothing is left open then."""
         try:
-            for a in self.addresses:
+            for i, a in enumerate(self.addresses):
                 if a.kind == "unix":
                     self._sockets.append(self._open_unix(a.path))
+                elif a.kind == "tcp" and self.share_tcp:
+                    sock = self._open_tcp(a)
+                    self._sockets.append(sock)
+                    # The port bound, for the status lines when port 0 was asked for.
+                    self.addresses[i] = Address("tcp", host=a.host, port=sock.getsockname()[1])
                 elif a.kind == "fd":
                     self._check_fd(a.fd)
                     # Not passed on to a program the application runs (sd_listen_fds() sets
@@ -212,9 +226,9 @@ class Listeners:
         out: list[tuple[str, int] | int] = []
         sockets = iter(self._sockets)
         for a in self.addresses:
-            if a.kind == "tcp":
+            if a.kind == "tcp" and not self.share_tcp:
                 out.append((a.host, a.port))
-            elif a.kind == "unix":
+            elif a.kind in ("unix", "tcp"):
                 out.append(next(sockets).fileno())
             else:
                 out.append(a.fd)
@@ -252,6 +266,8 @@ class Listeners:
         except OSError:
             pass
         try:
+            if self.owner is not None:
+                os.chown(path, *self.owner)
             if self.uds_perms is not None:
                 # Before listen(): until then a connect() is refused, so no client gets through
                 # with the mode bind() left (the umask's).
@@ -260,6 +276,27 @@ class Listeners:
         except OSError as exc:
             sock.close()
             raise _unix_error(path, exc) from None
+        return sock
+
+    def _open_tcp(self, a: Address) -> socket.socket:
+        where = a.url()
+        try:
+            infos = socket.getaddrinfo(a.host, a.port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+        except socket.gaierror as exc:
+            raise ListenError(f"cannot listen on {where}: cannot resolve host {a.host}: "
+                              f"{exc.strerror}") from None
+        family, kind, proto, _, addr = infos[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(addr)
+            sock.listen(self.backlog)
+        except OSError as exc:
+            sock.close()
+            err = ListenError(f"cannot listen on {where}: {_reason(exc)}")
+            err.errno = exc.errno
+            raise err from None
         return sock
 
     @staticmethod

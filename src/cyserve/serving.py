@@ -203,7 +203,7 @@ def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Serv
                 where = f"{config.scheme}://{format_address(config.host, srv.port)}"
             else:
                 ports = srv.ports
-                where = ", ".join(a.url(ports[i] if a.kind == "tcp" else None)
+                where = ", ".join(a.url((ports[i] or None) if a.kind == "tcp" else None)
                                   for i, a in enumerate(listeners.addresses))
             say(f"cyserve: serving on {where} with "
                 f"{workers} thread{'s' if workers != 1 else ''} (pid {os.getpid()})")
@@ -324,6 +324,8 @@ def _bind_wsgi(routes: list[Any], config: Config, port: int, host: str | None = 
     from ._core import ASGIHandler, WSGIHandler
 
     for route in routes:
+        if isinstance(route[4], (WSGIHandler, ASGIHandler)):
+            route[4].set_root_path(config.root_path)  # --root-path
         if isinstance(route[4], WSGIHandler):
             route[4].bind(config.host if host is None else host, port, config.workers,
                           config.shared_port)

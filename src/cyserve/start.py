@@ -12,6 +12,7 @@ What both need of signals and status lines is in cyserve.signals.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .app import App, as_app
 from .config import Config
 from .errors import CyserveError
+from .hooks import HookServer, call_hook
 from .serving import serve_process
 from .signals import PidFile, format_address
 from .supervisor import serve_processes
@@ -59,18 +61,39 @@ def serve(app: App | Callable[..., Any], config: Config, *,
     application again, for a process supervisor's reload (SIGHUP).
     """
     app = as_app(app, config.interface)
+    if config.umask is not None:
+        os.umask(config.umask)  # before any file is made: the pid file, a Unix socket
     pidfile = PidFile(config.pid) if config.pid is not None else None
     if config.supervised and (stop_event is not None or ready is not None):
         raise CyserveError("processes > 1 is run from the main thread by signals; "
                            "stop_event and ready apply to one process only")
+    server = HookServer(config)
+    call_hook(config, "on_starting", server, must=True)  # before anything is bound
     if pidfile is not None:
         pidfile.write()
     try:
         if config.supervised:  # processes > 1, or worker recycling (max_requests)
-            if serve_processes(app, config.replace(interface="cyserve"), loader) != 0:
+            if serve_processes(app, config.replace(interface="cyserve"), loader,
+                               server=server) != 0:
                 raise CyserveError("stopped: worker processes failed (see above)")
             return
-        serve_process(app, config, stop_event=stop_event, ready=ready)
+        serve_process(app, config, stop_event=stop_event,
+                      ready=_when_ready(config, server, ready))
     finally:
         if pidfile is not None:
             pidfile.remove()
+        call_hook(config, "on_exit", server)
+
+
+def _when_ready(config: Config, server: HookServer, ready: Callable[[Server], None] | None
+                ) -> Callable[[Server], None] | None:
+    """``ready``, with the when_ready hook called first (one serving process)."""
+    if config.when_ready is None:
+        return ready
+
+    def both(srv: Server) -> None:
+        call_hook(config, "when_ready", server)
+        if ready is not None:
+            ready(srv)
+
+    return both

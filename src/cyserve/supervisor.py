@@ -79,6 +79,8 @@ from collections.abc import Callable
 
 from .errors import ConfigError, CyserveError, ListenError
 from .listeners import Listeners
+from .hooks import HookError, HookServer, HookWorker, call_hook
+from .owner import drop_privileges
 from .reloader import Watcher
 from .serving import MetricsEndpoint, serve_process
 from .signals import Waiter, configure_logging, format_address, listen_error, say
@@ -101,11 +103,13 @@ _SCALE_SIGNALS = (signal.SIGTTIN, signal.SIGTTOU)
 _ABORT_GRACE_SECONDS = 2.0
 
 
-def serve_processes(app: App, config: Config, loader: Callable[[], App] | None = None) -> int:
+def serve_processes(app: App, config: Config, loader: Callable[[], App] | None = None, *,
+                    server: HookServer | None = None) -> int:
     """Supervise config.processes worker processes serving ``app``; return the exit status
     (0 after a requested stop). Raises ListenError/RouteError/CyserveError before forking.
     ``loader`` imports the application again, for a reload (SIGHUP); without it a reload
-    starts new workers with the same application."""
+    starts new workers with the same application. ``server``: what the hooks are given as
+    theirs (cyserve.hooks)."""
     if threading.current_thread() is not threading.main_thread():
         raise CyserveError("processes > 1 needs the main thread (it supervises by signals)")
     configure_logging(config.log_level, config.log_config)
@@ -115,6 +119,12 @@ def serve_processes(app: App, config: Config, loader: Callable[[], App] | None =
                               "needs the application given as MODULE:APP (the command "
                               "line), which can be imported again")
     app.build()  # a bad route is reported here, once
+    if config.drops_privileges:
+        # The engine is loaded here, as root: the user the workers become may not be able to
+        # read it, or the standard library it imports (an interpreter installed under /root).
+        import encodings.idna  # noqa: F401  (the engine encodes host names with it)
+
+        from . import _core  # noqa: F401
     if config.ssl_certfile:
         from ._core import check_tls
 
@@ -142,7 +152,8 @@ def serve_processes(app: App, config: Config, loader: Callable[[], App] | None =
             from ._core import Metrics
 
             region = Metrics(nprocs, config.metrics_shards)  # for the heartbeats alone
-        sup = _Supervisor(app, config, listeners, loader, region, scrape)
+        sup = _Supervisor(app, config, listeners, loader, region, scrape,
+                          server if server is not None else HookServer(config))
         sup.install()
         try:
             if listeners.default:
@@ -178,8 +189,13 @@ def _probe_bind(host: str, port: int) -> None:
 class _Supervisor:
     def __init__(self, app: App, config: Config, listeners: Listeners,
                  loader: Callable[[], App] | None = None, region: Any = None,
-                 scrape: MetricsEndpoint | None = None) -> None:
+                 scrape: MetricsEndpoint | None = None,
+                 server: HookServer | None = None) -> None:
         self.app = app
+        # The hooks' server (cyserve.hooks); when_ready is called once the first workers serve.
+        self.server = server if server is not None else HookServer(config)
+        self.when_ready_due = config.when_ready is not None
+        self.spawned = 0  # workers started so far: the next one's age is one more
         # Metrics and heartbeats (point 6 above): the shared region, each worker's slot in it.
         self.region = region
         self.scrape = scrape
@@ -243,6 +259,10 @@ class _Supervisor:
         while not self.giving_up and self.waiter.pending() == 0:
             time.sleep(_POLL_SECONDS)
             self._read_pipes()
+            if self.when_ready_due and len(self.ready) >= self.target:
+                self.when_ready_due = False
+                self.server.worker_pids = sorted(self.children)
+                call_hook(self.config, "when_ready", self.server)
             if self.watcher is not None:
                 changed = self.watcher.changed()
                 if changed:
@@ -507,6 +527,7 @@ class _Supervisor:
         # and scrapes wait in its socket's queue meanwhile.
         if self.scrape is not None:
             self.scrape.metrics.close()
+        self.spawned += 1
         pid = os.fork()
         if pid != 0:
             if self.scrape is not None:
@@ -514,12 +535,19 @@ class _Supervisor:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
         if pid == 0:  # the worker: never returns into the supervisor's code
             code = 1
+            worker: HookWorker | None = None
             try:
                 os.close(rfd)
                 for fd in self.pipes.values():  # its siblings' pipes are not its business
                     os.close(fd)
                 if self.scrape is not None:  # nor the scrapes
                     self.scrape.sock.close()
+                owner = self.config.process_owner()
+                if owner is not None:  # --user/--group: before the app is imported or served
+                    drop_privileges(owner)
+                worker = HookWorker(self.config, self.spawned, supervisor)
+                self.server.worker_pids = sorted(self.children)
+                call_hook(self.config, "post_fork", self.server, worker, must=True)
                 app = self.app
                 if not self.config.preload and self.loader is not None:
                     app = self.loader()  # --no-preload: this worker imports it for itself
@@ -528,10 +556,14 @@ class _Supervisor:
                                     (self.region, slot) if slot >= 0 else None)
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else 1
+            except HookError as exc:  # post_fork's traceback is printed already
+                say(f"cyserve: {exc}", sys.stderr)
             except BaseException:  # noqa: B036 - whatever happens, leave by os._exit
                 import traceback
                 traceback.print_exc()
             finally:
+                if worker is not None:
+                    call_hook(self.config, "worker_exit", self.server, worker)
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(code)

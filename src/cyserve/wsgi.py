@@ -27,6 +27,9 @@ How a request maps onto the environ, and how the answer goes out:
   that blocks between pieces holds a worker thread, as with gunicorn's sync workers.
 - ``SCRIPT_NAME`` is the mount prefix, ``PATH_INFO`` the rest of the path, both percent-decoded
   and given as latin-1 text (PEP 3333's bytes in a str), ``QUERY_STRING`` the raw query.
+  With ``--root-path /svc`` (``root_path="/svc"``), ``SCRIPT_NAME`` is "/svc" followed by the
+  prefix; an application mounted at "/" whose request path still begins with "/svc" has it moved
+  from ``PATH_INFO`` to ``SCRIPT_NAME`` (gunicorn's reading of its SCRIPT_NAME).
 - A request header whose name holds "_" is left out, as nginx and gunicorn do: otherwise
   "X_User: admin" would arrive as ``HTTP_X_USER``, the same key as "X-User".
 - From the answer: Date is the engine's (the app's is dropped); the app's Server is sent, and

@@ -120,12 +120,17 @@ def test_a_bad_key_or_value_names_it(tmp_path: Path, content: str, env: dict[str
     assert "\n" not in text
 
 
-def test_a_gunicorn_python_config_is_refused_clearly(tmp_path: Path) -> None:
+def test_a_gunicorn_python_config_is_read(tmp_path: Path) -> None:
+    # Its globals named as options are options (the hooks: tests/e2e/test_hooks.py), below the
+    # environment and the command line as a TOML file's are; its own names are left alone.
     conf = tmp_path / "gunicorn.conf.py"
-    conf.write_text("workers = 2\n")
-    with pytest.raises(cli._UsageError, match="a Python configuration file .gunicorn's. is not "
-                                              "read; give the options as a TOML file"):
-        cli.parse_command(["m:app", "-c", str(conf)], {})
+    conf.write_text("import multiprocessing\n\nBASE = 4\nworkers = BASE // 2\n"
+                    "max_requests = 100\nbind = ('127.0.0.1:9100', 'unix:/tmp/c.sock')\n"
+                    "access_log = True\npid = None\n\n\ndef helper():\n    return 1\n")
+    args, config = cli.parse_command(["m:app", "-c", str(conf), "--max-requests", "7"],
+                                     {"CYSERVE_ACCESS_LOG": "0"})
+    assert (config.processes, config.max_requests, config.bind, config.access_log,
+            config.pid) == (2, 7, ("127.0.0.1:9100", "unix:/tmp/c.sock"), False, None)
 
 
 def test_a_value_given_on_the_command_line_is_reported_as_the_option(tmp_path: Path) -> None:

@@ -532,10 +532,14 @@ cdef class ASGIHandler:
     cdef str _label
     cdef dict _template         # the scope's keys and constant values (_scope)
     cdef public bint ws_deflate  # negotiate permessage-deflate (the Server's option)
+    cdef str _mount             # the mount's prefix ("" at /), root_path without a root path
+    cdef str _outer             # the server's root path (set_root_path), None without one
+    cdef bytes _outer_b
 
     def __init__(self, app, str root_path=""):
         self.app = app
         self.root_path = root_path.rstrip("/")
+        self._mount = self.root_path
         # Every key of the http scope, in this order; _scope replaces the values marked None.
         self._template = {
             "type": "http",
@@ -561,6 +565,17 @@ cdef class ASGIHandler:
 
     def bind(self, str host, int port):
         self.server = (host, port)
+
+    def set_root_path(self, str root):
+        """The server's root path (--root-path; "" for none), set before requests arrive: the
+        scope's root_path is it followed by the mount's prefix, and its path and raw_path begin
+        with it, as uvicorn (since 0.26) builds them: the proxy in front removed it from the
+        path, and an application reads the path the client asked for."""
+        self.root_path = root + self._mount
+        self._root_b = self.root_path.encode("utf-8")
+        self._template["root_path"] = self.root_path
+        self._outer = root or None
+        self._outer_b = root.encode("ascii") if root else None
 
     def __call__(self, request):
         # A Python target must be callable; an ASGI route's calls go through _asgi_call.
@@ -609,6 +624,9 @@ cdef class ASGIHandler:
             scope["extensions"] = {"tls": _tls_extension(<const cs.req_t *>req)}
         else:
             scope["extensions"] = {}
+        if self._outer is not None:  # set_root_path
+            scope["path"] = self._outer + scope["path"]
+            scope["raw_path"] = self._outer_b + scope["raw_path"]
         return scope
 
     cdef _Exchange _start(self, const cyserve_request *req):

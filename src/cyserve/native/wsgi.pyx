@@ -155,6 +155,9 @@ cdef class WSGIHandler:
     # The environ's keys that are the same on every request: replaced whole by bind() before
     # requests arrive, then only read (copied) by every worker.
     cdef dict _base
+    # The server's root path (set_root_path), None without one.
+    cdef str _outer
+    cdef bytes _outer_b
 
     def __init__(self, app, str script_name=""):
         if not callable(app):
@@ -185,6 +188,12 @@ cdef class WSGIHandler:
         base["wsgi.multiprocess"] = bool(processes)
         self._base = base  # replaced whole: a request being served keeps the one it copied
 
+    def set_root_path(self, str root):
+        """The server's root path (--root-path; "" for none), set before requests arrive:
+        SCRIPT_NAME is it followed by the mount's prefix (_root_environ)."""
+        self._outer = root or None
+        self._outer_b = root.encode("ascii") if root else None
+
     def __repr__(self):
         name = getattr(self.app, "__qualname__", type(self.app).__name__)
         return f"<WSGIHandler {getattr(self.app, '__module__', '?')}.{name}>"
@@ -213,6 +222,8 @@ cdef class WSGIHandler:
             env["PATH_INFO"] = _unquote_latin1(req.path.ptr + slen, req.path.len - slen)
         else:
             env["PATH_INFO"] = _unquote_latin1(req.path.ptr, req.path.len)
+        if self._outer is not None:
+            _root_environ(self, env, req)
         env["QUERY_STRING"] = _str_of(req.query)
         env["SERVER_PROTOCOL"] = ("HTTP/2" if cs.server_req_http2(<const cs.req_t *>req) else
                                   "HTTP/1.1" if req.minor_version == 1 else "HTTP/1.0")
@@ -760,3 +771,18 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx,
         if a.it is not None:  # not handed to the engine: the answer failed
             _wsgi_close(a.result)
             a.it = a.result = None
+
+
+cdef void _root_environ(WSGIHandler self, dict env, const cyserve_request *req) except *:
+    # SCRIPT_NAME is the root path, then the mount's prefix as the request spelt it. An
+    # application mounted at "/" whose request path still begins with the root path (a proxy
+    # that passes it on) has it moved from PATH_INFO to SCRIPT_NAME, as gunicorn does with its
+    # SCRIPT_NAME: the application sees the same environ either way.
+    cdef size_t n = <size_t>len(self._outer_b)
+    if (not self.script_name and req.path.len >= n
+            and memcmp(req.path.ptr, <const char *>self._outer_b, n) == 0
+            and (req.path.len == n or req.path.ptr[n] == c'/')):
+        env["SCRIPT_NAME"] = self._outer
+        env["PATH_INFO"] = _unquote_latin1(req.path.ptr + n, req.path.len - n)
+    else:
+        env["SCRIPT_NAME"] = self._outer + env["SCRIPT_NAME"]
