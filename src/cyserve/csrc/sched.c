@@ -99,7 +99,10 @@
  *   2. run the local list, then the run queue (pop);
  *      After each coroutine, run a batch of offloaded calls if one is due (see below);
  *   3. when empty: account finished coroutines (batch mode ends when none is alive), run a
- *      batch of offloaded calls, poll epoll and timers without blocking;
+ *      batch of offloaded calls, poll epoll and timers without blocking when steps 4 and 5
+ *      could find something (w_poll_first: our own events come before others' work);
+ *      otherwise the park of step 6 is next, and its epoll_wait does that poll (a light load
+ *      then makes one epoll_wait per wake-up, not two);
  *   4. spin: take a batch from the inject queue, then steal from a random victim, then from
  *      the others in turn;
  *   5. rescue a worker stuck in one coroutine, if any (see above);
@@ -907,6 +910,35 @@ static int w_others_unparked(struct sched_worker *w)
     return 0;
 }
 
+/* Whether the loop's step 3 polls this worker's epoll without blocking before it looks for work
+ * elsewhere: only when there may be something elsewhere (an injected coroutine, another run
+ * queue to steal from, another worker in coroutine code that a rescue may step in for), so that
+ * our own events and due timers come first. When there is nothing elsewhere, steps 4 and 5 find
+ * nothing and the park is next: its epoll_wait reports the same events (epoll keeps a readiness
+ * until it is reported, whatever the wait's timeout) and w_park's timeout is 0 when a timer is
+ * due, so nothing is lost or delayed by skipping the non-blocking poll; it only saved a park
+ * when it found something, and the park then returns at once. The reads are hints (relaxed): a
+ * coroutine pushed after them is seen by w_park's re-check after its fence (the recipe), and a
+ * worker entering coroutine code after them is watched by the park's timeout. */
+static int w_poll_first(struct sched_worker *w)
+{
+    struct sched *s = w->s;
+    if (!w->parked_head && !w->heap_len)
+        return 0; /* nobody of ours waits on an event or a timer */
+    if (__atomic_load_n(&s->inj_len, __ATOMIC_RELAXED) > 0)
+        return 1;
+    for (unsigned i = 0; i < s->n_all; i++) {
+        if (i == w->id)
+            continue;
+        if (runq_len(&s->w[i].rq) > 0)
+            return 1;
+        /* safety: relaxed, a hint: odd while that worker runs coroutine code (w_rescue). */
+        if (i < s->n && (__atomic_load_n(&s->w[i].run_seq, __ATOMIC_RELAXED) & 1))
+            return 1;
+    }
+    return 0;
+}
+
 static void w_park(struct sched_worker *w, int watch)
 {
     struct sched *s = w->s;
@@ -995,7 +1027,7 @@ static void w_loop(struct sched_worker *w)
             w_loop_offloads(w);
             continue;
         }
-        if ((w->parked_head || w->heap_len) && w_poll(w, w, 0) > 0)
+        if (w_poll_first(w) && w_poll(w, w, 0) > 0)
             continue;
         co = w_find_work(w);
         if (co) {
