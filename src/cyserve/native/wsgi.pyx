@@ -394,7 +394,8 @@ cdef bint _wsgi_file(_WSGIAnswer answer, wrapper) except -1:
     length = answer.length_value()
     if length is not None and length != rest:
         return False  # what iterating gives (a mismatch is the app's error)
-    answer.file_fd = _os.dup(fd)  # the app's file is closed next; this stays open
+    answer.file_fd = _OwnedFd.__new__(_OwnedFd)
+    answer.file_fd.fd = _os.dup(fd)  # the app's file is closed next; this stays open
     answer.file_offset = pos
     answer.file_len = rest
     return True
@@ -582,6 +583,21 @@ cdef class _EnvPart:
     cdef dict env
 
 
+cdef class _OwnedFd:
+    """A descriptor of a wsgi.file_wrapper's file that the answer owns until the engine's
+    response takes it (fd -1 then); closed when the answer fails before that. A holder of its
+    own, so that _WSGIAnswer needs no __dealloc__ (whose error-state save and restore every
+    answer would pay)."""
+    cdef int fd
+
+    def __cinit__(self):
+        self.fd = -1
+
+    def __dealloc__(self):
+        if self.fd >= 0:
+            _os.close(self.fd)
+
+
 cdef class _WSGIAnswer:
     """start_response and write() of one request, and then the answer itself: the handler
     returns it and _fill_response copies it into the engine's response."""
@@ -597,13 +613,9 @@ cdef class _WSGIAnswer:
     cdef object it  # the rest of the body, when it is streamed
     cdef object result
     # A body in a file (wsgi.file_wrapper, _wsgi_file): our descriptor of it, or None.
-    cdef object file_fd
+    cdef _OwnedFd file_fd
     cdef uint64_t file_offset
     cdef uint64_t file_len
-
-    def __dealloc__(self):
-        if self.file_fd is not None:  # never handed to the engine (the answer failed)
-            _os.close(self.file_fd)
 
     cdef object length_value(self):
         """The announced Content-Length as an int, or None (none, or a 204/304's)."""
@@ -796,9 +808,9 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx,
         if a.close:
             _add_header(resp, "Connection", "close")
         if a.file_fd is not None:
-            _check_rc(cs.resp_set_body_file(resp, <int>a.file_fd, a.file_offset, a.file_len),
+            _check_rc(cs.resp_set_body_file(resp, a.file_fd.fd, a.file_offset, a.file_len),
                       "file body")
-            a.file_fd = None  # the response's now
+            a.file_fd.fd = -1  # the response's now
             return 0
         chunks = a.chunks
         if not chunks or a.head_unknown:  # an answer to HEAD sends none of it anyway
