@@ -923,9 +923,9 @@ static int w_others_unparked(struct sched_worker *w)
  * epoll_wait reports the same events (epoll keeps a readiness until it is reported, whatever
  * the wait's timeout) and fires due timers (w_park's timeout is 0 when one is due). What differs
  * is the cost. Polling first costs a system call that finds nothing under a light load (then
- * the park makes a second epoll_wait for the same wake-up); not polling costs a spin, a steal
- * attempt and the park's protocol (about 1,100 instructions) each time events are already
- * waiting, as under a heavy load. So the worker polls first when the last look found its epoll
+ * the park makes a second epoll_wait for the same wake-up); not polling costs a spin (steal
+ * attempts over every run queue) and the park's protocol (its atomics and fence) each time
+ * events are already waiting, as under a heavy load. So the worker polls first when the last look found its epoll
  * ready at once (poll_ready), and always when something elsewhere could otherwise come before
  * our own events (an injected coroutine, another run queue to steal from, another worker in
  * coroutine code that a rescue may step in for). The reads of others' state are hints
