@@ -219,3 +219,22 @@ def test_file_wrapper_with_a_wrong_length_is_still_the_apps_error(data_file: str
         assert request(srv.port, get("/f?short")).status == 500
         assert request(srv.port, get("/f?")).body == BIG
     assert all(f.closed for f in opened)
+
+
+def test_a_file_answer_that_fails_closes_the_descriptor_it_took(data_file: str) -> None:
+    # The answer takes its own descriptor of the file (a dup) before its headers go into the
+    # engine's response; a header the engine refuses fails the answer there, and that
+    # descriptor must be closed with it, not leaked once per request.
+    def app(environ: dict[str, Any], start_response: Any) -> Any:
+        start_response("200 OK", [("X-Bad", "a\x01b")])
+        return environ["wsgi.file_wrapper"](open(data_file, "rb"), 8192)  # noqa: SIM115
+
+    with serving(as_app(app).build()) as srv, Conn(srv.port) as c:
+        c.send(get("/"))
+        assert c.reply().status == 500
+        before = len(os.listdir("/proc/self/fd"))
+        for _ in range(5):
+            c.send(get("/"))
+            assert c.reply().status == 500
+        gc.collect()
+        assert len(os.listdir("/proc/self/fd")) == before

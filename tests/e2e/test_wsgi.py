@@ -86,6 +86,51 @@ def test_remote_port_is_the_clients(echo_port: int) -> None:
         assert int(env["REMOTE_PORT"]) == c.sock.getsockname()[1]
 
 
+def test_what_comes_from_the_connection_is_each_connections_own(echo_port: int) -> None:
+    # The keys that depend on the connection and its Host are made once per connection and kept
+    # by the worker: each connection, and each Host, must still get its own values, the same
+    # connection the same ones on every request, and a new Host its own split at once.
+    with Conn(echo_port) as a, Conn(echo_port) as b:
+        seen = []
+        for c, host in ((a, "one.test:81"), (b, "one.test:81"), (a, "two.test"),
+                        (a, "one.test:81"), (b, "[::1]:82"), (b, "one.test:81")):
+            c.send(get("/", host=host))
+            env = ast.literal_eval(c.reply().body.decode())
+            seen.append((int(env["REMOTE_PORT"]), env["SERVER_NAME"], env["SERVER_PORT"],
+                         env["HTTP_HOST"], env["SERVER_PROTOCOL"]))
+        pa, pb = a.sock.getsockname()[1], b.sock.getsockname()[1]
+        assert seen == [(pa, "one.test", "81", "one.test:81", "HTTP/1.1"),
+                        (pb, "one.test", "81", "one.test:81", "HTTP/1.1"),
+                        (pa, "two.test", "80", "two.test", "HTTP/1.1"),
+                        (pa, "one.test", "81", "one.test:81", "HTTP/1.1"),
+                        (pb, "::1", "82", "[::1]:82", "HTTP/1.1"),
+                        (pb, "one.test", "81", "one.test:81", "HTTP/1.1")]
+        # An HTTP/1.0 request on the same connection says so (the part depends on it too).
+        a.send(b"GET / HTTP/1.0\r\nHost: one.test:81\r\nConnection: keep-alive\r\n\r\n")
+        env = ast.literal_eval(a.reply().body.decode())
+        assert (env["SERVER_PROTOCOL"], int(env["REMOTE_PORT"])) == ("HTTP/1.0", pa)
+
+
+def test_each_request_gets_a_fresh_environ_and_input(echo_port: int) -> None:
+    # The per-connection part is copied, never handed out: what an app adds to its environ, or
+    # reads from its wsgi.input, is not there on the next request.
+    def app(environ: Environ, start_response: Any) -> list[bytes]:
+        seen = (environ.get("x.mark"), environ["SERVER_NAME"], environ["wsgi.input"].tell(),
+                type(environ["wsgi.input"]).__name__)
+        environ["x.mark"] = True
+        environ["SERVER_NAME"] = "changed"
+        environ["wsgi.input"].write(b"scribble")
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [repr(seen).encode()]
+
+    a = cyserve.App()
+    a.wsgi("/", app)
+    with serving(a.build()) as srv, Conn(srv.port) as c:
+        for host in ("t", "t", "h.test", "t"):
+            c.send(get("/", host=host))
+            assert ast.literal_eval(c.reply().body.decode()) == (None, host, 0, "BytesIO")
+
+
 def test_path_info_is_percent_decoded_bytes_as_latin1(echo_port: int) -> None:
     env = environ_of(echo_port, get("/caf%C3%A9/a%2Fb%20c"))
     # PEP 3333: the decoded bytes, each as one latin-1 character; "%2F" is a "/" here (CGI).

@@ -99,7 +99,10 @@
  *   2. run the local list, then the run queue (pop);
  *      After each coroutine, run a batch of offloaded calls if one is due (see below);
  *   3. when empty: account finished coroutines (batch mode ends when none is alive), run a
- *      batch of offloaded calls, poll epoll and timers without blocking;
+ *      batch of offloaded calls, poll epoll and timers without blocking when events are
+ *      arriving fast or steps 4 and 5 could find something (w_poll_first); otherwise the park
+ *      of step 6 is next, and its epoll_wait does that poll (a light load then makes one
+ *      epoll_wait per wake-up, not two);
  *   4. spin: take a batch from the inject queue, then steal from a random victim, then from
  *      the others in turn;
  *   5. rescue a worker stuck in one coroutine, if any (see above);
@@ -287,6 +290,11 @@ struct sched_worker {
     /* 1 while w_park dispatches the events its wait returned: what they spawn here needs no
      * wake-up (w_park's own end wakes another worker if one should spin). */
     int in_park;
+    /* 1 when the last look at our epoll found it ready at once (a non-blocking poll that found
+     * events, or a park whose wait returned within SCHED_BUSY_PARK_NS): events are arriving
+     * faster than we serve them, and the loop's step 3 polls before it parks (w_poll_first).
+     * Owner only. */
+    int poll_ready;
     unsigned finished_pending;
     /* Counters: written by the owner only, read approximately by sched_get_stats (relaxed). */
     uint64_t st_spawned, st_finished, st_steals, st_parks, st_hops, st_offloads;
@@ -348,6 +356,9 @@ static NOINLINE struct sched_worker *sched_self(void)
  * microseconds) so rescues never compete with a healthy worker, and small enough that a client
  * of a stalled worker sees at most about a millisecond more latency. */
 #define SCHED_RESCUE_NS 1000000ull
+/* A park whose epoll_wait returned within this found its events (nearly) ready: see
+ * sched_worker.poll_ready. */
+#define SCHED_BUSY_PARK_NS 100000ull
 
 static inline void cpu_relax(void)
 {
@@ -907,6 +918,40 @@ static int w_others_unparked(struct sched_worker *w)
     return 0;
 }
 
+/* Whether the loop's step 3 polls this worker's epoll without blocking before it looks for work
+ * elsewhere. Both ways lose nothing: when steps 4 and 5 find nothing the park is next, and its
+ * epoll_wait reports the same events (epoll keeps a readiness until it is reported, whatever
+ * the wait's timeout) and fires due timers (w_park's timeout is 0 when one is due). What differs
+ * is the cost. Polling first costs a system call that finds nothing under a light load (then
+ * the park makes a second epoll_wait for the same wake-up); not polling costs a spin (steal
+ * attempts over every run queue) and the park's protocol (its atomics and fence) each time
+ * events are already waiting, as under a heavy load. So the worker polls first when the last look found its epoll
+ * ready at once (poll_ready), and always when something elsewhere could otherwise come before
+ * our own events (an injected coroutine, another run queue to steal from, another worker in
+ * coroutine code that a rescue may step in for). The reads of others' state are hints
+ * (relaxed): a coroutine pushed after them is seen by w_park's re-check after its fence (the
+ * recipe), and a worker entering coroutine code after them is watched by the park's timeout. */
+static int w_poll_first(struct sched_worker *w)
+{
+    struct sched *s = w->s;
+    if (!w->parked_head && !w->heap_len)
+        return 0; /* nobody of ours waits on an event or a timer */
+    if (w->poll_ready)
+        return 1;
+    if (__atomic_load_n(&s->inj_len, __ATOMIC_RELAXED) > 0)
+        return 1;
+    for (unsigned i = 0; i < s->n_all; i++) {
+        if (i == w->id)
+            continue;
+        if (runq_len(&s->w[i].rq) > 0)
+            return 1;
+        /* safety: relaxed, a hint: odd while that worker runs coroutine code (w_rescue). */
+        if (i < s->n && (__atomic_load_n(&s->w[i].run_seq, __ATOMIC_RELAXED) & 1))
+            return 1;
+    }
+    return 0;
+}
+
 static void w_park(struct sched_worker *w, int watch)
 {
     struct sched *s = w->s;
@@ -926,9 +971,11 @@ static void w_park(struct sched_worker *w, int watch)
         int watch_ms = (int)((SCHED_RESCUE_NS + 999999) / 1000000);
         if ((watch || w_others_unparked(w)) && (timeout < 0 || timeout > watch_ms))
             timeout = watch_ms;
+        uint64_t parked_at = w->now;
         w->in_park = 1;
         w_poll(w, w, timeout);
         w->in_park = 0;
+        w->poll_ready = w->now - parked_at < SCHED_BUSY_PARK_NS; /* w_poll set now */
     }
     /* safety: take our state back; whatever a waker stored tells us how we were woken. */
     int st = __atomic_exchange_n(&w->parked, W_RUNNING, __ATOMIC_SEQ_CST);
@@ -995,8 +1042,11 @@ static void w_loop(struct sched_worker *w)
             w_loop_offloads(w);
             continue;
         }
-        if ((w->parked_head || w->heap_len) && w_poll(w, w, 0) > 0)
-            continue;
+        if (w_poll_first(w)) {
+            w->poll_ready = w_poll(w, w, 0) > 0;
+            if (w->poll_ready)
+                continue;
+        }
         co = w_find_work(w);
         if (co) {
             w_run(w, co, w, 0);

@@ -171,21 +171,24 @@ _error_log = _logging.getLogger("cyserve.error")
 
 # ---- per-thread state ----
 DEF WSGI_KEYS_SLOTS = 512  # native/wsgi.pyx, _env_key
+DEF WSGI_ENV_SLOTS = 256  # native/wsgi.pyx, WSGIHandler._conn_part
 DEF ASGI_NAMES_SLOTS = 256  # native/asgi.pyx, _asgi_name
 DEF ASGI_PEER_SLOTS = 256   # native/asgi.pyx, _asgi_client
 # What the handler kinds remember between requests and change while serving (the WSGI environ
-# key of each header name, the last Host split, what an ASGI batch queued for the loop) is kept
-# per thread, not per module. With the GIL, a module-wide table was safe because only one worker
-# ran Python at a time; on a free-threaded interpreter the workers run their batches at once, and
-# a table they all write would need a lock on every request (and its cache line would move
-# between cores on every hit). Per thread, a worker reads and writes only its own, without any
-# synchronisation, and a GIL build pays one thread-local load per use. Each worker warms its
-# own copy: a few hundred bytes, and a miss costs what the first request always cost.
+# key of each header name, the environ's part of each connection, what an ASGI batch queued for
+# the loop) is kept per thread, not per module. With the GIL, a module-wide table was safe
+# because only one worker ran Python at a time; on a free-threaded interpreter the workers run
+# their batches at once, and a table they all write would need a lock on every request (and its
+# cache line would move between cores on every hit). Per thread, a worker reads and writes only
+# its own, without any synchronisation, and a GIL build pays one thread-local load per use. Each
+# worker warms its own copy: a few hundred bytes for the name tables, up to WSGI_ENV_SLOTS
+# environ parts of about 1 KiB each for WSGI, and a miss costs what the first request always
+# cost.
 
 cdef class _ThreadCache:
     cdef list key_names     # native/wsgi.pyx, _env_key: the header name seen in each slot
     cdef list key_values    # ... and its environ key
-    cdef object host_split  # native/wsgi.pyx: (Host, SERVER_NAME, SERVER_PORT) last seen, or None
+    cdef list env_parts     # native/wsgi.pyx, WSGIHandler._conn_part: the entry in each slot
     cdef list asgi_queue    # native/asgi.pyx: what this thread's batch queued for its loop
     cdef object asgi_loop   # native/asgi.pyx: that loop (an _ASGILoop, _asgi_here), or None
     cdef list asgi_names    # native/asgi.pyx, _asgi_name: the header name seen in each slot
@@ -206,6 +209,7 @@ cdef _ThreadCache _tcache_new():
     cdef _ThreadCache c = _ThreadCache.__new__(_ThreadCache)
     c.key_names = [None] * WSGI_KEYS_SLOTS
     c.key_values = [None] * WSGI_KEYS_SLOTS
+    c.env_parts = [None] * WSGI_ENV_SLOTS
     c.asgi_queue = []
     c.asgi_names = [None] * ASGI_NAMES_SLOTS
     c.asgi_lower = [None] * ASGI_NAMES_SLOTS

@@ -13,9 +13,10 @@ import stat as _stat
 import sys as _sys
 from wsgiref.util import FileWrapper as _FileWrapper
 
-from cpython.dict cimport PyDict_Copy, PyDict_GetItem
+from cpython.dict cimport PyDict_Copy, PyDict_GetItem, PyDict_GetItemWithError
 from cpython.list cimport PyList_GET_ITEM
 from cpython.unicode cimport PyUnicode_DecodeLatin1
+from cpython.object cimport PyTypeObject
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from libc.stdint cimport uint64_t
 from libc.string cimport memchr, memcmp
@@ -23,6 +24,7 @@ from libc.string cimport memchr, memcmp
 cdef extern from "<strings.h>" nogil:
     int strncasecmp(const char *a, const char *b, size_t n)
 
+cdef tuple _NO_ARGS = ()
 _HOP_BY_HOP_ERRORS = frozenset({"transfer-encoding", "te", "trailer", "upgrade"})
 _WSGI_DROPPED = frozenset({"date", "keep-alive"})
 # The reason phrase to send for each WSGI status line seen: None where it is the engine's own for
@@ -205,15 +207,36 @@ cdef class WSGIHandler:
         return self._environ(request._req, inp)
 
     cdef dict _environ(self, const cyserve_request *req, RequestBody inp=None):
-        cdef dict env = PyDict_Copy(self._base)
         cdef size_t i, slen = len(self.script_name)
         cdef const cyserve_header *h
         cdef const char *peer
-        cdef const char *colon
-        cdef const char *p
-        cdef size_t n
-        cdef bint tls
+        cdef const char *host = NULL
+        cdef size_t host_n = 0, peer_n = 0
+        cdef int n_host = 0
+        cdef bint tls = cs.server_req_tls(<const cs.req_t *>req)
         cdef _ThreadCache cache = _tcache()
+        for i in range(req.num_headers):
+            h = &req.headers[i]
+            if h.name.len == 4 and strncasecmp(h.name.ptr, "host", 4) == 0:
+                n_host += 1
+                host = h.value.ptr
+                host_n = h.value.len
+        if cs.server_req_peer(<const cs.req_t *>req, &peer) == 0:
+            peer_n = strlen(peer)
+        else:
+            peer = NULL
+        cdef int flags = (
+            (2 if cs.server_req_http2(<const cs.req_t *>req) else
+             1 if req.minor_version == 1 else 0)
+            | (4 if tls else 0)
+            # "http" unless a trusted proxy said "https" (X-Forwarded-Proto, Forwarded: proto=).
+            | (8 if cs.server_req_scheme(<const cs.req_t *>req)[4] == c's' else 0)
+            | (16 if n_host == 1 else 0)
+            | (32 if peer != NULL else 0))
+        if n_host != 1:
+            host = NULL
+            host_n = 0
+        cdef dict env = PyDict_Copy(self._conn_part(cache, flags, peer, peer_n, host, host_n))
         env["REQUEST_METHOD"] = _method_str(req.method)
         # The router matched the prefix on a segment boundary: the path starts with it.
         if slen and req.path.len >= slen:
@@ -225,14 +248,16 @@ cdef class WSGIHandler:
         if self._outer is not None:
             _root_environ(self, env, req)
         env["QUERY_STRING"] = _str_of(req.query)
-        env["SERVER_PROTOCOL"] = ("HTTP/2" if cs.server_req_http2(<const cs.req_t *>req) else
-                                  "HTTP/1.1" if req.minor_version == 1 else "HTTP/1.0")
-        cdef bytes body
         if inp is not None:  # a large body, read from the connection as the app reads
             env["wsgi.input"] = inp
+        elif req.body.len == 0:
+            # BytesIO.__new__ alone: the very object BytesIO() gives (its __init__ with no
+            # initial value only resets the empty state __new__ made), without the call's
+            # argument parsing.
+            env["wsgi.input"] = (<PyTypeObject *>_BytesIO).tp_new(<type>_BytesIO, <PyObject *>_NO_ARGS, NULL)
         else:
-            body = PyBytes_FromStringAndSize(req.body.ptr, <Py_ssize_t>req.body.len)
-            env["wsgi.input"] = _BytesIO(body)
+            env["wsgi.input"] = _BytesIO(
+                PyBytes_FromStringAndSize(req.body.ptr, <Py_ssize_t>req.body.len))
         cdef bint had_length = False
         cdef Py_ssize_t used
         for i in range(req.num_headers):
@@ -254,27 +279,54 @@ cdef class WSGIHandler:
                 env["CONTENT_LENGTH"] = str(inp._br.length)
         elif req.body.len or had_length:
             env["CONTENT_LENGTH"] = str(req.body.len)
-        tls = cs.server_req_tls(<const cs.req_t *>req)
         if tls:
-            env["wsgi.url_scheme"] = "https"
             _tls_environ(env, <const cs.req_t *>req)
-        host = env.get("HTTP_HOST")
-        if host:
-            # Nearly every request names the same host: its split is kept, per thread
-            # (_ThreadCache: one tuple, replaced whole).
-            last = cache.host_split
-            if last is not None and (<tuple>last)[0] == host:
-                name = (<tuple>last)[1]
-                port = (<tuple>last)[2]
-            else:
-                name, port = _split_host(host)
-                cache.host_split = (host, name, port)
-            if name:  # else (":80") the server's own, from the base
-                env["SERVER_NAME"] = name
-            env["SERVER_PORT"] = port or ("443" if tls else "80")
-        if cs.server_req_peer(<const cs.req_t *>req, &peer) == 0:
-            n = strlen(peer)
-            colon = peer + n
+        if n_host > 1:  # one value joined from them all, as HTTP_HOST gives it
+            _env_host(env, env["HTTP_HOST"], tls)
+        return env
+
+    cdef dict _conn_part(self, _ThreadCache cache, int flags, const char *peer, size_t peer_n,
+                         const char *host, size_t host_n):
+        """The environ's keys that depend only on the connection and its Host (the base, then
+        SERVER_PROTOCOL, wsgi.url_scheme, SERVER_NAME and SERVER_PORT from the one Host header,
+        REMOTE_ADDR and REMOTE_PORT from the peer): a dict that each request copies. They are
+        the same on every request of a keep-alive connection, so they are made once for it and
+        kept in this thread's table (_ThreadCache.env_parts, WSGI_ENV_SLOTS slots indexed by a
+        hash of the peer, the Host and flags). Each entry is a function of what it is looked
+        up by (the base dict, flags, the peer's and the Host's bytes), all compared on a hit: an
+        entry can be reused by another connection only where it would be made the same. So a
+        request sees exactly the keys and values it would get without the table. A miss
+        (another connection in the slot) makes the part again, as the first request did."""
+        cdef unsigned hsh = 2166136261u  # FNV-1a over the peer, the Host and flags
+        cdef size_t i
+        for i in range(peer_n):
+            hsh = (hsh ^ <unsigned char>peer[i]) * 16777619u
+        for i in range(host_n):
+            hsh = (hsh ^ <unsigned char>host[i]) * 16777619u
+        hsh = (hsh ^ <unsigned>flags) * 16777619u
+        cdef Py_ssize_t slot = <Py_ssize_t>(hsh & (WSGI_ENV_SLOTS - 1))
+        cdef object seen = <object>PyList_GET_ITEM(cache.env_parts, slot)
+        cdef _EnvPart part
+        if seen is not None:
+            part = <_EnvPart>seen
+            if (part.base is self._base and part.flags == flags
+                    and <size_t>PyBytes_GET_SIZE(part.peer) == peer_n
+                    and <size_t>PyBytes_GET_SIZE(part.host) == host_n
+                    and memcmp(PyBytes_AS_STRING(part.peer), peer, peer_n) == 0
+                    and memcmp(PyBytes_AS_STRING(part.host), host, host_n) == 0):
+                return part.env
+        cdef const char *colon
+        cdef const char *p
+        cdef dict env = PyDict_Copy(self._base)
+        env["SERVER_PROTOCOL"] = ("HTTP/2" if flags & 3 == 2 else
+                                  "HTTP/1.1" if flags & 3 == 1 else "HTTP/1.0")
+        if flags & 12:  # TLS, or a trusted proxy's "https"
+            env["wsgi.url_scheme"] = "https"
+        if host != NULL:
+            _env_host(env, PyUnicode_DecodeLatin1(host, <Py_ssize_t>host_n, NULL),
+                      flags & 4 != 0)
+        if peer != NULL:
+            colon = peer + peer_n
             while colon > peer and colon[0] != c':':
                 colon -= 1
             if colon > peer:
@@ -283,11 +335,16 @@ cdef class WSGIHandler:
                     env["REMOTE_ADDR"] = PyUnicode_DecodeLatin1(p + 1, colon - p - 2, NULL)
                 else:
                     env["REMOTE_ADDR"] = PyUnicode_DecodeLatin1(p, colon - p, NULL)
-                env["REMOTE_PORT"] = PyUnicode_DecodeLatin1(colon + 1, peer + n - colon - 1,
+                env["REMOTE_PORT"] = PyUnicode_DecodeLatin1(colon + 1, peer + peer_n - colon - 1,
                                                             NULL)
-        # "http" unless a trusted proxy said "https" (X-Forwarded-Proto, Forwarded: proto=).
-        if cs.server_req_scheme(<const cs.req_t *>req)[4] == c's':
-            env["wsgi.url_scheme"] = "https"
+        part = _EnvPart.__new__(_EnvPart)
+        part.base = self._base
+        part.flags = flags
+        part.peer = PyBytes_FromStringAndSize(peer, <Py_ssize_t>peer_n) if peer_n else b""
+        part.host = PyBytes_FromStringAndSize(host, <Py_ssize_t>host_n) if host_n else b""
+        part.env = env
+        # This thread's own table: nobody else reads it (the entry is replaced whole).
+        cache.env_parts[slot] = part
         return env
 
     def __call__(self, Request request):
@@ -348,7 +405,8 @@ cdef bint _wsgi_file(_WSGIAnswer answer, wrapper) except -1:
     length = answer.length_value()
     if length is not None and length != rest:
         return False  # what iterating gives (a mismatch is the app's error)
-    answer.file_fd = _os.dup(fd)  # the app's file is closed next; this stays open
+    answer.file_fd = _OwnedFd.__new__(_OwnedFd)
+    answer.file_fd.fd = _os.dup(fd)  # the app's file is closed next; this stays open
     answer.file_offset = pos
     answer.file_len = rest
     return True
@@ -513,6 +571,44 @@ cdef tuple _split_host(str host):
     return (name, port) if sep else (host, "")
 
 
+cdef int _env_host(dict env, str host, bint tls) except -1:
+    """SERVER_NAME and SERVER_PORT from the request's Host (PEP 3333: HTTP_HOST first): its name,
+    unless it has none (":80", then the server's own from the base), and its port, or the
+    scheme's default."""
+    if not host:
+        return 0
+    name, port = _split_host(host)
+    if name:
+        env["SERVER_NAME"] = name
+    env["SERVER_PORT"] = port or ("443" if tls else "80")
+    return 0
+
+
+cdef class _EnvPart:
+    """One entry of a thread's table of connection parts (WSGIHandler._conn_part): what it was
+    made from, and the dict."""
+    cdef object base
+    cdef int flags
+    cdef bytes peer
+    cdef bytes host
+    cdef dict env
+
+
+cdef class _OwnedFd:
+    """A descriptor of a wsgi.file_wrapper's file that the answer owns until the engine's
+    response takes it (fd -1 then); closed when the answer fails before that. A holder of its
+    own, so that _WSGIAnswer needs no __dealloc__ (whose error-state save and restore every
+    answer would pay)."""
+    cdef int fd
+
+    def __cinit__(self):
+        self.fd = -1
+
+    def __dealloc__(self):
+        if self.fd >= 0:
+            _os.close(self.fd)
+
+
 cdef class _WSGIAnswer:
     """start_response and write() of one request, and then the answer itself: the handler
     returns it and _fill_response copies it into the engine's response."""
@@ -528,13 +624,9 @@ cdef class _WSGIAnswer:
     cdef object it  # the rest of the body, when it is streamed
     cdef object result
     # A body in a file (wsgi.file_wrapper, _wsgi_file): our descriptor of it, or None.
-    cdef object file_fd
+    cdef _OwnedFd file_fd
     cdef uint64_t file_offset
     cdef uint64_t file_len
-
-    def __dealloc__(self):
-        if self.file_fd is not None:  # never handed to the engine (the answer failed)
-            _os.close(self.file_fd)
 
     cdef object length_value(self):
         """The announced Content-Length as an int, or None (none, or a 204/304's)."""
@@ -552,8 +644,8 @@ cdef class _WSGIAnswer:
         exc_info = None  # no reference cycle through the traceback
         cdef int code
         cdef PyObject *hit = NULL
-        if type(status) is str:
-            hit = PyDict_GetItem(_WSGI_STATUSES, status)
+        if type(status) is str:  # an exact str: the lookup cannot fail
+            hit = PyDict_GetItemWithError(_WSGI_STATUSES, status)
         if hit != NULL:  # a status line seen (and checked) before
             code = (<tuple>hit)[0]
             reason = (<tuple>hit)[1]
@@ -642,7 +734,10 @@ cdef dict _WSGI_STATUSES = {}
 cdef int _header_kind(name) except -1:
     cdef PyObject *hit = NULL
     if type(name) is str:  # a subclass may hash and compare as it likes
-        hit = PyDict_GetItem(_HEADER_KINDS, name)
+        # PyDict_GetItemWithError: an exact str's hash and comparison cannot fail, and it does
+        # not save and restore the error state around the lookup as PyDict_GetItem does (about
+        # 100 instructions of each lookup's 170).
+        hit = PyDict_GetItemWithError(_HEADER_KINDS, name)
     if hit != NULL:
         return <int><object>hit
     lname = name.lower()
@@ -724,9 +819,9 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx,
         if a.close:
             _add_header(resp, "Connection", "close")
         if a.file_fd is not None:
-            _check_rc(cs.resp_set_body_file(resp, <int>a.file_fd, a.file_offset, a.file_len),
+            _check_rc(cs.resp_set_body_file(resp, a.file_fd.fd, a.file_offset, a.file_len),
                       "file body")
-            a.file_fd = None  # the response's now
+            a.file_fd.fd = -1  # the response's now
             return 0
         chunks = a.chunks
         if not chunks or a.head_unknown:  # an answer to HEAD sends none of it anyway
