@@ -29,7 +29,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from bench.common import processes  # noqa: E402
-from bench.common.procfs import tree_rss_kib  # noqa: E402
+from bench.common.procfs import tree_pss_kib, tree_rss_kib  # noqa: E402
 from bench.http import harness  # noqa: E402
 from bench.http import servers as S  # noqa: E402
 
@@ -104,7 +104,8 @@ def h2_open_idle(port, n, ctx, path="/plaintext"):
 
 
 def measure_h2_tls(name, conns, cpus, settle):
-    """(RSS before, RSS with `conns` idle HTTP/2 connections over TLS), in KiB."""
+    """(RSS before, RSS with `conns` idle HTTP/2 connections over TLS, PSS before, PSS with
+    them), in KiB."""
     import ssl
 
     from bench.http import protocols as P
@@ -124,15 +125,15 @@ def measure_h2_tls(name, conns, cpus, settle):
             for s in h2_open_idle(port, 1, ctx):  # warm: the first stream served, caches made
                 s.close()
             time.sleep(settle)
-            before = tree_rss_kib(run.pid)
+            before, pss_before = tree_rss_kib(run.pid), tree_pss_kib(run.pid)
             socks = h2_open_idle(port, conns, ctx)
             time.sleep(settle)
-            after = tree_rss_kib(run.pid)
+            after, pss_after = tree_rss_kib(run.pid), tree_pss_kib(run.pid)
             for s in socks:
                 s.close()
         finally:
             run.stop()
-    return before, after
+    return before, after, pss_before, pss_after
 
 
 def measure(server, conns, threads, cpus, settle):
@@ -175,14 +176,17 @@ def main(argv=None):
     results = {n: [] for n in names}
     for r in range(args.rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:  # rotate the order
+            pss = ""
             if args.h2_tls:
-                before, after = measure_h2_tls(name, args.conns, args.cpus, args.settle)
+                before, after, pss_b, pss_a = measure_h2_tls(name, args.conns, args.cpus,
+                                                             args.settle)
+                pss = f"; pss {pss_b} KiB -> {pss_a} KiB ({(pss_a - pss_b) * 1024 / args.conns:.0f} B)"
             else:
                 before, after = measure(by_name[name], args.conns, args.threads, args.cpus,
                                         args.settle)
             results[name].append((before, after))
             print(f"round {r} {name:16s} rss {before} KiB -> {after} KiB "
-                  f"({(after - before) * 1024 / args.conns:.0f} B per idle connection)",
+                  f"({(after - before) * 1024 / args.conns:.0f} B per idle connection){pss}",
                   flush=True)
     summary = {}
     kind = "idle HTTP/2 over TLS" if args.h2_tls else "idle"
