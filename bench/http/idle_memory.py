@@ -29,7 +29,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from bench.common import processes  # noqa: E402
-from bench.common.procfs import tree_rss_kib  # noqa: E402
+from bench.common.procfs import tree_pss_kib, tree_rss_kib  # noqa: E402
 from bench.http import harness  # noqa: E402
 from bench.http import servers as S  # noqa: E402
 
@@ -103,8 +103,26 @@ def h2_open_idle(port, n, ctx, path="/plaintext"):
     return conns
 
 
+def h2_closed_count(conns):
+    """How many of the idle connections the server has closed or sent something on (a GOAWAY):
+    each is read without waiting; an open, idle one has nothing to read."""
+    import ssl
+    closed = 0
+    for s in conns:
+        s.setblocking(False)
+        try:
+            s.recv(1)
+            closed += 1  # b"" (closed) or a frame: not idle any more
+        except (ssl.SSLWantReadError, BlockingIOError):
+            pass
+        except OSError:
+            closed += 1
+    return closed
+
+
 def measure_h2_tls(name, conns, cpus, settle):
-    """(RSS before, RSS with `conns` idle HTTP/2 connections over TLS), in KiB."""
+    """(RSS before, RSS with `conns` idle HTTP/2 connections over TLS, PSS before, PSS with
+    them), in KiB."""
     import ssl
 
     from bench.http import protocols as P
@@ -114,6 +132,10 @@ def measure_h2_tls(name, conns, cpus, settle):
         os.chmod(tmp, 0o755)  # nginx's workers (user nobody when run as root) read below it
         cert = P.make_certificate(tmp)
         argv, env, cleanup = server.command("tls", port, cert, tmp)
+        if name.startswith("cyserve"):
+            # Its default keep-alive timeout (5 s) is shorter than the time 1,000 handshakes
+            # take on a loaded machine: connections would be closed before the RSS is read.
+            argv = argv + ["--keepalive-timeout", "300"]
         run = processes.start_server(argv, port, os.path.join(tmp, "log"), env=env, cpus=cpus,
                                      cleanup=cleanup)
         ctx = ssl.create_default_context()
@@ -124,15 +146,19 @@ def measure_h2_tls(name, conns, cpus, settle):
             for s in h2_open_idle(port, 1, ctx):  # warm: the first stream served, caches made
                 s.close()
             time.sleep(settle)
-            before = tree_rss_kib(run.pid)
+            before, pss_before = tree_rss_kib(run.pid), tree_pss_kib(run.pid)
             socks = h2_open_idle(port, conns, ctx)
             time.sleep(settle)
-            after = tree_rss_kib(run.pid)
+            after, pss_after = tree_rss_kib(run.pid), tree_pss_kib(run.pid)
+            closed = h2_closed_count(socks)
             for s in socks:
                 s.close()
+            if closed:
+                raise RuntimeError(f"{name} closed {closed} of the {conns} idle connections "
+                                   "before their memory was read")
         finally:
             run.stop()
-    return before, after
+    return before, after, pss_before, pss_after
 
 
 def measure(server, conns, threads, cpus, settle):
@@ -175,14 +201,17 @@ def main(argv=None):
     results = {n: [] for n in names}
     for r in range(args.rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:  # rotate the order
+            pss = ""
             if args.h2_tls:
-                before, after = measure_h2_tls(name, args.conns, args.cpus, args.settle)
+                before, after, pss_b, pss_a = measure_h2_tls(name, args.conns, args.cpus,
+                                                             args.settle)
+                pss = f"; pss {pss_b} KiB -> {pss_a} KiB ({(pss_a - pss_b) * 1024 / args.conns:.0f} B)"
             else:
                 before, after = measure(by_name[name], args.conns, args.threads, args.cpus,
                                         args.settle)
             results[name].append((before, after))
             print(f"round {r} {name:16s} rss {before} KiB -> {after} KiB "
-                  f"({(after - before) * 1024 / args.conns:.0f} B per idle connection)",
+                  f"({(after - before) * 1024 / args.conns:.0f} B per idle connection){pss}",
                   flush=True)
     summary = {}
     kind = "idle HTTP/2 over TLS" if args.h2_tls else "idle"

@@ -621,6 +621,54 @@ def test_preface_split_across_reads(port: int) -> None:
         assert c.get("/plaintext")[0] == 200
 
 
+def raw_data_frame(sid: int, payload: bytes = b"x") -> bytes:
+    """A DATA frame made by hand (the h2 library sends none on a stream it knows closed)."""
+    return len(payload).to_bytes(3, "big") + b"\x00\x00" + sid.to_bytes(4, "big") + payload
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_data_on_a_closed_stream_is_stream_closed(port: int, split: bool) -> None:
+    """The server forgets a stream once it is closed (an idle connection keeps none), yet DATA
+    on a stream that both sides ended is still the connection error STREAM_CLOSED (RFC 9113
+    5.1), also when the frame's head arrives in two reads."""
+    with H2(port) as c:
+        sid = c.send("/plaintext")
+        assert c.response(sid)[0] == 200
+        frame = raw_data_frame(sid)
+        if split:
+            c.sock.sendall(frame[:4])
+            time.sleep(0.1)
+            c.sock.sendall(frame[4:])
+        else:
+            c.sock.sendall(frame)
+        ended = c.until(h2.events.ConnectionTerminated)
+        assert ended.error_code == h2.errors.ErrorCodes.STREAM_CLOSED
+
+
+def test_headers_on_a_closed_stream_is_stream_closed(port: int) -> None:
+    with H2(port) as c:
+        sid = c.send("/plaintext")
+        assert c.response(sid)[0] == 200
+        c.send("/plaintext")  # stream sid + 2, so that sid is below the latest id
+        # A HEADERS frame on sid: the HPACK block of "GET /plaintext", indexed fields only.
+        block = bytes([0x82, 0x86, 0x84])  # :method GET, :scheme http, :path /
+        c.sock.sendall(len(block).to_bytes(3, "big") + b"\x01\x05" + sid.to_bytes(4, "big") + block)
+        ended = c.until(h2.events.ConnectionTerminated)
+        assert ended.error_code == h2.errors.ErrorCodes.STREAM_CLOSED
+
+
+def test_data_after_the_server_reset_a_stream_is_ignored(port: int) -> None:
+    """A stream the server answered before its body came is reset by it (NO_ERROR): the DATA
+    the client had in flight is dropped, and the connection goes on."""
+    with H2(port) as c:
+        sid = c.send("/nope", method="POST", headers=[("expect", "100-continue")], end=False)
+        assert c.response(sid)[0] == 404
+        c.until(h2.events.StreamReset)
+        c.sock.sendall(raw_data_frame(sid, b"late"))
+        assert c.get("/plaintext")[0] == 200
+        assert not any(isinstance(e, h2.events.ConnectionTerminated) for e in c.events)
+
+
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 def test_curl(port: int, tls_port: int, certs: dict[str, str]) -> None:
     # curl runs without the sanitizers' runtime that `make test-asan` preloads into this process.

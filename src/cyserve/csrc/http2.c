@@ -121,6 +121,12 @@
  * buffer (one chunk of 16,394 bytes, NGHTTP2_FRAMEBUF_CHUNKLEN, made with the session and kept
  * for its life) is the largest thing an idle connection would otherwise hold. */
 #define H2_BIG_MIN 8192
+/* Blocks whose size is a power of two from this size on are the library's tables, made with the
+ * session, so mapped apart too: the stream map's buckets (4 KiB in nghttp2 1.52), all zero again
+ * once no stream is left, so that an idle connection gives that page back. (The HPACK entry
+ * arrays, 1 KiB each, stay in malloc: the server's own is written with every answer, and a
+ * page of their own would cost more than they do.) */
+#define H2_TABLE_MIN 4096
 /* The size of that frame buffer chunk: 9 bytes of frame header, 1 of padding length, 16,384 of
  * payload (nghttp2's NGHTTP2_FRAMEBUF_CHUNKLEN, not in its public header). */
 #define H2_FRAMEBUF_LEN (9 + 1 + 16384)
@@ -217,6 +223,13 @@ struct h2_session {
      * H2_SEEN_IDS ids up to it did (bit (id / 2) % H2_SEEN_IDS), see h2_on_begin_frame. */
     int32_t max_id;
     uint64_t seen[H2_SEEN_IDS / 64];
+    /* Of those, the ones the server reset (a RST_STREAM sent): see h2_on_begin_frame. */
+    uint64_t reset[H2_SEEN_IDS / 64];
+    /* Where the input is, frame by frame (h2_feed): bytes of the client preface or of a
+     * frame's payload still to come, and a frame's head read in part. */
+    uint32_t in_left;
+    unsigned in_hlen;
+    uint8_t in_head[9];
     /* The tasks (h2_task): how many run, the streams whose task has finished (h->done), and
      * whether the serving coroutine has left while some still ran (a stop cancelled its wait:
      * the last task then closes the connection). Under lock; a task that finishes sets
@@ -237,15 +250,13 @@ struct h2_session {
     struct h2_big *bigs;
 };
 
-/* One of the library's blocks of H2_BIG_MIN bytes or more: its own anonymous mapping, with this
- * header at its start (the block follows it, 16-byte aligned). Its last word, just before the
- * block, is 1 (a malloc'd block's header has 0 there). */
+/* One of the library's blocks mapped apart (h2_mem_mapped): the block is the mapping, from its
+ * start; this record of it is malloc'd, so that every page of the block can be given back. */
 struct h2_big {
     struct h2_big *next, *prev;
+    void *map;
     size_t size; /* what the library asked for */
-    size_t pad;
     size_t map_len;
-    size_t tag;
 };
 
 static const char h2_preface[] = HTTP2_PREFACE;
@@ -620,6 +631,7 @@ static int h2_flood(struct h2_session *h, unsigned *count, unsigned max)
 /* ---- the library's callbacks (all run inside nghttp2_session_mem_recv/mem_send, so in the
  * serving coroutine) ---- */
 
+/* A new id: opened (on) or skipped, and not reset by the server (yet). */
 static void h2_seen_set(struct h2_session *h, int32_t id, int on)
 {
     unsigned bit = ((uint32_t)id >> 1) % H2_SEEN_IDS;
@@ -627,14 +639,42 @@ static void h2_seen_set(struct h2_session *h, int32_t id, int on)
         h->seen[bit / 64] |= 1ull << (bit % 64);
     else
         h->seen[bit / 64] &= ~(1ull << (bit % 64));
+    h->reset[bit / 64] &= ~(1ull << (bit % 64));
+}
+
+/* Whether id is one of the client's latest H2_SEEN_IDS ids, and then its bit in seen and reset. */
+static int h2_seen_bit(const struct h2_session *h, int32_t id, unsigned *bit)
+{
+    if (!(id & 1) || id > h->max_id || (h->max_id - id) / 2 >= H2_SEEN_IDS)
+        return 0;
+    *bit = ((uint32_t)id >> 1) % H2_SEEN_IDS;
+    return 1;
+}
+
+/* A HEADERS or DATA frame's head for id, a stream the client opened, arrives (the frames before
+ * it fed): if the library no longer knows the stream and the server did not reset it, the
+ * stream is closed, and the frame the connection error STREAM_CLOSED (h2_on_begin_frame). */
+static void h2_closed_check(struct h2_session *h, int32_t id)
+{
+    unsigned bit;
+    if (!h2_seen_bit(h, id, &bit))
+        return;
+    uint64_t mask = 1ull << (bit % 64);
+    if ((h->seen[bit / 64] & mask) && !(h->reset[bit / 64] & mask) &&
+        !nghttp2_session_find_stream(h->ng, id))
+        nghttp2_session_terminate_session(h->ng, NGHTTP2_STREAM_CLOSED);
 }
 
 /* A new stream's id must be greater than every id the client used before (RFC 9113 5.1.1).
  * The library ignores a HEADERS frame for a lower id that it no longer knows (it cannot tell
  * a new stream from trailers for a stream it forgot), so the ids the client opened are
  * remembered here, the latest H2_SEEN_IDS of them: a HEADERS frame for a lower id that was
- * never opened is the PROTOCOL_ERROR the RFC asks for; one for an id opened before is left to
- * the library (trailers, or a frame on a closed stream). */
+ * never opened is the PROTOCOL_ERROR the RFC asks for. The library forgets a stream as soon as
+ * it is closed (nghttp2_option_set_no_closed_streams, so that an idle session holds none), and
+ * then ignores its frames; but a HEADERS or DATA frame on a stream the client opened, which is
+ * closed now, and not by a RST_STREAM of the server's (whose frames in flight are to be
+ * ignored), is the connection error STREAM_CLOSED (RFC 9113 5.1, "closed"). The library calls
+ * this for a DATA frame only on a stream it knows, so DATA heads are found by h2_feed. */
 static int h2_on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void *ud)
 {
     struct h2_session *h = ud;
@@ -643,18 +683,24 @@ static int h2_on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, vo
         return 0;
     if (id > h->max_id) {
         int32_t from = h->max_id + 2;
-        if ((id - from) / 2 >= H2_SEEN_IDS)
+        if ((id - from) / 2 >= H2_SEEN_IDS) {
             memset(h->seen, 0, sizeof(h->seen));
-        else
+            memset(h->reset, 0, sizeof(h->reset));
+        } else {
             for (int32_t k = from; k < id; k += 2)
                 h2_seen_set(h, k, 0); /* skipped: idle, closed by this one unopened */
+        }
         h2_seen_set(h, id, 1);
         h->max_id = id;
         return 0;
     }
-    unsigned bit = ((uint32_t)id >> 1) % H2_SEEN_IDS;
-    if ((h->max_id - id) / 2 < H2_SEEN_IDS && !(h->seen[bit / 64] & (1ull << (bit % 64))))
+    unsigned bit;
+    if (!h2_seen_bit(h, id, &bit))
+        return 0;
+    if (!(h->seen[bit / 64] & (1ull << (bit % 64))))
         nghttp2_session_terminate_session(ng, NGHTTP2_PROTOCOL_ERROR);
+    else
+        h2_closed_check(h, id);
     return 0;
 }
 
@@ -970,6 +1016,12 @@ static int h2_on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code, vo
 
 static int h2_on_frame_send(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
 {
+    struct h2_session *h = ud;
+    unsigned bit;
+    if (f->hd.type == NGHTTP2_RST_STREAM && h2_seen_bit(h, f->hd.stream_id, &bit)) {
+        h->reset[bit / 64] |= 1ull << (bit % 64); /* what the client still sends is ignored */
+        return 0;
+    }
     if ((f->hd.type != NGHTTP2_DATA && f->hd.type != NGHTTP2_HEADERS) ||
         !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
         return 0;
@@ -1471,54 +1523,67 @@ static void http2_close(struct conn *c)
 
 /* ---- the library's memory ---- */
 
-/* nghttp2_mem for one session (ud, the struct h2_session): small blocks from malloc; blocks of
- * H2_BIG_MIN bytes or more in anonymous mappings of their own, listed in h->bigs, so that
- * h2_mem_idle can give their pages back while the connection is idle. The serving coroutine
- * (the library is called only there), or h2_session_free. */
+/* nghttp2_mem for one session (ud, the struct h2_session): blocks that h2_mem_mapped picks
+ * (the frame buffer, large frames, the HPACK entry arrays and the stream map) in anonymous
+ * mappings of their own, page-aligned and listed in h->bigs, so that pages never written cost
+ * nothing and h2_mem_idle can give pages back while the connection is idle; every other block
+ * from malloc as it is, with no header. A page-aligned pointer is looked up in h->bigs (a
+ * handful of entries); any other is malloc's. The serving coroutine (the library is called
+ * only there), or h2_session_free. */
+static int h2_mem_mapped(size_t size)
+{
+    return size >= H2_BIG_MIN || (size >= H2_TABLE_MIN && (size & (size - 1)) == 0);
+}
+
+static struct h2_big *h2_mem_find(struct h2_session *h, void *ptr)
+{
+    if ((uintptr_t)ptr & 4095)
+        return NULL;
+    for (struct h2_big *b = h->bigs; b; b = b->next)
+        if (b->map == ptr)
+            return b;
+    return NULL;
+}
+
 static void *h2_mem_malloc(size_t size, void *ud)
 {
     struct h2_session *h = ud;
-    if (size < H2_BIG_MIN) {
-        /* A header in front of every block, so that free tells the two kinds apart. */
-        size_t *p = malloc(size + 16);
-        if (!p)
-            return NULL;
-        p[0] = p[1] = 0;
-        return (char *)p + 16;
-    }
-    size_t len = (size + sizeof(struct h2_big) + 4095) & ~(size_t)4095;
-    struct h2_big *b = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (b == MAP_FAILED)
+    if (!h2_mem_mapped(size))
+        return malloc(size);
+    struct h2_big *b = malloc(sizeof(*b));
+    if (!b)
         return NULL;
-    b->map_len = len;
+    b->map_len = (size + 4095) & ~(size_t)4095;
+    b->map = mmap(NULL, b->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (b->map == MAP_FAILED) {
+        free(b);
+        return NULL;
+    }
     b->size = size;
-    b->tag = 1;
     b->prev = NULL;
     b->next = h->bigs;
     if (h->bigs)
         h->bigs->prev = b;
     h->bigs = b;
-    return b + 1;
+    return b->map;
 }
 
 static void h2_mem_free(void *ptr, void *ud)
 {
     struct h2_session *h = ud;
-    if (!ptr)
-        return;
-    size_t *tag = (size_t *)((char *)ptr - 16);
-    if (tag[1] != 1) { /* h2_big.tag of a mapped block, 0 in a malloc'd block's header */
-        free(tag);
+    struct h2_big *b = h2_mem_find(h, ptr);
+    if (!b) {
+        free(ptr);
         return;
     }
-    struct h2_big *b = (struct h2_big *)ptr - 1;
     if (b->prev)
         b->prev->next = b->next;
     else
         h->bigs = b->next;
     if (b->next)
         b->next->prev = b->prev;
-    munmap(b, b->map_len);
+    munmap(b->map, b->map_len);
+    free(b);
 }
 
 static void *h2_mem_calloc(size_t n, size_t size, void *ud)
@@ -1526,41 +1591,52 @@ static void *h2_mem_calloc(size_t n, size_t size, void *ud)
     if (size && n > SIZE_MAX / size)
         return NULL;
     void *p = h2_mem_malloc(n * size, ud);
-    if (p && n * size < H2_BIG_MIN)
-        memset(p, 0, n * size); /* a fresh mapping is zero already */
+    /* A fresh mapping is zero already. malloc then memset rather than calloc: glibc's calloc
+     * does not take blocks from the thread's cache, and the library callocs a block or two for
+     * every stream. */
+    if (p && !h2_mem_mapped(n * size))
+        memset(p, 0, n * size);
     return p;
 }
 
 static void *h2_mem_realloc(void *ptr, size_t size, void *ud)
 {
+    struct h2_session *h = ud;
     if (!ptr)
         return h2_mem_malloc(size, ud);
-    size_t *tag = (size_t *)((char *)ptr - 16);
-    size_t old = tag[1] == 1 ? ((struct h2_big *)ptr - 1)->size : 0;
-    if (!old && size < H2_BIG_MIN) {
-        size_t *p = realloc(tag, size + 16);
-        return p ? (char *)p + 16 : NULL;
-    }
+    struct h2_big *b = h2_mem_find(h, ptr);
+    if (!b && !h2_mem_mapped(size))
+        return realloc(ptr, size);
     void *n = h2_mem_malloc(size, ud);
     if (!n)
         return NULL;
     /* A malloc'd block's size is not kept: copy what the new one can take, which is all of the
      * old one whenever the library grows a block (it never shrinks one through realloc). */
-    size_t have = old ? old : malloc_usable_size(tag) - 16;
+    size_t have = b ? b->size : malloc_usable_size(ptr);
     memcpy(n, ptr, have < size ? have : size);
     h2_mem_free(ptr, ud);
     return n;
 }
 
+static const char h2_zero_page[4096];
+
 /* The connection goes idle, with everything the library queued written: the pages of its
  * outbound frame buffer are given back (read as zeros when next touched; the library writes a
- * frame into it before it sends it). Only that buffer: another large block may hold state (a
- * frame read in part). An idle connection then keeps its session's tables, not that buffer. */
+ * frame into it before it sends it), and so are the pages of its other blocks of a page or
+ * more that hold only zeros (the stream map once no stream is left), which read back the same.
+ * Nothing else: another large block may hold state (a frame read in part). An idle connection
+ * then keeps its session's state, not those buffers. */
 static void h2_mem_idle(struct h2_session *h)
 {
-    for (struct h2_big *b = h->bigs; b; b = b->next)
-        if (b->size == H2_FRAMEBUF_LEN && b->map_len > 4096)
-            madvise((char *)b + 4096, b->map_len - 4096, MADV_DONTNEED); /* the header stays */
+    for (struct h2_big *b = h->bigs; b; b = b->next) {
+        if (b->size == H2_FRAMEBUF_LEN) {
+            madvise(b->map, b->map_len, MADV_DONTNEED);
+            continue;
+        }
+        for (size_t off = 0; off < b->map_len; off += 4096)
+            if (!memcmp((char *)b->map + off, h2_zero_page, 4096))
+                madvise((char *)b->map + off, 4096, MADV_DONTNEED);
+    }
 }
 
 /* The callbacks, made once for the process (the library only reads them). */
@@ -1600,6 +1676,7 @@ static struct h2_session *h2_session_new(struct conn *c)
     h->c = c;
     h->srv = s;
     h->flood_t = clock_mono_ns();
+    h->in_left = HTTP2_PREFACE_LEN; /* the library reads the client preface first */
     wbuf_init(&h->out, NULL, 0);
     pthread_mutex_init(&h->lock, NULL);
     /* The windows are opened by the application's reads (nghttp2_session_consume): bodies
@@ -1611,6 +1688,11 @@ static struct h2_session *h2_session_new(struct conn *c)
         return NULL;
     }
     nghttp2_option_set_no_auto_window_update(opt, 1);
+    /* What an idle session keeps (see "Idle" in docs/architecture.md): a closed stream is
+     * forgotten at once rather than kept for RFC 7540 priorities (deprecated by RFC 9113, and
+     * ignored by the server), so that the stream map is empty again once no stream is open.
+     * (Frames on closed streams are still told apart: h2_closed_check.) */
+    nghttp2_option_set_no_closed_streams(opt, 1);
     nghttp2_mem mem = {h, h2_mem_malloc, h2_mem_free, h2_mem_calloc, h2_mem_realloc};
     int rc = nghttp2_session_server_new3(&h->ng, cbs, h, opt, &mem);
     nghttp2_option_del(opt);
@@ -1628,6 +1710,54 @@ static struct h2_session *h2_session_new(struct conn *c)
         return NULL;
     }
     return h;
+}
+
+/* Feed the library what the transport read: 0, or the library's error (< 0). The frames' heads
+ * are followed here (h->in_left: bytes of the client preface or of a frame's payload still to
+ * come; h->in_head: a head read in part), and the input is cut before each DATA frame's head,
+ * so that h2_closed_check sees its stream as the frames before it left it. In the coroutine. */
+static ssize_t h2_feed(struct h2_session *h, const uint8_t *p, size_t len)
+{
+    size_t i = 0, fed = 0;
+    while (i < len) {
+        if (h->in_left) {
+            size_t k = h->in_left < len - i ? h->in_left : len - i;
+            i += k;
+            h->in_left -= (uint32_t)k;
+            continue;
+        }
+        size_t start = i; /* where this head begins, if it begins in this read */
+        size_t k = 9 - h->in_hlen < len - i ? 9 - h->in_hlen : len - i;
+        int fresh = h->in_hlen == 0;
+        memcpy(h->in_head + h->in_hlen, p + i, k);
+        h->in_hlen += (unsigned)k;
+        i += k;
+        if (h->in_hlen < 9)
+            break;
+        h->in_hlen = 0;
+        const uint8_t *hd = h->in_head;
+        h->in_left = (uint32_t)hd[0] << 16 | (uint32_t)hd[1] << 8 | hd[2];
+        if (hd[3] != NGHTTP2_DATA)
+            continue;
+        /* Everything before the head goes to the library first (a head begun in an earlier
+         * read went with it: the library acts on a head only once it has all of it). */
+        size_t upto = fresh ? start : fed;
+        if (upto > fed) {
+            ssize_t n = nghttp2_session_mem_recv(h->ng, p + fed, upto - fed);
+            if (n < 0)
+                return n;
+            fed = upto;
+        }
+        h2_closed_check(h, (int32_t)(((uint32_t)hd[5] << 24 | (uint32_t)hd[6] << 16 |
+                                      (uint32_t)hd[7] << 8 | hd[8]) &
+                                     0x7fffffffu));
+    }
+    if (len > fed) {
+        ssize_t n = nghttp2_session_mem_recv(h->ng, p + fed, len - fed);
+        if (n < 0)
+            return n;
+    }
+    return 0;
 }
 
 /* Free the streams the library closed. In the coroutine. */
@@ -1713,7 +1843,7 @@ static int h2_serve_loop(struct h2_session *h)
     for (;;) {
         /* What was read: fed to the library. */
         if (c->len) {
-            ssize_t n = nghttp2_session_mem_recv(h->ng, (const uint8_t *)c->buf, c->len);
+            ssize_t n = h2_feed(h, (const uint8_t *)c->buf, c->len);
             c->len = 0;
             if (n < 0) {
                 h2_flush(h); /* a GOAWAY, when the library queued one */
