@@ -151,6 +151,8 @@ struct h2_stream {
     int fail_status;               /* 431, 413, 503, 400: answered without dispatch */
     const char *fail_why;
     size_t hbytes; /* header list size so far (RFC 9113 6.5.2) */
+    size_t tbytes; /* the same for its trailers, and their number (h2_on_trailer) */
+    unsigned tcount;
     /* Header fields: names and values in hstore; while they arrive hdrs[] holds offsets into
      * it, made pointers once the block is complete (hstore may move as it grows). */
     struct wbuf hstore;
@@ -200,7 +202,7 @@ struct h2_stream {
     int bgone;         /* the stream closed before its end (a reset) or the connection ended */
     int bdead;         /* the handler is done with the body: DATA is dropped on arrival */
     int bsig;          /* the serving coroutine was signalled for bunacked */
-    int bfail;         /* -EFBIG past max_body_bytes, else 0 */
+    int bfail;         /* -EFBIG past max_body_bytes, -EMSGSIZE trailers past theirs, else 0 */
     struct sched_signal *bwatch; /* set on news for a task watching (http2_stream_watch) */
     struct body_reader br;       /* rq.body_rd while bstream */
     struct request rq;           /* last: large */
@@ -497,6 +499,10 @@ static ssize_t h2_body_pull(struct body_reader *br, void *dst, size_t n, int lin
                 sched_signal_set(&st->h->chan->ready);
             return (ssize_t)k;
         }
+        if (st->bfail == -EMSGSIZE) { /* after the body: its trailers broke a limit */
+            err = st->bfail, status = 431, why = "request trailer section too large";
+            break;
+        }
         if (st->bfail) {
             err = st->bfail, status = 413, why = "request body too large";
             break;
@@ -595,7 +601,11 @@ int http2_body_take(struct request *rq, char *dst, size_t max, size_t *n, int *m
     int rc = 0, wake = 0;
     pthread_mutex_lock(&st->blk);
     size_t k = st->blen - st->bpos;
-    if (k || st->beof) {
+    if (st->bfail) {
+        /* The body broke a limit: what it held was dropped, so an END_STREAM that came after
+         * must not read as the body's end (the app would take a cut body for the whole). */
+        rc = -ECONNRESET;
+    } else if (k || st->beof) {
         if (k > max)
             k = max;
         memcpy(dst, st->bbuf + st->bpos, k);
@@ -606,7 +616,7 @@ int http2_body_take(struct request *rq, char *dst, size_t max, size_t *n, int *m
         *n = k;
         *more = !st->beof || st->bpos < st->blen;
         rc = 1;
-    } else if (st->bgone || st->bfail) {
+    } else if (st->bgone) {
         rc = -ECONNRESET;
     }
     pthread_mutex_unlock(&st->blk);
@@ -743,13 +753,44 @@ static int h2_add_field(struct h2_stream *st, const uint8_t *name, size_t nlen,
     return 0;
 }
 
+/* One field of st's request trailers: validated by the library and not handed to handlers, but
+ * held to the bounds of a chunked body's trailer section over HTTP/1.1 (max_header_bytes, counted
+ * as SETTINGS_MAX_HEADER_LIST_SIZE counts, and max_headers): past them the request is refused
+ * with 431 before its dispatch, or its streamed body's next read fails with 431 (an ASGI app is
+ * told http.disconnect). A trailer block past four times the bound ends the connection, as a
+ * header block does: without it, CONTINUATION frames of trailers could go on without end. 0 or
+ * NGHTTP2_ERR_CALLBACK_FAILURE. The serving coroutine. */
+static int h2_on_trailer(struct h2_session *h, struct h2_stream *st, size_t nlen, size_t vlen)
+{
+    const struct server *s = h->srv;
+    st->tbytes += nlen + vlen + 32;
+    if (st->tbytes > 4 * s->cfg.limits.max_header_bytes + 65536)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    if (++st->tcount <= s->cfg.limits.max_headers && st->tbytes <= s->cfg.limits.max_header_bytes)
+        return 0;
+    if (!st->bstream) {
+        h2_stream_fail(st, 431, "request trailer section too large");
+        return 0;
+    }
+    pthread_mutex_lock(&st->blk);
+    if (!st->bfail)
+        st->bfail = -EMSGSIZE;
+    pthread_cond_signal(&st->bcv);
+    if (st->bwatch)
+        sched_signal_set(st->bwatch);
+    pthread_mutex_unlock(&st->blk);
+    return 0;
+}
+
 static int h2_on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t *name,
                         size_t nlen, const uint8_t *value, size_t vlen, uint8_t flags, void *ud)
 {
     struct h2_session *h = ud;
     struct h2_stream *st = h2_stream_of(ng, f->hd.stream_id);
-    if (!st || f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
-        return 0; /* trailers: validated by the library, not handed to handlers */
+    if (!st || f->hd.type != NGHTTP2_HEADERS)
+        return 0;
+    if (f->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return h2_on_trailer(h, st, nlen, vlen);
     const struct server *s = h->srv;
     st->hbytes += nlen + vlen + 32;
     if (st->hbytes > 4 * s->cfg.limits.max_header_bytes + 65536)
