@@ -101,6 +101,29 @@ _SCALE_SIGNALS = (signal.SIGTTIN, signal.SIGTTOU)
 _ABORT_GRACE_SECONDS = 2.0
 
 
+def _dump_stacks_and_abort(signum: int, frame: Any) -> None:
+    """A worker's SIGABRT (--worker-timeout) on an interpreter running without the GIL: every
+    thread's Python stack, as faulthandler prints them, then the abort. It runs on the main
+    thread, between two of its bytecodes: with no GIL, a stuck handler on a worker thread does
+    not hold it back (a stuck main thread is what the SIGKILL after _ABORT_GRACE_SECONDS is
+    for). sys._current_frames() stops the other threads while it reads their frames."""
+    import traceback
+
+    names = {t.ident: t.name for t in threading.enumerate()}
+    out = ["Fatal Python error: Aborted (--worker-timeout)", ""]
+    for ident, top in sys._current_frames().items():
+        out.append(f"Thread {ident:#x} ({names.get(ident, 'unnamed')}) (most recent call first):")
+        for fs in reversed(traceback.extract_stack(top)):
+            out.append(f'  File "{fs.filename}", line {fs.lineno} in {fs.name}')
+        out.append("")
+    try:
+        sys.stderr.write("\n".join(out) + "\n")
+        sys.stderr.flush()
+    finally:
+        signal.signal(signal.SIGABRT, signal.SIG_DFL)
+        os.abort()
+
+
 def serve_processes(app: App, config: Config, loader: Callable[[], App] | None = None) -> int:
     """Supervise config.processes worker processes serving ``app``; return the exit status
     (0 after a requested stop). Raises ListenError/RouteError/CyserveError before forking.
@@ -633,6 +656,10 @@ def _worker_main(app: App, config: Config, previous: dict[int, Any], supervisor:
         # SIGABRT from the supervisor (--worker-timeout) prints every thread's Python stack from
         # the signal handler, without the GIL a stuck handler may hold.
         faulthandler.enable(file=sys.stderr, all_threads=True)
+        if not getattr(sys, "_is_gil_enabled", lambda: True)():
+            # Without the GIL, faulthandler shows only the thread the signal lands on ("Cannot
+            # show all threads while the GIL is disabled"), not the stuck handler's.
+            signal.signal(signal.SIGABRT, _dump_stacks_and_abort)
     try:
         serve_process(app, config.replace(processes=1, shared_port=True, max_requests=0,
                                           max_lifetime=0.0, worker_timeout=0.0,
