@@ -101,24 +101,36 @@ _SCALE_SIGNALS = (signal.SIGTTIN, signal.SIGTTOU)
 _ABORT_GRACE_SECONDS = 2.0
 
 
-def _dump_stacks_and_abort(signum: int, frame: Any) -> None:
-    """A worker's SIGABRT (--worker-timeout) on an interpreter running without the GIL: every
-    thread's Python stack, as faulthandler prints them, then the abort. It runs on the main
-    thread, between two of its bytecodes: with no GIL, a stuck handler on a worker thread does
-    not hold it back (a stuck main thread is what the SIGKILL after _ABORT_GRACE_SECONDS is
-    for). sys._current_frames() stops the other threads while it reads their frames."""
-    import traceback
+# Without the GIL, the signal a worker sends each of its threads at a --worker-timeout SIGABRT
+# so that faulthandler prints that thread's own stack (a realtime signal: applications leave
+# them alone).
+_STACK_SIGNAL = signal.SIGRTMIN + 3
+_STACK_WAIT_SECONDS = 0.02  # for one thread's dump to be written before the next one's header
 
-    names = {t.ident: t.name for t in threading.enumerate()}
-    out = ["Fatal Python error: Aborted (--worker-timeout)", ""]
-    for ident, top in sys._current_frames().items():
-        out.append(f"Thread {ident:#x} ({names.get(ident, 'unnamed')}) (most recent call first):")
-        for fs in reversed(traceback.extract_stack(top)):
-            out.append(f'  File "{fs.filename}", line {fs.lineno} in {fs.name}')
-        out.append("")
+
+def _dump_stacks_and_abort(signum: int, frame: Any) -> None:
+    """A worker's SIGABRT (--worker-timeout) on an interpreter running without the GIL, where
+    faulthandler cannot show every thread from one signal handler ("Cannot show all threads
+    while the GIL is disabled"), only the thread it runs on. So each thread is sent
+    _STACK_SIGNAL, whose faulthandler handler prints that thread's own stack from its signal
+    handler, even one stuck in C code; then the abort. This runs on the main thread, between
+    two of its bytecodes: with no GIL, a stuck handler on a worker thread does not hold it back
+    (a stuck main thread is what the SIGKILL after _ABORT_GRACE_SECONDS is for)."""
+    err = sys.stderr
     try:
-        sys.stderr.write("\n".join(out) + "\n")
-        sys.stderr.flush()
+        err.write("Fatal Python error: Aborted (--worker-timeout)\n\n")
+        me = threading.get_ident()
+        for thread in threading.enumerate():
+            if thread.ident is None or thread.ident == me:
+                continue
+            err.write(f"Thread {thread.ident:#x} ({thread.name}):\n")
+            err.flush()
+            try:
+                signal.pthread_kill(thread.ident, _STACK_SIGNAL)
+            except OSError:  # it ended meanwhile
+                continue
+            time.sleep(_STACK_WAIT_SECONDS)
+        err.flush()
     finally:
         signal.signal(signal.SIGABRT, signal.SIG_DFL)
         os.abort()
@@ -658,7 +670,10 @@ def _worker_main(app: App, config: Config, previous: dict[int, Any], supervisor:
         faulthandler.enable(file=sys.stderr, all_threads=True)
         if not getattr(sys, "_is_gil_enabled", lambda: True)():
             # Without the GIL, faulthandler shows only the thread the signal lands on ("Cannot
-            # show all threads while the GIL is disabled"), not the stuck handler's.
+            # show all threads while the GIL is disabled"), not the stuck handler's: each
+            # thread is asked to show its own (_dump_stacks_and_abort).
+            faulthandler.register(_STACK_SIGNAL, file=sys.stderr, all_threads=False,
+                                  chain=False)
             signal.signal(signal.SIGABRT, _dump_stacks_and_abort)
     try:
         serve_process(app, config.replace(processes=1, shared_port=True, max_requests=0,
