@@ -426,7 +426,8 @@ def test_the_app_has_all_of_asyncio() -> None:
 
     # The loop's thread: the process's by default with the GIL, a worker's own loop without it
     # (test_asgi_loops.py has both modes).
-    loop_thread = rb"cyserve-asgi-\d+" if cyserve.asgi.per_thread_loops("auto") else rb"cyserve-asgi"
+    per_thread = cyserve.asgi.per_thread_loops("auto")
+    loop_thread = rb"cyserve-asgi-\d+" if per_thread else rb"cyserve-asgi"
     with serving_app(app) as port:
         body = request(port, get("/")).body
     assert re.fullmatch(rb"upstream:ping\|task\|asynci\|" + loop_thread, body), body
