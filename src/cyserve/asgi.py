@@ -9,11 +9,11 @@ With ``--root-path /svc`` (``root_path="/svc"``), ``root_path`` is "/svc" follow
 
 Where it runs: one asyncio event loop per process, on a thread of its own ("cyserve-asgi"),
 started before the server accepts anything (``--loop auto|asyncio|uvloop``; auto takes uvloop
-when it is installed). With ``asgi_loops="thread"`` (``--asgi-loops thread``, meant for a
-free-threaded interpreter whose GIL is off: ``loops_per_thread``), each worker thread has a
-loop of its own ("cyserve-asgi-N" for "cyserve-worker-N", made on its first ASGI request), and a
-request runs on the loop of the worker that parsed it; the process's loop then runs only the
-lifespans. The application may use all of asyncio there: tasks, sleeps,
+when it is installed). With ``asgi_loops="thread"`` (``--asgi-loops thread``; the default
+"auto" chooses it on a free-threaded interpreter whose GIL is off: ``loops_per_thread``), one
+loop per worker thread ("cyserve-asgi-0" ... for N workers, all started before the server), each
+worker taking one on its first ASGI request, and a request runs on the loop of the worker that
+parsed it. The application may use all of asyncio there: tasks, sleeps,
 timeouts, its own sockets, run_in_executor. The engine's workers never wait for it: a request's
 coroutine parks until the application has sent its answer (docs/architecture.md, "ASGI").
 
@@ -50,12 +50,18 @@ while 256 KiB are queued for a slow client; after the connection closed it raise
 ``ClientDisconnected``. An app that returns closes with 1000, one that raises with 1011 (a 500
 before accepting). At a stop, open WebSockets are closed with 1001 after the grace period.
 
-lifespan: ``startup`` runs before the server starts accepting; ``lifespan.startup.failed`` ends
-the start with the app's message (the command exits non-zero; Starlette and FastAPI send it when
-their startup raises); an app that raises instead of completing its startup does not support
-lifespan (as uvicorn reads it) and is served without. ``shutdown`` runs at a stop, after the
-requests in flight finished. The state the app puts in ``scope["state"]`` is copied into every
-request's scope.
+lifespan (``--lifespan auto|on|off``, uvicorn's semantics): ``startup`` runs before the server
+starts accepting; ``lifespan.startup.failed`` ends the start with the app's message (the command
+exits non-zero; Starlette and FastAPI send it when their startup raises); an app that raises
+instead of completing its startup does not support lifespan (as uvicorn reads it) and is served
+without, with a logged note ("auto"), or fails the start ("on"); "off" never sends the scope.
+``shutdown`` runs at a stop, after the requests in flight finished. The state the app puts in
+``scope["state"]`` is copied shallowly into every request's scope. With a loop per worker
+thread, each loop runs the lifespan for itself before any request: N workers, N startups, each
+with its own state, so that what a startup binds to its loop (a connection pool, a client
+session, an asyncio.Lock) is used by requests on that loop only; a startup that fails on any
+loop fails the start (its message once), and each loop's shutdown runs after that loop's
+requests ended.
 """
 
 from __future__ import annotations
@@ -69,9 +75,10 @@ from concurrent.futures import Future
 from typing import Any
 
 from .app import is_asgi_app
-from .config import LOOPS
+from .config import LIFESPANS, LOOPS
 
-__all__ = ["is_asgi_app", "ASGIRuntime", "LifespanError", "loop_factory", "loops_per_thread"]
+__all__ = ["is_asgi_app", "ASGIRuntime", "LifespanError", "loop_factory", "loops_per_thread",
+           "per_thread_loops"]
 
 _log = logging.getLogger("cyserve.asgi")
 _STOP_TASKS_SECONDS = 5.0
@@ -98,16 +105,20 @@ def loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop]:
 
 
 class _Lifespan:
-    """The lifespan scope of one application, driven from the loop thread."""
+    """The lifespan scope of one application on one event loop, driven from that loop's thread.
+    It logs nothing itself: with a loop per worker thread the same app runs one lifespan per
+    loop, and ASGIRuntime reports what they have in common once."""
 
-    def __init__(self, app: Any, state: dict[str, Any]) -> None:
+    def __init__(self, app: Any, state: dict[str, Any], required: bool = False) -> None:
         self.app = app
         self.state = state
+        self.required = required  # lifespan "on": an app that raises at startup has failed
         self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.startup: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.shutdown: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.supported = True
         self.failed = False  # the app sent lifespan.startup.failed or lifespan.shutdown.failed
+        self.error: BaseException | None = None  # what the app raised, if it did
         self.task = asyncio.get_running_loop().create_task(self._main())
 
     async def _main(self) -> None:
@@ -116,14 +127,21 @@ class _Lifespan:
         try:
             await self.app(scope, self._receive, self._send)
         except BaseException as exc:  # noqa: BLE001 (reported to whoever waits)
-            if not self.startup.done():
-                # As uvicorn reads it: an app that raises instead of completing (or failing)
-                # its startup does not speak lifespan (a bare app that only knows http).
-                self.supported = False
-                _log.info("ASGI 'lifespan' appears unsupported by the application (%s: %s); "
-                          "serving without it", type(exc).__name__, exc)
-            elif not self.failed:  # after a startup.failed, the raise is the app's way out
-                _log.error("ASGI lifespan failed", exc_info=exc)
+            if self.startup.done():
+                if not self.failed:  # after a *.failed message, the raise is the app's way out
+                    _log.error("ASGI lifespan failed", exc_info=exc)
+            else:
+                self.error = exc
+                if self.required:
+                    self.failed = True
+                    self.startup.set_exception(LifespanError(
+                        f"the ASGI application's lifespan startup failed: "
+                        f"{type(exc).__name__}: {exc}".rstrip(": ")))
+                else:
+                    # As uvicorn reads it (--lifespan auto): an app that raises instead of
+                    # completing (or failing) its startup does not speak lifespan (a bare app
+                    # that only knows http).
+                    self.supported = False
         finally:
             for fut in (self.startup, self.shutdown):
                 if not fut.done():
@@ -152,149 +170,200 @@ class _Lifespan:
 
 
 def loops_per_thread() -> bool:
-    """Whether a loop per worker thread (``asgi_loops="thread"``) can run requests at once here:
-    on a free-threaded interpreter whose GIL is off at runtime (an extension that does not
-    declare itself free-threading safe turns it back on), where one loop thread would be the
-    limit of every worker's ASGI requests. With the GIL, one loop per process serves as well
-    (the workers' Python calls are serialised anyway, and each loop is one more thread to
-    wake). Per-thread loops are asked for, never chosen from this: an object the lifespan made
-    for its loop (a connection pool, a client session) cannot be used from another loop."""
+    """Whether a loop per worker thread can run requests at once here: on a free-threaded
+    interpreter whose GIL is off at runtime (an extension that does not declare itself
+    free-threading safe turns it back on), where one loop thread would be the limit of every
+    worker's ASGI requests. It is what ``asgi_loops="auto"`` (the default) chooses from. With
+    the GIL, one loop per process serves as well and costs less (the workers' Python calls are
+    serialised anyway, and each loop is one more thread to wake)."""
     is_gil_enabled = getattr(sys, "_is_gil_enabled", None)
     return is_gil_enabled is not None and not is_gil_enabled()
 
 
-class ASGIRuntime:
-    """The process's event loop thread and the lifespans of the ASGI handlers it serves; with
-    per_thread (``asgi_loops="thread"``) also one loop thread per worker thread, made on the
-    worker's first ASGI request."""
+def per_thread_loops(asgi_loops: str) -> bool:
+    """Whether the ``asgi_loops`` option means one loop per worker thread: "thread", or "auto"
+    on an interpreter whose GIL is off (loops_per_thread)."""
+    return asgi_loops == "thread" or (asgi_loops == "auto" and loops_per_thread())
 
-    def __init__(self, handlers: list[Any], loop: str = "auto", per_thread: bool = False) -> None:
-        from ._core import _ASGILoop
 
-        self.handlers = handlers
-        self._factory = loop_factory(loop)
-        self.loop = self._factory()
-        self.main = _ASGILoop(self.loop)
-        self.thread = threading.Thread(target=self._run, args=(self.loop,), name="cyserve-asgi",
-                                       daemon=True)
-        self._lifespans: list[_Lifespan] = []
-        self.per_thread = per_thread
-        # The worker threads' loops and their threads: appended by the workers (each its own,
-        # once), read by stop() after the server stopped.
-        self._lock = threading.Lock()
-        self._thread_loops: list[tuple[Any, threading.Thread]] = []
-        self._stopping = False
+class _Loop:
+    """One event loop of the runtime, its thread, and the lifespans that run on it."""
+
+    def __init__(self, lp: Any, name: str) -> None:
+        self.lp = lp  # the engine's _ASGILoop: the asyncio loop and its requests' tasks
+        self.thread = threading.Thread(target=self._run, args=(lp.loop,), name=name, daemon=True)
+        self.lifespans: list[_Lifespan] = []
 
     @staticmethod
     def _run(loop: asyncio.AbstractEventLoop) -> None:
         asyncio.set_event_loop(loop)
         loop.run_forever()
 
-    def _new_thread_loop(self) -> Any:
-        """The calling worker thread's own loop, running on a thread of its own (named after
-        the worker: cyserve-asgi-N for cyserve-worker-N). Called by the engine, Python state
-        attached, on the worker's first ASGI request."""
+    def call(self, coro: Any) -> Future[Any]:
+        return asyncio.run_coroutine_threadsafe(coro, self.lp.loop)
+
+    def end(self) -> None:
+        """Stop the loop, join its thread, close it."""
+        self.lp.closed = True
+        self.lp.loop.call_soon_threadsafe(self.lp.loop.stop)
+        self.thread.join()
+        self.lp.loop.close()
+
+
+class ASGIRuntime:
+    """The event loops of the ASGI handlers a server serves, and their lifespans: one loop per
+    process ("cyserve-asgi"), or with per_thread one per worker thread ("cyserve-asgi-0" ...,
+    ``workers`` of them), each running every application's lifespan for itself. All are made,
+    and their lifespans started, before the server starts; a worker thread takes its loop on
+    its first ASGI request.
+
+    lifespan: "auto" (an app that raises on the lifespan scope before completing its startup
+    does not support lifespan: served without it, with a logged note), "on" (that is a startup
+    failure) or "off" (the scope is never sent), as uvicorn's --lifespan."""
+
+    def __init__(self, handlers: list[Any], loop: str = "auto", per_thread: bool = False,
+                 workers: int = 1, lifespan: str = "auto") -> None:
         from ._core import _ASGILoop
 
-        name = threading.current_thread().name
-        suffix = name.rpartition("-")[2] if name.startswith("cyserve-worker-") else name
-        lp = _ASGILoop(self._factory())
-        thread = threading.Thread(target=self._run, args=(lp.loop,), name=f"cyserve-asgi-{suffix}",
-                                  daemon=True)
+        if lifespan not in LIFESPANS:
+            raise ValueError(f"lifespan must be one of {', '.join(LIFESPANS)}, got {lifespan!r}")
+        self.handlers = handlers
+        self.per_thread = per_thread
+        self.lifespan = lifespan
+        factory = loop_factory(loop)
+        if per_thread:
+            names = [f"cyserve-asgi-{i}" for i in range(max(1, workers))]
+        else:
+            names = ["cyserve-asgi"]
+        self.loops = [_Loop(_ASGILoop(factory()), name) for name in names]
+        self.loop = self.loops[0].lp.loop  # the process's loop (the first, with per_thread)
+        # Which loop the next worker thread takes: the loops in turn, so that each of the
+        # first `workers` threads has one of its own (a relief thread, or a worker of a later
+        # turn, then shares one). Taken under the lock by the workers, once each.
+        self._lock = threading.Lock()
+        self._next = 0
+        self._started = False
+
+    def _take_loop(self) -> Any:
+        """The calling worker thread's loop, per_thread only. Called by the engine, Python
+        state attached, on the thread's first ASGI request."""
         with self._lock:
-            if self._stopping:
-                lp.loop.close()
-                raise RuntimeError("the ASGI event loops are stopping")
-            thread.start()
-            self._thread_loops.append((lp, thread))
+            lp = self.loops[self._next % len(self.loops)].lp
+            self._next += 1
+        if lp.closed:
+            raise RuntimeError("the ASGI event loops are stopping")
         return lp
 
-    def _call(self, coro: Any, timeout: float | None = None,
-              loop: asyncio.AbstractEventLoop | None = None) -> Any:
-        fut: Future[Any] = asyncio.run_coroutine_threadsafe(coro, loop or self.loop)
-        return fut.result(timeout)
-
     def start(self) -> None:
-        """Start the loop and run every application's lifespan startup; LifespanError when one
-        fails (the loop is stopped again)."""
+        """Start the loops and run every application's lifespan startup on each, all loops at
+        once; LifespanError when one fails (the message of the first, once: the same app fails
+        the same way on every loop). The loops whose startup completed then run their shutdown,
+        and all are stopped again."""
         from ._core import _asgi_set_loop
 
-        self.thread.start()
-        try:
-            # The lifespans run on the process's loop before any request: their state is then
-            # every request's, whichever loop runs it.
-            self._call(self._startup())
-        except BaseException:
-            self.stop(0.0, lifespan=False)
-            raise
-        _asgi_set_loop(self.main, self._new_thread_loop if self.per_thread else None)
+        for one in self.loops:
+            one.thread.start()
+        self._started = True
+        futures = [one.call(self._startup(one)) for one in self.loops]
+        failure: BaseException | None = None
+        for fut in futures:
+            try:
+                fut.result()
+            except BaseException as exc:  # noqa: BLE001 (the first is raised below)
+                if failure is None:
+                    failure = exc
+        self._report_startup()
+        if failure is not None:
+            self.stop(0.0)
+            raise failure
+        _asgi_set_loop(self.loops[0].lp, self._take_loop if self.per_thread else None)
 
-    async def _startup(self) -> None:
-        seen: dict[int, _Lifespan] = {}
+    def _report_startup(self) -> None:
+        """Log, once per application, what its lifespans on every loop had to say."""
+        seen: set[int] = set()
+        for one in self.loops:
+            for life in one.lifespans:
+                if id(life.app) in seen or life.error is None:
+                    continue
+                seen.add(id(life.app))
+                exc = life.error
+                if life.required:
+                    _log.error("ASGI lifespan startup failed (--lifespan on)", exc_info=exc)
+                else:
+                    _log.info("ASGI 'lifespan' appears unsupported by the application (%s: %s); "
+                              "serving without it", type(exc).__name__, exc)
+
+    async def _startup(self, one: _Loop) -> None:
+        """Every app's lifespan startup on this loop (its thread), each with a state of its
+        own; the state every request on this loop then gets a shallow copy of."""
+        by_app: dict[int, _Lifespan | None] = {}
         for handler in self.handlers:
-            life = seen.get(id(handler.app))
-            if life is None:
-                state: dict[str, Any] = {}
-                life = _Lifespan(handler.app, state)
-                seen[id(handler.app)] = life
-                self._lifespans.append(life)
-                life.inbox.put_nowait({"type": "lifespan.startup"})
-                await life.startup
-            handler.state = life.state
+            key = id(handler.app)
+            if key not in by_app:
+                life = None
+                if self.lifespan != "off":
+                    life = _Lifespan(handler.app, {}, required=self.lifespan == "on")
+                    one.lifespans.append(life)
+                    life.inbox.put_nowait({"type": "lifespan.startup"})
+                    # A failure ends this loop's startup here: the apps before it on this loop
+                    # completed theirs, and stop() shuts those down.
+                    await life.startup
+                by_app[key] = life
+            life = by_app[key]
+            one.lp.states[handler] = {} if life is None else life.state
 
-    async def _shutdown(self) -> None:
-        for life in self._lifespans:
-            if life.supported and not life.task.done():
-                life.inbox.put_nowait({"type": "lifespan.shutdown"})
-                try:
-                    await life.shutdown
-                except LifespanError as exc:
-                    _log.error("%s", exc)
+    async def _finish(self, one: _Loop, timeout: float, lifespan: bool) -> list[str]:
+        """At a stop, on the loop's thread: cancel the requests' tasks still there (their
+        answers were given up by the stop), then run its lifespans' shutdown. The shutdown
+        failures' messages, for stop() to log once."""
+        from ._core import _asgi_drop_done_tasks
 
-    async def _cancel_requests(self, lp: Any, timeout: float) -> None:
-        # Every task but this one and the lifespans': the requests' and what they spawned.
-        keep = {asyncio.current_task(), *(life.task for life in self._lifespans)}
+        keep = {asyncio.current_task(), *(life.task for life in one.lifespans)}
         tasks = [t for t in asyncio.all_tasks() if t not in keep]
         for task in tasks:
             task.cancel()
-        if tasks:
+        if tasks and timeout >= 0:
             await asyncio.wait(tasks, timeout=timeout)
-        from ._core import _asgi_drop_done_tasks
-
-        _asgi_drop_done_tasks(lp)
-
-    def _stop_loop(self, lp: Any, thread: threading.Thread, timeout: float) -> None:
-        lp.closed = True
-        try:
-            if timeout >= 0:
-                self._call(self._cancel_requests(lp, timeout), timeout + 1.0, lp.loop)
-        finally:
-            lp.loop.call_soon_threadsafe(lp.loop.stop)
-            thread.join()
-            lp.loop.close()
+        _asgi_drop_done_tasks(one.lp)
+        errors: list[str] = []
+        if not lifespan:
+            return errors
+        for life in one.lifespans:
+            # Only an app whose startup completed (a failed or unsupported one has nothing to
+            # shut down, and one that never answered is still waiting for its startup).
+            if not (life.supported and not life.failed and life.startup.done()
+                    and not life.task.done()):
+                continue
+            life.inbox.put_nowait({"type": "lifespan.shutdown"})
+            try:
+                await life.shutdown
+            except LifespanError as exc:
+                errors.append(str(exc))
+        return errors
 
     def stop(self, timeout: float = _STOP_TASKS_SECONDS, lifespan: bool = True) -> None:
-        """After the server stopped: cancel the requests' tasks still running (their answers
-        were given up by the stop), on every loop; run the lifespan shutdowns, once, on the
-        process's loop; stop and close the loops."""
+        """After the server stopped: on every loop at once, cancel the requests' tasks still
+        running and run that loop's lifespan shutdowns; then stop and close the loops. A
+        shutdown failure is logged once however many loops reported it."""
         from ._core import _asgi_set_loop
 
-        if not self.thread.is_alive():
+        if not self._started:
             return
+        self._started = False
         _asgi_set_loop(None)
         with self._lock:
-            self._stopping = True
-            thread_loops, self._thread_loops = self._thread_loops, []
+            for one in self.loops:
+                one.lp.closed = True  # handed out no more
         try:
-            # The workers' loops first: a request's task there may still use what the
-            # lifespan made, which its shutdown then closes.
-            for lp, thread in thread_loops:
-                self._stop_loop(lp, thread, timeout)
-            self.main.closed = True
-            self._call(self._cancel_requests(self.main, timeout), timeout + 1.0)
-            if lifespan:
-                self._call(self._shutdown(), None)
+            futures = [one.call(self._finish(one, timeout, lifespan)) for one in self.loops]
+            errors: list[str] = []
+            for fut in futures:
+                try:
+                    errors += fut.result()
+                except BaseException:  # noqa: BLE001 (the loops must still be stopped)
+                    _log.exception("stopping an ASGI event loop failed")
+            for message in dict.fromkeys(errors):
+                _log.error("%s", message)
         finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join()
-            self.loop.close()
+            for one in self.loops:
+                one.end()

@@ -23,8 +23,8 @@ from typing import Any, NoReturn
 
 from . import __version__
 from .app import App, as_app
-from .config import (ACCESS_LOG_FORMATS, ASGI_LOOPS, FORWARDED_HEADERS, INTERFACES, LOG_LEVELS,
-                     LOOPS, Config)
+from .config import (ACCESS_LOG_FORMATS, ASGI_LOOPS, FORWARDED_HEADERS, INTERFACES, LIFESPANS,
+                     LOG_LEVELS, LOOPS, Config)
 from .errors import (AppLoadError, ConfigError, CyserveError, HandlerTypeError, ListenError,
                      RouteError)
 
@@ -145,9 +145,14 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
                         "installed, else asyncio)")
     p.add_argument("--asgi-loops", default=defaults.asgi_loops, choices=ASGI_LOOPS,
                    type=str.lower,
-                   help="process: one event loop runs every ASGI request (default); thread: "
-                        "one loop per worker thread, for a free-threaded interpreter; objects "
-                        "the lifespan made for its loop cannot be used from the others")
+                   help="process: one event loop runs every ASGI request; thread: one loop per "
+                        "worker thread, each running the app's lifespan (startup and shutdown "
+                        "once per loop, a state of its own); auto (default): thread when the "
+                        "interpreter runs without the GIL, else process")
+    p.add_argument("--lifespan", default=defaults.lifespan, choices=LIFESPANS, type=str.lower,
+                   help="the ASGI lifespan scope: auto (default; an app that raises on it "
+                        "before completing its startup is served without it), on (that is a "
+                        "startup failure), off (never sent)")
     p.add_argument("--factory", action="store_true",
                    help="MODULE:APP is a function that returns the application: call it (with "
                         "no arguments) first")
@@ -314,8 +319,8 @@ def parse_umask(raw: str) -> int:
 # added where their code is and placed here, so that a new option lands in "options" until it
 # is given a section (tests/unit/test_cli_help.py checks that none is left there).
 _SECTIONS: list[tuple[str, str | None, tuple[str, ...]]] = [
-    ("application", None, ("app_dir", "factory", "interface", "loop", "asgi_loops", "config",
-                           "chdir", "env", "env_file")),
+    ("application", None, ("app_dir", "factory", "interface", "loop", "asgi_loops", "lifespan",
+                           "config", "chdir", "env", "env_file")),
     ("where to listen", None, ("host", "port", "backlog")),
     ("development", None, ("reload", "reload_dir")),
     ("worker processes", None, ("processes", "threads", "blocking_threads", "preload", "pid",
@@ -551,6 +556,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
                                "access_logfile": args.access_logfile,
                                "interface": args.interface,
                                "loop": args.loop, "asgi_loops": args.asgi_loops,
+                               "lifespan": args.lifespan,
                                "http2": args.http2}
     for name in ("ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers",
                  "ssl_ca_certs"):

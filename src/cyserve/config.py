@@ -51,8 +51,12 @@ ACCESS_LOG_FORMATS = ("common", "combined", "json")
 # The event loop of ASGI applications (cyserve.asgi): auto takes uvloop when it is installed.
 LOOPS = ("auto", "asyncio", "uvloop")
 # Where ASGI requests run: one event loop thread per process, or one per worker thread (for a
-# free-threaded interpreter, where one loop thread would be the limit of every worker's requests).
-ASGI_LOOPS = ("process", "thread")
+# free-threaded interpreter, where one loop thread would be the limit of every worker's requests),
+# each running the app's lifespan for itself; auto: per thread when the GIL is off at runtime.
+ASGI_LOOPS = ("auto", "process", "thread")
+# The ASGI lifespan scope, as uvicorn's --lifespan: auto (an app that raises on it before its
+# startup completed is served without it), on (that is a startup failure), off (never sent).
+LIFESPANS = ("auto", "on", "off")
 
 # Options whose value is a count or a size: integers of at least 1.
 _LIMITS = ("backlog", "max_header_bytes", "max_target_bytes", "max_headers", "max_body_bytes")
@@ -119,11 +123,11 @@ class Config:
     access_logfile: str | None = None
     interface: str = "auto"  # a cyserve.App, a WSGI or ASGI application, or "auto"
     loop: str = "auto"  # the event loop of ASGI applications (cyserve.asgi)
-    # One event loop per process (the lifespan's and every request's), or one per worker thread
-    # (requests run on the loop of the worker that parsed them; the lifespan on the process's):
-    # opt-in, since objects an app's lifespan makes for its loop (a connection pool, a client
-    # session, an asyncio.Queue) cannot be used from another loop.
-    asgi_loops: str = "process"
+    # One event loop per process, or one per worker thread (requests run on the loop of the
+    # worker that parsed them, and each loop runs the app's lifespan: N startups, N states);
+    # "auto" is per thread when the GIL is off at runtime (cyserve.asgi.loops_per_thread).
+    asgi_loops: str = "auto"
+    lifespan: str = "auto"  # the ASGI lifespan scope: auto, on or off (LIFESPANS)
     # Where to listen beyond host and port (cyserve.listeners): any of these replaces host:port.
     bind: tuple[str, ...] = ()  # HOST:PORT, [V6]:PORT, unix:PATH, fd://N (gunicorn's spelling)
     uds: str | None = None  # a Unix socket's path (made at start, removed at exit)
@@ -363,6 +367,9 @@ class Config:
         if self.asgi_loops not in ASGI_LOOPS:
             raise ConfigError("asgi_loops", repr(self.asgi_loops),
                               "must be one of " + ", ".join(ASGI_LOOPS))
+        if self.lifespan not in LIFESPANS:
+            raise ConfigError("lifespan", repr(self.lifespan),
+                              "must be one of " + ", ".join(LIFESPANS))
         if self.loop not in LOOPS:
             raise ConfigError("loop", repr(self.loop), "must be one of " + ", ".join(LOOPS))
         if self.loop == "uvloop" and importlib.util.find_spec("uvloop") is None:

@@ -306,11 +306,14 @@ def _start_asgi(routes: list[Any], config: Config) -> Any:
     handlers = [route[4] for route in routes if isinstance(route[4], ASGIHandler)]
     if not handlers:
         return None
-    from .asgi import ASGIRuntime, LifespanError
+    from .asgi import ASGIRuntime, LifespanError, per_thread_loops
 
     for handler in handlers:
         handler.bind(config.host, config.port)
-    runtime = ASGIRuntime(handlers, config.loop, per_thread=config.asgi_loops == "thread")
+    # Decided here, after the application was imported: an extension it imported that is not
+    # free-threading safe has turned the GIL back on by now.
+    runtime = ASGIRuntime(handlers, config.loop, per_thread=per_thread_loops(config.asgi_loops),
+                          workers=config.workers, lifespan=config.lifespan)
     try:
         runtime.start()
     except LifespanError as exc:

@@ -103,6 +103,41 @@ _SCALE_SIGNALS = (signal.SIGTTIN, signal.SIGTTOU)
 _ABORT_GRACE_SECONDS = 2.0
 
 
+# Without the GIL, the signal a worker sends each of its threads at a --worker-timeout SIGABRT
+# so that faulthandler prints that thread's own stack (a realtime signal: applications leave
+# them alone).
+_STACK_SIGNAL = signal.SIGRTMIN + 3
+_STACK_WAIT_SECONDS = 0.02  # for one thread's dump to be written before the next one's header
+
+
+def _dump_stacks_and_abort(signum: int, frame: Any) -> None:
+    """A worker's SIGABRT (--worker-timeout) on an interpreter running without the GIL, where
+    faulthandler cannot show every thread from one signal handler ("Cannot show all threads
+    while the GIL is disabled"), only the thread it runs on. So each thread is sent
+    _STACK_SIGNAL, whose faulthandler handler prints that thread's own stack from its signal
+    handler, even one stuck in C code; then the abort. This runs on the main thread, between
+    two of its bytecodes: with no GIL, a stuck handler on a worker thread does not hold it back
+    (a stuck main thread is what the SIGKILL after _ABORT_GRACE_SECONDS is for)."""
+    err = sys.stderr
+    try:
+        err.write("Fatal Python error: Aborted (--worker-timeout)\n\n")
+        me = threading.get_ident()
+        for thread in threading.enumerate():
+            if thread.ident is None or thread.ident == me:
+                continue
+            err.write(f"Thread {thread.ident:#x} ({thread.name}):\n")
+            err.flush()
+            try:
+                signal.pthread_kill(thread.ident, _STACK_SIGNAL)
+            except OSError:  # it ended meanwhile
+                continue
+            time.sleep(_STACK_WAIT_SECONDS)
+        err.flush()
+    finally:
+        signal.signal(signal.SIGABRT, signal.SIG_DFL)
+        os.abort()
+
+
 def serve_processes(app: App, config: Config, loader: Callable[[], App] | None = None, *,
                     server: HookServer | None = None) -> int:
     """Supervise config.processes worker processes serving ``app``; return the exit status
@@ -665,6 +700,13 @@ def _worker_main(app: App, config: Config, previous: dict[int, Any], supervisor:
         # SIGABRT from the supervisor (--worker-timeout) prints every thread's Python stack from
         # the signal handler, without the GIL a stuck handler may hold.
         faulthandler.enable(file=sys.stderr, all_threads=True)
+        if not getattr(sys, "_is_gil_enabled", lambda: True)():
+            # Without the GIL, faulthandler shows only the thread the signal lands on ("Cannot
+            # show all threads while the GIL is disabled"), not the stuck handler's: each
+            # thread is asked to show its own (_dump_stacks_and_abort).
+            faulthandler.register(_STACK_SIGNAL, file=sys.stderr, all_threads=False,
+                                  chain=False)
+            signal.signal(signal.SIGABRT, _dump_stacks_and_abort)
     try:
         serve_process(app, config.replace(processes=1, shared_port=True, max_requests=0,
                                           max_lifetime=0.0, worker_timeout=0.0,

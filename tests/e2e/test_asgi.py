@@ -344,7 +344,10 @@ def test_an_answer_that_never_comes_does_not_hang_the_stop() -> None:
 
 # ---- lifespan ----------------------------------------------------------------------------
 
-def test_lifespan_startup_state_and_shutdown_after_requests() -> None:
+@pytest.mark.parametrize("asgi_loops", ["process", "thread"])
+def test_lifespan_startup_state_and_shutdown_after_requests(asgi_loops: str) -> None:
+    # With a loop per worker thread (two here), each loop runs the lifespan.
+    n = 2 if asgi_loops == "thread" else 1
     log: list[str] = []
 
     async def app(scope: Scope, receive: Any, send: Any) -> None:
@@ -366,29 +369,31 @@ def test_lifespan_startup_state_and_shutdown_after_requests() -> None:
         log.append("answered")
 
     replies: list[Any] = []
-    with serving_app(app) as port:
-        assert log == ["startup"]
+    with serving_app(app, threads=2, asgi_loops=asgi_loops) as port:
+        assert log == ["startup"] * n
         th = threading.Thread(target=lambda: replies.append(request(port, get("/"))))
         th.start()
         time.sleep(0.1)
     th.join()
     assert replies[0].body == b"connected"
-    assert log == ["startup", "request", "answered", "shutdown"]
+    assert log == ["startup"] * n + ["request", "answered"] + ["shutdown"] * n
 
 
-def test_lifespan_startup_failure_stops_the_start() -> None:
+@pytest.mark.parametrize("asgi_loops", ["process", "thread"])
+def test_lifespan_startup_failure_stops_the_start(asgi_loops: str) -> None:
     async def app(scope: Scope, receive: Any, send: Any) -> None:
         assert scope["type"] == "lifespan"
         await receive()
         await send({"type": "lifespan.startup.failed", "message": "no database"})
 
     with pytest.raises(CyserveError, match="startup failed.*no database"):
-        with serving_app(app):
+        with serving_app(app, asgi_loops=asgi_loops):
             pass
 
 
-def test_an_app_without_lifespan_is_served() -> None:
-    with serving_app(echo_scope) as port:  # it raises on the lifespan scope
+@pytest.mark.parametrize("asgi_loops", ["process", "thread"])
+def test_an_app_without_lifespan_is_served(asgi_loops: str) -> None:
+    with serving_app(echo_scope, asgi_loops=asgi_loops) as port:  # it raises on lifespan
         assert request(port, get("/")).status == 200
 
 
@@ -419,8 +424,10 @@ def test_the_app_has_all_of_asyncio() -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": body})
 
-    # The loop's thread: the process's (the default; test_asgi_loops.py has a loop per worker).
-    loop_thread = rb"cyserve-asgi"
+    # The loop's thread: the process's by default with the GIL, a worker's own loop without it
+    # (test_asgi_loops.py has both modes).
+    per_thread = cyserve.asgi.per_thread_loops("auto")
+    loop_thread = rb"cyserve-asgi-\d+" if per_thread else rb"cyserve-asgi"
     with serving_app(app) as port:
         body = request(port, get("/")).body
     assert re.fullmatch(rb"upstream:ping\|task\|asynci\|" + loop_thread, body), body

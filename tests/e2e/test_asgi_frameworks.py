@@ -157,7 +157,11 @@ def test_starlette_mounted_under_a_prefix_beside_native_routes() -> None:
         assert request(port, get("/ping")).body == b"pong"
 
 
-def test_a_failed_startup_ends_the_command_with_the_apps_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize("asgi_loops", ["process", "thread"])
+def test_a_failed_startup_ends_the_command_with_the_apps_error(tmp_path: Path,
+                                                               asgi_loops: str) -> None:
+    # With a loop per worker thread, the startup fails on each of the three loops: the error
+    # is still said once.
     (tmp_path / "fa_bad.py").write_text(
         "import contextlib\n"
         "from starlette.applications import Starlette\n"
@@ -167,11 +171,12 @@ def test_a_failed_startup_ends_the_command_with_the_apps_error(tmp_path: Path) -
         "    yield\n"
         "app = Starlette(lifespan=lifespan)\n")
     proc = subprocess.run([sys.executable, "-m", "cyserve", "fa_bad:app", "--port",
-                           str(free_port()), "--app-dir", str(tmp_path)],
+                           str(free_port()), "--app-dir", str(tmp_path), "--threads", "3",
+                           "--asgi-loops", asgi_loops],
                           env=env_with_src(), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
-    assert "cyserve: the ASGI application's lifespan startup failed:" in proc.stderr
-    assert "RuntimeError: database unreachable" in proc.stderr
+    assert proc.stderr.count("cyserve: the ASGI application's lifespan startup failed:") == 1
+    assert proc.stderr.count("RuntimeError: database unreachable") == 1, proc.stderr
     assert "serving on" not in proc.stdout + proc.stderr
     assert "never retrieved" not in proc.stderr
 

@@ -23,6 +23,7 @@ def test_defaults_are_those_of_the_issue() -> None:
     assert c.log_level == "info"
     assert c.blocking_threads == 16
     assert (c.http2, c.http2_max_concurrent_streams) == (True, 100)
+    assert (c.asgi_loops, c.lifespan) == ("auto", "auto")
 
 
 def test_server_kwargs_match_the_engine_contract() -> None:
@@ -96,6 +97,8 @@ def test_zero_threads_means_the_cpus_this_process_may_use() -> None:
     ("host", "", "invalid host '': must be a host name or an IP address"),
     ("host", " 127.0.0.1", "invalid host ' 127.0.0.1': must be a host name or an IP address"),
     ("host", None, "invalid host None: must be a host name or an IP address"),
+    ("lifespan", "yes", "invalid lifespan 'yes': must be one of auto, on, off"),
+    ("asgi_loops", "worker", "invalid asgi_loops 'worker': must be one of auto, process, thread"),
 ])
 def test_bad_values_name_the_option_and_the_value(option: str, value: Any, message: str) -> None:
     with pytest.raises(ConfigError) as info:

@@ -156,3 +156,27 @@ def test_every_option_has_a_help_section() -> None:
     left = [a.option_strings for a in parser._optionals._group_actions
             if a.dest not in ("help", "version")]
     assert left == [], "options without a section in --help (cli._SECTIONS)"
+
+
+@pytest.mark.parametrize("argv, env, toml, expected", [
+    (["--lifespan", "on"], {}, "", "on"),
+    (["--lifespan", "OFF"], {}, "", "off"),
+    ([], {"CYSERVE_LIFESPAN": "off"}, "", "off"),
+    ([], {}, 'lifespan = "on"\n', "on"),
+    ([], {}, "", "auto"),
+])
+def test_lifespan_from_each_source_reaches_the_config(tmp_path: Path, argv: list[str],
+                                                      env: dict[str, str], toml: str,
+                                                      expected: str) -> None:
+    if toml:
+        (tmp_path / "c.toml").write_text(toml)
+        argv = [*argv, "--config", str(tmp_path / "c.toml")]
+    args, config = cli.parse_command(["m:app", *argv], env)
+    assert config.lifespan == expected
+
+
+def test_a_bad_lifespan_is_refused() -> None:
+    with pytest.raises(cli._UsageError, match="--lifespan: invalid choice: 'maybe'"):
+        cli.parse_command(["m:app", "--lifespan", "maybe"], {})
+    with pytest.raises(cli._UsageError, match="CYSERVE_LIFESPAN='maybe'"):
+        cli.parse_command(["m:app"], {"CYSERVE_LIFESPAN": "maybe"})

@@ -80,9 +80,10 @@ cdef object _asgi_loop = None
 
 
 cdef class _ASGILoop:
-    """An event loop that runs ASGI requests, and the requests' tasks it holds. The process's
-    loop (the lifespans' too), or on a free-threaded interpreter without the GIL one of the
-    loops that cyserve.asgi starts, one per worker thread, on the thread's first ASGI request."""
+    """An event loop that runs ASGI requests, the requests' tasks it holds, and the state its
+    lifespans made. The process's one loop, or on a free-threaded interpreter without the GIL
+    (or when asked for) one of the loops that cyserve.asgi starts, one per worker thread, which
+    a worker takes on its first ASGI request."""
     cdef public object loop
     # The requests' tasks, held until they end: the loop itself keeps only weak references, and
     # a task that awaits a future only its exchange refers to (a WebSocket's next message, a
@@ -90,22 +91,27 @@ cdef class _ASGILoop:
     # waits. One set per loop: only its loop's thread touches it.
     cdef public set tasks
     cdef public bint closed  # set by cyserve.asgi once the loop is stopped: not handed out again
+    # ASGIHandler -> the state its app's lifespan made on this loop, of which every request on
+    # this loop gets a shallow copy. Filled by cyserve.asgi before the server starts; only read
+    # while it serves.
+    cdef public dict states
 
     def __init__(self, loop):
         self.loop = loop
         self.tasks = set()
         self.closed = False
+        self.states = {}
 
 
-# The process's loop (_asgi_loop's), and on a free-threaded interpreter whose GIL is off the
-# callable that makes a worker thread's own loop (cyserve.asgi), None otherwise.
+# The process's loop (_asgi_loop's), and with one loop per worker thread the callable that
+# hands a worker thread its loop (cyserve.asgi), None otherwise.
 cdef _ASGILoop _asgi_main = None
 cdef object _asgi_new_loop = None
 
 
 cdef _ASGILoop _asgi_here(_ThreadCache cache):
     """The loop that the requests this thread parses run on: its own loop when there is one per
-    worker thread (made on the thread's first ASGI request and kept for its life), the
+    worker thread (taken on the thread's first ASGI request and kept for its life), the
     process's otherwise. Python state attached."""
     cdef _ASGILoop lp = cache.asgi_loop
     if lp is not None and not lp.closed:
@@ -174,7 +180,7 @@ cdef Py_ssize_t _ASGI_CHUNK = 65536  # receive() hands a large body over in piec
 
 def _asgi_set_loop(_ASGILoop lp, new_loop=None):
     """The process's loop (None once it stopped) and, for one loop per worker thread, the
-    callable that makes a thread's loop. Set before the server starts, cleared after it
+    callable that hands a worker thread its loop. Set before the server starts, cleared after it
     stopped: the workers only read them meanwhile."""
     global _asgi_loop, _asgi_main, _asgi_new_loop
     _asgi_main = lp
@@ -492,6 +498,13 @@ cdef object _asgi_name(const char *name, size_t n, _ThreadCache cache):
     return lower
 
 
+cdef dict _asgi_state(ASGIHandler handler, _ThreadCache cache):
+    """The scope's state: a shallow copy of what the app's lifespan made on the loop this
+    request runs on (each loop ran a lifespan of its own)."""
+    cdef PyObject *st = PyDict_GetItem(_asgi_here(cache).states, handler)
+    return {} if st == NULL else (<dict>st).copy()
+
+
 cdef object _asgi_client(const char *peer, _ThreadCache cache):
     """The scope's client, (host, port), from the engine's "host:port" or "[v6]:port" (made
     once per connection): one tuple per peer seen on this thread, as _asgi_name."""
@@ -528,7 +541,6 @@ cdef class ASGIHandler:
     cdef readonly str root_path
     cdef bytes _root_b
     cdef public object server   # (host, port), set by bind()
-    cdef public dict state      # the lifespan's state, copied into each scope
     cdef str _label
     cdef dict _template         # the scope's keys and constant values (_scope)
     cdef public bint ws_deflate  # negotiate permessage-deflate (the Server's option)
@@ -559,7 +571,6 @@ cdef class ASGIHandler:
         }
         self._root_b = self.root_path.encode("utf-8")
         self.server = None
-        self.state = {}
         self._label = getattr(app, "__qualname__", None) or type(app).__qualname__
         self.ws_deflate = True
 
@@ -618,7 +629,7 @@ cdef class ASGIHandler:
         scope["headers"] = headers
         scope["client"] = client
         scope["server"] = self.server
-        scope["state"] = self.state.copy()
+        scope["state"] = _asgi_state(self, cache)
         # The ASGI TLS extension over TLS (its connection's, not a proxy's).
         if cs.server_req_tls(<const cs.req_t *>req):
             scope["extensions"] = {"tls": _tls_extension(<const cs.req_t *>req)}
