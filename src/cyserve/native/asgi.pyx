@@ -90,11 +90,16 @@ cdef class _ASGILoop:
     # waits. One set per loop: only its loop's thread touches it.
     cdef public set tasks
     cdef public bint closed  # set by cyserve.asgi once the loop is stopped: not handed out again
+    # A future of this loop, done with None: what send() returns when it took the message at
+    # once, so that a message costs no coroutine (awaiting a done future does not suspend).
+    cdef readonly object ready
 
     def __init__(self, loop):
         self.loop = loop
         self.tasks = set()
         self.closed = False
+        self.ready = loop.create_future()
+        self.ready.set_result(None)
 
 
 # The process's loop (_asgi_loop's), and on a free-threaded interpreter whose GIL is off the
@@ -320,7 +325,12 @@ cdef class _Exchange:
             await asyncio.shield(self.ended)
         return {"type": "http.disconnect"}
 
-    async def send(self, message):
+    def send(self, message):
+        # Not a coroutine function: send() does its work when called and returns an awaitable,
+        # as the spec allows (granian's send is no coroutine either). A message taken at once
+        # gives the loop's done future, which an await goes through without suspending; a
+        # streamed piece gives the future of its write. A coroutine per message cost the loop
+        # thread about a thousand instructions each.
         t = message["type"]
         cdef str ts = t if type(t) is str else None
         if ts == "http.response.start":
@@ -329,7 +339,7 @@ cdef class _Exchange:
             self.status = int(message["status"])
             self.headers = list(_mget(message, "headers", None) or ())
             self.started = True
-            return
+            return self.lp.ready
         if ts != "http.response.body":
             raise RuntimeError(f"ASGI: unexpected message {t!r} in the http scope")
         if not self.started:
@@ -338,7 +348,8 @@ cdef class _Exchange:
             raise ClientDisconnected("the client went away")
         if self.complete:
             if self.head:
-                return  # an answer to HEAD is complete with its head: the rest goes nowhere
+                # An answer to HEAD is complete with its head: the rest goes nowhere.
+                return self.lp.ready
             raise RuntimeError("ASGI: http.response.body after the response was complete")
         body = _mget(message, "body", b"")
         more = bool(_mget(message, "more_body", False))
@@ -349,7 +360,7 @@ cdef class _Exchange:
             self._fill_head(resp)
             if self.head:
                 self._give(0)
-                return
+                return self.lp.ready
             if more:
                 announced = -1 if self.length is None else self.length
                 _check_rc(cs.resp_set_stream(resp, <void *>self.h, announced), "ASGI response")
@@ -358,11 +369,11 @@ cdef class _Exchange:
             _set_body(resp, body if type(body) is bytes else bytes(body))
         if not more:
             self._give(0)
-            return
+            return self.lp.ready
         self.written = self.lp.loop.create_future()
         self._give(1)
         # The engine writes the piece, then asks for the next (_asgi_stream): that resolves it.
-        await self.written
+        return self.written
 
     cdef int _fill_head(self, cs.resp_t *resp) except -1:
         cdef bint ct = False
