@@ -93,13 +93,18 @@ cdef class _ASGILoop:
     # A future of this loop, done with None: what send() returns when it took the message at
     # once, so that a message costs no coroutine (awaiting a done future does not suspend).
     cdef readonly object ready
+    # asyncio.Task, which _asgi_spawn calls itself while the loop has no task factory: the
+    # loop's create_task (uvloop's, asyncio's) adds an argument parse and a call per request.
+    cdef object task_type
 
     def __init__(self, loop):
+        import asyncio  # imported already: the loop exists
         self.loop = loop
         self.tasks = set()
         self.closed = False
         self.ready = loop.create_future()
         self.ready.set_result(None)
+        self.task_type = asyncio.Task
 
 
 # The process's loop (_asgi_loop's), and on a free-threaded interpreter whose GIL is off the
@@ -208,10 +213,15 @@ cdef void _asgi_flush() except *:
 
 def _asgi_run_batch(list batch):
     # An _Exchange is a request to start (_asgi_spawn); anything else a (callable, argument).
+    # Everything in a batch is for one loop (_asgi_flush), whose task factory is looked up once:
+    # -1 not yet, 1 none (the tasks are made directly), 0 the app set one.
+    cdef int direct = -1
     for item in batch:
         try:
             if type(item) is _Exchange:
-                _asgi_spawn(<_Exchange>item)
+                if direct < 0:
+                    direct = (<_Exchange>item).lp.loop.get_task_factory() is None
+                _asgi_spawn(<_Exchange>item, direct)
             else:
                 fn, arg = item
                 fn(arg)
@@ -670,14 +680,17 @@ def _asgi_drop_done_tasks(_ASGILoop lp):
     lp.tasks.difference_update([t for t in lp.tasks if t.done()])
 
 
-cdef void _asgi_spawn(_Exchange ex) except *:
+cdef void _asgi_spawn(_Exchange ex, bint direct) except *:
     # A stop cancels every task of the loop but the lifespans' (cyserve.asgi).
     app, scope = ex.app, ex.scope
     ex.app = ex.scope = None
     # Held in lp.tasks until _run drops it at its end: cheaper than a done callback, which
     # costs the loop one more callback per request (about a tenth of an ASGI request's work).
     cdef _ASGILoop lp = ex.lp
-    task = lp.loop.create_task(ex._run(app, scope))
+    if direct:
+        task = lp.task_type(ex._run(app, scope), loop=lp.loop)
+    else:
+        task = lp.loop.create_task(ex._run(app, scope))
     lp.tasks.add(task)
     ex.task = task
 
