@@ -14,6 +14,7 @@
 # send(): awaiting send() on a slow reader suspends the app, nothing queues without bound.
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.list cimport PyList_New, PyList_SET_ITEM
+from cpython.version cimport PY_VERSION_HEX
 
 # The offload end hook (python_handler.pyx) calls cyserve__asgi_flush, GIL held, when
 # cyserve__asgi_queued says this batch queued something for the loop.
@@ -96,6 +97,8 @@ cdef class _ASGILoop:
     # asyncio.Task, which _asgi_spawn calls itself while the loop has no task factory: the
     # loop's create_task (uvloop's, asyncio's) adds an argument parse and a call per request.
     cdef object task_type
+    # Python 3.12+: the tasks start eagerly (Task's eager_start), see _asgi_spawn.
+    cdef bint eager
 
     def __init__(self, loop):
         import asyncio  # imported already: the loop exists
@@ -105,6 +108,7 @@ cdef class _ASGILoop:
         self.ready = loop.create_future()
         self.ready.set_result(None)
         self.task_type = asyncio.Task
+        self.eager = PY_VERSION_HEX >= 0x030C0000
 
 
 # The process's loop (_asgi_loop's), and on a free-threaded interpreter whose GIL is off the
@@ -686,11 +690,22 @@ cdef void _asgi_spawn(_Exchange ex, bint direct) except *:
     ex.app = ex.scope = None
     # Held in lp.tasks until _run drops it at its end: cheaper than a done callback, which
     # costs the loop one more callback per request (about a tenth of an ASGI request's work).
+    # Where the interpreter offers it (3.12+), the task starts eagerly: its first step runs
+    # here, inside this batch's callback, as asyncio's eager task factory would run it, rather
+    # than from a callback of its own on the loop's next turn. asyncio.current_task() is the
+    # task during that step too, so anyio and Starlette see what they see on any task. An app
+    # that answers without suspending (most requests) then costs no scheduled step at all, and
+    # its task is over before this returns: nothing to hold.
     cdef _ASGILoop lp = ex.lp
-    if direct:
-        task = lp.task_type(ex._run(app, scope), loop=lp.loop)
+    coro = ex._run(app, scope)
+    if not direct:
+        task = lp.loop.create_task(coro)
+    elif lp.eager:
+        task = lp.task_type(coro, loop=lp.loop, eager_start=True)
+        if task.done():
+            return
     else:
-        task = lp.loop.create_task(ex._run(app, scope))
+        task = lp.task_type(coro, loop=lp.loop)
     lp.tasks.add(task)
     ex.task = task
 
