@@ -454,7 +454,7 @@ cdef class _Exchange:
 
     async def _run(self, app, scope):
         try:
-            await app(scope, self.receive, self.send)
+            await app(scope, _bind_method(_EX_RECEIVE, self), _bind_method(_EX_SEND, self))
         except BaseException as exc:
             _asgi_log.error("Exception in ASGI application %s for %s %s", self.label,
                             scope["method"], scope["raw_path"].decode("latin-1"),
@@ -491,6 +491,12 @@ cdef class _Exchange:
             self._finish()
             if cs.handoff_give(self.h, -1) != 0:
                 self._mark_gone()
+
+
+# receive and send bound to each exchange as _WSGIAnswer's start_response is (wsgi.pyx): the
+# bound methods that `ex.receive` and `ex.send` give, without their lookups.
+cdef object _EX_RECEIVE = _Exchange.receive
+cdef object _EX_SEND = _Exchange.send
 
 
 cdef inline unsigned _fnv1a(const char *p, size_t n) noexcept:
