@@ -14,6 +14,7 @@
 # send(): awaiting send() on a slow reader suspends the app, nothing queues without bound.
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.list cimport PyList_New, PyList_SET_ITEM
+from cpython.pythread cimport PyThread_get_thread_ident
 from cpython.version cimport PY_VERSION_HEX
 
 # The offload end hook (python_handler.pyx) calls cyserve__asgi_flush, GIL held, when
@@ -99,6 +100,9 @@ cdef class _ASGILoop:
     cdef object task_type
     # Python 3.12+: the tasks start eagerly (Task's eager_start), see _asgi_spawn.
     cdef bint eager
+    # The loop's thread, as _asgi_spawn and _asgi_ws_spawn find it: send() takes a message at
+    # once only there (see _Exchange.send).
+    cdef unsigned long ident
 
     def __init__(self, loop):
         import asyncio  # imported already: the loop exists
@@ -344,7 +348,17 @@ cdef class _Exchange:
         # as the spec allows (granian's send is no coroutine either). A message taken at once
         # gives the loop's done future, which an await goes through without suspending; a
         # streamed piece gives the future of its write. A coroutine per message cost the loop
-        # thread about a thousand instructions each.
+        # thread about a thousand instructions each. Called from another thread (as in
+        # asyncio.run_coroutine_threadsafe(send(message), loop)), it gives a coroutine, which
+        # takes the message on the loop's thread when it runs there.
+        if PyThread_get_thread_ident() != self.lp.ident:
+            return self._send_on_loop(message)
+        return self._send(message)
+
+    async def _send_on_loop(self, message):
+        await self._send(message)
+
+    cdef object _send(self, message):
         t = message["type"]
         cdef str ts = t if type(t) is str else None
         if ts == "http.response.start":
@@ -703,6 +717,7 @@ cdef void _asgi_spawn(_Exchange ex, bint direct) except *:
     # that answers without suspending (most requests) then costs no scheduled step at all, and
     # its task is over before this returns: nothing to hold.
     cdef _ASGILoop lp = ex.lp
+    lp.ident = PyThread_get_thread_ident()
     coro = ex._run(app, scope)
     if not direct:
         task = lp.loop.create_task(coro)
