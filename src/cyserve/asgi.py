@@ -34,7 +34,11 @@ answer to HEAD is its head (the body the app sends goes nowhere). An exception b
 started is a 500 (and a logged traceback); after it, the connection closes without the last chunk.
 An app that returns without completing its answer is treated the same way. At a stop, answers
 still pending when the grace period ends are given up (their connections closed) and their tasks
-cancelled.
+cancelled. ``send()`` (in both scopes) is no coroutine function, as granian's is not: it does its
+work when called and returns what the app awaits, a future already done or the future of the
+piece's write; a bad message raises from the call. On Python 3.12 and later a request's task
+starts eagerly (``Task(eager_start=True)``): the app runs until its first real suspension from
+the callback that hands the loop its batch of requests.
 
 The websocket scope (``native/asgi_ws.pyx``): a request with ``Upgrade: websocket`` to an ASGI
 route. A bad handshake is answered by the server (400; 426 with ``Sec-WebSocket-Version: 13``)

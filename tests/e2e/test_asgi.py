@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import re
 import socket
@@ -194,6 +195,39 @@ def test_answers_whole_streamed_and_sized() -> None:
         assert (r.header("content-length"), r.body) == ("10", b"0123456789")
         c.send(get("/"))  # the connection stayed open through all of them
         assert c.reply().body == b"whole"
+
+
+def test_send_from_the_task_or_another_thread() -> None:
+    # send() returns an awaitable (not necessarily a coroutine); one awaited at once, one made
+    # on another thread for asyncio.run_coroutine_threadsafe (which wants a coroutine and runs
+    # it on the loop), a streamed piece and the last one all arrive in order. The request's task
+    # stays asyncio.current_task() across a suspension, which anyio's cancel scopes rely on
+    # (3.12+ starts the task eagerly: its first step runs in the batch's callback).
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            raise RuntimeError("unsupported")
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        started = send({"type": "http.response.start", "status": 200, "headers": []})
+        assert inspect.isawaitable(started)
+        await started
+        await asyncio.sleep(0)
+        assert asyncio.current_task() is task
+
+        def from_thread() -> None:
+            piece = {"type": "http.response.body", "body": b"thread,", "more_body": True}
+            asyncio.run_coroutine_threadsafe(send(piece), loop).result(5)
+
+        await loop.run_in_executor(None, from_thread)
+        await send({"type": "http.response.body", "body": b"loop", "more_body": False})
+
+    with serving_app(app) as port, Conn(port) as c:
+        for _ in range(2):
+            c.send(get("/"))
+            r = c.reply()
+            assert (r.status, r.header("transfer-encoding"), r.body) == (
+                200, "chunked", b"thread,loop")
 
 
 def test_head_gets_the_head_only() -> None:

@@ -14,6 +14,8 @@
 # send(): awaiting send() on a slow reader suspends the app, nothing queues without bound.
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.list cimport PyList_New, PyList_SET_ITEM
+from cpython.pythread cimport PyThread_get_thread_ident
+from cpython.version cimport PY_VERSION_HEX
 
 # The offload end hook (python_handler.pyx) calls cyserve__asgi_flush, GIL held, when
 # cyserve__asgi_queued says this batch queued something for the loop.
@@ -95,12 +97,28 @@ cdef class _ASGILoop:
     # this loop gets a shallow copy. Filled by cyserve.asgi before the server starts; only read
     # while it serves.
     cdef public dict states
+    # A future of this loop, done with None: what send() returns when it took the message at
+    # once, so that a message costs no coroutine (awaiting a done future does not suspend).
+    cdef readonly object ready
+    # asyncio.Task, which _asgi_spawn calls itself while the loop has no task factory: the
+    # loop's create_task (uvloop's, asyncio's) adds an argument parse and a call per request.
+    cdef object task_type
+    # Python 3.12+: the tasks start eagerly (Task's eager_start), see _asgi_spawn.
+    cdef bint eager
+    # The loop's thread, as _asgi_spawn and _asgi_ws_spawn find it: send() takes a message at
+    # once only there (see _Exchange.send).
+    cdef unsigned long ident
 
     def __init__(self, loop):
+        import asyncio  # imported already: the loop exists
         self.loop = loop
         self.tasks = set()
         self.closed = False
         self.states = {}
+        self.ready = loop.create_future()
+        self.ready.set_result(None)
+        self.task_type = asyncio.Task
+        self.eager = PY_VERSION_HEX >= 0x030C0000
 
 
 # The process's loop (_asgi_loop's), and with one loop per worker thread the callable that
@@ -209,10 +227,15 @@ cdef void _asgi_flush() except *:
 
 def _asgi_run_batch(list batch):
     # An _Exchange is a request to start (_asgi_spawn); anything else a (callable, argument).
+    # Everything in a batch is for one loop (_asgi_flush), whose task factory is looked up once:
+    # -1 not yet, 1 none (the tasks are made directly), 0 the app set one.
+    cdef int direct = -1
     for item in batch:
         try:
             if type(item) is _Exchange:
-                _asgi_spawn(<_Exchange>item)
+                if direct < 0:
+                    direct = (<_Exchange>item).lp.loop.get_task_factory() is None
+                _asgi_spawn(<_Exchange>item, direct)
             else:
                 fn, arg = item
                 fn(arg)
@@ -326,7 +349,22 @@ cdef class _Exchange:
             await asyncio.shield(self.ended)
         return {"type": "http.disconnect"}
 
-    async def send(self, message):
+    def send(self, message):
+        # Not a coroutine function: send() does its work when called and returns an awaitable,
+        # as the spec allows (granian's send is no coroutine either). A message taken at once
+        # gives the loop's done future, which an await goes through without suspending; a
+        # streamed piece gives the future of its write. A coroutine per message cost the loop
+        # thread about a thousand instructions each. Called from another thread (as in
+        # asyncio.run_coroutine_threadsafe(send(message), loop)), it gives a coroutine, which
+        # takes the message on the loop's thread when it runs there.
+        if PyThread_get_thread_ident() != self.lp.ident:
+            return self._send_on_loop(message)
+        return self._send(message)
+
+    async def _send_on_loop(self, message):
+        await self._send(message)
+
+    cdef object _send(self, message):
         t = message["type"]
         cdef str ts = t if type(t) is str else None
         if ts == "http.response.start":
@@ -335,7 +373,7 @@ cdef class _Exchange:
             self.status = int(message["status"])
             self.headers = list(_mget(message, "headers", None) or ())
             self.started = True
-            return
+            return self.lp.ready
         if ts != "http.response.body":
             raise RuntimeError(f"ASGI: unexpected message {t!r} in the http scope")
         if not self.started:
@@ -344,7 +382,8 @@ cdef class _Exchange:
             raise ClientDisconnected("the client went away")
         if self.complete:
             if self.head:
-                return  # an answer to HEAD is complete with its head: the rest goes nowhere
+                # An answer to HEAD is complete with its head: the rest goes nowhere.
+                return self.lp.ready
             raise RuntimeError("ASGI: http.response.body after the response was complete")
         body = _mget(message, "body", b"")
         more = bool(_mget(message, "more_body", False))
@@ -355,7 +394,7 @@ cdef class _Exchange:
             self._fill_head(resp)
             if self.head:
                 self._give(0)
-                return
+                return self.lp.ready
             if more:
                 announced = -1 if self.length is None else self.length
                 _check_rc(cs.resp_set_stream(resp, <void *>self.h, announced), "ASGI response")
@@ -364,11 +403,11 @@ cdef class _Exchange:
             _set_body(resp, body if type(body) is bytes else bytes(body))
         if not more:
             self._give(0)
-            return
+            return self.lp.ready
         self.written = self.lp.loop.create_future()
         self._give(1)
         # The engine writes the piece, then asks for the next (_asgi_stream): that resolves it.
-        await self.written
+        return self.written
 
     cdef int _fill_head(self, cs.resp_t *resp) except -1:
         cdef bint ct = False
@@ -435,7 +474,7 @@ cdef class _Exchange:
 
     async def _run(self, app, scope):
         try:
-            await app(scope, self.receive, self.send)
+            await app(scope, _bind_method(_EX_RECEIVE, self), _bind_method(_EX_SEND, self))
         except BaseException as exc:
             _asgi_log.error("Exception in ASGI application %s for %s %s", self.label,
                             scope["method"], scope["raw_path"].decode("latin-1"),
@@ -472,6 +511,12 @@ cdef class _Exchange:
             self._finish()
             if cs.handoff_give(self.h, -1) != 0:
                 self._mark_gone()
+
+
+# receive and send bound to each exchange as _WSGIAnswer's start_response is (wsgi.pyx): the
+# bound methods that `ex.receive` and `ex.send` give, without their lookups.
+cdef object _EX_RECEIVE = _Exchange.receive
+cdef object _EX_SEND = _Exchange.send
 
 
 cdef inline unsigned _fnv1a(const char *p, size_t n) noexcept:
@@ -688,14 +733,29 @@ def _asgi_drop_done_tasks(_ASGILoop lp):
     lp.tasks.difference_update([t for t in lp.tasks if t.done()])
 
 
-cdef void _asgi_spawn(_Exchange ex) except *:
+cdef void _asgi_spawn(_Exchange ex, bint direct) except *:
     # A stop cancels every task of the loop but the lifespans' (cyserve.asgi).
     app, scope = ex.app, ex.scope
     ex.app = ex.scope = None
     # Held in lp.tasks until _run drops it at its end: cheaper than a done callback, which
     # costs the loop one more callback per request (about a tenth of an ASGI request's work).
+    # Where the interpreter offers it (3.12+), the task starts eagerly: its first step runs
+    # here, inside this batch's callback, as asyncio's eager task factory would run it, rather
+    # than from a callback of its own on the loop's next turn. asyncio.current_task() is the
+    # task during that step too, so anyio and Starlette see what they see on any task. An app
+    # that answers without suspending (most requests) then costs no scheduled step at all, and
+    # its task is over before this returns: nothing to hold.
     cdef _ASGILoop lp = ex.lp
-    task = lp.loop.create_task(ex._run(app, scope))
+    lp.ident = PyThread_get_thread_ident()
+    coro = ex._run(app, scope)
+    if not direct:
+        task = lp.loop.create_task(coro)
+    elif lp.eager:
+        task = lp.task_type(coro, loop=lp.loop, eager_start=True)
+        if task.done():
+            return
+    else:
+        task = lp.task_type(coro, loop=lp.loop)
     lp.tasks.add(task)
     ex.task = task
 

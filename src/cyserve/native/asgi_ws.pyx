@@ -130,7 +130,20 @@ cdef class _WSExchange:
             await self.waiter
             self.waiter = None
 
-    async def send(self, message):
+    def send(self, message):
+        # As the http scope's send() (asgi.pyx): the work is done when called, and the caller
+        # awaits what it returns: the loop's done future, or the future of the queue's drain
+        # when the message filled it past its high-water mark. No coroutine per message, but
+        # for a call from another thread (cyserve.websocket's blocking send()), which gets a
+        # coroutine that takes the message on the loop's thread.
+        if PyThread_get_thread_ident() != self.lp.ident:
+            return self._send_on_loop(message)
+        return self._send(message)
+
+    async def _send_on_loop(self, message):
+        await self._send(message)
+
+    cdef object _send(self, message):
         t = message["type"]
         if t == "websocket.send":
             if self.state != _WS_OPEN:
@@ -155,21 +168,21 @@ cdef class _WSExchange:
                 raise MemoryError("WebSocket send")
             if rc == 1:
                 self.drained = self.lp.loop.create_future()
-                await self.drained
-            return
+                return self.drained
+            return self.lp.ready
         if t == "websocket.accept":
             if self.state == _WS_CLOSED and not self.denial_started:
                 raise ClientDisconnected("the client went away")
             if self.state != _WS_CONNECTING or self.denial_started:
                 raise RuntimeError("ASGI: websocket.accept after the handshake was answered")
             self._accept(message)
-            return
+            return self.lp.ready
         if t == "websocket.close":
             code = int(message.get("code", 1000))
             reason = message.get("reason") or ""
             if self.state == _WS_CONNECTING and not self.denial_started:
                 self._deny(403, [], b"")
-                return
+                return self.lp.ready
             if self.state == _WS_OPEN:
                 if not ws_close_code_ok(code):
                     raise RuntimeError(f"ASGI: invalid WebSocket close code {code}")
@@ -177,7 +190,7 @@ cdef class _WSExchange:
                 cs.wsconn_close(self.h, code, rb, <size_t>len(rb))
                 self.closed_by_app = True
                 self._closed(code, reason)
-            return
+            return self.lp.ready
         if t == "websocket.http.response.start":
             if self.state != _WS_CONNECTING or self.denial_started:
                 raise RuntimeError("ASGI: websocket.http.response.start after the handshake "
@@ -186,14 +199,14 @@ cdef class _WSExchange:
             self.denial_status = int(message["status"])
             self.denial_headers = list(message.get("headers") or ())
             self.denial_body = []
-            return
+            return self.lp.ready
         if t == "websocket.http.response.body":
             if not self.denial_started or self.state != _WS_CONNECTING:
                 raise RuntimeError("ASGI: websocket.http.response.body without its start")
             self.denial_body.append(bytes(message.get("body", b"")))
             if not message.get("more_body", False):
                 self._deny(self.denial_status, self.denial_headers, b"".join(self.denial_body))
-            return
+            return self.lp.ready
         raise RuntimeError(f"ASGI: unexpected message {t!r} in the websocket scope")
 
     cdef int _accept(self, dict message) except -1:
@@ -375,4 +388,5 @@ cdef bint _asgi_ws_start(ASGIHandler handler, const cyserve_request *req,
 def _asgi_ws_spawn(args):
     ex, app, scope = args
     cdef _ASGILoop lp = (<_WSExchange>ex).lp
+    lp.ident = PyThread_get_thread_ident()
     _asgi_keep_task(lp, lp.loop.create_task((<_WSExchange>ex)._run(app, scope)))
