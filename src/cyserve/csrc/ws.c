@@ -489,15 +489,20 @@ size_t ws_pmd_negotiate(const char *v, size_t n, struct ws_pmd_params *p,
             continue;
         if (!ws_pmd_offer(v, ne, e, p))
             continue;
-        int len = snprintf(out, WS_PMD_RESPONSE_MAX, "permessage-deflate%s%s",
-                           p->server_no_context_takeover ? "; server_no_context_takeover" : "",
-                           p->client_no_context_takeover ? "; client_no_context_takeover" : "");
-        if (p->server_max_window_bits != 15)
-            len += snprintf(out + len, WS_PMD_RESPONSE_MAX - (size_t)len,
-                            "; server_max_window_bits=%d", p->server_max_window_bits);
-        return (size_t)len;
+        return ws_pmd_response(p, out);
     }
     return 0;
+}
+
+size_t ws_pmd_response(const struct ws_pmd_params *p, char out[WS_PMD_RESPONSE_MAX])
+{
+    int len = snprintf(out, WS_PMD_RESPONSE_MAX, "permessage-deflate%s%s",
+                       p->server_no_context_takeover ? "; server_no_context_takeover" : "",
+                       p->client_no_context_takeover ? "; client_no_context_takeover" : "");
+    if (p->server_max_window_bits != 15)
+        len += snprintf(out + len, WS_PMD_RESPONSE_MAX - (size_t)len, "; server_max_window_bits=%d",
+                        p->server_max_window_bits);
+    return (size_t)len;
 }
 
 void ws_pmd_init(struct ws_pmd *z, const struct ws_pmd_params *p)

@@ -159,6 +159,11 @@ struct ws_pmd_params {
 size_t ws_pmd_negotiate(const char *v, size_t n, struct ws_pmd_params *p,
                         char out[WS_PMD_RESPONSE_MAX]);
 
+/* The Sec-WebSocket-Extensions value that answers with p (as ws_pmd_negotiate writes it, after
+ * a caller changed p, for instance to add a no_context_takeover the offer lacked: RFC 7692
+ * 7.1.1.1 and 7.1.1.2 let a server add either), NUL-ended into out. Returns its length. */
+size_t ws_pmd_response(const struct ws_pmd_params *p, char out[WS_PMD_RESPONSE_MAX]);
+
 /* A growable heap buffer for whole messages (realloc'd; free ptr when done). */
 struct ws_buf {
     char *ptr;
