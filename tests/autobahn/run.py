@@ -8,7 +8,7 @@ three echoes in one cyserve process, a raw ASGI application (/asgi), an App's bl
 by `make build`), runs the fuzzing client against each, and prints the outcome of each case
 section by section (OK, NON-STRICT, INFORMATIONAL, UNIMPLEMENTED, FAILED). Each echo gets a
 fuzzing client of its own, one after the other or, with --parallel, all at once; the reports
-(HTML and JSON) are left in .cache/autobahn/reports/<agent>/.
+(HTML and JSON) are left in .cache/autobahn/reports/<agent>/ (--reports DIR: DIR/<agent>/).
 
     python tests/autobahn/run.py                    # every case but 9.* (performance), 12.* and
                                                     # 13.* (compression: long on a small machine)
@@ -153,10 +153,10 @@ def summarize(index: dict[str, Any]) -> tuple[str, int]:
     return "\n".join(lines), failed
 
 
-def wstest(py2: str, agent: str, url: str, cases: list[str],
-           exclude: list[str]) -> tuple[subprocess.Popen[bytes], Path]:
-    """Start a fuzzing client for one echo; its reports go to REPORTS/<agent>/."""
-    outdir = REPORTS / agent
+def wstest(py2: str, agent: str, url: str, cases: list[str], exclude: list[str],
+           reports: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """Start a fuzzing client for one echo; its spec and reports go to reports/<agent>/."""
+    outdir = reports / agent
     if outdir.exists():
         shutil.rmtree(outdir)  # a stale index.json must not pass for this run's
     spec: dict[str, Any] = {
@@ -166,8 +166,8 @@ def wstest(py2: str, agent: str, url: str, cases: list[str],
         "exclude-cases": exclude,
         "exclude-agent-cases": {},
     }
-    HOME.mkdir(parents=True, exist_ok=True)
-    spec_path = HOME / f"fuzzingclient-{agent}.json"
+    outdir.mkdir(parents=True)
+    spec_path = outdir / "fuzzingclient.json"
     spec_path.write_text(json.dumps(spec, indent=2))
     runner = ("import site, sys; site.addsitedir(sys.argv[1]); "
               "from autobahntestsuite import wstest; "
@@ -186,6 +186,9 @@ def main() -> int:
                          + " (default: all)")
     ap.add_argument("--parallel", action="store_true",
                     help="run the echoes' fuzzing clients at once rather than one by one")
+    ap.add_argument("--reports", type=Path, default=REPORTS,
+                    help="where each echo's reports go, a folder each (default "
+                         f"{REPORTS}; give each of several runs at once its own)")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     agents = [a.strip() for a in args.agents.split(",") if a.strip()]
@@ -204,7 +207,7 @@ def main() -> int:
         running = []
         for agent in agents:
             running.append((agent, *wstest(py2, agent, f"ws://127.0.0.1:{port}/{agent}",
-                                           cases, exclude)))
+                                           cases, exclude, args.reports.resolve())))
             if not args.parallel:
                 running[-1][1].wait()
         for agent, proc, index_path in running:
@@ -223,7 +226,7 @@ def main() -> int:
     print(f"\nAutobahn|Testsuite 0.8.2 fuzzingclient, cases {cases}, excluded {exclude}, "
           f"{time.monotonic() - t0:.0f} s\n")
     print(table)
-    print(f"\nreports: {REPORTS}/<agent>/index.html")
+    print(f"\nreports: {args.reports}/<agent>/index.html")
     return 1 if failed else 0
 
 
