@@ -313,10 +313,19 @@ static int wsn_queue_deflated(struct wsn *w, int op, const char *p, size_t n)
     w->z.out = zc->z.out; /* ws_pmd_deflate makes one when none is lent */
     zc->z.out = NULL;
     int rc = ws_pmd_deflate(&w->z, p, n, &zc->out_buf);
-    /* Back to the thread, reset by ws_pmd_deflate (server_no_context_takeover). */
-    zc->z.out = w->z.out;
-    zc->z.p.server_max_window_bits = bits;
-    w->z.out = NULL;
+    if (rc == 0) {
+        /* Back to the thread, reset by ws_pmd_deflate (server_no_context_takeover). */
+        zc->z.out = w->z.out;
+        zc->z.p.server_max_window_bits = bits;
+        w->z.out = NULL;
+    } else {
+        /* Failed midway: not reset, so not lent again. (w may hold an inflater meanwhile: a
+         * message is delivered before its inflater goes back.) */
+        struct ws_pmd broken = w->z;
+        broken.in = NULL;
+        ws_pmd_free(&broken);
+        w->z.out = NULL;
+    }
     if (rc == 0 && UNLIKELY(wbuf_reserve(&w->out, WS_HEAD_MAX + zc->out_buf.len)))
         rc = -ENOMEM;
     if (rc == 0) {
