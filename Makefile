@@ -240,12 +240,13 @@ $(H2SPEC):
 h2spec: build $(H2SPEC)
 	$(PY) tests/h2spec_run.py $(H2SPEC)
 
-# WebSocket conformance: Autobahn|Testsuite 0.8.2's fuzzingclient against the ASGI and the
-# App's echo (tests/autobahn/run.py). The suite needs Python 2.7 (pyenv's, or python2.7) and is
-# installed with its pip into .cache/autobahn/ the first time. CASES='1.*,13.1.*' or CASES=all
-# (the default leaves out 9.*, performance, and 12.*/13.*, compression: long on a small machine).
+# WebSocket conformance: Autobahn|Testsuite 0.8.2's fuzzingclient against the ASGI echo, the
+# App's and the GIL-free one (tests/autobahn/run.py). The suite needs Python 2.7 (pyenv's, or
+# python2.7) and is installed with its pip into .cache/autobahn/ the first time.
+# CASES='1.*,13.1.*' or CASES=all (the default leaves out 9.*, performance, and 12.*/13.*,
+# compression: long on a small machine); AGENTS=nogil or AGENTS=asgi,app picks the echoes.
 autobahn: build
-	$(PY) tests/autobahn/run.py $(if $(CASES),--cases '$(CASES)')
+	$(PY) tests/autobahn/run.py $(if $(CASES),--cases '$(CASES)') $(if $(AGENTS),--agents '$(AGENTS)')
 
 # A ten-minute mixed soak (SOAK_SECONDS=): --processes 2 with a worker killed every minute, RSS
 # and descriptors sampled every 10 s, a report with a plot in bench/results/soak/.

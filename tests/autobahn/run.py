@@ -3,15 +3,17 @@
 The suite (autobahntestsuite 0.8.2) runs on Python 2.7 only. It is installed as a new user
 would: `pip install --target .cache/autobahn/lib autobahntestsuite==0.8.2` with a Python 2.7
 found as $AUTOBAHN_PYTHON, pyenv's 2.7.x, or python2.7 on the PATH. This script then serves
-two echoes in one cyserve process, a raw ASGI application (/asgi) and an App's blocking
-@app.websocket handler (/app), runs the fuzzing client against both, and prints the outcome of
-each case section by section (OK, NON-STRICT, INFORMATIONAL, UNIMPLEMENTED, FAILED). The
-reports (HTML and JSON) are left in .cache/autobahn/reports/.
+three echoes in one cyserve process, a raw ASGI application (/asgi), an App's blocking
+@app.websocket handler (/app) and the GIL-free echo of examples/ws_echo_nogil.pyx (/nogil, built
+by `make build`), runs the fuzzing client against each, and prints the outcome of each case
+section by section (OK, NON-STRICT, INFORMATIONAL, UNIMPLEMENTED, FAILED). Each echo gets a
+fuzzing client of its own, one after the other or, with --parallel, all at once; the reports
+(HTML and JSON) are left in .cache/autobahn/reports/<agent>/ (--reports DIR: DIR/<agent>/).
 
     python tests/autobahn/run.py                    # every case but 9.* (performance), 12.* and
                                                     # 13.* (compression: long on a small machine)
     python tests/autobahn/run.py --cases all        # every case
-    python tests/autobahn/run.py --cases '1.*,13.1.*'
+    python tests/autobahn/run.py --cases '1.*,13.1.*' --agents nogil
 
 Exit status 1 when any case FAILED, 2 when the suite cannot be installed or run."""
 
@@ -38,6 +40,7 @@ LIB = HOME / "lib"
 REPORTS = HOME / "reports"
 PACKAGE = "autobahntestsuite==0.8.2"
 DEFAULT_EXCLUDE = ["9.*", "12.*", "13.*"]
+AGENTS = {"asgi": "cyserve-asgi", "app": "cyserve-app", "nogil": "cyserve-nogil"}
 
 
 def python2() -> str:
@@ -97,6 +100,12 @@ def make_app() -> Any:
         for message in ws:
             ws.send(message)
 
+    sys.path.insert(0, str(ROOT))
+    try:
+        from examples import ws_echo_nogil
+    except ImportError as e:
+        sys.exit(f"autobahn: the GIL-free echo is not built ({e}): run `make build`")
+    app.nogil_websocket("/nogil", ws_echo_nogil.ECHO)
     return app
 
 
@@ -144,47 +153,80 @@ def summarize(index: dict[str, Any]) -> tuple[str, int]:
     return "\n".join(lines), failed
 
 
+def wstest(py2: str, agent: str, url: str, cases: list[str], exclude: list[str],
+           reports: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """Start a fuzzing client for one echo; its spec and reports go to reports/<agent>/."""
+    outdir = reports / agent
+    if outdir.exists():
+        shutil.rmtree(outdir)  # a stale index.json must not pass for this run's
+    spec: dict[str, Any] = {
+        "outdir": str(outdir),
+        "servers": [{"agent": AGENTS[agent], "url": url}],
+        "cases": cases,
+        "exclude-cases": exclude,
+        "exclude-agent-cases": {},
+    }
+    outdir.mkdir(parents=True)
+    spec_path = outdir / "fuzzingclient.json"
+    spec_path.write_text(json.dumps(spec, indent=2))
+    runner = ("import site, sys; site.addsitedir(sys.argv[1]); "
+              "from autobahntestsuite import wstest; "
+              "sys.argv = ['wstest', '-m', 'fuzzingclient', '-s', sys.argv[2]]; wstest.run()")
+    proc = subprocess.Popen([py2, "-c", runner, str(LIB), str(spec_path)], cwd=str(HOME))
+    return proc, outdir / "index.json"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", default="",
                     help="comma-separated case patterns, or 'all' (default: all but "
                          + ", ".join(DEFAULT_EXCLUDE) + ")")
+    ap.add_argument("--agents", default=",".join(AGENTS),
+                    help="comma-separated echoes to test, of " + ", ".join(AGENTS)
+                         + " (default: all)")
+    ap.add_argument("--parallel", action="store_true",
+                    help="run the echoes' fuzzing clients at once rather than one by one")
+    ap.add_argument("--reports", type=Path, default=REPORTS,
+                    help="where each echo's reports go, a folder each (default "
+                         f"{REPORTS}; give each of several runs at once its own)")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
+    agents = [a.strip() for a in args.agents.split(",") if a.strip()]
+    unknown = [a for a in agents if a not in AGENTS]
+    if unknown or not agents:
+        ap.error(f"--agents: unknown {unknown}; choose among {', '.join(AGENTS)}")
     py2 = python2()
     install(py2)
     port, stop, th = serve_in_thread(args.threads)
     cases = ["*"] if args.cases in ("", "all") else args.cases.split(",")
     exclude = DEFAULT_EXCLUDE if args.cases == "" else []
-    spec: dict[str, Any] = {
-        "outdir": str(REPORTS),
-        "servers": [{"agent": "cyserve-asgi", "url": f"ws://127.0.0.1:{port}/asgi"},
-                    {"agent": "cyserve-app", "url": f"ws://127.0.0.1:{port}/app"}],
-        "cases": cases,
-        "exclude-cases": exclude,
-        "exclude-agent-cases": {},
-    }
-    HOME.mkdir(parents=True, exist_ok=True)
-    spec_path = HOME / "fuzzingclient.json"
-    spec_path.write_text(json.dumps(spec, indent=2))
-    runner = ("import site, sys; site.addsitedir(sys.argv[1]); "
-              "from autobahntestsuite import wstest; "
-              "sys.argv = ['wstest', '-m', 'fuzzingclient', '-s', sys.argv[2]]; wstest.run()")
     t0 = time.monotonic()
+    index: dict[str, Any] = {}
+    broken = []
     try:
-        proc = subprocess.run([py2, "-c", runner, str(LIB), str(spec_path)], cwd=str(HOME))
+        running = []
+        for agent in agents:
+            running.append((agent, *wstest(py2, agent, f"ws://127.0.0.1:{port}/{agent}",
+                                           cases, exclude, args.reports.resolve())))
+            if not args.parallel:
+                running[-1][1].wait()
+        for agent, proc, index_path in running:
+            rc = proc.wait()
+            if rc != 0 or not index_path.exists():
+                broken.append(f"{agent} (wstest exited with {rc})")
+                continue
+            index.update(json.loads(index_path.read_text()))
     finally:
         stop.set()
         th.join(30)
-    index_path = REPORTS / "index.json"
-    if proc.returncode != 0 or not index_path.exists():
-        print(f"autobahn: wstest exited with {proc.returncode} and no report", file=sys.stderr)
+    if broken:
+        print(f"autobahn: no report for {', '.join(broken)}", file=sys.stderr)
         return 2
-    table, failed = summarize(json.loads(index_path.read_text()))
+    table, failed = summarize(index)
     print(f"\nAutobahn|Testsuite 0.8.2 fuzzingclient, cases {cases}, excluded {exclude}, "
           f"{time.monotonic() - t0:.0f} s\n")
     print(table)
-    print(f"\nreports: {REPORTS}/index.html")
+    print(f"\nreports: {args.reports}/<agent>/index.html")
     return 1 if failed else 0
 
 

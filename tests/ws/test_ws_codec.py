@@ -17,6 +17,8 @@ Format of a case file (one topic per file, as tests/http/):
     text "hi" nomask rsv=0x40                  unmasked; RSV bits set
     close code=1000 "bye"                      a close frame with a code and a reason
     raw 81 02 68 69                            bytes as they are (hex)
+    text "Hel" len=10                          a frame whose head announces 10 bytes of payload
+                                               and that stops after the 3 given (not yet whole)
     text "Hello" deflate                       compressed (RFC 7692) by the case's compressor,
                                                which keeps its context from frame to frame; RSV1
                                                set unless a continuation; a final frame loses
@@ -98,7 +100,7 @@ def build_frame(line: str, comp: Any = None) -> bytes:
     words = rest.split()
     head, flags = words[0], words[1:]
     op = int(head[3:], 0) if head.startswith("op=") else OPS[head]
-    fin, mask, rsv, code, deflate = True, True, 0, None, None
+    fin, mask, rsv, code, deflate, announced = True, True, 0, None, None, None
     for flag in flags:
         if flag in ("deflate", "deflatefresh", "deflatefinal"):
             deflate = flag
@@ -110,6 +112,8 @@ def build_frame(line: str, comp: Any = None) -> bytes:
             rsv = int(flag[4:], 0)
         elif flag.startswith("code="):
             code = int(flag[5:])
+        elif flag.startswith("len="):
+            announced = int(flag[4:])
         else:
             raise ValueError(f"unknown flag {flag!r} in {line!r}")
     if code is not None:
@@ -122,7 +126,8 @@ def build_frame(line: str, comp: Any = None) -> bytes:
             data = deflated(comp if deflate == "deflate" else fresh, data, fin)
         if op != 0:
             rsv |= 0x40
-    n = len(data)
+    n = len(data) if announced is None else announced
+    assert n >= len(data), f"len= below the payload given in {line!r}"
     b0 = (0x80 if fin else 0) | rsv | op
     mbit = 0x80 if mask else 0
     if n < 126:

@@ -220,6 +220,9 @@ struct server_config {
     uint64_t ws_max_message;
     uint64_t ws_ping_interval_ns;
     uint64_t ws_ping_timeout_ns;
+    /* GIL-free WebSocket routes (ws_nogil.h) take an offered permessage-deflate (RFC 7692);
+     * 0 (zero-initialised) leaves offers unanswered. */
+    int ws_deflate;
     /* Requests of this server in a handler at once (GIL-free, Python, WSGI, ASGI: static and
      * file answers take no handler and are not counted); one more is answered 503 with
      * Retry-After and the connection closed (request.c). 0 (default): no limit. */

@@ -130,6 +130,29 @@ static void ws_unmask(unsigned char *p, uint64_t n, const unsigned char key[4])
         p[i] ^= key[i & 3];
 }
 
+/* Validate the part of an incomplete text frame's payload p[0..avail) not yet validated,
+ * unmasking a copy (buf is left as it is until the frame is whole). first: the frame starts its
+ * message, whose text starts at a character edge; else it continues r's. 0, or -1 at a byte
+ * that cannot be valid. */
+static int ws_text_peek(struct ws_reader *r, const unsigned char *p, size_t avail,
+                        const unsigned char *key, int first)
+{
+    if (r->partial_len == 0)
+        r->partial_utf8 = first ? 0 : r->utf8;
+    unsigned char chunk[256];
+    size_t i = (size_t)r->partial_len;
+    while (i < avail) {
+        size_t n = avail - i < sizeof(chunk) ? avail - i : sizeof(chunk);
+        for (size_t j = 0; j < n; j++)
+            chunk[j] = p[i + j] ^ key[(i + j) & 3];
+        if (ws_utf8_feed(&r->partial_utf8, chunk, n))
+            return -1;
+        i += n;
+    }
+    r->partial_len = avail;
+    return 0;
+}
+
 ssize_t ws_read_frame(struct ws_reader *r, char *buf, size_t len, struct ws_frame *f)
 {
     const unsigned char *u = (const unsigned char *)buf;
@@ -191,10 +214,17 @@ ssize_t ws_read_frame(struct ws_reader *r, char *buf, size_t len, struct ws_fram
     }
     const unsigned char *key = u + hl;
     hl += 4;
+    int text = !control && !rsv1 &&
+               (op == WS_OP_TEXT ||
+                (op == WS_OP_CONT && r->message_op == WS_OP_TEXT && !r->compressed));
     if (len < hl || len - hl < plen) {
         r->need = (uint64_t)hl + plen;
+        if (text && len > hl && ws_text_peek(r, u + hl, len - hl, key, op == WS_OP_TEXT))
+            return ws_fail(r, WS_CLOSE_INVALID_DATA, "text message is not UTF-8");
         return -2;
     }
+    uint64_t checked = r->partial_len; /* the payload's first bytes, validated while it came */
+    r->partial_len = 0;
     unsigned char k[4];
     memcpy(k, key, 4);
     unsigned char *payload = (unsigned char *)buf + hl;
@@ -233,7 +263,9 @@ ssize_t ws_read_frame(struct ws_reader *r, char *buf, size_t len, struct ws_fram
     f->compressed = r->compressed;
     r->message_len += plen;
     if (r->message_op == WS_OP_TEXT && !r->compressed) {
-        if (ws_utf8_feed(&r->utf8, payload, plen))
+        if (checked)
+            r->utf8 = r->partial_utf8;
+        if (ws_utf8_feed(&r->utf8, payload + checked, plen - checked))
             return ws_fail(r, WS_CLOSE_INVALID_DATA, "text message is not UTF-8");
         if (fin && r->utf8)
             return ws_fail(r, WS_CLOSE_INVALID_DATA, "text message ends inside a character");
@@ -489,15 +521,20 @@ size_t ws_pmd_negotiate(const char *v, size_t n, struct ws_pmd_params *p,
             continue;
         if (!ws_pmd_offer(v, ne, e, p))
             continue;
-        int len = snprintf(out, WS_PMD_RESPONSE_MAX, "permessage-deflate%s%s",
-                           p->server_no_context_takeover ? "; server_no_context_takeover" : "",
-                           p->client_no_context_takeover ? "; client_no_context_takeover" : "");
-        if (p->server_max_window_bits != 15)
-            len += snprintf(out + len, WS_PMD_RESPONSE_MAX - (size_t)len,
-                            "; server_max_window_bits=%d", p->server_max_window_bits);
-        return (size_t)len;
+        return ws_pmd_response(p, out);
     }
     return 0;
+}
+
+size_t ws_pmd_response(const struct ws_pmd_params *p, char out[WS_PMD_RESPONSE_MAX])
+{
+    int len = snprintf(out, WS_PMD_RESPONSE_MAX, "permessage-deflate%s%s",
+                       p->server_no_context_takeover ? "; server_no_context_takeover" : "",
+                       p->client_no_context_takeover ? "; client_no_context_takeover" : "");
+    if (p->server_max_window_bits != 15)
+        len += snprintf(out + len, WS_PMD_RESPONSE_MAX - (size_t)len, "; server_max_window_bits=%d",
+                        p->server_max_window_bits);
+    return (size_t)len;
 }
 
 void ws_pmd_init(struct ws_pmd *z, const struct ws_pmd_params *p)

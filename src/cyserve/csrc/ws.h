@@ -56,6 +56,11 @@ struct ws_reader {
     /* After -2 once the head is complete: the whole frame's size, so the caller can make room
      * for it; 0 while the head itself is incomplete. */
     uint64_t need;
+    /* An uncompressed text frame still incomplete: the bytes of its payload already validated
+     * and the UTF-8 state after them, so that its text fails as soon as a bad byte is in (fail
+     * fast) and no byte is validated twice. 0 between frames. */
+    uint64_t partial_len;
+    uint32_t partial_utf8;
 };
 
 /* One frame, as the reader returns it. payload points into the caller's buffer, unmasked in
@@ -84,7 +89,10 @@ void ws_reader_init(struct ws_reader *r, uint64_t max_message);
  * payload unmasked in place (buf is modified only then); -2 when the frame is not complete
  * (r->need says how large it is once its head is in); -1 on a protocol error: r->error is the
  * close code (1002 protocol, 1007 invalid UTF-8, 1009 too big) and the connection must close.
- * A too-big message fails from its head, before its payload arrives. */
+ * A too-big message fails from its head, before its payload arrives; invalid UTF-8 in an
+ * uncompressed text frame fails once the bad byte is in, before the frame is whole. After -2 the
+ * caller must call again with the same frame at buf (and more of it): the reader remembers how
+ * much of an incomplete text frame it validated. */
 ssize_t ws_read_frame(struct ws_reader *r, char *buf, size_t len, struct ws_frame *f);
 
 /* Write a server frame's head (unmasked) for opcode, fin and payload length into out. Returns
@@ -158,6 +166,11 @@ struct ws_pmd_params {
  * then speaks uncompressed). Any thread. */
 size_t ws_pmd_negotiate(const char *v, size_t n, struct ws_pmd_params *p,
                         char out[WS_PMD_RESPONSE_MAX]);
+
+/* The Sec-WebSocket-Extensions value that answers with p (as ws_pmd_negotiate writes it, after
+ * a caller changed p, for instance to add a no_context_takeover the offer lacked: RFC 7692
+ * 7.1.1.1 and 7.1.1.2 let a server add either), NUL-ended into out. Returns its length. */
+size_t ws_pmd_response(const struct ws_pmd_params *p, char out[WS_PMD_RESPONSE_MAX]);
 
 /* A growable heap buffer for whole messages (realloc'd; free ptr when done). */
 struct ws_buf {

@@ -19,6 +19,7 @@
 #include "ws_nogil.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -41,6 +42,134 @@
 static int wsn_header_is(const cyserve_header *h, const char *name, size_t n)
 {
     return h->name.len == n && strncasecmp(h->name.ptr, name, n) == 0;
+}
+
+/* ---- the thread's zlib streams ----
+ * A deflater with a 32 KiB window costs about 260 KiB and an inflater about 40 KiB: kept per
+ * connection, as ws_conn.c does, they would make an idle deflate connection hundreds of times
+ * its size. With no context takeover either way (ws_nogil.h), a stream is needed only while one
+ * message is compressed or inflated, so each worker thread keeps one of each (and the inflated
+ * message's buffer, up to WSN_ZBUF_KEEP) and lends them. The lending never spans a yield for the
+ * deflater (compress, then copy into the output); an inflater stays with a connection whose
+ * compressed message is still in pieces, and the thread makes another meanwhile if it must. */
+
+/* The inflated message's buffer is kept for the thread's next message up to this size. */
+#define WSN_ZBUF_KEEP (64u << 10)
+
+struct wsn_zcache {
+    struct ws_pmd z; /* z.in, z.out: the streams not lent; z.p.server_max_window_bits: z.out's */
+    struct ws_buf in_buf;  /* an inflated message's buffer */
+    struct ws_buf out_buf; /* a compressed message's, used and emptied within one wsn_send */
+};
+
+static pthread_key_t wsn_zkey;
+static pthread_once_t wsn_zonce = PTHREAD_ONCE_INIT;
+static int wsn_zkey_ok;
+
+static void wsn_zcache_free(void *arg)
+{
+    struct wsn_zcache *zc = arg;
+    ws_pmd_free(&zc->z);
+    free(zc->in_buf.ptr);
+    free(zc->out_buf.ptr);
+    free(zc);
+}
+
+static void wsn_zkey_make(void)
+{
+    wsn_zkey_ok = pthread_key_create(&wsn_zkey, wsn_zcache_free) == 0;
+}
+
+/* This thread's cache, made on first use; NULL when out of memory (the caller then makes and
+ * frees its streams itself). */
+static struct wsn_zcache *wsn_zcache(void)
+{
+    pthread_once(&wsn_zonce, wsn_zkey_make);
+    if (UNLIKELY(!wsn_zkey_ok))
+        return NULL;
+    struct wsn_zcache *zc = pthread_getspecific(wsn_zkey);
+    if (!zc) {
+        zc = calloc(1, sizeof(*zc));
+        if (zc && pthread_setspecific(wsn_zkey, zc) != 0) {
+            free(zc);
+            zc = NULL;
+        }
+    }
+    return zc;
+}
+
+/* Take back what w borrowed for a message (its inflater, reset, and the message's buffer), or
+ * free it when the thread already holds one. After the message was delivered, or failed
+ * (dirty = 1: the inflater is freed, not lent again). */
+static void wsn_zreturn_in(struct wsn *w, int dirty)
+{
+    struct wsn_zcache *zc = dirty ? NULL : wsn_zcache();
+    struct ws_pmd spare;
+    ws_pmd_init(&spare, &w->z.p);
+    if (w->z.in && zc && !zc->z.in)
+        zc->z.in = w->z.in;
+    else
+        spare.in = w->z.in;
+    w->z.in = NULL;
+    w->z.ended = 0;
+    ws_pmd_free(&spare);
+    if (w->zmsg.ptr && zc && !zc->in_buf.ptr && w->zmsg.cap <= WSN_ZBUF_KEEP)
+        zc->in_buf = w->zmsg;
+    else
+        free(w->zmsg.ptr);
+    memset(&w->zmsg, 0, sizeof(w->zmsg));
+}
+
+/* Lend w the thread's inflater and buffer for a compressed message's first frame (those it
+ * lacks; ws_pmd_inflate makes an inflater when none is lent). */
+static void wsn_zborrow_in(struct wsn *w)
+{
+    struct wsn_zcache *zc = wsn_zcache();
+    if (!zc)
+        return;
+    if (!w->z.in && zc->z.in) {
+        w->z.in = zc->z.in;
+        zc->z.in = NULL;
+    }
+    if (!w->zmsg.ptr && zc->in_buf.ptr) {
+        w->zmsg = zc->in_buf;
+        memset(&zc->in_buf, 0, sizeof(zc->in_buf));
+    }
+}
+
+/* permessage-deflate for the request's offers (its Sec-WebSocket-Extensions fields, joined as
+ * one list): the first acceptable, answered with no context takeover both ways. Returns the
+ * answer's length in out with *p filled, or 0 to speak uncompressed (no acceptable offer, or
+ * no memory to read them). */
+static size_t wsn_negotiate(const cyserve_request *creq, struct ws_pmd_params *p,
+                            char out[WS_PMD_RESPONSE_MAX])
+{
+    size_t total = 0;
+    for (size_t i = 0; i < creq->num_headers; i++)
+        if (wsn_header_is(&creq->headers[i], "sec-websocket-extensions", 24))
+            total += creq->headers[i].value.len + 1;
+    if (!total)
+        return 0;
+    char *v = malloc(total);
+    if (UNLIKELY(!v))
+        return 0;
+    size_t n = 0;
+    for (size_t i = 0; i < creq->num_headers; i++) {
+        const cyserve_header *h = &creq->headers[i];
+        if (!wsn_header_is(h, "sec-websocket-extensions", 24))
+            continue;
+        if (n)
+            v[n++] = ',';
+        memcpy(v + n, h->value.ptr, h->value.len);
+        n += h->value.len;
+    }
+    size_t len = ws_pmd_negotiate(v, n, p, out);
+    free(v);
+    if (!len)
+        return 0;
+    p->server_no_context_takeover = 1;
+    p->client_no_context_takeover = 1;
+    return ws_pmd_response(p, out);
 }
 
 int wsn_open(struct request *rq, const struct server_target *t, cyserve_request *creq)
@@ -85,6 +214,8 @@ int wsn_open(struct request *rq, const struct server_target *t, cyserve_request 
     w->t = t;
     w->c = rq->c;
     ws_reader_init(&w->r, cfg->ws_max_message ? cfg->ws_max_message : WSCONN_MAX_MESSAGE);
+    char pmd_answer[WS_PMD_RESPONSE_MAX];
+    size_t pmd_len = cfg->ws_deflate ? wsn_negotiate(creq, &w->z.p, pmd_answer) : 0;
     wbuf_init(&w->frag, NULL, 0);
     wbuf_init(&w->out, NULL, 0);
     w->ping_at = w->pong_deadline = w->close_deadline = -1;
@@ -107,6 +238,10 @@ int wsn_open(struct request *rq, const struct server_target *t, cyserve_request 
         rc = resp_add_header(&rq->resp, "Connection", 10, "Upgrade", 7);
     if (!rc)
         rc = resp_add_header(&rq->resp, "Sec-WebSocket-Accept", 20, accept, WS_ACCEPT_LEN);
+    if (!rc && pmd_len) {
+        rc = resp_add_header(&rq->resp, "Sec-WebSocket-Extensions", 24, pmd_answer, pmd_len);
+        w->r.deflate = 1;
+    }
     if (UNLIKELY(rc)) {
         wsn_discard(w);
         return -ENOMEM;
@@ -124,6 +259,8 @@ static void wsn_free(struct wsn *w)
         w->t->ws->on_close((cyserve_ws *)w, w->close_code, w->t->ctx);
     wbuf_free(&w->frag);
     wbuf_free(&w->out);
+    ws_pmd_free(&w->z); /* an inflater lent for a message that never ended */
+    free(w->zmsg.ptr);
     free(w);
 }
 
@@ -157,6 +294,56 @@ static int wsn_flush(struct wsn *w)
     return conn_sendv(w->c, &iov, 1, 0);
 }
 
+/* Compress p[0..n) with the thread's deflater and queue it as one frame with RSV1 set (RFC 7692
+ * 6). 0, -ENOMEM, or -EAGAIN when it could not be compressed (the caller sends it as it is,
+ * which is always allowed). */
+static int wsn_queue_deflated(struct wsn *w, int op, const char *p, size_t n)
+{
+    struct wsn_zcache *zc = wsn_zcache();
+    if (UNLIKELY(!zc))
+        return -EAGAIN;
+    int bits = w->z.p.server_max_window_bits;
+    if (zc->z.out && zc->z.p.server_max_window_bits != bits) {
+        /* Made for another window (a client asked for a smaller one): not for this message. */
+        struct ws_pmd old = zc->z;
+        old.in = NULL;
+        ws_pmd_free(&old);
+        zc->z.out = NULL;
+    }
+    w->z.out = zc->z.out; /* ws_pmd_deflate makes one when none is lent */
+    zc->z.out = NULL;
+    int rc = ws_pmd_deflate(&w->z, p, n, &zc->out_buf);
+    if (rc == 0) {
+        /* Back to the thread, reset by ws_pmd_deflate (server_no_context_takeover). */
+        zc->z.out = w->z.out;
+        zc->z.p.server_max_window_bits = bits;
+        w->z.out = NULL;
+    } else {
+        /* Failed midway: not reset, so not lent again. (w may hold an inflater meanwhile: a
+         * message is delivered before its inflater goes back.) */
+        struct ws_pmd broken = w->z;
+        broken.in = NULL;
+        ws_pmd_free(&broken);
+        w->z.out = NULL;
+    }
+    if (rc == 0 && UNLIKELY(wbuf_reserve(&w->out, WS_HEAD_MAX + zc->out_buf.len)))
+        rc = -ENOMEM;
+    if (rc == 0) {
+        unsigned char *head = (unsigned char *)w->out.ptr + w->out.len;
+        size_t hl = ws_frame_head(head, op, 1, zc->out_buf.len);
+        head[0] |= 0x40; /* RSV1: a compressed message */
+        memcpy(w->out.ptr + w->out.len + hl, zc->out_buf.ptr, zc->out_buf.len);
+        w->out.len += hl + zc->out_buf.len;
+    }
+    if (zc->out_buf.cap > WSN_ZBUF_KEEP) {
+        free(zc->out_buf.ptr); /* a large message's room is not kept for the thread's life */
+        memset(&zc->out_buf, 0, sizeof(zc->out_buf));
+    }
+    if (rc == -ENOMEM)
+        return rc;
+    return rc ? -EAGAIN : 0;
+}
+
 int wsn_send(struct wsn *w, int opcode, const char *p, size_t n)
 {
     if (opcode != CYSERVE_WS_TEXT && opcode != CYSERVE_WS_BINARY)
@@ -173,6 +360,14 @@ int wsn_send(struct wsn *w, int opcode, const char *p, size_t n)
             return -EINVAL;
     }
     int op = opcode == CYSERVE_WS_TEXT ? WS_OP_TEXT : WS_OP_BINARY;
+    if (w->r.deflate && n >= WSCONN_DEFLATE_MIN) {
+        int rc = wsn_queue_deflated(w, op, p, n);
+        if (rc != -EAGAIN) {
+            if (rc == 0 && w->out.len >= WSN_OUT_FLUSH_AT && w->state == WSN_OPEN)
+                rc = wsn_flush(w);
+            return rc;
+        }
+    }
     if (n >= WSN_DIRECT_MIN && w->state == WSN_OPEN) {
         /* Large: written from where it is, behind what the batch queued. */
         int rc = wsn_flush(w);
@@ -266,6 +461,24 @@ static int wsn_read_frames(struct wsn *w)
             rc = WSN_END;
             break;
         default:
+            if (f.compressed) {
+                if (f.first)
+                    wsn_zborrow_in(w);
+                if (ws_pmd_inflate(&w->z, &w->r, &f, &w->zmsg) != 0) {
+                    /* Bad deflate data or UTF-8 (1007), too big (1009), no memory (1011). */
+                    wsn_zreturn_in(w, 1);
+                    if (w->state != WSN_CLOSING && w->state != WSN_DONE)
+                        wsn_start_close(w, w->r.error, NULL, 0);
+                    w->close_code = w->r.error;
+                    rc = WSN_END;
+                    break;
+                }
+                if (f.fin) {
+                    wsn_deliver(w, f.opcode, w->zmsg.ptr, w->zmsg.len);
+                    wsn_zreturn_in(w, 0);
+                }
+                break;
+            }
             if (f.first && f.fin) {
                 wsn_deliver(w, f.opcode, f.payload, (size_t)f.len);
                 break;

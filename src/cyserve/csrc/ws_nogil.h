@@ -13,6 +13,13 @@
  * (server_config.ws_ping_interval_ns / ws_ping_timeout_ns) and the wait for the client's close
  * are deadlines of the connection's idle timer (conn_proto.idle_deadline).
  *
+ * permessage-deflate (server_config.ws_deflate) is answered with server_no_context_takeover and
+ * client_no_context_takeover whatever the offer said (RFC 7692 lets a server add both): neither
+ * side keeps a window between messages, so an idle connection keeps no zlib state. A thread's
+ * one deflater and one inflater (with the inflated message's buffer) are lent to a connection
+ * for one message and taken back when it is whole; only a compressed message that arrives in
+ * pieces across batches keeps an inflater while it waits for the rest.
+ *
  * Error convention 0 or -errno. */
 #ifndef CYSERVE_WS_NOGIL_H
 #define CYSERVE_WS_NOGIL_H
@@ -36,6 +43,9 @@ struct wsn {
     struct ws_reader r;
     struct wbuf frag;       /* a fragmented message so far (heap; freed once delivered) */
     struct wbuf out;        /* frames the callbacks made, sent at the end of the batch */
+    struct ws_pmd z;        /* permessage-deflate, when negotiated (r.deflate); its zlib
+                             * streams are lent by the thread while a message is in flight */
+    struct ws_buf zmsg;     /* a compressed message inflated so far (lent as the streams) */
     int64_t ping_at;        /* when the next ping goes out (< 0: no pings) */
     int64_t pong_deadline;  /* a ping awaits its pong until then (< 0: none awaited) */
     uint64_t ping_id;       /* the payload of the ping awaited */

@@ -370,6 +370,7 @@ cdef class Server:
         cfg.ws_max_message = ws_max_size
         cfg.ws_ping_interval_ns = <uint64_t>((ws_ping_interval or 0) * 1e9)
         cfg.ws_ping_timeout_ns = <uint64_t>((ws_ping_timeout or 0) * 1e9)
+        cfg.ws_deflate = ws_per_message_deflate  # GIL-free routes; ASGI ones ask _ws_deflate
         cfg.limit_concurrency = limit_concurrency
         # A worker process's supervisor: the engine stops this process if it dies
         # (csrc/server.h, server_config.parent_pid), with or without the GIL.

@@ -173,6 +173,7 @@ cdef extern from "csrc/server.h" nogil:
         uint64_t ws_max_message
         uint64_t ws_ping_interval_ns
         uint64_t ws_ping_timeout_ns
+        int ws_deflate
 
     void server_fail_health(server_t *s)
     int server_target_static(server_target_t *t, int status, const char *headers,
