@@ -186,6 +186,18 @@ SERVERS = [
            _py(["granian", "--interface", "wsgi", "--host", "127.0.0.1", "--port", "{port}",
                 "--workers", "{threads}", "--log-level", "warning", "bench.peers.python.wsgi_app:app"]),
            requires=("granian", "msgpack")),
+    # granian on a free-threaded CPython runs its --workers as threads of one process (it says
+    # so at start: "Spawning worker-1 with TID"), the peer of the cyserve-*-ft rows.
+    Server("granian-asgi-ft", "granian ASGI (free-threaded)", "python-async",
+           _py(["granian", "--interface", "asgi", "--host", "127.0.0.1", "--port", "{port}",
+                "--workers", "{threads}", "--log-level", "warning", "bench.peers.python.asgi_app:app"]),
+           requires=("granian", "msgpack"), python=FT_PY,
+           note="N worker threads of one process on a free-threaded CPython (CYSERVE_BENCH_PYTHON_FT)"),
+    Server("granian-wsgi-ft", "granian WSGI (free-threaded)", "python-wsgi",
+           _py(["granian", "--interface", "wsgi", "--host", "127.0.0.1", "--port", "{port}",
+                "--workers", "{threads}", "--log-level", "warning", "bench.peers.python.wsgi_app:app"]),
+           requires=("granian", "msgpack"), python=FT_PY,
+           note="N worker threads of one process on a free-threaded CPython (CYSERVE_BENCH_PYTHON_FT)"),
     Server("uvicorn", "uvicorn (uvloop, httptools)", "python-async",
            _py(["uvicorn", "--host", "127.0.0.1", "--port", "{port}", "--workers", "{threads}",
                 "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning",
