@@ -337,6 +337,28 @@ def test_reload_restarts_on_a_changed_file_and_loses_nothing(tmp_path: Path,
                               r"reloading$", ln)) for ln in srv.all_lines) >= 2, srv.all_lines
 
 
+def test_reload_include_exclude_and_delay_choose_what_restarts(tmp_path: Path,
+                                                              served: list[Served]) -> None:
+    path = str(tmp_path / "d.sock")
+    srv = Served(tmp_path, "--uds", path, "--threads", "1", "--reload", "--reload-include",
+                 "*.txt", "--reload-exclude", "skip_*", "--reload-delay", "0.1",
+                 wait_serving=1, app=APP)
+    served.append(srv)
+    assert any(ln.startswith("cyserve: --reload: watching the files *.py, *.txt less skip_* "
+                             "under ") for ln in srv.all_lines), srv.all_lines
+    # Written together, so that one look sees both: the excluded file is not in the reload.
+    (tmp_path / "skip_this.txt").write_text("no\n")
+    (tmp_path / "data.txt").write_text("yes\n")
+    deadline = time.monotonic() + TIMEOUT
+    want = f"cyserve: --reload: {tmp_path / 'data.txt'} changed; reloading"
+    while want not in srv.all_lines:
+        assert time.monotonic() < deadline, srv.all_lines
+        time.sleep(0.02)
+    assert request(socket.AF_UNIX, path)[0] == b"HTTP/1.1 200 OK"
+    assert srv.stop() == 0, srv.stderr
+    assert not any("skip_this" in ln for ln in srv.all_lines), srv.all_lines
+
+
 class LoadProcess:
     """tests/_loadclient.py in a process of its own (two keep-alive connections and one new
     connection per request, without pause), its progress read as it comes."""
