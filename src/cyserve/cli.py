@@ -269,9 +269,10 @@ def _add_operations_options(p: argparse.ArgumentParser) -> None:
                         "YAML (.yaml, .yml: needs PyYAML), else an INI file for fileConfig; "
                         "its levels win over --log-level (default: none)")
     p.add_argument("--reload", action="store_true",
-                   help="development: restart the workers when a .py file under --reload-dir "
-                        "changes (new workers serve before the old ones stop); uses watchfiles "
-                        "when installed, else polls twice a second (default: off)")
+                   help="development: restart the workers when a .py file (or one "
+                        "--reload-include names) under --reload-dir changes (new workers serve "
+                        "before the old ones stop); uses watchfiles "
+                        "when installed, else polls every --reload-delay (default: off)")
     p.add_argument("--reload-dir", metavar="DIR", action="append", default=[],
                    help="a folder --reload watches, repeatable (default: --app-dir)")
     p.add_argument("--reload-include", metavar="GLOB", action="append", default=[],
