@@ -269,11 +269,37 @@ def _add_operations_options(p: argparse.ArgumentParser) -> None:
                         "YAML (.yaml, .yml: needs PyYAML), else an INI file for fileConfig; "
                         "its levels win over --log-level (default: none)")
     p.add_argument("--reload", action="store_true",
-                   help="development: restart the workers when a .py file under --reload-dir "
-                        "changes (new workers serve before the old ones stop); uses watchfiles "
-                        "when installed, else polls twice a second (default: off)")
+                   help="development: restart the workers when a .py file (or one "
+                        "--reload-include names) under --reload-dir changes (new workers serve "
+                        "before the old ones stop); uses watchfiles "
+                        "when installed, else polls every --reload-delay (default: off)")
     p.add_argument("--reload-dir", metavar="DIR", action="append", default=[],
                    help="a folder --reload watches, repeatable (default: --app-dir)")
+    p.add_argument("--reload-include", metavar="GLOB", action="append", default=[],
+                   help="files --reload watches besides the .py files, by a glob pattern on "
+                        "their name or their path below --reload-dir, e.g. '*.html' or "
+                        "'templates/*'; repeatable (default: none)")
+    p.add_argument("--reload-exclude", metavar="GLOB", action="append", default=[],
+                   help="files --reload ignores although included, by the same patterns, e.g. "
+                        "'*_test.py'; repeatable (default: none)")
+    p.add_argument("--reload-delay", metavar="SECONDS", default=str(defaults.reload_delay),
+                   help="seconds between two looks at the files when polling, or over which "
+                        "watchfiles gathers changes into one reload "
+                        f"(default {defaults.reload_delay})")
+    p.add_argument("--pythonpath", metavar="DIRS", default=None,
+                   help="folders, separated by commas, put first on sys.path before the "
+                        "application is imported (gunicorn's) (default: none)")
+    p.add_argument("-n", "--name", metavar="NAME", default=None,
+                   help="the name the server's processes show in ps, top and pgrep (the "
+                        "kernel's task name: its first 15 bytes) (default: the interpreter's)")
+    p.add_argument("--check-config", action="store_true",
+                   help="check the options and import the application (its routes built), "
+                        "then exit: 0 and one line when all is well, 2 and one line saying what "
+                        "is wrong otherwise; nothing is bound (default: off)")
+    p.add_argument("--print-config", action="store_true",
+                   help="print the options in effect (the command line, the environment and "
+                        "--config merged) as a TOML file that --config reads, then exit "
+                        "(default: off)")
     _add_process_options(p)
 
 
@@ -320,11 +346,13 @@ def parse_umask(raw: str) -> int:
 # is given a section (tests/unit/test_cli_help.py checks that none is left there).
 _SECTIONS: list[tuple[str, str | None, tuple[str, ...]]] = [
     ("application", None, ("app_dir", "factory", "interface", "loop", "asgi_loops", "lifespan",
-                           "config", "chdir", "env", "env_file")),
+                           "config", "chdir", "env", "env_file", "pythonpath", "check_config",
+                           "print_config")),
     ("where to listen", None, ("host", "port", "backlog")),
-    ("development", None, ("reload", "reload_dir")),
+    ("development", None, ("reload", "reload_dir", "reload_include", "reload_exclude",
+                           "reload_delay")),
     ("worker processes", None, ("processes", "threads", "blocking_threads", "preload", "pid",
-                                "user", "group", "umask")),
+                                "name", "user", "group", "umask")),
     ("logging", None, ("log_level", "log_config", "access_log", "access_log_format",
                        "access_logfile")),
     ("HTTP", None, ("http2", "http2_max_concurrent_streams", "health_path")),
@@ -609,7 +637,14 @@ def config_from_args(args: argparse.Namespace) -> Config:
                           "must be an integer") from None
     options.update(log_config=args.log_config, reload=args.reload, preload=args.preload,
                    reload_dirs=tuple(args.reload_dir or
-                                     ([args.app_dir] if args.reload else [])))
+                                     ([args.app_dir] if args.reload else [])),
+                   reload_includes=tuple(args.reload_include),
+                   reload_excludes=tuple(args.reload_exclude), proc_name=args.name)
+    try:
+        options["reload_delay"] = float(args.reload_delay)
+    except ValueError:
+        raise ConfigError("reload_delay", args.reload_delay,
+                          "must be a number of seconds") from None
     if args.metrics_bind is not None:
         options["metrics_bind"] = args.metrics_bind
     elif args.metrics_port is not None:
@@ -863,8 +898,9 @@ def parse_command(argv: Sequence[str] | None = None,
     try:
         return args, config_from_args(args)
     except ConfigError as exc:
-        label = labels.get(exc.option)
-        if label is not None and exc.option not in given:
+        dest = exc.cli_option.replace("-", "_")
+        label = labels.get(dest)
+        if label is not None and dest not in given:
             raise _UsageError(f"{label}: {exc.reason}") from None
         raise
 
@@ -955,6 +991,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .signals import configure_logging
 
             configure_logging(config.log_level, config.log_config)
+        if args.print_config:
+            sys.stdout.write(config_toml(args))
+            return 0
+        _add_python_path(args.pythonpath)
     except _UsageError as exc:
         return _fail(str(exc), EXIT_USAGE)
     except ConfigError as exc:
@@ -963,12 +1003,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     reload_app = _app_reloader(args, config)
     try:
         app = load_app(args.app, args.app_dir, config.interface, args.factory)
-    except AppLoadError as exc:
+        if args.check_config:
+            routes = len(app.build())
+    except (AppLoadError, RouteError) as exc:
         return _fail(str(exc), EXIT_USAGE)
     except Exception as exc:
         traceback.print_exc()
         return _fail(f"error while importing {args.app!r}: {type(exc).__name__}: {exc}",
                      EXIT_RUNTIME)
+    if args.check_config:
+        problem = _check_certificates(config)
+        if problem is not None:
+            return _fail(problem, EXIT_USAGE)
+        print(f"cyserve: the configuration is valid: {args.app} imports, with {routes} "
+              f"route{'s' if routes != 1 else ''}", flush=True)
+        return 0
 
     from .start import serve
 
@@ -987,6 +1036,82 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # only possible before the signal handlers are in place
         return 130
     return 0
+
+
+def _check_certificates(config: Config) -> str | None:
+    """--check-config: whether each certificate loads with its key (Python's ssl, the same
+    OpenSSL the engine uses); what is wrong, or None."""
+    pairs: list[tuple[str, str, str | None]] = []
+    if config.ssl_certfile:
+        pairs.append(("ssl_certfile", config.ssl_certfile, config.ssl_keyfile))
+    for entry in config.ssl_sni:
+        name, _, files = entry.partition("=")
+        sni_cert, _, sni_key = files.partition(",")
+        pairs.append((f"ssl_sni {name}", sni_cert, sni_key or None))
+    if not pairs:
+        return None
+    import ssl
+
+    for option, cert, key in pairs:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            ctx.load_cert_chain(cert, key, config.ssl_keyfile_password)
+        except (ssl.SSLError, OSError) as exc:
+            return (f"--{option.replace('_', '-')} {cert}: the certificate does not load "
+                    f"with its key: {exc}")
+    return None
+
+
+def _add_python_path(dirs: str | None) -> None:
+    """--pythonpath: each folder first on sys.path, in the order given (before --app-dir's,
+    which load_app puts first only when it is not there already). _UsageError for a folder
+    that is not one."""
+    if dirs is None:
+        return
+    folders = [d.strip() for d in dirs.split(",") if d.strip()]
+    if not folders:
+        raise _UsageError(f"--pythonpath {dirs!r}: must name folders, separated by commas")
+    for d in folders:
+        if not os.path.isdir(d):
+            raise _UsageError(f"--pythonpath {dirs}: {d!r} is not a folder")
+    for d in reversed(folders):
+        path = os.path.abspath(d)
+        if path in sys.path:
+            sys.path.remove(path)
+        sys.path.insert(0, path)
+
+
+# Options --print-config leaves out: what makes it act instead of configure, and where the file
+# was (the printed text is the file).
+_NOT_PRINTED = ("help", "version", "config", "check_config", "print_config")
+
+
+def config_toml(args: argparse.Namespace) -> str:
+    """The options of ``args`` that differ from their defaults, as a TOML file that --config
+    reads back to the same options (tests/unit/test_config_sources.py reads it back)."""
+    import json
+
+    parser = build_parser()
+    lines = ["# cyserve options in effect: `cyserve --config FILE` reads this file back"]
+    if args.app is not None:
+        lines.append(f"app = {json.dumps(args.app)}")
+    for action in parser._actions:
+        if not action.option_strings or action.dest in _NOT_PRINTED:
+            continue
+        value = getattr(args, action.dest)
+        if value == action.default or value is None:
+            continue
+        name = next(o for o in action.option_strings if o.startswith("--"))[2:]
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, list):
+            text = "[" + ", ".join(json.dumps(str(v)) for v in value) + "]"
+        else:
+            text = json.dumps(str(value))
+        lines.append(f"{name} = {text}")
+    for hook in sorted(getattr(args, "hooks", {}) or {}):
+        lines.append(f"# {hook}: a hook of the Python --config file, not written here")
+    return "\n".join(lines) + "\n"
 
 
 def _fail(message: str, status: int) -> int:

@@ -168,6 +168,17 @@ class Config:
     # reload: the new workers serve before the old ones stop; supervisor.py).
     reload: bool = False
     reload_dirs: tuple[str, ...] = ()
+    # Which files under reload_dirs count, as uvicorn's --reload-include/--reload-exclude: glob
+    # patterns matched against a file's name and its path below the folder; "*.py" is always
+    # included (reloader.py).
+    reload_includes: tuple[str, ...] = ()
+    reload_excludes: tuple[str, ...] = ()
+    # Seconds between two looks at the files (polling), or over which changes are gathered into
+    # one reload (watchfiles).
+    reload_delay: float = 0.5
+    # The name the processes carry in ps, top and pgrep (gunicorn's proc_name): the kernel's
+    # 15-byte task name of the serving processes (start.py). None: python's own.
+    proc_name: str | None = None
     # With worker processes: import the application once in the supervisor and fork the workers
     # from it (True), or import it again in each worker after the fork (False).
     preload: bool = True
@@ -322,6 +333,19 @@ class Config:
         for d in self.reload_dirs:
             if not isinstance(d, str) or not os.path.isdir(d):
                 raise ConfigError("reload_dirs", repr(d), "must be a folder")
+        for name in ("reload_includes", "reload_excludes"):
+            value = getattr(self, name)
+            value = (value,) if isinstance(value, str) else tuple(value)
+            object.__setattr__(self, name, value)
+            for pattern in value:
+                if not isinstance(pattern, str) or not pattern or "\0" in pattern:
+                    raise ConfigError(name, repr(pattern), "must be a glob pattern such as "
+                                      "'*.html' or 'templates/*'")
+        _check_seconds("reload_delay", self.reload_delay, allow_zero=False)
+        if self.proc_name is not None and (
+                not isinstance(self.proc_name, str) or not self.proc_name.strip()
+                or "\0" in self.proc_name):
+            raise ConfigError("proc_name", repr(self.proc_name), "must be a non-empty name")
         if self.reload and self.port == 0 and not self._listens_elsewhere():
             raise ConfigError("reload", True, "needs a fixed port: a new worker must listen "
                               "where the one it replaces did")

@@ -28,9 +28,20 @@ class ConfigError(CyserveError, ValueError):
         self.reason = reason
         super().__init__(f"invalid {option} {value!s}: {reason}")
 
+    @property
+    def cli_option(self) -> str:
+        """The command line's name of the option (``max-body-bytes``; ``reload-dir`` for the
+        field reload_dirs, whose option is given once per folder)."""
+        return _CLI_NAMES.get(self.option, self.option).replace("_", "-")
+
     def for_cli(self) -> str:
         """The message with the option spelt as on the command line."""
-        return f"invalid --{self.option.replace('_', '-')} {self.value!s}: {self.reason}"
+        return f"invalid --{self.cli_option} {self.value!s}: {self.reason}"
+
+
+# Config fields whose command-line option has another name.
+_CLI_NAMES = {"reload_dirs": "reload_dir", "reload_includes": "reload_include",
+              "reload_excludes": "reload_exclude", "proc_name": "name"}
 
 
 class RouteError(CyserveError, ValueError):

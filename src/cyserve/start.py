@@ -61,6 +61,8 @@ def serve(app: App | Callable[..., Any], config: Config, *,
     application again, for a process supervisor's reload (SIGHUP).
     """
     app = as_app(app, config.interface)
+    if config.proc_name is not None:
+        name_process(config.proc_name)
     if config.umask is not None:
         os.umask(config.umask)  # before any file is made: the pid file, a Unix socket
     pidfile = PidFile(config.pid) if config.pid is not None else None
@@ -83,6 +85,25 @@ def serve(app: App | Callable[..., Any], config: Config, *,
         if pidfile is not None:
             pidfile.remove()
         call_hook(config, "on_exit", server)
+
+
+def name_process(name: str) -> None:
+    """Give this process the task name ``name`` (its first 15 bytes, the kernel's limit), which
+    ps, top, pgrep and /proc/PID/comm show; the worker processes forked later inherit it.
+    prctl(PR_SET_NAME) names the calling thread, which here is the main one, the process's
+    own; the engine's threads name themselves. Nothing happens where there is no prctl."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return
+    pr_set_name = 15
+    raw = name.encode("utf-8")[:15]
+    if prctl(pr_set_name, ctypes.c_char_p(raw), 0, 0, 0) != 0:
+        errno = ctypes.get_errno()
+        raise CyserveError(f"--name {name}: the kernel refused it: {os.strerror(errno)}")
 
 
 def _when_ready(config: Config, server: HookServer, ready: Callable[[Server], None] | None

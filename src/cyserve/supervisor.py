@@ -261,8 +261,12 @@ class _Supervisor:
         self.scale_previous: dict[int, Any] = {}
         self.watcher: Watcher | None = None
         if config.reload:
-            self.watcher = Watcher(config.reload_dirs or ["."])
-            say(f"cyserve: --reload: watching the .py files under "
+            self.watcher = Watcher(config.reload_dirs or ["."], config.reload_includes,
+                                   config.reload_excludes, config.reload_delay)
+            files = ", ".join(("*.py",) + config.reload_includes)
+            less = f" less {', '.join(config.reload_excludes)}" if config.reload_excludes \
+                else ""
+            say(f"cyserve: --reload: watching the files {files}{less} under "
                 f"{', '.join(self.watcher.dirs)} ({self.watcher.uses})")
 
     def install(self) -> None:

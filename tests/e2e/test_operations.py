@@ -319,3 +319,88 @@ def test_limit_concurrency_answers_503_past_n_requests_in_handlers(
     assert [a.split(b"\r\n")[0] for a in answers] == [b"HTTP/1.1 200 OK"]
     assert _raw(port, "/a/fast").startswith(b"HTTP/1.1 200")  # the count went back down
     assert srv.stop() == 0, srv.stderr
+
+
+def _comm(pid: int | str) -> str:
+    with open(f"/proc/{pid}/comm") as f:
+        return f.read().rstrip("\n")
+
+
+def test_name_is_the_task_name_of_the_supervisor_and_every_worker(tmp_path: Path,
+                                                                  served: list[Served]) -> None:
+    port = free_port()
+    srv = Served(tmp_path, "--port", str(port), "--threads", "1", "--processes", "2",
+                 "--name", "shop-frontend-eu-1", wait_serving=2, app=APP)
+    served.append(srv)
+    workers = _pids_of_children(srv.proc.pid)
+    assert len(workers) == 2
+    # The kernel keeps 15 bytes of it; pgrep and ps show that.
+    assert [_comm(p) for p in [srv.proc.pid, *workers]] == ["shop-frontend-e"] * 3
+    assert request(socket.AF_INET, ("127.0.0.1", port))[0] == b"HTTP/1.1 200 OK"
+    # Without the sanitizer stage's preload, which is for the interpreter (pgrep hangs with it).
+    found = subprocess.run(["pgrep", "-x", "shop-frontend-e"], capture_output=True, text=True,
+                           env={"PATH": os.environ["PATH"]}, timeout=TIMEOUT)
+    assert sorted(found.stdout.split()) == sorted([str(srv.proc.pid), *workers])
+    assert srv.stop() == 0, srv.stderr
+    # Without it, the interpreter's own name (what the option changes).
+    srv = Served(tmp_path, "--port", str(free_port()), "--threads", "1", app=APP)
+    served.append(srv)
+    assert _comm(srv.proc.pid).startswith("python")
+    assert srv.stop() == 0, srv.stderr
+
+
+def test_pythonpath_folders_come_first_before_the_import(tmp_path: Path) -> None:
+    for folder, answer in (("lib_a", "a"), ("lib_b", "b")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "pp_app.py").write_text(
+            f"import cyserve\napp = cyserve.App()\napp.static('/', b'{answer}')\n"
+            f"print('imported from {folder}')\n")
+    r = _cyserve(tmp_path, "pp_app:app", "--check-config")
+    assert (r.returncode, r.stderr) == (2, "cyserve: cannot import 'pp_app': No module named "
+                                           "'pp_app'\n")
+    r = _cyserve(tmp_path, "pp_app:app", "--pythonpath", "lib_b,lib_a", "--check-config")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == "imported from lib_b"  # the first named wins
+    r = _cyserve(tmp_path, "pp_app:app", "--pythonpath", "lib_a, nowhere", "--check-config")
+    assert (r.returncode, r.stderr) == (2, "cyserve: --pythonpath lib_a, nowhere: 'nowhere' is "
+                                           "not a folder\n")
+
+
+def test_check_config_imports_the_app_binds_nothing_and_says_what_is_wrong(
+        tmp_path: Path) -> None:
+    (tmp_path / "listen_app.py").write_text(APP)
+    with socket.socket() as taken:  # a port in use: --check-config does not bind it
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        r = _cyserve(tmp_path, "listen_app:app", "--port", port, "--check-config")
+    assert (r.returncode, r.stderr) == (0, "")
+    assert r.stdout.splitlines() == [
+        f"imported in {r.stdout.split()[2]}",
+        "cyserve: the configuration is valid: listen_app:app imports, with 2 routes"]
+    bad = [
+        (["listen_app:nothing"], "cyserve: 'listen_app' has no attribute 'nothing'"),
+        (["listen_app:app", "--threads", "x"], "cyserve: invalid --threads x: must be an integer"),
+        # A file that exists but is not a certificate: only loading it tells.
+        (["listen_app:app", "--ssl-certfile", "listen_app.py"],
+         "cyserve: --ssl-certfile listen_app.py: the certificate does not load with its key: "),
+    ]
+    for args, line in bad:
+        r = _cyserve(tmp_path, *args, "--check-config")
+        assert r.returncode == 2 and r.stderr.startswith(line), (args, r.stderr)
+        assert r.stderr.count("\n") == 1, r.stderr
+
+
+def test_print_config_prints_a_file_that_config_reads_back(tmp_path: Path) -> None:
+    toml = tmp_path / "base.toml"
+    toml.write_text('threads = 1\nbind = ["127.0.0.1:9001"]\nhttp2 = false\n')
+    r = _cyserve(tmp_path, "listen_app:app", "--config", str(toml), "--max-requests", "50",
+                 "--reload-include", "*.html", "--print-config",
+                 env={"CYSERVE_WORKERS": "3", "CYSERVE_ACCESS_LOG": "true"})
+    assert (r.returncode, r.stderr) == (0, "")
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("# ")
+    assert set(lines[1:]) == {'app = "listen_app:app"', 'threads = "1"',
+                              'processes = "3"', "access-log = true", "http2 = false",
+                              'max-requests = "50"', 'bind = ["127.0.0.1:9001"]',
+                              'reload-include = ["*.html"]'}

@@ -27,12 +27,17 @@ IGNORE = shutil.ignore_patterns("*.so", "*.o", "_core.c", "_testhooks.c", ".buil
 # Cython's output beside the .pyx files: generated, never a build input.
 GENERATED = {"src/cyserve/_core.c", "src/cyserve/_testhooks.c"}
 
-pytestmark = pytest.mark.slow
+# Building the wheel compiles the whole extension (Cython's _core.c is 2.4 MB of C): minutes
+# on a quiet machine, over pytest's 300 s and even 600 s on 2 cores shared with other builds
+# (seen at a load of 15). The bounds stay, only wider.
+BUILD_SECONDS = 1800
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(BUILD_SECONDS + 900)]
 
 
-def run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+def run(argv: list[str], timeout: float = 600, **kw: object
+        ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env, **kw)  # type: ignore[call-overload]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, **kw)  # type: ignore[call-overload]
     assert proc.returncode == 0, f"{argv} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc  # type: ignore[no-any-return]
 
@@ -69,7 +74,8 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
             shutil.copy(p, src / name)
     out = tmp_path_factory.mktemp("dist")
     # --no-isolation: the pinned Cython and setuptools of this venv, not a download.
-    run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(src)])
+    run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(src)],
+        timeout=BUILD_SECONDS)
     # The manylinux wheel, as `make dist` makes it: auditwheel checks what the extension needs
     # beyond what the manylinux policy guarantees (glibc) and retags it. That is OpenSSL 3 (the
     # TLS transport, csrc/tls.c) and libnghttp2 (HTTP/2, csrc/http2.c), which the policy does
@@ -150,12 +156,24 @@ def test_installed_console_script_serves(venv: Path, tmp_path: Path) -> None:
     """))
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    started = time.monotonic()
     proc = subprocess.Popen([str(venv / "bin" / "cyserve"), "hello_app:app", "--host", "127.0.0.1",
                              "--port", str(port), "--threads", "1"], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 30
         assert get(port, "/plaintext", deadline).endswith(b"\r\n\r\nHello, World!")
+        wall = time.monotonic() - started
+        # The target: serving within 1 s of the start. On a machine shared with other work the
+        # wall clock measures the neighbours too, so the bound is on the CPU time the server
+        # (the console script's interpreter, its one process) spent until it answered: what
+        # starting costs wherever it runs.
+        with open(f"/proc/{proc.pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+        print(f"\ninstalled wheel: first answer {wall:.3f} s after the start, {cpu:.2f} s of "
+              "CPU")
+        assert cpu < 1.0, (cpu, wall)
         body = get(port, "/py", deadline).split(b"\r\n\r\n", 1)[1].decode()
         # The installed package answered, not the checkout's src/.
         assert body.startswith("from " + str(venv)), body

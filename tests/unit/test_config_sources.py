@@ -180,3 +180,38 @@ def test_a_bad_lifespan_is_refused() -> None:
         cli.parse_command(["m:app", "--lifespan", "maybe"], {})
     with pytest.raises(cli._UsageError, match="CYSERVE_LIFESPAN='maybe'"):
         cli.parse_command(["m:app"], {"CYSERVE_LIFESPAN": "maybe"})
+
+
+def test_print_config_reads_back_to_the_same_config(tmp_path: Path) -> None:
+    argv = ["m:app", "--threads", "3", "--no-http2", "-b", "unix:/tmp/x.sock", "-b",
+            "127.0.0.1:9", "--access-log-format", '%(h)s "%(r)s" %(s)s', "--reload-exclude",
+            "*_test.py", "--name", "web", "--reload-delay", "0.25"]
+    env = {"CYSERVE_MAX_REQUESTS": "100", "CYSERVE_ACCESS_LOG": "yes"}
+    args, config = cli.parse_command(argv, env)
+    printed = tmp_path / "printed.toml"
+    printed.write_text(cli.config_toml(args))
+    args2, config2 = cli.parse_command(["--config", str(printed)], {})
+    assert config2 == config
+    assert args2.app == "m:app"
+    assert (config.threads, config.http2, config.max_requests, config.access_log,
+            config.proc_name, config.reload_excludes, config.reload_delay) == (
+        3, False, 100, True, "web", ("*_test.py",), 0.25)
+    # Only what differs from the defaults is printed.
+    assert "port" not in printed.read_text()
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--reload-delay", "0"], "invalid --reload-delay 0.0: must be positive"),
+    (["--reload-delay", "soon"], "invalid --reload-delay soon: must be a number of seconds"),
+    (["--name", " "], "invalid --name ' ': must be a non-empty name"),
+])
+def test_bad_reload_and_name_options_are_named(argv: list[str], line: str) -> None:
+    with pytest.raises(cli.ConfigError) as err:
+        cli.parse_command(["m:app", *argv], {})
+    assert err.value.for_cli() == line
+
+
+def test_a_bad_value_from_the_environment_names_the_variable_for_renamed_fields() -> None:
+    with pytest.raises(cli._UsageError) as err:
+        cli.parse_command(["m:app"], {"CYSERVE_NAME": " "})
+    assert str(err.value) == "CYSERVE_NAME=' ': must be a non-empty name"
