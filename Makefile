@@ -2,6 +2,7 @@
 #   make run    build, then serve the demo app on $(HOST):$(PORT) with $(THREADS) workers
 #   make test   build, then run every test (C units under ASan/UBSan and TSan, Python, end to end)
 #   make bench  the full benchmark suite (installs what it needs); bench-quick: a smoke run
+#               (BENCH_PYTHON=3.13 or a path: the interpreter of its Python servers, 3.12 by default)
 #   make bench-coro  the coroutine benchmark (bench/coro/README.md) and the Fibonacci scaling test
 PYTHON ?= python3
 VENV := .venv
@@ -193,18 +194,26 @@ test-c: $(STAMP) | native-deps
 lint: $(STAMP)
 	$(PY) -m pytest -q tests/unit/test_sourcecode.py
 
+# Every Python server of the suite (the peers and cyserve's rows) runs on one interpreter, in
+# bench/.venv: CPython 3.12 by default (pyenv's, else python3.12 on the PATH; failing both, the one
+# this .venv was made from), BENCH_PYTHON=3.13 or BENCH_PYTHON=/path/to/python for another. The
+# runner makes bench/.venv again when it was made from another interpreter, and builds cyserve's
+# extension for it in place (src/cyserve/_core.cpython-3XX-*.so, beside this .venv's).
+BENCH_PYTHON ?=
+BENCH_ENV := $(if $(BENCH_PYTHON),CYSERVE_BENCH_INTERPRETER='$(BENCH_PYTHON)')
+
 bench: build
-	$(PY) bench/http/run.py --full
+	$(BENCH_ENV) $(PY) bench/http/run.py --full
 
 bench-quick: build
-	$(PY) bench/http/run.py --quick
+	$(BENCH_ENV) $(PY) bench/http/run.py --quick
 
 # WebSocket echo, HTTPS, TLS handshakes, HTTP/2 over TLS and h2c (bench/http/protocols.py), e.g.
 # make bench-protocols BENCH_PROTOCOLS_ARGS="--rounds 3 --duration 2"
 .PHONY: bench-protocols
 BENCH_PROTOCOLS_ARGS ?=
 bench-protocols: build
-	$(PY) bench/http/protocols.py $(BENCH_PROTOCOLS_ARGS)
+	$(BENCH_ENV) $(PY) bench/http/protocols.py $(BENCH_PROTOCOLS_ARGS)
 
 # e.g. make bench-coro BENCH_CORO_ARGS="--wait-idle 600" on a shared machine
 BENCH_CORO_ARGS ?=

@@ -252,9 +252,13 @@ def setup(notes, no_setup=False):
         return
     # The Python peers (granian, uvicorn with websockets) in bench/.venv, as run.py installs them:
     # a venv made before a peer joined bench/peers/python/requirements.txt gets it now.
-    from bench.http.run import setup_nogil, setup_venv
+    from bench.http.run import setup_cyserve, setup_nogil, setup_venv
     setup_venv(notes)
     if os.path.exists(S.VENV_PY):
+        # cyserve's extension for bench/.venv's interpreter (3.12 by default), beside .venv's.
+        why = setup_cyserve(notes)
+        if why:
+            notes.append(why)
         # The GIL-free WebSocket echo (examples/ws_echo_nogil.pyx) into bench/.build/.
         why = setup_nogil(notes)
         if why:
@@ -718,20 +722,22 @@ DESCRIPTIONS = {
 
 def versions(servers):
     out = {}
+    from bench.common import interpreter
     from bench.http.run import probe_modules
     mods = ["cyserve", "granian", "uvicorn", "websockets"]
     probe = probe_modules(S.VENV_PY, mods) if os.path.exists(S.VENV_PY) else {}
     go = subprocess.run(["go", "version"], capture_output=True, text=True).stdout.strip() \
         if processes.have("go") else ""
+    py = interpreter.label(interpreter.describe(S.VENV_PY)) if os.path.exists(S.VENV_PY) else "?"
     for s in servers:
         if s.group == "cyserve":
-            out[s.name] = f"cyserve {probe.get('cyserve', '?')}"
+            out[s.name] = f"cyserve {probe.get('cyserve', '?')}; {py}"
         elif s.group == "go":
             out[s.name] = f"{go}; gorilla/websocket v1.5.3"
         elif s.name == "nginx" and processes.have("nginx"):
             out[s.name] = subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip()
         else:
-            out[s.name] = ", ".join(f"{m} {probe.get(m, '?')}" for m in s.requires if m in mods)
+            out[s.name] = ", ".join(f"{m} {probe.get(m, '?')}" for m in s.requires if m in mods) + f"; {py}"
     return out
 
 

@@ -163,6 +163,22 @@ def _cyserve_of(result, name):
     return name[:-5] if name.endswith("-base") else name
 
 
+def _pythons(result):
+    """The interpreters the Python servers ran on: "CPython 3.12.1 (all)", or each with its
+    servers when a row ran on another (the free-threaded rows, or a result from before the
+    interpreter was recorded: the runner's own)."""
+    by = {}
+    for name, info in result["servers"].items():
+        if info.get("python"):
+            by.setdefault(info["python"], []).append(name)
+    if not by:
+        bench = result.get("bench_python")
+        return f"{bench} (bench/.venv)" if bench else f"Python {result['machine']['python']} (the runner's; not recorded per server)"
+    if len(by) == 1:
+        return f"{next(iter(by))} (all)"
+    return "; ".join(f"{py}: {', '.join(names)}" for py, names in by.items())
+
+
 def markdown(result):
     s = result["summary"]
     m = result["machine"]
@@ -170,7 +186,8 @@ def markdown(result):
     lines = [
         f"# cyserve benchmark: {result['mode']} run, {result['started']}",
         "",
-        f"- Machine: {m['cpu']}, {m['cores']} cores, {m['memory']}, Linux {m['kernel']}, Python {m['python']}",
+        f"- Machine: {m['cpu']}, {m['cores']} cores, {m['memory']}, Linux {m['kernel']}; the runner on Python {m['python']}",
+        f"- Python servers: {_pythons(result)}",
         f"- Command: `{result['command']}` (git {result['git']}), {result['elapsed_s']:.0f} s",
         f"- Client: {cfg['client']} {m['tools'].get('wrk', '')}, keep-alive, {cfg['connections']} connections, "
         f"no pipelining; {cfg['rounds']} round(s) of {cfg['duration_s']} s cells (warm-up {cfg['warmup_s']} s), "
@@ -225,13 +242,14 @@ def markdown(result):
             lines.append("")
     if "coro" in result:
         lines += ["## Coroutines (bench/coro)", ""] + _coro_table(result["coro"]) + [""]
-    lines += ["## Servers", "", "| server | version | status | note |", "|---|---|---|---|"]
+    lines += ["## Servers", "", "| server | version | Python | status | note |", "|---|---|---|---|---|"]
     for info in result["servers"].values():
         status = "ok" if info["available"] else info["reason"]
         bad = {w: v for w, v in info["validation"].items() if v != "ok"}
         if bad:
             status += "; " + "; ".join(f"/{w} {v}" for w, v in bad.items())
-        lines.append(f"| {info['label']} | {info['version']} | {status.replace('|', '/')} | {info['note']} |")
+        lines.append(f"| {info['label']} | {info['version']} | {info.get('python') or ''} "
+                     f"| {status.replace('|', '/')} | {info['note']} |")
     if result.get("setup_notes"):
         lines += ["", "Setup notes:", ""] + [f"- {n}" for n in result["setup_notes"]]
     plots = [f"plot-{w}.png" for w in result["workloads"] if s.get("pinned", {}).get(w)]
@@ -342,8 +360,8 @@ def docs_section(result):
     kind = "a full `make bench` run" if r["mode"] == "full" else "a `make bench-quick` run"
     lines = [
         f"From {kind}: {r['started']}, git {r['git']}, `{r['command']}`, {r['elapsed_s'] / 60:.0f} min. "
-        f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory']}, Linux {m['kernel']}, Python {m['python']}, "
-        f"{m['tools'].get('wrk', 'no wrk')}; load average {m.get('loadavg_start', '?')} at the start, "
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory']}, Linux {m['kernel']}; Python servers: "
+        f"{_pythons(r)}; {m['tools'].get('wrk', 'no wrk')}; load average {m.get('loadavg_start', '?')} at the start, "
         f"{m.get('loadavg_end', '?')} at the end. {cfg['rounds']} interleaved round(s) of {cfg['duration_s']} s cells "
         f"(warm-up {cfg['warmup_s']} s). The whole report, with min–max, p50/p99, peak RSS, % nginx and × fasthttp "
         "per cell, is [bench/results/latest.md](../bench/results/latest.md); raw figures in "
@@ -383,8 +401,8 @@ def docs_section(result):
               if r["summary"].get("pinned", {}).get(w)]
     if r["summary"].get("scaling"):
         lines.append("![scaling](../bench/results/plot-scaling.png)")
-    lines += ["", "### Versions", "", "| server | version |", "|---|---|"]
-    lines += [f"| {i['label']} | {i['version']} |" for i in r["servers"].values()]
+    lines += ["", "### Versions", "", "| server | version | Python |", "|---|---|---|"]
+    lines += [f"| {i['label']} | {i['version']} | {i.get('python') or ''} |" for i in r["servers"].values()]
     return "\n".join(lines) + "\n"
 
 

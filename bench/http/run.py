@@ -24,6 +24,7 @@ latest.json, latest.md and PNG plots (bench/http/report.py).
 
 import argparse
 import datetime
+import glob
 import json
 import os
 import platform
@@ -38,7 +39,7 @@ BENCH = os.path.dirname(HERE)
 ROOT = os.path.dirname(BENCH)
 sys.path.insert(0, ROOT)
 
-from bench.common import processes  # noqa: E402
+from bench.common import interpreter, processes  # noqa: E402
 from bench.common.procfs import tree_cpu_seconds  # noqa: E402
 from bench.http import harness, report  # noqa: E402
 from bench.http import servers as S  # noqa: E402
@@ -108,12 +109,42 @@ def setup_tools(notes):
             notes.append(f"{tool}: not installed (run as root with apt-get, or install it)")
 
 
+def choose_interpreter():
+    """(path, description, how it was chosen) of the interpreter bench/.venv is made from
+    (bench/common/interpreter.py); a CYSERVE_BENCH_INTERPRETER that names none stops the run."""
+    try:
+        return interpreter.choose()
+    except interpreter.InterpreterError as e:
+        raise SystemExit(f"bench: {e}") from None
+
+
 def setup_venv(notes):
+    """bench/.venv on the chosen interpreter, with the pinned peers. A bench/.venv made from
+    another interpreter (an older default, another BENCH_PYTHON) is made again: every Python
+    server of a run must run on the one interpreter the run reports."""
     req = os.path.join(BENCH, "peers", "python", "requirements.txt")
     stamp = os.path.join(S.VENV, ".req-stamp")
-    if not os.path.exists(S.VENV_PY):
+    if os.environ.get("CYSERVE_BENCH_PYTHON"):
+        say(f"setup: CYSERVE_BENCH_PYTHON={S.VENV_PY}: the Python servers run on it, bench/.venv is not used")
+        base = None
+    else:
+        base, want, how = choose_interpreter()
+        say(f"setup: the Python servers run on {interpreter.label(want)} ({base}; {how})")
+        have = interpreter.venv_info(S.VENV)
+        remake = None
+        if have is None and os.path.lexists(S.VENV_PY):
+            remake = "bench/.venv's interpreter does not run"
+        elif have is not None and interpreter.label(have) != interpreter.label(want):
+            remake = f"bench/.venv is {interpreter.label(have)}"
+        if remake:
+            say(f"setup: {remake}: making it again on {interpreter.label(want)}")
+            if os.path.islink(S.VENV):
+                os.unlink(S.VENV)
+            else:
+                shutil.rmtree(S.VENV)
+    if not os.path.exists(S.VENV_PY) and base:
         say("setup: creating bench/.venv")
-        r = sh([sys.executable, "-m", "venv", S.VENV])
+        r = sh([base, "-m", "venv", S.VENV])
         if r.returncode != 0:
             notes.append(f"bench/.venv: venv failed: {r.stderr.strip()[-200:]}")
             return
@@ -154,6 +185,48 @@ def setup_go(notes):
         r = sh(["go", "build", "-o", out, f"./{name}"], cwd=src)
         if r.returncode != 0:
             notes.append(f"go-{name}: go build failed: {r.stderr.strip()[-300:]}")
+
+
+# What the extension is built from (the Makefile's CORE_SOURCES): a newer one means a rebuild.
+CORE_SOURCES = ("src/cyserve/*.pyx", "src/cyserve/*.pxd", "src/cyserve/native/*.pyx", "src/cyserve/native/*.pxi",
+                "src/cyserve/native/includes/*.pxd", "src/cyserve/csrc/*.c", "src/cyserve/csrc/*.h",
+                "src/cyserve/csrc/*.S", "src/cyserve/include/cyserve/*.h", "setup.py")
+
+
+def cyserve_extension(python):
+    """The path of cyserve's extension built in place for `python` (its file name carries the
+    interpreter's tag), or None when `python` does not run."""
+    r = sh([python, "-c", "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))"])
+    if r.returncode != 0 or not r.stdout.strip():
+        return None
+    return os.path.join(ROOT, "src", "cyserve", "_core" + r.stdout.strip())
+
+
+def setup_cyserve(notes):
+    """cyserve's extension for bench/.venv's interpreter, built in place in src/cyserve (the
+    suite runs cyserve from the source tree, PYTHONPATH=src): its file name carries the
+    interpreter's version, so it sits beside the one `make build` makes for cyserve's own .venv
+    and neither replaces the other. Built when missing or older than a source; returns None or
+    why cyserve cannot run on that interpreter."""
+    so = cyserve_extension(S.VENV_PY)
+    if so is None:
+        return f"{S.VENV_PY} does not run"
+    newest = max(os.path.getmtime(p) for g in CORE_SOURCES for p in glob.glob(os.path.join(ROOT, g)))
+    if os.path.exists(so) and os.path.getmtime(so) >= newest:
+        return None
+    say(f"setup: building cyserve's extension for {interpreter.label(interpreter.describe(S.VENV_PY))} "
+        f"({os.path.relpath(so, ROOT)})")
+    env = dict(os.environ)
+    for k in ("CYSERVE_DEBUG", "CYSERVE_SANITIZE", "CYSERVE_CORO_UCONTEXT"):
+        env.pop(k, None)  # the benchmarked build is the release one, whatever this shell has set
+    r = sh([S.VENV_PY, "setup.py", "-q", "build_ext", "--inplace"], cwd=ROOT, env=env)
+    if r.returncode != 0 or not os.path.exists(so):
+        lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()]
+        why = next((ln for ln in lines if "rror" in ln), lines[-1] if lines else "no extension was written")
+        return f"cyserve's extension does not build for {S.VENV_PY}: {why.strip()[:240]}"
+    # setuptools skips an extension it deems up to date; the mtime marks this check as done.
+    os.utime(so)
+    return None
 
 
 def setup_nogil(notes):
@@ -263,9 +336,34 @@ def availability(servers, nogil_error):
                 if v.startswith("ERROR"):
                     why = f"{m}: {v[6:]}"
                     break
-            versions[s.name] = ", ".join(f"{m} {probe.get(m, '?')}" for m in s.requires) or f"Python {platform.python_version()}"
+            versions[s.name] = ", ".join(f"{m} {probe.get(m, '?')}" for m in s.requires) or "the standard library"
         reasons[s.name] = why
     return reasons, versions
+
+
+PYTHON_GROUPS = ("cyserve", "python-async", "python-wsgi", "python-minimal")
+
+
+def server_interpreters(servers):
+    """{name: "CPython 3.12.1"} for every Python server (its own interpreter: bench/.venv's, or
+    CYSERVE_BENCH_PYTHON_FT's for the free-threaded rows); None for the others."""
+    seen, out = {}, {}
+    for s in servers:
+        if s.group not in PYTHON_GROUPS:
+            out[s.name] = None
+            continue
+        if s.python not in seen:
+            seen[s.python] = interpreter.label(interpreter.describe(s.python)) if os.path.exists(s.python) else None
+        out[s.name] = seen[s.python]
+    return out
+
+
+def _by_value(mapping):
+    out = {}
+    for k, v in mapping.items():
+        if v:
+            out.setdefault(v, []).append(k)
+    return out
 
 
 def cyserve_engine_missing():
@@ -480,11 +578,27 @@ def main(argv=None):
         setup_tools(notes)
         setup_venv(notes)
         setup_go(notes)
+    elif not os.environ.get("CYSERVE_BENCH_PYTHON") and os.path.exists(S.VENV_PY):
+        have, (_, want, how) = interpreter.venv_info(S.VENV), choose_interpreter()
+        if interpreter.label(have) != interpreter.label(want):
+            notes.append(f"bench/.venv is {interpreter.label(have)}, not {interpreter.label(want)} ({how}): "
+                         "--no-setup does not make it again")
+    cyserve_error = None
+    if any(s.group == "cyserve" and s.python == S.VENV_PY for s in chosen) and os.path.exists(S.VENV_PY):
+        # Also with --no-setup, like the nogil app below: cyserve's rows must run this tree's code.
+        cyserve_error = setup_cyserve(notes)
     if any(s.name == "cyserve-nogil" for s in chosen):
-        nogil_error = setup_nogil(notes) if os.path.exists(S.VENV_PY) else "bench/.venv missing"
+        nogil_error = cyserve_error or (setup_nogil(notes) if os.path.exists(S.VENV_PY) else "bench/.venv missing")
     for n in notes:
         say(f"setup: {n}")
     reasons, versions = availability(chosen, nogil_error)
+    pythons = server_interpreters(chosen)
+    if cyserve_error:
+        for s in chosen:
+            if s.group == "cyserve" and s.python == S.VENV_PY and not reasons[s.name]:
+                reasons[s.name] = f"cyserve: not available yet ({cyserve_error})"
+    for label_, names in sorted(_by_value(pythons).items()):
+        say(f"Python servers on {label_}: {', '.join(names)}")
     for name, why in reasons.items():
         if why:
             say(f"skip {name}: {why}")
@@ -520,12 +634,16 @@ def main(argv=None):
                    "client": sess.client, "allcore_workloads": list(mode["allcore"]),
                    "hey_workloads": list(mode["hey"]), "scaling_workloads": list(mode["scaling"]),
                    "hey": "hey -n 2000 -c 50", "pipelining": False},
+        # The interpreter of bench/.venv (every Python server's unless its row says otherwise);
+        # machine["python"] is the runner's own.
+        "bench_python": interpreter.label(interpreter.describe(S.VENV_PY)) if os.path.exists(S.VENV_PY) else None,
         "machine": dict(machine_info(), loadavg_start=load_start,
                         loadavg_end=[round(x, 2) for x in os.getloadavg()]),
         "git": git_rev(),
         "workloads": list(W.WORKLOADS),
         "servers": {s.name: {"label": s.label, "group": s.group, "note": s.note, "scales": s.scales,
                              "workloads": list(s.workloads), "version": versions.get(s.name, ""),
+                             "python": pythons.get(s.name),
                              "available": not reasons[s.name], "reason": reasons[s.name],
                              "validation": sess.validation.get(s.name, {})}
                     for s in chosen},

@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 
-from bench.common import processes
+from bench.common import interpreter, processes
 from bench.http import harness
 from bench.http import servers as S
 from bench.http import workloads as W
@@ -76,7 +76,9 @@ def main(argv=None):
         f"-c{args.connections} on CPUs {client}; {args.rounds} rounds of {args.duration} s")
     runs = []
     meta = {"cores": cores, "points": points, "client_cpus": client, "connections": args.connections,
-            "rounds": args.rounds, "duration": args.duration, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "rounds": args.rounds, "duration": args.duration, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            # The interpreter of every Python server here (bench/.venv's, as run.py made it).
+            "python": interpreter.label(interpreter.describe(S.VENV_PY))}
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="cyserve-scaling-") as tmp:
         for rnd in range(1, args.rounds + 1):
@@ -131,7 +133,8 @@ def report(meta, runs):
     N=1) and the median busy cores."""
     lines = [f"Scaling on {meta['cores']} CPUs: server on CPUs 0..N-1, wrk -c{meta['connections']} on "
              f"CPUs {meta['client_cpus']}; median of {meta['rounds']} rounds of {meta['duration']} s; "
-             "cell: req/s (× N=1) [busy cores]", ""]
+             "cell: req/s (× N=1) [busy cores]" + (f"; Python servers on {meta['python']}" if meta.get("python") else ""),
+             ""]
     for w in sorted({r["workload"] for r in runs}, key=W.WORKLOADS.index):
         pts = meta["points"]
         lines += [f"### /{w}", "", "| server | " + " | ".join(f"N={n}" for n in pts) + " |",

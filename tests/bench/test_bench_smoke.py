@@ -9,6 +9,7 @@ exist, that validation catches a wrong body, and the shape of the JSON the runne
 
 import json
 import os
+import platform
 import sys
 
 import pytest
@@ -120,6 +121,10 @@ def test_runner_writes_results_report_and_marks_cells(tmp_path, bench_python, ca
     assert result["config"]["pipelining"] is False
     info = result["servers"]["min-threading"]
     assert info["available"] and info["validation"]["plaintext"] == "ok"
+    # Every Python server records the interpreter it ran on (here CYSERVE_BENCH_PYTHON's, this one).
+    this = f"{platform.python_implementation()} {platform.python_version()}"
+    assert info["python"].startswith(this) and result["bench_python"] == info["python"]
+    assert result["servers"]["lwan"]["python"] is None
     try:
         import msgpack  # noqa: F401
     except ImportError:
@@ -137,6 +142,8 @@ def test_runner_writes_results_report_and_marks_cells(tmp_path, bench_python, ca
     assert fig["rps"]["median"] > 0 and fig["pct_nginx"] is None  # no nginx in this run
     md = (tmp_path / "latest.md").read_text()
     assert "minimal: threading" in md and "/plaintext" in md
+    assert f"- Python servers: {info['python']} (all)" in md
+    assert f"| {info['python']} | ok" in md
     assert report.markdown(result) == md
 
 

@@ -31,3 +31,11 @@ def test_report_medians_speedups_and_missing_points():
     assert "| b | 5.00k (×1.00) [1.0] | – |" in md
     assert "| a | 90.0 | 97.0 |" in md
     assert "| b | 4.9 | – |" in md
+
+
+def test_report_names_the_interpreter_when_recorded():
+    meta = {"cores": 4, "points": [1], "client_cpus": "2-3", "connections": 128, "rounds": 1,
+            "duration": 1}
+    runs = [run(1, "a", 1, 100_000, 1.0, 90_000)]
+    assert "Python servers on" not in report(meta, runs)  # a file from before it was recorded
+    assert "; Python servers on CPython 3.12.1" in report(dict(meta, python="CPython 3.12.1"), runs)
