@@ -69,6 +69,7 @@ cdef class _WSExchange:
     cdef object drained         # the future a send() over the high-water mark waits on
     cdef int close_code
     cdef str close_reason
+    cdef tuple pending_close    # (code, reason) of a close queued behind messages in inbox
     cdef int denial_status
     cdef list denial_headers
     cdef list denial_body
@@ -94,7 +95,19 @@ cdef class _WSExchange:
         elif event == cs.WSCONN_EV_BINARY:
             self.inbox.append(({"type": "websocket.receive", "bytes": payload}, len(payload)))
         elif event == cs.WSCONN_EV_CLOSED:
-            self._closed(code, payload.decode("utf-8", "replace"))
+            reason = payload.decode("utf-8", "replace")
+            if self.inbox:
+                # The messages that came before the close reach the app first, and it is open
+                # for the app until it takes the close: what it sends in answer to them still
+                # goes out when the engine is the one closing (a client that broke a rule:
+                # csrc/ws_conn.c waits for the app to take the close before its close frame).
+                self.pending_close = (code, reason)
+                self.inbox.append((None, 0))
+                if self.drained is not None and not self.drained.done():
+                    self.drained.set_result(None)  # no drain notice follows a close
+            else:
+                self._closed(code, reason)
+                cs.wsconn_consumed(self.h, 0)  # the close is taken
         elif event == cs.WSCONN_EV_DRAINED:
             if self.drained is not None and not self.drained.done():
                 self.drained.set_result(None)
@@ -122,7 +135,11 @@ cdef class _WSExchange:
             if self.inbox:
                 message, size = self.inbox.popleft()
                 cs.wsconn_consumed(self.h, <size_t>size)
-                return message
+                if message is not None:
+                    return message
+                code, reason = self.pending_close  # the close, after the messages before it
+                self._closed(code, reason)
+                continue
             if self.state == _WS_CLOSED:
                 return {"type": "websocket.disconnect", "code": self.close_code,
                         "reason": self.close_reason}
@@ -162,7 +179,11 @@ cdef class _WSExchange:
                 op = cs.WS_OP_BINARY
             rc = cs.wsconn_send(self.h, op, PyBytes_AS_STRING(data), <size_t>len(data))
             if rc == -32:  # EPIPE
-                self._closed(1006, "")
+                if self.pending_close is not None:
+                    code, reason = self.pending_close
+                    self._closed(code, reason)
+                else:
+                    self._closed(1006, "")
                 raise ClientDisconnected("the WebSocket is closed")
             if rc < 0:
                 raise MemoryError("WebSocket send")
