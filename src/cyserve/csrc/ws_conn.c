@@ -30,6 +30,7 @@
 
 #include "compat.h"
 #include "conn.h"
+#include "coro.h"
 #include "handoff.h"
 #include "sched.h"
 #include "server_int.h"
@@ -460,7 +461,8 @@ static void wsconn_fail(struct wsconn_session *ws)
         wsconn_send_close_code(ws, ws->failing);
 }
 
-void wsconn_serve(struct conn *c, struct handoff *h, size_t off)
+/* Serve c as a WebSocket until it closes, then leave h (ws_conn.h, wsconn_take_over). */
+static void wsconn_serve(struct conn *c, struct handoff *h, size_t off)
 {
     struct wsconn_session state = {.c = c, .srv = c->home->srv, .h = h, .ch = h->ws};
     struct wsconn_session *ws = &state;
@@ -510,6 +512,13 @@ void wsconn_serve(struct conn *c, struct handoff *h, size_t off)
                     break; /* the client went without a close frame: 1006 */
             }
         }
+        if (c->buf && c->len == 0) {
+            /* Nothing half read: the buffer goes back to the worker's cache while we wait, so an
+             * idle WebSocket holds none (the next read takes one). */
+            conn_buf_put(server_worker_self(ws->srv), c->buf, c->cap);
+            c->buf = NULL;
+            c->cap = 0;
+        }
         /* Paused, the wait takes no readiness (events 0): an error or a hang-up still ends it,
          * and readability stays recorded for the wait after the pause. */
         int rc = sched_io_wait_signal(&c->io, paused ? 0 : EPOLLIN, deadline, &h->ready);
@@ -552,4 +561,37 @@ void wsconn_serve(struct conn *c, struct handoff *h, size_t off)
     ws_pmd_free(&ws->z);
     handoff_track(ws->srv, h, 0);
     handoff_leave(h);
+}
+
+struct wsconn_start {
+    struct conn *c;
+    struct handoff *h;
+};
+
+static int wsconn_serve_co(struct coro *co, void *arg)
+{
+    struct wsconn_start st = *(struct wsconn_start *)arg;
+    free(arg);
+    coro_stack_trim(co);
+    wsconn_serve(st.c, st.h, 0);
+    conn_destroy(st.c);
+    return 0;
+}
+
+int wsconn_take_over(struct conn *c, struct handoff *h, size_t off)
+{
+    if (off) {
+        memmove(c->buf, c->buf + off, c->len - off);
+        c->len -= off;
+    }
+    struct wsconn_start *st = malloc(sizeof(*st));
+    if (LIKELY(st != NULL)) {
+        st->c = c;
+        st->h = h;
+        if (LIKELY(sched_spawn(c->home->srv->sched, wsconn_serve_co, st) == 0))
+            return 0;
+        free(st);
+    }
+    wsconn_serve(c, h, 0);
+    return 1;
 }

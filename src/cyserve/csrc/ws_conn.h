@@ -112,8 +112,13 @@ int wsconn_send(struct handoff *h, int opcode, const char *p, size_t n);
 int wsconn_close(struct handoff *h, int code, const char *reason, size_t n);
 
 /* Engine: serve c as a WebSocket after its 101 went out, the client's first bytes (if any) at
- * c->buf[off..c->len), until it closes; then leave h. Returns when the connection must be
- * destroyed. The connection's coroutine. */
-void wsconn_serve(struct conn *c, struct handoff *h, size_t off);
+ * c->buf[off..c->len), until it closes; then leave h and destroy c. On a coroutine of its own,
+ * spawned here, whose stack is trimmed (coro_stack_trim) before it serves: the calling HTTP
+ * coroutine's stack, deep from the request and holding its state, goes back to the pool when it
+ * returns, so an open WebSocket holds the few stack pages its loop touches. Returns 0 when the
+ * connection went to that coroutine (the caller leaves c alone), 1 when it was served here
+ * because no coroutine could be spawned (a stop, no memory) and the caller must destroy c. The
+ * connection's coroutine. */
+int wsconn_take_over(struct conn *c, struct handoff *h, size_t off);
 
 #endif
