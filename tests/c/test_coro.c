@@ -213,6 +213,85 @@ static void test_stacks(void)
     is_int(pool->n_free_stacks, stacks_before, "and all shared one cached stack");
 }
 
+/* ---- trimming a stack ---- */
+
+/* Resident pages of [lo, hi), page-aligned. */
+static size_t resident_pages(uintptr_t lo, uintptr_t hi)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), n = (hi - lo) / page, count = 0;
+    unsigned char vec[64];
+    if (n > sizeof(vec) || mincore((void *)lo, hi - lo, vec) != 0)
+        return (size_t)-1;
+    for (size_t i = 0; i < n; i++)
+        count += vec[i] & 1;
+    return count;
+}
+
+/* Touches 40 KiB of stack below its caller (a deep call that came and went). */
+static __attribute__((noinline)) void touch_deep(volatile char *sink)
+{
+    volatile char big[40 * 1024];
+    for (size_t i = 0; i < sizeof(big); i += 512)
+        big[i] = (char)i;
+    *sink = big[sizeof(big) - 1];
+}
+
+struct trim_seen {
+    size_t before, after, again;
+    int guarded, canary_ok;
+};
+
+static int body_trim(struct coro *co, void *arg)
+{
+    struct trim_seen *t = arg;
+    volatile char sink;
+    char here;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)co->stack->lo, top = ((uintptr_t)&here & ~(page - 1)) - page;
+    touch_deep(&sink);
+    t->before = resident_pages(lo, top);
+    coro_stack_trim(co);
+    t->after = resident_pages(lo, top);
+    t->guarded = co->stack->guarded;
+    t->canary_ok = memcmp(co->stack->lo, &coro_canary, sizeof(coro_canary)) == 0;
+    coro_yield(co, 0); /* a switch checks an unguarded stack's canary */
+    touch_deep(&sink); /* the trimmed pages work again */
+    t->again = resident_pages(lo, top);
+    return 0;
+}
+
+static void trim_on(struct coro_pool *p, const char *kind)
+{
+    struct trim_seen t = {0, 0, 0, -1, 0};
+    struct coro *co = coro_new(p, body_trim, &t);
+    is_int(coro_resume(co, p), 0, "the trimming coroutine yielded");
+    is_int(coro_resume(co, p), CORO_FINISHED, "and finished");
+    coro_free(co, p);
+    note("%s stack", kind);
+    ok(t.before >= 8, "a deep call left its stack pages resident (%zu)", t.before);
+    /* All of them; an unguarded stack's lowest page comes back with its canary. */
+    is_int((long)t.after, t.guarded ? 0 : 1,
+           "coro_stack_trim gave back every page below the caller's");
+    ok(t.again >= 8, "and they are usable again (%zu resident)", t.again);
+    if (!t.guarded)
+        ok(t.canary_ok, "an unguarded stack has its canary back after the trim");
+}
+
+static void test_stack_trim(void)
+{
+    struct coro_pool *p;
+    trim_on(pool, "a guarded");
+    long budget = coro_guard_budget;
+    int warned = coro_guard_warned;
+    coro_guard_budget = 0; /* no guarded stacks: the new pool's stack gets a canary */
+    if (coro_pool_new(&p, CORO_STACK_DEFAULT) == 0) {
+        trim_on(p, "an unguarded");
+        coro_pool_free(p);
+    }
+    coro_guard_budget = budget;
+    coro_guard_warned = warned; /* test_overflow wants the one-time warning */
+}
+
 /* ---- floating-point control state ---- */
 
 /* The rounding-mode bits of MXCSR / FPCR, read and written directly (libm is not linked). */
@@ -465,6 +544,7 @@ int main(void)
     test_defers();
     test_arena();
     test_stacks();
+    test_stack_trim();
     test_fpu_state();
     test_migrate();
     test_overflow();

@@ -49,6 +49,12 @@ async def echo_app(scope: Scope, receive: Any, send: Any) -> None:
     if scope["path"] == "/refuse":
         await send({"type": "websocket.close"})
         return
+    if scope["path"] == "/stall":
+        # Takes one message, then does not ask for the next for a while.
+        await send({"type": "websocket.accept"})
+        await receive()
+        await asyncio.sleep(4)
+        return
     sub = "chat" if "chat" in scope["subprotocols"] else None
     await send({"type": "websocket.accept", "subprotocol": sub,
                 "headers": [(b"x-extra", b"yes")]})
@@ -274,6 +280,44 @@ def test_too_big_closes_1009_from_the_head(echo_port: int) -> None:
         # A head announcing 64 MiB: refused before any of it is sent.
         s.sendall(bytes([0x82, 0xFF]) + struct.pack("!Q", 64 << 20) + b"mask")
         assert close_code_of(s) == 1009
+
+
+@pytest.mark.parametrize("broken,code", [
+    (frame(1, b"hi", rsv=0x40), 1002),  # RSV1 without an extension
+    (frame(3, b""), 1002),              # a reserved opcode
+    (frame(1, b"\xc0\xaf"), 1007),      # invalid UTF-8
+], ids=["rsv1", "reserved-opcode", "utf8"])
+def test_answers_to_messages_before_a_broken_frame_go_out_first(echo_port: int, broken: bytes,
+                                                                code: int) -> None:
+    """Messages and a broken frame in one segment: the application's answers to the messages
+    go out before the close frame (the order a client expects: the messages were valid), and
+    the application sees the disconnect, with the broken rule's code, after its messages."""
+    echo_app.last_disconnect = None  # type: ignore[attr-defined]
+    s, head = handshake(echo_port)
+    with s:
+        assert head.startswith(b"HTTP/1.1 101 ")
+        s.sendall(frame(1, b"one") + frame(2, b"two") + broken)
+        assert read_frame(s) == (1, b"one")
+        assert read_frame(s) == (2, b"two")
+        assert close_code_of(s) == code
+        assert s.recv(10) == b""
+    deadline = time.monotonic() + 5
+    while echo_app.last_disconnect is None and time.monotonic() < deadline:  # type: ignore
+        time.sleep(0.01)
+    assert echo_app.last_disconnect["code"] == code  # type: ignore[attr-defined]
+
+
+def test_broken_frame_waits_a_bounded_time_for_an_application_that_does_not_receive(
+        echo_port: int) -> None:
+    """An application that does not ask for the next message does not hold the close of a
+    client that broke a rule for long: it goes out after about a second."""
+    s, head = handshake(echo_port, path="/stall")
+    with s:
+        assert head.startswith(b"HTTP/1.1 101 ")
+        t0 = time.monotonic()
+        s.sendall(frame(1, b"one") + frame(1, b"two") + frame(3, b""))
+        assert close_code_of(s) == 1002
+        assert time.monotonic() - t0 < 3.5  # the app sleeps 4 s; the engine waits 1 s
 
 
 def test_ping_pong_and_interleaved_control(echo_port: int) -> None:
@@ -526,6 +570,26 @@ def test_app_websocket_sync_handler() -> None:
         while len(closed) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
     assert sorted(closed) == [1000, 4001]
+
+
+def test_app_websocket_answers_messages_before_a_broken_frame_first() -> None:
+    """The blocking handler's echoes of messages that came with a broken frame go out before the
+    close frame, as through ASGI."""
+    app = cyserve.App()
+
+    @app.websocket("/echo")
+    def echo(ws: Any) -> None:
+        for message in ws:
+            ws.send(message)
+
+    with serving_app(app) as port:
+        s, head = handshake(port)
+        with s:
+            assert head.startswith(b"HTTP/1.1 101 ")
+            s.sendall(frame(1, b"one") + frame(1, b"two") + frame(1, b"x", rsv=0x20))
+            assert read_frame(s) == (1, b"one")
+            assert read_frame(s) == (1, b"two")
+            assert close_code_of(s) == 1002
 
 
 def test_app_websocket_serves_many_at_once_and_refuses_past_its_bound() -> None:

@@ -597,6 +597,21 @@ static void coro_stack_put(struct coro_pool *pool, struct coro_stack *st)
     pool->n_free_stacks++;
 }
 
+void coro_stack_trim(struct coro *co)
+{
+    struct coro_stack *st = co->stack;
+    char here;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)st->lo; /* page-aligned: the mapping's start or its guard's end */
+    uintptr_t hi = ((uintptr_t)&here & ~(page - 1)) - page;
+    if (hi <= lo || hi > (uintptr_t)st->hi)
+        return;
+    /* Best effort: on failure the pages stay, as they were. */
+    (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    if (!st->guarded)
+        memcpy(st->lo, &coro_canary, sizeof(coro_canary));
+}
+
 static void coro_check_canary(struct coro *co)
 {
     if (LIKELY(co->stack->guarded))

@@ -116,6 +116,14 @@ void *coro_malloc(struct coro *co, size_t size);
  * Returns 0 or -ENOMEM. From inside co, or by its resumer. */
 int coro_defer(struct coro *co, void (*fn)(void *), void *arg);
 
+/* Give back to the kernel the pages of co's stack below the one its stack pointer is in, less a
+ * page of margin for this call (madvise MADV_DONTNEED; an unguarded stack's canary is written
+ * again). A pooled stack keeps every page its earlier coroutines touched: a coroutine that will
+ * wait long at a shallow depth (an open WebSocket's) trims it when it starts, and holds only the
+ * pages it touches from then on. A trimmed page touched again is a zeroed page fault. From
+ * inside co only. */
+void coro_stack_trim(struct coro *co);
+
 /* Whether co has taken a stack (it has been resumed at least once and has not finished). */
 int coro_is_started(const struct coro *co);
 

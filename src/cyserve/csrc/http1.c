@@ -903,9 +903,8 @@ static int serve_loop(struct http1_session *sv)
             if (rc == 0)
                 rc = http1_flush(sv);
             if (rc == 0)
-                wsconn_serve(c, ws, next);
-            else
-                handoff_leave(ws);
+                return wsconn_take_over(c, ws, next) ? SERVE_CLOSE : SERVE_IDLE;
+            handoff_leave(ws);
             return SERVE_CLOSE;
         }
         if (rc < 0)

@@ -12,7 +12,12 @@
  * connection closed by the server, as 7.1.1 wants. When the producer (or a protocol error, or a
  * stop) closes, the close frame goes out after what was queued, and the client's close is
  * awaited for WSCONN_CLOSE_WAIT_NS, data frames meanwhile dropped. A stop cancels the handoff's
- * signal (handoff_cancel_all, after the grace period): the client gets 1001. */
+ * signal (handoff_cancel_all, after the grace period): the client gets 1001.
+ *
+ * A client that broke a rule after messages were handed to the producer gets its close frame
+ * only once the producer took the close event queued behind them (wsconn_fail): the producer runs
+ * on another thread, so its answers to those messages would otherwise race the close, and lose
+ * when the broken frame came in the same segment as the messages. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -25,6 +30,7 @@
 
 #include "compat.h"
 #include "conn.h"
+#include "coro.h"
 #include "handoff.h"
 #include "sched.h"
 #include "server_int.h"
@@ -142,6 +148,8 @@ struct wsconn_session {
     uint64_t ping_id;      /* the payload of the ping awaited */
     int close_sent;
     int closed_told; /* the producer got WSCONN_EV_CLOSED */
+    int delivered;   /* a message went to the producer */
+    int failing;     /* the client broke a rule: the close code, sent by wsconn_fail */
     int64_t close_deadline;
 };
 
@@ -168,6 +176,7 @@ static int wsconn_deliver(struct wsconn_session *ws, int event, const char *data
     if (event == WSCONN_EV_CLOSED)
         ws->closed_told = 1;
     if (event == WSCONN_EV_TEXT || event == WSCONN_EV_BINARY) {
+        ws->delivered = 1;
         pthread_mutex_lock(&ws->ch->lock);
         ws->ch->in_held += len + WSCONN_MSG_COST;
         pthread_mutex_unlock(&ws->ch->lock);
@@ -271,7 +280,7 @@ static int wsconn_send_queued(struct wsconn_session *ws)
     }
     if (rc == 0 && drained)
         wsconn_deliver(ws, WSCONN_EV_DRAINED, NULL, 0, 0);
-    if (rc == 0 && close_req && !ws->close_sent) {
+    if (rc == 0 && close_req && !ws->close_sent && !ws->failing) {
         /* The close fields are written once, before close_req, under the lock we took. */
         rc = wsconn_send_close(ws, ch->close_reason, ch->close_len);
     }
@@ -312,7 +321,27 @@ static int wsconn_on_data(struct wsconn_session *ws, const struct ws_frame *f)
     return rc;
 }
 
-enum { WS_GO_ON = 0, WS_END = 1 };
+enum { WS_GO_ON = 0, WS_END = 1, WS_FAIL = 2 };
+
+/* The client broke a rule (code, the close code to send). With no message handed to the
+ * producer, close at once: WS_END. Otherwise the producer may still be answering them: tell it
+ * (the close event comes after its messages and counts in in_held until it takes it) and let
+ * wsconn_fail close: WS_FAIL. */
+static int wsconn_broken(struct wsconn_session *ws, int code)
+{
+    if (ws->delivered && !ws->closed_told && !ws->close_sent) {
+        ws->failing = code;
+        pthread_mutex_lock(&ws->ch->lock);
+        ws->ch->in_held += WSCONN_MSG_COST; /* given back when the producer takes the close */
+        pthread_mutex_unlock(&ws->ch->lock);
+        wsconn_deliver(ws, WSCONN_EV_CLOSED, NULL, 0, code);
+        return WS_FAIL;
+    }
+    wsconn_send_close_code(ws, code);
+    if (!ws->closed_told)
+        wsconn_deliver(ws, WSCONN_EV_CLOSED, NULL, 0, code);
+    return WS_END;
+}
 
 /* Read the frames the buffer holds. WS_GO_ON, or WS_END when the connection must close. */
 static int wsconn_read_frames(struct wsconn_session *ws)
@@ -325,13 +354,8 @@ static int wsconn_read_frames(struct wsconn_session *ws)
         ssize_t n = ws_read_frame(&ws->r, c->buf + pos, c->len - pos, &f);
         if (n == -2)
             break;
-        if (n < 0) {
-            /* The client broke a rule: close with the RFC's code, tell the producer. */
-            wsconn_send_close_code(ws, ws->r.error);
-            if (!ws->closed_told)
-                wsconn_deliver(ws, WSCONN_EV_CLOSED, NULL, 0, ws->r.error);
-            return WS_END;
-        }
+        if (n < 0) /* the client broke a rule: close with the RFC's code */
+            return wsconn_broken(ws, ws->r.error);
         pos += (size_t)n;
         switch (f.opcode) {
         case WS_OP_PING:
@@ -357,12 +381,8 @@ static int wsconn_read_frames(struct wsconn_session *ws)
             return WS_END;
         default: {
             int drc = wsconn_on_data(ws, &f);
-            if (drc == -EPROTO) {
-                wsconn_send_close_code(ws, ws->r.error);
-                if (!ws->closed_told)
-                    wsconn_deliver(ws, WSCONN_EV_CLOSED, NULL, 0, ws->r.error);
-                return WS_END;
-            }
+            if (drc == -EPROTO)
+                return wsconn_broken(ws, ws->r.error);
             if (drc)
                 return WS_END;
             break;
@@ -415,7 +435,34 @@ static int64_t wsconn_min_deadline(int64_t a, int64_t b)
     return a < b ? a : b;
 }
 
-void wsconn_serve(struct conn *c, struct handoff *h, size_t off)
+/* After wsconn_broken said WS_FAIL: send what the producer queues until it has taken everything
+ * handed to it, the close event last (in_held back to 0: it asked for the next message after
+ * answering the last one), or closed itself, or WSCONN_FAIL_WAIT_NS passed; then the close frame
+ * with the code of the broken rule. The socket is not read any more (what follows a broken frame
+ * is not a frame). */
+static void wsconn_fail(struct wsconn_session *ws)
+{
+    int64_t deadline = conn_deadline_after(WSCONN_FAIL_WAIT_NS);
+    for (;;) {
+        if (wsconn_send_queued(ws) < 0)
+            return;
+        pthread_mutex_lock(&ws->ch->lock);
+        int done = ws->ch->in_held == 0 || ws->ch->close_req;
+        ws->ch->want_room = !done; /* wsconn_consumed wakes us */
+        pthread_mutex_unlock(&ws->ch->lock);
+        if (done)
+            break;
+        int rc = sched_io_wait_signal(&ws->c->io, 0, deadline, &ws->h->ready);
+        if (rc < 0 || !(rc & SCHED_SIGNALED))
+            break; /* timed out, a stop, or the client hung up */
+    }
+    /* What it queued before taking the close goes first. */
+    if (wsconn_send_queued(ws) == 0)
+        wsconn_send_close_code(ws, ws->failing);
+}
+
+/* Serve c as a WebSocket until it closes, then leave h (ws_conn.h, wsconn_take_over). */
+static void wsconn_serve(struct conn *c, struct handoff *h, size_t off)
 {
     struct wsconn_session state = {.c = c, .srv = c->home->srv, .h = h, .ch = h->ws};
     struct wsconn_session *ws = &state;
@@ -434,7 +481,10 @@ void wsconn_serve(struct conn *c, struct handoff *h, size_t off)
     handoff_track(ws->srv, h, 1);
     int close_code = WS_CLOSE_ABNORMAL; /* what the producer is told if nothing better is known */
     for (;;) {
-        if (wsconn_read_frames(ws) == WS_END)
+        int frc = wsconn_read_frames(ws);
+        if (frc == WS_FAIL)
+            wsconn_fail(ws);
+        if (frc != WS_GO_ON)
             break;
         if (wsconn_send_queued(ws) < 0)
             break;
@@ -461,6 +511,13 @@ void wsconn_serve(struct conn *c, struct handoff *h, size_t off)
                 if (n == 0 || n != -EAGAIN)
                     break; /* the client went without a close frame: 1006 */
             }
+        }
+        if (c->buf && c->len == 0) {
+            /* Nothing half read: the buffer goes back to the worker's cache while we wait, so an
+             * idle WebSocket holds none (the next read takes one). */
+            conn_buf_put(server_worker_self(ws->srv), c->buf, c->cap);
+            c->buf = NULL;
+            c->cap = 0;
         }
         /* Paused, the wait takes no readiness (events 0): an error or a hang-up still ends it,
          * and readability stays recorded for the wait after the pause. */
@@ -504,4 +561,37 @@ void wsconn_serve(struct conn *c, struct handoff *h, size_t off)
     ws_pmd_free(&ws->z);
     handoff_track(ws->srv, h, 0);
     handoff_leave(h);
+}
+
+struct wsconn_start {
+    struct conn *c;
+    struct handoff *h;
+};
+
+static int wsconn_serve_co(struct coro *co, void *arg)
+{
+    struct wsconn_start st = *(struct wsconn_start *)arg;
+    free(arg);
+    coro_stack_trim(co);
+    wsconn_serve(st.c, st.h, 0);
+    conn_destroy(st.c);
+    return 0;
+}
+
+int wsconn_take_over(struct conn *c, struct handoff *h, size_t off)
+{
+    if (off) {
+        memmove(c->buf, c->buf + off, c->len - off);
+        c->len -= off;
+    }
+    struct wsconn_start *st = malloc(sizeof(*st));
+    if (LIKELY(st != NULL)) {
+        st->c = c;
+        st->h = h;
+        if (LIKELY(sched_spawn(c->home->srv->sched, wsconn_serve_co, st) == 0))
+            return 0;
+        free(st);
+    }
+    wsconn_serve(c, h, 0);
+    return 1;
 }

@@ -41,6 +41,9 @@ struct handoff;
 #define WSCONN_DEFLATE_MIN 64
 /* How long the engine waits for the client's close frame after sending its own. */
 #define WSCONN_CLOSE_WAIT_NS (5ull * 1000000000ull)
+/* How long a client that broke a rule waits for its close frame while the producer answers the
+ * messages that came before the broken frame (it may not ask for the next one). */
+#define WSCONN_FAIL_WAIT_NS (1ull * 1000000000ull)
 
 /* What deliver reports to the producer. */
 enum wsconn_event {
@@ -48,8 +51,10 @@ enum wsconn_event {
     WSCONN_EV_BINARY = 2, /* a whole binary message */
     /* The connection ended: code is the client's close code (1005: it sent none), or the code
      * the server closed with (1001 a stop; 1002, 1007, 1009 the client broke a rule), or 1006
-     * (gone without a close frame); data[0..len) the client's reason. Last event; the
-     * handoff is left afterwards. */
+     * (gone without a close frame); data[0..len) the client's reason. Last event (but for a
+     * drain notice when the client broke a rule after messages: the engine then sends what
+     * the producer queues until it takes the close, which the producer tells with
+     * wsconn_consumed(h, 0)); the handoff is left afterwards. */
     WSCONN_EV_CLOSED = 3,
     /* The queue fell back to empty after wsconn_send returned 1. */
     WSCONN_EV_DRAINED = 4,
@@ -107,8 +112,13 @@ int wsconn_send(struct handoff *h, int opcode, const char *p, size_t n);
 int wsconn_close(struct handoff *h, int code, const char *reason, size_t n);
 
 /* Engine: serve c as a WebSocket after its 101 went out, the client's first bytes (if any) at
- * c->buf[off..c->len), until it closes; then leave h. Returns when the connection must be
- * destroyed. The connection's coroutine. */
-void wsconn_serve(struct conn *c, struct handoff *h, size_t off);
+ * c->buf[off..c->len), until it closes; then leave h and destroy c. On a coroutine of its own,
+ * spawned here, whose stack is trimmed (coro_stack_trim) before it serves: the calling HTTP
+ * coroutine's stack, deep from the request and holding its state, goes back to the pool when it
+ * returns, so an open WebSocket holds the few stack pages its loop touches. Returns 0 when the
+ * connection went to that coroutine (the caller leaves c alone), 1 when it was served here
+ * because no coroutine could be spawned (a stop, no memory) and the caller must destroy c. The
+ * connection's coroutine. */
+int wsconn_take_over(struct conn *c, struct handoff *h, size_t off);
 
 #endif

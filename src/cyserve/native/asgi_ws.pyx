@@ -64,11 +64,15 @@ cdef class _WSExchange:
     cdef int state
     cdef bint connect_sent, denial_started, closed_by_app
     cdef bytes accept_key       # Sec-WebSocket-Accept for the client's key
-    cdef object inbox           # messages for receive(), oldest first (collections.deque)
+    # Messages for receive(), oldest first. A list, not a deque: an idle WebSocket's empty list
+    # is 56 bytes where a deque holds a 64-slot block (760); the engine's inbound window bounds
+    # what waits here (WSCONN_IN_WINDOW / WSCONN_MSG_COST entries), so pop(0) stays cheap.
+    cdef list inbox
     cdef object waiter          # the future receive() waits on
     cdef object drained         # the future a send() over the high-water mark waits on
     cdef int close_code
     cdef str close_reason
+    cdef tuple pending_close    # (code, reason) of a close queued behind messages in inbox
     cdef int denial_status
     cdef list denial_headers
     cdef list denial_body
@@ -94,7 +98,19 @@ cdef class _WSExchange:
         elif event == cs.WSCONN_EV_BINARY:
             self.inbox.append(({"type": "websocket.receive", "bytes": payload}, len(payload)))
         elif event == cs.WSCONN_EV_CLOSED:
-            self._closed(code, payload.decode("utf-8", "replace"))
+            reason = payload.decode("utf-8", "replace")
+            if self.inbox:
+                # The messages that came before the close reach the app first, and it is open
+                # for the app until it takes the close: what it sends in answer to them still
+                # goes out when the engine is the one closing (a client that broke a rule:
+                # csrc/ws_conn.c waits for the app to take the close before its close frame).
+                self.pending_close = (code, reason)
+                self.inbox.append((None, 0))
+                if self.drained is not None and not self.drained.done():
+                    self.drained.set_result(None)  # no drain notice follows a close
+            else:
+                self._closed(code, reason)
+                cs.wsconn_consumed(self.h, 0)  # the close is taken
         elif event == cs.WSCONN_EV_DRAINED:
             if self.drained is not None and not self.drained.done():
                 self.drained.set_result(None)
@@ -120,9 +136,13 @@ cdef class _WSExchange:
             return {"type": "websocket.connect"}
         while True:
             if self.inbox:
-                message, size = self.inbox.popleft()
+                message, size = self.inbox.pop(0)
                 cs.wsconn_consumed(self.h, <size_t>size)
-                return message
+                if message is not None:
+                    return message
+                code, reason = self.pending_close  # the close, after the messages before it
+                self._closed(code, reason)
+                continue
             if self.state == _WS_CLOSED:
                 return {"type": "websocket.disconnect", "code": self.close_code,
                         "reason": self.close_reason}
@@ -162,7 +182,11 @@ cdef class _WSExchange:
                 op = cs.WS_OP_BINARY
             rc = cs.wsconn_send(self.h, op, PyBytes_AS_STRING(data), <size_t>len(data))
             if rc == -32:  # EPIPE
-                self._closed(1006, "")
+                if self.pending_close is not None:
+                    code, reason = self.pending_close
+                    self._closed(code, reason)
+                else:
+                    self._closed(1006, "")
                 raise ClientDisconnected("the WebSocket is closed")
             if rc < 0:
                 raise MemoryError("WebSocket send")
@@ -232,6 +256,7 @@ cdef class _WSExchange:
                             &self.pmd if self.pmd_response is not None else NULL) != 0:
             raise MemoryError("WebSocket channel")
         self.state = _WS_OPEN
+        self.accept_key = None  # not needed after the 101
         if cs.handoff_give(self.h, 0) != 0:
             self._closed(1006, "")
         return 0
@@ -360,11 +385,10 @@ cdef bint _asgi_ws_start(ASGIHandler handler, const cyserve_request *req,
     scope["asgi"] = _WS_ASGI_VERSION
     scope["subprotocols"] = subprotocols
     scope["extensions"] = {"websocket.http.response": {}}
-    import collections
     cdef _WSExchange ex = _WSExchange.__new__(_WSExchange)
     ex.label = handler._label
     ex.accept_key = PyBytes_FromStringAndSize(accept, 28)
-    ex.inbox = collections.deque()
+    ex.inbox = []
     ex.close_code = 1006
     ex.close_reason = ""
     ex.pmd_response = None
