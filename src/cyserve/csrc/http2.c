@@ -130,6 +130,14 @@
 /* The size of that frame buffer chunk: 9 bytes of frame header, 1 of padding length, 16,384 of
  * payload (nghttp2's NGHTTP2_FRAMEBUF_CHUNKLEN, not in its public header). */
 #define H2_FRAMEBUF_LEN (9 + 1 + 16384)
+/* The blocks the library makes with a session and keeps for its life (in nghttp2 1.52: the
+ * session's structure, 2,928 bytes, the two HPACK entry arrays, 1 KiB each, a 48-byte buffer
+ * chain, the stream map's 4 KiB buckets and the 16,394-byte frame buffer) are laid out in one
+ * mapping of this size (h2_pack_alloc), so that an idle connection can set them aside
+ * (h2_park). A block that does not fit (another version of the library) is made as any other. */
+#define H2_PACK_LEN (8 * 4096)
+/* The blocks handed out from the pack, at most (its blocks' sizes are kept for realloc). */
+#define H2_PACK_BLOCKS 8
 
 /* Output bytes gathered before a write. */
 #define H2_OUT_FLUSH_AT 65536
@@ -247,9 +255,26 @@ struct h2_session {
     struct handoff *chan;
     int chan_tracked;
     unsigned bstreams; /* streams whose body streams to their handler (h2_body_begin) */
-    /* The library's large blocks (h2_mem: its outbound frame buffer, a large frame's inbound
-     * buffer), mapped apart so that an idle connection gives their pages back (h2_mem_idle). */
+    /* The library's large blocks made after the session (a large frame's inbound buffer, a
+     * grown stream map), mapped apart so that an idle connection gives their pages back
+     * (h2_mem_idle). */
     struct h2_big *bigs;
+    /* The session's own blocks, made while the library makes the session (packing), in one
+     * mapping (h2_pack_alloc): pack_blk[] their offsets and sizes, pack_used the bytes taken,
+     * pack_scratch the offset of the frame buffer (its pages hold nothing between frames), or
+     * H2_PACK_LEN. While the connection is idle (h2_park) the mapping's pages are given back
+     * and parked holds the non-zero words of those before pack_scratch (h2_pack_save), and
+     * ng is NULL (ng_parked), so that a use of the session before h2_unpark faults at once
+     * rather than reading zeros. */
+    char *pack;
+    size_t pack_used, pack_scratch;
+    struct {
+        uint32_t off, size;
+    } pack_blk[H2_PACK_BLOCKS];
+    unsigned npack;
+    int packing;
+    uint64_t *parked;
+    nghttp2_session *ng_parked;
 };
 
 /* One of the library's blocks mapped apart (h2_mem_mapped): the block is the mapping, from its
@@ -1537,12 +1562,17 @@ static int h2_flush(struct h2_session *h)
     return h2_send_out(h, NULL, 0);
 }
 
+static void h2_unpark(struct h2_session *h);
+
 static void h2_session_free(struct h2_session *h, int in_coro)
 {
+    h2_unpark(h); /* the library frees what the session holds (the HPACK tables' entries) */
     while (h->streams)
         h2_stream_free(h->streams, in_coro);
     if (h->ng)
         nghttp2_session_del(h->ng);
+    if (h->pack)
+        munmap(h->pack, H2_PACK_LEN);
     wbuf_free(&h->out);
     if (h->chan) {
         if (h->chan_tracked)
@@ -1564,16 +1594,53 @@ static void http2_close(struct conn *c)
 
 /* ---- the library's memory ---- */
 
-/* nghttp2_mem for one session (ud, the struct h2_session): blocks that h2_mem_mapped picks
- * (the frame buffer, large frames, the HPACK entry arrays and the stream map) in anonymous
- * mappings of their own, page-aligned and listed in h->bigs, so that pages never written cost
- * nothing and h2_mem_idle can give pages back while the connection is idle; every other block
- * from malloc as it is, with no header. A page-aligned pointer is looked up in h->bigs (a
- * handful of entries); any other is malloc's. The serving coroutine (the library is called
- * only there), or h2_session_free. */
+/* nghttp2_mem for one session (ud, the struct h2_session). While the library makes the session
+ * (h->packing), its blocks are laid out in the session's pack (h2_pack_alloc). After that,
+ * blocks that h2_mem_mapped picks (large frames, a grown stream map) go to anonymous mappings
+ * of their own, page-aligned and listed in h->bigs, so that pages never written cost nothing
+ * and h2_mem_idle can give pages back while the connection is idle; every other block from
+ * malloc as it is, with no header. A pointer inside the pack is the pack's, a page-aligned one
+ * is looked up in h->bigs (a handful of entries); any other is malloc's. The serving coroutine
+ * (the library is called only there), h2_session_new or h2_session_free. */
 static int h2_mem_mapped(size_t size)
 {
     return size >= H2_BIG_MIN || (size >= H2_TABLE_MIN && (size & (size - 1)) == 0);
+}
+
+static int h2_in_pack(const struct h2_session *h, const void *ptr)
+{
+    return h->pack && (const char *)ptr >= h->pack && (const char *)ptr < h->pack + H2_PACK_LEN;
+}
+
+/* A block of the pack, or NULL when it does not fit (the caller makes it as any other). Blocks
+ * are taken in order and never reused: a block of a page or more starts on a page of its own,
+ * a smaller one at the next 16 bytes; the frame buffer's offset is kept (pack_scratch). The
+ * mapping is zero where nothing was handed out, so a calloc needs no clearing here. */
+static void *h2_pack_alloc(struct h2_session *h, size_t size)
+{
+    if (!h->pack || h->npack == H2_PACK_BLOCKS || size == 0)
+        return NULL;
+    size_t off = (h->pack_used + 15) & ~(size_t)15;
+    if (size >= 4096)
+        off = (off + 4095) & ~(size_t)4095;
+    if (off > H2_PACK_LEN || size > H2_PACK_LEN - off)
+        return NULL;
+    h->pack_used = off + size;
+    h->pack_blk[h->npack].off = (uint32_t)off;
+    h->pack_blk[h->npack].size = (uint32_t)size;
+    h->npack++;
+    if (size == H2_FRAMEBUF_LEN && h->pack_scratch == H2_PACK_LEN)
+        h->pack_scratch = off;
+    return h->pack + off;
+}
+
+static size_t h2_pack_size(const struct h2_session *h, const void *ptr)
+{
+    uint32_t off = (uint32_t)((const char *)ptr - h->pack);
+    for (unsigned i = 0; i < h->npack; i++)
+        if (h->pack_blk[i].off == off)
+            return h->pack_blk[i].size;
+    return 0;
 }
 
 static struct h2_big *h2_mem_find(struct h2_session *h, void *ptr)
@@ -1589,6 +1656,11 @@ static struct h2_big *h2_mem_find(struct h2_session *h, void *ptr)
 static void *h2_mem_malloc(size_t size, void *ud)
 {
     struct h2_session *h = ud;
+    if (h->packing) {
+        void *p = h2_pack_alloc(h, size);
+        if (p)
+            return p;
+    }
     if (!h2_mem_mapped(size))
         return malloc(size);
     struct h2_big *b = malloc(sizeof(*b));
@@ -1612,6 +1684,8 @@ static void *h2_mem_malloc(size_t size, void *ud)
 static void h2_mem_free(void *ptr, void *ud)
 {
     struct h2_session *h = ud;
+    if (h2_in_pack(h, ptr))
+        return; /* the pack goes with the session (h2_session_free) */
     struct h2_big *b = h2_mem_find(h, ptr);
     if (!b) {
         free(ptr);
@@ -1629,13 +1703,14 @@ static void h2_mem_free(void *ptr, void *ud)
 
 static void *h2_mem_calloc(size_t n, size_t size, void *ud)
 {
+    struct h2_session *h = ud;
     if (size && n > SIZE_MAX / size)
         return NULL;
     void *p = h2_mem_malloc(n * size, ud);
-    /* A fresh mapping is zero already. malloc then memset rather than calloc: glibc's calloc
-     * does not take blocks from the thread's cache, and the library callocs a block or two for
-     * every stream. */
-    if (p && !h2_mem_mapped(n * size))
+    /* A fresh mapping (or the pack) is zero already. malloc then memset rather than calloc:
+     * glibc's calloc does not take blocks from the thread's cache, and the library callocs a
+     * block or two for every stream. */
+    if (p && !h2_mem_mapped(n * size) && !h2_in_pack(h, p))
         memset(p, 0, n * size);
     return p;
 }
@@ -1645,15 +1720,16 @@ static void *h2_mem_realloc(void *ptr, size_t size, void *ud)
     struct h2_session *h = ud;
     if (!ptr)
         return h2_mem_malloc(size, ud);
-    struct h2_big *b = h2_mem_find(h, ptr);
-    if (!b && !h2_mem_mapped(size))
+    int packed = h2_in_pack(h, ptr);
+    struct h2_big *b = packed ? NULL : h2_mem_find(h, ptr);
+    if (!packed && !b && !h2_mem_mapped(size))
         return realloc(ptr, size);
     void *n = h2_mem_malloc(size, ud);
     if (!n)
         return NULL;
     /* A malloc'd block's size is not kept: copy what the new one can take, which is all of the
      * old one whenever the library grows a block (it never shrinks one through realloc). */
-    size_t have = b ? b->size : malloc_usable_size(ptr);
+    size_t have = packed ? h2_pack_size(h, ptr) : b ? b->size : malloc_usable_size(ptr);
     memcpy(n, ptr, have < size ? have : size);
     h2_mem_free(ptr, ud);
     return n;
@@ -1662,11 +1738,11 @@ static void *h2_mem_realloc(void *ptr, size_t size, void *ud)
 static const char h2_zero_page[4096];
 
 /* The connection goes idle, with everything the library queued written: the pages of its
- * outbound frame buffer are given back (read as zeros when next touched; the library writes a
- * frame into it before it sends it), and so are the pages of its other blocks of a page or
- * more that hold only zeros (the stream map once no stream is left), which read back the same.
- * Nothing else: another large block may hold state (a frame read in part). An idle connection
- * then keeps its session's state, not those buffers. */
+ * mapped frame buffers are given back (read as zeros when next touched; the library writes a
+ * frame into one before it sends it), and so are the pages of its other blocks of a page or
+ * more that hold only zeros (a stream map with no stream left), which read back the same.
+ * Nothing else: another large block may hold state (a frame read in part). The session's own
+ * blocks, in its pack, are h2_park's. */
 static void h2_mem_idle(struct h2_session *h)
 {
     for (struct h2_big *b = h->bigs; b; b = b->next) {
@@ -1678,6 +1754,88 @@ static void h2_mem_idle(struct h2_session *h)
             if (!memcmp((char *)b->map + off, h2_zero_page, 4096))
                 madvise((char *)b->map + off, 4096, MADV_DONTNEED);
     }
+}
+
+/* The pack's words before pack_scratch, written as: a mask of the 512-byte chunks that hold a
+ * non-zero word, then for each such chunk a mask of its non-zero words and those words. A
+ * malloc'd copy (NULL when out of memory). An idle session's pack holds mostly zeros (its
+ * structure about 400 bytes that are not, each HPACK array a pointer per table entry, the
+ * stream map none), so this is some hundreds of bytes where the pages were 12 KiB. */
+#define H2_CHUNK_WORDS 64
+static uint64_t *h2_pack_save(const struct h2_session *h)
+{
+    const uint64_t *w = (const uint64_t *)(const void *)h->pack;
+    size_t nchunks = (h->pack_scratch + 8 * H2_CHUNK_WORDS - 1) / (8 * H2_CHUNK_WORDS);
+    uint64_t wmask[H2_PACK_LEN / (8 * H2_CHUNK_WORDS)];
+    uint64_t cmask = 0;
+    size_t nwords = 1;
+    for (size_t c = 0; c < nchunks; c++) {
+        uint64_t m = 0;
+        for (size_t i = 0; i < H2_CHUNK_WORDS; i++)
+            m |= (uint64_t)(w[c * H2_CHUNK_WORDS + i] != 0) << i;
+        wmask[c] = m;
+        if (m) {
+            cmask |= (uint64_t)1 << c;
+            nwords += 1 + (size_t)__builtin_popcountll(m);
+        }
+    }
+    uint64_t *out = malloc(nwords * 8);
+    if (!out)
+        return NULL;
+    size_t k = 0;
+    out[k++] = cmask;
+    for (size_t c = 0; c < nchunks; c++) {
+        uint64_t m = wmask[c];
+        if (!m)
+            continue;
+        out[k++] = m;
+        for (; m; m &= m - 1)
+            out[k++] = w[c * H2_CHUNK_WORDS + (size_t)__builtin_ctzll(m)];
+    }
+    return out;
+}
+
+/* The connection goes idle (after h2_mem_idle): the session's pack is saved (h2_pack_save) and
+ * all its pages are given back, the frame buffer's with them; the session is unusable until
+ * h2_unpark. When the copy cannot be made, only the frame buffer's pages go. The serving
+ * coroutine, with no stream open and nothing queued. */
+static void h2_park(struct h2_session *h)
+{
+    if (!h->pack)
+        return;
+    size_t scratch = (h->pack_scratch + 4095) & ~(size_t)4095;
+    uint64_t *saved = h2_pack_save(h);
+    if (!saved) {
+        if (scratch < H2_PACK_LEN)
+            madvise(h->pack + scratch, H2_PACK_LEN - scratch, MADV_DONTNEED);
+        return;
+    }
+    madvise(h->pack, H2_PACK_LEN, MADV_DONTNEED);
+    h->parked = saved;
+    h->ng_parked = h->ng;
+    h->ng = NULL;
+}
+
+/* Undo h2_park: the saved words written back into the pack (its pages read as zeros
+ * elsewhere, as they were) and the copy freed. The coroutine that serves the connection again,
+ * or h2_session_free. */
+static void h2_unpark(struct h2_session *h)
+{
+    if (!h->parked)
+        return;
+    uint64_t *w = (uint64_t *)(void *)h->pack;
+    const uint64_t *in = h->parked;
+    uint64_t cmask = *in++;
+    for (; cmask; cmask &= cmask - 1) {
+        size_t c = (size_t)__builtin_ctzll(cmask);
+        uint64_t m = *in++;
+        for (; m; m &= m - 1)
+            w[c * H2_CHUNK_WORDS + (size_t)__builtin_ctzll(m)] = *in++;
+    }
+    free(h->parked);
+    h->parked = NULL;
+    h->ng = h->ng_parked;
+    h->ng_parked = NULL;
 }
 
 /* The callbacks, made once for the process (the library only reads them). */
@@ -1735,9 +1893,18 @@ static struct h2_session *h2_session_new(struct conn *c)
      * (Frames on closed streams are still told apart: h2_closed_check.) */
     nghttp2_option_set_no_closed_streams(opt, 1);
     nghttp2_mem mem = {h, h2_mem_malloc, h2_mem_free, h2_mem_calloc, h2_mem_realloc};
+    /* Without the pack the session still works, only without h2_park. */
+    h->pack_scratch = H2_PACK_LEN;
+    h->pack = mmap(NULL, H2_PACK_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (h->pack == MAP_FAILED)
+        h->pack = NULL;
+    h->packing = 1;
     int rc = nghttp2_session_server_new3(&h->ng, cbs, h, opt, &mem);
+    h->packing = 0;
     nghttp2_option_del(opt);
     if (rc) {
+        if (h->pack)
+            munmap(h->pack, H2_PACK_LEN);
         pthread_mutex_destroy(&h->lock);
         free(h);
         return NULL;
@@ -1933,6 +2100,7 @@ static int h2_serve_loop(struct h2_session *h)
                 int rc = sched_io_release(&c->io);
                 if (rc == 0) {
                     h2_mem_idle(h);
+                    h2_park(h);
                     conn_go_idle(c);
                     return 0;
                 }
@@ -2002,6 +2170,7 @@ static int h2_tasks_finish(struct h2_session *h)
 
 static int h2_serve(struct h2_session *h)
 {
+    h2_unpark(h);
     int rc = h2_serve_loop(h);
     if (rc == H2_CLOSE_LINGER)
         conn_linger_close(h->c);
