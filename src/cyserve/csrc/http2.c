@@ -136,8 +136,10 @@
  * mapping of this size (h2_pack_alloc), so that an idle connection can set them aside
  * (h2_park). A block that does not fit (another version of the library) is made as any other. */
 #define H2_PACK_LEN (8 * 4096)
-/* The blocks handed out from the pack, at most (its blocks' sizes are kept for realloc). */
+/* The blocks handed out from the pack, at most. */
 #define H2_PACK_BLOCKS 8
+/* The pack is set aside in chunks of this many 8-byte words (h2_pack_save). */
+#define H2_CHUNK_WORDS 64
 
 /* Output bytes gathered before a write. */
 #define H2_OUT_FLUSH_AT 65536
@@ -260,17 +262,15 @@ struct h2_session {
      * (h2_mem_idle). */
     struct h2_big *bigs;
     /* The session's own blocks, made while the library makes the session (packing), in one
-     * mapping (h2_pack_alloc): pack_blk[] their offsets and sizes, pack_used the bytes taken,
-     * pack_scratch the offset of the frame buffer (its pages hold nothing between frames), or
-     * H2_PACK_LEN. While the connection is idle (h2_park) the mapping's pages are given back
-     * and parked holds the non-zero words of those before pack_scratch (h2_pack_save), and
-     * ng is NULL (ng_parked), so that a use of the session before h2_unpark faults at once
-     * rather than reading zeros. */
+     * mapping (h2_pack_alloc): pack_used the bytes taken, pack_chunks which of its 512-byte
+     * chunks hold a block other than the frame buffer, pack_scratch the offset of the frame
+     * buffer (its pages hold nothing between frames), or H2_PACK_LEN. While the connection is
+     * idle (h2_park) the mapping's pages are given back and parked holds what h2_unpark needs
+     * to write them again (h2_pack_save), and ng is NULL (ng_parked), so that a use of the
+     * session before h2_unpark faults at once rather than reading zeros. */
     char *pack;
     size_t pack_used, pack_scratch;
-    struct {
-        uint32_t off, size;
-    } pack_blk[H2_PACK_BLOCKS];
+    uint64_t pack_chunks;
     unsigned npack;
     int packing;
     uint64_t *parked;
@@ -1626,21 +1626,14 @@ static void *h2_pack_alloc(struct h2_session *h, size_t size)
     if (off > H2_PACK_LEN || size > H2_PACK_LEN - off)
         return NULL;
     h->pack_used = off + size;
-    h->pack_blk[h->npack].off = (uint32_t)off;
-    h->pack_blk[h->npack].size = (uint32_t)size;
     h->npack++;
-    if (size == H2_FRAMEBUF_LEN && h->pack_scratch == H2_PACK_LEN)
+    if (size == H2_FRAMEBUF_LEN && h->pack_scratch == H2_PACK_LEN) {
         h->pack_scratch = off;
+    } else {
+        for (size_t c = off / (8 * H2_CHUNK_WORDS); c * 8 * H2_CHUNK_WORDS < off + size; c++)
+            h->pack_chunks |= (uint64_t)1 << c;
+    }
     return h->pack + off;
-}
-
-static size_t h2_pack_size(const struct h2_session *h, const void *ptr)
-{
-    uint32_t off = (uint32_t)((const char *)ptr - h->pack);
-    for (unsigned i = 0; i < h->npack; i++)
-        if (h->pack_blk[i].off == off)
-            return h->pack_blk[i].size;
-    return 0;
 }
 
 static struct h2_big *h2_mem_find(struct h2_session *h, void *ptr)
@@ -1729,7 +1722,9 @@ static void *h2_mem_realloc(void *ptr, size_t size, void *ud)
         return NULL;
     /* A malloc'd block's size is not kept: copy what the new one can take, which is all of the
      * old one whenever the library grows a block (it never shrinks one through realloc). */
-    size_t have = packed ? h2_pack_size(h, ptr) : b ? b->size : malloc_usable_size(ptr);
+    size_t have = packed ? h->pack_used - (size_t)((char *)ptr - h->pack) /* and what follows */
+                  : b    ? b->size
+                         : malloc_usable_size(ptr);
     memcpy(n, ptr, have < size ? have : size);
     h2_mem_free(ptr, ud);
     return n;
@@ -1756,38 +1751,103 @@ static void h2_mem_idle(struct h2_session *h)
     }
 }
 
-/* The pack's words before pack_scratch, written as: a mask of the 512-byte chunks that hold a
- * non-zero word, then for each such chunk a mask of its non-zero words and those words. A
- * malloc'd copy (NULL when out of memory). An idle session's pack holds mostly zeros (its
- * structure about 400 bytes that are not, each HPACK array a pointer per table entry, the
- * stream map none), so this is some hundreds of bytes where the pages were 12 KiB. */
-#define H2_CHUNK_WORDS 64
+/* What one session's pack holds while idle is mostly what every other's holds: the library's
+ * callbacks, settings and windows, and pointers into the pack itself. So the first pack set
+ * aside in the process is kept as a template, and a pack is written as its difference from the
+ * template, with the template's pointers into its own pack moved to this one (h2_tmpl_word).
+ * Made once (the first h2_pack_save; a compare-and-swap picks one when two threads race), read
+ * only after that, never freed. */
+struct h2_tmpl {
+    uintptr_t base;  /* its pack's address */
+    size_t nwords;   /* the words it holds, from the pack's start */
+    size_t nnz;      /* of which so many are not zero, */
+    uint32_t *nz;    /* at these indexes, */
+    uint64_t chunks; /* in these 512-byte chunks */
+    uint64_t w[];
+};
+static struct h2_tmpl *h2_tmpl_cur;
+
+/* The template's word i for a pack at base: a pointer into the template's own pack is moved
+ * to the same offset in this one. Any other value is itself (one that only looks like such a
+ * pointer is moved too, the same way when the pack is written and read back, so the copy stays
+ * exact). */
+static inline uint64_t h2_tmpl_word(const struct h2_tmpl *t, size_t i, uintptr_t base)
+{
+    uint64_t v = t->w[i];
+    return v - t->base < H2_PACK_LEN ? v - t->base + base : v;
+}
+
+static struct h2_tmpl *h2_tmpl_get(const struct h2_session *h, size_t nwords)
+{
+    struct h2_tmpl *t = __atomic_load_n(&h2_tmpl_cur, __ATOMIC_ACQUIRE);
+    if (t)
+        return t;
+    const uint64_t *w = (const uint64_t *)(const void *)h->pack;
+    size_t nnz = 0;
+    for (size_t i = 0; i < nwords; i++)
+        nnz += w[i] != 0;
+    t = malloc(sizeof(*t) + nwords * 8 + nnz * 4);
+    if (!t)
+        return NULL;
+    t->base = (uintptr_t)h->pack;
+    t->nwords = nwords;
+    t->nnz = nnz;
+    t->nz = (uint32_t *)(void *)(t->w + nwords);
+    t->chunks = 0;
+    memcpy(t->w, w, nwords * 8);
+    for (size_t i = 0, k = 0; i < nwords; i++)
+        if (w[i]) {
+            t->nz[k++] = (uint32_t)i;
+            t->chunks |= (uint64_t)1 << (i / H2_CHUNK_WORDS);
+        }
+    struct h2_tmpl *none = NULL;
+    if (__atomic_compare_exchange_n(&h2_tmpl_cur, &none, t, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return t;
+    free(t);
+    return none; /* another thread's, made first */
+}
+
+/* The pack's words before pack_scratch, as the words that differ from the template's
+ * (h2_tmpl_word, or zero without one): the template used, a mask of the 512-byte chunks that
+ * hold such a word, then for each such chunk a mask of its differing words and those words.
+ * Only the chunks that hold a block or a template's word are looked at (the rest are zero
+ * both ways: nothing was written there). A malloc'd
+ * copy (NULL when out of memory): a few words where the pages were 12 KiB (an idle session's
+ * pack is mostly zeros, and its non-zero words mostly the template's). */
 static uint64_t *h2_pack_save(const struct h2_session *h)
 {
     const uint64_t *w = (const uint64_t *)(const void *)h->pack;
-    size_t nchunks = (h->pack_scratch + 8 * H2_CHUNK_WORDS - 1) / (8 * H2_CHUNK_WORDS);
+    size_t nwords = h->pack_scratch / 8;
+    const struct h2_tmpl *t = h2_tmpl_get(h, nwords);
+    size_t tn = t ? (t->nwords < nwords ? t->nwords : nwords) : 0;
+    uintptr_t base = (uintptr_t)h->pack;
     uint64_t wmask[H2_PACK_LEN / (8 * H2_CHUNK_WORDS)];
     uint64_t cmask = 0;
-    size_t nwords = 1;
-    for (size_t c = 0; c < nchunks; c++) {
+    size_t n = 2;
+    for (uint64_t todo = h->pack_chunks | (t ? t->chunks : 0); todo; todo &= todo - 1) {
+        size_t c = (size_t)__builtin_ctzll(todo), i0 = c * H2_CHUNK_WORDS;
+        if (i0 >= nwords)
+            break;
         uint64_t m = 0;
-        for (size_t i = 0; i < H2_CHUNK_WORDS; i++)
-            m |= (uint64_t)(w[c * H2_CHUNK_WORDS + i] != 0) << i;
+        for (size_t i = 0; i < H2_CHUNK_WORDS && i0 + i < nwords; i++) {
+            uint64_t was = i0 + i < tn ? h2_tmpl_word(t, i0 + i, base) : 0;
+            m |= (uint64_t)(w[i0 + i] != was) << i;
+        }
         wmask[c] = m;
         if (m) {
             cmask |= (uint64_t)1 << c;
-            nwords += 1 + (size_t)__builtin_popcountll(m);
+            n += 1 + (size_t)__builtin_popcountll(m);
         }
     }
-    uint64_t *out = malloc(nwords * 8);
+    uint64_t *out = malloc(n * 8);
     if (!out)
         return NULL;
     size_t k = 0;
+    out[k++] = (uint64_t)(uintptr_t)t;
     out[k++] = cmask;
-    for (size_t c = 0; c < nchunks; c++) {
+    for (uint64_t todo = cmask; todo; todo &= todo - 1) {
+        size_t c = (size_t)__builtin_ctzll(todo);
         uint64_t m = wmask[c];
-        if (!m)
-            continue;
         out[k++] = m;
         for (; m; m &= m - 1)
             out[k++] = w[c * H2_CHUNK_WORDS + (size_t)__builtin_ctzll(m)];
@@ -1825,6 +1885,13 @@ static void h2_unpark(struct h2_session *h)
         return;
     uint64_t *w = (uint64_t *)(void *)h->pack;
     const uint64_t *in = h->parked;
+    const struct h2_tmpl *t = (const struct h2_tmpl *)(uintptr_t)*in++;
+    if (t) {
+        /* The pages read as zeros: only the template's non-zero words need writing. */
+        size_t nwords = h->pack_scratch / 8;
+        for (size_t k = 0; k < t->nnz && t->nz[k] < nwords; k++)
+            w[t->nz[k]] = h2_tmpl_word(t, t->nz[k], (uintptr_t)h->pack);
+    }
     uint64_t cmask = *in++;
     for (; cmask; cmask &= cmask - 1) {
         size_t c = (size_t)__builtin_ctzll(cmask);
