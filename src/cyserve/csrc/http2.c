@@ -136,6 +136,9 @@
  * mapping of this size (h2_pack_alloc), so that an idle connection can set them aside
  * (h2_park). A block that does not fit (another version of the library) is made as any other. */
 #define H2_PACK_LEN (8 * 4096)
+/* An idle connection's session is set aside (h2_park) once it has been idle this long: a
+ * connection that is woken again at once (a client's next requests) pays nothing for it. */
+#define H2_PARK_AFTER_NS 100000000ull
 /* The blocks handed out from the pack, at most. */
 #define H2_PACK_BLOCKS 8
 /* The pack is set aside in chunks of this many 8-byte words (h2_pack_save). */
@@ -261,20 +264,19 @@ struct h2_session {
      * grown stream map), mapped apart so that an idle connection gives their pages back
      * (h2_mem_idle). */
     struct h2_big *bigs;
-    /* The session's own blocks, made while the library makes the session (packing), in one
-     * mapping (h2_pack_alloc): pack_used the bytes taken, pack_chunks which of its 512-byte
-     * chunks hold a block other than the frame buffer, pack_scratch the offset of the frame
-     * buffer (its pages hold nothing between frames), or H2_PACK_LEN. While the connection is
-     * idle (h2_park) the mapping's pages are given back and parked holds what h2_unpark needs
-     * to write them again (h2_pack_save), and ng is NULL (ng_parked), so that a use of the
-     * session before h2_unpark faults at once rather than reading zeros. */
+    /* The pack (h2_pack_alloc): one mapping that holds this structure, first, and the blocks
+     * the library makes with the session (packing); [pack_used, pack_top) is free, pack_chunks
+     * says which of its 512-byte chunks hold a block other than the frame buffer, pack_scratch
+     * is the offset of the frame buffer (its pages hold nothing between frames), or
+     * H2_PACK_LEN. NULL
+     * when the mapping could not be made: then this structure is malloc'd and never set
+     * aside. While the connection is idle all of it is set aside (h2_park), this structure
+     * with it: c->proto_data is then the copy, tagged (h2_of). */
     char *pack;
-    size_t pack_used, pack_scratch;
+    size_t pack_used, pack_top, pack_scratch;
     uint64_t pack_chunks;
     unsigned npack;
     int packing;
-    uint64_t *parked;
-    nghttp2_session *ng_parked;
 };
 
 /* One of the library's blocks mapped apart (h2_mem_mapped): the block is the mapping, from its
@@ -1562,17 +1564,23 @@ static int h2_flush(struct h2_session *h)
     return h2_send_out(h, NULL, 0);
 }
 
-static void h2_unpark(struct h2_session *h);
+static struct h2_session *h2_of(struct conn *c);
+
+/* Free the session's memory: its pack (which holds h), or h. */
+static void h2_session_release(struct h2_session *h)
+{
+    if (h->pack)
+        munmap(h->pack, H2_PACK_LEN);
+    else
+        free(h);
+}
 
 static void h2_session_free(struct h2_session *h, int in_coro)
 {
-    h2_unpark(h); /* the library frees what the session holds (the HPACK tables' entries) */
     while (h->streams)
         h2_stream_free(h->streams, in_coro);
     if (h->ng)
         nghttp2_session_del(h->ng);
-    if (h->pack)
-        munmap(h->pack, H2_PACK_LEN);
     wbuf_free(&h->out);
     if (h->chan) {
         if (h->chan_tracked)
@@ -1581,12 +1589,14 @@ static void h2_session_free(struct h2_session *h, int in_coro)
         handoff_release(h->chan);
     }
     pthread_mutex_destroy(&h->lock);
-    free(h);
+    h2_session_release(h);
 }
 
 static void http2_close(struct conn *c)
 {
-    struct h2_session *h = c->proto_data;
+    /* A session set aside is written back first: the library frees what it holds (the HPACK
+     * tables' entries). */
+    struct h2_session *h = h2_of(c);
     c->proto_data = NULL;
     if (h)
         h2_session_free(h, 0);
@@ -1613,19 +1623,29 @@ static int h2_in_pack(const struct h2_session *h, const void *ptr)
 }
 
 /* A block of the pack, or NULL when it does not fit (the caller makes it as any other). Blocks
- * are taken in order and never reused: a block of a page or more starts on a page of its own,
- * a smaller one at the next 16 bytes; the frame buffer's offset is kept (pack_scratch). The
- * mapping is zero where nothing was handed out, so a calloc needs no clearing here. */
+ * are taken in order and never reused: one smaller than a page from the bottom, 16-byte
+ * aligned, one of a page or more from the top, on pages of its own (so that the small ones
+ * share their pages, and the frame buffer's pages hold nothing else); the frame buffer's
+ * offset is kept (pack_scratch). The mapping is zero where nothing was handed out, so a calloc
+ * needs no clearing here. */
 static void *h2_pack_alloc(struct h2_session *h, size_t size)
 {
-    if (!h->pack || h->npack == H2_PACK_BLOCKS || size == 0)
+    if (!h->pack || h->npack == H2_PACK_BLOCKS || size == 0 || size > H2_PACK_LEN)
         return NULL;
-    size_t off = (h->pack_used + 15) & ~(size_t)15;
-    if (size >= 4096)
-        off = (off + 4095) & ~(size_t)4095;
-    if (off > H2_PACK_LEN || size > H2_PACK_LEN - off)
-        return NULL;
-    h->pack_used = off + size;
+    size_t off;
+    if (size < 4096) {
+        off = (h->pack_used + 15) & ~(size_t)15;
+        if (off > h->pack_top || size > h->pack_top - off)
+            return NULL;
+        h->pack_used = off + size;
+    } else {
+        if (size > h->pack_top)
+            return NULL;
+        off = (h->pack_top - size) & ~(size_t)4095;
+        if (off < h->pack_used)
+            return NULL;
+        h->pack_top = off;
+    }
     h->npack++;
     if (size == H2_FRAMEBUF_LEN && h->pack_scratch == H2_PACK_LEN) {
         h->pack_scratch = off;
@@ -1722,7 +1742,7 @@ static void *h2_mem_realloc(void *ptr, size_t size, void *ud)
         return NULL;
     /* A malloc'd block's size is not kept: copy what the new one can take, which is all of the
      * old one whenever the library grows a block (it never shrinks one through realloc). */
-    size_t have = packed ? h->pack_used - (size_t)((char *)ptr - h->pack) /* and what follows */
+    size_t have = packed ? H2_PACK_LEN - (size_t)((char *)ptr - h->pack) /* and what follows */
                   : b    ? b->size
                          : malloc_usable_size(ptr);
     memcpy(n, ptr, have < size ? have : size);
@@ -1758,12 +1778,11 @@ static void h2_mem_idle(struct h2_session *h)
  * Made once (the first h2_pack_save; a compare-and-swap picks one when two threads race), read
  * only after that, never freed. */
 struct h2_tmpl {
-    uintptr_t base;  /* its pack's address */
-    size_t nwords;   /* the words it holds, from the pack's start */
-    size_t nnz;      /* of which so many are not zero, */
-    uint32_t *nz;    /* at these indexes, */
-    uint64_t chunks; /* in these 512-byte chunks */
-    uint64_t w[];
+    uintptr_t base;              /* its pack's address */
+    size_t nnz;                  /* how many of its words are not zero, */
+    uint32_t *nz;                /* at these indexes, */
+    uint64_t chunks;             /* in these 512-byte chunks (its pack_chunks) */
+    uint64_t w[H2_PACK_LEN / 8]; /* its pack's words in those chunks, zero elsewhere */
 };
 static struct h2_tmpl *h2_tmpl_cur;
 
@@ -1777,29 +1796,32 @@ static inline uint64_t h2_tmpl_word(const struct h2_tmpl *t, size_t i, uintptr_t
     return v - t->base < H2_PACK_LEN ? v - t->base + base : v;
 }
 
-static struct h2_tmpl *h2_tmpl_get(const struct h2_session *h, size_t nwords)
+static struct h2_tmpl *h2_tmpl_get(const struct h2_session *h)
 {
     struct h2_tmpl *t = __atomic_load_n(&h2_tmpl_cur, __ATOMIC_ACQUIRE);
     if (t)
         return t;
     const uint64_t *w = (const uint64_t *)(const void *)h->pack;
     size_t nnz = 0;
-    for (size_t i = 0; i < nwords; i++)
-        nnz += w[i] != 0;
-    t = malloc(sizeof(*t) + nwords * 8 + nnz * 4);
+    for (uint64_t todo = h->pack_chunks; todo; todo &= todo - 1)
+        for (size_t i = 0, i0 = (size_t)__builtin_ctzll(todo) * H2_CHUNK_WORDS; i < H2_CHUNK_WORDS;
+             i++)
+            nnz += w[i0 + i] != 0;
+    t = calloc(1, sizeof(*t) + nnz * 4);
     if (!t)
         return NULL;
     t->base = (uintptr_t)h->pack;
-    t->nwords = nwords;
     t->nnz = nnz;
-    t->nz = (uint32_t *)(void *)(t->w + nwords);
-    t->chunks = 0;
-    memcpy(t->w, w, nwords * 8);
-    for (size_t i = 0, k = 0; i < nwords; i++)
-        if (w[i]) {
-            t->nz[k++] = (uint32_t)i;
-            t->chunks |= (uint64_t)1 << (i / H2_CHUNK_WORDS);
-        }
+    t->nz = (uint32_t *)(void *)(t + 1);
+    t->chunks = h->pack_chunks;
+    size_t k = 0;
+    for (uint64_t todo = h->pack_chunks; todo; todo &= todo - 1)
+        for (size_t i = 0, i0 = (size_t)__builtin_ctzll(todo) * H2_CHUNK_WORDS; i < H2_CHUNK_WORDS;
+             i++)
+            if (w[i0 + i]) {
+                t->w[i0 + i] = w[i0 + i];
+                t->nz[k++] = (uint32_t)(i0 + i);
+            }
     struct h2_tmpl *none = NULL;
     if (__atomic_compare_exchange_n(&h2_tmpl_cur, &none, t, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         return t;
@@ -1807,30 +1829,26 @@ static struct h2_tmpl *h2_tmpl_get(const struct h2_session *h, size_t nwords)
     return none; /* another thread's, made first */
 }
 
-/* The pack's words before pack_scratch, as the words that differ from the template's
- * (h2_tmpl_word, or zero without one): the template used, a mask of the 512-byte chunks that
- * hold such a word, then for each such chunk a mask of its differing words and those words.
- * Only the chunks that hold a block or a template's word are looked at (the rest are zero
- * both ways: nothing was written there). A malloc'd
- * copy (NULL when out of memory): a few words where the pages were 12 KiB (an idle session's
- * pack is mostly zeros, and its non-zero words mostly the template's). */
+/* The pack's words (but the frame buffer's) as the words that differ from the template's
+ * (h2_tmpl_word, or zero without one): the template used, the pack's address, a mask of the
+ * 512-byte chunks that hold such a word, then for each such chunk a mask of its differing
+ * words and those words. Only the chunks that hold a block or a template's word are looked at
+ * (the rest are zero both ways: nothing was written there). A malloc'd copy (NULL when out of
+ * memory): a few words where the pages were 12 KiB (an idle session's pack is mostly zeros,
+ * and its non-zero words mostly the template's). */
 static uint64_t *h2_pack_save(const struct h2_session *h)
 {
     const uint64_t *w = (const uint64_t *)(const void *)h->pack;
-    size_t nwords = h->pack_scratch / 8;
-    const struct h2_tmpl *t = h2_tmpl_get(h, nwords);
-    size_t tn = t ? (t->nwords < nwords ? t->nwords : nwords) : 0;
+    const struct h2_tmpl *t = h2_tmpl_get(h);
     uintptr_t base = (uintptr_t)h->pack;
     uint64_t wmask[H2_PACK_LEN / (8 * H2_CHUNK_WORDS)];
     uint64_t cmask = 0;
-    size_t n = 2;
+    size_t n = 3;
     for (uint64_t todo = h->pack_chunks | (t ? t->chunks : 0); todo; todo &= todo - 1) {
         size_t c = (size_t)__builtin_ctzll(todo), i0 = c * H2_CHUNK_WORDS;
-        if (i0 >= nwords)
-            break;
         uint64_t m = 0;
-        for (size_t i = 0; i < H2_CHUNK_WORDS && i0 + i < nwords; i++) {
-            uint64_t was = i0 + i < tn ? h2_tmpl_word(t, i0 + i, base) : 0;
+        for (size_t i = 0; i < H2_CHUNK_WORDS; i++) {
+            uint64_t was = t ? h2_tmpl_word(t, i0 + i, base) : 0;
             m |= (uint64_t)(w[i0 + i] != was) << i;
         }
         wmask[c] = m;
@@ -1844,6 +1862,7 @@ static uint64_t *h2_pack_save(const struct h2_session *h)
         return NULL;
     size_t k = 0;
     out[k++] = (uint64_t)(uintptr_t)t;
+    out[k++] = (uint64_t)base;
     out[k++] = cmask;
     for (uint64_t todo = cmask; todo; todo &= todo - 1) {
         size_t c = (size_t)__builtin_ctzll(todo);
@@ -1855,54 +1874,57 @@ static uint64_t *h2_pack_save(const struct h2_session *h)
     return out;
 }
 
-/* The connection goes idle (after h2_mem_idle): the session's pack is saved (h2_pack_save) and
- * all its pages are given back, the frame buffer's with them; the session is unusable until
- * h2_unpark. When the copy cannot be made, only the frame buffer's pages go. The serving
- * coroutine, with no stream open and nothing queued. */
+/* The connection is idle (h2_mem_idle done), with nothing left to do on it: its session's
+ * pack, this structure with it, is saved (h2_pack_save) and all its pages are given back, the
+ * frame buffer's with them; c->proto_data is then the copy, tagged with its lowest bit, until
+ * h2_of writes it back. When the copy cannot be made, only the frame buffer's pages go. The
+ * connection's idle timer (http2_on_timeout, the home's loop lock held, the connection idle);
+ * nothing touches h after this until h2_of. */
 static void h2_park(struct h2_session *h)
 {
     if (!h->pack)
         return;
+    struct conn *c = h->c;
+    char *pack = h->pack;
     size_t scratch = (h->pack_scratch + 4095) & ~(size_t)4095;
     uint64_t *saved = h2_pack_save(h);
     if (!saved) {
         if (scratch < H2_PACK_LEN)
-            madvise(h->pack + scratch, H2_PACK_LEN - scratch, MADV_DONTNEED);
+            madvise(pack + scratch, H2_PACK_LEN - scratch, MADV_DONTNEED);
         return;
     }
-    madvise(h->pack, H2_PACK_LEN, MADV_DONTNEED);
-    h->parked = saved;
-    h->ng_parked = h->ng;
-    h->ng = NULL;
+    c->proto_data = (void *)((uintptr_t)saved | 1);
+    madvise(pack, H2_PACK_LEN, MADV_DONTNEED);
 }
 
-/* Undo h2_park: the saved words written back into the pack (its pages read as zeros
- * elsewhere, as they were) and the copy freed. The coroutine that serves the connection again,
- * or h2_session_free. */
-static void h2_unpark(struct h2_session *h)
+/* The connection's session, written back first when it was set aside (h2_park): the saved
+ * words go back into the pack (its pages read as zeros elsewhere, as they were) and the copy is
+ * freed. NULL when there is none. The coroutine that serves the connection again, or its close
+ * (the home's loop, the connection idle). */
+static struct h2_session *h2_of(struct conn *c)
 {
-    if (!h->parked)
-        return;
-    uint64_t *w = (uint64_t *)(void *)h->pack;
-    const uint64_t *in = h->parked;
+    uintptr_t p = (uintptr_t)c->proto_data;
+    if (!(p & 1))
+        return (struct h2_session *)p;
+    uint64_t *saved = (uint64_t *)(p & ~(uintptr_t)1);
+    const uint64_t *in = saved;
     const struct h2_tmpl *t = (const struct h2_tmpl *)(uintptr_t)*in++;
+    uint64_t *w = (uint64_t *)(uintptr_t)*in++;
     if (t) {
         /* The pages read as zeros: only the template's non-zero words need writing. */
-        size_t nwords = h->pack_scratch / 8;
-        for (size_t k = 0; k < t->nnz && t->nz[k] < nwords; k++)
-            w[t->nz[k]] = h2_tmpl_word(t, t->nz[k], (uintptr_t)h->pack);
+        for (size_t k = 0; k < t->nnz; k++)
+            w[t->nz[k]] = h2_tmpl_word(t, t->nz[k], (uintptr_t)w);
     }
     uint64_t cmask = *in++;
     for (; cmask; cmask &= cmask - 1) {
-        size_t c = (size_t)__builtin_ctzll(cmask);
+        size_t ch = (size_t)__builtin_ctzll(cmask);
         uint64_t m = *in++;
         for (; m; m &= m - 1)
-            w[c * H2_CHUNK_WORDS + (size_t)__builtin_ctzll(m)] = *in++;
+            w[ch * H2_CHUNK_WORDS + (size_t)__builtin_ctzll(m)] = *in++;
     }
-    free(h->parked);
-    h->parked = NULL;
-    h->ng = h->ng_parked;
-    h->ng_parked = NULL;
+    free(saved);
+    c->proto_data = w;
+    return (struct h2_session *)(void *)w;
 }
 
 /* The callbacks, made once for the process (the library only reads them). */
@@ -1936,9 +1958,24 @@ static struct h2_session *h2_session_new(struct conn *c)
     nghttp2_session_callbacks *cbs = h2_callbacks();
     if (!cbs)
         return NULL;
-    struct h2_session *h = calloc(1, sizeof(*h));
-    if (!h)
-        return NULL;
+    /* The structure heads its pack, a fresh mapping (zeros), so that it is set aside with the
+     * library's blocks (h2_park); without the mapping it is malloc'd, and the session works as
+     * well, only never set aside. */
+    struct h2_session *h;
+    char *pack = mmap(NULL, H2_PACK_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                      0);
+    if (pack != MAP_FAILED) {
+        h = (struct h2_session *)(void *)pack;
+        h->pack = pack;
+        h->pack_top = H2_PACK_LEN;
+        h->pack_scratch = H2_PACK_LEN;
+        h2_pack_alloc(h, sizeof(*h)); /* the first block: pack itself */
+    } else {
+        h = calloc(1, sizeof(*h));
+        if (!h)
+            return NULL;
+        h->pack_scratch = H2_PACK_LEN;
+    }
     h->c = c;
     h->srv = s;
     h->flood_t = clock_mono_ns();
@@ -1950,7 +1987,7 @@ static struct h2_session *h2_session_new(struct conn *c)
     nghttp2_option *opt;
     if (nghttp2_option_new(&opt)) {
         pthread_mutex_destroy(&h->lock);
-        free(h);
+        h2_session_release(h);
         return NULL;
     }
     nghttp2_option_set_no_auto_window_update(opt, 1);
@@ -1960,20 +1997,13 @@ static struct h2_session *h2_session_new(struct conn *c)
      * (Frames on closed streams are still told apart: h2_closed_check.) */
     nghttp2_option_set_no_closed_streams(opt, 1);
     nghttp2_mem mem = {h, h2_mem_malloc, h2_mem_free, h2_mem_calloc, h2_mem_realloc};
-    /* Without the pack the session still works, only without h2_park. */
-    h->pack_scratch = H2_PACK_LEN;
-    h->pack = mmap(NULL, H2_PACK_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (h->pack == MAP_FAILED)
-        h->pack = NULL;
     h->packing = 1;
     int rc = nghttp2_session_server_new3(&h->ng, cbs, h, opt, &mem);
     h->packing = 0;
     nghttp2_option_del(opt);
     if (rc) {
-        if (h->pack)
-            munmap(h->pack, H2_PACK_LEN);
         pthread_mutex_destroy(&h->lock);
-        free(h);
+        h2_session_release(h);
         return NULL;
     }
     nghttp2_settings_entry iv[] = {
@@ -2111,6 +2141,8 @@ static int h2_start_work(struct h2_session *h)
 }
 
 /* Serve the connection: 0 when it went idle, 1 or H2_CLOSE_LINGER when it must close. */
+static void h2_park_later(struct h2_session *h);
+
 static int h2_serve_loop(struct h2_session *h)
 {
     struct conn *c = h->c;
@@ -2166,8 +2198,11 @@ static int h2_serve_loop(struct h2_session *h)
             if (c->drained) {
                 int rc = sched_io_release(&c->io);
                 if (rc == 0) {
+                    /* The output buffer is empty: h2_flush wrote it. */
+                    wbuf_free(&h->out);
+                    wbuf_init(&h->out, NULL, 0);
                     h2_mem_idle(h);
-                    h2_park(h);
+                    h2_park_later(h);
                     conn_go_idle(c);
                     return 0;
                 }
@@ -2237,8 +2272,9 @@ static int h2_tasks_finish(struct h2_session *h)
 
 static int h2_serve(struct h2_session *h)
 {
-    h2_unpark(h);
     int rc = h2_serve_loop(h);
+    if (rc == 0)
+        return 0; /* idle: the worker's (h2_park), h is not to be touched */
     if (rc == H2_CLOSE_LINGER)
         conn_linger_close(h->c);
     if (rc) {
@@ -2417,7 +2453,7 @@ int http2_take_over_upgrade(struct conn *c, const char *b64, size_t len,
 static int http2_serve_co(struct coro *co, void *arg)
 {
     struct conn *c = arg;
-    if (h2_serve(c->proto_data))
+    if (h2_serve(h2_of(c)))
         conn_destroy(c);
     return 0;
 }
@@ -2429,8 +2465,46 @@ static void http2_on_readable(struct conn *c, uint32_t events)
         conn_destroy(c);
 }
 
+/* The connection goes idle: its idle timer is due H2_PARK_AFTER_NS from now, when the
+ * session will be set aside (http2_on_timeout), unless it is due sooner. The serving
+ * coroutine, before conn_go_idle (the home's, as conn_go_idle's arming is). */
+static void h2_park_later(struct h2_session *h)
+{
+    struct conn *c = h->c;
+    if (!h->pack)
+        return; /* nothing to set aside: the keep-alive timer alone */
+    uint64_t due = sched_now_ns() + H2_PARK_AFTER_NS;
+    if (!c->timer_armed || c->idle.deadline > due) {
+        sched_timer_arm(&c->idle, due);
+        c->timer_armed = 1;
+    }
+}
+
+/* When the idle connection's timer is due: when its session is to be set aside, then its
+ * keep-alive deadline. The home's loop lock held. */
+static uint64_t http2_idle_deadline(struct conn *c)
+{
+    uint64_t end = c->idle_since + c->home->srv->cfg.keepalive_ns;
+    uintptr_t p = (uintptr_t)c->proto_data;
+    if (p && !(p & 1) && ((struct h2_session *)p)->pack) {
+        uint64_t park = c->idle_since + H2_PARK_AFTER_NS;
+        return park < end ? park : end;
+    }
+    return end;
+}
+
+/* The idle timer is due (http2_idle_deadline): the session is set aside, or the keep-alive
+ * timeout is over and the connection closed. The home's loop lock held. */
 static void http2_on_timeout(struct conn *c)
 {
+    uint64_t end = c->idle_since + c->home->srv->cfg.keepalive_ns;
+    uintptr_t p = (uintptr_t)c->proto_data;
+    if (p && !(p & 1) && sched_now_ns() < end) {
+        h2_park((struct h2_session *)p);
+        sched_timer_arm(&c->idle, end);
+        c->timer_armed = 1;
+        return;
+    }
     conn_destroy(c);
 }
 
@@ -2438,4 +2512,5 @@ const struct conn_proto http2_proto = {
     .on_readable = http2_on_readable,
     .on_timeout = http2_on_timeout,
     .close = http2_close,
+    .idle_deadline = http2_idle_deadline,
 };
