@@ -24,7 +24,7 @@ VP=$!
 python3 - "$PORT" "$TARGET" "$N" "$VP" "$M" <<'PY'
 import socket, subprocess, sys, time
 port, target, n, pid, m = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
-for _ in range(3000):
+for _ in range(6000):  # valgrind starts the interpreter slowly on a loaded machine
     try:
         socket.create_connection(("127.0.0.1", port), timeout=120).close(); break
     except OSError: time.sleep(0.1)

@@ -354,6 +354,8 @@ static void test_park(void)
         h2_mem_idle(h);
         h2_park(h);
         ok((uintptr_t)conn.proto_data & 1, "set aside: the connection holds the copy");
+        printf("# the copy: %zu bytes\n",
+               malloc_usable_size((void *)((uintptr_t)conn.proto_data & ~(uintptr_t)1)));
         is_int(resident(pack), 0, "every page of the pack given back");
         struct h2_session *back = h2_of(&conn);
         ok(back == h && conn.proto_data == h, "written back where it was");

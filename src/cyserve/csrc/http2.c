@@ -51,7 +51,10 @@
  * take GOAWAY as the end read them), and refuses streams opened meanwhile (REFUSED_STREAM).
  * The session (struct h2_session) lives in c->proto_data, so that a connection with no stream
  * open goes idle as an HTTP/1 one does: no coroutine, no stack, no read buffer, only the
- * session's tables; the next readiness spawns the coroutine again (http2_on_readable).
+ * session's tables; the next readiness spawns the coroutine again (http2_on_readable). After
+ * 100 ms idle even those are set aside (h2_park): the session's pack, the mapping that holds
+ * it and the library's session-long blocks, is given back, and a copy of the words that differ
+ * from the first session's is kept until the connection is woken (h2_of).
  *
  * Bounded memory. A stream's header fields are held to max_header_bytes (counted as RFC 9113
  * counts SETTINGS_MAX_HEADER_LIST_SIZE: name, value and 32 bytes each) and max_headers (past
