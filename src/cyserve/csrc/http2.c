@@ -271,10 +271,9 @@ struct h2_session {
      * the library makes with the session (packing); [pack_used, pack_top) is free, pack_chunks
      * says which of its 512-byte chunks hold a block other than the frame buffer, pack_scratch
      * is the offset of the frame buffer (its pages hold nothing between frames), or
-     * H2_PACK_LEN. NULL
-     * when the mapping could not be made: then this structure is malloc'd and never set
-     * aside. While the connection is idle all of it is set aside (h2_park), this structure
-     * with it: c->proto_data is then the copy, tagged (h2_of). */
+     * H2_PACK_LEN. NULL when the mapping could not be made: then this structure is malloc'd
+     * and never set aside. While the connection is idle all of it is set aside (h2_park), this
+     * structure with it: c->proto_data is then the copy, tagged (h2_of). */
     char *pack;
     size_t pack_used, pack_top, pack_scratch;
     uint64_t pack_chunks;
