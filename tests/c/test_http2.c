@@ -2,8 +2,9 @@
  * of libnghttp2 makes the frames, the server session of http2.c takes them (its callbacks
  * gather each stream's head and body), and what it answers is read back as frames. The
  * preface match, the header lines' conversion, the heads (method, path, query, :authority as
- * Host, cookies joined), the limits (431, 413), the floods (rapid reset, PING) and a stream id
- * lower than the last one (PROTOCOL_ERROR). Built under ASan+UBSan by the Makefile. */
+ * Host, cookies joined), the limits (431, 413), the floods (rapid reset, PING), a stream id
+ * lower than the last one (PROTOCOL_ERROR) and an idle session set aside and written back.
+ * Built under ASan+UBSan by the Makefile. */
 #define _GNU_SOURCE
 #include "csrc/coro.c"
 #include "csrc/sched.c"
@@ -311,6 +312,70 @@ static void test_lower_stream_id(void)
     nghttp2_session_del(cl);
 }
 
+/* Which of the pack's pages are resident (mincore), as a bit mask. */
+static unsigned resident(const char *pack)
+{
+    unsigned char vec[H2_PACK_LEN / 4096];
+    if (mincore((void *)pack, H2_PACK_LEN, vec))
+        return ~0u;
+    unsigned m = 0;
+    for (size_t i = 0; i < sizeof(vec); i++)
+        m |= (unsigned)(vec[i] & 1) << i;
+    return m;
+}
+
+/* An idle session is set aside (h2_park: its pack's pages given back, c->proto_data the tagged
+ * copy) and written back exactly (h2_of), twice: once against the template its own first
+ * setting aside made, once after more traffic, when it differs from the template; and it
+ * serves on after each. */
+static void test_park(void)
+{
+    struct h2_session *h = session();
+    ok(h && h->pack == (char *)h, "the session heads its pack");
+    if (!h || h->pack != (char *)h)
+        return;
+    nghttp2_session *cl = client();
+    nghttp2_nv get[] = {NV(":method", "GET"), NV(":path", "/p"), NV(":scheme", "http"),
+                        NV(":authority", "a")};
+    char *pack = h->pack;
+    ok(h->pack_scratch < H2_PACK_LEN && h->npack > 2, "the library's blocks are in the pack");
+    char *before = malloc(H2_PACK_LEN);
+    for (int round = 0; round < 2; round++) {
+        /* A stream opened and reset by the client: the session is idle again after it. */
+        int32_t id = nghttp2_submit_request(cl, NULL, get, 4, NULL, NULL);
+        ok(to_server(cl, h) >= 0 && h->streams && h->streams->id == id && h->streams->ready,
+           "a request taken");
+        nghttp2_submit_rst_stream(cl, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
+        ok(to_server(cl, h) >= 0, "its reset taken");
+        h2_sweep(h);
+        is_int(h->nstreams, 0, "no stream left");
+        server_goaway(h); /* what the server queued, written */
+        memcpy(before, pack, H2_PACK_LEN);
+        h2_mem_idle(h);
+        h2_park(h);
+        ok((uintptr_t)conn.proto_data & 1, "set aside: the connection holds the copy");
+        printf("# the copy: %zu bytes\n",
+               malloc_usable_size((void *)((uintptr_t)conn.proto_data & ~(uintptr_t)1)));
+        is_int(resident(pack), 0, "every page of the pack given back");
+        struct h2_session *back = h2_of(&conn);
+        ok(back == h && conn.proto_data == h, "written back where it was");
+        /* Every byte but the frame buffer's, which holds nothing between frames. */
+        size_t fb = h->pack_scratch, same = 1;
+        for (size_t i = 0; i < H2_PACK_LEN; i++)
+            if ((i < fb || i >= fb + H2_FRAMEBUF_LEN) && before[i] != pack[i])
+                same = 0;
+        ok(same, "written back exactly");
+        ok(nghttp2_session_want_read(h->ng), "the session is alive");
+    }
+    /* It serves on: a request after being set aside is taken. */
+    int32_t id = nghttp2_submit_request(cl, NULL, get, 4, NULL, NULL);
+    ok(to_server(cl, h) >= 0 && h->streams && h->streams->id == id && h->streams->ready,
+       "a request after it taken");
+    free(before);
+    h2_session_free(h, 0);
+    nghttp2_session_del(cl);
+}
+
 int main(void)
 {
     test_preface();
@@ -320,5 +385,6 @@ int main(void)
     test_rapid_reset();
     test_ping_flood();
     test_lower_stream_id();
+    test_park();
     return done_testing();
 }

@@ -386,6 +386,20 @@ def test_connection_reused_after_idle(port: int) -> None:
         assert c.get("/py")[2] == b"2 http GET 0"
 
 
+def test_session_set_aside_while_idle_serves_on(port: int) -> None:
+    """Idle past 100 ms, the session is set aside (its memory given back) and written back when
+    the client speaks again: the HPACK tables of both sides must be as they were, so each round
+    sends fields the client's encoder indexed in the previous one (decoded from the server's
+    table) and reads answers whose fields the server indexed (decoded from the client's)."""
+    with H2(port) as c:
+        for i in range(3):
+            status, headers, body = c.get("/wsgi", headers=[("cookie", "k=v"),
+                                                            ("x-round", "same")])
+            assert (status, body) == (200, b"HTTP/2|localhost|k=v|http|0"), i
+            assert headers["content-type"] == "text/plain" and headers["x-mixed-case"] == "yes"
+            time.sleep(0.3)
+
+
 def test_asgi_over_http2() -> None:
     """serve() in a thread, as tests/e2e/test_asgi.py runs ASGI apps."""
     stop = threading.Event()

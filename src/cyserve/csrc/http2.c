@@ -51,7 +51,10 @@
  * take GOAWAY as the end read them), and refuses streams opened meanwhile (REFUSED_STREAM).
  * The session (struct h2_session) lives in c->proto_data, so that a connection with no stream
  * open goes idle as an HTTP/1 one does: no coroutine, no stack, no read buffer, only the
- * session's tables; the next readiness spawns the coroutine again (http2_on_readable).
+ * session's tables; the next readiness spawns the coroutine again (http2_on_readable). After
+ * 100 ms idle even those are set aside (h2_park): the session's pack, the mapping that holds
+ * it and the library's session-long blocks, is given back, and a copy of the words that differ
+ * from the first session's is kept until the connection is woken (h2_of).
  *
  * Bounded memory. A stream's header fields are held to max_header_bytes (counted as RFC 9113
  * counts SETTINGS_MAX_HEADER_LIST_SIZE: name, value and 32 bytes each) and max_headers (past
@@ -130,6 +133,19 @@
 /* The size of that frame buffer chunk: 9 bytes of frame header, 1 of padding length, 16,384 of
  * payload (nghttp2's NGHTTP2_FRAMEBUF_CHUNKLEN, not in its public header). */
 #define H2_FRAMEBUF_LEN (9 + 1 + 16384)
+/* The blocks the library makes with a session and keeps for its life (in nghttp2 1.52: the
+ * session's structure, 2,928 bytes, the two HPACK entry arrays, 1 KiB each, a 48-byte buffer
+ * chain, the stream map's 4 KiB buckets and the 16,394-byte frame buffer) are laid out in one
+ * mapping of this size (h2_pack_alloc), so that an idle connection can set them aside
+ * (h2_park). A block that does not fit (another version of the library) is made as any other. */
+#define H2_PACK_LEN (8 * 4096)
+/* An idle connection's session is set aside (h2_park) once it has been idle this long: a
+ * connection that is woken again at once (a client's next requests) pays nothing for it. */
+#define H2_PARK_AFTER_NS 100000000ull
+/* The blocks handed out from the pack, at most. */
+#define H2_PACK_BLOCKS 8
+/* The pack is set aside in chunks of this many 8-byte words (h2_pack_save). */
+#define H2_CHUNK_WORDS 64
 
 /* Output bytes gathered before a write. */
 #define H2_OUT_FLUSH_AT 65536
@@ -247,9 +263,22 @@ struct h2_session {
     struct handoff *chan;
     int chan_tracked;
     unsigned bstreams; /* streams whose body streams to their handler (h2_body_begin) */
-    /* The library's large blocks (h2_mem: its outbound frame buffer, a large frame's inbound
-     * buffer), mapped apart so that an idle connection gives their pages back (h2_mem_idle). */
+    /* The library's large blocks made after the session (a large frame's inbound buffer, a
+     * grown stream map), mapped apart so that an idle connection gives their pages back
+     * (h2_mem_idle). */
     struct h2_big *bigs;
+    /* The pack (h2_pack_alloc): one mapping that holds this structure, first, and the blocks
+     * the library makes with the session (packing); [pack_used, pack_top) is free, pack_chunks
+     * says which of its 512-byte chunks hold a block other than the frame buffer, pack_scratch
+     * is the offset of the frame buffer (its pages hold nothing between frames), or
+     * H2_PACK_LEN. NULL when the mapping could not be made: then this structure is malloc'd
+     * and never set aside. While the connection is idle all of it is set aside (h2_park), this
+     * structure with it: c->proto_data is then the copy, tagged (h2_of). */
+    char *pack;
+    size_t pack_used, pack_top, pack_scratch;
+    uint64_t pack_chunks;
+    unsigned npack;
+    int packing;
 };
 
 /* One of the library's blocks mapped apart (h2_mem_mapped): the block is the mapping, from its
@@ -1537,6 +1566,17 @@ static int h2_flush(struct h2_session *h)
     return h2_send_out(h, NULL, 0);
 }
 
+static struct h2_session *h2_of(struct conn *c);
+
+/* Free the session's memory: its pack (which holds h), or h. */
+static void h2_session_release(struct h2_session *h)
+{
+    if (h->pack)
+        munmap(h->pack, H2_PACK_LEN);
+    else
+        free(h);
+}
+
 static void h2_session_free(struct h2_session *h, int in_coro)
 {
     while (h->streams)
@@ -1551,12 +1591,14 @@ static void h2_session_free(struct h2_session *h, int in_coro)
         handoff_release(h->chan);
     }
     pthread_mutex_destroy(&h->lock);
-    free(h);
+    h2_session_release(h);
 }
 
 static void http2_close(struct conn *c)
 {
-    struct h2_session *h = c->proto_data;
+    /* A session set aside is written back first: the library frees what it holds (the HPACK
+     * tables' entries). */
+    struct h2_session *h = h2_of(c);
     c->proto_data = NULL;
     if (h)
         h2_session_free(h, 0);
@@ -1564,16 +1606,56 @@ static void http2_close(struct conn *c)
 
 /* ---- the library's memory ---- */
 
-/* nghttp2_mem for one session (ud, the struct h2_session): blocks that h2_mem_mapped picks
- * (the frame buffer, large frames, the HPACK entry arrays and the stream map) in anonymous
- * mappings of their own, page-aligned and listed in h->bigs, so that pages never written cost
- * nothing and h2_mem_idle can give pages back while the connection is idle; every other block
- * from malloc as it is, with no header. A page-aligned pointer is looked up in h->bigs (a
- * handful of entries); any other is malloc's. The serving coroutine (the library is called
- * only there), or h2_session_free. */
+/* nghttp2_mem for one session (ud, the struct h2_session). While the library makes the session
+ * (h->packing), its blocks are laid out in the session's pack (h2_pack_alloc). After that,
+ * blocks that h2_mem_mapped picks (large frames, a grown stream map) go to anonymous mappings
+ * of their own, page-aligned and listed in h->bigs, so that pages never written cost nothing
+ * and h2_mem_idle can give pages back while the connection is idle; every other block from
+ * malloc as it is, with no header. A pointer inside the pack is the pack's, a page-aligned one
+ * is looked up in h->bigs (a handful of entries); any other is malloc's. The serving coroutine
+ * (the library is called only there), h2_session_new or h2_session_free. */
 static int h2_mem_mapped(size_t size)
 {
     return size >= H2_BIG_MIN || (size >= H2_TABLE_MIN && (size & (size - 1)) == 0);
+}
+
+static int h2_in_pack(const struct h2_session *h, const void *ptr)
+{
+    return h->pack && (const char *)ptr >= h->pack && (const char *)ptr < h->pack + H2_PACK_LEN;
+}
+
+/* A block of the pack, or NULL when it does not fit (the caller makes it as any other). Blocks
+ * are taken in order and never reused: one smaller than a page from the bottom, 16-byte
+ * aligned, one of a page or more from the top, on pages of its own (so that the small ones
+ * share their pages, and the frame buffer's pages hold nothing else); the frame buffer's
+ * offset is kept (pack_scratch). The mapping is zero where nothing was handed out, so a calloc
+ * needs no clearing here. */
+static void *h2_pack_alloc(struct h2_session *h, size_t size)
+{
+    if (!h->pack || h->npack == H2_PACK_BLOCKS || size == 0 || size > H2_PACK_LEN)
+        return NULL;
+    size_t off;
+    if (size < 4096) {
+        off = (h->pack_used + 15) & ~(size_t)15;
+        if (off > h->pack_top || size > h->pack_top - off)
+            return NULL;
+        h->pack_used = off + size;
+    } else {
+        if (size > h->pack_top)
+            return NULL;
+        off = (h->pack_top - size) & ~(size_t)4095;
+        if (off < h->pack_used)
+            return NULL;
+        h->pack_top = off;
+    }
+    h->npack++;
+    if (size == H2_FRAMEBUF_LEN && h->pack_scratch == H2_PACK_LEN) {
+        h->pack_scratch = off;
+    } else {
+        for (size_t c = off / (8 * H2_CHUNK_WORDS); c * 8 * H2_CHUNK_WORDS < off + size; c++)
+            h->pack_chunks |= (uint64_t)1 << c;
+    }
+    return h->pack + off;
 }
 
 static struct h2_big *h2_mem_find(struct h2_session *h, void *ptr)
@@ -1589,6 +1671,11 @@ static struct h2_big *h2_mem_find(struct h2_session *h, void *ptr)
 static void *h2_mem_malloc(size_t size, void *ud)
 {
     struct h2_session *h = ud;
+    if (h->packing) {
+        void *p = h2_pack_alloc(h, size);
+        if (p)
+            return p;
+    }
     if (!h2_mem_mapped(size))
         return malloc(size);
     struct h2_big *b = malloc(sizeof(*b));
@@ -1612,6 +1699,8 @@ static void *h2_mem_malloc(size_t size, void *ud)
 static void h2_mem_free(void *ptr, void *ud)
 {
     struct h2_session *h = ud;
+    if (h2_in_pack(h, ptr))
+        return; /* the pack goes with the session (h2_session_free) */
     struct h2_big *b = h2_mem_find(h, ptr);
     if (!b) {
         free(ptr);
@@ -1629,13 +1718,14 @@ static void h2_mem_free(void *ptr, void *ud)
 
 static void *h2_mem_calloc(size_t n, size_t size, void *ud)
 {
+    struct h2_session *h = ud;
     if (size && n > SIZE_MAX / size)
         return NULL;
     void *p = h2_mem_malloc(n * size, ud);
-    /* A fresh mapping is zero already. malloc then memset rather than calloc: glibc's calloc
-     * does not take blocks from the thread's cache, and the library callocs a block or two for
-     * every stream. */
-    if (p && !h2_mem_mapped(n * size))
+    /* A fresh mapping (or the pack) is zero already. malloc then memset rather than calloc:
+     * glibc's calloc does not take blocks from the thread's cache, and the library callocs a
+     * block or two for every stream. */
+    if (p && !h2_mem_mapped(n * size) && !h2_in_pack(h, p))
         memset(p, 0, n * size);
     return p;
 }
@@ -1645,15 +1735,18 @@ static void *h2_mem_realloc(void *ptr, size_t size, void *ud)
     struct h2_session *h = ud;
     if (!ptr)
         return h2_mem_malloc(size, ud);
-    struct h2_big *b = h2_mem_find(h, ptr);
-    if (!b && !h2_mem_mapped(size))
+    int packed = h2_in_pack(h, ptr);
+    struct h2_big *b = packed ? NULL : h2_mem_find(h, ptr);
+    if (!packed && !b && !h2_mem_mapped(size))
         return realloc(ptr, size);
     void *n = h2_mem_malloc(size, ud);
     if (!n)
         return NULL;
     /* A malloc'd block's size is not kept: copy what the new one can take, which is all of the
      * old one whenever the library grows a block (it never shrinks one through realloc). */
-    size_t have = b ? b->size : malloc_usable_size(ptr);
+    size_t have = packed ? H2_PACK_LEN - (size_t)((char *)ptr - h->pack) /* and what follows */
+                  : b    ? b->size
+                         : malloc_usable_size(ptr);
     memcpy(n, ptr, have < size ? have : size);
     h2_mem_free(ptr, ud);
     return n;
@@ -1662,11 +1755,11 @@ static void *h2_mem_realloc(void *ptr, size_t size, void *ud)
 static const char h2_zero_page[4096];
 
 /* The connection goes idle, with everything the library queued written: the pages of its
- * outbound frame buffer are given back (read as zeros when next touched; the library writes a
- * frame into it before it sends it), and so are the pages of its other blocks of a page or
- * more that hold only zeros (the stream map once no stream is left), which read back the same.
- * Nothing else: another large block may hold state (a frame read in part). An idle connection
- * then keeps its session's state, not those buffers. */
+ * mapped frame buffers are given back (read as zeros when next touched; the library writes a
+ * frame into one before it sends it), and so are the pages of its other blocks of a page or
+ * more that hold only zeros (a stream map with no stream left), which read back the same.
+ * Nothing else: another large block may hold state (a frame read in part). The session's own
+ * blocks, in its pack, are h2_park's. */
 static void h2_mem_idle(struct h2_session *h)
 {
     for (struct h2_big *b = h->bigs; b; b = b->next) {
@@ -1678,6 +1771,162 @@ static void h2_mem_idle(struct h2_session *h)
             if (!memcmp((char *)b->map + off, h2_zero_page, 4096))
                 madvise((char *)b->map + off, 4096, MADV_DONTNEED);
     }
+}
+
+/* What one session's pack holds while idle is mostly what every other's holds: the library's
+ * callbacks, settings and windows, and pointers into the pack itself. So the first pack set
+ * aside in the process is kept as a template, and a pack is written as its difference from the
+ * template, with the template's pointers into its own pack moved to this one (h2_tmpl_word).
+ * Made once (the first h2_pack_save; a compare-and-swap picks one when two threads race), read
+ * only after that, never freed. */
+struct h2_tmpl {
+    uintptr_t base;              /* its pack's address */
+    size_t nnz;                  /* how many of its words are not zero, */
+    uint32_t *nz;                /* at these indexes, */
+    uint64_t chunks;             /* in these 512-byte chunks (its pack_chunks) */
+    uint64_t w[H2_PACK_LEN / 8]; /* its pack's words in those chunks, zero elsewhere */
+};
+static struct h2_tmpl *h2_tmpl_cur;
+
+/* The template's word i for a pack at base: a pointer into the template's own pack is moved
+ * to the same offset in this one. Any other value is itself (one that only looks like such a
+ * pointer is moved too, the same way when the pack is written and read back, so the copy stays
+ * exact). */
+static inline uint64_t h2_tmpl_word(const struct h2_tmpl *t, size_t i, uintptr_t base)
+{
+    uint64_t v = t->w[i];
+    return v - t->base < H2_PACK_LEN ? v - t->base + base : v;
+}
+
+static struct h2_tmpl *h2_tmpl_get(const struct h2_session *h)
+{
+    struct h2_tmpl *t = __atomic_load_n(&h2_tmpl_cur, __ATOMIC_ACQUIRE);
+    if (t)
+        return t;
+    const uint64_t *w = (const uint64_t *)(const void *)h->pack;
+    size_t nnz = 0;
+    for (uint64_t todo = h->pack_chunks; todo; todo &= todo - 1)
+        for (size_t i = 0, i0 = (size_t)__builtin_ctzll(todo) * H2_CHUNK_WORDS; i < H2_CHUNK_WORDS;
+             i++)
+            nnz += w[i0 + i] != 0;
+    t = calloc(1, sizeof(*t) + nnz * 4);
+    if (!t)
+        return NULL;
+    t->base = (uintptr_t)h->pack;
+    t->nnz = nnz;
+    t->nz = (uint32_t *)(void *)(t + 1);
+    t->chunks = h->pack_chunks;
+    size_t k = 0;
+    for (uint64_t todo = h->pack_chunks; todo; todo &= todo - 1)
+        for (size_t i = 0, i0 = (size_t)__builtin_ctzll(todo) * H2_CHUNK_WORDS; i < H2_CHUNK_WORDS;
+             i++)
+            if (w[i0 + i]) {
+                t->w[i0 + i] = w[i0 + i];
+                t->nz[k++] = (uint32_t)(i0 + i);
+            }
+    struct h2_tmpl *none = NULL;
+    if (__atomic_compare_exchange_n(&h2_tmpl_cur, &none, t, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return t;
+    free(t);
+    return none; /* another thread's, made first */
+}
+
+/* The pack's words (but the frame buffer's) as the words that differ from the template's
+ * (h2_tmpl_word, or zero without one): the template used, the pack's address, a mask of the
+ * 512-byte chunks that hold such a word, then for each such chunk a mask of its differing
+ * words and those words. Only the chunks that hold a block or a template's word are looked at
+ * (the rest are zero both ways: nothing was written there). A malloc'd copy (NULL when out of
+ * memory): a few words where the pages were 12 KiB (an idle session's pack is mostly zeros,
+ * and its non-zero words mostly the template's). */
+static uint64_t *h2_pack_save(const struct h2_session *h)
+{
+    const uint64_t *w = (const uint64_t *)(const void *)h->pack;
+    const struct h2_tmpl *t = h2_tmpl_get(h);
+    uintptr_t base = (uintptr_t)h->pack;
+    uint64_t wmask[H2_PACK_LEN / (8 * H2_CHUNK_WORDS)];
+    uint64_t cmask = 0;
+    size_t n = 3;
+    for (uint64_t todo = h->pack_chunks | (t ? t->chunks : 0); todo; todo &= todo - 1) {
+        size_t c = (size_t)__builtin_ctzll(todo), i0 = c * H2_CHUNK_WORDS;
+        uint64_t m = 0;
+        for (size_t i = 0; i < H2_CHUNK_WORDS; i++) {
+            uint64_t was = t ? h2_tmpl_word(t, i0 + i, base) : 0;
+            m |= (uint64_t)(w[i0 + i] != was) << i;
+        }
+        wmask[c] = m;
+        if (m) {
+            cmask |= (uint64_t)1 << c;
+            n += 1 + (size_t)__builtin_popcountll(m);
+        }
+    }
+    uint64_t *out = malloc(n * 8);
+    if (!out)
+        return NULL;
+    size_t k = 0;
+    out[k++] = (uint64_t)(uintptr_t)t;
+    out[k++] = (uint64_t)base;
+    out[k++] = cmask;
+    for (uint64_t todo = cmask; todo; todo &= todo - 1) {
+        size_t c = (size_t)__builtin_ctzll(todo);
+        uint64_t m = wmask[c];
+        out[k++] = m;
+        for (; m; m &= m - 1)
+            out[k++] = w[c * H2_CHUNK_WORDS + (size_t)__builtin_ctzll(m)];
+    }
+    return out;
+}
+
+/* The connection is idle (h2_mem_idle done), with nothing left to do on it: its session's
+ * pack, this structure with it, is saved (h2_pack_save) and all its pages are given back, the
+ * frame buffer's with them; c->proto_data is then the copy, tagged with its lowest bit, until
+ * h2_of writes it back. When the copy cannot be made, only the frame buffer's pages go. The
+ * connection's idle timer (http2_on_timeout, the home's loop lock held, the connection idle);
+ * nothing touches h after this until h2_of. */
+static void h2_park(struct h2_session *h)
+{
+    if (!h->pack)
+        return;
+    struct conn *c = h->c;
+    char *pack = h->pack;
+    size_t scratch = (h->pack_scratch + 4095) & ~(size_t)4095;
+    uint64_t *saved = h2_pack_save(h);
+    if (!saved) {
+        if (scratch < H2_PACK_LEN)
+            madvise(pack + scratch, H2_PACK_LEN - scratch, MADV_DONTNEED);
+        return;
+    }
+    c->proto_data = (void *)((uintptr_t)saved | 1);
+    madvise(pack, H2_PACK_LEN, MADV_DONTNEED);
+}
+
+/* The connection's session, written back first when it was set aside (h2_park): the saved
+ * words go back into the pack (its pages read as zeros elsewhere, as they were) and the copy is
+ * freed. NULL when there is none. The coroutine that serves the connection again, or its close
+ * (the home's loop, the connection idle). */
+static struct h2_session *h2_of(struct conn *c)
+{
+    uintptr_t p = (uintptr_t)c->proto_data;
+    if (!(p & 1))
+        return (struct h2_session *)p;
+    uint64_t *saved = (uint64_t *)(p & ~(uintptr_t)1);
+    const uint64_t *in = saved;
+    const struct h2_tmpl *t = (const struct h2_tmpl *)(uintptr_t)*in++;
+    uint64_t *w = (uint64_t *)(uintptr_t)*in++;
+    if (t) {
+        /* The pages read as zeros: only the template's non-zero words need writing. */
+        for (size_t k = 0; k < t->nnz; k++)
+            w[t->nz[k]] = h2_tmpl_word(t, t->nz[k], (uintptr_t)w);
+    }
+    uint64_t cmask = *in++;
+    for (; cmask; cmask &= cmask - 1) {
+        size_t ch = (size_t)__builtin_ctzll(cmask);
+        uint64_t m = *in++;
+        for (; m; m &= m - 1)
+            w[ch * H2_CHUNK_WORDS + (size_t)__builtin_ctzll(m)] = *in++;
+    }
+    free(saved);
+    c->proto_data = w;
+    return (struct h2_session *)(void *)w;
 }
 
 /* The callbacks, made once for the process (the library only reads them). */
@@ -1711,9 +1960,24 @@ static struct h2_session *h2_session_new(struct conn *c)
     nghttp2_session_callbacks *cbs = h2_callbacks();
     if (!cbs)
         return NULL;
-    struct h2_session *h = calloc(1, sizeof(*h));
-    if (!h)
-        return NULL;
+    /* The structure heads its pack, a fresh mapping (zeros), so that it is set aside with the
+     * library's blocks (h2_park); without the mapping it is malloc'd, and the session works as
+     * well, only never set aside. */
+    struct h2_session *h;
+    char *pack = mmap(NULL, H2_PACK_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                      0);
+    if (pack != MAP_FAILED) {
+        h = (struct h2_session *)(void *)pack;
+        h->pack = pack;
+        h->pack_top = H2_PACK_LEN;
+        h->pack_scratch = H2_PACK_LEN;
+        h2_pack_alloc(h, sizeof(*h)); /* the first block: pack itself */
+    } else {
+        h = calloc(1, sizeof(*h));
+        if (!h)
+            return NULL;
+        h->pack_scratch = H2_PACK_LEN;
+    }
     h->c = c;
     h->srv = s;
     h->flood_t = clock_mono_ns();
@@ -1725,7 +1989,7 @@ static struct h2_session *h2_session_new(struct conn *c)
     nghttp2_option *opt;
     if (nghttp2_option_new(&opt)) {
         pthread_mutex_destroy(&h->lock);
-        free(h);
+        h2_session_release(h);
         return NULL;
     }
     nghttp2_option_set_no_auto_window_update(opt, 1);
@@ -1735,11 +1999,13 @@ static struct h2_session *h2_session_new(struct conn *c)
      * (Frames on closed streams are still told apart: h2_closed_check.) */
     nghttp2_option_set_no_closed_streams(opt, 1);
     nghttp2_mem mem = {h, h2_mem_malloc, h2_mem_free, h2_mem_calloc, h2_mem_realloc};
+    h->packing = 1;
     int rc = nghttp2_session_server_new3(&h->ng, cbs, h, opt, &mem);
+    h->packing = 0;
     nghttp2_option_del(opt);
     if (rc) {
         pthread_mutex_destroy(&h->lock);
-        free(h);
+        h2_session_release(h);
         return NULL;
     }
     nghttp2_settings_entry iv[] = {
@@ -1877,6 +2143,8 @@ static int h2_start_work(struct h2_session *h)
 }
 
 /* Serve the connection: 0 when it went idle, 1 or H2_CLOSE_LINGER when it must close. */
+static void h2_park_later(struct h2_session *h);
+
 static int h2_serve_loop(struct h2_session *h)
 {
     struct conn *c = h->c;
@@ -1932,7 +2200,11 @@ static int h2_serve_loop(struct h2_session *h)
             if (c->drained) {
                 int rc = sched_io_release(&c->io);
                 if (rc == 0) {
+                    /* The output buffer is empty: h2_flush wrote it. */
+                    wbuf_free(&h->out);
+                    wbuf_init(&h->out, NULL, 0);
                     h2_mem_idle(h);
+                    h2_park_later(h);
                     conn_go_idle(c);
                     return 0;
                 }
@@ -2003,6 +2275,8 @@ static int h2_tasks_finish(struct h2_session *h)
 static int h2_serve(struct h2_session *h)
 {
     int rc = h2_serve_loop(h);
+    if (rc == 0)
+        return 0; /* idle: the worker's (h2_park), h is not to be touched */
     if (rc == H2_CLOSE_LINGER)
         conn_linger_close(h->c);
     if (rc) {
@@ -2181,7 +2455,7 @@ int http2_take_over_upgrade(struct conn *c, const char *b64, size_t len,
 static int http2_serve_co(struct coro *co, void *arg)
 {
     struct conn *c = arg;
-    if (h2_serve(c->proto_data))
+    if (h2_serve(h2_of(c)))
         conn_destroy(c);
     return 0;
 }
@@ -2193,8 +2467,46 @@ static void http2_on_readable(struct conn *c, uint32_t events)
         conn_destroy(c);
 }
 
+/* The connection goes idle: its idle timer is due H2_PARK_AFTER_NS from now, when the
+ * session will be set aside (http2_on_timeout), unless it is due sooner. The serving
+ * coroutine, before conn_go_idle (the home's, as conn_go_idle's arming is). */
+static void h2_park_later(struct h2_session *h)
+{
+    struct conn *c = h->c;
+    if (!h->pack)
+        return; /* nothing to set aside: the keep-alive timer alone */
+    uint64_t due = sched_now_ns() + H2_PARK_AFTER_NS;
+    if (!c->timer_armed || c->idle.deadline > due) {
+        sched_timer_arm(&c->idle, due);
+        c->timer_armed = 1;
+    }
+}
+
+/* When the idle connection's timer is due: when its session is to be set aside, then its
+ * keep-alive deadline. The home's loop lock held. */
+static uint64_t http2_idle_deadline(struct conn *c)
+{
+    uint64_t end = c->idle_since + c->home->srv->cfg.keepalive_ns;
+    uintptr_t p = (uintptr_t)c->proto_data;
+    if (p && !(p & 1) && ((struct h2_session *)p)->pack) {
+        uint64_t park = c->idle_since + H2_PARK_AFTER_NS;
+        return park < end ? park : end;
+    }
+    return end;
+}
+
+/* The idle timer is due (http2_idle_deadline): the session is set aside, or the keep-alive
+ * timeout is over and the connection closed. The home's loop lock held. */
 static void http2_on_timeout(struct conn *c)
 {
+    uint64_t end = c->idle_since + c->home->srv->cfg.keepalive_ns;
+    uintptr_t p = (uintptr_t)c->proto_data;
+    if (p && !(p & 1) && sched_now_ns() < end) {
+        h2_park((struct h2_session *)p);
+        sched_timer_arm(&c->idle, end);
+        c->timer_armed = 1;
+        return;
+    }
     conn_destroy(c);
 }
 
@@ -2202,4 +2514,5 @@ const struct conn_proto http2_proto = {
     .on_readable = http2_on_readable,
     .on_timeout = http2_on_timeout,
     .close = http2_close,
+    .idle_deadline = http2_idle_deadline,
 };
