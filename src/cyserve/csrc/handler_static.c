@@ -26,7 +26,7 @@
  * no memory): the caller then serves from the copy in memory, which is only slower. The seals
  * make the contents immutable for the life of the fd, so concurrent sendfile() calls with their
  * own offsets need no coordination. */
-static int static_memfd(const char *body, size_t len)
+int static_body_memfd(const char *body, size_t len)
 {
     int fd = memfd_create("cyserve-static", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (UNLIKELY(fd < 0))
@@ -75,7 +75,7 @@ int server_target_static(struct server_target *t, int status, const char *header
     t->static_body = b;
     t->static_body_len = body_len;
     if (body_len > STATIC_MEMFD_MIN)
-        t->static_fd = static_memfd(b, body_len);
+        t->static_fd = static_body_memfd(b, body_len);
     return 0;
 }
 
@@ -130,7 +130,7 @@ int static_ext_memfd(struct server *s, const char *ptr, size_t len)
         }
     }
     if (i == n && n < EXT_MEMFD_MAX) {
-        fd = static_memfd(ptr, len);
+        fd = static_body_memfd(ptr, len);
         s->ext[n].ptr = ptr;
         s->ext[n].len = len;
         s->ext[n].fd = fd;

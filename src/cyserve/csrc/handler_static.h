@@ -12,4 +12,9 @@
  * memory. Any worker. */
 int static_ext_memfd(struct server *s, const char *ptr, size_t len);
 
+/* A new sealed memfd holding a copy of body[0..len) (its contents can never change), or -1
+ * when the kernel gives none (no memfd_create, no memory): the caller keeps the bytes in
+ * memory. The caller owns the descriptor. Any thread. */
+int static_body_memfd(const char *body, size_t len);
+
 #endif

@@ -313,7 +313,9 @@ static int send_body(struct http1_session *sv, const struct request_answer *a, i
     if (UNLIKELY(rc) || head_only || !a->body_len)
         return rc;
     if (a->kind == REQUEST_BODY_FILE) {
-        rc = http1_flush(sv);
+        /* Corked, as a memfd's below: the head leaves with the first pages of the file, not in
+         * a segment of its own. */
+        rc = http1_flush_with(sv, NULL, 0, MSG_MORE);
         return rc ? rc : conn_sendfile(sv->c, a->fd, a->offset, a->body_len);
     }
     if (a->fd < 0 && a->body_len <= BODY_COPY_MAX)

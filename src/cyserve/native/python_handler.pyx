@@ -22,7 +22,7 @@ from collections.abc import Mapping as _Mapping
 
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
 from libc.string cimport strlen
 from posix.unistd cimport usleep
 
@@ -822,6 +822,8 @@ cdef inline void _leases_drain() noexcept:
     load on every Python call, the loop only when there is something to drop."""
     if cs.resp_lease_pending(&cyserve__leases_back):
         _leases_drop()
+    if cyserve__pins_any():  # bodies kept in a memfd: let go of those no longer sent
+        cyserve__pins_sweep(0)
 
 
 cdef void _leases_drop() noexcept:
@@ -856,6 +858,206 @@ cdef bint _lend_body(cs.resp_t *resp, bytes b, Py_ssize_t n) noexcept:
         return False
     Py_INCREF(b)  # the lease's reference, dropped by _leases_drop
     return True
+
+
+# ---- bodies sent again and again: kept in a memfd while they are ----
+# A lent body still costs the kernel a copy into the socket's buffers on every response: for
+# 133,622 bytes over loopback that is most of the request's CPU (system time per request 64-78
+# us, against 29 us for the same bytes sent by sendfile from a static route's memfd, whose pages
+# the socket takes without a copy; bench/micro/cpu_request.sh, docs/benchmarks.md). A body that
+# is the same bytes object response after response (a module constant, a cached page) is copied
+# once into a sealed memfd, and each response sends from a descriptor of that memfd (a dup: the
+# response owns and closes it, so the cache may let go of the memfd at any time), as a file body
+# (wsgi.file_wrapper's path, sendfile). Its memfd is found by the object's identity, which is only
+# sound while the cache holds a reference: an object is cached once it comes back while one of a
+# few candidate slots held it from its previous response, so a body made afresh per response is
+# never cached (only kept a little longer, at most 8 of them). Entries and candidates not
+# used for a second are let go at the next Python call (and all of them when a server stops),
+# so that an idle server holds no body: the guarantee of lent bodies, within about a second.
+# Bounded in number and bytes; past the bounds a body is lent as before. Only whole bodies (not
+# streamed pieces), not answers to HEAD, of more than 16 KiB (BODY_COPY_MAX: below it the engine
+# copies a body behind the head anyway) and at most PIN_MAX_LEN.
+DEF PIN_MIN = 16385
+DEF PIN_MAX_LEN = 2 * 1024 * 1024
+
+cdef extern from *:
+    """
+    #include <fcntl.h>
+    #include <time.h>
+    #include <unistd.h>
+    #include "csrc/handler_static.h"
+
+    #define CYSERVE__PIN_MAX 64
+    #define CYSERVE__PIN_MAX_BYTES (32u << 20)
+    #define CYSERVE__PIN_SEEN 8
+    #define CYSERVE__PIN_SWEEP_MS 250
+
+    struct cyserve__pin {
+        PyObject *obj; /* a reference; NULL: a free slot (candidates only) */
+        int fd;        /* the sealed memfd (-1 for candidates) */
+        size_t len;
+        uint64_t used; /* CLOCK_MONOTONIC_COARSE, ms */
+    };
+    /* Entries and candidates, under one lock: on a free-threaded interpreter handlers run on
+     * several threads at once. Taken only for bodies above 16 KiB and by the sweep; never held
+     * across a reference drop (a bytes object's deallocation runs no Python, but a lock held
+     * there would have to be reasoned about again whenever that changes). */
+    static pthread_mutex_t cyserve__pins_lock = PTHREAD_MUTEX_INITIALIZER;
+    static struct cyserve__pin cyserve__pins[CYSERVE__PIN_MAX];
+    static struct cyserve__pin cyserve__seen[CYSERVE__PIN_SEEN];
+    static int cyserve__npins;
+    static int cyserve__seen_next;
+    static size_t cyserve__pins_bytes;
+    static uint64_t cyserve__pins_swept;
+    /* How long an unused entry or candidate is kept (_bodies_kept_idle_ms changes it). */
+    static uint64_t cyserve__pin_idle_ms = 1000;
+    /* Entries plus candidates held: read without the lock by every Python call (relaxed: a
+     * sweep missed now is made by a later call). */
+    static _Atomic int cyserve__pins_held;
+
+    static uint64_t cyserve__pins_ms(void)
+    {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+        return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+    }
+
+    static void cyserve__pins_count(void)
+    {
+        int held = cyserve__npins;
+        for (int i = 0; i < CYSERVE__PIN_SEEN; i++)
+            held += cyserve__seen[i].obj != NULL;
+        atomic_store_explicit(&cyserve__pins_held, held, memory_order_relaxed);
+    }
+
+    /* A new descriptor of the memfd holding b's bytes p[0..n), the caller's to close; or -1:
+     * b is not (or cannot be) kept, send it from memory. The GIL held (or, free-threaded, the
+     * caller's reference to b). */
+    static int cyserve__pinned_fd(PyObject *b, const char *p, size_t n)
+    {
+        PyObject *drop = NULL;
+        int fd = -1;
+        uint64_t now = cyserve__pins_ms();
+        struct cyserve__pin *c = NULL;
+        pthread_mutex_lock(&cyserve__pins_lock);
+        for (int i = 0; i < cyserve__npins; i++) {
+            if (cyserve__pins[i].obj == b) {
+                cyserve__pins[i].used = now;
+                fd = fcntl(cyserve__pins[i].fd, F_DUPFD_CLOEXEC, 0);
+                goto out;
+            }
+        }
+        if (cyserve__npins == CYSERVE__PIN_MAX || cyserve__pins_bytes + n > CYSERVE__PIN_MAX_BYTES)
+            goto out;
+        for (int i = 0; i < CYSERVE__PIN_SEEN && !c; i++)
+            if (cyserve__seen[i].obj == b)
+                c = &cyserve__seen[i];
+        if (c) {
+            /* Back while the slot held it: the same object, so it outlives its responses. The
+             * copy is made once, under the lock: a racing thread waits for it, not redoes it. */
+            int mfd = static_body_memfd(p, n);
+            if (mfd < 0)
+                goto out;
+            fd = fcntl(mfd, F_DUPFD_CLOEXEC, 0);
+            if (fd < 0) {
+                close(mfd);
+                goto out;
+            }
+            /* The slot's reference becomes the entry's. */
+            cyserve__pins[cyserve__npins++] = (struct cyserve__pin){b, mfd, n, now};
+            cyserve__pins_bytes += n;
+            c->obj = NULL;
+        } else {
+            /* The candidates are replaced in turn: a body is kept when it comes back before
+             * CYSERVE__PIN_SEEN other large bodies were sent. */
+            c = &cyserve__seen[cyserve__seen_next];
+            cyserve__seen_next = (cyserve__seen_next + 1) % CYSERVE__PIN_SEEN;
+            drop = c->obj;
+            Py_INCREF(b);
+            *c = (struct cyserve__pin){b, -1, n, now};
+        }
+        cyserve__pins_count();
+    out:
+        pthread_mutex_unlock(&cyserve__pins_lock);
+        Py_XDECREF(drop);
+        return fd;
+    }
+
+    /* Let go of the entries and candidates unused for cyserve__pin_idle_ms (all of them with
+     * all != 0), at most every CYSERVE__PIN_SWEEP_MS unless all. GIL held. */
+    static void cyserve__pins_sweep(int all)
+    {
+        PyObject *drop[CYSERVE__PIN_MAX + CYSERVE__PIN_SEEN];
+        int fds[CYSERVE__PIN_MAX];
+        int nd = 0, nf = 0;
+        uint64_t now = cyserve__pins_ms();
+        pthread_mutex_lock(&cyserve__pins_lock);
+        if (!all && now - cyserve__pins_swept < CYSERVE__PIN_SWEEP_MS) {
+            pthread_mutex_unlock(&cyserve__pins_lock);
+            return;
+        }
+        cyserve__pins_swept = now;
+        int kept = 0;
+        for (int i = 0; i < cyserve__npins; i++) {
+            struct cyserve__pin *e = &cyserve__pins[i];
+            if (all || now - e->used > cyserve__pin_idle_ms) {
+                drop[nd++] = e->obj;
+                fds[nf++] = e->fd;
+                cyserve__pins_bytes -= e->len;
+            } else {
+                cyserve__pins[kept++] = *e;
+            }
+        }
+        cyserve__npins = kept;
+        for (int i = 0; i < CYSERVE__PIN_SEEN; i++) {
+            struct cyserve__pin *c = &cyserve__seen[i];
+            if (c->obj && (all || now - c->used > cyserve__pin_idle_ms)) {
+                drop[nd++] = c->obj;
+                c->obj = NULL;
+            }
+        }
+        cyserve__pins_count();
+        pthread_mutex_unlock(&cyserve__pins_lock);
+        /* A response sending from an entry's memfd has its own descriptor. */
+        for (int i = 0; i < nf; i++)
+            close(fds[i]);
+        for (int i = 0; i < nd; i++)
+            Py_DECREF(drop[i]);
+    }
+
+    static inline int cyserve__pins_any(void)
+    {
+        return atomic_load_explicit(&cyserve__pins_held, memory_order_relaxed) != 0;
+    }
+    """
+    int cyserve__pinned_fd(PyObject *b, const char *p, size_t n)
+    void cyserve__pins_sweep(int all)
+    bint cyserve__pins_any()
+    int cyserve__close "close"(int fd)
+    uint64_t cyserve__pin_idle_ms
+
+
+def _bodies_kept_idle_ms(uint64_t ms):
+    """Keep a body's memfd this long after its last use (1,000 ms by default); returns the
+    previous value. For tests that must not depend on how fast the machine is."""
+    global cyserve__pin_idle_ms
+    cdef uint64_t was = cyserve__pin_idle_ms
+    cyserve__pin_idle_ms = ms
+    return was
+
+
+cdef inline int _set_body_whole(cs.resp_t *resp, bytes b, bint head) except -1:
+    """b is the whole body (no piece follows): as _set_body, but a large body that comes back
+    as the same object goes out from a memfd (see above)."""
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(b)
+    cdef int fd
+    if n >= PIN_MIN and n <= PIN_MAX_LEN and not head:
+        fd = cyserve__pinned_fd(<PyObject *>b, PyBytes_AS_STRING(b), <size_t>n)
+        if fd >= 0:
+            if cs.resp_set_body_file(resp, fd, 0, <uint64_t>n) == 0:
+                return 0
+            cyserve__close(fd)
+    return _set_body(resp, b)
 
 
 # The App API's JSON answers (a handler returning a dict or a list) are encoded by orjson when it
@@ -909,7 +1111,7 @@ cdef int _fill_response(object result, cs.resp_t *resp, bint head) except -1:
         return _set_body(resp, (<str>result).encode("utf-8"))
     if isinstance(result, bytes):
         _set_ct(resp, b"application/octet-stream")
-        return _set_body(resp, <bytes>result)
+        return _set_body_whole(resp, <bytes>result, head)
     if isinstance(result, (dict, list)):
         _set_ct(resp, b"application/json")
         # NaN and Infinity are not JSON: a ValueError naming them gives a 500.
@@ -955,7 +1157,7 @@ cdef int _fill_response(object result, cs.resp_t *resp, bint head) except -1:
                 _set_ct(resp, b"text/plain; charset=utf-8")
             elif body:
                 _set_ct(resp, b"application/octet-stream")
-        return _set_body(resp, body)
+        return _set_body_whole(resp, body, head)
     raise TypeError(f"a handler must return str, bytes, dict, list, Response or None, "
                     f"not {type(result).__name__}")
 

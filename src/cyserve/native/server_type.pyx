@@ -676,6 +676,7 @@ cdef class Server:
         while cs.server_take_orphan(self._srv, &t, &stream):
             t.py_stream(t.opaque, stream, NULL, cs.SERVER_STREAM_ABANDON)
         _leases_drain()  # bodies lent to answers the stop ended (python_handler.pyx)
+        cyserve__pins_sweep(1)  # and the bodies kept in a memfd: none is kept past a stop
 
     @property
     def running(self):

@@ -860,7 +860,7 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx,
             # streamed), and "Content-Length: 0" would be a claim about it.
             _check_rc(cs.resp_set_head_length(resp, cs.RESP_LENGTH_UNKNOWN), "Content-Length")
         if body:
-            return _set_body(resp, body)
+            return _set_body_whole(resp, body, head)
         return 0
     finally:
         if a.it is not None:  # not handed to the engine: the answer failed
