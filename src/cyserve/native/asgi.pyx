@@ -16,6 +16,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.pythread cimport PyThread_get_thread_ident
 from cpython.version cimport PY_VERSION_HEX
+from posix.unistd cimport close as _close_fd, getpid as _getpid
 
 # The offload end hook (python_handler.pyx) calls cyserve__asgi_flush, GIL held, when
 # cyserve__asgi_queued says this batch queued something for the loop.
@@ -847,6 +848,7 @@ cdef void _asgi_stream_impl(cs.handoff_t *h, int op) noexcept:
 # it stays inactive: there each worker's batch feeds its own loop, as before.
 cdef cs.asgiq_t _asgiq_main
 cdef bint _asgiq_made = False
+cdef int _asgiq_pid = 0  # the process that made its eventfd: a forked child makes its own
 cdef _ASGILoop _asgiq_owner = None  # the loop that drains it (the process's latest)
 # What the drains took: requests started, and notices (a piece written, a body piece, the
 # client gone). Only the owner's thread writes them (_asgiq_counts reads them for the tests).
@@ -861,13 +863,20 @@ def _asgiq_counts():
 
 def _asgiq_open(_ASGILoop lp):
     """lp drains the process's queue from now on. lp's thread, before the server starts."""
-    global _asgiq_made, _asgiq_owner
+    global _asgiq_made, _asgiq_owner, _asgiq_pid
     cdef int rc
+    if _asgiq_made and _asgiq_pid != _getpid():
+        # Made before a fork: the parent's eventfd would wake (and be read by) both processes,
+        # and its items are the parent's. The child starts a queue of its own.
+        _close_fd(_asgiq_main.efd)
+        _asgiq_made = False
+        _asgiq_owner = None
     if not _asgiq_made:
         rc = cs.asgiq_init(&_asgiq_main)
         if rc != 0:
             raise OSError(-rc, "cannot make the ASGI queue's eventfd")
         _asgiq_made = True
+        _asgiq_pid = _getpid()
     old = _asgiq_owner
     if old is not None and old is not lp and not old.closed:
         # Another runtime's loop drained it (one loop per process serves, the latest started,
