@@ -2,7 +2,11 @@
 # wsgi.pyx. cyserve/asgi.py runs the event loop and lifespan; docs/architecture.md ("ASGI") has
 # the design and its measurements.
 #
-# Who runs what: an ASGI route is a Python target whose call (_asgi_call, on a worker in its
+# Who runs what: with one loop per process, the worker pushes the request's head to the
+# process's C queue without the GIL (csrc/asgiq.h), and the loop thread builds the scope and the
+# _Exchange and starts the app (_asgiq_drain, at the end of this file); what the engine later
+# tells about the request comes the same way. Otherwise (a loop per worker thread, TLS, an
+# Upgrade field) an ASGI route is a Python target whose call (_asgi_call, on a worker in its
 # offload batch, GIL held) builds the scope and an _Exchange, queues the application's start for
 # the loop, and defers the answer (cs.resp_set_defer) through the exchange's handoff
 # (csrc/handoff.h): the request's coroutine then parks without holding the worker. At the end of
