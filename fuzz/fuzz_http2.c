@@ -27,7 +27,6 @@
 #include "csrc/handler_files.c"
 #include "csrc/stream.c"
 #include "csrc/body.c"
-#include "csrc/asgiq.c"
 #include "csrc/handoff.c"
 #include "csrc/access_log.c"
 #include "csrc/http1.c"

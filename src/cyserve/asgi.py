@@ -300,10 +300,6 @@ class ASGIRuntime:
     async def _startup(self, one: _Loop) -> None:
         """Every app's lifespan startup on this loop (its thread), each with a state of its
         own; the state every request on this loop then gets a shallow copy of."""
-        if not self.per_thread:
-            from ._core import _asgiq_open
-
-            _asgiq_open(one.lp)  # requests come through the queue to this loop (its thread)
         by_app: dict[int, _Lifespan | None] = {}
         for handler in self.handlers:
             key = id(handler.app)
@@ -324,9 +320,8 @@ class ASGIRuntime:
         """At a stop, on the loop's thread: cancel the requests' tasks still there (their
         answers were given up by the stop), then run its lifespans' shutdown. The shutdown
         failures' messages, for stop() to log once."""
-        from ._core import _asgi_drop_done_tasks, _asgiq_close
+        from ._core import _asgi_drop_done_tasks
 
-        _asgiq_close(one.lp)  # the server stopped: nothing more is pushed
         keep = {asyncio.current_task(), *(life.task for life in one.lifespans)}
         tasks = [t for t in asyncio.all_tasks() if t not in keep]
         for task in tasks:

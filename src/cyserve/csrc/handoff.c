@@ -21,13 +21,6 @@ int handoff_new(struct handoff **out)
     return 0;
 }
 
-void handoff_hold(struct handoff *h)
-{
-    /* safety: relaxed: the caller holds a reference already, so h cannot be freed meanwhile,
-     * and the increment orders nothing (the release that drops it does). */
-    __atomic_add_fetch(&h->refs, 1, __ATOMIC_RELAXED);
-}
-
 void handoff_release(struct handoff *h)
 {
     /* safety: acq_rel: every access of either side happens before the free. */

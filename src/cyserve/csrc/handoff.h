@@ -20,7 +20,6 @@
 #include "sched.h"
 
 struct server;
-struct asgiq;
 
 struct handoff {
     struct sched_signal ready; /* set when the producer hands its turn to the engine */
@@ -47,19 +46,11 @@ struct handoff {
      * under the server's handoff_lock. */
     struct handoff *prev, *next;
     int tracked;
-    /* Set by the engine when the request went to its producer through an asgiq queue
-     * (asgiq.h): the notices about it (a piece written, a body piece, the client gone) go
-     * through the same queue, not through the target's py_stream. Written before the handoff
-     * is shared; read only by the engine. */
-    struct asgiq *q;
 };
 
 /* A new handoff, holding two references (the producer's, the engine's), its response empty.
  * Returns 0 or -ENOMEM. Any thread. */
 int handoff_new(struct handoff **out);
-
-/* Take one more reference (an asgiq notice's). Any thread, holding a reference. */
-void handoff_hold(struct handoff *h);
 
 /* Drop one reference; the last frees h. Any thread. */
 void handoff_release(struct handoff *h);

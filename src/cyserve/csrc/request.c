@@ -22,7 +22,6 @@
 #include <unistd.h>
 
 #include "access_log.h"
-#include "asgiq.h"
 #include "clock.h"
 #include "conn.h"
 #include "handoff.h"
@@ -161,19 +160,6 @@ static void gone_trampoline(void *arg)
     j->t->py_stream(j->t->opaque, j->h, NULL, SERVER_STREAM_ABANDON);
 }
 
-/* Tell h's producer that the engine gives up on its answer: through its queue when the request
- * went that way (no GIL), else by an offloaded call of t's py_stream. */
-static void tell_gone(const struct server_target *t, struct handoff *h)
-{
-    if (h->q) {
-        asgiq_notify(h->q, ASGIQ_GONE, h, NULL, 0, 0); /* out of memory: the answer's give
-                                                        * says -EPIPE to the producer later */
-        return;
-    }
-    struct gone_job job = {t, h};
-    sched_offload(gone_trampoline, &job); /* refused only by a stop, which cancels h too */
-}
-
 struct body_job {
     struct handoff *h;
     const char *data;
@@ -185,21 +171,6 @@ static void body_trampoline(void *arg)
 {
     struct body_job *j = arg;
     j->h->body_cb(j->h, j->data, j->len, j->more);
-}
-
-/* Hand a body piece to h's producer: *piece (malloc'd, or NULL for none) goes with it through
- * its queue when the request went that way (then *piece is NULL after), else by an offloaded
- * call of its body_cb, which copies it. 0, -ECANCELED (the stop refused the call) or -ENOMEM. */
-static int tell_body(struct handoff *h, char **piece, size_t len, int more)
-{
-    if (h->q) {
-        char *data = len ? *piece : NULL;
-        if (len)
-            *piece = NULL;
-        return asgiq_notify(h->q, ASGIQ_BODY, h, data, len, more);
-    }
-    struct body_job job = {h, len ? *piece : NULL, len, more};
-    return sched_offload(body_trampoline, &job) < 0 ? -ECANCELED : 0;
 }
 
 /* A piece of a streamed body is at most this: what one receive() message carries. */
@@ -357,28 +328,32 @@ static int await_watching(struct request *rq, struct handoff *h, const struct se
             /* safety: acquire pairs with the producer's release stores of body_asked and given
              * (handoff.c): body_cb and resp are read after them. */
             if (__atomic_exchange_n(&h->body_asked, 0, __ATOMIC_ACQUIRE)) {
-                size_t len = 0;
+                struct body_job job = {h, NULL, 0, 0};
                 if (rq->body_left) {
                     if (!piece && !(piece = malloc(BODY_PIECE_MAX))) {
                         rc = -ENOMEM;
                         break;
                     }
-                    int brc = rq->body_chunked ? body_piece_chunked(rq, piece, &len)
-                                               : body_piece(rq, piece, &len);
+                    int brc = rq->body_chunked ? body_piece_chunked(rq, piece, &job.len)
+                                               : body_piece(rq, piece, &job.len);
                     if (brc == -EMSGSIZE || brc == -EBADMSG) {
                         /* The client's fault, told to it (await_deferred answers 413 or 400)
                          * rather than as a connection gone; the app's receive() says
                          * http.disconnect all the same. */
-                        tell_gone(t, h);
+                        struct gone_job gj = {t, h};
+                        sched_offload(gone_trampoline, &gj);
                         rc = brc;
                         break;
                     }
                     if (brc < 0)
                         goto gone;
+                    job.data = piece;
                 }
-                rc = tell_body(h, &piece, len, rq->body_left > 0);
-                if (rc < 0)
+                job.more = rq->body_left > 0;
+                if (sched_offload(body_trampoline, &job) < 0) {
+                    rc = -ECANCELED;
                     break;
+                }
             }
             if (__atomic_exchange_n(&h->given, 0, __ATOMIC_ACQUIRE)) {
                 rc = 0;
@@ -393,8 +368,9 @@ static int await_watching(struct request *rq, struct handoff *h, const struct se
             c->drained = 0;
             continue;
         }
-    gone:
-        tell_gone(t, h);
+    gone:;
+        struct gone_job job = {t, h};
+        sched_offload(gone_trampoline, &job); /* refused only by a stop, which cancels h too */
         access_log_note(rq, 499, 0);
         rc = -ECONNRESET;
         break;
@@ -424,7 +400,7 @@ static int await_h2(struct request *rq, struct handoff *h, const struct server_t
         if (__atomic_exchange_n(&h->body_asked, 0, __ATOMIC_ACQUIRE))
             asked = 1;
         if (asked) {
-            size_t len = 0;
+            struct body_job job = {h, NULL, 0, 0};
             int more = 0;
             int brc = 1;
             if (rq->body_left) {
@@ -432,17 +408,20 @@ static int await_h2(struct request *rq, struct handoff *h, const struct server_t
                     rc = -ENOMEM;
                     break;
                 }
-                brc = http2_body_take(rq, piece, BODY_PIECE_MAX, &len, &more);
+                brc = http2_body_take(rq, piece, BODY_PIECE_MAX, &job.len, &more);
                 if (brc < 0)
                     goto gone;
+                job.data = piece;
             }
             if (brc > 0) {
                 asked = 0;
                 if (!more)
                     rq->body_left = 0;
-                rc = tell_body(h, &piece, len, more);
-                if (rc < 0)
+                job.more = more;
+                if (sched_offload(body_trampoline, &job) < 0) {
+                    rc = -ECANCELED;
                     break;
+                }
             }
         }
         if (__atomic_exchange_n(&h->given, 0, __ATOMIC_ACQUIRE)) {
@@ -451,8 +430,9 @@ static int await_h2(struct request *rq, struct handoff *h, const struct server_t
         }
         if (!http2_stream_gone(rq))
             continue;
-    gone:
-        tell_gone(t, h);
+    gone:;
+        struct gone_job job = {t, h};
+        sched_offload(gone_trampoline, &job); /* refused only by a stop, which cancels h too */
         access_log_note(rq, 499, 0);
         rc = -ECONNRESET;
         break;
@@ -619,41 +599,6 @@ int request_dispatch(struct request *rq, const char *body, size_t body_len)
     return dispatch_limited(rq, &m, body, body_len);
 }
 
-/* An ASGI request handed to its event loop through target t's queue (asgiq.h), without the
- * GIL: 1 when it went (rq->resp.defer is then its handoff, awaited as any deferred answer), 0
- * when it takes the offloaded call instead (over TLS, since the scope's tls extension reads the
- * connection; with an Upgrade field, since a WebSocket handshake is made on the worker), or
- * -ENOMEM. The item copies the head: the loop thread builds the scope from the copy whenever
- * it gets to it, even after this request ended (the client gone). */
-static int dispatch_queued(struct request *rq, const struct server_target *t,
-                           const cyserve_request *creq)
-{
-    if (rq->c->tp != &conn_plain)
-        return 0;
-    for (size_t i = 0; i < creq->num_headers; i++) {
-        const cyserve_header *hd = &creq->headers[i];
-        if (hd->name.len == 7 && strncasecmp(hd->name.ptr, "upgrade", 7) == 0)
-            return 0;
-    }
-    const char *peer;
-    if (server_req_peer(creq, &peer) != 0)
-        peer = NULL;
-    int https = server_req_scheme(creq)[4] == 's';
-    struct handoff *h;
-    if (UNLIKELY(handoff_new(&h)))
-        return -ENOMEM;
-    h->q = t->asgiq;
-    struct asgiq_item *it;
-    if (UNLIKELY(asgiq_start_new(creq, t->opaque, rq->body_left, rq->http2, https, peer, h, &it))) {
-        handoff_release(h);
-        handoff_release(h);
-        return -ENOMEM;
-    }
-    resp_set_defer(&rq->resp, h); /* the engine's reference; the item has the producer's */
-    asgiq_push(t->asgiq, it);
-    return 1;
-}
-
 /* request_dispatch's handler call: a GIL-free handler, or a Python one offloaded to the
  * worker's batch (and an ASGI answer awaited). Its return is request_dispatch's. */
 static int dispatch_call(struct request *rq, const struct router_match *mp, const char *body,
@@ -698,19 +643,14 @@ static int dispatch_call(struct request *rq, const struct router_match *mp, cons
         }
         hrc = 0;
     } else {
-        rc = t->asgiq && asgiq_active(t->asgiq) ? dispatch_queued(rq, t, &creq) : 0;
+        struct py_job job = {t, &creq, &rq->resp, rq->c, clock_mono_ns(), 0};
+        rc = sched_offload(py_trampoline, &job);
         if (UNLIKELY(rc < 0))
-            return rc;
-        if (rc == 0) {
-            struct py_job job = {t, &creq, &rq->resp, rq->c, clock_mono_ns(), 0};
-            rc = sched_offload(py_trampoline, &job);
-            if (UNLIKELY(rc < 0))
-                return rc; /* cancelled: the server is stopping */
-            if (UNLIKELY(job.gone)) {
-                /* Logged as nginx logs it: 499, client closed the request. */
-                access_log_note(rq, 499, 0);
-                return -ECONNRESET;
-            }
+            return rc; /* cancelled: the server is stopping */
+        if (UNLIKELY(job.gone)) {
+            /* Logged as nginx logs it: 499, client closed the request. */
+            access_log_note(rq, 499, 0);
+            return -ECONNRESET;
         }
         hrc = 0;
         if (UNLIKELY(rq->resp.defer != NULL)) {

@@ -27,7 +27,6 @@ struct router;
 struct files_root;
 struct conn_transport;
 struct metrics_proc;
-struct asgiq;
 
 enum server_target_kind {
     SERVER_STATIC = 1, /* a response serialised once at startup, served in C */
@@ -90,11 +89,6 @@ struct server_target {
     unsigned metrics_kind;
     /* SERVER_FILES */
     struct files_root *root;
-    /* SERVER_PYTHON for an ASGI app: the queue to its event loop (asgiq.h). While a consumer
-     * drains it, a request that needs nothing of the worker's Python (not over TLS, no
-     * Upgrade field) is pushed there instead of calling py_call, and its notices follow it
-     * there instead of calling py_stream. NULL: always py_call. */
-    struct asgiq *asgiq;
 };
 
 enum { SERVER_STREAM_NEXT = 0, SERVER_STREAM_ABANDON = 1 };

@@ -22,7 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "asgiq.h"
 #include "compat.h"
 #include "handoff.h"
 #include "request.h"
@@ -63,12 +62,6 @@ static void stream_orphan(struct server *s, const struct server_target *t, void 
 
 void stream_abandon(struct request *rq, const struct server_target *t, void *stream)
 {
-    if (stream == rq->defer && rq->defer->q) {
-        /* Its producer is told through its queue (asgiq.h), without the GIL; out of memory,
-         * it learns from its next give (-EPIPE). */
-        asgiq_notify(rq->defer->q, ASGIQ_GONE, rq->defer, NULL, 0, 0);
-        return;
-    }
     struct py_stream_job job = {t, stream, &rq->resp, SERVER_STREAM_ABANDON, 0};
     if (sched_offload(py_stream_trampoline, &job) < 0 && stream != rq->defer)
         stream_orphan(rq->srv, t, stream);
@@ -77,18 +70,13 @@ void stream_abandon(struct request *rq, const struct server_target *t, void *str
 }
 
 /* The next piece of a deferred answer (handoff.h): tell the producer, by an offloaded call of
- * py_stream or through its queue (asgiq.h), that the last one was written (that is what paces it), then wait for it to give
+ * py_stream, that the last one was written (that is what paces it), then wait for it to give
  * the next. */
 static int stream_next_deferred(struct request *rq, const struct server_target *t,
                                 struct handoff *h, int *more)
 {
-    int rc;
-    if (h->q) {
-        rc = asgiq_notify(h->q, ASGIQ_NEXT, h, NULL, 0, 0); /* its queue: no GIL (asgiq.h) */
-    } else {
-        struct py_stream_job job = {t, h, &rq->resp, SERVER_STREAM_NEXT, 0};
-        rc = sched_offload(py_stream_trampoline, &job);
-    }
+    struct py_stream_job job = {t, h, &rq->resp, SERVER_STREAM_NEXT, 0};
+    int rc = sched_offload(py_stream_trampoline, &job);
     if (LIKELY(rc == 0))
         rc = request_await_answer(rq, h, t);
     if (UNLIKELY(rc < 0))

@@ -2,11 +2,7 @@
 # wsgi.pyx. cyserve/asgi.py runs the event loop and lifespan; docs/architecture.md ("ASGI") has
 # the design and its measurements.
 #
-# Who runs what: with one loop per process, the worker pushes the request's head to the
-# process's C queue without the GIL (csrc/asgiq.h), and the loop thread builds the scope and the
-# _Exchange and starts the app (_asgiq_drain, at the end of this file); what the engine later
-# tells about the request comes the same way. Otherwise (a loop per worker thread, TLS, an
-# Upgrade field) an ASGI route is a Python target whose call (_asgi_call, on a worker in its
+# Who runs what: an ASGI route is a Python target whose call (_asgi_call, on a worker in its
 # offload batch, GIL held) builds the scope and an _Exchange, queues the application's start for
 # the loop, and defers the answer (cs.resp_set_defer) through the exchange's handoff
 # (csrc/handoff.h): the request's coroutine then parks without holding the worker. At the end of
@@ -20,7 +16,6 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.pythread cimport PyThread_get_thread_ident
 from cpython.version cimport PY_VERSION_HEX
-from posix.unistd cimport close as _close_fd, getpid as _getpid
 
 # The offload end hook (python_handler.pyx) calls cyserve__asgi_flush, GIL held, when
 # cyserve__asgi_queued says this batch queued something for the loop.
@@ -113,9 +108,6 @@ cdef class _ASGILoop:
     # The loop's thread, as _asgi_spawn and _asgi_ws_spawn find it: send() takes a message at
     # once only there (see _Exchange.send).
     cdef unsigned long ident
-    # The header-name and peer tables of the scopes this loop's thread builds (_asgiq_drain),
-    # as a worker's _ThreadCache has them for the scopes it builds.
-    cdef _ThreadCache qcache
 
     def __init__(self, loop):
         import asyncio  # imported already: the loop exists
@@ -127,11 +119,6 @@ cdef class _ASGILoop:
         self.ready.set_result(None)
         self.task_type = asyncio.Task
         self.eager = PY_VERSION_HEX >= 0x030C0000
-        self.qcache = _ThreadCache.__new__(_ThreadCache)
-        self.qcache.asgi_names = [None] * ASGI_NAMES_SLOTS
-        self.qcache.asgi_lower = [None] * ASGI_NAMES_SLOTS
-        self.qcache.peer_keys = [None] * ASGI_PEER_SLOTS
-        self.qcache.peer_values = [None] * ASGI_PEER_SLOTS
 
 
 # The process's loop (_asgi_loop's), and with one loop per worker thread the callable that
@@ -654,28 +641,12 @@ cdef class ASGIHandler:
         return f"<ASGIHandler {self._label} at {self.root_path or '/'}>"
 
     cdef dict _scope(self, const cyserve_request *req):
-        # The scope of a request on the worker that parsed it (its batch): what the engine
-        # knows beside req is asked of it.
-        cdef const char *peer
-        cdef _ThreadCache cache = _tcache()
-        if cs.server_req_peer(<const cs.req_t *>req, &peer) != 0:
-            peer = NULL
-        tls = None
-        if cs.server_req_tls(<const cs.req_t *>req):
-            tls = _tls_extension(<const cs.req_t *>req)
-        return self._scope_of(req, cs.server_req_http2(<const cs.req_t *>req),
-                              cs.server_req_scheme(<const cs.req_t *>req)[4] == c"s", peer, tls,
-                              cache, _asgi_state(self, cache))
-
-    cdef dict _scope_of(self, const cyserve_request *req, bint http2, bint https,
-                        const char *peer, object tls, _ThreadCache cache, dict state):
         # A copy of the template (one copy of its key table, no hashing) whose per-request
-        # entries are then replaced in place: cheaper than inserting fourteen keys. The caller
-        # tells what the engine knows beside req: HTTP/2, the scheme, the peer ("host:port" or
-        # NULL), the TLS extension (None without TLS), and gives the thread's name tables and
-        # the request's state.
+        # entries are then replaced in place: cheaper than inserting fourteen keys.
         cdef size_t i
         cdef const cyserve_header *h
+        cdef const char *peer
+        cdef _ThreadCache cache = _tcache()
         cdef Py_ssize_t n = <Py_ssize_t>req.num_headers
         cdef list headers = PyList_New(n)
         for i in range(req.num_headers):
@@ -685,16 +656,16 @@ cdef class ASGIHandler:
             Py_INCREF(item)
             PyList_SET_ITEM(headers, <Py_ssize_t>i, item)
         client = None
-        if peer != NULL:
+        if cs.server_req_peer(<const cs.req_t *>req, &peer) == 0:
             client = _asgi_client(peer, cache)
         cdef dict scope = PyDict_Copy(self._template)
-        if http2:
+        if cs.server_req_http2(<const cs.req_t *>req):
             scope["http_version"] = "2"
         elif req.minor_version != 1:
             scope["http_version"] = "1.0"
         scope["method"] = _method_str(req.method)
         # "https" over TLS, or when a trusted proxy says so (as the client above).
-        if https:
+        if cs.server_req_scheme(<const cs.req_t *>req)[4] == c"s":
             scope["scheme"] = "https"
         scope["path"] = _asgi_path(req.path.ptr, req.path.len)
         scope["raw_path"] = PyBytes_FromStringAndSize(req.path.ptr, <Py_ssize_t>req.path.len)
@@ -703,40 +674,34 @@ cdef class ASGIHandler:
         scope["headers"] = headers
         scope["client"] = client
         scope["server"] = self.server
-        scope["state"] = state
+        scope["state"] = _asgi_state(self, cache)
         # The ASGI TLS extension over TLS (its connection's, not a proxy's).
-        scope["extensions"] = {} if tls is None else {"tls": tls}
+        if cs.server_req_tls(<const cs.req_t *>req):
+            scope["extensions"] = {"tls": _tls_extension(<const cs.req_t *>req)}
+        else:
+            scope["extensions"] = {}
         if self._outer is not None:  # set_root_path
             scope["path"] = self._outer + scope["path"]
             scope["raw_path"] = self._outer_b + scope["raw_path"]
         return scope
 
     cdef _Exchange _start(self, const cyserve_request *req):
-        # On the worker, in its batch (the offloaded call: over TLS, or with an Upgrade field
-        # that was no WebSocket handshake; the others come through the queue, _asgiq_drain).
         scope = self._scope(req)
-        cdef _Exchange ex = self._exchange(req, scope,
-                                           cs.server_req_body_pending(<const cs.req_t *>req))
+        cdef _Exchange ex = _Exchange.__new__(_Exchange)
+        ex.handler = self
+        ex.label = self._label
+        ex.body = PyBytes_FromStringAndSize(req.body.ptr, <Py_ssize_t>req.body.len)
+        ex.head = req.method.len == 4 and memcmp(req.method.ptr, "HEAD", 4) == 0
+        ex.body_stream = cs.server_req_body_pending(<const cs.req_t *>req) != 0
         # Last, so that nothing can fail between it and resp_set_defer, which hands the
         # engine its reference.
         if cs.handoff_new(&ex.h) != 0:
             raise MemoryError()
         cyserve__producer_enable(<PyObject *>ex)
         ex.h.producer = <void *>ex  # before the handoff is shared: no lock needed
-        _asgi_queue_start(ex)
-        return ex
-
-    cdef _Exchange _exchange(self, const cyserve_request *req, dict scope,
-                             unsigned long long body_pending):
-        # The exchange for a request, without its handoff (the caller's to set).
-        cdef _Exchange ex = _Exchange.__new__(_Exchange)
-        ex.handler = self
-        ex.label = self._label
-        ex.body = PyBytes_FromStringAndSize(req.body.ptr, <Py_ssize_t>req.body.len)
-        ex.head = req.method.len == 4 and memcmp(req.method.ptr, "HEAD", 4) == 0
-        ex.body_stream = body_pending != 0
         ex.app = self.app
         ex.scope = scope
+        _asgi_queue_start(ex)
         return ex
 
 
@@ -841,143 +806,3 @@ cdef void _asgi_stream_impl(cs.handoff_t *h, int op) noexcept:
         _asgi_queue_call(lp, ex._piece_written, None)
     else:
         _asgi_queue_call(lp, ex._client_gone, None)
-
-
-# The process's queue to its event loop (csrc/asgiq.h has the design): with one loop per
-# process, a worker pushes an ASGI request's head there, and the notices that follow it, without
-# taking the GIL; the loop thread drains it in one pass per wake-up (_asgiq_drain), building the
-# scopes and starting the tasks under the GIL it holds anyway. Every ASGI target points at it
-# (server_type.pyx); the engine pushes only while it is active, between _asgiq_open and
-# _asgiq_close, which the loop that drains it calls on its thread. With a loop per worker thread
-# it stays inactive: there each worker's batch feeds its own loop, as before.
-cdef cs.asgiq_t _asgiq_main
-cdef bint _asgiq_made = False
-cdef int _asgiq_pid = 0  # the process that made its eventfd: a forked child makes its own
-cdef _ASGILoop _asgiq_owner = None  # the loop that drains it (the process's latest)
-# What the drains took: requests started, and notices (a piece written, a body piece, the
-# client gone). Only the owner's thread writes them (_asgiq_counts reads them for the tests).
-cdef unsigned long long _asgiq_starts = 0
-cdef unsigned long long _asgiq_notices = 0
-
-
-def _asgiq_counts():
-    """(requests started, notices) that came through the process's queue so far."""
-    return _asgiq_starts, _asgiq_notices
-
-
-def _asgiq_open(_ASGILoop lp):
-    """lp drains the process's queue from now on. lp's thread, before the server starts."""
-    global _asgiq_made, _asgiq_owner, _asgiq_pid
-    cdef int rc
-    if _asgiq_made and _asgiq_pid != _getpid():
-        # Made before a fork: the parent's eventfd would wake (and be read by) both processes,
-        # and its items are the parent's. The child starts a queue of its own.
-        _close_fd(_asgiq_main.efd)
-        _asgiq_made = False
-        _asgiq_owner = None
-    if not _asgiq_made:
-        rc = cs.asgiq_init(&_asgiq_main)
-        if rc != 0:
-            raise OSError(-rc, "cannot make the ASGI queue's eventfd")
-        _asgiq_made = True
-        _asgiq_pid = _getpid()
-    old = _asgiq_owner
-    if old is not None and old is not lp and not old.closed:
-        # Another runtime's loop drained it (one loop per process serves, the latest started,
-        # as _asgi_set_loop says): it stops watching, on its thread.
-        try:
-            old.loop.call_soon_threadsafe(old.loop.remove_reader, _asgiq_main.efd)
-        except RuntimeError:
-            pass
-    lp.loop.add_reader(_asgiq_main.efd, _asgiq_drain, lp)
-    _asgiq_owner = lp
-    cs.asgiq_set_active(&_asgiq_main, 1)
-
-
-def _asgiq_close(_ASGILoop lp):
-    """lp no longer drains the queue; what is left in it is dropped (its requests' waits were
-    cancelled by the stop). lp's thread, after the server stopped."""
-    global _asgiq_owner
-    if _asgiq_owner is not lp:
-        return
-    cs.asgiq_set_active(&_asgiq_main, 0)
-    lp.loop.remove_reader(_asgiq_main.efd)
-    cs.asgiq_drop_all(&_asgiq_main)
-    _asgiq_owner = None
-
-
-def _asgiq_drain(_ASGILoop lp):
-    # The loop's reader of the queue's eventfd: everything the workers pushed since the last
-    # wake-up, oldest first (a request's notices after its start), in one pass.
-    global _asgiq_starts, _asgiq_notices
-    if lp is not _asgiq_owner:
-        return  # a loop that stopped draining it, before its reader was removed
-    cdef cs.asgiq_item_t *it = cs.asgiq_take(&_asgiq_main)
-    cdef cs.asgiq_item_t *nx
-    cdef int direct = -1  # as in _asgi_run_batch
-    while it != NULL:
-        nx = it.next
-        try:
-            if it.kind == cs.ASGIQ_START:
-                _asgiq_starts += 1
-                if direct < 0:
-                    direct = lp.loop.get_task_factory() is None
-                _asgiq_start(lp, it, direct)
-            else:
-                _asgiq_notices += 1
-                _asgiq_notice(lp, it)
-        except BaseException:
-            _asgi_log.exception("ASGI dispatch failed")
-        cs.asgiq_item_free(it)
-        it = nx
-
-
-cdef void _asgiq_start(_ASGILoop lp, cs.asgiq_item_t *it, int direct) except *:
-    # What _asgi_call_impl and _asgi_spawn do for a request of the offloaded call, on the loop.
-    cdef tuple info = <tuple>it.opaque
-    cdef ASGIHandler handler = <ASGIHandler>info[0]
-    cdef cs.handoff_t *h = it.h
-    cdef _Exchange ex
-    cdef PyObject *st
-    cdef const cyserve_request *req = <const cyserve_request *>&it.req
-    try:
-        st = PyDict_GetItem(lp.states, handler)
-        scope = handler._scope_of(req, it.http2, it.https, it.peer, None, lp.qcache,
-                                  {} if st == NULL else (<dict>st).copy())
-        ex = handler._exchange(req, scope, it.body_pending)
-    except BaseException:
-        _answer_500(&h.resp)
-        cs.handoff_give(h, 0)  # the engine may have left: then nobody waits for it
-        _error_log.exception("ASGI application %s failed for %s %s", info[2],
-                             _latin1(req.method), _latin1(req.target))
-        return
-    # The producer's reference goes from the item to the exchange. Only this thread reads
-    # h.producer for a request of the queue (its notices come here too), so it is set plainly.
-    ex.h = cs.asgiq_item_take_handoff(it)
-    cyserve__producer_enable(<PyObject *>ex)
-    ex.h.producer = <void *>ex
-    ex.lp = lp
-    _asgi_spawn(ex, direct)
-
-
-cdef void _asgiq_notice(_ASGILoop lp, cs.asgiq_item_t *it) except *:
-    # What _asgi_stream_impl and _asgi_body_piece do on a worker for a request of the offloaded
-    # call, here on the loop for one of the queue.
-    cdef PyObject *p = cyserve__producer_get(&it.h.producer)
-    if p == NULL:
-        return  # the exchange is gone already: nobody to tell
-    ex = <_Exchange>p
-    Py_DecRef(p)  # ex holds its own reference
-    if it.kind == cs.ASGIQ_NEXT:
-        fn, arg = ex._piece_written, None
-    elif it.kind == cs.ASGIQ_GONE:
-        fn, arg = ex._client_gone, None
-    else:
-        fn = ex._body_piece
-        arg = (PyBytes_FromStringAndSize(it.data, <Py_ssize_t>it.len) if it.len else b"",
-               it.more != 0)
-    if ex.lp is lp:
-        fn(arg)
-    elif not ex.lp.closed:
-        # Started by a loop that drained the queue before this one (a runtime started after it).
-        ex.lp.loop.call_soon_threadsafe(fn, arg)

@@ -500,7 +500,6 @@ cdef class Server:
                 t.stream_body = 1  # receive() gets the body as it arrives
                 t.body_stream = 0  # not the WSGI/App stream (body.h): receive() reads its own
                 t.metrics_kind = cs.METRICS_ASGI
-                t.asgiq = &_asgiq_main  # pushed to while a loop drains it (asgi.pyx)
             t.opaque = <void *>info
         elif kind == "nogil":
             inline = True

@@ -74,10 +74,6 @@ cdef extern from "csrc/metrics.h" nogil:
     int metrics_listen_start(metrics_listener_t **out, metrics_region_t *r, int fd)
     void metrics_listen_stop(metrics_listener_t *l)
 
-cdef extern from "csrc/asgiq.h" nogil:
-    ctypedef struct asgiq_t "struct asgiq":
-        int efd
-
 cdef extern from "csrc/server.h" nogil:
     enum:
         ACCESS_LOG_COMMON
@@ -136,7 +132,6 @@ cdef extern from "csrc/server.h" nogil:
         int static_health
         unsigned metrics_kind
         files_root_t *root
-        asgiq_t *asgiq
 
     ctypedef struct server_listen_t "struct server_listen":
         const char *host
@@ -234,33 +229,6 @@ cdef extern from "csrc/handoff.h" nogil:
     int handoff_gone(const handoff_t *h)
     int handoff_ask_body(handoff_t *h, void (*cb)(handoff_t *h, const char *data, size_t n,
                                                   int more) noexcept)
-
-cdef extern from "csrc/asgiq.h" nogil:
-    enum:
-        ASGIQ_START
-        ASGIQ_NEXT
-        ASGIQ_GONE
-        ASGIQ_BODY
-    ctypedef struct asgiq_item_t "struct asgiq_item":
-        asgiq_item_t *next
-        int kind
-        handoff_t *h
-        char *data
-        size_t len
-        int more
-        void *opaque
-        uint64_t body_pending
-        int http2
-        int https
-        const char *peer
-        req_t req
-    int asgiq_init(asgiq_t *q)
-    void asgiq_set_active(asgiq_t *q, int on)
-    int asgiq_active(const asgiq_t *q)
-    asgiq_item_t *asgiq_take(asgiq_t *q)
-    handoff_t *asgiq_item_take_handoff(asgiq_item_t *it)
-    void asgiq_item_free(asgiq_item_t *it)
-    void asgiq_drop_all(asgiq_t *q)
 
 cdef extern from "csrc/ws.h" nogil:
     enum:
