@@ -27,7 +27,24 @@
 #include "csrc/access_log.c"
 #include "csrc/http1.c"
 #include "csrc/http1_inline.c"
+/* http2.c's malloc, made to fail on demand (h2_fail_malloc: the next call returns NULL), so that
+ * the paths taken when a copy cannot be made are tested. The headers it uses are included
+ * first, so that only its own calls are renamed. */
+#include <malloc.h>
+#include <nghttp2/nghttp2.h>
+#include <sys/mman.h>
+static int h2_fail_malloc;
+static void *h2_test_malloc(size_t n)
+{
+    if (h2_fail_malloc) {
+        h2_fail_malloc = 0;
+        return NULL;
+    }
+    return malloc(n);
+}
+#define malloc h2_test_malloc
 #include "csrc/http2.c"
+#undef malloc
 #include "csrc/proxy.c"
 #include "csrc/ws.c"
 #include "csrc/ws_conn.c"
@@ -376,6 +393,57 @@ static void test_park(void)
     nghttp2_session_del(cl);
 }
 
+/* The pack's bytes but the frame buffer's (which holds nothing between frames) equal before's. */
+static int pack_same(const struct h2_session *h, const char *before)
+{
+    for (size_t i = 0; i < H2_PACK_LEN; i++)
+        if ((i < h->pack_scratch || i >= h->pack_scratch + H2_FRAMEBUF_LEN) &&
+            before[i] != h->pack[i])
+            return 0;
+    return 1;
+}
+
+/* When the copy cannot be made (out of memory), setting aside gives back the frame buffer's
+ * pages and nothing else: the stream map, above it in the pack, is not all zeros while the
+ * library keeps an idle stream that a PRIORITY frame made (RFC 7540 5.3.4), with no stream of
+ * the server's open. The session stays where it is and serves on. */
+static void test_park_without_copy(void)
+{
+    struct h2_session *h = session();
+    if (!h || h->pack != (char *)h) {
+        ok(0, "the session heads its pack");
+        return;
+    }
+    nghttp2_session *cl = client();
+    nghttp2_priority_spec ps;
+    nghttp2_priority_spec_init(&ps, 0, 16, 0);
+    nghttp2_submit_priority(cl, NGHTTP2_FLAG_NONE, 7, &ps);
+    ok(to_server(cl, h) >= 0, "a PRIORITY frame for an idle stream taken");
+    server_goaway(h);
+    is_int(h->nstreams, 0, "no stream of the server's open");
+    ok(nghttp2_session_find_stream(h->ng, 7) != NULL, "the library keeps the idle stream");
+    char *before = malloc(H2_PACK_LEN);
+    memcpy(before, h->pack, H2_PACK_LEN);
+    h2_mem_idle(h);
+    h2_fail_malloc = 1;
+    h2_park(h);
+    h2_fail_malloc = 0;
+    ok(conn.proto_data == h, "no copy: the session stays where it is");
+    size_t fb0 = h->pack_scratch / 4096, fb1 = (h->pack_scratch + H2_FRAMEBUF_LEN + 4095) / 4096;
+    unsigned fbmask = ((1u << fb1) - 1) & ~((1u << fb0) - 1);
+    is_int(resident(h->pack) & fbmask, 0, "the frame buffer's pages given back");
+    ok(pack_same(h, before), "every other byte kept (the stream map's with it)");
+    ok(nghttp2_session_find_stream(h->ng, 7) != NULL, "the idle stream still found");
+    nghttp2_nv get[] = {NV(":method", "GET"), NV(":path", "/p"), NV(":scheme", "http"),
+                        NV(":authority", "a")};
+    int32_t id = nghttp2_submit_request(cl, NULL, get, 4, NULL, NULL);
+    ok(to_server(cl, h) >= 0 && h->streams && h->streams->id == id && h->streams->ready,
+       "a request after it taken");
+    free(before);
+    h2_session_free(h, 0);
+    nghttp2_session_del(cl);
+}
+
 int main(void)
 {
     test_preface();
@@ -386,5 +454,6 @@ int main(void)
     test_ping_flood();
     test_lower_stream_id();
     test_park();
+    test_park_without_copy();
     return done_testing();
 }
