@@ -27,7 +27,12 @@
  * for a plain socket (nothing more to read until the next readiness), which conn.c's `drained`
  * and the edge-triggered epoll rely on: a request whose record arrived in the same segment as
  * the previous one is not left in OpenSSL's buffers while the connection goes idle. The cost is
- * one more recv (EAGAIN) per request than the plain path's short read.
+ * one more recv (EAGAIN) per request than the plain path's short read. OpenSSL reads ahead
+ * (SSL_CTX_set_read_ahead): one recv takes what the socket holds, several records or a record's
+ * header with its body, instead of a recv for each header and each body. What it read ahead is
+ * still OpenSSL's until SSL_read has returned it, and SSL_read reports WANT_READ only once it
+ * needs the socket and the socket said EAGAIN: then what it holds is at most part of a record,
+ * whose rest will make the socket readable again. So reading until WANT_READ still drains.
  *
  * Writes. A response is written with as few SSL_write calls as possible: when the HTTP layer
  * hands over several pieces (head, body), those that fit one TLS record (16 KiB) are gathered
@@ -469,6 +474,10 @@ static int tls_ctx_make(struct tls_ctx *t, const struct tls_options *o, const ch
     /* Moving write buffer: see "Writes" above. Release buffers: an idle keep-alive connection
      * keeps no 16 KiB read and write buffers, only its session. */
     SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
+    /* Read ahead: OpenSSL reads what the socket holds (up to its record buffer) in one recv,
+     * rather than each record's 5-byte header and then its body in two; see "Reads" above for
+     * why nothing it holds is left behind when the connection goes idle. */
+    SSL_CTX_set_read_ahead(ctx, 1);
     /* Session resumption: tickets (keys from tls_ticket_cb, rotated) and the session cache, with
      * an id context so that resumed sessions are accepted. A session lives two ticket
      * periods, as its ticket's key does. */
