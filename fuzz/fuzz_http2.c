@@ -3,8 +3,10 @@
  * pieces (split where its first byte says), as the connection's reads would feed it. Every
  * stream whose request the callbacks completed is answered as the request core would answer it
  * (a short body with header lines, through h2_submit and the data source), everything the
- * session wants to write is drained, closed streams are freed, and then the session. The
- * sanitizers and the invariants below are the checks.
+ * session wants to write is drained, closed streams are freed; a session left with no stream
+ * open is set aside as an idle connection's is and written back (after the first piece) or
+ * closed while set aside (after the second); then the session is freed. The sanitizers and the
+ * invariants below are the checks.
  *
  * Built with clang by fuzz/Makefile (`make run-http2`), and with gcc as a replay binary
  * (-DFUZZ_REPLAY) that tests/unit/test_fuzz_replay.py runs over corpus-http2/:
@@ -59,6 +61,27 @@ static void drain(struct h2_session *h)
         ;
 }
 
+/* The session is idle (no stream open, everything written): set aside as the connection's idle
+ * timer sets it aside (h2_park), and, when wake, written back as its next readiness does (h2_of):
+ * every byte of its pack but the frame buffer's must come back. */
+static void park(struct h2_session *h, int wake)
+{
+    static char before[H2_PACK_LEN];
+    struct conn *c = h->c;
+    char *pack = h->pack;
+    size_t fb = h->pack_scratch;
+    memcpy(before, pack, H2_PACK_LEN);
+    h2_mem_idle(h);
+    h2_park(h);
+    check((uintptr_t)c->proto_data & 1, "set aside");
+    if (!wake)
+        return;
+    check(h2_of(c) == h, "written back where it was");
+    for (size_t i = 0; i < H2_PACK_LEN; i++)
+        check((i >= fb && i < fb + H2_FRAMEBUF_LEN) || before[i] == pack[i],
+              "written back exactly");
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static struct server srv;
@@ -77,6 +100,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct h2_session *h = h2_session_new(&conn);
     if (!h)
         return 0;
+    conn.proto_data = h;
     nghttp2_session_mem_recv(h->ng, (const uint8_t *)HTTP2_PREFACE, HTTP2_PREFACE_LEN);
     size_t cut = size ? data[0] % (size + 1) : 0;
     const uint8_t *pieces[2] = {data, data + cut};
@@ -105,8 +129,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         drain(h);
         h2_sweep(h);
+        if (!h->nstreams && h->pack && !nghttp2_session_want_write(h->ng))
+            park(h, p == 0);
     }
-    h2_session_free(h, 0);
+    /* Set aside after the last piece, the session is closed so (written back, then freed). */
+    if ((uintptr_t)conn.proto_data & 1)
+        http2_close(&conn);
+    else
+        h2_session_free(h, 0);
     return 0;
 }
 

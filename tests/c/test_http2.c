@@ -27,7 +27,24 @@
 #include "csrc/access_log.c"
 #include "csrc/http1.c"
 #include "csrc/http1_inline.c"
+/* http2.c's malloc, made to fail on demand (h2_fail_malloc: the next call returns NULL), so that
+ * the paths taken when a copy cannot be made are tested. The headers it uses are included
+ * first, so that only its own calls are renamed. */
+#include <malloc.h>
+#include <nghttp2/nghttp2.h>
+#include <sys/mman.h>
+static int h2_fail_malloc;
+static void *h2_test_malloc(size_t n)
+{
+    if (h2_fail_malloc) {
+        h2_fail_malloc = 0;
+        return NULL;
+    }
+    return malloc(n);
+}
+#define malloc h2_test_malloc
 #include "csrc/http2.c"
+#undef malloc
 #include "csrc/proxy.c"
 #include "csrc/ws.c"
 #include "csrc/ws_conn.c"
@@ -39,13 +56,14 @@
 static struct server srv;
 static struct server_worker worker;
 static struct conn conn;
+static size_t session_header_limit = 400; /* what session() gives max_header_bytes */
 
 static struct h2_session *session(void)
 {
     memset(&srv, 0, sizeof(srv));
     server_config_default(&srv.cfg);
     srv.cfg.max_body_bytes = 64;
-    srv.cfg.limits.max_header_bytes = 400;
+    srv.cfg.limits.max_header_bytes = session_header_limit;
     memset(&worker, 0, sizeof(worker));
     worker.srv = &srv;
     memset(&conn, 0, sizeof(conn));
@@ -376,6 +394,276 @@ static void test_park(void)
     nghttp2_session_del(cl);
 }
 
+/* The pack's bytes but the frame buffer's (which holds nothing between frames) equal before's. */
+static int pack_same(const struct h2_session *h, const char *before)
+{
+    for (size_t i = 0; i < H2_PACK_LEN; i++)
+        if ((i < h->pack_scratch || i >= h->pack_scratch + H2_FRAMEBUF_LEN) &&
+            before[i] != h->pack[i])
+            return 0;
+    return 1;
+}
+
+/* When the copy cannot be made (out of memory), setting aside gives back the frame buffer's
+ * pages and nothing else: the stream map, above it in the pack, is not all zeros while the
+ * library keeps an idle stream that a PRIORITY frame made (RFC 7540 5.3.4), with no stream of
+ * the server's open. The session stays where it is and serves on. */
+static void test_park_without_copy(void)
+{
+    struct h2_session *h = session();
+    if (!h || h->pack != (char *)h) {
+        ok(0, "the session heads its pack");
+        return;
+    }
+    nghttp2_session *cl = client();
+    nghttp2_priority_spec ps;
+    nghttp2_priority_spec_init(&ps, 0, 16, 0);
+    nghttp2_submit_priority(cl, NGHTTP2_FLAG_NONE, 7, &ps);
+    ok(to_server(cl, h) >= 0, "a PRIORITY frame for an idle stream taken");
+    server_goaway(h);
+    is_int(h->nstreams, 0, "no stream of the server's open");
+    ok(nghttp2_session_find_stream(h->ng, 7) != NULL, "the library keeps the idle stream");
+    char *before = malloc(H2_PACK_LEN);
+    memcpy(before, h->pack, H2_PACK_LEN);
+    h2_mem_idle(h);
+    h2_fail_malloc = 1;
+    h2_park(h);
+    h2_fail_malloc = 0;
+    ok(conn.proto_data == h, "no copy: the session stays where it is");
+    size_t fb0 = h->pack_scratch / 4096, fb1 = (h->pack_scratch + H2_FRAMEBUF_LEN + 4095) / 4096;
+    unsigned fbmask = ((1u << fb1) - 1) & ~((1u << fb0) - 1);
+    is_int(resident(h->pack) & fbmask, 0, "the frame buffer's pages given back");
+    ok(pack_same(h, before), "every other byte kept (the stream map's with it)");
+    ok(nghttp2_session_find_stream(h->ng, 7) != NULL, "the idle stream still found");
+    nghttp2_nv get[] = {NV(":method", "GET"), NV(":path", "/p"), NV(":scheme", "http"),
+                        NV(":authority", "a")};
+    int32_t id = nghttp2_submit_request(cl, NULL, get, 4, NULL, NULL);
+    ok(to_server(cl, h) >= 0 && h->streams && h->streams->id == id && h->streams->ready,
+       "a request after it taken");
+    free(before);
+    h2_session_free(h, 0);
+    nghttp2_session_del(cl);
+}
+
+/* ---- setting aside between random frames ---- */
+
+static uint64_t rnd_state = 0x9e3779b97f4a7c15ull;
+static unsigned rnd(unsigned n)
+{
+    rnd_state ^= rnd_state << 13;
+    rnd_state ^= rnd_state >> 7;
+    rnd_state ^= rnd_state << 17;
+    return (unsigned)(rnd_state % n);
+}
+
+/* What the client saw of the server's frames. */
+struct seen {
+    unsigned answers, bad_status, resets, ping_acks, settings_acks, goaways;
+};
+
+static int cl_on_frame_recv(nghttp2_session *cl, const nghttp2_frame *f, void *ud)
+{
+    struct seen *k = ud;
+    switch (f->hd.type) {
+    case NGHTTP2_PING:
+        k->ping_acks += (f->hd.flags & NGHTTP2_FLAG_ACK) != 0;
+        break;
+    case NGHTTP2_SETTINGS:
+        k->settings_acks += (f->hd.flags & NGHTTP2_FLAG_ACK) != 0;
+        break;
+    case NGHTTP2_GOAWAY:
+        k->goaways++;
+        break;
+    case NGHTTP2_RST_STREAM:
+        k->resets++;
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
+static int cl_on_header(nghttp2_session *cl, const nghttp2_frame *f, const uint8_t *name,
+                        size_t nlen, const uint8_t *value, size_t vlen, uint8_t flags, void *ud)
+{
+    struct seen *k = ud;
+    if (nlen == 7 && !memcmp(name, ":status", 7)) {
+        k->answers++;
+        k->bad_status += !(vlen == 3 && (!memcmp(value, "200", 3) || !memcmp(value, "431", 3)));
+    }
+    return 0;
+}
+
+/* Frames both ways until neither side has more: the server answers every complete request (as
+ * the request core would, through h2_submit) and frees the streams the library closed. 0, or
+ * -1 when either side failed to take the other's frames (an HPACK table out of step fails so). */
+static int exchange(nghttp2_session *cl, struct h2_session *h)
+{
+    for (int round = 0; round < 64; round++) {
+        const uint8_t *d;
+        ssize_t n;
+        int moved = 0;
+        while ((n = nghttp2_session_mem_send(cl, &d)) > 0) {
+            moved = 1;
+            if (nghttp2_session_mem_recv(h->ng, d, (size_t)n) < 0)
+                return -1;
+        }
+        for (struct h2_stream *st = h->streams; st; st = st->next) {
+            if (!st->ready || st->answered || st->closed)
+                continue;
+            request_answer_simple(&st->rq.answer, st->rq.answer_lines, sizeof(st->rq.answer_lines),
+                                  st->fail_status ? 431 : 200, "set aside\n", "X-Round: 1\r\n");
+            if (h2_submit(h, st))
+                return -1;
+        }
+        while ((n = nghttp2_session_mem_send(h->ng, &d)) > 0) {
+            moved = 1;
+            if (nghttp2_session_mem_recv(cl, d, (size_t)n) < 0)
+                return -1;
+        }
+        if (n < 0)
+            return -1;
+        h2_sweep(h);
+        if (!moved)
+            return 0;
+    }
+    return -1;
+}
+
+/* An idle session set aside and woken again between random frames of every kind a client may
+ * send while a connection is idle: PING, SETTINGS (a new HPACK table size, new windows),
+ * WINDOW_UPDATE, PRIORITY for idle streams (which the library keeps in the stream map with no
+ * stream of the server's open), requests whose fields the HPACK tables of both sides index and
+ * evict, a header block larger than a frame (CONTINUATION), a body, a stream reset before its
+ * answer, and at the end GOAWAY, after which the session is closed while set aside. Every time,
+ * the pack is given back and written back exactly, and the client decodes every answer (its
+ * HPACK state and the server's stayed in step); under ASan and LeakSanitizer. */
+static void test_park_cycles(void)
+{
+    session_header_limit = 65536;
+    struct h2_session *h = session();
+    session_header_limit = 400;
+    if (!h || h->pack != (char *)h) {
+        ok(0, "the session heads its pack");
+        return;
+    }
+    struct seen k = {0};
+    nghttp2_session_callbacks *cbs;
+    nghttp2_session *cl = NULL;
+    nghttp2_session_callbacks_new(&cbs);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, cl_on_frame_recv);
+    nghttp2_session_callbacks_set_on_header_callback(cbs, cl_on_header);
+    nghttp2_session_client_new(&cl, cbs, &k);
+    nghttp2_session_callbacks_del(cbs);
+    nghttp2_submit_settings(cl, NGHTTP2_FLAG_NONE, NULL, 0);
+    static const char *const vals[] = {"alpha", "beta", "gamma", "delta", "epsilon", "zeta"};
+    static char big[20000];
+    memset(big, 'b', sizeof(big));
+    char *before = malloc(H2_PACK_LEN);
+    unsigned asked = 0, reset = 0, pings = 0, settings = 1, parks = 0, exact = 0, gone = 0;
+    int broke = 0;
+    for (int step = 0; step < 400 && !broke; step++) {
+        char num[16];
+        snprintf(num, sizeof(num), "%u", rnd(1000));
+        nghttp2_nv get[] = {NV(":method", "GET"),
+                            NV(":path", "/p"),
+                            NV(":scheme", "http"),
+                            NV(":authority", "a"),
+                            {(uint8_t *)"x-v", (uint8_t *)vals[rnd(6)], 3, 0, 0},
+                            {(uint8_t *)"x-n", (uint8_t *)num, 3, strlen(num), 0},
+                            {(uint8_t *)"x-big", (uint8_t *)big, 5, sizeof(big), 0}};
+        get[4].valuelen = strlen((const char *)get[4].value);
+        switch (rnd(9)) {
+        case 0: {
+            uint8_t data[8] = {(uint8_t)step};
+            nghttp2_submit_ping(cl, NGHTTP2_FLAG_NONE, data);
+            pings++;
+            break;
+        }
+        case 1: {
+            static const uint32_t tables[] = {0, 512, 4096, 4096};
+            nghttp2_settings_entry iv[] = {
+                {NGHTTP2_SETTINGS_HEADER_TABLE_SIZE, tables[rnd(4)]},
+                {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 16384 + rnd(65536)},
+                {NGHTTP2_SETTINGS_MAX_FRAME_SIZE, 16384 + rnd(32768)}};
+            nghttp2_submit_settings(cl, NGHTTP2_FLAG_NONE, iv, 3);
+            settings++;
+            break;
+        }
+        case 2:
+            nghttp2_submit_window_update(cl, NGHTTP2_FLAG_NONE, 0, 1 + (int32_t)rnd(100000));
+            break;
+        case 3: {
+            nghttp2_priority_spec ps;
+            nghttp2_priority_spec_init(&ps, 0, 1 + (int32_t)rnd(256), 0);
+            int32_t next = nghttp2_session_get_next_stream_id(cl);
+            nghttp2_submit_priority(cl, NGHTTP2_FLAG_NONE, (int32_t)next + 2 * (int32_t)rnd(20),
+                                    &ps);
+            break;
+        }
+        case 4:
+        case 5:
+            nghttp2_submit_request(cl, NULL, get, 6, NULL, NULL);
+            asked++;
+            break;
+        case 6:
+            nghttp2_submit_request(cl, NULL, get, 7, NULL, NULL); /* CONTINUATION */
+            asked++;
+            break;
+        case 7: {
+            int32_t id = nghttp2_submit_request(cl, NULL, get, 6, NULL, NULL);
+            nghttp2_submit_rst_stream(cl, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
+            reset++;
+            break;
+        }
+        default: {
+            nghttp2_nv post[] = {NV(":method", "POST"), NV(":path", "/p"), NV(":scheme", "http"),
+                                 NV(":authority", "a"), NV("content-length", "0")};
+            nghttp2_submit_request(cl, NULL, post, 5, NULL, NULL);
+            asked++;
+            break;
+        }
+        }
+        if (exchange(cl, h) < 0) {
+            broke = 1;
+            break;
+        }
+        if (h->nstreams)
+            continue;
+        /* Idle: set aside, then woken by the next readiness (h2_of), the test's next frames. */
+        char *pack = h->pack; /* h itself is in the pack: not read while set aside */
+        memcpy(before, pack, H2_PACK_LEN);
+        h2_mem_idle(h);
+        h2_park(h);
+        parks += ((uintptr_t)conn.proto_data & 1) && resident(pack) == 0;
+        struct h2_session *back = h2_of(&conn);
+        exact += back == h && pack_same(h, before);
+    }
+    ok(!broke, "both sides took every frame (the HPACK tables stayed in step)");
+    ok(parks > 100, "set aside %u times, every page given back each time", parks);
+    is_int(exact, parks, "written back exactly every time");
+    is_int(k.answers, asked, "every request answered");
+    is_int(k.bad_status, 0, "with the status it was given");
+    is_int(k.ping_acks, pings, "every PING acknowledged");
+    is_int(k.settings_acks, settings, "every SETTINGS acknowledged");
+    is_int(k.goaways, 0, "no GOAWAY from the server");
+    printf("# %u requests, %u reset, %u PINGs, %u SETTINGS, set aside %u times\n", asked, reset,
+           pings, settings, parks);
+    /* The client leaves (GOAWAY): the session, set aside after it, is closed so. */
+    nghttp2_session_terminate_session(cl, NGHTTP2_NO_ERROR);
+    ok(exchange(cl, h) == 0, "the client's GOAWAY taken");
+    ok(!nghttp2_session_want_read(h->ng), "the session reads no more after it");
+    memcpy(before, h->pack, H2_PACK_LEN);
+    h2_mem_idle(h);
+    h2_park(h);
+    gone = (uintptr_t)conn.proto_data & 1;
+    ok(gone, "set aside after the client's GOAWAY");
+    http2_close(&conn); /* writes it back and frees it: LeakSanitizer checks the rest */
+    ok(conn.proto_data == NULL, "closed while set aside");
+    free(before);
+    nghttp2_session_del(cl);
+}
+
 int main(void)
 {
     test_preface();
@@ -386,5 +674,7 @@ int main(void)
     test_ping_flood();
     test_lower_stream_id();
     test_park();
+    test_park_without_copy();
+    test_park_cycles();
     return done_testing();
 }

@@ -400,6 +400,95 @@ def test_session_set_aside_while_idle_serves_on(port: int) -> None:
             time.sleep(0.3)
 
 
+def pause() -> None:
+    """Idle past 100 ms: the server sets the connection's session aside (its pack given back)
+    and writes it back at the next readiness, the frame sent after this."""
+    time.sleep(0.25)
+
+
+@pytest.mark.parametrize("over_tls", [False, True])
+def test_every_frame_after_the_session_was_set_aside(port: int, tls_port: int,
+                                                     certs: dict[str, str], over_tls: bool) -> None:
+    """Whatever frame wakes a session set aside is taken as by one never set aside: PING,
+    SETTINGS (a smaller HPACK table, a larger window), a header block cut into CONTINUATION
+    frames, WINDOW_UPDATE, RST_STREAM on a closed stream, PRIORITY for an idle stream (which
+    the library keeps while the connection is idle), and GOAWAY, after which the server
+    closes."""
+    scheme = "https" if over_tls else "http"
+    with H2(tls_port if over_tls else port, tls=h2_context(certs) if over_tls else None) as c:
+        assert c.get("/plaintext")[0] == 200
+        pause()
+        c.conn.ping(b"12345678")
+        c.flush()
+        assert c.until(h2.events.PingAckReceived).ping_data == b"12345678"
+        pause()
+        c.conn.update_settings({h2.settings.SettingCodes.HEADER_TABLE_SIZE: 1024,
+                                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 200_000})
+        c.flush()
+        c.until(h2.events.SettingsAcknowledged)
+        pause()
+        c.conn.max_outbound_frame_size = 1000  # the block goes as HEADERS and CONTINUATIONs
+        cookie = "k=" + "v" * 4000
+        status, _, body = c.get("/wsgi", headers=[("cookie", cookie), ("x-round", "same")])
+        assert (status, body) == (200, f"HTTP/2|localhost|{cookie}|{scheme}|0".encode())
+        c.conn.max_outbound_frame_size = 16384
+        pause()
+        c.conn.increment_flow_control_window(1_000_000)
+        c.flush()
+        pause()
+        status, _, body = c.get("/big")
+        assert status == 200 and body == BIG
+        pause()
+        last = c.conn.highest_outbound_stream_id
+        c.sock.sendall(b"\x00\x00\x04\x03\x00" + last.to_bytes(4, "big") + b"\x00\x00\x00\x08")
+        pause()
+        idle = last + 20  # PRIORITY for a stream not opened yet: weight 16, on stream 0
+        c.sock.sendall(b"\x00\x00\x05\x02\x00" + idle.to_bytes(4, "big") + b"\x00" * 4 + b"\x0f")
+        pause()
+        status, _, body = c.get("/wsgi", headers=[("cookie", "k=v"), ("x-round", "same")])
+        assert (status, body) == (200, f"HTTP/2|localhost|k=v|{scheme}|0".encode())
+        assert not any(isinstance(e, (h2.events.ConnectionTerminated, h2.events.StreamReset))
+                       for e in c.events)
+        pause()
+        c.conn.close_connection()
+        c.flush()
+        c.sock.settimeout(5)
+        with pytest.raises(EOFError):
+            for _ in range(100):
+                c.pump()
+
+
+def test_stop_while_sessions_are_set_aside(root: Any, certs: dict[str, str]) -> None:
+    """A stop closes idle connections whose sessions are set aside, over h2c and TLS, without
+    waiting for its grace period, and the sessions are written back and freed (the sanitizer
+    stage checks the memory)."""
+    srv_cm = serving(build_app(root).build(), ssl_certfile=certs["cert"],
+                     ssl_keyfile=certs["key"])
+    tls_srv = srv_cm.__enter__()
+    try:
+        with serving(build_app(root).build()) as srv:
+            conns = [H2(srv.port) for _ in range(8)]
+            conns += [H2(tls_srv.port, tls=h2_context(certs)) for _ in range(8)]
+            for c in conns:
+                c.conn.ping(b"warm-up!")
+                c.flush()
+                c.until(h2.events.PingAckReceived)
+                assert c.get("/wsgi", headers=[("x-round", "same")])[0] == 200
+            pause()
+            t0 = time.monotonic()
+            srv.stop(grace=5.0)
+            tls_srv.stop(grace=5.0)
+            assert time.monotonic() - t0 < 4
+            for c in conns:
+                c.sock.settimeout(5)
+                with pytest.raises((EOFError, ConnectionResetError)):
+                    for _ in range(100):
+                        c.pump()
+                c.sock.close()
+    finally:
+        srv_cm.__exit__(None, None, None)
+
+
 def test_asgi_over_http2() -> None:
     """serve() in a thread, as tests/e2e/test_asgi.py runs ASGI apps."""
     stop = threading.Event()

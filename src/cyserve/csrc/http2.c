@@ -1888,11 +1888,14 @@ static void h2_park(struct h2_session *h)
         return;
     struct conn *c = h->c;
     char *pack = h->pack;
-    size_t scratch = (h->pack_scratch + 4095) & ~(size_t)4095;
     uint64_t *saved = h2_pack_save(h);
     if (!saved) {
-        if (scratch < H2_PACK_LEN)
-            madvise(pack + scratch, H2_PACK_LEN - scratch, MADV_DONTNEED);
+        /* The frame buffer's pages only: it begins on a page of its own and the rest of its
+         * last page holds nothing (h2_pack_alloc), but blocks above it do (the stream map,
+         * which is not all zeros while the library keeps idle streams). */
+        if (h->pack_scratch < H2_PACK_LEN)
+            madvise(pack + h->pack_scratch, (H2_FRAMEBUF_LEN + 4095) & ~(size_t)4095,
+                    MADV_DONTNEED);
         return;
     }
     c->proto_data = (void *)((uintptr_t)saved | 1);

@@ -27,7 +27,12 @@
  * for a plain socket (nothing more to read until the next readiness), which conn.c's `drained`
  * and the edge-triggered epoll rely on: a request whose record arrived in the same segment as
  * the previous one is not left in OpenSSL's buffers while the connection goes idle. The cost is
- * one more recv (EAGAIN) per request than the plain path's short read.
+ * one more recv (EAGAIN) per request than the plain path's short read. OpenSSL reads ahead
+ * (SSL_CTX_set_read_ahead): one recv takes what the socket holds, several records or a record's
+ * header with its body, instead of a recv for each header and each body. What it read ahead is
+ * still OpenSSL's until SSL_read has returned it, and SSL_read reports WANT_READ only once it
+ * needs the socket and the socket said EAGAIN: then what it holds is at most part of a record,
+ * whose rest will make the socket readable again. So reading until WANT_READ still drains.
  *
  * Writes. A response is written with as few SSL_write calls as possible: when the HTTP layer
  * hands over several pieces (head, body), those that fit one TLS record (16 KiB) are gathered
@@ -251,17 +256,42 @@ static int64_t tls_ticket_epoch(struct tls_ctx *t)
            atomic_load_explicit(&t->ticket_shift, memory_order_relaxed);
 }
 
-static int tls_ticket_init(EVP_MAC_CTX *hctx, int64_t epoch)
+/* One period's keys, derived once per thread: the HMACs of tls_ticket_derive cost more than
+ * the rest of the ticket callback (about 10,000 instructions each, six per resumed handshake:
+ * the ticket read and the new one sent), and a period lasts an hour by default. Two slots (by
+ * the period's parity), since a ticket of the previous period is still read. Per thread, so no
+ * lock; what they hold is no more secret than tls_ticket_secret, which the process keeps for
+ * its life anyway. */
+struct tls_tk {
+    int64_t epoch;
+    int ok;
+    unsigned char name[TLS_TK_NAME], aes[TLS_TK_KEY], hmac[TLS_TK_KEY];
+};
+static __thread struct tls_tk tls_tk_cache[2];
+
+static const struct tls_tk *tls_ticket_keys(int64_t epoch)
 {
-    unsigned char hkey[32];
-    tls_ticket_derive(epoch, 'h', hkey);
+    struct tls_tk *k = &tls_tk_cache[epoch & 1];
+    if (!k->ok || k->epoch != epoch) {
+        unsigned char n[32];
+        tls_ticket_derive(epoch, 'n', n);
+        memcpy(k->name, n, TLS_TK_NAME);
+        tls_ticket_derive(epoch, 'a', k->aes);
+        tls_ticket_derive(epoch, 'h', k->hmac);
+        k->epoch = epoch;
+        k->ok = 1;
+    }
+    return k;
+}
+
+static int tls_ticket_init(EVP_MAC_CTX *hctx, const struct tls_tk *k)
+{
     OSSL_PARAM params[3];
-    params[0] = OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_KEY, hkey, sizeof(hkey));
+    params[0] = OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_KEY, (void *)k->hmac,
+                                                  sizeof(k->hmac));
     params[1] = OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0);
     params[2] = OSSL_PARAM_construct_end();
-    int ok = EVP_MAC_CTX_set_params(hctx, params);
-    OPENSSL_cleanse(hkey, sizeof(hkey));
-    return ok;
+    return EVP_MAC_CTX_set_params(hctx, params);
 }
 
 /* OpenSSL's ticket key callback (SSL_CTX_set_tlsext_ticket_key_evp_cb): enc 1, choose the key
@@ -274,26 +304,21 @@ static int tls_ticket_cb(SSL *s, unsigned char *name, unsigned char *iv, EVP_CIP
     if (!t)
         return -1;
     int64_t now = tls_ticket_epoch(t);
-    unsigned char k[32];
     if (enc) {
-        tls_ticket_derive(now, 'n', k);
-        memcpy(name, k, TLS_TK_NAME);
+        const struct tls_tk *k = tls_ticket_keys(now);
+        memcpy(name, k->name, TLS_TK_NAME);
         if (RAND_bytes(iv, 16) != 1) /* AES-CBC's IV */
             return -1;
-        tls_ticket_derive(now, 'a', k);
-        int ok = EVP_EncryptInit_ex(ectx, EVP_aes_256_cbc(), NULL, k, iv) == 1 &&
-                 tls_ticket_init(hctx, now) == 1;
-        OPENSSL_cleanse(k, sizeof(k));
+        int ok = EVP_EncryptInit_ex(ectx, EVP_aes_256_cbc(), NULL, k->aes, iv) == 1 &&
+                 tls_ticket_init(hctx, k) == 1;
         return ok ? 1 : -1;
     }
     for (int back = 0; back < 2; back++) {
-        tls_ticket_derive(now - back, 'n', k);
-        if (CRYPTO_memcmp(name, k, TLS_TK_NAME) != 0)
+        const struct tls_tk *k = tls_ticket_keys(now - back);
+        if (CRYPTO_memcmp(name, k->name, TLS_TK_NAME) != 0)
             continue;
-        tls_ticket_derive(now - back, 'a', k);
-        int ok = EVP_DecryptInit_ex(ectx, EVP_aes_256_cbc(), NULL, k, iv) == 1 &&
-                 tls_ticket_init(hctx, now - back) == 1;
-        OPENSSL_cleanse(k, sizeof(k));
+        int ok = EVP_DecryptInit_ex(ectx, EVP_aes_256_cbc(), NULL, k->aes, iv) == 1 &&
+                 tls_ticket_init(hctx, k) == 1;
         return ok ? (back ? 2 : 1) : -1;
     }
     return 0;
@@ -449,6 +474,10 @@ static int tls_ctx_make(struct tls_ctx *t, const struct tls_options *o, const ch
     /* Moving write buffer: see "Writes" above. Release buffers: an idle keep-alive connection
      * keeps no 16 KiB read and write buffers, only its session. */
     SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
+    /* Read ahead: OpenSSL reads what the socket holds (up to its record buffer) in one recv,
+     * rather than each record's 5-byte header and then its body in two; see "Reads" above for
+     * why nothing it holds is left behind when the connection goes idle. */
+    SSL_CTX_set_read_ahead(ctx, 1);
     /* Session resumption: tickets (keys from tls_ticket_cb, rotated) and the session cache, with
      * an id context so that resumed sessions are accepted. A session lives two ticket
      * periods, as its ticket's key does. */

@@ -1,0 +1,113 @@
+#!/bin/bash
+# Instructions per TLS connection (handshake, one HTTP/1.1 request with Connection: close, the
+# close) in the server process, counted by callgrind, for new or resumed handshakes; and, with
+# STRACE=1, the server's system calls per connection (strace -c -f) instead.
+#
+#   bench/micro/cg_tls_handshake.sh TREE new|resume [N] [OUT]
+#
+# TREE: a cyserve checkout built with `make build`. The server is cyserve (bench.http.apps'
+# static /plaintext app, one worker thread) or, with SERVER=nginx, nginx 1.22 with the suite's
+# protocol configuration (bench/peers/nginx/nginx-proto.conf.template) in one process (no
+# master), both on the same ECDSA P-256 certificate. The client (Python's ssl, OpenSSL's client:
+# TLS 1.3, X25519, as the suite's `load tls`) makes 30 connections to warm up, the counters are
+# zeroed, then N (300) more are made one after another and the counters dumped; with resume,
+# each connection offers the ticket of the one before (every one after the first resumes; the
+# script checks that they did). Wall-clock rates on a shared machine are noise; these are not.
+set -euo pipefail
+TREE=$(cd "$1" && pwd); MODE=$2; N=${3:-300}; OUT=${4:-/tmp/cg-tls.out}
+PORT=$((20000 + RANDOM % 20000))
+WORK=$(mktemp -d /tmp/cg-tls.XXXXXX)
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$WORK/k.pem" \
+  -out "$WORK/c.pem" -days 1 -subj /CN=localhost 2>/dev/null
+if [ "${SERVER:-cyserve}" = nginx ]; then
+  mkdir -p "$WORK/ngx"
+  sed -e "s#@WORKERS@#1#; s#@PREFIX@#$WORK/ngx#g; s#@PORT@#$PORT#; s#@LISTEN@#ssl#" \
+      -e "s#@TLS@#ssl_certificate $WORK/c.pem; ssl_certificate_key $WORK/k.pem;#" \
+      -e "s#master_process on#master_process off#" \
+      "$TREE/bench/peers/nginx/nginx-proto.conf.template" > "$WORK/ngx/nginx.conf"
+  CMD=(/usr/sbin/nginx -p "$WORK/ngx" -c "$WORK/ngx/nginx.conf")
+else
+  CMD=("$TREE/.venv/bin/python" -m cyserve bench.http.apps.cyserve_static_app:app --host 127.0.0.1
+       --port "$PORT" --threads 1 --ssl-certfile "$WORK/c.pem" --ssl-keyfile "$WORK/k.pem")
+fi
+rm -f "$OUT" "$OUT".*
+cd "$TREE"
+if [ "${STRACE:-0}" = 1 ]; then
+  PYTHONHASHSEED=0 PYTHONPATH="$TREE/src:$TREE" "${CMD[@]}" > "$OUT.log" 2>&1 &
+  VP=$!
+else
+  PYTHONHASHSEED=0 PYTHONPATH="$TREE/src:$TREE" valgrind --tool=callgrind \
+    --callgrind-out-file="$OUT" "${CMD[@]}" > "$OUT.log" 2>&1 &
+  VP=$!
+fi
+python3 - "$PORT" "$MODE" "$N" "$VP" "${STRACE:-0}" "$OUT" <<'PY'
+import socket, ssl, subprocess, sys, time
+port, mode, n, pid, strace, out = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5] == "1", sys.argv[6]
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+ctx.set_alpn_protocols(["http/1.1"])
+req = b"GET /plaintext HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+sess = None
+def one():
+    global sess
+    with socket.create_connection(("127.0.0.1", port), timeout=120) as raw:
+        with ctx.wrap_socket(raw, server_hostname="localhost",
+                             session=sess if mode == "resume" else None) as s:
+            s.sendall(req)
+            body = b""
+            while True:
+                d = s.recv(65536)
+                if not d:
+                    break
+                body += d
+            assert b"Hello, World!" in body, body
+            resumed = s.session_reused
+            sess = s.session
+    return resumed
+for _ in range(3000):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=120).close(); break
+    except OSError: time.sleep(0.1)
+else:
+    sys.exit("the server did not start")
+for _ in range(30):
+    one()
+tracer = None
+if strace:
+    tracer = subprocess.Popen(["strace", "-c", "-f", "-o", out + ".strace", "-p", pid])
+    time.sleep(3.0)  # until it is attached to every thread
+else:
+    subprocess.run(["callgrind_control", "-z", pid], check=True, capture_output=True)
+got = sum(one() for _ in range(n))
+if mode == "resume" and got != n:
+    sys.exit(f"only {got} of {n} resumed")
+if strace:
+    time.sleep(0.5)
+    tracer.terminate(); tracer.wait()
+else:
+    subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)
+PY
+kill -TERM $VP; wait $VP || true
+if [ "${STRACE:-0}" = 1 ]; then
+  # Per connection: divided by the accept4 calls that returned one (strace may have attached
+  # to the worker a little late); the Python main thread's sleeps are left out.
+  echo "system calls of the server per connection ($MODE):"
+  python3 - "$OUT.strace" <<'PY'
+import sys
+calls = {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    if len(f) in (5, 6) and f[0][0].isdigit() and f[-1] not in ("total", "clock_nanosleep"):
+        calls[f[-1]] = (int(f[3]), int(f[4]) if len(f) == 6 else 0)
+conns = calls["accept4"][0] - calls["accept4"][1]
+for k, (n, e) in sorted(calls.items(), key=lambda kv: -kv[1][0]):
+    print(f"  {k:14} {n / conns:6.2f}" + (f" ({e / conns:.2f} failed)" if e else ""))
+print(f"  {'all':14} {sum(n for n, _ in calls.values()) / conns:6.2f} over {conns} connections")
+PY
+else
+  DUMP=$(ls "$OUT".* | grep -v '\.log$' | head -1)
+  TOTAL=$(grep -h '^summary:\|^totals:' "$DUMP" | head -1 | awk '{print $2}')
+  echo "${SERVER:-cyserve} $MODE: $TOTAL instructions / $N = $((TOTAL / N)) per connection ($DUMP)"
+fi
+rm -rf "$WORK"
