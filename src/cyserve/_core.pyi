@@ -89,6 +89,10 @@ def check_tls(
 
 def kernel_tls() -> bool: ...
 
+def default_head(
+    headers: Sequence[tuple[str, str]] = (), server_header: bool = True, date_header: bool = True
+) -> tuple[bytes, int, int]: ...
+
 class Metrics:
     def __init__(self, nprocs: int, nshards: int) -> None: ...
     @property
@@ -146,6 +150,9 @@ class Server:
         ws_per_message_deflate: bool = True,
         parent_pid: int = 0,
         parent_grace: float = 10.0,
+        headers: Sequence[tuple[str, str]] = (),
+        server_header: bool = True,
+        date_header: bool = True,
     ) -> None: ...
     @property
     def scheme(self) -> str: ...

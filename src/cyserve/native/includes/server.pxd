@@ -119,6 +119,12 @@ cdef extern from "csrc/server.h" nogil:
         SERVER_FILES
         SERVER_NOGIL_WS
 
+    ctypedef struct http_head_t "struct http_head":
+        const char *lines
+        size_t len
+        size_t server_len
+        int no_date
+
     ctypedef struct server_target_t "struct server_target":
         server_target_kind kind
         nogil_fn_t fn
@@ -174,9 +180,11 @@ cdef extern from "csrc/server.h" nogil:
         uint64_t ws_ping_interval_ns
         uint64_t ws_ping_timeout_ns
         int ws_deflate
+        http_head_t head
 
     void server_fail_health(server_t *s)
-    int server_target_static(server_target_t *t, int status, const char *headers,
+    int server_target_static(server_target_t *t, const http_head_t *head, int status,
+                             const char *headers,
                              size_t headers_len, const char *body, size_t body_len)
     void server_target_clear(server_target_t *t)
     void server_target_never_inline(server_target_t *t)
