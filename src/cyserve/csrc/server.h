@@ -59,6 +59,9 @@ struct server_target {
     int static_health;
     /* SERVER_STATIC: the server writes no Date field (struct http_head's no_date). */
     int static_no_date;
+    /* The route's pattern, NUL-terminated (borrowed like the target; NULL: unnamed): what the
+     * metrics region names as the route of a call that runs too long (--worker-timeout). */
+    const char *route;
     /* SERVER_NOGIL (and ctx for SERVER_NOGIL_WS) */
     cyserve_nogil_handler fn;
     void *ctx;

@@ -601,6 +601,7 @@ cdef class Server:
             raise ValueError(f"{where}: kind must be 'python', 'nogil', 'nogil_ws', 'static' or "
                              f"'files', got {kind!r}")
         pat = pattern.encode("utf-8")
+        t.route = keep_b(self._keep, pat)  # named in the --worker-timeout log
         err[0] = 0
         rc = router_add(self._router, kinds[match], pat, len(pat), mask, t, err, sizeof(err))
         if rc != 0:

@@ -70,6 +70,7 @@ cdef extern from "csrc/metrics.h" nogil:
     metrics_proc_t *metrics_proc_at(metrics_region_t *r, unsigned i)
     int metrics_claim(metrics_region_t *r, int pid)
     void metrics_retire(metrics_region_t *r, unsigned i)
+    size_t metrics_get_route(const metrics_proc_t *p, char *out, size_t cap)
     ssize_t metrics_format(metrics_region_t *r, char *buf, size_t cap)
     int metrics_listen_start(metrics_listener_t **out, metrics_region_t *r, int fd)
     void metrics_listen_stop(metrics_listener_t *l)
@@ -136,6 +137,7 @@ cdef extern from "csrc/server.h" nogil:
         int stream_body
         int body_stream
         int static_health
+        const char *route
         unsigned metrics_kind
         files_root_t *root
 
