@@ -95,7 +95,8 @@ static void test_head_options(void)
     wbuf_init(&out, NULL, 0);
     const char *date = "Sun, 06 Nov 1994 08:49:37 GMT";
     static const char lines[] = "Server: edge\r\nX-Frame-Options: DENY\r\n";
-    struct http_head h = {lines, sizeof(lines) - 1, 14, 0};
+    struct http_head h;
+    http_head_init(&h, lines, sizeof(lines) - 1, 14, 0);
     is_int(http_write_head(&out, &h, 200, 1, 1, 2, "A: b\r\n", 6, date), 0, "head with fields");
     is_mem(out.ptr, out.len,
            "HTTP/1.1 200 OK\r\nServer: edge\r\nX-Frame-Options: DENY\r\n"
@@ -107,10 +108,7 @@ static void test_head_options(void)
            "HTTP/1.1 200 OK\r\nX-Frame-Options: DENY\r\n"
            "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\nContent-Length: 0\r\nServer: app\r\n\r\n",
            "the handler's Server replaces the server's, the other fields stay");
-    h.lines = lines + 14;
-    h.len = sizeof(lines) - 1 - 14;
-    h.server_len = 0;
-    h.no_date = 1;
+    http_head_init(&h, lines + 14, sizeof(lines) - 1 - 14, 0, 1);
     out.len = 0;
     http_write_head(&out, &h, 204, 1, 1, 0, NULL, 0, date);
     is_mem(out.ptr, out.len, "HTTP/1.1 204 No Content\r\nX-Frame-Options: DENY\r\n\r\n",
@@ -122,7 +120,8 @@ static void test_head_options(void)
            "Server: app\r\n\r\n",
            "own Server without a server's: nothing of the fields is cut");
     out.len = 0;
-    struct http_head none = {NULL, 0, 0, 1};
+    struct http_head none;
+    http_head_init(&none, NULL, 0, 0, 1);
     is_int(http_write_error(&out, &none, 503, "busy", 0, date), 30, "error with no fields");
     is_mem(out.ptr, out.len,
            "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 30\r\nConnection: close\r\n"

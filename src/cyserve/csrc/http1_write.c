@@ -120,7 +120,20 @@ static char *put_lit(char *p, const char *s, size_t n)
 
 #define LIT(s) (s), (sizeof(s) - 1)
 
-const struct http_head http_head_default = {LIT("Server: cyserve\r\n"), 17, 0};
+const struct http_head http_head_default = {LIT("Server: cyserve\r\n"), 17, 0,
+                                            "Server: cyserve\r\n"};
+
+void http_head_init(struct http_head *h, const char *lines, size_t len, size_t server_len,
+                    int no_date)
+{
+    memset(h, 0, sizeof(*h));
+    h->lines = len ? lines : "";
+    h->len = len;
+    h->server_len = server_len;
+    h->no_date = no_date;
+    if (len <= HTTP_HEAD_SHORT && len)
+        memcpy(h->short_lines, lines, len);
+}
 
 /* The one head writer; both entry points inline it, http_write_head with constants, so the
  * common head compiles to what it was before a handler could shape it. */
@@ -143,8 +156,14 @@ static ALWAYS_INLINE int write_head(struct wbuf *out, int status, const char *re
     *p++ = ' ';
     p = put_lit(p, reason, rlen);
     p = put_lit(p, LIT("\r\n"));
-    if (head->len > skip)
+    /* The room reserved above holds the HTTP_HEAD_SHORT bytes: what passes the lines' end is
+     * written over by what follows. */
+    if (LIKELY(!skip && head->len <= HTTP_HEAD_SHORT)) {
+        memcpy(p, head->short_lines, HTTP_HEAD_SHORT);
+        p += head->len;
+    } else if (head->len > skip) {
         p = put_lit(p, head->lines + skip, head->len - skip);
+    }
     if (LIKELY(!head->no_date)) {
         p = put_lit(p, LIT("Date: "));
         p = put_lit(p, date, HTTP_DATE_LEN);

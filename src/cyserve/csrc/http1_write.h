@@ -32,16 +32,26 @@ const char *http_reason(int status, size_t *len);
  * --server-header and --date-header options): lines[0..len), each "Name: value\r\n" and
  * validated by whoever built them, the first server_len of them the Server line (0: none),
  * which is left out when the handler sets its own Server; no_date: 1 writes no Date field.
- * The lines are borrowed: their owner keeps them as long as any writer may use them. */
+ * The lines are borrowed: their owner keeps them as long as any writer may use them. Fill one
+ * with http_head_init(). */
+#define HTTP_HEAD_SHORT 32
 struct http_head {
     const char *lines;
     size_t len;
     size_t server_len;
     int no_date;
+    /* lines again, zero-padded, when len <= HTTP_HEAD_SHORT: the common head copies these
+     * HTTP_HEAD_SHORT bytes whole, a fixed-size copy (a few moves) instead of a call to memcpy
+     * on every response. */
+    char short_lines[HTTP_HEAD_SHORT];
 };
 
 /* The engine's defaults: "Server: cyserve" and Date. */
 extern const struct http_head http_head_default;
+
+/* Fill h with lines[0..len) (borrowed), server_len and no_date, as struct http_head says. */
+void http_head_init(struct http_head *h, const char *lines, size_t len, size_t server_len,
+                    int no_date);
 
 /* Append a response head to out: status line, head's lines (Server and the server's own),
  * Date unless head->no_date, Content-Length (omitted for 1xx,

@@ -303,10 +303,8 @@ cdef class Server:
                 raise ValueError(f"{name} must be in 0..1e9 seconds or None, got {value}")
         self._ws_deflate = ws_per_message_deflate
         head_b, server_len, no_date = default_head(headers, server_header, date_header)
-        self._head.lines = keep_b(self._keep, head_b)
-        self._head.len = len(head_b)
-        self._head.server_len = server_len
-        self._head.no_date = no_date
+        cs.http_head_init(&self._head, keep_b(self._keep, head_b), len(head_b), server_len,
+                          no_date)
         for name, value in (("keepalive_timeout", keepalive_timeout),
                             ("header_timeout", header_timeout), ("body_timeout", body_timeout)):
             # The nanoseconds must fit a uint64 (1.8e10 s); past it the cast wrapped to 0.

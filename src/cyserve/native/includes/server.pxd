@@ -185,6 +185,8 @@ cdef extern from "csrc/server.h" nogil:
         http_head_t head
 
     void server_fail_health(server_t *s)
+    void http_head_init(http_head_t *h, const char *lines, size_t len, size_t server_len,
+                        int no_date)
     int server_target_static(server_target_t *t, const http_head_t *head, int status,
                              const char *headers,
                              size_t headers_len, const char *body, size_t body_len)
