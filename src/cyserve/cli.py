@@ -193,6 +193,7 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
     _add_lifecycle_options(p)
     _add_metrics_options(p)
     _add_ws_options(p)
+    _add_head_options(p)
     _add_operations_options(p)
     p.formatter_class = _HelpWithDefaults
     if _help:
@@ -355,7 +356,8 @@ _SECTIONS: list[tuple[str, str | None, tuple[str, ...]]] = [
                                 "name", "user", "group", "umask")),
     ("logging", None, ("log_level", "log_config", "access_log", "access_log_format",
                        "access_logfile")),
-    ("HTTP", None, ("http2", "http2_max_concurrent_streams", "health_path")),
+    ("HTTP", None, ("http2", "http2_max_concurrent_streams", "health_path", "header",
+                    "server_header", "date_header")),
     ("HTTPS", None, ("ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers",
                      "ssl_ca_certs", "ssl_cert_reqs", "ssl_sni", "ssl_ocsp_file",
                      "ssl_ticket_rotation")),
@@ -517,6 +519,19 @@ def _add_ws_options(p: argparse.ArgumentParser) -> None:
                         "(default: on)")
 
 
+def _add_head_options(p: argparse.ArgumentParser) -> None:
+    defaults = Config()
+    p.add_argument("--header", metavar="NAME:VALUE", action="append", default=[],
+                   help="a header added to every response, e.g. 'X-Frame-Options: DENY'; "
+                        "repeatable; a Server header given here replaces the server's, and an "
+                        "application's own Server replaces either (default: none)")
+    p.add_argument("--server-header", action=_Flag, default=defaults.server_header,
+                   help="send 'Server: cyserve' when the application sets no Server header "
+                        "(default: on)")
+    p.add_argument("--date-header", action=_Flag, default=defaults.date_header,
+                   help="send a Date header with every response (default: on)")
+
+
 def _ws_options(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {"ws_per_message_deflate": args.ws_per_message_deflate}
     try:
@@ -655,6 +670,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
                    forwarded_header=args.forwarded_header,
                    proxy_protocol=args.proxy_protocol, root_path=args.root_path)
     options.update(_ws_options(args))
+    options.update(headers=tuple(args.header), server_header=args.server_header,
+                   date_header=args.date_header)
     return Config(**options)
 
 
@@ -760,7 +777,9 @@ class _Source:
             else:
                 words = [long] if value else []
         elif isinstance(action, argparse._AppendAction):
-            items = value.split() if isinstance(value, str) else value
+            # A header's value has blanks: one per line there, not one per word.
+            split = str.splitlines if action.dest == "header" else str.split
+            items = split(value) if isinstance(value, str) else value
             if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
                 raise _UsageError(f"{label}: must be a list of strings, got {value!r}")
             words = [w for v in items for w in (long, v)]

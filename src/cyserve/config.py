@@ -212,6 +212,14 @@ class Config:
     ws_ping_interval: float | None = 20.0
     ws_ping_timeout: float | None = 20.0
     ws_per_message_deflate: bool = True
+    # Fields written on every answer, uvicorn's --header/--server-header/--date-header: headers
+    # are (name, value) pairs (or "Name: value" strings) added to every response, as they are
+    # (a handler's field of the same name is sent too), except Server: one given here replaces
+    # "Server: cyserve", and a handler's own Server replaces either. server_header False: no
+    # Server field of the engine's; date_header False: no Date field.
+    headers: tuple[tuple[str, str], ...] = ()
+    server_header: bool = True
+    date_header: bool = True
     # The user and group (names or ids) the worker processes run as: the supervisor, run as
     # root, binds the listeners, then each worker drops to them before it serves or imports the
     # application (supervisor.py, owner.py). None: stay as started.
@@ -279,6 +287,9 @@ class Config:
             "ws_ping_interval": self.ws_ping_interval,
             "ws_ping_timeout": self.ws_ping_timeout,
             "ws_per_message_deflate": self.ws_per_message_deflate,
+            "headers": self.headers,
+            "server_header": self.server_header,
+            "date_header": self.date_header,
             # Only when set: the engine's default is no limit.
             **({"limit_concurrency": self.limit_concurrency} if self.limit_concurrency else {}),
             **self.tls_kwargs(),
@@ -320,6 +331,7 @@ class Config:
         if not isinstance(self.ws_per_message_deflate, bool):
             raise ConfigError("ws_per_message_deflate", repr(self.ws_per_message_deflate),
                               "must be True or False")
+        self._validate_headers()
         self._validate_listen()
         self._validate_proxy()
         self._validate_recycling()
@@ -552,6 +564,20 @@ class Config:
         """Whether bind, uds or fd replace host and port."""
         return bool(self.bind) or self.uds is not None or self.fd is not None
 
+    def _validate_headers(self) -> None:
+        for name in ("server_header", "date_header"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(name, repr(getattr(self, name)), "must be True or False")
+        raw = self.headers
+        if isinstance(raw, (str, bytes)) or not isinstance(raw, (list, tuple)):
+            raise ConfigError("headers", repr(raw), "must be a list of (name, value) pairs or "
+                              "'Name: value' strings")
+        object.__setattr__(self, "headers", tuple(parse_header(h) for h in raw))
+        servers = [n for n, _ in self.headers if n.lower() == "server"]
+        if len(servers) > 1:
+            raise ConfigError("headers", "Server", "given twice: Server is one field "
+                              "(RFC 9110 10.2.4)")
+
     def _validate_listen(self) -> None:
         if isinstance(self.bind, str):  # bind="0.0.0.0:80": one address, not its characters
             object.__setattr__(self, "bind", (self.bind,))
@@ -585,6 +611,41 @@ class Config:
 # A root path's characters: RFC 3986's pchar without '%' (so that the path and the raw path
 # spell it alike), in segments each after a '/'.
 _ROOT_PATH = re.compile(r"(/[A-Za-z0-9\-._~!$&'()*+,;=:@]+)+")
+
+
+# A field name (RFC 9110 5.6.2's token).
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# Fields the engine writes itself, from the answer's framing or its own clock.
+_ENGINE_FIELDS = ("content-length", "transfer-encoding", "connection", "date")
+
+
+def parse_header(item: object) -> tuple[str, str]:
+    """One --header: a (name, value) pair or a "Name: value" string (the value's surrounding
+    blanks dropped), checked: ConfigError for a name that is not a token, a CR, LF or NUL in
+    the value (it would split the response), or a field the engine writes itself."""
+    if isinstance(item, str):
+        name, sep, value = item.partition(":")
+        if not sep:
+            raise ConfigError("headers", repr(item), "must be NAME:VALUE, e.g. "
+                              "'X-Frame-Options: DENY'")
+        value = value.strip(" \t")
+    elif isinstance(item, (list, tuple)) and len(item) == 2 and all(
+            isinstance(v, str) for v in item):
+        name, value = item
+    else:
+        raise ConfigError("headers", repr(item), "must be a (name, value) pair of strings or a "
+                          "'Name: value' string")
+    if not _TOKEN.fullmatch(name):
+        raise ConfigError("headers", repr(name), "is not a valid header name (letters, digits "
+                          "and !#$%&'*+-.^_`|~, no spaces)")
+    if any(c in value for c in "\r\n\0"):
+        raise ConfigError("headers", repr(value), f"header {name!r}: a CR, LF or NUL in its "
+                          "value would split the response")
+    if name.lower() in _ENGINE_FIELDS:
+        raise ConfigError("headers", repr(name), "is written by the server itself"
+                          + (" (--no-date-header turns Date off)" if name.lower() == "date"
+                             else ""))
+    return name, value
 
 
 def check_root_path(value: object) -> None:

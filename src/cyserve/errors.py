@@ -41,7 +41,7 @@ class ConfigError(CyserveError, ValueError):
 
 # Config fields whose command-line option has another name.
 _CLI_NAMES = {"reload_dirs": "reload_dir", "reload_includes": "reload_include",
-              "reload_excludes": "reload_exclude", "proc_name": "name"}
+              "reload_excludes": "reload_exclude", "proc_name": "name", "headers": "header"}
 
 
 class RouteError(CyserveError, ValueError):

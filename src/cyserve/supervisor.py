@@ -510,7 +510,9 @@ class _Supervisor:
             if stuck / 1e9 <= limit and silent <= limit:
                 continue
             if stuck / 1e9 > limit:
-                why = f"a call has run for {stuck / 1e9:.1f} s"
+                route = self.region.route(slot)
+                why = f"a call has run for {stuck / 1e9:.1f} s" + (
+                    f" (route {route})" if route else "")
             else:
                 why = f"its scheduler has not been heard from for {silent:.1f} s"
             say(f"cyserve: worker process {pid} made no progress for over {limit:g} s "

@@ -6,6 +6,8 @@
 
 #include "tap.h"
 
+#define D (&http_head_default)
+
 static void test_date_cache(void)
 {
     const char *a = http_date_cached(784111777);
@@ -22,46 +24,46 @@ static void test_head(void)
     struct wbuf out;
     wbuf_init(&out, st, sizeof(st)); /* small: forces growth to the heap */
     const char *date = "Sun, 06 Nov 1994 08:49:37 GMT";
-    is_int(http_write_head(&out, 200, 1, 1, 13, "Content-Type: text/plain\r\n", 26, date), 0,
+    is_int(http_write_head(&out, D, 200, 1, 1, 13, "Content-Type: text/plain\r\n", 26, date), 0,
            "head 200");
     is_mem(out.ptr, out.len,
            "HTTP/1.1 200 OK\r\nServer: cyserve\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
            "Content-Length: 13\r\nContent-Type: text/plain\r\n\r\n",
            "200 keep-alive head");
     out.len = 0;
-    http_write_head(&out, 204, 0, 1, 0, NULL, 0, date);
+    http_write_head(&out, D, 204, 0, 1, 0, NULL, 0, date);
     is_mem(out.ptr, out.len,
            "HTTP/1.1 204 No Content\r\nServer: cyserve\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
            "Connection: keep-alive\r\n\r\n",
            "204 has no Content-Length; 1.0 keep-alive is echoed");
     out.len = 0;
-    http_write_head(&out, 200, 1, 1, HTTP_LENGTH_CHUNKED, NULL, 0, date);
+    http_write_head(&out, D, 200, 1, 1, HTTP_LENGTH_CHUNKED, NULL, 0, date);
     is_mem(out.ptr, out.len,
            "HTTP/1.1 200 OK\r\nServer: cyserve\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
            "Transfer-Encoding: chunked\r\n\r\n",
            "a streamed body: chunked, no Content-Length");
     out.len = 0;
-    http_write_head(&out, 299, 0, 0, HTTP_LENGTH_UNTIL_CLOSE, NULL, 0, date);
+    http_write_head(&out, D, 299, 0, 0, HTTP_LENGTH_UNTIL_CLOSE, NULL, 0, date);
     is_mem(out.ptr, out.len,
            "HTTP/1.1 299 \r\nServer: cyserve\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
            "Connection: close\r\n\r\n",
            "until the close: no length; an unregistered code gets an empty reason (RFC 9112 4)");
     out.len = 0;
-    is_int(http_write_head_own(&out, 200, "Everything Fine", 15, 1, 1, 1, 2, "Server: app\r\n", 13,
-                               date),
+    is_int(http_write_head_own(&out, D, 200, "Everything Fine", 15, 1, 1, 1, 2, "Server: app\r\n",
+                               13, date),
            0, "a head the handler shaped");
     is_mem(out.ptr, out.len,
            "HTTP/1.1 200 Everything Fine\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
            "Content-Length: 2\r\nServer: app\r\n\r\n",
            "the handler's reason and Server, no Server of the engine's");
     out.len = 0;
-    http_write_head_own(&out, 404, NULL, 0, 1, 1, 1, 0, "Server: app\r\n", 13, date);
+    http_write_head_own(&out, D, 404, NULL, 0, 1, 1, 1, 0, "Server: app\r\n", 13, date);
     is_mem(out.ptr, out.len,
            "HTTP/1.1 404 Not Found\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
            "Content-Length: 0\r\nServer: app\r\n\r\n",
            "own Server alone: the table's reason");
     out.len = 0;
-    http_write_head_own(&out, 200, "", 0, 0, 1, 1, 0, NULL, 0, date);
+    http_write_head_own(&out, D, 200, "", 0, 0, 1, 1, 0, NULL, 0, date);
     is_mem(out.ptr, out.len,
            "HTTP/1.1 200 \r\nServer: cyserve\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
            "Content-Length: 0\r\n\r\n",
@@ -70,7 +72,7 @@ static void test_head(void)
     const char *teapot = http_reason(418, &rlen);
     is_mem(teapot, rlen, "I'm a teapot", "418's reason");
     out.len = 0;
-    is_int(http_write_error(&out, 413, "body over 1048576 bytes", 0, date), 47,
+    is_int(http_write_error(&out, D, 413, "body over 1048576 bytes", 0, date), 47,
            "returns the body's length");
     ok(out.len > 32 && memcmp(out.ptr, "HTTP/1.1 413 Content Too Large\r\n", 32) == 0,
        "error status line");
@@ -80,9 +82,51 @@ static void test_head(void)
        "error body names the problem");
     size_t full = out.len;
     out.len = 0;
-    is_int(http_write_error(&out, 413, "body over 1048576 bytes", 1, date), 0, "HEAD: no body");
+    is_int(http_write_error(&out, D, 413, "body over 1048576 bytes", 1, date), 0, "HEAD: no body");
     ok(out.len > 4 && memcmp(out.ptr + out.len - 4, "\r\n\r\n", 4) == 0 && out.len == full - 51 + 4,
        "error to a HEAD: the same head, no body");
+    wbuf_free(&out);
+}
+
+/* The server's own fields (--header, --no-server-header, --no-date-header). */
+static void test_head_options(void)
+{
+    struct wbuf out;
+    wbuf_init(&out, NULL, 0);
+    const char *date = "Sun, 06 Nov 1994 08:49:37 GMT";
+    static const char lines[] = "Server: edge\r\nX-Frame-Options: DENY\r\n";
+    struct http_head h;
+    http_head_init(&h, lines, sizeof(lines) - 1, 14, 0);
+    is_int(http_write_head(&out, &h, 200, 1, 1, 2, "A: b\r\n", 6, date), 0, "head with fields");
+    is_mem(out.ptr, out.len,
+           "HTTP/1.1 200 OK\r\nServer: edge\r\nX-Frame-Options: DENY\r\n"
+           "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\nContent-Length: 2\r\nA: b\r\n\r\n",
+           "the server's fields after the status line, before Date");
+    out.len = 0;
+    http_write_head_own(&out, &h, 200, NULL, 0, 1, 1, 1, 0, "Server: app\r\n", 13, date);
+    is_mem(out.ptr, out.len,
+           "HTTP/1.1 200 OK\r\nX-Frame-Options: DENY\r\n"
+           "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\nContent-Length: 0\r\nServer: app\r\n\r\n",
+           "the handler's Server replaces the server's, the other fields stay");
+    http_head_init(&h, lines + 14, sizeof(lines) - 1 - 14, 0, 1);
+    out.len = 0;
+    http_write_head(&out, &h, 204, 1, 1, 0, NULL, 0, date);
+    is_mem(out.ptr, out.len, "HTTP/1.1 204 No Content\r\nX-Frame-Options: DENY\r\n\r\n",
+           "no Server, no Date");
+    out.len = 0;
+    http_write_head_own(&out, &h, 200, "Fine", 4, 1, 1, 1, 0, "Server: app\r\n", 13, date);
+    is_mem(out.ptr, out.len,
+           "HTTP/1.1 200 Fine\r\nX-Frame-Options: DENY\r\nContent-Length: 0\r\n"
+           "Server: app\r\n\r\n",
+           "own Server without a server's: nothing of the fields is cut");
+    out.len = 0;
+    struct http_head none;
+    http_head_init(&none, NULL, 0, 0, 1);
+    is_int(http_write_error(&out, &none, 503, "busy", 0, date), 30, "error with no fields");
+    is_mem(out.ptr, out.len,
+           "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 30\r\nConnection: close\r\n"
+           "Content-Type: text/plain; charset=utf-8\r\n\r\n503 Service Unavailable: busy\n",
+           "the engine's own errors honour the fields too");
     wbuf_free(&out);
 }
 
@@ -90,5 +134,6 @@ int main(void)
 {
     test_date_cache();
     test_head();
+    test_head_options();
     return done_testing();
 }

@@ -193,8 +193,63 @@ static void test_listener(void)
     metrics_region_free(r);
 }
 
+/* The route of the longest running call: published and read whole while being rewritten. */
+struct route_writer {
+    struct metrics_proc *p;
+    int rounds;
+};
+
+static void *route_main(void *arg)
+{
+    struct route_writer *w = arg;
+    for (int i = 0; i < w->rounds; i++)
+        metrics_set_route(w->p, i % 2 ? "/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" : "/b");
+    return NULL;
+}
+
+static void test_route(void)
+{
+    struct metrics_region *r;
+    is_int(metrics_region_new(&r, 1, 1), 0, "region for the route");
+    int slot = metrics_claim(r, getpid());
+    is_int(slot, 0, "a slot");
+    struct metrics_proc *p = metrics_proc_at(r, (unsigned)slot);
+    char out[128];
+    is_int((int)metrics_get_route(p, out, sizeof(out)), 0, "no route at first");
+    is_mem(out, strlen(out), "", "an empty name");
+    metrics_set_route(p, "/users/{id:int}");
+    is_int((int)metrics_get_route(p, out, sizeof(out)), 15, "the route's length");
+    is_mem(out, strlen(out), "/users/{id:int}", "the route's pattern");
+    is_int((int)metrics_get_route(p, out, 5), 4, "cut to the caller's room");
+    is_mem(out, strlen(out), "/use", "the start of it");
+    char longer[200];
+    memset(longer, 'x', sizeof(longer) - 1);
+    longer[sizeof(longer) - 1] = 0;
+    metrics_set_route(p, longer);
+    is_int((int)metrics_get_route(p, out, sizeof(out)), METRICS_ROUTE_MAX - 1,
+           "a long pattern is cut to what the slot keeps");
+    metrics_set_route(p, NULL);
+    is_int((int)metrics_get_route(p, out, sizeof(out)), 0, "NULL: none running");
+    /* A reader while the publisher rewrites: one of the two names or nothing, never a mix. */
+    struct route_writer w = {p, 20000};
+    pthread_t th;
+    pthread_create(&th, NULL, route_main, &w);
+    int torn = 0;
+    for (int i = 0; i < 20000; i++) {
+        size_t n = metrics_get_route(p, out, sizeof(out));
+        if (n && strcmp(out, "/b") != 0 && strcmp(out, "/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"))
+            torn++;
+    }
+    pthread_join(th, NULL);
+    is_int(torn, 0, "no torn name read while it was rewritten");
+    metrics_retire(r, 0);
+    is_int((int)metrics_get_route(p, out, sizeof(out)), 0, "a retired slot names no route");
+    metrics_region_free(r);
+}
+
 int main(void)
 {
+    test_route();
     test_threads_and_sums();
     test_shared_with_a_fork();
     test_listener();

@@ -451,7 +451,8 @@ int main(void)
     is_int(router_new(&r), 0, "router");
     struct server_target st, nt;
     static const char ct[] = "Content-Type: text/plain\r\n";
-    is_int(server_target_static(&st, 200, ct, sizeof(ct) - 1, "static!", 7), 0, "static target");
+    is_int(server_target_static(&st, NULL, 200, ct, sizeof(ct) - 1, "static!", 7), 0,
+           "static target");
     memset(&nt, 0, sizeof(nt));
     nt.kind = SERVER_NOGIL;
     nt.fn = hello;

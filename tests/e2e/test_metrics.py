@@ -210,6 +210,8 @@ def test_worker_timeout_kills_a_stuck_worker(tmp_path: Path, served: list[Served
     print(f"\n{path}: replaced after {took:.1f} s: " + " | ".join(said))
     why = "has not been heard from" if path == "SIGSTOP" else "a call has run for"
     assert any("made no progress for over 2 s" in ln and why in ln for ln in said), lines
+    if path != "SIGSTOP":  # the log line names the route that was running
+        assert any(f"(route {path})" in ln for ln in said), said
     assert 2 <= took < 15
     assert stuck.recv(100) == b""  # its connection went with it
     stuck.close()

@@ -37,7 +37,8 @@ def test_server_kwargs_match_the_engine_contract() -> None:
         "body_budget": 64 << 20, "min_body_rate": 500,
         "http2": True, "http2_max_concurrent_streams": 100,
         "ws_max_size": 16 << 20, "ws_ping_interval": 20.0, "ws_ping_timeout": 20.0,
-        "ws_per_message_deflate": True,
+        "ws_per_message_deflate": True, "headers": (), "server_header": True,
+        "date_header": True,
     }
     assert isinstance(c.server_kwargs()["keepalive_timeout"], float)
     # Set only by the process supervisor for its workers (cyserve/supervisor.py).

@@ -45,7 +45,9 @@ def test_every_option_is_taken_from_the_environment_and_from_toml(tmp_path: Path
         if option == "config":
             continue  # where the file is: below
         given, parsed = _sample(action)
-        env_value = " ".join(given) if isinstance(given, list) else \
+        # A list in the environment: words, but a header per line (its value has blanks).
+        sep = "\n" if option == "header" else " "
+        env_value = sep.join(given) if isinstance(given, list) else \
             ("true" if given is True else "false" if given is False else str(given))
         env = {cli.env_name(option): env_value}
         if option != "app":
@@ -67,6 +69,13 @@ def test_every_option_is_taken_from_the_environment_and_from_toml(tmp_path: Path
         assert getattr(args, action.dest) == parsed, option
         checked += 1
     assert checked == len(names) - 1
+
+
+def test_headers_from_the_environment_are_one_per_line() -> None:
+    args, _, _ = cli.parse_sources([], {"CYSERVE_APP": "m:app",
+                                        "CYSERVE_HEADER": "X-A: b c\nX-B:d\n"})
+    assert args.header == ["X-A: b c", "X-B:d"]
+    assert cli.config_from_args(args).headers == (("X-A", "b c"), ("X-B", "d"))
 
 
 def test_the_command_line_wins_over_the_environment_which_wins_over_the_file(

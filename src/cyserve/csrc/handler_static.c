@@ -48,8 +48,8 @@ fail:
     return -1;
 }
 
-int server_target_static(struct server_target *t, int status, const char *headers,
-                         size_t headers_len, const char *body, size_t body_len)
+int server_target_static(struct server_target *t, const struct http_head *fields, int status,
+                         const char *headers, size_t headers_len, const char *body, size_t body_len)
 {
     if (UNLIKELY(status < 200 || status > 599))
         return -EINVAL;
@@ -61,7 +61,10 @@ int server_target_static(struct server_target *t, int status, const char *header
         body_len = 0; /* these statuses never carry a body */
     char *head;
     size_t head_len;
-    int rc = http1_static_head(status, headers, headers_len, body_len, &head, &head_len);
+    if (!fields)
+        fields = &http_head_default;
+    t->static_no_date = fields->no_date;
+    int rc = http1_static_head(fields, status, headers, headers_len, body_len, &head, &head_len);
     char *b = malloc(body_len ? body_len : 1);
     if (UNLIKELY(rc || !b)) {
         free(rc ? NULL : head);

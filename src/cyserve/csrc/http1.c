@@ -50,18 +50,20 @@ static int lines_have_server(const char *lines, size_t len)
     return 0;
 }
 
-int http1_static_head(int status, const char *lines, size_t lines_len, size_t body_len, char **out,
-                      size_t *out_len)
+int http1_static_head(const struct http_head *head, int status, const char *lines, size_t lines_len,
+                      size_t body_len, char **out, size_t *out_len)
 {
     struct wbuf h;
     wbuf_init(&h, NULL, 0);
     size_t rlen;
     const char *reason = http_reason(status, &rlen);
     char line[96];
-    /* A route's own Server replaces the engine's (decided once here, not per request). */
-    int n = snprintf(line, sizeof(line), "HTTP/1.1 %03d %.*s\r\n%s", status, (int)rlen, reason,
-                     lines_have_server(lines, lines_len) ? "" : "Server: cyserve\r\n");
+    /* A route's own Server replaces the server's (decided once here, not per request). */
+    int n = snprintf(line, sizeof(line), "HTTP/1.1 %03d %.*s\r\n", status, (int)rlen, reason);
+    size_t skip = lines_have_server(lines, lines_len) ? head->server_len : 0;
     int rc = wbuf_append(&h, line, (size_t)n);
+    if (head->len > skip)
+        rc = rc ? rc : wbuf_append(&h, head->lines + skip, head->len - skip);
     if (status >= 200 && status != 204 && status != 304) {
         n = snprintf(line, sizeof(line), "Content-Length: %zu\r\n", body_len);
         rc = rc ? rc : wbuf_append(&h, line, (size_t)n);
@@ -181,7 +183,7 @@ static int http1_error_close(struct http1_session *sv, int status, const char *d
 {
     /* A HEAD gets no body, even in an error (when its method was read at all). */
     int head_only = sv->rq.head.method_id == HTTP_HEAD;
-    int n = http_write_error(&sv->out, status, detail, head_only, http1_date());
+    int n = http_write_error(&sv->out, &sv->srv->cfg.head, status, detail, head_only, http1_date());
     access_log_note(&sv->rq, status, n < 0 ? -1 : n);
     if (UNLIKELY(sv->srv->metrics_on))
         metrics_note_reject(server_metrics_self(sv->srv), status);
@@ -262,11 +264,13 @@ static int send_stream(struct http1_session *sv, const struct server_target *t, 
                         : chunked   ? HTTP_LENGTH_CHUNKED
                                     : HTTP_LENGTH_UNTIL_CLOSE;
     int rc = UNLIKELY(r->own_head)
-                 ? http_write_head_own(&sv->out, r->status, r->reason, r->reason_len,
-                                       r->own_head & RESP_OWN_SERVER, sv->rq.head.minor_version,
-                                       keep, announce, r->headers.ptr, r->headers.len, http1_date())
-                 : http_write_head(&sv->out, r->status, sv->rq.head.minor_version, keep, announce,
-                                   r->headers.ptr, r->headers.len, http1_date());
+                 ? http_write_head_own(&sv->out, &sv->srv->cfg.head, r->status, r->reason,
+                                       r->reason_len, r->own_head & RESP_OWN_SERVER,
+                                       sv->rq.head.minor_version, keep, announce, r->headers.ptr,
+                                       r->headers.len, http1_date())
+                 : http_write_head(&sv->out, &sv->srv->cfg.head, r->status,
+                                   sv->rq.head.minor_version, keep, announce, r->headers.ptr,
+                                   r->headers.len, http1_date());
     if (UNLIKELY(rc) || head_only) {
         stream_abandon(&sv->rq, t, stream);
         access_log_note(&sv->rq, r->status, 0);
@@ -309,7 +313,7 @@ static int send_body(struct http1_session *sv, const struct request_answer *a, i
                      int head_only)
 {
     access_log_note(&sv->rq, a->status, head_only ? 0 : (int64_t)a->body_len);
-    int rc = http1_answer_head(&sv->out, a, sv->rq.head.minor_version, keep);
+    int rc = http1_answer_head(&sv->out, &sv->srv->cfg.head, a, sv->rq.head.minor_version, keep);
     if (UNLIKELY(rc) || head_only || !a->body_len)
         return rc;
     if (a->kind == REQUEST_BODY_FILE) {

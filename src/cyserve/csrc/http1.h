@@ -68,58 +68,64 @@ static inline void http1_empty_path_is_root(struct http_request *req)
 #define HTTP1_STATIC_HEAD_MAX(t) ((t)->static_head_len + 64 + HTTP_DATE_LEN)
 
 /* Write the head of static target t at p (HTTP1_STATIC_HEAD_MAX bytes of room): its serialised
- * lines, Date, the Connection field when it is not the version's default, the empty line.
+ * lines, Date (unless the server writes none: t->static_no_date), the Connection field when it is not the version's default, the empty line.
  * Returns the end. */
 static inline char *http1_static_head_put(char *p, const struct server_target *t, int keep,
                                           int minor)
 {
     memcpy(p, t->static_head, t->static_head_len);
     p += t->static_head_len;
-    memcpy(p, "Date: ", 6);
-    p += 6;
-    memcpy(p, http1_date(), HTTP_DATE_LEN);
-    p += HTTP_DATE_LEN;
+    if (LIKELY(!t->static_no_date)) {
+        memcpy(p, "Date: ", 6);
+        p += 6;
+        memcpy(p, http1_date(), HTTP_DATE_LEN);
+        p += HTTP_DATE_LEN;
+        memcpy(p, "\r\n", 2);
+        p += 2;
+    }
     if (!keep) {
-        memcpy(p, "\r\nConnection: close", 19);
+        memcpy(p, "Connection: close\r\n", 19);
         p += 19;
     } else if (minor == 0) {
-        memcpy(p, "\r\nConnection: keep-alive", 24);
+        memcpy(p, "Connection: keep-alive\r\n", 24);
         p += 24;
     }
-    memcpy(p, "\r\n\r\n", 4);
-    return p + 4;
+    memcpy(p, "\r\n", 2);
+    return p + 2;
 }
 
-/* The head of answer a into out (http_write_head, or http_write_head_own when the handler set
- * its own Server or reason phrase). 0 or -ENOMEM. */
-static inline int http1_answer_head(struct wbuf *out, const struct request_answer *a, int minor,
-                                    int keep)
+/* The head of answer a into out with the server's fields head (http_write_head, or
+ * http_write_head_own when the handler set its own Server or reason phrase). 0 or -ENOMEM. */
+static inline int http1_answer_head(struct wbuf *out, const struct http_head *head,
+                                    const struct request_answer *a, int minor, int keep)
 {
     if (UNLIKELY(a->own_head))
-        return http_write_head_own(out, a->status, a->reason, a->reason_len,
+        return http_write_head_own(out, head, a->status, a->reason, a->reason_len,
                                    a->own_head & RESP_OWN_SERVER, minor, keep, a->length, a->lines,
                                    a->lines_len, http1_date());
-    return http_write_head(out, a->status, minor, keep, a->length, a->lines, a->lines_len,
+    return http_write_head(out, head, a->status, minor, keep, a->length, a->lines, a->lines_len,
                            http1_date());
 }
 
 /* Frame answer a, whose body is in memory (REQUEST_BODY_BYTES), into out: its head, then its
  * body unless head_only. 0 or -ENOMEM. For the inline path, which sends out at once. */
-static inline int http1_put_answer(struct wbuf *out, const struct request_answer *a, int minor,
-                                   int keep, int head_only)
+static inline int http1_put_answer(struct wbuf *out, const struct http_head *head,
+                                   const struct request_answer *a, int minor, int keep,
+                                   int head_only)
 {
-    int rc = http1_answer_head(out, a, minor, keep);
+    int rc = http1_answer_head(out, head, a, minor, keep);
     if (!rc && !head_only && a->body_len)
         rc = wbuf_append(out, a->body, a->body_len);
     return rc;
 }
 
-/* The pre-serialised head of a static answer (status, Server unless lines hold their own,
- * Content-Length unless the status has no body, then the headers lines[0..lines_len)): *out
+/* The pre-serialised head of a static answer (status, the server's fields head -- less its
+ * Server line when lines hold their own --, Content-Length unless the status has no body, then
+ * the headers lines[0..lines_len)): *out
  * (malloc'd, the caller frees it) and *out_len. Returns 0 or -ENOMEM. Date, Connection and the
  * empty line are added per request by http1_static_head_put(). */
-int http1_static_head(int status, const char *lines, size_t lines_len, size_t body_len, char **out,
-                      size_t *out_len);
+int http1_static_head(const struct http_head *head, int status, const char *lines, size_t lines_len,
+                      size_t body_len, char **out, size_t *out_len);
 
 /* Write sv's output buffer, then extra[0..extra_len) if any, in one send. flags: as conn_sendv.
  * 0 or -errno. The serving coroutine. */

@@ -136,7 +136,7 @@ static int inline_nogil(struct conn *c, struct server_worker *mine, const struct
             blen = a.body_len;
     }
     if (!rc)
-        rc = http1_put_answer(&out, &a, req->minor_version, keep, head_only);
+        rc = http1_put_answer(&out, &s->cfg.head, &a, req->minor_version, keep, head_only);
     inline_note(t, took, blen);
     if (UNLIKELY(mine->m != NULL))
         metrics_note_request(mine->m, METRICS_NOGIL, a.status, clock_mono_ns() - sched_now_ns());

@@ -120,16 +120,32 @@ static char *put_lit(char *p, const char *s, size_t n)
 
 #define LIT(s) (s), (sizeof(s) - 1)
 
+const struct http_head http_head_default = {LIT("Server: cyserve\r\n"), 17, 0,
+                                            "Server: cyserve\r\n"};
+
+void http_head_init(struct http_head *h, const char *lines, size_t len, size_t server_len,
+                    int no_date)
+{
+    memset(h, 0, sizeof(*h));
+    h->lines = len ? lines : "";
+    h->len = len;
+    h->server_len = server_len;
+    h->no_date = no_date;
+    if (len <= HTTP_HEAD_SHORT && len)
+        memcpy(h->short_lines, lines, len);
+}
+
 /* The one head writer; both entry points inline it, http_write_head with constants, so the
  * common head compiles to what it was before a handler could shape it. */
 static ALWAYS_INLINE int write_head(struct wbuf *out, int status, const char *reason, size_t rlen,
-                                    int server, int minor_version, int keep_alive,
-                                    uint64_t content_length, const char *extra, size_t extra_len,
-                                    const char *date)
+                                    const struct http_head *head, int own_server, int minor_version,
+                                    int keep_alive, uint64_t content_length, const char *extra,
+                                    size_t extra_len, const char *date)
 {
-    /* Fixed parts: status line (<= 13 + reason), Server, Date, Content-Length (<= 38),
-     * Connection (<= 24), CRLF. 160 covers them with room to spare. */
-    int rc = wbuf_reserve(out, 160 + rlen + extra_len);
+    /* Fixed parts: status line (<= 13 + reason), Date, Content-Length (<= 38), Connection
+     * (<= 24), CRLF. 160 covers them with room to spare; head's lines come on top. */
+    size_t skip = own_server ? head->server_len : 0;
+    int rc = wbuf_reserve(out, 160 + rlen + extra_len + head->len - skip);
     if (UNLIKELY(rc))
         return rc;
     char *p = out->ptr + out->len;
@@ -139,12 +155,20 @@ static ALWAYS_INLINE int write_head(struct wbuf *out, int status, const char *re
     *p++ = (char)('0' + status % 10);
     *p++ = ' ';
     p = put_lit(p, reason, rlen);
-    if (server)
-        p = put_lit(p, LIT("\r\nServer: cyserve\r\nDate: "));
-    else
-        p = put_lit(p, LIT("\r\nDate: "));
-    p = put_lit(p, date, HTTP_DATE_LEN);
     p = put_lit(p, LIT("\r\n"));
+    /* The room reserved above holds the HTTP_HEAD_SHORT bytes: what passes the lines' end is
+     * written over by what follows. */
+    if (LIKELY(!skip && head->len <= HTTP_HEAD_SHORT)) {
+        memcpy(p, head->short_lines, HTTP_HEAD_SHORT);
+        p += head->len;
+    } else if (head->len > skip) {
+        p = put_lit(p, head->lines + skip, head->len - skip);
+    }
+    if (LIKELY(!head->no_date)) {
+        p = put_lit(p, LIT("Date: "));
+        p = put_lit(p, date, HTTP_DATE_LEN);
+        p = put_lit(p, LIT("\r\n"));
+    }
     /* RFC 9110 8.6: no Content-Length in 1xx and 204; in 304 it would have to be the length
      * of the 200 response, which we do not know here, so it is left out. */
     if (status >= 200 && status != 204 && status != 304) {
@@ -167,27 +191,29 @@ static ALWAYS_INLINE int write_head(struct wbuf *out, int status, const char *re
     return 0;
 }
 
-int http_write_head(struct wbuf *out, int status, int minor_version, int keep_alive,
-                    uint64_t content_length, const char *extra, size_t extra_len, const char *date)
+int http_write_head(struct wbuf *out, const struct http_head *head, int status, int minor_version,
+                    int keep_alive, uint64_t content_length, const char *extra, size_t extra_len,
+                    const char *date)
 {
     size_t rlen;
     const char *reason = http_reason(status, &rlen);
-    return write_head(out, status, reason, rlen, 1, minor_version, keep_alive, content_length,
+    return write_head(out, status, reason, rlen, head, 0, minor_version, keep_alive, content_length,
                       extra, extra_len, date);
 }
 
-int http_write_head_own(struct wbuf *out, int status, const char *reason, size_t reason_len,
-                        int own_server, int minor_version, int keep_alive, uint64_t content_length,
-                        const char *extra, size_t extra_len, const char *date)
+int http_write_head_own(struct wbuf *out, const struct http_head *head, int status,
+                        const char *reason, size_t reason_len, int own_server, int minor_version,
+                        int keep_alive, uint64_t content_length, const char *extra,
+                        size_t extra_len, const char *date)
 {
     if (!reason)
         reason = http_reason(status, &reason_len);
-    return write_head(out, status, reason, reason_len, !own_server, minor_version, keep_alive,
+    return write_head(out, status, reason, reason_len, head, own_server, minor_version, keep_alive,
                       content_length, extra, extra_len, date);
 }
 
-int http_write_error(struct wbuf *out, int status, const char *detail, int head_only,
-                     const char *date)
+int http_write_error(struct wbuf *out, const struct http_head *head, int status, const char *detail,
+                     int head_only, const char *date)
 {
     size_t rlen;
     const char *reason = http_reason(status, &rlen);
@@ -199,7 +225,7 @@ int http_write_error(struct wbuf *out, int status, const char *detail, int head_
     if ((size_t)n >= sizeof(body))
         n = sizeof(body) - 1;
     static const char ct[] = "Content-Type: text/plain; charset=utf-8\r\n";
-    int rc = http_write_head(out, status, 1, 0, (uint64_t)n, ct, sizeof(ct) - 1, date);
+    int rc = http_write_head(out, head, status, 1, 0, (uint64_t)n, ct, sizeof(ct) - 1, date);
     if (UNLIKELY(rc) || head_only)
         return rc;
     rc = wbuf_append(out, body, (size_t)n);

@@ -1259,8 +1259,14 @@ static int h2_submit(struct h2_session *h, struct h2_stream *st)
     }
     if (length == REQUEST_LENGTH_NONE)
         have_length = 0;
-    size_t max = (size_t)h2_count_lines(lines, lines_len) + 4;
-    nghttp2_nv *nva = malloc(max * sizeof(*nva) + lines_len + 1);
+    /* The server's own fields (--header, Server unless the answer has its own; a static head
+     * holds them already). */
+    const struct http_head *head = &h->srv->cfg.head;
+    size_t skip = own_server ? head->server_len : 0;
+    size_t dl_len = a->kind == REQUEST_BODY_STATIC ? 0 : head->len - skip;
+    const char *dl = dl_len ? head->lines + skip : "";
+    size_t max = (size_t)h2_count_lines(lines, lines_len) + (size_t)h2_count_lines(dl, dl_len) + 4;
+    nghttp2_nv *nva = malloc(max * sizeof(*nva) + lines_len + dl_len + 1);
     if (!nva)
         return -ENOMEM;
     char *low = (char *)(nva + max);
@@ -1268,11 +1274,10 @@ static int h2_submit(struct h2_session *h, struct h2_stream *st)
     snprintf(st3, sizeof(st3), "%03d", status);
     size_t n = 0;
     nva[n++] = (nghttp2_nv){(uint8_t *)":status", (uint8_t *)st3, 7, 3, NGHTTP2_NV_FLAG_NONE};
-    if (!own_server)
-        nva[n++] = (nghttp2_nv){(uint8_t *)"server", (uint8_t *)"cyserve", 6, 7,
+    n += h2_lines_to_nv(dl, dl_len, nva + n, max - n, low + lines_len);
+    if (!head->no_date)
+        nva[n++] = (nghttp2_nv){(uint8_t *)"date", (uint8_t *)http1_date(), 4, HTTP_DATE_LEN,
                                 NGHTTP2_NV_FLAG_NONE};
-    nva[n++] = (nghttp2_nv){(uint8_t *)"date", (uint8_t *)http1_date(), 4, HTTP_DATE_LEN,
-                            NGHTTP2_NV_FLAG_NONE};
     if (!bodyless && have_length) {
         int cl = snprintf(clen, sizeof(clen), "%llu", (unsigned long long)length);
         nva[n++] = (nghttp2_nv){(uint8_t *)"content-length", (uint8_t *)clen, 14, (size_t)cl,

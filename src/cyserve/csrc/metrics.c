@@ -169,8 +169,53 @@ void metrics_retire(struct metrics_region *r, unsigned i)
     atomic_store_explicit(&p->coroutines, 0, memory_order_relaxed);
     atomic_store_explicit(&p->beat_ns, 0, memory_order_relaxed);
     atomic_store_explicit(&p->stuck_ns, 0, memory_order_relaxed);
+    metrics_set_route(p, NULL);
     atomic_store_explicit(&p->pid, 0, memory_order_release);
     pthread_mutex_unlock(&metrics_lock);
+}
+
+void metrics_set_route(struct metrics_proc *p, const char *route)
+{
+    char buf[METRICS_ROUTE_MAX] = {0};
+    if (route) {
+        size_t n = strnlen(route, sizeof(buf) - 1);
+        memcpy(buf, route, n);
+    }
+    uint64_t seq = atomic_load_explicit(&p->route_seq, memory_order_relaxed);
+    atomic_store_explicit(&p->route_seq, seq + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    for (size_t i = 0; i < METRICS_ROUTE_MAX / 8; i++) {
+        uint64_t w;
+        memcpy(&w, buf + 8 * i, 8);
+        atomic_store_explicit(&p->route[i], w, memory_order_relaxed);
+    }
+    atomic_store_explicit(&p->route_seq, seq + 2, memory_order_release);
+}
+
+size_t metrics_get_route(const struct metrics_proc *p, char *out, size_t cap)
+{
+    char buf[METRICS_ROUTE_MAX];
+    if (!cap)
+        return 0;
+    out[0] = 0;
+    for (int tries = 0; tries < 4; tries++) {
+        uint64_t seq = atomic_load_explicit(&p->route_seq, memory_order_acquire);
+        if (seq & 1)
+            continue;
+        for (size_t i = 0; i < METRICS_ROUTE_MAX / 8; i++) {
+            uint64_t w = atomic_load_explicit(&p->route[i], memory_order_relaxed);
+            memcpy(buf + 8 * i, &w, 8);
+        }
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&p->route_seq, memory_order_relaxed) != seq)
+            continue;
+        buf[sizeof(buf) - 1] = 0;
+        size_t n = strnlen(buf, cap - 1);
+        memcpy(out, buf, n);
+        out[n] = 0;
+        return n;
+    }
+    return 0;
 }
 
 void metrics_note_request(struct metrics_shard *m, unsigned kind, int status, uint64_t dur_ns)

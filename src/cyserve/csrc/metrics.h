@@ -71,6 +71,9 @@ struct metrics_shard {
     _Atomic uint64_t reject[METRICS_REJECTS];
 } CACHE_ALIGNED;
 
+/* The bytes of a route's pattern a slot keeps (longer ones are cut), its NUL included. */
+#define METRICS_ROUTE_MAX 96
+
 /* One serving process: what its publisher copies, then its threads' shards. */
 struct metrics_proc {
     _Atomic int64_t pid;       /* 0: the slot is free */
@@ -85,6 +88,11 @@ struct metrics_proc {
     _Atomic uint64_t runq;            /* coroutines queued to run */
     _Atomic uint64_t coroutines;      /* alive now, each holding a stack: a gauge */
     _Atomic uint64_t offload_wait_ns; /* sched_stats.offload_wait_ns, a counter */
+    /* The pattern of the route whose Python call had run longest when the publisher looked
+     * ("" when none ran): metrics_set_route / metrics_get_route, a sequence lock (odd while
+     * written) over words, so that a reader in another process never sees a torn name. */
+    _Atomic uint64_t route_seq;
+    _Atomic uint64_t route[METRICS_ROUTE_MAX / 8];
     struct metrics_shard shards[];
 };
 
@@ -129,6 +137,15 @@ static inline void metrics_add(_Atomic uint64_t *c, uint64_t n)
     atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
                           memory_order_relaxed);
 }
+
+/* Publish route (NUL-terminated, NULL: none) as p's longest running call's. The slot's
+ * publisher thread only. */
+void metrics_set_route(struct metrics_proc *p, const char *route);
+
+/* The route metrics_set_route last published in p, into out (cap bytes, NUL-terminated, cut
+ * to fit). Returns its length; 0 (an empty out) when none or while it is being rewritten.
+ * Any thread of any process sharing the region. */
+size_t metrics_get_route(const struct metrics_proc *p, char *out, size_t cap);
 
 /* A request answered with status by a route of kind, which took dur_ns. */
 void metrics_note_request(struct metrics_shard *m, unsigned kind, int status, uint64_t dur_ns);

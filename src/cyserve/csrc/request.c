@@ -93,13 +93,25 @@ static void py_trampoline(void *arg)
      * of the slow handler. */
     /* safety: peer_reset is a relaxed hint (conn.h). A request read after its client reset
      * (the kernel keeps the bytes it had received) is dropped too. */
+    uint64_t now = clock_mono_ns();
     if (UNLIKELY(__atomic_load_n(&j->c->peer_reset, __ATOMIC_RELAXED)) ||
-        (UNLIKELY(clock_mono_ns() - j->queued > REQUEST_GONE_CHECK_NS) &&
-         request_peer_gone(j->c->io.fd))) {
+        (UNLIKELY(now - j->queued > REQUEST_GONE_CHECK_NS) && request_peer_gone(j->c->io.fd))) {
         j->gone = 1;
         return;
     }
+    /* Which route this thread is in, for the worker-timeout's log (publish_once). */
+    struct server_worker *w = NULL;
+    int id = sched_worker_id();
+    if (LIKELY(id >= 0)) {
+        w = &j->c->home->srv->workers[id];
+        /* safety: this thread is the only writer of its slot; the publisher reads it relaxed
+         * and any recent value will do. */
+        atomic_store_explicit(&w->calling_since, now, memory_order_relaxed);
+        atomic_store_explicit(&w->calling, j->t, memory_order_relaxed);
+    }
     j->t->py_call(j->t->opaque, j->req, j->resp);
+    if (LIKELY(w != NULL))
+        atomic_store_explicit(&w->calling, NULL, memory_order_relaxed);
 }
 
 int request_header_value(const struct request *rq, const char *name, size_t nlen, const char **v,

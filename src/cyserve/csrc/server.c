@@ -87,6 +87,7 @@ void server_config_default(struct server_config *cfg)
     cfg->body_timeout_ns = 10000000000ull;
     cfg->http2 = 1;
     cfg->http2_max_streams = 100;
+    cfg->head = http_head_default;
 }
 
 /* Free the listeners' copies (server_new, server_free). */
@@ -339,6 +340,18 @@ static void publish_once(struct server *s, uint64_t *seq, uint64_t *since)
                           memory_order_relaxed);
     atomic_store_explicit(&p->offload_wait_ns, ss.offload_wait_ns, memory_order_relaxed);
     atomic_store_explicit(&p->stuck_ns, stuck, memory_order_relaxed);
+    /* The route of the longest call in Python now, for the supervisor's --worker-timeout log. */
+    const struct server_target *longest = NULL;
+    uint64_t oldest = UINT64_MAX;
+    for (unsigned i = 0; s->workers && i < s->nthreads; i++) {
+        /* safety: each slot is its thread's; a stale pair only names a call just ended. */
+        const struct server_target *t = atomic_load_explicit(&s->workers[i].calling,
+                                                             memory_order_relaxed);
+        uint64_t at = atomic_load_explicit(&s->workers[i].calling_since, memory_order_relaxed);
+        if (t && at < oldest)
+            longest = t, oldest = at;
+    }
+    metrics_set_route(p, longest ? longest->route : NULL);
     atomic_store_explicit(&p->beat_ns, now, memory_order_relaxed);
 }
 

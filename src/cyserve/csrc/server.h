@@ -42,8 +42,9 @@ enum server_target_kind {
 struct server_target {
     enum server_target_kind kind;
     /* SERVER_STATIC: the HTTP/1 head, kept serialised by the HTTP/1 module (http1_static_head):
-     * "HTTP/1.1 <status> <reason>\r\nServer: cyserve\r\nContent-Length: N\r\n" (no Server line when
-     * the user's lines hold one) plus the user's header lines (owned, malloc'd); Date and the final
+     * "HTTP/1.1 <status> <reason>\r\n", the server's fields (struct http_head: Server, unless
+     * the user's lines hold one, and the --header lines), "Content-Length: N\r\n", the user's
+     * header lines (owned, malloc'd); Date (unless static_no_date), Connection and the final
      * CRLF are added per request, then the body. static_status: the status alone. */
     char *static_head;
     size_t static_head_len;
@@ -56,6 +57,11 @@ struct server_target {
     /* SERVER_STATIC, set by the caller after server_target_static(): the health path, answered
      * 503 instead once server_fail_health() was called or a stop began. */
     int static_health;
+    /* SERVER_STATIC: the server writes no Date field (struct http_head's no_date). */
+    int static_no_date;
+    /* The route's pattern, NUL-terminated (borrowed like the target; NULL: unnamed): what the
+     * metrics region names as the route of a call that runs too long (--worker-timeout). */
+    const char *route;
     /* SERVER_NOGIL (and ctx for SERVER_NOGIL_WS) */
     cyserve_nogil_handler fn;
     void *ctx;
@@ -94,10 +100,12 @@ struct server_target {
 enum { SERVER_STREAM_NEXT = 0, SERVER_STREAM_ABANDON = 1 };
 
 /* Fill t as SERVER_STATIC: headers are serialised "Name: value\r\n" lines (the caller checked
- * them; may be NULL/0). Copies everything. Returns 0, -EINVAL (status outside 200..599), -ENOMEM.
- * Release with server_target_clear(). */
-int server_target_static(struct server_target *t, int status, const char *headers,
-                         size_t headers_len, const char *body, size_t body_len);
+ * them; may be NULL/0); fields: those of the server it will serve on (its
+ * server_config.head; NULL: http_head_default), baked into the head now. Copies everything.
+ * Returns 0, -EINVAL (status outside 200..599), -ENOMEM. Release with server_target_clear(). */
+int server_target_static(struct server_target *t, const struct http_head *fields, int status,
+                         const char *headers, size_t headers_len, const char *body,
+                         size_t body_len);
 
 /* From now on the health path (a target with static_health) answers 503, as it does once a stop
  * begins: a load balancer then takes this server out before its listeners close. Any thread. */
@@ -227,6 +235,11 @@ struct server_config {
      * file answers take no handler and are not counted); one more is answered 503 with
      * Retry-After and the connection closed (request.c). 0 (default): no limit. */
     unsigned limit_concurrency;
+    /* The fields written on every answer besides the framing ones (http1_write.h): Server, the
+     * --header lines, Date. server_config_default() sets http_head_default; the lines are
+     * borrowed (the caller keeps them until server_free()), and the static targets must have
+     * been built with the same (server_target_static). */
+    struct http_head head;
     /* The supervisor of a worker process: when parent_pid > 0, a thread of the engine
      * (cyserve-parent) checks getppid() every SERVER_PARENT_POLL_MS while the server runs; once
      * it differs (the supervisor died, even by SIGKILL), that thread begins the graceful stop

@@ -75,6 +75,11 @@ struct server_worker {
      * written under this home's loop lock (conn_set_busy), read by the publisher. */
     _Atomic uint64_t busy;
     struct metrics_shard *m; /* this thread's counters (metrics.h), NULL: none */
+    /* The target whose Python call this thread is in (NULL: none) and since when
+     * (clock_mono_ns): written by this thread around each call (request.c), read by the
+     * publisher, which names the route of the longest one (struct metrics_proc's route). */
+    _Atomic(const struct server_target *) calling;
+    _Atomic uint64_t calling_since;
 } CACHE_ALIGNED;
 
 struct server {

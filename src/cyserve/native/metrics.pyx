@@ -49,6 +49,15 @@ cdef class Metrics:
         p = cms.metrics_proc_at(self._r, slot)
         return (p.beat_ns, p.stuck_ns)
 
+    def route(self, int slot):
+        """The pattern of the route whose Python call in slot's process had run longest when
+        its publisher last looked ("" when none was running)."""
+        cdef char buf[128]
+        if not 0 <= slot < <int>self._r.nprocs:
+            return ""
+        n = cms.metrics_get_route(cms.metrics_proc_at(self._r, slot), buf, sizeof(buf))
+        return buf[:n].decode("utf-8", "replace")
+
     def text(self):
         """The text exposition of every process's sums (bytes)."""
         cdef bytearray buf = bytearray(cms.METRICS_TEXT_MAX)

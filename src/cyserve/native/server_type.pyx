@@ -82,6 +82,23 @@ cdef bytes _serialise_headers(headers, str where):
     return b"".join(parts)
 
 
+def default_head(headers=(), bint server_header=True, bint date_header=True):
+    """The fields a server writes on every answer (csrc/http1_write.h, struct http_head), as
+    (lines, server_len, no_date). The Server line comes first: headers' own Server when they
+    name one (it replaces the engine's, even with server_header off, as in uvicorn), else
+    "Server: cyserve" unless server_header is off; a handler's own Server replaces either.
+    Then the other headers ((name, value) pairs): a bad name, a CR/LF/NUL in a value, a field
+    the engine writes itself or a second Server is a ValueError."""
+    headers = list(headers)
+    where = "header"
+    _serialise_headers(headers, where)  # validates the whole list (one Server at most)
+    own = [h for h in headers if str(h[0]).lower() == "server"]
+    rest = [h for h in headers if str(h[0]).lower() != "server"]
+    server = _serialise_headers(own, where) if own else (
+        b"Server: cyserve\r\n" if server_header else b"")
+    return server + _serialise_headers(rest, where), len(server), 0 if date_header else 1
+
+
 cdef const char *keep_b(list keep, bytes b):
     """b's bytes, kept alive by keep for as long as the caller holds it."""
     keep.append(b)
@@ -226,6 +243,7 @@ cdef class Server:
     cdef readonly str scheme
     cdef object _metrics  # the Metrics whose slot the engine counts into (kept alive here)
     cdef bint _ws_deflate  # ASGI routes negotiate permessage-deflate (set before the routes)
+    cdef cs.http_head_t _head  # the fields on every answer (static heads bake them in)
     cdef object __weakref__
 
     def __cinit__(self):
@@ -254,7 +272,8 @@ cdef class Server:
                  int metrics_slot=-1, proxy_protocol_from=None, ws_max_size=16 << 20,
                  ws_ping_interval=20.0, ws_ping_timeout=20.0,
                  bint ws_per_message_deflate=True, int parent_pid=0,
-                 double parent_grace=10.0):
+                 double parent_grace=10.0, headers=(), bint server_header=True,
+                 bint date_header=True):
         if self._router != NULL:
             raise RuntimeError("Server.__init__ called twice")
         if not 0 <= port <= 65535:
@@ -283,6 +302,9 @@ cdef class Server:
             if value is not None and not 0 <= value <= 1e9:
                 raise ValueError(f"{name} must be in 0..1e9 seconds or None, got {value}")
         self._ws_deflate = ws_per_message_deflate
+        head_b, server_len, no_date = default_head(headers, server_header, date_header)
+        cs.http_head_init(&self._head, keep_b(self._keep, head_b), len(head_b), server_len,
+                          no_date)
         for name, value in (("keepalive_timeout", keepalive_timeout),
                             ("header_timeout", header_timeout), ("body_timeout", body_timeout)):
             # The nanoseconds must fit a uint64 (1.8e10 s); past it the cast wrapped to 0.
@@ -372,6 +394,7 @@ cdef class Server:
         cfg.ws_ping_timeout_ns = <uint64_t>((ws_ping_timeout or 0) * 1e9)
         cfg.ws_deflate = ws_per_message_deflate  # GIL-free routes; ASGI ones ask _ws_deflate
         cfg.limit_concurrency = limit_concurrency
+        cfg.head = self._head
         # A worker process's supervisor: the engine stops this process if it dies
         # (csrc/server.h, server_config.parent_pid), with or without the GIL.
         if parent_pid < 0 or parent_grace < 0:
@@ -556,7 +579,7 @@ cdef class Server:
             hb = _serialise_headers(headers or (), where)
             if body and not any(str(n).lower() == "content-type" for n, _ in (headers or ())):
                 hb += b"Content-Type: text/plain; charset=utf-8\r\n"
-            rc = cs.server_target_static(t, status, hb, len(hb), body, len(body))
+            rc = cs.server_target_static(t, &self._head, status, hb, len(hb), body, len(body))
             if rc == -22:
                 raise ValueError(f"{where}: invalid status {status!r}")
             if rc != 0:
@@ -576,6 +599,7 @@ cdef class Server:
             raise ValueError(f"{where}: kind must be 'python', 'nogil', 'nogil_ws', 'static' or "
                              f"'files', got {kind!r}")
         pat = pattern.encode("utf-8")
+        t.route = keep_b(self._keep, pat)  # named in the --worker-timeout log
         err[0] = 0
         rc = router_add(self._router, kinds[match], pat, len(pat), mask, t, err, sizeof(err))
         if rc != 0:

@@ -70,6 +70,7 @@ cdef extern from "csrc/metrics.h" nogil:
     metrics_proc_t *metrics_proc_at(metrics_region_t *r, unsigned i)
     int metrics_claim(metrics_region_t *r, int pid)
     void metrics_retire(metrics_region_t *r, unsigned i)
+    size_t metrics_get_route(const metrics_proc_t *p, char *out, size_t cap)
     ssize_t metrics_format(metrics_region_t *r, char *buf, size_t cap)
     int metrics_listen_start(metrics_listener_t **out, metrics_region_t *r, int fd)
     void metrics_listen_stop(metrics_listener_t *l)
@@ -119,6 +120,12 @@ cdef extern from "csrc/server.h" nogil:
         SERVER_FILES
         SERVER_NOGIL_WS
 
+    ctypedef struct http_head_t "struct http_head":
+        const char *lines
+        size_t len
+        size_t server_len
+        int no_date
+
     ctypedef struct server_target_t "struct server_target":
         server_target_kind kind
         nogil_fn_t fn
@@ -130,6 +137,7 @@ cdef extern from "csrc/server.h" nogil:
         int stream_body
         int body_stream
         int static_health
+        const char *route
         unsigned metrics_kind
         files_root_t *root
 
@@ -174,9 +182,13 @@ cdef extern from "csrc/server.h" nogil:
         uint64_t ws_ping_interval_ns
         uint64_t ws_ping_timeout_ns
         int ws_deflate
+        http_head_t head
 
     void server_fail_health(server_t *s)
-    int server_target_static(server_target_t *t, int status, const char *headers,
+    void http_head_init(http_head_t *h, const char *lines, size_t len, size_t server_len,
+                        int no_date)
+    int server_target_static(server_target_t *t, const http_head_t *head, int status,
+                             const char *headers,
                              size_t headers_len, const char *body, size_t body_len)
     void server_target_clear(server_target_t *t)
     void server_target_never_inline(server_target_t *t)
