@@ -38,6 +38,7 @@
 #include "csrc/ws.c"
 #include "csrc/ws_conn.c"
 #include "csrc/ws_nogil.c"
+#include "csrc/ws_zlend.c"
 #include "csrc/proxyproto.c"
 #include "csrc/metrics.c"
 

@@ -49,6 +49,7 @@ static void *h2_test_malloc(size_t n)
 #include "csrc/ws.c"
 #include "csrc/ws_conn.c"
 #include "csrc/ws_nogil.c"
+#include "csrc/ws_zlend.c"
 #include "csrc/proxyproto.c"
 #include "csrc/metrics.c"
 #include "tap.h"

@@ -2,10 +2,13 @@
  * read whole and at every split; the rules that close a connection and their codes; UTF-8
  * validation across fragments; server frame heads; close payloads; the handshake's checks and the
  * RFC's Sec-WebSocket-Accept example. The conformance cases as data are in tests/ws/ (run through
- * the test hooks); this file checks what is easier to build in C (long lengths, every split). */
+ * the test hooks); this file checks what is easier to build in C (long lengths, every split), and
+ * the thread's zlib streams lent for one message (csrc/ws_zlend.c). */
 #define _GNU_SOURCE
 #include "csrc/ws.c"
+#include "csrc/ws_zlend.c"
 
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "tap.h"
@@ -458,6 +461,154 @@ static void test_pmd_round_trip(void)
     ws_pmd_free(&z);
 }
 
+/* Inflate a server's compressed message alone (no context), as a client does after the server
+ * answered server_no_context_takeover; 1 when it gives back msg[0..n). */
+static int inflates_alone(const struct ws_buf *c, int bits, const char *msg, size_t n)
+{
+    z_stream in;
+    memset(&in, 0, sizeof(in));
+    if (inflateInit2(&in, -bits) != Z_OK)
+        return 0;
+    char *back = malloc(n + 64);
+    unsigned char all[1 << 16];
+    if (c->len + 4 > sizeof(all)) {
+        free(back);
+        inflateEnd(&in);
+        return 0;
+    }
+    memcpy(all, c->ptr, c->len);
+    memcpy(all + c->len, "\x00\x00\xff\xff", 4);
+    in.next_in = all;
+    in.avail_in = (uInt)(c->len + 4);
+    in.next_out = (Bytef *)back;
+    in.avail_out = (uInt)(n + 64);
+    int zr = inflate(&in, Z_SYNC_FLUSH);
+    int good = (zr == Z_OK || zr == Z_BUF_ERROR) && n + 64 - in.avail_out == n &&
+               memcmp(back, msg, n) == 0;
+    free(back);
+    inflateEnd(&in);
+    return good;
+}
+
+/* Inflate one client message (one frame, compressed by zlib with its context from the start)
+ * on z with the thread's lent inflater, as ws_conn.c and ws_nogil.c do. 0 or -1. */
+static int lent_inflate(struct ws_pmd *z, struct ws_buf *msg, const char *p, size_t n)
+{
+    unsigned char *frame = malloc(n + 2048);
+    size_t fl = client_compressed(frame, WS_OP_BINARY, p, n);
+    struct ws_reader r;
+    ws_reader_init(&r, 1 << 20);
+    r.deflate = 1;
+    struct ws_frame f;
+    int rc = -1;
+    if (ws_read_frame(&r, (char *)frame, fl, &f) == (ssize_t)fl && f.compressed) {
+        wsz_borrow_in(z, msg);
+        rc = ws_pmd_inflate(z, &r, &f, msg);
+        wsz_return_in(z, NULL, rc != 0);
+        if (rc == 0 && (msg->len != n || memcmp(msg->ptr, p, n) != 0))
+            rc = -1;
+    }
+    free(frame);
+    return rc;
+}
+
+static void *zlend_thread(void *arg)
+{
+    (void)arg;
+    char msg[3000];
+    for (size_t i = 0; i < sizeof(msg); i++)
+        msg[i] = "abcdefgh"[(i * 7 + i / 13) % 8];
+    struct ws_pmd_params p15 = {1, 1, 15}, p10 = {1, 1, 10};
+
+    /* The deflater: each message compresses alone (the lent stream is reset), with the
+     * window the connection negotiated, and the thread keeps one stream for all. */
+    const struct ws_buf *c;
+    int good = 1;
+    for (int m = 0; m < 3; m++)
+        good &= wsz_deflate(&p15, msg, sizeof(msg), &c) == 0 &&
+                inflates_alone(c, 15, msg, sizeof(msg));
+    ok(good, "three messages from the thread's deflater each inflate alone");
+    struct wsz_cache *zc = wsz_cache();
+    ok(zc->z.out != NULL, "the thread keeps its deflater between messages");
+    ok(zc->zs.out == NULL, "the one for short messages is not made for a long one");
+    good = 1;
+    for (int m = 0; m < 3; m++)
+        good &= wsz_deflate(&p15, msg + m, 300, &c) == 0 && inflates_alone(c, 15, msg + m, 300);
+    ok(good, "short messages each inflate alone too");
+    ok(zc->zs.out != NULL, "from the thread's deflater for short messages, kept");
+    good = wsz_deflate(&p10, msg, sizeof(msg), &c) == 0 && inflates_alone(c, 10, msg, sizeof(msg));
+    ok(good, "a connection with a 1 KiB window gets a deflater of that window");
+    is_int(zc->z.p.server_max_window_bits, 10, "which the thread keeps instead");
+    good = wsz_deflate(&p15, msg, sizeof(msg), &c) == 0 && inflates_alone(c, 15, msg, sizeof(msg));
+    ok(good, "and replaces for the next 32 KiB connection");
+    char *big = malloc(200000);
+    uint64_t x = 88172645463325252ull;
+    for (size_t i = 0; i < 200000; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* incompressible: output past 64 KiB */
+        big[i] = (char)(x >> 32);
+    }
+    is_int(wsz_deflate(&p15, big, 200000, &c), 0, "a 200 KB message compresses");
+    ok(c->len > WSZ_BUF_KEEP, "into the thread's buffer (%zu bytes)", c->len);
+    is_int(wsz_deflate(&p15, msg, 100, &c), 0, "the next message too");
+    ok(c->cap <= WSZ_BUF_KEEP, "in a buffer not kept at the large one's size (%zu)", c->cap);
+
+    /* The inflater: two connections on one thread. a's message is inflated with the thread's
+     * inflater; while b holds it (a message in pieces), a gets a new one; once both return,
+     * the thread keeps one and frees the other. */
+    struct ws_pmd a, b;
+    ws_pmd_init(&a, &p15);
+    ws_pmd_init(&b, &p15);
+    struct ws_buf am = {0}, bm = {0};
+    is_int(lent_inflate(&a, &am, msg, sizeof(msg)), 0, "a's message inflates");
+    ok(a.in == NULL && zc->z.in != NULL, "its inflater went back to the thread");
+    wsz_return_buf(&am);
+    ok(am.ptr == NULL && zc->in_buf.ptr != NULL, "and its buffer");
+    struct z_stream_s *thread_in = zc->z.in;
+    wsz_borrow_in(&b, &bm);
+    ok(b.in == thread_in && zc->z.in == NULL && bm.ptr != NULL, "b borrows both");
+    is_int(lent_inflate(&a, &am, msg, 1000), 0, "meanwhile a's next message inflates");
+    ok(zc->z.in != NULL && zc->z.in != thread_in, "with an inflater made for it, kept");
+    wsz_return_in(&b, &bm, 0);
+    ok(b.in == NULL && bm.ptr == NULL, "b gives its back: freed, the thread had one");
+    wsz_return_buf(&am);
+    /* Context from the previous message would break the next one: a clean inflater each time. */
+    good = 1;
+    for (int m = 0; m < 4; m++) {
+        good &= lent_inflate(&a, &am, msg + m * 100, 2000) == 0;
+        wsz_return_buf(&am);
+    }
+    ok(good, "messages after messages inflate alone on the lent inflater");
+    /* A failed message's inflater is freed, not lent again. */
+    struct ws_reader r;
+    ws_reader_init(&r, 1 << 20);
+    r.deflate = 1;
+    unsigned char bad[64];
+    size_t bl = client_frame(bad, 1, WS_OP_BINARY, "\xff\xff\xff\xff\xff\xff", 6);
+    bad[0] |= 0x40;
+    struct ws_frame f;
+    ws_read_frame(&r, (char *)bad, bl, &f);
+    struct z_stream_s *before = zc->z.in;
+    wsz_borrow_in(&a, &am);
+    is_int(ws_pmd_inflate(&a, &r, &f, &am), -1, "bad deflate data fails");
+    wsz_return_in(&a, &am, 1);
+    ok(a.in == NULL && zc->z.in == NULL && before != NULL,
+       "and its inflater is not the thread's any more");
+    is_int(lent_inflate(&a, &am, msg, sizeof(msg)), 0, "the next message gets a new one");
+    wsz_return_buf(&am);
+    ws_pmd_free(&a);
+    ws_pmd_free(&b);
+    free(big);
+    return NULL; /* the thread's streams are freed by the key's destructor (ASan sees a leak
+                  * otherwise) */
+}
+
+static void test_zlend(void)
+{
+    pthread_t t;
+    ok(pthread_create(&t, NULL, zlend_thread, NULL) == 0, "a thread lends its streams");
+    pthread_join(t, NULL);
+}
+
 int main(void)
 {
     test_simple_text();
@@ -472,5 +623,6 @@ int main(void)
     test_pmd_negotiate();
     test_pmd_bomb_is_bounded();
     test_pmd_round_trip();
+    test_zlend();
     return done_testing();
 }

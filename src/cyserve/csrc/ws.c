@@ -659,7 +659,8 @@ int ws_pmd_deflate(struct ws_pmd *z, const char *p, size_t n, struct ws_buf *out
         if (!s)
             return -ENOMEM;
         int bits = z->p.server_max_window_bits ? z->p.server_max_window_bits : 15;
-        if (deflateInit2(s, Z_DEFAULT_COMPRESSION, Z_DEFLATED, -bits, 8, Z_DEFAULT_STRATEGY) !=
+        int level = z->mem_level ? z->mem_level : 8;
+        if (deflateInit2(s, Z_DEFAULT_COMPRESSION, Z_DEFLATED, -bits, level, Z_DEFAULT_STRATEGY) !=
             Z_OK) {
             free(s);
             return -ENOMEM;

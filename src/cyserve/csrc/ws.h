@@ -185,7 +185,8 @@ struct z_stream_s; /* zlib's, kept out of this header */
 struct ws_pmd {
     struct ws_pmd_params p;
     struct z_stream_s *in, *out;
-    int ended; /* the message's deflate stream ended (BFINAL): the rest of it is ignored */
+    int ended;     /* the message's deflate stream ended (BFINAL): the rest of it is ignored */
+    int mem_level; /* zlib's memLevel for the deflater made (1..9; 0: 8, zlib's default) */
 };
 
 /* Start z with the negotiated p. Any thread. */

@@ -35,9 +35,12 @@
 #include "sched.h"
 #include "server_int.h"
 #include "wbuf.h"
+#include "ws_zlend.h"
 
 int wsconn_attach(struct handoff *h, wsconn_deliver_fn deliver, const struct ws_pmd_params *pmd)
 {
+    if (pmd && (!pmd->server_no_context_takeover || !pmd->client_no_context_takeover))
+        return -EINVAL; /* a lent stream must not carry a window from one message to the next */
     struct wsconn_chan *ch = calloc(1, sizeof(*ch));
     if (UNLIKELY(!ch))
         return -ENOMEM;
@@ -140,9 +143,9 @@ struct wsconn_session {
     struct wsconn_chan *ch;
     struct ws_reader r;
     struct wbuf frag;      /* a fragmented message so far */
-    struct ws_pmd z;       /* permessage-deflate's streams, when negotiated */
-    struct ws_buf msg;     /* a compressed message, inflated so far */
-    struct ws_buf zout;    /* a message being compressed */
+    struct ws_pmd z;       /* permessage-deflate, when negotiated: its inflater is the thread's,
+                            * lent while a compressed message arrives (ws_zlend.h) */
+    struct ws_buf msg;     /* a compressed message, inflated so far (lent as the inflater) */
     int64_t ping_at;       /* when the next ping goes out (< 0: no pings) */
     int64_t pong_deadline; /* a ping awaits its pong until then (< 0: none awaited) */
     uint64_t ping_id;      /* the payload of the ping awaited */
@@ -211,30 +214,29 @@ static int wsconn_send_close_code(struct wsconn_session *ws, int code)
 }
 
 /* Replace *op's frame, made uncompressed by wsconn_send, by its compressed form (RSV1 set) when
- * permessage-deflate is on and the message is long enough to gain. 0 or -ENOMEM; on failure
- * to compress, the frame goes as it was (uncompressed is always allowed). */
+ * permessage-deflate is on and the message is long enough to gain. The thread's deflater does
+ * it (negotiated without context takeover: nothing is kept between messages), its output copied
+ * into the new frame before anything yields. 0 or -ENOMEM; on failure to compress, the frame
+ * goes as it was (uncompressed is always allowed). */
 static int wsconn_compress(struct wsconn_session *ws, struct wsconn_out **op)
 {
     struct wsconn_out *o = *op;
     size_t hl = (unsigned char)o->data[1] == 126 ? 4 : (unsigned char)o->data[1] == 127 ? 10 : 2;
     size_t n = o->len - hl;
     int opcode = o->data[0] & 0x0F;
-    if (n < WSCONN_DEFLATE_MIN || ws_pmd_deflate(&ws->z, o->data + hl, n, &ws->zout) != 0)
+    const struct ws_buf *z;
+    if (n < WSCONN_DEFLATE_MIN || wsz_deflate(&ws->z.p, o->data + hl, n, &z) != 0)
         return 0;
-    struct wsconn_out *c = malloc(sizeof(*c) + WS_HEAD_MAX + ws->zout.len);
+    struct wsconn_out *c = malloc(sizeof(*c) + WS_HEAD_MAX + z->len);
     if (UNLIKELY(!c))
         return -ENOMEM;
-    size_t chl = ws_frame_head((unsigned char *)c->data, opcode, 1, ws->zout.len);
+    size_t chl = ws_frame_head((unsigned char *)c->data, opcode, 1, z->len);
     c->data[0] |= 0x40; /* RSV1: a compressed message (RFC 7692 6) */
-    memcpy(c->data + chl, ws->zout.ptr, ws->zout.len);
-    c->len = chl + ws->zout.len;
+    memcpy(c->data + chl, z->ptr, z->len);
+    c->len = chl + z->len;
     c->next = o->next;
     free(o);
     *op = c;
-    if (ws->zout.cap > (64u << 10)) {
-        free(ws->zout.ptr); /* a large message's room is not kept for the connection's life */
-        memset(&ws->zout, 0, sizeof(ws->zout));
-    }
     return 0;
 }
 
@@ -296,15 +298,18 @@ static int wsconn_on_data(struct wsconn_session *ws, const struct ws_frame *f)
     if (ws->close_sent)
         return 0; /* closing: the producer said it wants nothing more */
     if (f->compressed) {
-        if (ws_pmd_inflate(&ws->z, &ws->r, f, &ws->msg) != 0)
+        if (f->first)
+            wsz_borrow_in(&ws->z, &ws->msg);
+        if (ws_pmd_inflate(&ws->z, &ws->r, f, &ws->msg) != 0) {
+            wsz_return_in(&ws->z, &ws->msg, 1);
             return -EPROTO;
-        if (!f->fin)
-            return 0;
-        int rc = wsconn_deliver(ws, ev, ws->msg.ptr, ws->msg.len, 0);
-        if (ws->msg.cap > (64u << 10)) {
-            free(ws->msg.ptr); /* a large message's room is not kept for the connection's life */
-            memset(&ws->msg, 0, sizeof(ws->msg));
         }
+        if (!f->fin)
+            return 0; /* the inflater stays with the message until its last frame */
+        /* The inflater goes back before the delivery, which yields; the buffer after it. */
+        wsz_return_in(&ws->z, NULL, 0);
+        int rc = wsconn_deliver(ws, ev, ws->msg.ptr, ws->msg.len, 0);
+        wsz_return_buf(&ws->msg);
         return rc;
     }
     if (f->first && f->fin)
@@ -557,8 +562,7 @@ static void wsconn_serve(struct conn *c, struct handoff *h, size_t off)
         wsconn_deliver(ws, WSCONN_EV_CLOSED, NULL, 0, close_code);
     wbuf_free(&ws->frag);
     free(ws->msg.ptr);
-    free(ws->zout.ptr);
-    ws_pmd_free(&ws->z);
+    ws_pmd_free(&ws->z); /* an inflater lent for a message that never ended */
     handoff_track(ws->srv, h, 0);
     handoff_leave(h);
 }

@@ -91,7 +91,10 @@ struct wsconn_chan {
 
 /* Producer, before giving its 101 answer: make h a WebSocket channel reporting through deliver,
  * speaking permessage-deflate with pmd (as ws_pmd_negotiate chose it and the 101 says), or
- * uncompressed when pmd is NULL. 0 or -ENOMEM. Any thread, holding the turn. */
+ * uncompressed when pmd is NULL. pmd must say no context takeover either way (the 101 adds both,
+ * as RFC 7692 7.1.1.1 and 7.1.1.2 allow): the connection's zlib streams are the worker thread's,
+ * lent for one message (ws_zlend.h), so no window survives a message. 0, -EINVAL (a pmd with
+ * context takeover) or -ENOMEM. Any thread, holding the turn. */
 int wsconn_attach(struct handoff *h, wsconn_deliver_fn deliver, const struct ws_pmd_params *pmd);
 
 /* Producer: its application took a message of n bytes that deliver handed it (the engine reads

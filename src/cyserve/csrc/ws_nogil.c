@@ -19,7 +19,6 @@
 #include "ws_nogil.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -32,6 +31,7 @@
 #include "server.h"
 #include "server_int.h"
 #include "ws_conn.h"
+#include "ws_zlend.h"
 
 /* A message at least this long is written from the handler's memory at once (after what the
  * batch queued) rather than copied into the batch's output. */
@@ -44,97 +44,17 @@ static int wsn_header_is(const cyserve_header *h, const char *name, size_t n)
     return h->name.len == n && strncasecmp(h->name.ptr, name, n) == 0;
 }
 
-/* ---- the thread's zlib streams ----
- * A deflater with a 32 KiB window costs about 260 KiB and an inflater about 40 KiB: kept per
- * connection, as ws_conn.c does, they would make an idle deflate connection hundreds of times
- * its size. With no context takeover either way (ws_nogil.h), a stream is needed only while one
- * message is compressed or inflated, so each worker thread keeps one of each (and the inflated
- * message's buffer, up to WSN_ZBUF_KEEP) and lends them. The lending never spans a yield for the
- * deflater (compress, then copy into the output); an inflater stays with a connection whose
- * compressed message is still in pieces, and the thread makes another meanwhile if it must. */
-
-/* The inflated message's buffer is kept for the thread's next message up to this size. */
-#define WSN_ZBUF_KEEP (64u << 10)
-
-struct wsn_zcache {
-    struct ws_pmd z; /* z.in, z.out: the streams not lent; z.p.server_max_window_bits: z.out's */
-    struct ws_buf in_buf;  /* an inflated message's buffer */
-    struct ws_buf out_buf; /* a compressed message's, used and emptied within one wsn_send */
-};
-
-static pthread_key_t wsn_zkey;
-static pthread_once_t wsn_zonce = PTHREAD_ONCE_INIT;
-static int wsn_zkey_ok;
-
-static void wsn_zcache_free(void *arg)
-{
-    struct wsn_zcache *zc = arg;
-    ws_pmd_free(&zc->z);
-    free(zc->in_buf.ptr);
-    free(zc->out_buf.ptr);
-    free(zc);
-}
-
-static void wsn_zkey_make(void)
-{
-    wsn_zkey_ok = pthread_key_create(&wsn_zkey, wsn_zcache_free) == 0;
-}
-
-/* This thread's cache, made on first use; NULL when out of memory (the caller then makes and
- * frees its streams itself). */
-static struct wsn_zcache *wsn_zcache(void)
-{
-    pthread_once(&wsn_zonce, wsn_zkey_make);
-    if (UNLIKELY(!wsn_zkey_ok))
-        return NULL;
-    struct wsn_zcache *zc = pthread_getspecific(wsn_zkey);
-    if (!zc) {
-        zc = calloc(1, sizeof(*zc));
-        if (zc && pthread_setspecific(wsn_zkey, zc) != 0) {
-            free(zc);
-            zc = NULL;
-        }
-    }
-    return zc;
-}
-
-/* Take back what w borrowed for a message (its inflater, reset, and the message's buffer), or
- * free it when the thread already holds one. After the message was delivered, or failed
- * (dirty = 1: the inflater is freed, not lent again). */
+/* The zlib streams of a connection that negotiated permessage-deflate are the thread's, lent
+ * for one message (ws_zlend.h): answered with no context takeover either way (wsn_negotiate), a
+ * connection keeps no window between messages. */
 static void wsn_zreturn_in(struct wsn *w, int dirty)
 {
-    struct wsn_zcache *zc = dirty ? NULL : wsn_zcache();
-    struct ws_pmd spare;
-    ws_pmd_init(&spare, &w->z.p);
-    if (w->z.in && zc && !zc->z.in)
-        zc->z.in = w->z.in;
-    else
-        spare.in = w->z.in;
-    w->z.in = NULL;
-    w->z.ended = 0;
-    ws_pmd_free(&spare);
-    if (w->zmsg.ptr && zc && !zc->in_buf.ptr && w->zmsg.cap <= WSN_ZBUF_KEEP)
-        zc->in_buf = w->zmsg;
-    else
-        free(w->zmsg.ptr);
-    memset(&w->zmsg, 0, sizeof(w->zmsg));
+    wsz_return_in(&w->z, &w->zmsg, dirty);
 }
 
-/* Lend w the thread's inflater and buffer for a compressed message's first frame (those it
- * lacks; ws_pmd_inflate makes an inflater when none is lent). */
 static void wsn_zborrow_in(struct wsn *w)
 {
-    struct wsn_zcache *zc = wsn_zcache();
-    if (!zc)
-        return;
-    if (!w->z.in && zc->z.in) {
-        w->z.in = zc->z.in;
-        zc->z.in = NULL;
-    }
-    if (!w->zmsg.ptr && zc->in_buf.ptr) {
-        w->zmsg = zc->in_buf;
-        memset(&zc->in_buf, 0, sizeof(zc->in_buf));
-    }
+    wsz_borrow_in(&w->z, &w->zmsg);
 }
 
 /* permessage-deflate for the request's offers (its Sec-WebSocket-Extensions fields, joined as
@@ -299,49 +219,18 @@ static int wsn_flush(struct wsn *w)
  * which is always allowed). */
 static int wsn_queue_deflated(struct wsn *w, int op, const char *p, size_t n)
 {
-    struct wsn_zcache *zc = wsn_zcache();
-    if (UNLIKELY(!zc))
-        return -EAGAIN;
-    int bits = w->z.p.server_max_window_bits;
-    if (zc->z.out && zc->z.p.server_max_window_bits != bits) {
-        /* Made for another window (a client asked for a smaller one): not for this message. */
-        struct ws_pmd old = zc->z;
-        old.in = NULL;
-        ws_pmd_free(&old);
-        zc->z.out = NULL;
-    }
-    w->z.out = zc->z.out; /* ws_pmd_deflate makes one when none is lent */
-    zc->z.out = NULL;
-    int rc = ws_pmd_deflate(&w->z, p, n, &zc->out_buf);
-    if (rc == 0) {
-        /* Back to the thread, reset by ws_pmd_deflate (server_no_context_takeover). */
-        zc->z.out = w->z.out;
-        zc->z.p.server_max_window_bits = bits;
-        w->z.out = NULL;
-    } else {
-        /* Failed midway: not reset, so not lent again. (w may hold an inflater meanwhile: a
-         * message is delivered before its inflater goes back.) */
-        struct ws_pmd broken = w->z;
-        broken.in = NULL;
-        ws_pmd_free(&broken);
-        w->z.out = NULL;
-    }
-    if (rc == 0 && UNLIKELY(wbuf_reserve(&w->out, WS_HEAD_MAX + zc->out_buf.len)))
-        rc = -ENOMEM;
-    if (rc == 0) {
-        unsigned char *head = (unsigned char *)w->out.ptr + w->out.len;
-        size_t hl = ws_frame_head(head, op, 1, zc->out_buf.len);
-        head[0] |= 0x40; /* RSV1: a compressed message */
-        memcpy(w->out.ptr + w->out.len + hl, zc->out_buf.ptr, zc->out_buf.len);
-        w->out.len += hl + zc->out_buf.len;
-    }
-    if (zc->out_buf.cap > WSN_ZBUF_KEEP) {
-        free(zc->out_buf.ptr); /* a large message's room is not kept for the thread's life */
-        memset(&zc->out_buf, 0, sizeof(zc->out_buf));
-    }
-    if (rc == -ENOMEM)
-        return rc;
-    return rc ? -EAGAIN : 0;
+    const struct ws_buf *z;
+    int rc = wsz_deflate(&w->z.p, p, n, &z);
+    if (rc)
+        return rc == -ENOMEM ? rc : -EAGAIN;
+    if (UNLIKELY(wbuf_reserve(&w->out, WS_HEAD_MAX + z->len)))
+        return -ENOMEM;
+    unsigned char *head = (unsigned char *)w->out.ptr + w->out.len;
+    size_t hl = ws_frame_head(head, op, 1, z->len);
+    head[0] |= 0x40; /* RSV1: a compressed message */
+    memcpy(w->out.ptr + w->out.len + hl, z->ptr, z->len);
+    w->out.len += hl + z->len;
+    return 0;
 }
 
 int wsn_send(struct wsn *w, int opcode, const char *p, size_t n)

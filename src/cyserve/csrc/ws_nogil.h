@@ -15,10 +15,10 @@
  *
  * permessage-deflate (server_config.ws_deflate) is answered with server_no_context_takeover and
  * client_no_context_takeover whatever the offer said (RFC 7692 lets a server add both): neither
- * side keeps a window between messages, so an idle connection keeps no zlib state. A thread's
- * one deflater and one inflater (with the inflated message's buffer) are lent to a connection
- * for one message and taken back when it is whole; only a compressed message that arrives in
- * pieces across batches keeps an inflater while it waits for the rest.
+ * side keeps a window between messages, so an idle connection keeps no zlib state. The thread's
+ * zlib streams (ws_zlend.h, shared with ws_conn.c) are lent to a connection for one message
+ * and taken back when it is whole; only a compressed message that arrives in pieces across
+ * batches keeps an inflater while it waits for the rest.
  *
  * Error convention 0 or -errno. */
 #ifndef CYSERVE_WS_NOGIL_H

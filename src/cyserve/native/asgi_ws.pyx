@@ -252,8 +252,11 @@ cdef class _WSExchange:
                          b"transfer-encoding", b"date", b"sec-websocket-extensions"):
                 continue
             _add_header(resp, bytes(name).decode("latin-1"), bytes(value).decode("latin-1"))
-        if cs.wsconn_attach(self.h, _ws_deliver,
-                            &self.pmd if self.pmd_response is not None else NULL) != 0:
+        cdef int rc = cs.wsconn_attach(self.h, _ws_deliver,
+                                       &self.pmd if self.pmd_response is not None else NULL)
+        if rc == -22:  # EINVAL: a context takeover, which the handshake never answers
+            raise ValueError("permessage-deflate with context takeover")
+        if rc != 0:
             raise MemoryError("WebSocket channel")
         self.state = _WS_OPEN
         self.accept_key = None  # not needed after the 101
@@ -397,6 +400,13 @@ cdef bint _asgi_ws_start(ASGIHandler handler, const cyserve_request *req,
         offers = b", ".join(extensions)
         pmd_len = cs.ws_pmd_negotiate(offers, <size_t>len(offers), &pmd, pmd_out)
         if pmd_len:
+            # Answered with no context takeover either way, whatever the offer said (RFC 7692
+            # 7.1.1.1 and 7.1.1.2 let a server add both): the engine then keeps no zlib stream
+            # per connection, it borrows the worker thread's for each message (csrc/ws_zlend.h),
+            # so an idle WebSocket costs no window.
+            pmd.server_no_context_takeover = 1
+            pmd.client_no_context_takeover = 1
+            pmd_len = cs.ws_pmd_response(&pmd, pmd_out)
             ex.pmd = pmd
             ex.pmd_response = PyBytes_FromStringAndSize(pmd_out, <Py_ssize_t>pmd_len)
     if cs.handoff_new(&ex.h) != 0:

@@ -268,6 +268,7 @@ cdef extern from "csrc/ws.h" nogil:
     enum:
         WS_PMD_RESPONSE_MAX
     size_t ws_pmd_negotiate(const char *v, size_t n, ws_pmd_params_t *p, char *out)
+    size_t ws_pmd_response(const ws_pmd_params_t *p, char *out)
 
 cdef extern from "csrc/ws_conn.h" nogil:
     enum:
