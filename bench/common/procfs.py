@@ -71,6 +71,18 @@ def tree_rss_kib(root):
     return total
 
 
+def tree_threads(root):
+    """How many threads root's tree has now (the Threads: line of each process's status)."""
+    total = 0
+    for pid in process_tree(root):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
+        except (OSError, StopIteration):
+            pass
+    return total
+
+
 def tree_pss_kib(root):
     """Sum of Pss over root's tree, in KiB: a page shared by k processes counts 1/k in each, so
     the sum is the tree's own memory once (forked workers sharing the interpreter and the
@@ -135,3 +147,83 @@ def cpu_busy_share(window_s: float = 2.0) -> float | None:
     if total1 == total0:
         return 0.0
     return 1.0 - (idle1 - idle0) / (total1 - total0)
+
+
+# Where a process's anonymous memory lives, told apart by the shape of its mappings (smaps has no
+# owner field). The shapes are those of the allocators a cyserve process on CPython runs:
+# - mimalloc (CPython's object allocator on a free-threaded build, and its raw allocator there)
+#   reserves its arenas 1 GiB at a time: any anonymous mapping of 256 MiB or more;
+# - glibc malloc's main arena is [heap]; each further arena (one per thread that mallocs, up to
+#   8 x cores unless MALLOC_ARENA_MAX says otherwise) is a 64 MiB reservation aligned on 64 MiB,
+#   its used part readable and writable and the rest PROT_NONE;
+# - a thread's stack (glibc's, 8 MiB by default) and a coroutine stack (csrc/coro.c) both sit
+#   above a PROT_NONE guard page: 1 MiB or more is a thread's, less a coroutine's;
+# - the rest (glibc's mmap'd large blocks, cyserve's coroutine slabs and buffers) is "other".
+# A guessing game by nature: the total is exact, the split is as good as these shapes.
+ANON_KINDS = ("mimalloc", "glibc_main", "glibc_arenas", "thread_stacks", "coro_stacks", "other")
+_GLIBC_HEAP = 64 << 20
+
+
+def anon_breakdown(smaps_text):
+    """{kind: KiB of Rss} over the anonymous mappings of one /proc/PID/smaps text (kinds in
+    ANON_KINDS, plus "main_stack"); file-backed mappings are left out."""
+    maps = []  # (start, end, perms, name, rss_kib)
+    for line in smaps_text.splitlines():
+        head = line.split(None, 5)
+        if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+            lo, hi = (int(x, 16) for x in head[0].split("-"))
+            maps.append([lo, hi, head[1], head[5].strip() if len(head) > 5 else "", 0])
+        elif line.startswith("Rss:") and maps:
+            maps[-1][4] = int(line.split()[1])
+    out = dict.fromkeys(ANON_KINDS + ("main_stack",), 0)
+    for i, (lo, hi, _perms, name, rss) in enumerate(maps):
+        if name == "[heap]":
+            out["glibc_main"] += rss
+            continue
+        if name == "[stack]":
+            out["main_stack"] += rss
+            continue
+        if name or not rss:  # a file, [vdso] and the like; or nothing resident
+            continue
+        size = hi - lo
+        prev = maps[i - 1] if i else None
+        nxt = maps[i + 1] if i + 1 < len(maps) else None
+        guarded = prev is not None and prev[1] == lo and prev[2].startswith("---")
+        if size >= 256 << 20:
+            kind = "mimalloc"
+        elif lo % _GLIBC_HEAP == 0 and (size == _GLIBC_HEAP or (
+                nxt is not None and nxt[0] == hi and nxt[2].startswith("---")
+                and nxt[1] - lo == _GLIBC_HEAP)):
+            kind = "glibc_arenas"
+        elif guarded:
+            kind = "thread_stacks" if size >= 1 << 20 else "coro_stacks"
+        else:
+            kind = "other"
+        out[kind] += rss
+    return out
+
+
+def anon_breakdown_kib(pid):
+    """anon_breakdown() of a live process, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/smaps") as f:
+            return anon_breakdown(f.read())
+    except OSError:
+        return None
+
+
+def rss_pss_kib(pid):
+    """(VmRSS, Pss, Anonymous) of one process in KiB, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+        pss = anon = 0
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    pss = int(line.split()[1])
+                elif line.startswith("Anonymous:"):
+                    anon = int(line.split()[1])
+    except (OSError, StopIteration):
+        return None
+    return rss, pss, anon

@@ -10,7 +10,8 @@ Method (docs/benchmarks.md):
 - Server CPU time: utime+stime of every process in the server's tree, read from /proc before and
   after a run, plus the cutime+cstime of reaped children (a forking server's), so requests per
   server CPU-second counts every cycle the server spent, in whatever process.
-- Peak RSS: the largest sum of VmRSS over the tree among samples taken every 0.2 s during the run.
+- Peak RSS: the largest sum of VmRSS over the tree among samples taken every 0.2 s during the run;
+  final RSS and the tree's threads: read once the client has finished.
 """
 
 import http.client
@@ -20,7 +21,7 @@ import threading
 import time
 
 from bench.common.pinning import pinned
-from bench.common.procfs import CLK_TCK, RssSampler, tree_cpu_seconds
+from bench.common.procfs import CLK_TCK, RssSampler, tree_cpu_seconds, tree_rss_kib, tree_threads
 
 # Shortest server CPU time worth dividing by: 50 ticks, so one tick of rounding at either end
 # moves requests per CPU-second by at most 4%.
@@ -182,7 +183,9 @@ def run_python_client(port, path, duration, connections=4):
 
 
 def measure(run, path, duration, connections, client="wrk", client_threads=1, client_cpus=None):
-    """One cell: load `path` on a running server; adds server_cpu_s, rps_per_cpu_s, rss_peak_kib."""
+    """One cell: load `path` on a running server; adds server_cpu_s, rps_per_cpu_s, rss_peak_kib,
+    and what the tree holds once the load has ended: rss_final_kib and threads_final (a server
+    that starts threads under load, relief threads for instance, keeps them)."""
     cpu0 = tree_cpu_seconds(run.pid)
     with RssSampler(run.pid) as rss:
         if client == "wrk":
@@ -197,4 +200,6 @@ def measure(run, path, duration, connections, client="wrk", client_threads=1, cl
     # rounding (hey's 2,000 requests take ~50 ms of server CPU, read as 0, 1 or 2 ticks).
     res["requests_per_cpu_s"] = (res["requests"] / cpu) if cpu >= MIN_CPU_S else None
     res["rss_peak_kib"] = rss.peak
+    res["rss_final_kib"] = tree_rss_kib(run.pid)
+    res["threads_final"] = tree_threads(run.pid)
     return res

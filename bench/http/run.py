@@ -275,6 +275,7 @@ CYSERVE_APPS = {"cyserve-py": "bench.http.apps.cyserve_py", "cyserve-static": "b
                 "cyserve-asgi": "bench.peers.python.asgi_app",
                 "cyserve-files": "bench.http.apps.cyserve_files_app",
                 "cyserve-py-ft": "bench.http.apps.cyserve_py", "cyserve-wsgi-ft": "bench.peers.python.wsgi_app",
+                "cyserve-py-own-ft": "bench.http.apps.cyserve_py_own",
                 "cyserve-asgi-ft": "bench.peers.python.asgi_app"}
 
 

@@ -162,6 +162,25 @@ def report(meta, runs):
                 cells.append(f"{statistics.median(per) / 1000:.1f}" if per else "–")
             lines.append(f"| {server} | " + " | ".join(cells) + " |")
         lines.append("")
+        mem = [r for r in runs if r["workload"] == w and r.get("rss_final_kib")]
+        if mem:
+            lines += [f"/{w}, memory of the server's process tree, MiB: peak during the cell / "
+                      "once it ended [threads then] (median):", "",
+                      "| server | " + " | ".join(f"N={n}" for n in pts) + " |",
+                      "|---|" + "---|" * len(pts)]
+            for server in dict.fromkeys(r["server"] for r in mem):
+                cells = []
+                for n in pts:
+                    rs = [r for r in mem if r["server"] == server and r["n"] == n]
+                    if not rs:
+                        cells.append("–")
+                        continue
+                    peak = statistics.median(r["rss_peak_kib"] for r in rs) / 1024
+                    final = statistics.median(r["rss_final_kib"] for r in rs) / 1024
+                    threads = statistics.median(r.get("threads_final") or 0 for r in rs)
+                    cells.append(f"{peak:.0f} / {final:.0f} [{threads:.0f}]")
+                lines.append(f"| {server} | " + " | ".join(cells) + " |")
+            lines.append("")
     return "\n".join(lines)
 
 

@@ -159,6 +159,12 @@ SERVERS = [
            _cyserve("bench.http.apps.cyserve_py:app"), requires=("msgpack",), python=FT_PY,
            note="one process of N threads on a free-threaded CPython (CYSERVE_BENCH_PYTHON_FT): "
                 "the Python handlers run on every worker at once"),
+    Server("cyserve-py-own-ft", "cyserve (Python handlers, free-threaded, records per thread)",
+           "cyserve", _cyserve("bench.http.apps.cyserve_py_own:app"), requires=("msgpack",),
+           python=FT_PY,
+           note="cyserve-py-ft with a copy of /json's records per thread "
+                "(bench/http/apps/cyserve_py_own.py): tells contention on the app's shared "
+                "objects from the server's"),
     Server("cyserve-wsgi-ft", "cyserve (WSGI app, free-threaded)", "cyserve",
            _cyserve("bench.peers.python.wsgi_app:app"), requires=("msgpack",), python=FT_PY,
            note="the WSGI peers' app, one process of N threads on a free-threaded CPython "

@@ -39,3 +39,18 @@ def test_report_names_the_interpreter_when_recorded():
     runs = [run(1, "a", 1, 100_000, 1.0, 90_000)]
     assert "Python servers on" not in report(meta, runs)  # a file from before it was recorded
     assert "; Python servers on CPython 3.12.1" in report(dict(meta, python="CPython 3.12.1"), runs)
+
+
+def test_report_shows_peak_and_final_memory_with_threads_when_recorded():
+    meta = {"cores": 16, "points": [1, 8], "client_cpus": "8-15", "connections": 64,
+            "rounds": 3, "duration": 2}
+    runs = []
+    for rnd, (peak, final, threads) in enumerate([(264, 250, 26), (64, 60, 10), (160, 150, 18)]):
+        r = run(rnd + 1, "a", 8, 3000, 8.0, 400)
+        r.update(rss_peak_kib=peak * 1024, rss_final_kib=final * 1024, threads_final=threads)
+        runs.append(r)
+    runs.append(run(1, "a", 1, 500, 1.0, 500))  # a cell from before memory was recorded
+    md = report(meta, runs)
+    assert "peak during the cell / once it ended [threads then]" in md
+    assert "| a | – | 160 / 150 [18] |" in md
+    assert "memory of" not in report(meta, runs[-1:])  # nothing recorded: no table
