@@ -174,11 +174,16 @@ cdef object _method_for(_ThreadCache cache, Py_ssize_t i, func, self):
 
 
 cdef void _methods_release(_ThreadCache cache) noexcept:
-    """Bind the thread's kept methods to None again where only the table holds them, so that
-    the answer they were bound to is freed with its request, not kept until the next one."""
+    """At the end of a request's call: bind the thread's kept methods to None again where only
+    the table holds them, and drop from the table those that something else still holds (a
+    streamed answer's generator, a traceback), so that the table never keeps an answer alive:
+    each is freed with its request, not when the thread serves its next one."""
     cdef Py_ssize_t i
+    cdef PyObject *m
     for i in range(2):
-        _rebind(PyList_GET_ITEM(cache.wsgi_methods, i), <PyObject *>None)
+        m = PyList_GET_ITEM(cache.wsgi_methods, i)
+        if m != <PyObject *>None and not _rebind(m, <PyObject *>None):
+            cache.wsgi_methods[i] = None
 
 
 cdef dict _presized(dict items):
