@@ -9,6 +9,7 @@ import logging
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any
 from wsgiref.validate import validator
@@ -281,6 +282,44 @@ def test_write_callable_and_iterable_together() -> None:
 
     with serve_wsgi(app) as srv:
         assert request(srv.port, get("/")).body == b"from write, then the iterable"
+
+
+def test_a_start_response_or_write_the_app_keeps_stays_its_own_requests() -> None:
+    # A thread reuses its start_response and write for its next request only once nothing else
+    # refers to them: one that the app keeps, or holds a weak reference to, stays bound to the
+    # answer of its own request, and later requests get others.
+    kept: list[tuple[Any, Any, Any]] = []
+    weak: list[Any] = []
+    problems: list[str] = []
+
+    def app(environ: Environ, start_response: Any) -> list[bytes]:
+        write = start_response("200 OK", [("Content-Type", "text/plain")])
+        path = environ["PATH_INFO"]
+        answer = start_response.__self__
+        if write.__self__ is not answer:
+            problems.append(f"{path}: write is bound to another answer")
+        for sr, w, owner in kept:
+            if sr is start_response or w is write:
+                problems.append(f"{path}: a kept method was given again")
+            if sr.__self__ is not owner or w.__self__ is not owner:
+                problems.append(f"{path}: a kept method was rebound")
+        for ref in weak:
+            m = ref()
+            if m is start_response or (m is not None and m.__self__ is answer):
+                problems.append(f"{path}: a weakly referenced method was given again")
+        if path == "/keep":
+            kept.append((start_response, write, answer))
+        elif path == "/weak":
+            weak.append(weakref.ref(start_response))
+        return [path.encode()]
+
+    with serving(as_app(app).build(), threads=1) as srv, Conn(srv.port) as c:
+        for path in ["/a", "/keep", "/b", "/weak", "/c", "/keep", "/d", "/e"]:
+            c.send(get(path))
+            r = c.reply()
+            assert (r.status, r.body) == (200, path.encode())
+    assert problems == []
+    assert len(kept) == 2 and kept[0][2] is not kept[1][2]
 
 
 def test_the_apps_own_server_is_kept_and_its_date_gives_way_to_the_engines() -> None:

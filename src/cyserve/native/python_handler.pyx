@@ -172,6 +172,7 @@ _error_log = _logging.getLogger("cyserve.error")
 # ---- per-thread state ----
 DEF WSGI_KEYS_SLOTS = 512  # native/wsgi.pyx, _env_key
 DEF WSGI_ENV_SLOTS = 256  # native/wsgi.pyx, WSGIHandler._conn_part
+DEF WSGI_KINDS_SLOTS = 64  # native/wsgi.pyx, _header_kind
 DEF ASGI_NAMES_SLOTS = 256  # native/asgi.pyx, _asgi_name
 DEF ASGI_PEER_SLOTS = 256   # native/asgi.pyx, _asgi_client
 # What the handler kinds remember between requests and change while serving (the WSGI environ
@@ -195,6 +196,9 @@ cdef class _ThreadCache:
     cdef list asgi_lower    # ... and the lower-cased bytes the scope gives for it
     cdef list peer_keys     # native/asgi.pyx, _asgi_client: the peer address seen in each slot
     cdef list peer_values   # ... and the scope's client tuple for it
+    cdef list wsgi_methods  # native/wsgi.pyx, _method_for: the start_response and write last made
+    cdef list kind_names    # native/wsgi.pyx, _header_kind: the response header name in each slot
+    cdef list kind_values   # ... and its kind (an int)
 
 
 cdef inline _ThreadCache _tcache():
@@ -215,6 +219,9 @@ cdef _ThreadCache _tcache_new():
     c.asgi_lower = [None] * ASGI_NAMES_SLOTS
     c.peer_keys = [None] * ASGI_PEER_SLOTS
     c.peer_values = [None] * ASGI_PEER_SLOTS
+    c.wsgi_methods = [None, None]
+    c.kind_names = [None] * WSGI_KINDS_SLOTS
+    c.kind_values = [None] * WSGI_KINDS_SLOTS
     Py_INCREF(c)  # the thread's reference, dropped by _thread_dies
     cyserve__tcache = <PyObject *>c
     return c
