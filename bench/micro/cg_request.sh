@@ -43,15 +43,22 @@ else:
     sys.exit("the server did not start")
 socks = [socket.create_connection(("127.0.0.1", port), timeout=120) for _ in range(conns)]
 bufs = [b""] * conns
+def recv(s, n):
+    # A connection the server closed (its keep-alive timeout, on a slow machine) would
+    # otherwise make these loops spin on b"" for ever.
+    got = s.recv(n)
+    if not got:
+        sys.exit("the server closed a connection (raise CYSERVE_KEEPALIVE_TIMEOUT)")
+    return got
 def answer(i):
     s, buf = socks[i], bufs[i]
     while b"\r\n\r\n" not in buf:
-        buf += s.recv(65536)
+        buf += recv(s, 65536)
     head, _, buf = buf.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200"), head
     length = int([l for l in head.split(b"\r\n") if l.lower().startswith(b"content-length:")][0].split(b":")[1])
     while len(buf) < length:
-        buf += s.recv(262144)
+        buf += recv(s, 262144)
     bufs[i] = buf[length:]
 def rounds(total):
     # One request on each connection, then every answer: CONNS requests in flight at once.
