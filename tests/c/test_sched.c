@@ -1373,11 +1373,11 @@ static int rl_ping(void)
     return read(rl_sv[1], buf, 4) == 4 && memcmp(buf, "pong", 4) == 0;
 }
 
-static void test_relief(int nblock)
+static void test_relief_cfg(int nblock, int waiting_only)
 {
     rl_in = rl_max_in = rl_release = rl_served = rl_second_done = 0;
     rl_served_by[0] = rl_served_by[1] = -1;
-    struct sched_config cfg = {.workers = 1, .relief = 2};
+    struct sched_config cfg = {.workers = 1, .relief = 2, .relief_waiting_only = waiting_only};
     struct sched *s = NULL;
     ok((sched_new(&s, &cfg)) == (0), "relief %d: a scheduler with 1 worker and 2 relief threads",
        nblock);
@@ -1410,6 +1410,59 @@ static void test_relief(int nblock)
     sched_free(s);
     close(rl_sv[0]);
     close(rl_sv[1]);
+}
+
+static void test_relief(int nblock)
+{
+    test_relief_cfg(nblock, 0);
+}
+
+/* ---- relief where only sleep is relieved (relief_waiting_only) ----
+ * One worker, two relief threads, relief_waiting_only set, as without a GIL. First the owner
+ * offloads a call that computes (spins, never sleeping) for well past the time after which a
+ * computing call is relieved otherwise (4 x SCHED_RELIEF_NS): no relief thread may start. Then
+ * test_relief's sleeping calls, with the same setting, must still be relieved. */
+static int rc_spin_done;
+
+static void rc_spin_fn(void *arg)
+{
+    add(&rl_in, 1);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        for (volatile int i = 0; i < 1000; i++)
+            ;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < 200);
+    add(&rl_in, -1);
+}
+
+static int rc_owner(struct coro *co, void *arg)
+{
+    int rc = sched_offload(rc_spin_fn, NULL);
+    add(&rc_spin_done, 1);
+    return rc;
+}
+
+static void test_relief_computing(void)
+{
+    rl_in = rc_spin_done = 0;
+    struct sched_config cfg = {.workers = 1, .relief = 2, .relief_waiting_only = 1};
+    struct sched *s = NULL;
+    ok((sched_new(&s, &cfg)) == (0), "relief, sleep only: a scheduler with 1 worker, 2 relief");
+    sched_spawn(s, rc_owner, NULL);
+    sched_start(s);
+    for (int i = 0; i < 5000 && !get(&rc_spin_done); i++)
+        rl_sleep_ms(1);
+    ok(get(&rc_spin_done) == 1, "relief, sleep only: the computing call ended");
+    sched_join(s);
+    struct sched_stats st;
+    sched_get_stats(s, &st);
+    ok(st.reliefs == 0 && st.relief_threads == 0,
+       "relief, sleep only: a call that computes for 200 ms is not relieved (%llu reliefs, "
+       "%llu threads)",
+       (unsigned long long)st.reliefs, (unsigned long long)st.relief_threads);
+    sched_free(s);
 }
 
 /* ---- relief: waits started on a relief thread outlive its own blocking ----
@@ -1521,6 +1574,8 @@ int main(void)
         test_rescue_after_idle(round);
     test_relief(1);
     test_relief(2);
+    test_relief_computing();
+    test_relief_cfg(2, 1);
     test_relief_home();
     return done_testing();
 }

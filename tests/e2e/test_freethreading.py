@@ -200,3 +200,39 @@ def test_asgi_with_workers_in_parallel_answers_each_client_right() -> None:
         stop.set()
         th.join(30)
     assert not failures, failures[:5]
+
+
+def _relief_threads() -> int:
+    n = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                n += f.read().strip() == "cyserve-relief"
+        except FileNotFoundError:
+            pass  # the thread ended meanwhile
+    return n
+
+
+def _spin(request: Any) -> str:
+    end = time.monotonic() + 0.3
+    while time.monotonic() < end:
+        pass
+    return "spun"
+
+
+@pytest.mark.parametrize("handler, relieved", [
+    (_spin, not FREE_THREADED),
+    (lambda r: time.sleep(0.3) or "slept", True),
+], ids=["computing", "sleeping"])
+def test_relief_is_for_calls_that_sleep_when_there_is_no_gil(handler: Any, relieved: bool) -> None:
+    # A relief thread takes over the loop of a worker whose Python call runs long. With a GIL a
+    # computing call holds up every other Python call, so it is relieved too; without one it
+    # holds up no one, and a relief thread would only compete for its CPUs and keep its own
+    # allocator heaps for good: only a call asleep in the kernel is relieved there.
+    before = _relief_threads()
+    with serving([("path", "/long", None, "python", handler)], threads=1) as srv:
+        with Conn(srv.port) as c:
+            c.send(get("/long"))
+            assert c.reply().status == 200
+        started = _relief_threads() - before
+    assert (started > 0) is relieved, f"{started} relief thread(s) started"

@@ -37,17 +37,23 @@
 struct sched;
 
 struct sched_config {
-    unsigned workers;       /* 0: the CPUs this process may use (sched_getaffinity) */
-    size_t stack_size;      /* 0: CORO_STACK_DEFAULT */
-    unsigned runq_capacity; /* power of two >= 2; 0: 256. Tests shrink it to force overflow */
-    int randomize;          /* debug: randomise victim choice and push order (Go's trick) */
-    uint64_t seed;          /* seed for randomize and for victim selection; 0: from the clock */
-    int keep_alive;         /* 0: batch mode, sched_run() returns when no coroutine is left;
-                             * 1: server mode, workers run until sched_stop() */
-    unsigned relief;        /* relief threads: how many threads may take over the loops of
-                             * workers whose offloaded call runs long (sched.c, "Relief"), so
-                             * that this many calls may block at once while every worker's
-                             * events are still served; 0: none. Started on first need. */
+    unsigned workers;        /* 0: the CPUs this process may use (sched_getaffinity) */
+    size_t stack_size;       /* 0: CORO_STACK_DEFAULT */
+    unsigned runq_capacity;  /* power of two >= 2; 0: 256. Tests shrink it to force overflow */
+    int randomize;           /* debug: randomise victim choice and push order (Go's trick) */
+    uint64_t seed;           /* seed for randomize and for victim selection; 0: from the clock */
+    int keep_alive;          /* 0: batch mode, sched_run() returns when no coroutine is left;
+                              * 1: server mode, workers run until sched_stop() */
+    unsigned relief;         /* relief threads: how many threads may take over the loops of
+                              * workers whose offloaded call runs long (sched.c, "Relief"), so
+                              * that this many calls may block at once while every worker's
+                              * events are still served; 0: none. Started on first need. */
+    int relief_waiting_only; /* 1: relieve a stuck thread only while it sleeps in the kernel,
+                              * never one that computes or waits for a CPU. For callers whose
+                              * calls hold no lock the others wait on (Python without a GIL):
+                              * there a relief thread beside a computing one only competes for
+                              * the same CPUs, and each one that ran calls keeps the memory
+                              * they left behind (docs/architecture.md, "Relief"). */
 };
 
 /* Limits checked by sched_new(). */

@@ -393,6 +393,10 @@ static uint64_t mon_scan(struct sched *s, uint64_t now)
         if (st && now > st && now - st < 4 * SCHED_RELIEF_NS && !mon_relieved(s, x, now) &&
             !relief_waiting(x))
             continue;
+        /* Where a computing thread blocks no one (relief_waiting_only), only sleep is relieved,
+         * however long the computation. A relieved home needs no /proc read. */
+        if (s->cfg.relief_waiting_only && !mon_relieved(s, x, now) && !relief_waiting(x))
+            continue;
         /* A stuck worker's own home; a stuck relief thread's charge. */
         int h = i < s->n ? (int)i : __atomic_load_n(&x->relief_of, __ATOMIC_ACQUIRE);
         if (h >= 0)

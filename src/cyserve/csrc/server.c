@@ -587,6 +587,7 @@ int server_start(struct server *s, char *errmsg, size_t errlen)
     memset(&sc, 0, sizeof(sc));
     sc.workers = s->cfg.threads;
     sc.relief = s->cfg.blocking_threads;
+    sc.relief_waiting_only = s->cfg.relief_waiting_only;
     sc.keep_alive = 1;
     struct sched *sched;
     rc = sched_new(&sched, &sc);

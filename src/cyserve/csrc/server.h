@@ -173,6 +173,8 @@ struct server_config {
     unsigned threads;           /* workers; 0: the CPUs this process may use */
     unsigned blocking_threads;  /* relief threads: how many Python calls may block at once while
                                  * every worker's connections are still served (sched.h) */
+    int relief_waiting_only;    /* 1: relieve only calls asleep in the kernel (sched.h's
+                                 * relief_waiting_only); the Python layer sets it without a GIL */
     int backlog;                /* listen() backlog per worker */
     int access_log_fd;          /* -1 (default): no access log; else one line per response is
                                  * written to it, each line in one write(2) (see access_log.c) */

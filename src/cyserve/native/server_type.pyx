@@ -343,6 +343,9 @@ cdef class Server:
         cfg.port = port
         cfg.threads = threads
         cfg.blocking_threads = blocking_threads
+        # Without a GIL a computing Python call holds up no other thread: relief for it would
+        # only add threads (each keeping its own allocator heaps) on the same CPUs.
+        cfg.relief_waiting_only = 0 if _gil_enabled() else 1
         cfg.body_budget = body_budget
         cfg.min_body_rate = min_body_rate
         cfg.backlog = backlog

@@ -24,6 +24,7 @@ cdef extern from "csrc/sched.h" nogil:
         uint64_t seed
         int keep_alive
         unsigned relief
+        int relief_waiting_only
     cdef struct sched_stats:
         uint64_t spawned
         uint64_t finished

@@ -153,6 +153,7 @@ cdef extern from "csrc/server.h" nogil:
         int port
         unsigned threads
         unsigned blocking_threads
+        int relief_waiting_only
         uint64_t body_budget
         uint64_t min_body_rate
         int backlog
