@@ -51,14 +51,19 @@ def inflate(payload: bytes, wbits: int = -15) -> bytes:
     return zlib.decompressobj(wbits=wbits).decompress(payload + b"\x00\x00\xff\xff")
 
 
-@pytest.mark.parametrize("offer,answer", [
+# Offers and the answer due to each, on every path that speaks permessage-deflate (also
+# test_websocket_deflate_lent.py's): no context takeover both ways, whatever the offer said.
+NO_TAKEOVER_ANSWERS = [
     ("permessage-deflate", BOTH),
     ("permessage-deflate; client_max_window_bits", BOTH),
     ("permessage-deflate; server_no_context_takeover; client_no_context_takeover", BOTH),
     ("permessage-deflate; server_max_window_bits=8, permessage-deflate; server_max_window_bits=10",
      BOTH + b"; server_max_window_bits=10"),
     ("x-webkit-deflate-frame, permessage-deflate; unknown=1", None),
-])
+]
+
+
+@pytest.mark.parametrize("offer,answer", NO_TAKEOVER_ANSWERS)
 def test_negotiation_adds_no_context_takeover(port: int, offer: str, answer: bytes | None) -> None:
     s, head = handshake(port, path="/echo", extra=f"Sec-WebSocket-Extensions: {offer}\r\n")
     with s:

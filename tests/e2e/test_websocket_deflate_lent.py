@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from test_asgi import serving_app
+from test_nogil_websocket_deflate import BOTH, NO_TAKEOVER_ANSWERS, OFFER, inflate
 from test_websocket import close_code_of, echo_app, frame, handshake
 from test_websocket_options import compressed_frame, header_of, read_raw_frame
 
@@ -24,8 +25,6 @@ from websockets.sync.client import connect  # noqa: E402
 
 pytestmark = pytest.mark.native
 
-BOTH = b"permessage-deflate; server_no_context_takeover; client_no_context_takeover"
-OFFER = "Sec-WebSocket-Extensions: permessage-deflate\r\n"
 
 
 def app_echo() -> App:
@@ -46,19 +45,7 @@ def port(request: Any) -> Any:
         yield p
 
 
-def inflate(payload: bytes, wbits: int = -15) -> bytes:
-    # No context takeover: every server message inflates alone.
-    return zlib.decompressobj(wbits=wbits).decompress(payload + b"\x00\x00\xff\xff")
-
-
-@pytest.mark.parametrize("offer,answer", [
-    ("permessage-deflate", BOTH),
-    ("permessage-deflate; client_max_window_bits", BOTH),
-    ("permessage-deflate; server_no_context_takeover; client_no_context_takeover", BOTH),
-    ("permessage-deflate; server_max_window_bits=8, permessage-deflate; server_max_window_bits=10",
-     BOTH + b"; server_max_window_bits=10"),
-    ("x-webkit-deflate-frame, permessage-deflate; unknown=1", None),
-])
+@pytest.mark.parametrize("offer,answer", NO_TAKEOVER_ANSWERS)
 def test_negotiation_adds_no_context_takeover(port: int, offer: str, answer: bytes | None) -> None:
     s, head = handshake(port, extra=f"Sec-WebSocket-Extensions: {offer}\r\n")
     with s:
