@@ -17,6 +17,8 @@
 # CONNS (1): requests go out on CONNS connections at once, one on each, then the answers are
 # read, so that the server batches them as under load (N a multiple of CONNS).
 # SERVER_CMD replaces the whole server command ({port} is replaced), e.g. fastpysgi's.
+# WARMUP (300): the requests sent before the counters are zeroed; an app-bound route (/json,
+# about 20 million instructions a request) is read with fewer, e.g. WARMUP=10 N=20.
 set -euo pipefail
 TREE=$(cd "$1" && pwd); APP=$2; TARGET=$3; N=${4:-2000}; OUT=${5:-/tmp/cg-req.out}
 PORT=$((20000 + RANDOM % 20000))
@@ -31,9 +33,10 @@ cd "$TREE"
 PYTHONHASHSEED=0 PYTHONPATH="$TREE/src:$TREE${PYTHONPATH:+:$PYTHONPATH}" valgrind --tool=callgrind \
   --callgrind-out-file="$OUT" "${CMD[@]}" > "$OUT.log" 2>&1 &
 VP=$!
-python3 - "$PORT" "$TARGET" "$N" "$VP" "${CONNS:-1}" <<'PY'
+python3 - "$PORT" "$TARGET" "$N" "$VP" "${CONNS:-1}" "${WARMUP:-300}" <<'PY'
 import socket, subprocess, sys, time
 port, target, n, pid, conns = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+warmup = int(sys.argv[6])
 req = f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
 for _ in range(3000):
     try:
@@ -65,7 +68,7 @@ def rounds(total):
     for _ in range(total // conns):
         for s in socks: s.sendall(req)
         for i in range(conns): answer(i)
-rounds(300)
+rounds(warmup)
 subprocess.run(["callgrind_control", "-z", pid], check=True, capture_output=True)
 rounds(n)
 subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)

@@ -23,7 +23,7 @@ from collections.abc import Mapping as _Mapping
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from libc.stdint cimport int64_t, uint64_t
-from libc.string cimport strlen
+from libc.string cimport memcmp, strlen
 from posix.unistd cimport usleep
 
 from cyserve.native.includes cimport server as cs
@@ -851,6 +851,20 @@ cdef inline int _set_body(cs.resp_t *resp, bytes b) except -1:
     return _check_rc(rc, "body") if rc else 0
 
 
+cdef inline int _set_body_str(cs.resp_t *resp, str s) except -1:
+    """s's UTF-8 as the body. An ASCII str under LEND_MIN is copied from its own buffer, which is
+    its UTF-8 (no bytes object made for it); anything else is encoded, as it always was."""
+    cdef Py_ssize_t n
+    cdef const char *p
+    cdef int rc
+    if PyUnicode_IS_ASCII(s):
+        p = PyUnicode_AsUTF8AndSize(s, &n)
+        if n < LEND_MIN:
+            rc = cs.resp_write(resp, p, <size_t>n)
+            return _check_rc(rc, "body") if rc else 0
+    return _set_body(resp, s.encode("utf-8"))
+
+
 cdef bint _lend_body(cs.resp_t *resp, bytes b, Py_ssize_t n) noexcept:
     """Lend b to resp: True, or False when it cannot be (no memory, or a body already set: the
     copy then says why). Whoever lends also drops what came back: so the references held for
@@ -1082,10 +1096,37 @@ _ORJSON_OPTS = (_orjson.OPT_NON_STR_KEYS | _orjson.OPT_PASSTHROUGH_DATACLASS
                 | _orjson.OPT_PASSTHROUGH_DATETIME) if _orjson is not None else 0
 
 
-def _json_body(result, bint fast=True):
-    """The UTF-8 JSON of a handler's dict or list: by orjson when fast and installed, else by
-    json (the reference). Raises ValueError (NaN, Infinity) or TypeError (a value JSON cannot
-    hold), which the handler's caller turns into a 500, whichever encoder runs."""
+# json.dumps(doc, separators=(",", ":"), allow_nan=False) builds a JSONEncoder for each call
+# (its options differ from the defaults), whose encode() builds the C encoder (c_make_encoder)
+# and runs it: about 4,800 instructions of Python around the encoding itself. The same C
+# encoder, with the same arguments (a fresh circular-reference dict, JSONEncoder.default for what
+# it cannot encode, ASCII escapes, compact separators, NaN refused), is made here directly: the
+# same text, the same errors. Made per call, not kept: it holds that dict, which a failed
+# encoding leaves entries in and which two threads must not share. Where the C encoder is
+# missing (an interpreter without _json), json.dumps itself runs.
+try:
+    from json.encoder import c_make_encoder as _c_make_encoder
+    from json.encoder import encode_basestring_ascii as _json_ascii
+except ImportError:  # pragma: no cover - CPython always has both
+    _c_make_encoder = None
+_json_default = _json.JSONEncoder(separators=(",", ":"), allow_nan=False).default
+
+
+cdef str _json_text(result):
+    """The compact JSON of result as an ASCII str, exactly as json.dumps(result, separators=(",",
+    ":"), allow_nan=False) writes it (and raising what it raises)."""
+    if _c_make_encoder is None:
+        return _json.dumps(result, separators=(",", ":"), allow_nan=False)
+    enc = _c_make_encoder({}, _json_default, _json_ascii, None, ":", ",", False, False, False)
+    # A tuple of one str on CPython 3.11 and later, a list of pieces before.
+    return "".join(enc(result, 0))
+
+
+cdef object _json_out(result, bint fast):
+    """The JSON of a handler's dict or list: bytes from orjson when fast and installed, else an
+    ASCII str from json (the reference). Raises ValueError (NaN, Infinity) or TypeError (a
+    value JSON cannot hold), which the handler's caller turns into a 500, whichever encoder
+    runs."""
     if fast and _orjson is not None:
         try:
             out = _orjson.dumps(result, option=_ORJSON_OPTS)
@@ -1095,7 +1136,13 @@ def _json_body(result, bint fast=True):
         # null in it is encoded again by json, which raises for them as it always did.
         if out is not None and b"null" not in out:
             return out
-    return _json.dumps(result, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    return _json_text(result)
+
+
+def _json_body(result, bint fast=True):
+    """The UTF-8 JSON of a handler's dict or list (see _json_out)."""
+    out = _json_out(result, fast)
+    return out if type(out) is bytes else (<str>out).encode("utf-8")
 
 
 def _json_encoder():
@@ -1115,14 +1162,17 @@ cdef int _fill_response(object result, cs.resp_t *resp, bint head) except -1:
     cdef object length = None
     if isinstance(result, str):
         _set_ct(resp, b"text/plain; charset=utf-8")
-        return _set_body(resp, (<str>result).encode("utf-8"))
+        return _set_body_str(resp, <str>result)
     if isinstance(result, bytes):
         _set_ct(resp, b"application/octet-stream")
         return _set_body_whole(resp, <bytes>result, head)
     if isinstance(result, (dict, list)):
         _set_ct(resp, b"application/json")
         # NaN and Infinity are not JSON: a ValueError naming them gives a 500.
-        return _set_body(resp, _json_body(result))
+        out = _json_out(result, True)
+        if type(out) is str:
+            return _set_body_str(resp, <str>out)
+        return _set_body(resp, <bytes>out)
     if result is None:
         return _check_rc(cs.resp_set_status(resp, 204), "status")
     if isinstance(result, Response):
@@ -1224,7 +1274,7 @@ cdef void _py_call_impl(tuple info, cyserve_request *req, cs.resp_t *resp) noexc
             r._int_params = info[1]
             r._input = inp
             result = handler(r)
-        head = req.method.len == 4 and (<const char *>req.method.ptr)[:4] == b"HEAD"
+        head = req.method.len == 4 and memcmp(req.method.ptr, "HEAD", 4) == 0
         if type(result) is _WSGIAnswer:  # native/wsgi.pyx
             _fill_wsgi(<_WSGIAnswer>result, resp, head, ctx, inp)
         else:
