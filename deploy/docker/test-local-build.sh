@@ -68,7 +68,8 @@ cleanup() {
         $PODMAN rm -f -t 0 "$CTR" >/dev/null 2>&1 || true
     fi
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 1' INT TERM
 
 # The base image: a minimal Debian with python3 and its venv module, from the mirror.
 if [ "${REBUILD_BASE:-0}" = 1 ] || ! buildah $STORE inspect --type image "$BASE" >/dev/null 2>&1; then
