@@ -124,7 +124,8 @@ test-pythons:
 # storage) on a Debian base image made here with debootstrap from apt's mirror (no Docker Hub),
 # podman runs it, and the demo is asked for pages from outside, its HEALTHCHECK run, and a
 # SIGTERM with a request in flight shown to stop it gracefully (deploy/README.md). Needs root;
-# installs buildah, podman and debootstrap with apt when missing. Not part of `make test`.
+# installs buildah, podman, runc and debootstrap with apt when missing; 15 to 20 minutes on a
+# busy 2-core machine. Not part of `make test`.
 test-docker:
 	sh deploy/docker/test-local-build.sh
 
