@@ -95,6 +95,9 @@ SKIP = {
                                                              "tables, serves nothing: "
                                                              "tests/unit/test_config_sources.py "
                                                              "compares them with the parser",
+    r"^make test-docker\b": "builds and runs the Dockerfile with buildah and podman (root, apt, "
+                            "minutes); tests/e2e/test_packaging.py serves from the wheel it "
+                            "installs",
     r"^make (?:dist|test-pythons|lint)\b": "packaging, other Pythons, the source gates: "
                                            "tests/e2e/test_packaging.py builds what make dist "
                                            "builds; test-pythons and lint run this suite, or "
