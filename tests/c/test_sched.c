@@ -350,15 +350,13 @@ static void test_io_park_no_self_wake(void)
 /* Hop: io registered by worker 1's start hook; a coroutine on worker 0 waits on it. */
 static struct sched_io hop_io;
 static int hop_sv[2];
-static int hop_registered, hop_running, hop_result, hop_home_after;
+static int hop_registered, hop_result, hop_home_after;
 
 static int hop_waiter(struct coro *co, void *arg)
 {
     while (!get(&hop_registered))
         sched_yield();
     int before = sched_worker_id();
-    /* Running now, so no longer in a run queue worker 1 could steal from. */
-    add(&hop_running, 1);
     hop_result = sched_io_wait(&hop_io, EPOLLIN, -1);
     hop_home_after = sched_worker_id() == hop_io.home && before != hop_io.home;
     sched_io_del(&hop_io);
@@ -382,12 +380,9 @@ static void hop_start_hook(struct sched *s, unsigned id, void *ud)
     if (id == 1) {
         sched_io_add(&hop_io, hop_sv[0], hop_noop);
         add(&hop_registered, 1);
-        /* Keep worker 1 busy in its hook until the waiter runs on worker 0, so that it cannot
-         * steal the waiter first: the waiter must hop. A condition, not a fixed sleep: on a
-         * loaded machine worker 0 may not run at all for tens of milliseconds. (Bounded, so a
-         * broken scheduler fails the test instead of hanging it.) */
-        for (int i = 0; i < 100000 && !get(&hop_running); i++)
-            usleep(100);
+        /* Keep worker 1 busy in its hook so that it cannot steal the waiter from worker 0: the
+         * waiter must hop. */
+        usleep(30000);
     } else if (id == 0) {
         sched_spawn(s, hop_waiter, NULL);
         sched_spawn(s, hop_writer, NULL);
