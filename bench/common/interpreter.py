@@ -26,8 +26,12 @@ import sys
 DEFAULT_VERSION = "3.12"
 ENV = "CYSERVE_BENCH_INTERPRETER"
 
-_PROBE = ("import json, platform, sys; print(json.dumps({'implementation': platform.python_implementation(), "
-          "'version': platform.python_version(), 'major_minor': '%d.%d' % sys.version_info[:2], "
+# "free_threaded": how the interpreter was built (Py_GIL_DISABLED, a 3.13t/3.14t build); "gil":
+# whether the GIL is on now, which a free-threaded build also allows (PYTHON_GIL=1, -X gil=1).
+_PROBE = ("import json, platform, sys, sysconfig; print(json.dumps({'implementation': "
+          "platform.python_implementation(), 'version': platform.python_version(), "
+          "'major_minor': '%d.%d' % sys.version_info[:2], "
+          "'free_threaded': bool(sysconfig.get_config_var('Py_GIL_DISABLED')), "
           "'gil': not hasattr(sys, '_is_gil_enabled') or sys._is_gil_enabled()}))")
 
 
@@ -36,7 +40,7 @@ class InterpreterError(Exception):
 
 
 def describe(python):
-    """{"implementation", "version", "major_minor", "gil", "path"} of the interpreter `python`
+    """{"implementation", "version", "major_minor", "free_threaded", "gil", "path"} of the interpreter `python`
     (a path), or None when it does not run."""
     try:
         r = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=60)
@@ -53,10 +57,16 @@ def describe(python):
 
 
 def label(info):
-    """"CPython 3.12.1" (with " free-threaded" for a build without the GIL), or "?"."""
+    """"CPython 3.12.1", "CPython 3.14.0 free-threaded" for a free-threaded build (what the
+    interpreter is, whatever runs on it), with " (GIL on)" when such a build was started with
+    its GIL turned on; or "?". A description without "free_threaded" (recorded before it was
+    probed) counts a GIL that was off as the free-threaded build it implies."""
     if not info:
         return "?"
-    return f"{info['implementation']} {info['version']}" + ("" if info.get("gil", True) else " free-threaded")
+    gil = info.get("gil", True)
+    free_threaded = info.get("free_threaded", not gil)
+    return f"{info['implementation']} {info['version']}" + (
+        (" free-threaded" + (" (GIL on)" if gil else "")) if free_threaded else "")
 
 
 def find_version(version):

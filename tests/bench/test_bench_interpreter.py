@@ -8,6 +8,7 @@ import os
 import platform
 import stat
 import sys
+import sysconfig
 
 import pytest
 
@@ -16,7 +17,12 @@ sys.path.insert(0, ROOT)
 
 from bench.common import interpreter  # noqa: E402
 
-THIS = f"CPython {platform.python_version()}"
+# This interpreter's label, from what it is: a free-threaded build (3.14t) says so, since a
+# figure measured on one is not comparable with one measured on the GIL build of its version.
+FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+GIL_NOW = not hasattr(sys, "_is_gil_enabled") or sys._is_gil_enabled()
+THIS = f"CPython {platform.python_version()}" + (
+    (" free-threaded" + (" (GIL on)" if GIL_NOW else "")) if FREE_THREADED else "")
 MM = "%d.%d" % sys.version_info[:2]
 
 
@@ -38,12 +44,32 @@ def _fake_pyenv(tmp_path, versions):
     return str(root)
 
 
-def test_describe_and_label_this_interpreter():
+def test_describe_and_label_this_interpreter(monkeypatch):
+    # The probe runs a fresh interpreter: its GIL is this one's at start (PYTHON_GIL as here).
     info = interpreter.describe(sys.executable)
     assert info["version"] == platform.python_version() and info["major_minor"] == MM
-    assert interpreter.label(info) == THIS + ("" if info["gil"] else " free-threaded")
+    assert info["free_threaded"] is FREE_THREADED
+    assert interpreter.label(info) == THIS
     assert interpreter.describe("/nonexistent/python") is None
     assert interpreter.label(None) == "?"
+    # Started with its GIL on (a GIL build ignores PYTHON_GIL=1): still the build it is.
+    monkeypatch.setenv("PYTHON_GIL", "1")
+    info = interpreter.describe(sys.executable)
+    assert info["gil"] is True and info["free_threaded"] is FREE_THREADED
+    assert interpreter.label(info) == f"CPython {platform.python_version()}" + (
+        " free-threaded (GIL on)" if FREE_THREADED else "")
+
+
+@pytest.mark.parametrize("info, said", [
+    ({"free_threaded": False, "gil": True}, "CPython 3.14.0"),
+    ({"free_threaded": True, "gil": False}, "CPython 3.14.0 free-threaded"),
+    ({"free_threaded": True, "gil": True}, "CPython 3.14.0 free-threaded (GIL on)"),
+    # Described before the build was probed: a GIL that was off means a free-threaded build.
+    ({"gil": True}, "CPython 3.14.0"),
+    ({"gil": False}, "CPython 3.14.0 free-threaded"),
+])
+def test_the_label_names_a_free_threaded_build_whatever_its_gil_does(info, said):
+    assert interpreter.label({"implementation": "CPython", "version": "3.14.0", **info}) == said
 
 
 def test_a_version_is_found_in_pyenv_newest_patch_first(tmp_path, monkeypatch):
