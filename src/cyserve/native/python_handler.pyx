@@ -44,9 +44,19 @@ cdef extern from *:
      * threading.local values), as at the end of any Python thread.
      * A thread that already had a state (one Python started) is served as before: Ensure and
      * Release around each batch. */
-    static _Thread_local PyThreadState *cyserve__tstate;
-    static _Thread_local int cyserve__borrowed;
-    static _Thread_local PyGILState_STATE cyserve__gil_state;
+    /* The thread-locals below are the fields of one: in the extension (a shared object loaded
+     * with dlopen) each thread-local variable is reached through a call to __tls_get_addr, and a
+     * hook that reads two of them (the end hook) then pays one call, not two. */
+    static _Thread_local struct {
+        PyThreadState *tstate;
+        int borrowed;
+        PyGILState_STATE gil_state;
+        int asgi_queued;
+        PyObject *tcache;
+    } cyserve__tl;
+    #define cyserve__tstate (cyserve__tl.tstate)
+    #define cyserve__borrowed (cyserve__tl.borrowed)
+    #define cyserve__gil_state (cyserve__tl.gil_state)
     static pthread_key_t cyserve__tstate_key;
     static pthread_once_t cyserve__tstate_once = PTHREAD_ONCE_INIT;
     /* Set by the module at import: names the thread in `threading`, and forgets it at exit. */
@@ -110,10 +120,10 @@ cdef extern from *:
     /* ASGI (native/asgi.pyx): set when this batch queued calls for the event loop, which the
      * end hook hands over in one wake-up before the GIL goes. Per thread: on a free-threaded
      * interpreter the batches of several workers run at once, and each flushes its own. */
-    static _Thread_local int cyserve__asgi_queued;
+    #define cyserve__asgi_queued (cyserve__tl.asgi_queued)
     /* This thread's _ThreadCache (below), a strong reference, or NULL before its first use:
      * dropped by _thread_dies when a worker thread ends. */
-    static _Thread_local PyObject *cyserve__tcache;
+    #define cyserve__tcache (cyserve__tl.tcache)
     static void (*cyserve__asgi_flush)(void);
 
     static void cyserve__offload_end(void *ud)
