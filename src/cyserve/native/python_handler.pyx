@@ -183,6 +183,7 @@ _error_log = _logging.getLogger("cyserve.error")
 DEF WSGI_KEYS_SLOTS = 512  # native/wsgi.pyx, _env_key
 DEF WSGI_ENV_SLOTS = 256  # native/wsgi.pyx, WSGIHandler._conn_part
 DEF WSGI_KINDS_SLOTS = 64  # native/wsgi.pyx, _header_kind
+DEF WSGI_PATH_SLOTS = 64  # native/wsgi.pyx, _path_str
 DEF ASGI_NAMES_SLOTS = 256  # native/asgi.pyx, _asgi_name
 DEF ASGI_PEER_SLOTS = 256   # native/asgi.pyx, _asgi_client
 # What the handler kinds remember between requests and change while serving (the WSGI environ
@@ -209,6 +210,8 @@ cdef class _ThreadCache:
     cdef list wsgi_methods  # native/wsgi.pyx, _method_for: the start_response and write last made
     cdef list kind_names    # native/wsgi.pyx, _header_kind: the response header name in each slot
     cdef list kind_values   # ... and its kind (an int)
+    cdef list path_raw      # native/wsgi.pyx, _path_str: the request path seen in each slot
+    cdef list path_strs     # ... and its PATH_INFO
 
 
 cdef inline _ThreadCache _tcache():
@@ -232,6 +235,8 @@ cdef _ThreadCache _tcache_new():
     c.wsgi_methods = [None, None]
     c.kind_names = [None] * WSGI_KINDS_SLOTS
     c.kind_values = [None] * WSGI_KINDS_SLOTS
+    c.path_raw = [None] * WSGI_PATH_SLOTS
+    c.path_strs = [None] * WSGI_PATH_SLOTS
     Py_INCREF(c)  # the thread's reference, dropped by _thread_dies
     cyserve__tcache = <PyObject *>c
     return c
