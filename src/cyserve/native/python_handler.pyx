@@ -45,9 +45,10 @@ cdef extern from *:
      * A thread that already had a state (one Python started) is served as before: Ensure and
      * Release around each batch. */
     /* The thread-locals below are the fields of one: in the extension (a shared object loaded
-     * with dlopen) each thread-local variable is reached through a call to __tls_get_addr, and a
-     * hook that reads two of them (the end hook) then pays one call, not two. */
-    static _Thread_local struct {
+     * with dlopen) each access to a thread-local is a call to __tls_get_addr, which the compiler
+     * repeats for each access rather than keep the address in a register, so a hook that reads
+     * several (the end hook) takes the address once, made opaque by an empty asm. */
+    static _Thread_local struct cyserve__tl {
         PyThreadState *tstate;
         int borrowed;
         PyGILState_STATE gil_state;
@@ -128,12 +129,14 @@ cdef extern from *:
 
     static void cyserve__offload_end(void *ud)
     {
+        struct cyserve__tl *tl = &cyserve__tl; /* one __tls_get_addr: see above */
+        __asm__("" : "+r"(tl));
         (void)ud;
-        if (cyserve__asgi_queued && cyserve__asgi_flush)
+        if (tl->asgi_queued && cyserve__asgi_flush)
             cyserve__asgi_flush();
-        if (cyserve__borrowed) {
-            cyserve__borrowed = 0;
-            PyGILState_Release(cyserve__gil_state);
+        if (tl->borrowed) {
+            tl->borrowed = 0;
+            PyGILState_Release(tl->gil_state);
             return;
         }
         (void)PyEval_SaveThread();
