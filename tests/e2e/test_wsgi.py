@@ -132,6 +132,50 @@ def test_each_request_gets_a_fresh_environ_and_input(echo_port: int) -> None:
             assert ast.literal_eval(c.reply().body.decode()) == (None, host, 0, "BytesIO")
 
 
+def test_a_connections_requests_each_get_their_own_method_path_query_and_host() -> None:
+    # The connection's part of the environ carries the method, the path and (with the Host
+    # first) HTTP_HOST of the connection's last request, and each request copies it: every
+    # request must still see its own values, in the order the keys always had (the request's
+    # keys, then the headers as sent), whatever the app did to the previous one's environ.
+    def app(environ: Environ, start_response: Any) -> list[bytes]:
+        order = [k for k in environ if k.isupper() or k == "wsgi.input"]
+        seen = (environ["REQUEST_METHOD"], environ["PATH_INFO"], environ["QUERY_STRING"],
+                environ.get("HTTP_HOST"), order[order.index("REQUEST_METHOD"):])
+        environ["REQUEST_METHOD"] = "SCRIBBLED"
+        environ["PATH_INFO"] = "/scribbled"
+        environ["HTTP_HOST"] = "scribbled"
+        del environ["QUERY_STRING"]
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [repr(seen).encode()]
+
+    long = "/" + "l" * 120  # longer than the paths the worker keeps decoded
+    # method, path, query, header lines; what the app sees: method, PATH_INFO, QUERY_STRING,
+    # HTTP_HOST and the keys after wsgi.input.
+    steps: list[tuple[str, str, str, str, tuple[str, str, str, str, list[str]]]] = [
+        ("GET", "/a", "", "Host: t\r\nX-One: 1\r\n",
+         ("GET", "/a", "", "t", ["HTTP_HOST", "HTTP_X_ONE"])),
+        ("POST", "/b%20c", "q=1", "Host: t\r\nContent-Length: 2\r\n",
+         ("POST", "/b c", "q=1", "t", ["HTTP_HOST", "CONTENT_LENGTH"])),
+        ("GET", "/a", "", "Host: t\r\n", ("GET", "/a", "", "t", ["HTTP_HOST"])),
+        ("GET", "/a", "", "X-First: 1\r\nHost: t\r\n",
+         ("GET", "/a", "", "t", ["HTTP_X_FIRST", "HTTP_HOST"])),
+        ("PUT", "/a", "x", "host: u.test:81\r\n", ("PUT", "/a", "x", "u.test:81", ["HTTP_HOST"])),
+        ("GET", long, "", "Host: t\r\n", ("GET", long, "", "t", ["HTTP_HOST"])),
+        ("GET", long, "", "Host: t\r\n", ("GET", long, "", "t", ["HTTP_HOST"])),
+        ("GET", "/a", "", "Host: t\r\n", ("GET", "/a", "", "t", ["HTTP_HOST"])),
+    ]
+    a = cyserve.App()
+    a.wsgi("/", app)
+    with serving(a.build()) as srv, Conn(srv.port) as c:
+        for method, path, query, headers, want in steps:
+            target = path + ("?" + query if query else "")
+            body = "ab" if "Content-Length" in headers else ""
+            c.send(f"{method} {target} HTTP/1.1\r\n{headers}\r\n{body}".encode())
+            seen = ast.literal_eval(c.reply().body.decode())
+            base = ["REQUEST_METHOD", "PATH_INFO", "QUERY_STRING", "wsgi.input"]
+            assert seen == (*want[:4], base + want[4]), (method, target, headers)
+
+
 def test_path_info_is_percent_decoded_bytes_as_latin1(echo_port: int) -> None:
     env = environ_of(echo_port, get("/caf%C3%A9/a%2Fb%20c"))
     # PEP 3333: the decoded bytes, each as one latin-1 character; "%2F" is a "/" here (CGI).

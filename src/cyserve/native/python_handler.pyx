@@ -44,9 +44,20 @@ cdef extern from *:
      * threading.local values), as at the end of any Python thread.
      * A thread that already had a state (one Python started) is served as before: Ensure and
      * Release around each batch. */
-    static _Thread_local PyThreadState *cyserve__tstate;
-    static _Thread_local int cyserve__borrowed;
-    static _Thread_local PyGILState_STATE cyserve__gil_state;
+    /* The thread-locals below are the fields of one: in the extension (a shared object loaded
+     * with dlopen) each access to a thread-local is a call to __tls_get_addr, which the compiler
+     * repeats for each access rather than keep the address in a register, so a hook that reads
+     * several (the end hook) takes the address once, made opaque by an empty asm. */
+    static _Thread_local struct cyserve__tl {
+        PyThreadState *tstate;
+        int borrowed;
+        PyGILState_STATE gil_state;
+        int asgi_queued;
+        PyObject *tcache;
+    } cyserve__tl;
+    #define cyserve__tstate (cyserve__tl.tstate)
+    #define cyserve__borrowed (cyserve__tl.borrowed)
+    #define cyserve__gil_state (cyserve__tl.gil_state)
     static pthread_key_t cyserve__tstate_key;
     static pthread_once_t cyserve__tstate_once = PTHREAD_ONCE_INIT;
     /* Set by the module at import: names the thread in `threading`, and forgets it at exit. */
@@ -110,20 +121,22 @@ cdef extern from *:
     /* ASGI (native/asgi.pyx): set when this batch queued calls for the event loop, which the
      * end hook hands over in one wake-up before the GIL goes. Per thread: on a free-threaded
      * interpreter the batches of several workers run at once, and each flushes its own. */
-    static _Thread_local int cyserve__asgi_queued;
+    #define cyserve__asgi_queued (cyserve__tl.asgi_queued)
     /* This thread's _ThreadCache (below), a strong reference, or NULL before its first use:
      * dropped by _thread_dies when a worker thread ends. */
-    static _Thread_local PyObject *cyserve__tcache;
+    #define cyserve__tcache (cyserve__tl.tcache)
     static void (*cyserve__asgi_flush)(void);
 
     static void cyserve__offload_end(void *ud)
     {
+        struct cyserve__tl *tl = &cyserve__tl; /* one __tls_get_addr: see above */
+        __asm__("" : "+r"(tl));
         (void)ud;
-        if (cyserve__asgi_queued && cyserve__asgi_flush)
+        if (tl->asgi_queued && cyserve__asgi_flush)
             cyserve__asgi_flush();
-        if (cyserve__borrowed) {
-            cyserve__borrowed = 0;
-            PyGILState_Release(cyserve__gil_state);
+        if (tl->borrowed) {
+            tl->borrowed = 0;
+            PyGILState_Release(tl->gil_state);
             return;
         }
         (void)PyEval_SaveThread();
@@ -173,6 +186,7 @@ _error_log = _logging.getLogger("cyserve.error")
 DEF WSGI_KEYS_SLOTS = 512  # native/wsgi.pyx, _env_key
 DEF WSGI_ENV_SLOTS = 256  # native/wsgi.pyx, WSGIHandler._conn_part
 DEF WSGI_KINDS_SLOTS = 64  # native/wsgi.pyx, _header_kind
+DEF WSGI_PATH_SLOTS = 64  # native/wsgi.pyx, _path_str
 DEF ASGI_NAMES_SLOTS = 256  # native/asgi.pyx, _asgi_name
 DEF ASGI_PEER_SLOTS = 256   # native/asgi.pyx, _asgi_client
 # What the handler kinds remember between requests and change while serving (the WSGI environ
@@ -199,6 +213,8 @@ cdef class _ThreadCache:
     cdef list wsgi_methods  # native/wsgi.pyx, _method_for: the start_response and write last made
     cdef list kind_names    # native/wsgi.pyx, _header_kind: the response header name in each slot
     cdef list kind_values   # ... and its kind (an int)
+    cdef list path_raw      # native/wsgi.pyx, _path_str: the request path seen in each slot
+    cdef list path_strs     # ... and its PATH_INFO
 
 
 cdef inline _ThreadCache _tcache():
@@ -222,6 +238,8 @@ cdef _ThreadCache _tcache_new():
     c.wsgi_methods = [None, None]
     c.kind_names = [None] * WSGI_KINDS_SLOTS
     c.kind_values = [None] * WSGI_KINDS_SLOTS
+    c.path_raw = [None] * WSGI_PATH_SLOTS
+    c.path_strs = [None] * WSGI_PATH_SLOTS
     Py_INCREF(c)  # the thread's reference, dropped by _thread_dies
     cyserve__tcache = <PyObject *>c
     return c

@@ -107,6 +107,37 @@ cdef str _unquote_latin1(const char *p, size_t n):
     return PyUnicode_DecodeLatin1(o, <Py_ssize_t>j, NULL)
 
 
+# Paths longer than this are decoded on each request: hashing them would cost about what decoding
+# does, and a long path is rarely asked for twice in a row.
+DEF WSGI_PATH_CACHED = 96
+
+
+cdef str _path_str(const char *p, size_t n, _ThreadCache cache):
+    """_unquote_latin1(p, n) (PATH_INFO), taken from this thread's table of the paths it decoded
+    last (_ThreadCache.path_raw and path_strs, WSGI_PATH_SLOTS slots indexed by a hash of the
+    bytes): a client asks for the same few paths again and again, and a hit costs a hash and a
+    memcmp instead of a new str and its deallocation. The str is the same value either way, and
+    immutable: an app cannot tell a shared one from a new one. A collision only decodes again."""
+    if n > WSGI_PATH_CACHED:
+        return _unquote_latin1(p, n)
+    cdef size_t i
+    cdef unsigned h = 2166136261u  # FNV-1a
+    for i in range(n):
+        h = (h ^ <unsigned char>p[i]) * 16777619u
+    cdef Py_ssize_t slot = <Py_ssize_t>(h & (WSGI_PATH_SLOTS - 1))
+    cdef object seen = <object>PyList_GET_ITEM(cache.path_raw, slot)
+    if (seen is not None and <size_t>PyBytes_GET_SIZE(seen) == n
+            and memcmp(PyBytes_AS_STRING(seen), p, n) == 0):
+        return <str>PyList_GET_ITEM(cache.path_strs, slot)
+    cdef str s = _unquote_latin1(p, n)
+    cdef bytes raw = PyBytes_FromStringAndSize(p, <Py_ssize_t>n)
+    # This thread's own table: no other thread reads it between the two stores (which cannot
+    # fail: both objects are made).
+    cache.path_strs[slot] = s
+    cache.path_raw[slot] = raw
+    return s
+
+
 cdef object _env_key(const char *name, size_t n, _ThreadCache cache):
     """The environ key of header name[0..n): "HTTP_" + upper-cased name with '-' as '_',
     CONTENT_TYPE for Content-Type, None for Content-Length (the body's length is given as
@@ -252,23 +283,25 @@ cdef class WSGIHandler:
         """The PEP 3333 environ of request (valid during its handler call)."""
         request._check()
         inp = request._input if type(request._input) is RequestBody else None
-        return self._environ(request._req, inp)
+        return self._environ(request._req, inp, _tcache())
 
-    cdef dict _environ(self, const cyserve_request *req, RequestBody inp=None):
+    cdef dict _environ(self, const cyserve_request *req, RequestBody inp, _ThreadCache cache):
+        """cache: this thread's (_tcache()), looked up once per request by the caller."""
         cdef size_t i, slen = len(self.script_name)
         cdef const cyserve_header *h
         cdef const char *peer
         cdef const char *host = NULL
         cdef size_t host_n = 0, peer_n = 0
         cdef int n_host = 0
+        cdef bint host_first = False
         cdef bint tls = cs.server_req_tls(<const cs.req_t *>req)
-        cdef _ThreadCache cache = _tcache()
         for i in range(req.num_headers):
             h = &req.headers[i]
             if h.name.len == 4 and strncasecmp(h.name.ptr, "host", 4) == 0:
                 n_host += 1
                 host = h.value.ptr
                 host_n = h.value.len
+                host_first = i == 0
         if cs.server_req_peer(<const cs.req_t *>req, &peer) == 0:
             peer_n = strlen(peer)
         else:
@@ -280,22 +313,40 @@ cdef class WSGIHandler:
             # "http" unless a trusted proxy said "https" (X-Forwarded-Proto, Forwarded: proto=).
             | (8 if cs.server_req_scheme(<const cs.req_t *>req)[4] == c's' else 0)
             | (16 if n_host == 1 else 0)
-            | (32 if peer != NULL else 0))
+            | (32 if peer != NULL else 0)
+            # The one Host is the first header: its HTTP_HOST is the connection part's too.
+            | (64 if n_host == 1 and host_first else 0))
         if n_host != 1:
             host = NULL
             host_n = 0
-        cdef dict env = PyDict_Copy(self._conn_part(cache, flags, peer, peer_n, host, host_n))
-        env["REQUEST_METHOD"] = _method_str(req.method)
+        cdef _EnvPart part = self._conn_part(cache, flags, peer, peer_n, host, host_n)
+        cdef bint prefixed = slen and req.path.len >= slen
+        # REQUEST_METHOD and PATH_INFO go into the connection's part before it is copied: they
+        # are the same str objects as on the connection's previous request more often than not
+        # (_method_str's and _path_str's), and then the copy has them already. The part is this
+        # thread's own and only ever copied, so no app sees it change.
+        method = _method_str(req.method)
+        if method is not part.method:
+            part.env["REQUEST_METHOD"] = method
+            part.method = method
         # The router matched the prefix on a segment boundary: the path starts with it.
-        if slen and req.path.len >= slen:
+        if prefixed:
+            path = _path_str(req.path.ptr + slen, req.path.len - slen, cache)
+        else:
+            path = _path_str(req.path.ptr, req.path.len, cache)
+        if path is not part.path:
+            part.env["PATH_INFO"] = path
+            part.path = path
+        # The keys set below are already in the copy, in the order they had when each request
+        # inserted them (_conn_part): each is a replacement, cheaper than an insertion.
+        cdef dict env = PyDict_Copy(part.env)
+        if prefixed:
             # Both decoded alike (PEP 3333); the prefix's bytes as this request spelt them.
             env["SCRIPT_NAME"] = _unquote_latin1(req.path.ptr, slen)
-            env["PATH_INFO"] = _unquote_latin1(req.path.ptr + slen, req.path.len - slen)
-        else:
-            env["PATH_INFO"] = _unquote_latin1(req.path.ptr, req.path.len)
         if self._outer is not None:
             _root_environ(self, env, req)
-        env["QUERY_STRING"] = _str_of(req.query)
+        if req.query.len:  # else the part's ""
+            env["QUERY_STRING"] = _str_of(req.query)
         if inp is not None:  # a large body, read from the connection as the app reads
             env["wsgi.input"] = inp
         elif req.body.len == 0:
@@ -308,7 +359,8 @@ cdef class WSGIHandler:
                 PyBytes_FromStringAndSize(req.body.ptr, <Py_ssize_t>req.body.len))
         cdef bint had_length = False
         cdef Py_ssize_t used
-        for i in range(req.num_headers):
+        # With flag 64 the first header (the Host) is in the part already, as HTTP_HOST.
+        for i in range(1 if flags & 64 else 0, req.num_headers):
             h = &req.headers[i]
             key = _env_key(h.name.ptr, h.name.len, cache)
             if key is None:
@@ -333,11 +385,13 @@ cdef class WSGIHandler:
             _env_host(env, env["HTTP_HOST"], tls)
         return env
 
-    cdef dict _conn_part(self, _ThreadCache cache, int flags, const char *peer, size_t peer_n,
-                         const char *host, size_t host_n):
+    cdef _EnvPart _conn_part(self, _ThreadCache cache, int flags, const char *peer,
+                             size_t peer_n, const char *host, size_t host_n):
         """The environ's keys that depend only on the connection and its Host (the base, then
         SERVER_PROTOCOL, wsgi.url_scheme, SERVER_NAME and SERVER_PORT from the one Host header,
-        REMOTE_ADDR and REMOTE_PORT from the peer): a dict that each request copies. They are
+        REMOTE_ADDR and REMOTE_PORT from the peer, the request's own keys with placeholder
+        values, and HTTP_HOST when the one Host is the first header): a dict that each request
+        copies. They are
         the same on every request of a keep-alive connection, so they are made once for it and
         kept in this thread's table (_ThreadCache.env_parts, WSGI_ENV_SLOTS slots indexed by a
         hash of the peer, the Host and flags). Each entry is a function of what it is looked
@@ -362,7 +416,7 @@ cdef class WSGIHandler:
                     and <size_t>PyBytes_GET_SIZE(part.host) == host_n
                     and memcmp(PyBytes_AS_STRING(part.peer), peer, peer_n) == 0
                     and memcmp(PyBytes_AS_STRING(part.host), host, host_n) == 0):
-                return part.env
+                return part
         cdef const char *colon
         cdef const char *p
         cdef dict env = PyDict_Copy(self._base)
@@ -370,9 +424,10 @@ cdef class WSGIHandler:
                                   "HTTP/1.1" if flags & 3 == 1 else "HTTP/1.0")
         if flags & 12:  # TLS, or a trusted proxy's "https"
             env["wsgi.url_scheme"] = "https"
+        cdef str host_s = None
         if host != NULL:
-            _env_host(env, PyUnicode_DecodeLatin1(host, <Py_ssize_t>host_n, NULL),
-                      flags & 4 != 0)
+            host_s = PyUnicode_DecodeLatin1(host, <Py_ssize_t>host_n, NULL)
+            _env_host(env, host_s, flags & 4 != 0)
         if peer != NULL:
             colon = peer + peer_n
             while colon > peer and colon[0] != c':':
@@ -385,15 +440,27 @@ cdef class WSGIHandler:
                     env["REMOTE_ADDR"] = PyUnicode_DecodeLatin1(p, colon - p, NULL)
                 env["REMOTE_PORT"] = PyUnicode_DecodeLatin1(colon + 1, peer + peer_n - colon - 1,
                                                             NULL)
+        # The request's own keys, with the values each request replaces (an empty query string
+        # stays as it is), in the order _environ used to insert them: so that the copy only
+        # replaces values, and the app sees the keys in the same order as before. Then the Host's
+        # HTTP_HOST when the Host is the first header, where the header loop would insert it.
+        env["REQUEST_METHOD"] = "GET"  # replaced by _environ, in the part or in its copy
+        env["PATH_INFO"] = ""
+        env["QUERY_STRING"] = ""
+        env["wsgi.input"] = None
+        if flags & 64:
+            env["HTTP_HOST"] = host_s
         part = _EnvPart.__new__(_EnvPart)
         part.base = self._base
         part.flags = flags
         part.peer = PyBytes_FromStringAndSize(peer, <Py_ssize_t>peer_n) if peer_n else b""
         part.host = PyBytes_FromStringAndSize(host, <Py_ssize_t>host_n) if host_n else b""
         part.env = env
+        part.method = "GET"
+        part.path = ""
         # This thread's own table: nobody else reads it (the entry is replaced whole).
         cache.env_parts[slot] = part
-        return env
+        return part
 
     def __call__(self, Request request):
         request._check()
@@ -403,10 +470,10 @@ cdef class WSGIHandler:
     cdef _WSGIAnswer _call(self, const cyserve_request *req, RequestBody inp=None):
         """The answer to req (the handler trampoline calls this directly: a WSGI app has no use
         for a Request object); inp: its body when streamed."""
-        env = self._environ(req, inp)
+        cdef _ThreadCache cache = _tcache()
+        env = self._environ(req, inp, cache)
         cdef _WSGIAnswer answer = _WSGIAnswer.__new__(_WSGIAnswer)
         answer.chunks = []
-        cdef _ThreadCache cache = _tcache()
         try:
             return self._run(req, env, answer, cache)
         finally:
@@ -648,6 +715,10 @@ cdef class _EnvPart:
     cdef bytes peer
     cdef bytes host
     cdef dict env
+    # The values of env's REQUEST_METHOD and PATH_INFO (WSGIHandler._environ replaces them when
+    # a request's differ), compared by identity.
+    cdef object method
+    cdef object path
 
 
 cdef class _OwnedFd:
