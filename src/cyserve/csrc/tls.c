@@ -306,6 +306,54 @@ static int tls_ticket_init(EVP_MAC_CTX *hctx, const struct tls_tk *k)
     return EVP_MAC_CTX_set_params(hctx, params);
 }
 
+/* The ticket cipher, fetched once (tls_init_once): EVP_aes_256_cbc() is a name that
+ * EVP_EncryptInit_ex looks up in the provider's method store at every call (about 2,600
+ * instructions a ticket, two tickets a new handshake). NULL if the fetch failed: then the
+ * lookup per call. Never freed: one object for the process's life. */
+static EVP_CIPHER *tls_ticket_cipher;
+
+/* Random IVs for new tickets, drawn from OpenSSL's DRBG TLS_IV_BATCH at a time per thread: one
+ * RAND_bytes call costs about 6,600 instructions whatever its length up to a few KiB (the DRBG's
+ * locking, reseed check and per-call setup), and each new ticket needs 16 bytes. The IVs are the
+ * DRBG's bytes as before, each used once; they are public (sent in the ticket), so holding the
+ * next ones in memory reveals nothing a reader of that memory could not get from the keys
+ * themselves. A forked child must not reuse its parent's unused IVs under the same keys (every
+ * worker process shares them), so fork bumps tls_iv_gen and a thread's batch made in another
+ * generation is thrown away. */
+#define TLS_IV_LEN 16
+#define TLS_IV_BATCH 64
+struct tls_iv_pool {
+    unsigned gen;  /* tls_iv_gen when filled */
+    unsigned left; /* unused IVs at the end of b */
+    unsigned char b[TLS_IV_BATCH * TLS_IV_LEN];
+};
+static __thread struct tls_iv_pool tls_iv_pool;
+static _Atomic unsigned tls_iv_gen = 1; /* 0 never: a thread's zeroed pool is stale */
+
+static void tls_iv_atfork_child(void)
+{
+    atomic_fetch_add_explicit(&tls_iv_gen, 1, memory_order_relaxed);
+}
+
+/* 16 fresh random bytes at iv. 0, or -1 when the DRBG fails (then nothing is kept). */
+static int tls_ticket_iv(unsigned char *iv)
+{
+    struct tls_iv_pool *p = &tls_iv_pool;
+    unsigned gen = atomic_load_explicit(&tls_iv_gen, memory_order_relaxed);
+    if (p->gen != gen || p->left == 0) {
+        p->left = 0;
+        if (RAND_bytes(p->b, sizeof(p->b)) != 1)
+            return -1;
+        p->gen = gen;
+        p->left = TLS_IV_BATCH;
+    }
+    p->left--;
+    unsigned char *src = p->b + (size_t)p->left * TLS_IV_LEN;
+    memcpy(iv, src, TLS_IV_LEN);
+    OPENSSL_cleanse(src, TLS_IV_LEN); /* used: never handed out twice */
+    return 0;
+}
+
 /* OpenSSL's ticket key callback (SSL_CTX_set_tlsext_ticket_key_evp_cb): enc 1, choose the key
  * and IV of a new ticket (1); enc 0, find the key of the ticket named `name` (1: current, 2:
  * the previous period's, to be renewed; 0: unknown or too old, a full handshake). */
@@ -319,9 +367,10 @@ static int tls_ticket_cb(SSL *s, unsigned char *name, unsigned char *iv, EVP_CIP
     if (enc) {
         const struct tls_tk *k = tls_ticket_keys(now);
         memcpy(name, k->name, TLS_TK_NAME);
-        if (RAND_bytes(iv, 16) != 1) /* AES-CBC's IV */
+        if (tls_ticket_iv(iv) != 0) /* AES-CBC's IV */
             return -1;
-        int ok = EVP_EncryptInit_ex(ectx, EVP_aes_256_cbc(), NULL, k->aes, iv) == 1 &&
+        const EVP_CIPHER *ciph = tls_ticket_cipher ? tls_ticket_cipher : EVP_aes_256_cbc();
+        int ok = EVP_EncryptInit_ex(ectx, ciph, NULL, k->aes, iv) == 1 &&
                  tls_ticket_init(hctx, k) == 1;
         return ok ? 1 : -1;
     }
@@ -329,7 +378,8 @@ static int tls_ticket_cb(SSL *s, unsigned char *name, unsigned char *iv, EVP_CIP
         const struct tls_tk *k = tls_ticket_keys(now - back);
         if (CRYPTO_memcmp(name, k->name, TLS_TK_NAME) != 0)
             continue;
-        int ok = EVP_DecryptInit_ex(ectx, EVP_aes_256_cbc(), NULL, k->aes, iv) == 1 &&
+        const EVP_CIPHER *ciph = tls_ticket_cipher ? tls_ticket_cipher : EVP_aes_256_cbc();
+        int ok = EVP_DecryptInit_ex(ectx, ciph, NULL, k->aes, iv) == 1 &&
                  tls_ticket_init(hctx, k) == 1;
         return ok ? (back ? 2 : 1) : -1;
     }
@@ -410,6 +460,8 @@ static void tls_init_once(void)
     tls_ex_server = SSL_CTX_get_ex_new_index(0, NULL, NULL, NULL, NULL);
     tls_ex_load = SSL_CTX_get_ex_new_index(0, NULL, NULL, NULL, tls_load_ex_free);
     tls_ticket_secret_ok = RAND_bytes(tls_ticket_secret, sizeof(tls_ticket_secret)) == 1;
+    tls_ticket_cipher = EVP_CIPHER_fetch(NULL, "AES-256-CBC", NULL);
+    pthread_atfork(NULL, NULL, tls_iv_atfork_child);
     tls_ktls_ok = tls_ktls_probe();
     ERR_clear_error();
 }
