@@ -206,6 +206,43 @@ def test_session_resumption(site: int, certs: dict[str, str]) -> None:
         assert s.session_reused
 
 
+def test_error_left_in_openssls_queue_by_a_handler(certs: dict[str, str]) -> None:
+    """A handler that leaves an entry in OpenSSL's per-thread error queue (any libcrypto user on
+    the worker's thread can) must not make the connection's next TLS read, whose last call ends
+    in WANT_READ, look failed: the transport empties the queue before each SSL call when it
+    holds something. One worker thread, so the handler runs where the connection is served."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("crypto")
+    if name is None:
+        pytest.fail("libcrypto is not found (the server links it)")
+    crypto = ctypes.CDLL(name)
+    crypto.ERR_peek_error.restype = ctypes.c_ulong
+    app = cyserve.App()
+
+    @app.route("/leave-error")
+    def leave_error(req: Any) -> str:
+        crypto.ERR_new()
+        crypto.ERR_set_error(ctypes.c_int(20), ctypes.c_int(100), None)  # ERR_LIB_SSL
+        return f"queued {crypto.ERR_peek_error() != 0}"
+
+    app.static("/plaintext", b"Hello, World!", content_type="text/plain")
+    with serving(app.build(), threads=1, ssl_certfile=certs["cert"], ssl_keyfile=certs["key"]) \
+            as srv:
+        for version in VERSIONS:
+            with TLSConn(srv.port, client_context(certs, version)) as c:
+                for _ in range(3):
+                    c.send(get("/leave-error"))
+                    assert c.reply().body == b"queued True"
+                    c.send(get("/plaintext"))
+                    assert c.reply().body == b"Hello, World!"
+            # A new connection's handshake on the same thread after it.
+            with TLSConn(srv.port, client_context(certs, version)) as c:
+                c.send(get("/plaintext"))
+                assert c.reply().body == b"Hello, World!"
+
+
 def test_plain_http_to_the_tls_port_gets_400(site: int) -> None:
     with Conn(site) as c:
         c.send(get("/plaintext"))
