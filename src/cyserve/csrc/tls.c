@@ -73,7 +73,9 @@
  * buffers are only used within one transport call, which never waits while it holds one.
  *
  * Errors. OpenSSL's error queue is per thread; every path that saw an error clears it, so that a
- * later call on this thread (another connection's) reads its own. */
+ * later call on this thread (another connection's) reads its own, and each SSL call whose failure
+ * SSL_get_error reads is preceded by tls_err_reset, which empties the queue only when it holds
+ * something (what other code on the thread left there). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
