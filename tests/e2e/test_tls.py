@@ -206,6 +206,64 @@ def test_session_resumption(site: int, certs: dict[str, str]) -> None:
         assert s.session_reused
 
 
+def test_error_left_in_openssls_queue_by_a_handler(certs: dict[str, str]) -> None:
+    """A handler that leaves an entry in OpenSSL's per-thread error queue (any libcrypto user on
+    a server thread can) must not make a TLS read that ends in WANT_READ look failed: the
+    transport empties the queue before each SSL call when it holds something. A streamed
+    request body is read by the handler's own thread (tls_recv_nowait) right after the entry
+    is left, over and over while the client sends slowly; then the connection's next requests
+    and a new handshake."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("crypto")
+    if name is None:
+        pytest.fail("libcrypto is not found (the server links it)")
+    crypto = ctypes.CDLL(name)
+    crypto.ERR_peek_error.restype = ctypes.c_ulong
+
+    def leave_error() -> bool:
+        crypto.ERR_new()
+        crypto.ERR_set_error(ctypes.c_int(20), ctypes.c_int(100), None)  # ERR_LIB_SSL
+        return bool(crypto.ERR_peek_error())
+
+    app = cyserve.App()
+
+    @app.post("/upload")
+    def upload(request: Any) -> str:
+        queued = leave_error()
+        n = 0
+        for piece in request.stream():
+            queued = leave_error() and queued
+            n += len(piece)
+        return f"{n} queued {queued}"
+
+    @app.route("/leave-error")
+    def leave(req: Any) -> str:
+        return f"queued {leave_error()}"
+
+    app.static("/plaintext", b"Hello, World!", content_type="text/plain")
+    piece, pieces = b"u" * 65536, 12  # 768 KiB: under max_body_bytes, streamed
+    with serving(app.build(), threads=1, ssl_certfile=certs["cert"], ssl_keyfile=certs["key"]) \
+            as srv:
+        for version in VERSIONS:
+            with TLSConn(srv.port, client_context(certs, version)) as c:
+                c.send(b"POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n"
+                       % (len(piece) * pieces))
+                for _ in range(pieces):  # slowly: the handler's reads find the socket empty
+                    c.send(piece)
+                    time.sleep(0.01)
+                assert c.reply().body == b"%d queued True" % (len(piece) * pieces)
+                for _ in range(3):
+                    c.send(get("/leave-error"))
+                    assert c.reply().body == b"queued True"
+                    c.send(get("/plaintext"))
+                    assert c.reply().body == b"Hello, World!"
+            with TLSConn(srv.port, client_context(certs, version)) as c:
+                c.send(get("/plaintext"))
+                assert c.reply().body == b"Hello, World!"
+
+
 def test_plain_http_to_the_tls_port_gets_400(site: int) -> None:
     with Conn(site) as c:
         c.send(get("/plaintext"))

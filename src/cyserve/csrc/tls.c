@@ -73,7 +73,9 @@
  * buffers are only used within one transport call, which never waits while it holds one.
  *
  * Errors. OpenSSL's error queue is per thread; every path that saw an error clears it, so that a
- * later call on this thread (another connection's) reads its own. */
+ * later call on this thread (another connection's) reads its own, and each SSL call whose failure
+ * SSL_get_error reads is preceded by tls_err_reset, which empties the queue only when it holds
+ * something (what other code on the thread left there). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -140,6 +142,18 @@ int tls_looks_like_http(const char *b, size_t n)
     /* Every method HTTP/1 knows starts with an upper-case letter; a TLS record starts with its
      * content type (0x14..0x18), an SSLv2 hello with a byte of 0x80 or more. */
     return n >= 1 && b[0] >= 'A' && b[0] <= 'Z';
+}
+
+/* Before an SSL call whose failure SSL_get_error will read: make the thread's error queue empty,
+ * so that an entry left by other code on this thread (a Python extension using libcrypto runs
+ * on the same threads) does not make a healthy connection look failed. SSL_get_error only looks
+ * at ERR_peek_error, so when that says 0 the queue is already as good as empty, and the peek
+ * costs a small part of ERR_clear_error, which resets all sixteen slots (32 free(NULL)s, about
+ * 840 instructions in OpenSSL 3.0): that was three times per keep-alive request. */
+static inline void tls_err_reset(void)
+{
+    if (UNLIKELY(ERR_peek_error() != 0))
+        ERR_clear_error();
 }
 
 /* ---- the context: callbacks and errors ---- */
@@ -294,6 +308,54 @@ static int tls_ticket_init(EVP_MAC_CTX *hctx, const struct tls_tk *k)
     return EVP_MAC_CTX_set_params(hctx, params);
 }
 
+/* The ticket cipher, fetched once (tls_init_once): EVP_aes_256_cbc() is a name that
+ * EVP_EncryptInit_ex looks up in the provider's method store at every call (about 2,600
+ * instructions a ticket, two tickets a new handshake). NULL if the fetch failed: then the
+ * lookup per call. Never freed: one object for the process's life. */
+static EVP_CIPHER *tls_ticket_cipher;
+
+/* Random IVs for new tickets, drawn from OpenSSL's DRBG TLS_IV_BATCH at a time per thread: one
+ * RAND_bytes call costs about 6,600 instructions whatever its length up to a few KiB (the DRBG's
+ * locking, reseed check and per-call setup), and each new ticket needs 16 bytes. The IVs are the
+ * DRBG's bytes as before, each used once; they are public (sent in the ticket), so holding the
+ * next ones in memory reveals nothing a reader of that memory could not get from the keys
+ * themselves. A forked child must not reuse its parent's unused IVs under the same keys (every
+ * worker process shares them), so fork bumps tls_iv_gen and a thread's batch made in another
+ * generation is thrown away. */
+#define TLS_IV_LEN 16
+#define TLS_IV_BATCH 64
+struct tls_iv_pool {
+    unsigned gen;  /* tls_iv_gen when filled */
+    unsigned left; /* unused IVs at the end of b */
+    unsigned char b[TLS_IV_BATCH * TLS_IV_LEN];
+};
+static __thread struct tls_iv_pool tls_iv_pool;
+static _Atomic unsigned tls_iv_gen = 1; /* 0 never: a thread's zeroed pool is stale */
+
+static void tls_iv_atfork_child(void)
+{
+    atomic_fetch_add_explicit(&tls_iv_gen, 1, memory_order_relaxed);
+}
+
+/* 16 fresh random bytes at iv. 0, or -1 when the DRBG fails (then nothing is kept). */
+static int tls_ticket_iv(unsigned char *iv)
+{
+    struct tls_iv_pool *p = &tls_iv_pool;
+    unsigned gen = atomic_load_explicit(&tls_iv_gen, memory_order_relaxed);
+    if (p->gen != gen || p->left == 0) {
+        p->left = 0;
+        if (RAND_bytes(p->b, sizeof(p->b)) != 1)
+            return -1;
+        p->gen = gen;
+        p->left = TLS_IV_BATCH;
+    }
+    p->left--;
+    unsigned char *src = p->b + (size_t)p->left * TLS_IV_LEN;
+    memcpy(iv, src, TLS_IV_LEN);
+    OPENSSL_cleanse(src, TLS_IV_LEN); /* used: never handed out twice */
+    return 0;
+}
+
 /* OpenSSL's ticket key callback (SSL_CTX_set_tlsext_ticket_key_evp_cb): enc 1, choose the key
  * and IV of a new ticket (1); enc 0, find the key of the ticket named `name` (1: current, 2:
  * the previous period's, to be renewed; 0: unknown or too old, a full handshake). */
@@ -307,9 +369,10 @@ static int tls_ticket_cb(SSL *s, unsigned char *name, unsigned char *iv, EVP_CIP
     if (enc) {
         const struct tls_tk *k = tls_ticket_keys(now);
         memcpy(name, k->name, TLS_TK_NAME);
-        if (RAND_bytes(iv, 16) != 1) /* AES-CBC's IV */
+        if (tls_ticket_iv(iv) != 0) /* AES-CBC's IV */
             return -1;
-        int ok = EVP_EncryptInit_ex(ectx, EVP_aes_256_cbc(), NULL, k->aes, iv) == 1 &&
+        const EVP_CIPHER *ciph = tls_ticket_cipher ? tls_ticket_cipher : EVP_aes_256_cbc();
+        int ok = EVP_EncryptInit_ex(ectx, ciph, NULL, k->aes, iv) == 1 &&
                  tls_ticket_init(hctx, k) == 1;
         return ok ? 1 : -1;
     }
@@ -317,7 +380,8 @@ static int tls_ticket_cb(SSL *s, unsigned char *name, unsigned char *iv, EVP_CIP
         const struct tls_tk *k = tls_ticket_keys(now - back);
         if (CRYPTO_memcmp(name, k->name, TLS_TK_NAME) != 0)
             continue;
-        int ok = EVP_DecryptInit_ex(ectx, EVP_aes_256_cbc(), NULL, k->aes, iv) == 1 &&
+        const EVP_CIPHER *ciph = tls_ticket_cipher ? tls_ticket_cipher : EVP_aes_256_cbc();
+        int ok = EVP_DecryptInit_ex(ectx, ciph, NULL, k->aes, iv) == 1 &&
                  tls_ticket_init(hctx, k) == 1;
         return ok ? (back ? 2 : 1) : -1;
     }
@@ -398,6 +462,8 @@ static void tls_init_once(void)
     tls_ex_server = SSL_CTX_get_ex_new_index(0, NULL, NULL, NULL, NULL);
     tls_ex_load = SSL_CTX_get_ex_new_index(0, NULL, NULL, NULL, tls_load_ex_free);
     tls_ticket_secret_ok = RAND_bytes(tls_ticket_secret, sizeof(tls_ticket_secret)) == 1;
+    tls_ticket_cipher = EVP_CIPHER_fetch(NULL, "AES-256-CBC", NULL);
+    pthread_atfork(NULL, NULL, tls_iv_atfork_child);
     tls_ktls_ok = tls_ktls_probe();
     ERR_clear_error();
 }
@@ -852,10 +918,8 @@ static ssize_t tls_handshake(struct conn *c)
         c->tp_data = ssl;
     }
     for (;;) {
-        /* Each SSL call starts with an empty error queue: SSL_get_error reads it, and anything
-         * left on this thread by other code (a Python extension using libcrypto runs on the
-         * same threads) would make a healthy connection look failed. */
-        ERR_clear_error();
+        /* Each SSL call starts with an empty error queue (tls_err_reset). */
+        tls_err_reset();
         int r = SSL_do_handshake(ssl);
         if (r == 1)
             return 1;
@@ -927,7 +991,7 @@ static ssize_t tls_recv(struct conn *c, void *buf, size_t len)
     size_t got = 0;
     while (got < len) {
         size_t n;
-        ERR_clear_error(); /* see tls_handshake */
+        tls_err_reset(); /* see tls_handshake */
         int r = SSL_read_ex(ssl, (char *)buf + got, len - got, &n);
         if (LIKELY(r == 1)) {
             got += n;
@@ -955,7 +1019,7 @@ ssize_t tls_recv_nowait(struct conn *c, void *buf, size_t len, short *events)
     if (UNLIKELY(!ssl || !SSL_is_init_finished(ssl)))
         return -ENOTCONN;
     size_t n;
-    ERR_clear_error(); /* see tls_handshake */
+    tls_err_reset(); /* see tls_handshake */
     int r = SSL_read_ex(ssl, buf, len, &n);
     if (r == 1)
         return (ssize_t)n;
@@ -972,7 +1036,7 @@ static ssize_t tls_write(struct conn *c, const void *p, size_t n)
 {
     for (;;) {
         size_t w;
-        ERR_clear_error(); /* see tls_handshake */
+        tls_err_reset(); /* see tls_handshake */
         int r = SSL_write_ex(c->tp_data, p, n, &w);
         if (LIKELY(r == 1))
             return (ssize_t)w;
@@ -1016,7 +1080,7 @@ static ssize_t tls_sendfile(struct conn *c, int fd, off_t *off, size_t count)
         /* Kernel TLS sends this session's records: the kernel encrypts the file's pages as
          * sendfile(2) sends them, with no copy here. */
         for (;;) {
-            ERR_clear_error(); /* see tls_handshake */
+            tls_err_reset(); /* see tls_handshake */
             ossl_ssize_t n = SSL_sendfile(c->tp_data, fd, *off, count, 0);
             if (n > 0) {
                 *off += n;
@@ -1052,7 +1116,7 @@ static int tls_shutdown(struct conn *c, int how)
     SSL *ssl = c->tp_data;
     if (ssl && SSL_is_init_finished(ssl) && (how == SHUT_WR || how == SHUT_RDWR)) {
         /* close_notify, once, without waiting for the client's: it goes out before the FIN. */
-        ERR_clear_error();
+        tls_err_reset();
         if (SSL_shutdown(ssl) < 0)
             ERR_clear_error();
     }
@@ -1084,7 +1148,7 @@ static void tls_close(struct conn *c)
      * length), and strict OpenSSL 3 clients report "unexpected eof". A socket that cannot
      * take the record now (full, or reset) just goes without it. */
     if (ssl && SSL_is_init_finished(ssl) && !(SSL_get_shutdown(ssl) & SSL_SENT_SHUTDOWN)) {
-        ERR_clear_error();
+        tls_err_reset();
         if (SSL_shutdown(ssl) < 0)
             ERR_clear_error();
     }
