@@ -179,10 +179,17 @@ cdef extern from *:
      * table refers to m (no reference and no weak reference elsewhere): then nobody can tell
      * it from a new method bound to self. 1 when done, 0 otherwise. GIL held (or, free-threaded,
      * m is the calling thread's own: a count of 1 means no other thread can reach it). */
+    #include <stdatomic.h>
     static int cyserve__rebind(PyObject *m, PyObject *self)
     {
         if (!PyMethod_Check(m) || Py_REFCNT(m) != 1 || ((PyMethodObject *)m)->im_weakreflist)
             return 0;
+    #ifdef Py_GIL_DISABLED
+        /* The count was read without ordering; the thread that dropped the last other
+         * reference (an app's, on the event loop's thread) did its own reads of m before it
+         * released it, and those must not be reordered after the writes below. */
+        atomic_thread_fence(memory_order_acquire);
+    #endif
         Py_INCREF(self);
         Py_SETREF(((PyMethodObject *)m)->im_self, self);
         return 1;
