@@ -6,8 +6,9 @@
 # offload batch, GIL held) builds the scope and an _Exchange, queues the application's start for
 # the loop, and defers the answer (cs.resp_set_defer) through the exchange's handoff
 # (csrc/handoff.h): the request's coroutine then parks without holding the worker. At the end of
-# the batch the offload hook calls _asgi_flush: one call_soon_threadsafe for every start and
-# every notice the batch queued. On the loop thread the app's send() fills the handoff's
+# the batch the offload hook calls _asgi_flush, which appends every start and every notice the
+# batch queued to the loop's pending list, and the hook wakes the loop once (its eventfd) after
+# the GIL is released (_ASGILoop.wake_fd). On the loop thread the app's send() fills the handoff's
 # response and gives the turn to the engine (a scheduler signal, no GIL on the engine's side).
 # A streamed body goes back and forth once per piece: the engine writes the piece, then asks for
 # the next through the target's py_stream (_asgi_stream, offloaded), which resolves the pending
@@ -375,6 +376,7 @@ cdef class _Exchange:
     cdef object task         # the task running _run, held in lp.tasks until _run ends
     cdef _ASGILoop lp        # the loop it runs on: its futures are that loop's
     cdef object app, scope   # what _asgi_spawn starts _run with (cleared then)
+    cdef bint ran            # _run ended (within the eager first step, for _asgi_spawn)
     cdef readonly str label
 
     def __dealloc__(self):
@@ -559,6 +561,7 @@ cdef class _Exchange:
             # The task is still running (this is its last step), so the loop holds it now.
             self.lp.tasks.discard(self.task)
             self.task = None
+            self.ran = True
         if not self.complete and not self.gone:
             if not self.started or not self.streaming:
                 _asgi_log.error("ASGI application %s returned without completing its "
@@ -589,6 +592,7 @@ cdef class _Exchange:
 # bound methods that `ex.receive` and `ex.send` give, without their lookups.
 cdef object _EX_RECEIVE = _Exchange.receive
 cdef object _EX_SEND = _Exchange.send
+cdef object _EX_RUN = _Exchange._run  # called with the exchange: no bound method per request
 
 
 cdef inline unsigned _fnv1a(const char *p, size_t n) noexcept:
@@ -819,12 +823,14 @@ cdef void _asgi_spawn(_Exchange ex, bint direct) except *:
     # its task is over before this returns: nothing to hold.
     cdef _ASGILoop lp = ex.lp
     lp.ident = PyThread_get_thread_ident()
-    coro = ex._run(app, scope)
+    coro = _EX_RUN(ex, app, scope)
     if not direct:
         task = lp.loop.create_task(coro)
     elif lp.eager:
         task = lp.task_type(coro, loop=lp.loop, eager_start=True)
-        if task.done():
+        # _run ended in the eager step (nothing in it awaits after its end is marked), so the
+        # task is done: a flag rather than a call of task.done().
+        if ex.ran:
             return
     else:
         task = lp.task_type(coro, loop=lp.loop)
