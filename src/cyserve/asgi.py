@@ -211,6 +211,7 @@ class _Loop:
         self.lp.closed = True
         self.lp.loop.call_soon_threadsafe(self.lp.loop.stop)
         self.thread.join()
+        self.lp.close_wake()
         self.lp.loop.close()
 
 

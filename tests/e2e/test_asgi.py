@@ -492,6 +492,39 @@ def test_many_concurrent_requests_are_all_answered() -> None:
     assert errors == []
 
 
+def test_batches_from_every_worker_wake_the_loop_and_its_wake_up_closes() -> None:
+    # Apps that answer without suspending, from 16 connections over 2 workers: every batch's
+    # hand-off must wake the loop (a lost wake-up leaves a request unanswered, and the client's
+    # read times out), and the loop's wake-up descriptor is closed with the loop at the stop.
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": scope["path"].encode()})
+
+    errors: list[str] = []
+
+    def client(i: int) -> None:
+        with Conn(port) as c:
+            for k in range(50):
+                c.send(get(f"/{i}/{k}"))
+                body = c.reply().body
+                if body != f"/{i}/{k}".encode():
+                    errors.append(body.decode())
+
+    import os
+
+    fds_before = len(os.listdir("/proc/self/fd"))
+    with serving_app(app, threads=2) as port:
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []
+    assert len(os.listdir("/proc/self/fd")) == fds_before
+
+
 def test_pipelined_requests_are_answered_in_order() -> None:
     async def app(scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":

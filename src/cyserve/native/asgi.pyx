@@ -6,8 +6,9 @@
 # offload batch, GIL held) builds the scope and an _Exchange, queues the application's start for
 # the loop, and defers the answer (cs.resp_set_defer) through the exchange's handoff
 # (csrc/handoff.h): the request's coroutine then parks without holding the worker. At the end of
-# the batch the offload hook calls _asgi_flush: one call_soon_threadsafe for every start and
-# every notice the batch queued. On the loop thread the app's send() fills the handoff's
+# the batch the offload hook calls _asgi_flush, which appends every start and every notice the
+# batch queued to the loop's pending list, and the hook wakes the loop once (its eventfd) after
+# the GIL is released (_ASGILoop.wake_fd). On the loop thread the app's send() fills the handoff's
 # response and gives the turn to the engine (a scheduler signal, no GIL on the engine's side).
 # A streamed body goes back and forth once per piece: the engine writes the piece, then asks for
 # the next through the target's py_stream (_asgi_stream, offloaded), which resolves the pending
@@ -16,12 +17,31 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.pythread cimport PyThread_get_thread_ident
 from cpython.version cimport PY_VERSION_HEX
+from libc.errno cimport errno
+from posix.unistd cimport close, read
 
 # The offload end hook (python_handler.pyx) calls cyserve__asgi_flush, GIL held, when
 # cyserve__asgi_queued says this batch queued something for the loop.
 cdef extern from *:
     int cyserve__asgi_queued
     void (*cyserve__asgi_flush)() noexcept
+    int cyserve__asgi_wake_fd
+
+# The loop's own wake-up (_ASGILoop.wake_fd): an eventfd the loop reads, which a worker writes
+# after its batch released the GIL. It relies on the GIL to make a flush's append and the
+# loop's drain exclusive, so a free-threaded build keeps call_soon_threadsafe.
+cdef extern from *:
+    """
+    #include <sys/eventfd.h>
+    #ifdef Py_GIL_DISABLED
+    #define CYSERVE__ASGI_OWN_WAKE 0
+    #else
+    #define CYSERVE__ASGI_OWN_WAKE 1
+    #endif
+    """
+    int eventfd(unsigned int initval, int flags)
+    int EFD_NONBLOCK, EFD_CLOEXEC
+    int CYSERVE__ASGI_OWN_WAKE
 
 # h.producer, the exchange, is read by a worker (_asgi_stream_impl) while the loop thread may be
 # deallocating that exchange. With the GIL the two cannot overlap. On a free-threaded
@@ -108,6 +128,16 @@ cdef class _ASGILoop:
     # The loop's thread, as _asgi_spawn and _asgi_ws_spawn find it: send() takes a message at
     # once only there (see _Exchange.send).
     cdef unsigned long ident
+    # The batches' hand-off (_asgi_flush): the workers append what their batches queued to
+    # `pending` under the GIL, and the first to find the loop not yet told (`armed` false)
+    # writes wake_fd once its GIL is released (cyserve__offload_end); the loop's reader,
+    # _drain, reads it, clears `armed` and runs what is pending, all under the GIL. Waking the
+    # loop after the release, rather than with call_soon_threadsafe while the GIL is held,
+    # spares the loop thread a wake-up that would only block on the GIL. -1 when the loop is
+    # woken by call_soon_threadsafe instead (a free-threaded build).
+    cdef readonly int wake_fd
+    cdef list pending
+    cdef bint armed
 
     def __init__(self, loop):
         import asyncio  # imported already: the loop exists
@@ -119,6 +149,40 @@ cdef class _ASGILoop:
         self.ready.set_result(None)
         self.task_type = asyncio.Task
         self.eager = PY_VERSION_HEX >= 0x030C0000
+        self.pending = []
+        self.armed = False
+        self.wake_fd = -1
+        if CYSERVE__ASGI_OWN_WAKE:
+            fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)
+            if fd < 0:
+                raise OSError(errno, "eventfd() for the ASGI event loop failed")
+            try:
+                # Before the loop runs: add_reader is then safe from this thread.
+                loop.add_reader(fd, self._drain)
+            except BaseException:
+                close(fd)
+                raise
+            self.wake_fd = fd
+
+    def _drain(self):
+        """The loop's reader of wake_fd, on its thread: run what the workers' batches handed
+        over since the last wake-up."""
+        cdef uint64_t count
+        if read(self.wake_fd, &count, sizeof(count)) < 0:
+            pass  # EAGAIN: a wake-up already taken by an earlier drain
+        self.armed = False
+        if self.pending:
+            batch = self.pending
+            self.pending = []
+            _asgi_run_batch(batch)
+
+    def close_wake(self):
+        """Stop reading wake_fd and close it: after the server stopped (no worker writes it any
+        more) and the loop's thread ended."""
+        if self.wake_fd >= 0:
+            self.loop.remove_reader(self.wake_fd)
+            close(self.wake_fd)
+            self.wake_fd = -1
 
 
 # The process's loop (_asgi_loop's), and with one loop per worker thread the callable that
@@ -208,7 +272,7 @@ def _asgi_set_loop(_ASGILoop lp, new_loop=None):
 
 cdef void _asgi_flush() except *:
     """Hand what this batch queued to the loop, in one wake-up. GIL held."""
-    global cyserve__asgi_queued
+    global cyserve__asgi_queued, cyserve__asgi_wake_fd
     cyserve__asgi_queued = 0
     cdef _ThreadCache cache = _tcache()
     if not cache.asgi_queue:
@@ -218,6 +282,15 @@ cdef void _asgi_flush() except *:
     # Everything queued is for this thread's loop (_asgi_queue_call sends the rest directly).
     cdef _ASGILoop lp = cache.asgi_loop
     if lp is None or lp.closed:
+        return
+    if lp.wake_fd >= 0:
+        if lp.pending:
+            lp.pending.extend(batch)
+        else:
+            lp.pending = batch
+        if not lp.armed:
+            lp.armed = True
+            cyserve__asgi_wake_fd = lp.wake_fd  # written once the GIL is released
         return
     try:
         lp.loop.call_soon_threadsafe(_asgi_run_batch, batch)
@@ -303,6 +376,7 @@ cdef class _Exchange:
     cdef object task         # the task running _run, held in lp.tasks until _run ends
     cdef _ASGILoop lp        # the loop it runs on: its futures are that loop's
     cdef object app, scope   # what _asgi_spawn starts _run with (cleared then)
+    cdef bint ran            # _run ended (within the eager first step, for _asgi_spawn)
     cdef readonly str label
 
     def __dealloc__(self):
@@ -487,6 +561,7 @@ cdef class _Exchange:
             # The task is still running (this is its last step), so the loop holds it now.
             self.lp.tasks.discard(self.task)
             self.task = None
+            self.ran = True
         if not self.complete and not self.gone:
             if not self.started or not self.streaming:
                 _asgi_log.error("ASGI application %s returned without completing its "
@@ -517,6 +592,7 @@ cdef class _Exchange:
 # bound methods that `ex.receive` and `ex.send` give, without their lookups.
 cdef object _EX_RECEIVE = _Exchange.receive
 cdef object _EX_SEND = _Exchange.send
+cdef object _EX_RUN = _Exchange._run  # called with the exchange: no bound method per request
 
 
 cdef inline unsigned _fnv1a(const char *p, size_t n) noexcept:
@@ -747,12 +823,14 @@ cdef void _asgi_spawn(_Exchange ex, bint direct) except *:
     # its task is over before this returns: nothing to hold.
     cdef _ASGILoop lp = ex.lp
     lp.ident = PyThread_get_thread_ident()
-    coro = ex._run(app, scope)
+    coro = _EX_RUN(ex, app, scope)
     if not direct:
         task = lp.loop.create_task(coro)
     elif lp.eager:
         task = lp.task_type(coro, loop=lp.loop, eager_start=True)
-        if task.done():
+        # _run ended in the eager step (nothing in it awaits after its end is marked), so the
+        # task is done: a flag rather than a call of task.done().
+        if ex.ran:
             return
     else:
         task = lp.task_type(coro, loop=lp.loop)

@@ -32,6 +32,8 @@ cdef extern from *:
     """
     #include <pthread.h>
     #include <stdatomic.h>
+    #include <stdint.h>
+    #include <unistd.h>
 
     /* The offload hooks: the engine calls begin before a batch of Python handler calls on a
      * worker and end after it, on the worker's own stack, always in pairs.
@@ -126,6 +128,23 @@ cdef extern from *:
      * dropped by _thread_dies when a worker thread ends. */
     #define cyserve__tcache (cyserve__tl.tcache)
     static void (*cyserve__asgi_flush)(void);
+    /* The event loop's wake-up descriptor (an eventfd) that the flush asks this thread to
+     * write once the GIL is released, or -1: the loop thread, woken while the worker still
+     * held the GIL, would only block on it and be switched out again (native/asgi.pyx). */
+    static _Thread_local int cyserve__asgi_wake_fd = -1;
+
+    static void cyserve__asgi_wake(void)
+    {
+        int fd = cyserve__asgi_wake_fd;
+        uint64_t one = 1;
+        ssize_t rc;
+        if (fd < 0)
+            return;
+        cyserve__asgi_wake_fd = -1;
+        /* EAGAIN (the counter full) still leaves the loop readable: nothing to retry. */
+        rc = write(fd, &one, sizeof one);
+        (void)rc;
+    }
 
     static void cyserve__offload_end(void *ud)
     {
@@ -137,9 +156,11 @@ cdef extern from *:
         if (tl->borrowed) {
             tl->borrowed = 0;
             PyGILState_Release(tl->gil_state);
+            cyserve__asgi_wake();
             return;
         }
         (void)PyEval_SaveThread();
+        cyserve__asgi_wake();
     }
     """
     void cyserve__offload_begin(void *ud) noexcept nogil
