@@ -8,6 +8,7 @@ that order because once the user is switched the process may no longer change th
 
 from __future__ import annotations
 
+import importlib
 import os
 
 __all__ = ["drop_privileges"]
@@ -17,6 +18,11 @@ def drop_privileges(owner: tuple[int, int, str | None]) -> None:
     """Switch this process to (uid, gid, user name or None) for good: real, effective and saved
     ids alike, so that nothing can switch back. OSError when the system refuses."""
     uid, gid, name = owner
+    # What the import system loads lazily comes from the interpreter's own files, which the new
+    # user may not be allowed to read (an interpreter under a home of mode 0700, as pyenv's):
+    # CPython 3.13's invalidate_caches() imports importlib.metadata, and a --no-preload worker
+    # calls it before importing the app. Load it while this process still can.
+    importlib.invalidate_caches()
     if os.geteuid() == 0:
         if name is not None:
             os.initgroups(name, gid)
