@@ -19,30 +19,7 @@ set -euo pipefail
 TREE=$(cd "$1" && pwd); N=${2:-2000}; OUT=${3:-/tmp/cg-tls-req.out}
 PORT=$((20000 + RANDOM % 20000))
 WORK=$(mktemp -d /tmp/cg-tls-req.XXXXXX)
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$WORK/k.pem" \
-  -out "$WORK/c.pem" -days 1 -subj /CN=localhost 2>/dev/null
-if [ "${SERVER:-cyserve}" = nginx ]; then
-  mkdir -p "$WORK/ngx"
-  sed -e "s#@WORKERS@#1#; s#@PREFIX@#$WORK/ngx#g; s#@PORT@#$PORT#; s#@LISTEN@#ssl#" \
-      -e "s#@TLS@#ssl_certificate $WORK/c.pem; ssl_certificate_key $WORK/k.pem;#" \
-      -e "s#master_process on#master_process off#" \
-      "$TREE/bench/peers/nginx/nginx-proto.conf.template" > "$WORK/ngx/nginx.conf"
-  CMD=(/usr/sbin/nginx -p "$WORK/ngx" -c "$WORK/ngx/nginx.conf")
-else
-  CMD=("$TREE/.venv/bin/python" -m cyserve bench.http.apps.cyserve_static_app:app --host 127.0.0.1
-       --port "$PORT" --threads 1 --ssl-certfile "$WORK/c.pem" --ssl-keyfile "$WORK/k.pem"
-       ${CYSERVE_ARGS:-})
-fi
-rm -f "$OUT" "$OUT".*
-cd "$TREE"
-if [ "${STRACE:-0}" = 1 ]; then
-  PYTHONHASHSEED=0 PYTHONPATH="$TREE/src:$TREE" "${CMD[@]}" > "$OUT.log" 2>&1 &
-  VP=$!
-else
-  PYTHONHASHSEED=0 PYTHONPATH="$TREE/src:$TREE" valgrind --tool=callgrind \
-    --callgrind-out-file="$OUT" "${CMD[@]}" > "$OUT.log" 2>&1 &
-  VP=$!
-fi
+. "$(dirname "$0")/tls_server.sh"  # the certificate and the server: VP, $OUT.log
 python3 - "$PORT" "$N" "$VP" "${STRACE:-0}" "$OUT" <<'PY'
 import socket, ssl, subprocess, sys, time
 port, n, pid, strace, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1", sys.argv[5]
