@@ -473,23 +473,29 @@ def test_many_concurrent_requests_are_all_answered() -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": scope["path"].encode()})
 
+    with serving_app(app) as port:
+        assert _each_path_echoed(port, 16, 20) == []
+
+
+def _each_path_echoed(port: int, connections: int, requests: int) -> list[str]:
+    """connections clients at once, each asking on one connection for requests paths in turn
+    (/i/k) from an app that answers with the path: the answers that were not the path asked."""
     errors: list[str] = []
 
     def client(i: int) -> None:
         with Conn(port) as c:
-            for k in range(20):
+            for k in range(requests):
                 c.send(get(f"/{i}/{k}"))
                 body = c.reply().body
                 if body != f"/{i}/{k}".encode():
                     errors.append(body.decode())
 
-    with serving_app(app) as port:
-        threads = [threading.Thread(target=client, args=(i,)) for i in range(16)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    assert errors == []
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(connections)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
 
 
 def test_batches_from_every_worker_wake_the_loop_and_its_wake_up_closes() -> None:
@@ -502,26 +508,11 @@ def test_batches_from_every_worker_wake_the_loop_and_its_wake_up_closes() -> Non
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": scope["path"].encode()})
 
-    errors: list[str] = []
-
-    def client(i: int) -> None:
-        with Conn(port) as c:
-            for k in range(50):
-                c.send(get(f"/{i}/{k}"))
-                body = c.reply().body
-                if body != f"/{i}/{k}".encode():
-                    errors.append(body.decode())
-
     import os
 
     fds_before = len(os.listdir("/proc/self/fd"))
     with serving_app(app, threads=2) as port:
-        threads = [threading.Thread(target=client, args=(i,)) for i in range(16)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    assert errors == []
+        assert _each_path_echoed(port, 16, 50) == []
     assert len(os.listdir("/proc/self/fd")) == fds_before
 
 
