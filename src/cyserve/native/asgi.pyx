@@ -595,14 +595,6 @@ cdef object _EX_SEND = _Exchange.send
 cdef object _EX_RUN = _Exchange._run  # called with the exchange: no bound method per request
 
 
-cdef inline unsigned _fnv1a(const char *p, size_t n) noexcept:
-    cdef size_t i
-    cdef unsigned h = 2166136261u
-    for i in range(n):
-        h = (h ^ <unsigned char>p[i]) * 16777619u
-    return h
-
-
 cdef object _asgi_name(const char *name, size_t n, _ThreadCache cache):
     """Header name[0..n) lower-cased, as the scope gives it: one bytes object per name seen on
     this thread (a table indexed by its hash, as _env_key's), not one per request."""

@@ -107,6 +107,16 @@ cdef str _unquote_latin1(const char *p, size_t n):
     return PyUnicode_DecodeLatin1(o, <Py_ssize_t>j, NULL)
 
 
+cdef inline unsigned _fnv1a(const char *p, size_t n) noexcept:
+    """FNV-1a of p[0..n): the slot of a per-thread table of names or paths (this file's and
+    native/asgi.pyx's, included after it)."""
+    cdef size_t i
+    cdef unsigned h = 2166136261u
+    for i in range(n):
+        h = (h ^ <unsigned char>p[i]) * 16777619u
+    return h
+
+
 # Paths longer than this are decoded on each request: hashing them would cost about what decoding
 # does, and a long path is rarely asked for twice in a row.
 DEF WSGI_PATH_CACHED = 96
@@ -120,11 +130,7 @@ cdef str _path_str(const char *p, size_t n, _ThreadCache cache):
     immutable: an app cannot tell a shared one from a new one. A collision only decodes again."""
     if n > WSGI_PATH_CACHED:
         return _unquote_latin1(p, n)
-    cdef size_t i
-    cdef unsigned h = 2166136261u  # FNV-1a
-    for i in range(n):
-        h = (h ^ <unsigned char>p[i]) * 16777619u
-    cdef Py_ssize_t slot = <Py_ssize_t>(h & (WSGI_PATH_SLOTS - 1))
+    cdef Py_ssize_t slot = <Py_ssize_t>(_fnv1a(p, n) & (WSGI_PATH_SLOTS - 1))
     cdef object seen = <object>PyList_GET_ITEM(cache.path_raw, slot)
     if (seen is not None and <size_t>PyBytes_GET_SIZE(seen) == n
             and memcmp(PyBytes_AS_STRING(seen), p, n) == 0):
@@ -143,11 +149,7 @@ cdef object _env_key(const char *name, size_t n, _ThreadCache cache):
     CONTENT_TYPE for Content-Type, None for Content-Length (the body's length is given as
     CONTENT_LENGTH) and for a name holding '_' (X_User must not pass for X-User). cache: this
     thread's (_tcache()), looked up once per request by the caller."""
-    cdef size_t i
-    cdef unsigned h = 2166136261u  # FNV-1a
-    for i in range(n):
-        h = (h ^ <unsigned char>name[i]) * 16777619u
-    cdef Py_ssize_t slot = <Py_ssize_t>(h & (WSGI_KEYS_SLOTS - 1))
+    cdef Py_ssize_t slot = <Py_ssize_t>(_fnv1a(name, n) & (WSGI_KEYS_SLOTS - 1))
     cdef object seen = <object>PyList_GET_ITEM(cache.key_names, slot)
     if (seen is not None and <size_t>PyBytes_GET_SIZE(seen) == n
             and memcmp(PyBytes_AS_STRING(seen), name, n) == 0):
