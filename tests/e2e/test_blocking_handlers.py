@@ -80,9 +80,12 @@ def test_blocked_calls_do_not_stall_c_routes_or_fast_handlers(threads: int) -> N
             assert all(body == b"Hello, World!" for _, body in waits)
             assert all(body == b"fast" for _, body in fast)
             # Without relief each of these waited for the gate (20 s); relief answers within a
-            # few milliseconds. 1 s leaves room for a loaded machine and the sanitizers.
-            assert max(w for w, _ in waits) < 1.0, sorted(w for w, _ in waits)
-            assert max(w for w, _ in fast) < 1.0, sorted(w for w, _ in fast)
+            # few milliseconds. 5 s leaves room for a loaded 2-core machine and the sanitizers
+            # (a fresh connection there can wait a second for a CPU) and is still far from the
+            # gate's 20 s; the check below that every call was still blocked meanwhile is what
+            # shows that no answer waited for a call to return.
+            assert max(w for w, _ in waits) < 5.0, sorted(w for w, _ in waits)
+            assert max(w for w, _ in fast) < 5.0, sorted(w for w, _ in fast)
             assert gate.inside == n_block, "the blocking calls were still blocked meanwhile"
             gate.open.set()
             for c in blocked:
