@@ -414,8 +414,7 @@ static uint64_t mon_scan(struct sched *s, uint64_t now)
          * helped by another thread competing for the same CPUs, and a batch of fast calls can
          * look long when its thread was preempted: relief for such a thread only once it has
          * been stuck four times as long. One that sleeps in the kernel gets it at once. */
-        if (now - st < 4 * SCHED_RELIEF_NS && !mon_relieved(s, x, now) &&
-            !relief_waiting_in(x, st))
+        if (now - st < 4 * SCHED_RELIEF_NS && !mon_relieved(s, x, now) && !relief_waiting_in(x, st))
             continue;
         /* Where a computing thread blocks no one (relief_waiting_only), only sleep is relieved,
          * however long the computation. A relieved home needs no /proc read. */
