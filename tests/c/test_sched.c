@@ -966,7 +966,11 @@ static void test_signal_stop(void)
         usleep(100);
     pthread_t th;
     pthread_create(&th, NULL, sgs_setter, NULL);
-    usleep(20000);
+    /* Cancel once the setter's sets have been waking waiters (bounded, 10 s), not after a fixed
+     * 20 ms: a loaded machine may not run the new thread that soon, and then nothing raced the
+     * cancels and "woken meanwhile" failed. The setter goes on setting through the cancels. */
+    for (int i = 0; i < 100000 && get(&sgs_woken) == 0; i++)
+        usleep(100);
     for (int i = 0; i < SGS_N; i++)
         sched_signal_cancel(&sgs_sigs[i]);
     for (int i = 0; i < 20000 && get(&sgs_cancelled) < SGS_N; i++)
