@@ -966,7 +966,11 @@ static void test_signal_stop(void)
         usleep(100);
     pthread_t th;
     pthread_create(&th, NULL, sgs_setter, NULL);
-    usleep(20000);
+    /* Cancel once the setter's sets have been waking waiters (bounded, 10 s), not after a fixed
+     * 20 ms: a loaded machine may not run the new thread that soon, and then nothing raced the
+     * cancels and "woken meanwhile" failed. The setter goes on setting through the cancels. */
+    for (int i = 0; i < 100000 && get(&sgs_woken) == 0; i++)
+        usleep(100);
     for (int i = 0; i < SGS_N; i++)
         sched_signal_cancel(&sgs_sigs[i]);
     for (int i = 0; i < 20000 && get(&sgs_cancelled) < SGS_N; i++)
@@ -1031,6 +1035,18 @@ static int sw_waiter(struct coro *co, void *arg)
             k++;
             __atomic_store_n(&sw_asked[i], k <= SW_ROUNDS ? k : 0, __ATOMIC_RELEASE);
         }
+    }
+    /* The 20 us deadlines above race bytes and answers, but where both come faster than that
+     * (an -O2 build: once in 1,600 rounds) none fires. Then keep waiting with such deadlines,
+     * the setters still setting at random, until one does: a deadline racing signals still
+     * fires, in a bounded number of tries (a broken timer fails "deadlines raced them too"). */
+    for (int t = 0; t < 20000 && !get(&sw_timeouts); t++) {
+        int rc = sched_io_wait_signal(&sw_io[i], EPOLLIN, (int64_t)(sched_now_ns() + 20000),
+                                      &sw_sigs[i]);
+        if (rc == -ETIMEDOUT)
+            add(&sw_timeouts, 1);
+        else if (rc < 0)
+            return -1;
     }
     sched_io_del(&sw_io[i]);
     add(&sw_finished, 1);

@@ -80,9 +80,15 @@ def test_blocked_calls_do_not_stall_c_routes_or_fast_handlers(threads: int) -> N
             assert all(body == b"Hello, World!" for _, body in waits)
             assert all(body == b"fast" for _, body in fast)
             # Without relief each of these waited for the gate (20 s); relief answers within a
-            # few milliseconds. 1 s leaves room for a loaded machine and the sanitizers.
-            assert max(w for w, _ in waits) < 1.0, sorted(w for w, _ in waits)
-            assert max(w for w, _ in fast) < 1.0, sorted(w for w, _ in fast)
+            # few milliseconds once the monitor has run. The monitor is in the idle scheduling
+            # class, so on a 2-core machine kept busy by other processes it waits for a CPU,
+            # and the first answer after the last call blocked (the relief thread that served
+            # the home is now in that call) waits for it: 3.6 s once in a full `make test` at
+            # load average 13-18 (docs/architecture.md, "Known limits"). 10 s is still half
+            # the gate's 20 s; the check below that every call was still blocked meanwhile is
+            # what shows that no answer waited for a call to return.
+            assert max(w for w, _ in waits) < 10.0, sorted(w for w, _ in waits)
+            assert max(w for w, _ in fast) < 10.0, sorted(w for w, _ in fast)
             assert gate.inside == n_block, "the blocking calls were still blocked meanwhile"
             gate.open.set()
             for c in blocked:

@@ -56,16 +56,19 @@ def test_drain_delay_fails_the_health_path_first_then_stops(tmp_path: Path) -> N
         assert request(socket.AF_INET, addr, "/healthz") == (b"HTTP/1.1 200 OK", "ok\n")
         t0 = time.monotonic()
         srv.proc.send_signal(signal.SIGTERM)
-        deadline = t0 + 1.0
-        seen: set[bytes] = set()
+        # The order is the test, not the clock: 200 until the signal is handled, then 503, and
+        # after that 503 a new connection is still served, so the 503 came within the drain
+        # delay (the listeners close when it ends). This loop once had 1 s: a loaded machine
+        # may take that long to deliver the signal and answer, with the server still right.
+        deadline = t0 + TIMEOUT
+        seen: list[bytes] = []
         while time.monotonic() < deadline:
             status, _ = request(socket.AF_INET, addr, "/healthz")
-            seen.add(status)
-            if status.startswith(b"HTTP/1.1 503"):
+            seen.append(status)
+            if not status.startswith(b"HTTP/1.1 200"):
                 break
             time.sleep(0.02)
-        assert any(s.startswith(b"HTTP/1.1 503") for s in seen), seen
-        assert time.monotonic() - t0 < 1.2
+        assert seen[-1].startswith(b"HTTP/1.1 503"), seen
         # Still serving the rest during the delay, on a new connection.
         assert request(socket.AF_INET, addr, "/plain") == (b"HTTP/1.1 200 OK", "plain")
         assert srv.proc.wait(TIMEOUT) == 0

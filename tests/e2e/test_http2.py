@@ -291,19 +291,31 @@ def test_many_streams_at_once(port: int) -> None:
 
 
 def test_slow_stream_does_not_hold_back_the_others() -> None:
-    """One worker thread. A stream whose Python handler sleeps 1.5 s is sent first; streams sent
+    """One worker thread. A stream whose Python handler sleeps is sent first; streams sent
     after it on the same connection (static, GIL-free, Python, WSGI) are answered while it
     sleeps, and a second sleeping stream sleeps at the same time as the first, not after it:
-    the calls go through the worker's offload and relief threads, as HTTP/1.1 calls do."""
+    the calls go through the worker's offload and relief threads, as HTTP/1.1 calls do.
+
+    The sleep is 4 s (it was 1.5 s): relief needs the monitor, which runs in the idle
+    scheduling class, and on a machine whose CPUs other processes keep busy a thread of that
+    class waits for a CPU up to 0.7 s (in 10 s) or 1.8 s (in 30 s) (measured: load average 18
+    on 2 cores); this test needs two of its decisions (the worker stuck, then the relief
+    thread stuck in the second sleep) before the first sleep ends. On so crowded a machine it
+    can still fail: that is relief's own limit (docs/architecture.md, "Known limits")."""
     from examples import hello_nogil
 
     app = cyserve.App()
     app.static("/plaintext", b"Hello, World!", content_type="text/plain")
     app.nogil("/nogil", hello_nogil.ROOT)
+    nap = 4.0
+    began: list[float] = []  # when each sleeping call began and returned (list.append: atomic)
+    returned: list[float] = []
 
     @app.route("/sleep")
     def sleep(req: Any) -> str:
-        time.sleep(1.5)
+        began.append(time.monotonic())
+        time.sleep(nap)
+        returned.append(time.monotonic())
         return "slept"
 
     @app.route("/py")
@@ -314,7 +326,10 @@ def test_slow_stream_does_not_hold_back_the_others() -> None:
     with serving(app.build(), threads=1) as srv, H2(srv.port) as c:
         t0 = time.monotonic()
         slow = c.send("/sleep")
-        time.sleep(0.1)  # its call has begun (and a relief thread took the worker's loop)
+        deadline = t0 + 10
+        while not began and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert began, "the first sleeping call never began"
         slow2 = c.send("/sleep")
         time.sleep(0.1)
         fast = [c.send(p) for p in ["/plaintext", "/nogil", "/py", "/wsgi"]]
@@ -325,10 +340,11 @@ def test_slow_stream_does_not_hold_back_the_others() -> None:
                     ended[e.stream_id] = time.monotonic() - t0
                 assert not isinstance(e, h2.events.StreamReset), e
         assert all(ended[s] < ended[slow] for s in fast), ended
-        assert max(ended[s] for s in fast) < 1.4, ended
-        assert ended[slow] >= 1.5 and ended[slow2] >= 1.5
+        assert max(ended[s] for s in fast) < nap - 0.1, ended
+        assert ended[slow] >= nap and ended[slow2] >= nap
         assert all(ended[s] < ended[slow2] for s in fast), ended
-        assert ended[slow2] < 2.9, ended  # the two sleeps overlapped: not 1.5 + 1.5
+        # The two sleeps overlapped: the second began before the first returned.
+        assert len(began) == len(returned) == 2 and began[1] < returned[0], (began, returned)
         bodies = {s: c.response(s) for s in [slow, slow2, *fast]}
         assert bodies[slow][2] == bodies[slow2][2] == b"slept"
         assert [bodies[s][2][:5] for s in fast] == [b"Hello", b"Hello", b"fast", b"HTTP/"]

@@ -38,7 +38,13 @@ def late_body(req: Request) -> Response:
     return r
 
 
+# Set when slow() begins: a test that needs the handler running waits for it, not for a fixed
+# time (a loaded machine may take longer than any such time to get there).
+slow_entered = threading.Event()
+
+
 def slow(req: Request) -> str:
+    slow_entered.set()
     time.sleep(0.5)
     return "slow done"
 
@@ -620,8 +626,9 @@ def test_shutdown_lets_in_flight_request_finish_and_closes_idle_at_once():
         c.send(get("/plaintext"))
         assert c.reply().status == 200
     busy = Conn(srv.port)
+    slow_entered.clear()
     busy.send(get("/slow"))
-    time.sleep(0.1)  # the handler is sleeping now
+    assert slow_entered.wait(10)  # the handler is sleeping now
     stopper = threading.Thread(target=srv.stop, kwargs={"grace": 30.0})
     stopper.start()
     r = busy.reply()
@@ -651,8 +658,9 @@ def test_shutdown_answers_a_request_that_already_arrived():
         waiting.send(get("/py"))
         assert waiting.reply().status == 200
         busy = Conn(srv.port)
+        slow_entered.clear()
         busy.send(get("/slow"))
-        time.sleep(0.1)  # the only worker is in the handler now
+        assert slow_entered.wait(10)  # the only worker is in the handler now
         waiting.send(get("/py"))
         time.sleep(0.1)
         stopper = threading.Thread(target=srv.stop, kwargs={"grace": 30.0})

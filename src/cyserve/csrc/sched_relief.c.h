@@ -62,14 +62,20 @@
 #define RELIEF_IDLE (-2) /* waits for the monitor */
 #define RELIEF_DEAD (-3) /* could not start: never given a home again */
 
+/* Has a batch stamped st (0: none) run at least SCHED_RELIEF_NS by now? now and the stamp come
+ * from the same monotonic clock, but from different threads: a batch stamped after our clock
+ * read is not old. */
+static int relief_old(uint64_t st, uint64_t now)
+{
+    return st != 0 && now > st && now - st >= SCHED_RELIEF_NS;
+}
+
 /* Is x's thread in an offload batch that started at least SCHED_RELIEF_NS before now? Any
- * thread; now and off_start come from the same monotonic clock, but from different threads:
- * a batch stamped after our clock read is not old. */
+ * thread. */
 static int relief_stuck(struct sched_worker *x, uint64_t now)
 {
     /* safety: seq_cst pairs with the owner's stores (see w_run_offloads). */
-    uint64_t st = __atomic_load_n(&x->off_start, __ATOMIC_SEQ_CST);
-    return st != 0 && now > st && now - st >= SCHED_RELIEF_NS;
+    return relief_old(__atomic_load_n(&x->off_start, __ATOMIC_SEQ_CST), now);
 }
 
 /* Take the calls not started in v's queue of calls, if v is stuck and no batch is about to take
@@ -317,6 +323,23 @@ static int relief_waiting(struct sched_worker *x)
     return p[2] != 'R';
 }
 
+/* Is thread x asleep in the kernel inside the batch stamped st, the one the caller saw stuck?
+ * The stamp is read again after the look at /proc: the monitor (in the idle class, so
+ * preempted for long on a busy machine) may look long after it read the stamp, when that
+ * batch has ended and its thread sleeps in its loop's epoll_wait, or has exited (a stop): asleep
+ * or unknown then says nothing about the call, and relieving it started a relief thread for a
+ * worker that no longer needed one. A thread stores 0 or a newer stamp when its batch ends,
+ * before it can sleep anywhere else, and stamps grow: the same stamp after the look means that
+ * batch ran throughout it. Monitor only. */
+static int relief_waiting_in(struct sched_worker *x, uint64_t st)
+{
+    if (!relief_waiting(x))
+        return 0;
+    /* safety: seq_cst load after the /proc read (a system call), pairs with the owner's stores
+     * of off_start (w_run_offloads), which come before it sleeps or exits. */
+    return __atomic_load_n(&x->off_start, __ATOMIC_SEQ_CST) == st;
+}
+
 /* Does the home that stuck thread x stands for already have a healthy relief thread? */
 static int mon_relieved(struct sched *s, struct sched_worker *x, uint64_t now)
 {
@@ -375,27 +398,27 @@ static uint64_t mon_scan(struct sched *s, uint64_t now)
     uint64_t busy = 0;
     for (unsigned i = 0; i < s->n_all; i++) {
         struct sched_worker *x = &s->w[i];
-        /* safety: seq_cst, pairs with the owner's stores (see w_run_offloads). */
-        uint64_t st0 = __atomic_load_n(&x->off_start, __ATOMIC_SEQ_CST);
-        if (st0 == 0)
+        /* safety: seq_cst, pairs with the owner's stores (see w_run_offloads). Every decision
+         * below is about this one batch (relief_waiting_in checks that it still runs). */
+        uint64_t st = __atomic_load_n(&x->off_start, __ATOMIC_SEQ_CST);
+        if (st == 0)
             continue;
         if (!busy)
             busy = UINT64_MAX;
-        if (!relief_stuck(x, now) && st0 < busy)
-            busy = st0;
-        if (!relief_stuck(x, now))
+        if (!relief_old(st, now)) {
+            if (st < busy)
+                busy = st;
             continue;
+        }
         /* A thread that computes (or waits for a CPU: a crowded machine preempted it) is not
          * helped by another thread competing for the same CPUs, and a batch of fast calls can
          * look long when its thread was preempted: relief for such a thread only once it has
          * been stuck four times as long. One that sleeps in the kernel gets it at once. */
-        uint64_t st = __atomic_load_n(&x->off_start, __ATOMIC_RELAXED);
-        if (st && now > st && now - st < 4 * SCHED_RELIEF_NS && !mon_relieved(s, x, now) &&
-            !relief_waiting(x))
+        if (now - st < 4 * SCHED_RELIEF_NS && !mon_relieved(s, x, now) && !relief_waiting_in(x, st))
             continue;
         /* Where a computing thread blocks no one (relief_waiting_only), only sleep is relieved,
          * however long the computation. A relieved home needs no /proc read. */
-        if (s->cfg.relief_waiting_only && !mon_relieved(s, x, now) && !relief_waiting(x))
+        if (s->cfg.relief_waiting_only && !mon_relieved(s, x, now) && !relief_waiting_in(x, st))
             continue;
         /* A stuck worker's own home; a stuck relief thread's charge. */
         int h = i < s->n ? (int)i : __atomic_load_n(&x->relief_of, __ATOMIC_ACQUIRE);
