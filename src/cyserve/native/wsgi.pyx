@@ -228,11 +228,27 @@ cdef void _methods_release(_ThreadCache cache) noexcept:
         cache.wsgi_write = None
 
 
-cdef dict _presized(dict items):
-    """items in a dict whose table has room for a whole environ (the base's keys, the request's
-    and a browser's dozen headers): PyDict_Copy clones the table with its size, so that the
-    request's keys go in without a resize. Same keys, same order."""
-    cdef dict d = _PyDict_NewPresized(32)
+# The keys a dict's table of 32 slots holds (CPython's USABLE_FRACTION: two thirds).
+DEF DICT_USABLE_32 = 21
+# The most keys _tls_environ adds, but for a client certificate's chain.
+DEF TLS_ENVIRON_KEYS = 7
+
+
+cdef dict _presized(dict items, Py_ssize_t n):
+    """items in a dict that holds n keys without a resize: made by inserting them, when it can
+    be the table of 32 slots that insertion gives (for up to DICT_USABLE_32 keys), else
+    presized. PyDict_Copy clones a dict's table with its size and layout, so the environ (a copy
+    of the connection's part) keeps the request's keys without a resize either. The smaller
+    table is the one to have where it suffices: insertion makes a table of str keys alone
+    (16-byte entries, no hash) that fits CPython's small-object allocator, about 400 bytes,
+    while _PyDict_NewPresized makes a general one (24-byte entries) of 64 slots, about 1.1 KiB
+    from malloc: a copy that costs twice as much to make and to free. Same keys, same
+    order."""
+    cdef dict d
+    if n <= DICT_USABLE_32:
+        d = {}
+    else:
+        d = _PyDict_NewPresized(n)
     for k, v in items.items():
         d[k] = v
     return d
@@ -256,7 +272,7 @@ cdef class WSGIHandler:
             raise TypeError(f"a WSGI application must be callable, got {type(app).__name__}")
         self.app = app
         self.script_name = script_name.rstrip("/")
-        self._base = _presized({
+        self._base = ({
             "SCRIPT_NAME": self.script_name,
             "SERVER_NAME": "localhost",
             "SERVER_PORT": "80",
@@ -273,7 +289,7 @@ cdef class WSGIHandler:
     def bind(self, str host, int port, int threads, bint processes):
         """Where the app runs, set by cyserve.serve() before requests arrive: SERVER_NAME and
         SERVER_PORT for a request without Host, wsgi.multithread, wsgi.multiprocess."""
-        base = _presized(self._base)
+        base = dict(self._base)
         base["SERVER_NAME"] = host or "localhost"
         base["SERVER_PORT"] = str(port)
         base["wsgi.multithread"] = threads > 1
@@ -330,7 +346,10 @@ cdef class WSGIHandler:
         if n_host != 1:
             host = NULL
             host_n = 0
-        cdef _EnvPart part = self._conn_part(cache, flags, peer, peer_n, host, host_n)
+        # The keys a request may add to the part's (the headers not in it, TLS's), for its size.
+        cdef Py_ssize_t extra = (<Py_ssize_t>req.num_headers - (1 if flags & 64 else 0)
+                                 + (TLS_ENVIRON_KEYS if tls else 0))
+        cdef _EnvPart part = self._conn_part(cache, flags, peer, peer_n, host, host_n, extra)
         cdef bint prefixed = slen and req.path.len >= slen
         # REQUEST_METHOD and PATH_INFO go into the connection's part before it is copied: they
         # are the same str objects as on the connection's previous request more often than not
@@ -397,7 +416,7 @@ cdef class WSGIHandler:
         return env
 
     cdef _EnvPart _conn_part(self, _ThreadCache cache, int flags, const char *peer,
-                             size_t peer_n, const char *host, size_t host_n):
+                             size_t peer_n, const char *host, size_t host_n, Py_ssize_t extra):
         """The environ's keys that depend only on the connection and its Host (the base, then
         SERVER_PROTOCOL, wsgi.url_scheme, SERVER_NAME and SERVER_PORT from the one Host header,
         REMOTE_ADDR and REMOTE_PORT from the peer, the request's own keys with placeholder
@@ -409,7 +428,8 @@ cdef class WSGIHandler:
         up by (the base dict, flags, the peer's and the Host's bytes), all compared on a hit: an
         entry can be reused by another connection only where it would be made the same. So a
         request sees exactly the keys and values it would get without the table. A miss
-        (another connection in the slot) makes the part again, as the first request did."""
+        (another connection in the slot) makes the part again, as the first request did.
+        extra: how many keys the request that makes it may add to a copy (_presized)."""
         cdef unsigned hsh = 2166136261u  # FNV-1a over the peer, the Host and flags
         cdef size_t i
         for i in range(peer_n):
@@ -430,7 +450,8 @@ cdef class WSGIHandler:
                 return part
         cdef const char *colon
         cdef const char *p
-        cdef dict env = PyDict_Copy(self._base)
+        # The keys below: SERVER_PROTOCOL, REMOTE_ADDR, REMOTE_PORT, the request's four, HTTP_HOST.
+        cdef dict env = _presized(self._base, PyDict_GET_SIZE(self._base) + 8 + extra)
         env["SERVER_PROTOCOL"] = ("HTTP/2" if flags & 3 == 2 else
                                   "HTTP/1.1" if flags & 3 == 1 else "HTTP/1.0")
         if flags & 12:  # TLS, or a trusted proxy's "https"
