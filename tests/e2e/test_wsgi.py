@@ -328,6 +328,30 @@ def test_write_callable_and_iterable_together() -> None:
         assert request(srv.port, get("/")).body == b"from write, then the iterable"
 
 
+@pytest.mark.parametrize("before", [0, 70])
+def test_headers_past_the_first_64_are_read_as_the_first(before: int) -> None:
+    # start_response marks the headers it does not send in a 64-bit mask; those past it are
+    # filtered another way, with the same outcome: Content-Length checked and written by the
+    # engine, Date dropped, Connection: close obeyed, the rest sent in order.
+    extra = [(f"X-H{i}", str(i)) for i in range(before)]
+
+    def app(environ: Environ, start_response: Any) -> list[bytes]:
+        start_response("200 OK", extra + [("Content-Length", "2"), ("X-Mid", "m"),
+                                          ("Date", "yesterday"), ("Connection", "close"),
+                                          ("X-Last", "z")])
+        return [b"ok"]
+
+    with serve_wsgi(app) as srv, Conn(srv.port) as c:
+        c.send(get("/"))
+        r = c.reply()
+        assert (r.status, r.body) == (200, b"ok")
+        assert r.header("content-length") == "2" and r.raw_head.count(b"Content-Length") == 1
+        assert r.header("date") != "yesterday" and r.header("connection") == "close"
+        names = [line.split(b":")[0] for line in r.raw_head.split(b"\r\n")[1:]]
+        sent = [n.decode() for n in names if n.startswith(b"X-")]
+        assert sent == [n for n, _ in extra] + ["X-Mid", "X-Last"]
+
+
 def test_a_start_response_or_write_the_app_keeps_stays_its_own_requests() -> None:
     # start_response is the request's own (its answer), and write a method bound to it that a
     # thread reuses for its next request only once nothing else refers to it: a write that the
