@@ -328,33 +328,58 @@ def test_write_callable_and_iterable_together() -> None:
         assert request(srv.port, get("/")).body == b"from write, then the iterable"
 
 
+@pytest.mark.parametrize("before", [0, 70])
+def test_headers_past_the_first_64_are_read_as_the_first(before: int) -> None:
+    # start_response marks the headers it does not send in a 64-bit mask; those past it are
+    # filtered another way, with the same outcome: Content-Length checked and written by the
+    # engine, Date dropped, Connection: close obeyed, the rest sent in order.
+    extra = [(f"X-H{i}", str(i)) for i in range(before)]
+
+    def app(environ: Environ, start_response: Any) -> list[bytes]:
+        start_response("200 OK", extra + [("Content-Length", "2"), ("X-Mid", "m"),
+                                          ("Date", "yesterday"), ("Connection", "close"),
+                                          ("X-Last", "z")])
+        return [b"ok"]
+
+    with serve_wsgi(app) as srv, Conn(srv.port) as c:
+        c.send(get("/"))
+        r = c.reply()
+        assert (r.status, r.body) == (200, b"ok")
+        assert r.header("content-length") == "2" and r.raw_head.count(b"Content-Length") == 1
+        assert r.header("date") != "yesterday" and r.header("connection") == "close"
+        names = [line.split(b":")[0] for line in r.raw_head.split(b"\r\n")[1:]]
+        sent = [n.decode() for n in names if n.startswith(b"X-")]
+        assert sent == [n for n, _ in extra] + ["X-Mid", "X-Last"]
+
+
 def test_a_start_response_or_write_the_app_keeps_stays_its_own_requests() -> None:
-    # A thread reuses its start_response and write for its next request only once nothing else
-    # refers to them: one that the app keeps, or holds a weak reference to, stays bound to the
-    # answer of its own request, and later requests get others.
-    kept: list[tuple[Any, Any, Any]] = []
-    weak: list[Any] = []
+    # start_response is the request's own (its answer), and write a method bound to it that a
+    # thread reuses for its next request only once nothing else refers to it: a write that the
+    # app keeps, or holds a weak reference to, stays bound to its own request, and later
+    # requests get others. Both may be referenced weakly, as bound methods may.
+    kept: list[tuple[Any, Any]] = []
+    weak: list[tuple[Any, Any]] = []
     problems: list[str] = []
 
     def app(environ: Environ, start_response: Any) -> list[bytes]:
         write = start_response("200 OK", [("Content-Type", "text/plain")])
         path = environ["PATH_INFO"]
-        answer = start_response.__self__
-        if write.__self__ is not answer:
-            problems.append(f"{path}: write is bound to another answer")
-        for sr, w, owner in kept:
+        if write.__self__ is not start_response:
+            problems.append(f"{path}: write is bound to another request")
+        for sr, w in kept:
             if sr is start_response or w is write:
-                problems.append(f"{path}: a kept method was given again")
-            if sr.__self__ is not owner or w.__self__ is not owner:
-                problems.append(f"{path}: a kept method was rebound")
-        for ref in weak:
-            m = ref()
-            if m is start_response or (m is not None and m.__self__ is answer):
-                problems.append(f"{path}: a weakly referenced method was given again")
+                problems.append(f"{path}: a kept start_response or write was given again")
+            if w.__self__ is not sr:
+                problems.append(f"{path}: a kept write was rebound")
+        for sr_ref, w_ref in weak:
+            sr, w = sr_ref(), w_ref()
+            if sr is start_response or w is write or (w is not None
+                                                      and w.__self__ is start_response):
+                problems.append(f"{path}: a weakly referenced one was given again")
         if path == "/keep":
-            kept.append((start_response, write, answer))
+            kept.append((start_response, write))
         elif path == "/weak":
-            weak.append(weakref.ref(start_response))
+            weak.append((weakref.ref(start_response), weakref.ref(write)))
         return [path.encode()]
 
     with serving(as_app(app).build(), threads=1) as srv, Conn(srv.port) as c:
@@ -363,7 +388,39 @@ def test_a_start_response_or_write_the_app_keeps_stays_its_own_requests() -> Non
             r = c.reply()
             assert (r.status, r.body) == (200, path.encode())
     assert problems == []
-    assert len(kept) == 2 and kept[0][2] is not kept[1][2]
+    assert len(kept) == 2 and kept[0][0] is not kept[1][0]
+
+
+def test_start_response_takes_its_arguments_by_name_and_refuses_a_wrong_call() -> None:
+    # PEP 3333 names them status, response_headers and exc_info; a call with keywords, or with
+    # a wrong number of arguments, is parsed as a Python function's would be.
+    errors: list[str] = []
+
+    def app(environ: Environ, start_response: Any) -> list[bytes]:
+        for bad in [(), ("200 OK",), ("200 OK", [], None, None)]:
+            try:
+                start_response(*bad)
+            except TypeError as e:
+                errors.append(str(e))
+        try:
+            start_response("200 OK", [], nothing=1)
+        except TypeError as e:
+            errors.append(str(e))
+        if environ["PATH_INFO"] == "/named":
+            start_response(status="201 Created", response_headers=[("X-A", "1")])
+        else:
+            start_response("500 Oops", [("X-A", "0")])
+            start_response("202 Accepted", [("X-A", "2")], exc_info=(None, None, None))
+        return [b"x"]
+
+    with serve_wsgi(app) as srv, Conn(srv.port) as c:
+        c.send(get("/named"))
+        r = c.reply()
+        assert (r.status, r.header("x-a")) == (201, "1")
+        c.send(get("/exc"))
+        r = c.reply()
+        assert (r.status, r.header("x-a")) == (202, "2")
+    assert len(errors) == 8 and all("argument" in e for e in errors), errors
 
 
 def test_the_apps_own_server_is_kept_and_its_date_gives_way_to_the_engines() -> None:

@@ -569,12 +569,14 @@ int conn_sendfile(struct conn *c, int fd, uint64_t offset, uint64_t count)
  * loop lock is held until the coroutine ends). The buffer goes to this thread's cache. */
 void conn_go_idle(struct conn *c)
 {
+    uint64_t now;
+    int id = sched_worker_now(&now); /* nothing suspends us before both are used */
     if (c->buf) {
-        conn_buf_put(server_worker_self(c->home->srv), c->buf, c->cap);
+        conn_buf_put(&c->home->srv->workers[id < 0 ? 0 : id], c->buf, c->cap);
         c->buf = NULL;
         c->cap = c->len = 0;
     }
-    c->idle_since = sched_now_ns();
+    c->idle_since = now;
     c->drained = 0; /* said of the last read only: the next one starts knowing nothing */
     conn_set_busy(c, 0);
     if (!c->timer_armed) {

@@ -321,6 +321,10 @@ void sched_timer_cancel(struct sched_timer *t);
 /* Monotonic clock in nanoseconds; on a worker, the value its thread cached at its last poll. */
 uint64_t sched_now_ns(void);
 
+/* sched_worker_id() and, in *now_ns, sched_now_ns(), from one read of the thread's worker (a
+ * thread-local: a call to __tls_get_addr each in a shared object). Any thread. */
+int sched_worker_now(uint64_t *now_ns);
+
 /* Counters for tests and benchmarks; totals over all workers, approximate while running. */
 struct sched_stats {
     uint64_t spawned, finished, steals, parks, hops, offloads;

@@ -123,3 +123,10 @@ uint64_t sched_now_ns(void)
     struct sched_worker *w = sched_self();
     return w ? w->now : sched_clock_ns();
 }
+
+int sched_worker_now(uint64_t *now_ns)
+{
+    struct sched_worker *w = sched_self();
+    *now_ns = w ? w->now : sched_clock_ns();
+    return w ? (int)w->id : -1;
+}

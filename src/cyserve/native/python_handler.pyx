@@ -207,6 +207,7 @@ _error_log = _logging.getLogger("cyserve.error")
 DEF WSGI_KEYS_SLOTS = 512  # native/wsgi.pyx, _env_key
 DEF WSGI_ENV_SLOTS = 256  # native/wsgi.pyx, WSGIHandler._conn_part
 DEF WSGI_KINDS_SLOTS = 64  # native/wsgi.pyx, _header_kind
+DEF WSGI_STATUS_SLOTS = 16  # native/wsgi.pyx, _start_response
 DEF WSGI_PATH_SLOTS = 64  # native/wsgi.pyx, _path_str
 DEF ASGI_NAMES_SLOTS = 256  # native/asgi.pyx, _asgi_name
 DEF ASGI_PEER_SLOTS = 256   # native/asgi.pyx, _asgi_client
@@ -231,9 +232,12 @@ cdef class _ThreadCache:
     cdef list asgi_lower    # ... and the lower-cased bytes the scope gives for it
     cdef list peer_keys     # native/asgi.pyx, _asgi_client: the peer address seen in each slot
     cdef list peer_values   # ... and the scope's client tuple for it
-    cdef list wsgi_methods  # native/wsgi.pyx, _method_for: the start_response and write last made
+    cdef object wsgi_write  # native/wsgi.pyx, _method_for: the write last made, or None
     cdef list kind_names    # native/wsgi.pyx, _header_kind: the response header name in each slot
-    cdef list kind_values   # ... and its kind (an int)
+    cdef signed char kind_codes[WSGI_KINDS_SLOTS]  # ... and its kind
+    cdef list status_objs   # native/wsgi.pyx, _start_response: the status line in each slot
+    cdef list status_reasons  # ... its reason phrase to send (_wsgi_reason's)
+    cdef int status_codes[WSGI_STATUS_SLOTS]  # ... and its code
     cdef list path_raw      # native/wsgi.pyx, _path_str: the request path seen in each slot
     cdef list path_strs     # ... and its PATH_INFO
 
@@ -256,9 +260,10 @@ cdef _ThreadCache _tcache_new():
     c.asgi_lower = [None] * ASGI_NAMES_SLOTS
     c.peer_keys = [None] * ASGI_PEER_SLOTS
     c.peer_values = [None] * ASGI_PEER_SLOTS
-    c.wsgi_methods = [None, None]
+    c.wsgi_write = None
     c.kind_names = [None] * WSGI_KINDS_SLOTS
-    c.kind_values = [None] * WSGI_KINDS_SLOTS
+    c.status_objs = [None] * WSGI_STATUS_SLOTS
+    c.status_reasons = [None] * WSGI_STATUS_SLOTS
     c.path_raw = [None] * WSGI_PATH_SLOTS
     c.path_strs = [None] * WSGI_PATH_SLOTS
     Py_INCREF(c)  # the thread's reference, dropped by _thread_dies

@@ -13,9 +13,12 @@ import stat as _stat
 import sys as _sys
 from wsgiref.util import FileWrapper as _FileWrapper
 
+cimport cython
+
 from cpython.dict cimport PyDict_Copy, PyDict_GetItem, PyDict_GetItemWithError
 from cpython.list cimport PyList_GET_ITEM
-from cpython.unicode cimport PyUnicode_DecodeLatin1
+from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.unicode cimport PyUnicode_Check, PyUnicode_DecodeLatin1
 from cpython.object cimport PyTypeObject
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from libc.stdint cimport uint64_t
@@ -25,6 +28,7 @@ cdef extern from "<strings.h>" nogil:
     int strncasecmp(const char *a, const char *b, size_t n)
 
 cdef tuple _NO_ARGS = ()
+cdef object _NO_VALUE = object()  # an argument not given (_start_response_general)
 # The classes a request uses, as C globals: a module global is a dict lookup on each use (about
 # 120 instructions on Python 3.12, where Cython no longer caches them by the dict's version).
 cdef object _BYTESIO = _BytesIO
@@ -200,37 +204,51 @@ cdef extern from *:
     int _rebind "cyserve__rebind"(PyObject *m, PyObject *self)
 
 
-cdef object _method_for(_ThreadCache cache, Py_ssize_t i, func, self):
+cdef object _method_for(_ThreadCache cache, func, self):
     """func bound to self, as PyMethod_New(func, self) gives it: the method this thread made
-    for slot i last time, rebound, once nothing else holds it (the app dropped it when its
-    request ended, as apps do); otherwise a new one, which the slot keeps for next time. Saves
-    the method's allocation and deallocation (about 350 instructions) on each request."""
-    cdef PyObject *m = PyList_GET_ITEM(cache.wsgi_methods, i)
+    last time (write, which start_response returns), rebound, once nothing else holds it (the
+    app dropped it when its request ended, as apps do); otherwise a new one, which the thread
+    keeps for next time. Saves the method's allocation and deallocation (about 350
+    instructions) on each request."""
+    cdef PyObject *m = <PyObject *>cache.wsgi_write
     if _rebind(m, <PyObject *>self):
         return <object>m
     bound = _bind_method(func, self)
-    cache.wsgi_methods[i] = bound
+    cache.wsgi_write = bound
     return bound
 
 
 cdef void _methods_release(_ThreadCache cache) noexcept:
-    """At the end of a request's call: bind the thread's kept methods to None again where only
-    the table holds them, and drop from the table those that something else still holds (a
-    streamed answer's generator, a traceback), so that the table never keeps an answer alive:
-    each is freed with its request, not when the thread serves its next one."""
-    cdef Py_ssize_t i
-    cdef PyObject *m
-    for i in range(2):
-        m = PyList_GET_ITEM(cache.wsgi_methods, i)
-        if m != <PyObject *>None and not _rebind(m, <PyObject *>None):
-            cache.wsgi_methods[i] = None
+    """At the end of a request's call: bind the thread's kept method to None again where only
+    the thread holds it, or drop it when something else still holds it (a streamed answer's
+    generator, a traceback), so that the thread never keeps an answer alive: each is freed with
+    its request, not when the thread serves its next one."""
+    cdef PyObject *m = <PyObject *>cache.wsgi_write
+    if m != <PyObject *>None and not _rebind(m, <PyObject *>None):
+        cache.wsgi_write = None
 
 
-cdef dict _presized(dict items):
-    """items in a dict whose table has room for a whole environ (the base's keys, the request's
-    and a browser's dozen headers): PyDict_Copy clones the table with its size, so that the
-    request's keys go in without a resize. Same keys, same order."""
-    cdef dict d = _PyDict_NewPresized(32)
+# The keys a dict's table of 32 slots holds (CPython's USABLE_FRACTION: two thirds).
+DEF DICT_USABLE_32 = 21
+# The most keys _tls_environ adds, but for a client certificate's chain.
+DEF TLS_ENVIRON_KEYS = 7
+
+
+cdef dict _presized(dict items, Py_ssize_t n):
+    """items in a dict that holds n keys without a resize: made by inserting them, when it can
+    be the table of 32 slots that insertion gives (for up to DICT_USABLE_32 keys), else
+    presized. PyDict_Copy clones a dict's table with its size and layout, so the environ (a copy
+    of the connection's part) keeps the request's keys without a resize either. The smaller
+    table is the one to have where it suffices: insertion makes a table of str keys alone
+    (16-byte entries, no hash) that fits CPython's small-object allocator, about 400 bytes,
+    while _PyDict_NewPresized makes a general one (24-byte entries) of 64 slots, about 1.1 KiB
+    from malloc: a copy that costs twice as much to make and to free. Same keys, same
+    order."""
+    cdef dict d
+    if n <= DICT_USABLE_32:
+        d = {}
+    else:
+        d = _PyDict_NewPresized(n)
     for k, v in items.items():
         d[k] = v
     return d
@@ -254,7 +272,7 @@ cdef class WSGIHandler:
             raise TypeError(f"a WSGI application must be callable, got {type(app).__name__}")
         self.app = app
         self.script_name = script_name.rstrip("/")
-        self._base = _presized({
+        self._base = ({
             "SCRIPT_NAME": self.script_name,
             "SERVER_NAME": "localhost",
             "SERVER_PORT": "80",
@@ -271,7 +289,7 @@ cdef class WSGIHandler:
     def bind(self, str host, int port, int threads, bint processes):
         """Where the app runs, set by cyserve.serve() before requests arrive: SERVER_NAME and
         SERVER_PORT for a request without Host, wsgi.multithread, wsgi.multiprocess."""
-        base = _presized(self._base)
+        base = dict(self._base)
         base["SERVER_NAME"] = host or "localhost"
         base["SERVER_PORT"] = str(port)
         base["wsgi.multithread"] = threads > 1
@@ -328,7 +346,10 @@ cdef class WSGIHandler:
         if n_host != 1:
             host = NULL
             host_n = 0
-        cdef _EnvPart part = self._conn_part(cache, flags, peer, peer_n, host, host_n)
+        # The keys a request may add to the part's (the headers not in it, TLS's), for its size.
+        cdef Py_ssize_t extra = (<Py_ssize_t>req.num_headers - (1 if flags & 64 else 0)
+                                 + (TLS_ENVIRON_KEYS if tls else 0))
+        cdef _EnvPart part = self._conn_part(cache, flags, peer, peer_n, host, host_n, extra)
         cdef bint prefixed = slen and req.path.len >= slen
         # REQUEST_METHOD and PATH_INFO go into the connection's part before it is copied: they
         # are the same str objects as on the connection's previous request more often than not
@@ -395,7 +416,7 @@ cdef class WSGIHandler:
         return env
 
     cdef _EnvPart _conn_part(self, _ThreadCache cache, int flags, const char *peer,
-                             size_t peer_n, const char *host, size_t host_n):
+                             size_t peer_n, const char *host, size_t host_n, Py_ssize_t extra):
         """The environ's keys that depend only on the connection and its Host (the base, then
         SERVER_PROTOCOL, wsgi.url_scheme, SERVER_NAME and SERVER_PORT from the one Host header,
         REMOTE_ADDR and REMOTE_PORT from the peer, the request's own keys with placeholder
@@ -407,7 +428,8 @@ cdef class WSGIHandler:
         up by (the base dict, flags, the peer's and the Host's bytes), all compared on a hit: an
         entry can be reused by another connection only where it would be made the same. So a
         request sees exactly the keys and values it would get without the table. A miss
-        (another connection in the slot) makes the part again, as the first request did."""
+        (another connection in the slot) makes the part again, as the first request did.
+        extra: how many keys the request that makes it may add to a copy (_presized)."""
         cdef unsigned hsh = 2166136261u  # FNV-1a over the peer, the Host and flags
         cdef size_t i
         for i in range(peer_n):
@@ -428,7 +450,8 @@ cdef class WSGIHandler:
                 return part
         cdef const char *colon
         cdef const char *p
-        cdef dict env = PyDict_Copy(self._base)
+        # The keys below: SERVER_PROTOCOL, REMOTE_ADDR, REMOTE_PORT, the request's four, HTTP_HOST.
+        cdef dict env = _presized(self._base, PyDict_GET_SIZE(self._base) + 8 + extra)
         env["SERVER_PROTOCOL"] = ("HTTP/2" if flags & 3 == 2 else
                                   "HTTP/1.1" if flags & 3 == 1 else "HTTP/1.0")
         if flags & 12:  # TLS, or a trusted proxy's "https"
@@ -482,6 +505,7 @@ cdef class WSGIHandler:
         cdef _ThreadCache cache = _tcache()
         env = self._environ(req, inp, cache)
         cdef _WSGIAnswer answer = _WSGIAnswer.__new__(_WSGIAnswer)
+        answer.vc = cyserve__sr_vectorcall
         answer.chunks = []
         try:
             return self._run(req, env, answer, cache)
@@ -490,7 +514,7 @@ cdef class WSGIHandler:
 
     cdef _WSGIAnswer _run(self, const cyserve_request *req, dict env, _WSGIAnswer answer,
                           _ThreadCache cache):
-        result = self.app(env, _method_for(cache, 0, _START_RESPONSE, answer))
+        result = self.app(env, answer)  # start_response (_start_response)
         cdef bint head = req.method.len == 4 and memcmp(req.method.ptr, "HEAD", 4) == 0
         cdef bint streaming = False
         try:
@@ -745,13 +769,66 @@ cdef class _OwnedFd:
             _os.close(self.fd)
 
 
-cdef class _WSGIAnswer:
-    """start_response and write() of one request, and then the answer itself: the handler
-    returns it and _fill_response copies it into the engine's response."""
+cdef extern from "Python.h":
+    ctypedef PyObject *(*vectorcallfunc)(PyObject *callable, PyObject *const *args,
+                                         size_t nargsf, PyObject *kwnames)
+    Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
+    tuple PyList_AsTuple(object lst)
 
+
+cdef extern from *:
+    """
+    /* start_response is the request's answer itself (_WSGIAnswer), called through vectorcall:
+     * the app's call reaches _start_response with its two or three arguments as they are,
+     * without a bound method to make and free, a descriptor's call, or Cython's parsing of
+     * keywords. A call with keywords, or with a wrong count, takes the general way, which
+     * parses them as a Python function would (and raises its TypeError). */
+    static PyObject *(*cyserve__sr_impl)(PyObject *, PyObject *, PyObject *, PyObject *);
+    static PyObject *(*cyserve__sr_general)(PyObject *, PyObject *const *, size_t, PyObject *);
+
+    static PyObject *cyserve__sr_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                            PyObject *kwnames)
+    {
+        Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+        if (kwnames == NULL && (n == 2 || n == 3))
+            return cyserve__sr_impl(self, args[0], args[1], n == 3 ? args[2] : Py_None);
+        return cyserve__sr_general(self, args, nargsf, kwnames);
+    }
+
+    /* Make the instances of tp callable through the vectorcallfunc each holds at offset
+     * (NULL: a TypeError from PyVectorcall_Call), as a type declares with
+     * __vectorcalloffset__. Called once at import, before any instance exists: CPython reads
+     * these fields on each call, and a type that no class can derive from (_WSGIAnswer is
+     * final to Python: a subclass is never made) has no copy of them to update. */
+    static void cyserve__sr_make_callable(PyTypeObject *tp, Py_ssize_t offset)
+    {
+        tp->tp_vectorcall_offset = offset;
+        tp->tp_call = PyVectorcall_Call;
+        tp->tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL;
+    }
+    """
+    object (*cyserve__sr_impl)(object, object, object, object)
+    object (*cyserve__sr_general)(object, PyObject *const *, size_t, PyObject *)
+    PyObject *cyserve__sr_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                     PyObject *kwnames) noexcept
+    void cyserve__sr_make_callable(PyTypeObject *tp, Py_ssize_t offset)
+
+
+@cython.final
+cdef class _WSGIAnswer:
+    """One request's start_response (the app calls this object: _start_response) and write(),
+    and then the answer itself: the handler returns it and _fill_wsgi copies it into the
+    engine's response."""
+
+    cdef vectorcallfunc vc  # cyserve__sr_vectorcall once the handler made it (_call)
+    cdef object __weakref__  # as the bound method start_response was, it may be referenced weakly
     cdef int status  # 0 until start_response
     cdef object reason  # the app's own reason phrase as bytes, or None: the engine's
-    cdef list headers
+    # The app's headers as a tuple (a snapshot: the app may change its list afterwards), and a
+    # bit for each of the first 64 that is not sent as it is (Content-Length, the dropped ones,
+    # Connection): start_response builds no list of those it keeps.
+    cdef tuple headers
+    cdef uint64_t skip
     cdef list chunks
     cdef Py_ssize_t total  # bytes in chunks
     cdef object length  # the app's Content-Length header, or None
@@ -772,60 +849,6 @@ cdef class _WSGIAnswer:
             self.length = _wsgi_length(self.length)
         return self.length
 
-    def start_response(self, status, headers, exc_info=None):
-        if self.status != 0 and exc_info is None:
-            raise WSGIError("start_response called a second time without exc_info")
-        # Nothing is sent before the app has finished, so an error page may always replace the
-        # first answer (PEP 3333 re-raises exc_info only once headers went out).
-        exc_info = None  # no reference cycle through the traceback
-        cdef int code
-        cdef PyObject *hit = NULL
-        if type(status) is str:  # an exact str: the lookup cannot fail
-            hit = PyDict_GetItemWithError(_WSGI_STATUSES, status)
-        if hit != NULL:  # a status line seen (and checked) before
-            code = (<tuple>hit)[0]
-            reason = (<tuple>hit)[1]
-        else:
-            code = _wsgi_status(status)
-            reason = _wsgi_reason(<str>status, code)
-            if type(status) is str and len(_WSGI_STATUSES) < 256:
-                _WSGI_STATUSES.setdefault(status, (code, reason))  # see _WSGI_REASONS
-        if not isinstance(headers, list):
-            raise WSGIError(f"WSGI response headers must be a list of (name, value) tuples, "
-                            f"got {type(headers).__name__}")
-        cdef _ThreadCache cache = _tcache()
-        out = []
-        length = None
-        close = False
-        for item in headers:
-            if not (type(item) is tuple and len(<tuple>item) == 2
-                    and isinstance((<tuple>item)[0], str) and isinstance((<tuple>item)[1], str)):
-                raise WSGIError(f"invalid WSGI response header {item!r}: must be a (str, str) "
-                                "tuple")
-            name = (<tuple>item)[0]
-            kind = _header_kind_of(name, cache)
-            if kind == _H_KEEP:
-                out.append(item)
-            elif kind == _H_LENGTH:
-                length = item[1]
-            elif kind == _H_DROP:
-                continue
-            elif kind == _H_CONNECTION:
-                if "close" in [t.strip() for t in item[1].lower().split(",")]:
-                    close = True
-            else:
-                raise WSGIError(f"the WSGI application set the hop-by-hop header {name!r}, "
-                                "which is the server's to write")
-        self.status = code
-        self.reason = reason
-        self.headers = out
-        self.length = length
-        self.close = close
-        if self.chunks:
-            del self.chunks[:]  # what write() sent for the answer this one replaces
-        self.total = 0
-        return _method_for(cache, 1, _WRITE, self)
-
     def write(self, data):
         if self.status == 0:
             raise WSGIError("write() called before start_response")
@@ -836,12 +859,145 @@ cdef class _WSGIAnswer:
         self.total += len(<bytes>data)
 
 
-# start_response and write as functions: each request binds them to its answer with
-# PyMethod_New (_bind_method, or a method of the thread's rebound by _method_for), which gives
-# the very bound method that `answer.start_response` would, without that attribute lookup
-# through the type and its descriptor (about 250 instructions each).
-cdef object _START_RESPONSE = _WSGIAnswer.start_response
+cdef object _start_response(object obj, object status, object headers, object exc_info):
+    """start_response(status, response_headers, exc_info=None) of the answer obj (PEP 3333): the
+    status line and the headers checked as they come, kept in the answer; returns write."""
+    cdef _WSGIAnswer self = <_WSGIAnswer>obj
+    if self.status != 0 and exc_info is None:
+        raise WSGIError("start_response called a second time without exc_info")
+    # Nothing is sent before the app has finished, so an error page may always replace the
+    # first answer (PEP 3333 re-raises exc_info only once headers went out).
+    cdef _ThreadCache cache = _tcache()
+    cdef int code
+    # The status line by the object's address in this thread's table, as _header_kind_of finds
+    # a header name: apps pass the same constant str on every request. The table holds each
+    # str it keeps, and an exact str cannot change, so a hit is that very line, checked before.
+    cdef Py_ssize_t slot = <Py_ssize_t>((<size_t><PyObject *>status >> 4)
+                                        & (WSGI_STATUS_SLOTS - 1))
+    if PyList_GET_ITEM(cache.status_objs, slot) == <PyObject *>status:
+        code = cache.status_codes[slot]
+        reason = <object>PyList_GET_ITEM(cache.status_reasons, slot)
+    else:
+        code, reason = _wsgi_status_line(status)
+        if type(status) is str:
+            # This thread's own table: no other thread reads it between the stores, and
+            # what they release (exact str, bytes, None) runs no code of an app's.
+            cache.status_codes[slot] = code
+            cache.status_reasons[slot] = reason
+            cache.status_objs[slot] = status
+    if not isinstance(headers, list):
+        raise WSGIError(f"WSGI response headers must be a list of (name, value) tuples, "
+                        f"got {type(headers).__name__}")
+    cdef tuple items = PyList_AsTuple(headers)
+    cdef Py_ssize_t i, n = PyTuple_GET_SIZE(items)
+    cdef uint64_t skip = 0
+    cdef bint close = False, filtered = False
+    cdef int kind
+    cdef PyObject *item
+    cdef PyObject *name
+    length = None
+    for i in range(n):
+        item = PyTuple_GET_ITEM(items, i)
+        if not (PyTuple_CheckExact(<object>item) and PyTuple_GET_SIZE(<object>item) == 2
+                and PyUnicode_Check(<object>PyTuple_GET_ITEM(<object>item, 0))
+                and PyUnicode_Check(<object>PyTuple_GET_ITEM(<object>item, 1))):
+            raise WSGIError(f"invalid WSGI response header {<object>item!r}: must be a (str, "
+                            "str) tuple")
+        name = PyTuple_GET_ITEM(<object>item, 0)
+        kind = _header_kind_of(<object>name, cache)
+        if kind == _H_KEEP:
+            continue
+        if i < 64:
+            skip |= (<uint64_t>1) << i
+        else:
+            filtered = True
+        if kind == _H_LENGTH:
+            length = <object>PyTuple_GET_ITEM(<object>item, 1)
+        elif kind == _H_CONNECTION:
+            value = <object>PyTuple_GET_ITEM(<object>item, 1)
+            if "close" in [t.strip() for t in value.lower().split(",")]:
+                close = True
+        elif kind != _H_DROP:
+            raise WSGIError(f"the WSGI application set the hop-by-hop header {<object>name!r}, "
+                            "which is the server's to write")
+    if filtered:  # past the mask's 64: those kept, as a tuple of their own
+        items = tuple([it for it in items if _header_kind_of(it[0], cache) == _H_KEEP])
+        skip = 0
+    self.status = code
+    self.reason = reason
+    self.headers = items
+    self.skip = skip
+    self.length = length
+    self.close = close
+    if self.chunks:
+        del self.chunks[:]  # what write() sent for the answer this one replaces
+    self.total = 0
+    return _method_for(cache, _WRITE, self)
+
+
+cdef tuple _SR_PARAMS = ("status", "response_headers", "exc_info")
+
+
+cdef object _start_response_general(object obj, PyObject *const *args, size_t nargsf,
+                                    PyObject *kwnames):
+    """start_response called with keywords, or with a wrong number of arguments: they are
+    matched to PEP 3333's parameters as a Python function's would be, with its TypeErrors."""
+    cdef Py_ssize_t n = PyVectorcall_NARGS(nargsf), i, j, nkw = 0
+    if n > 3:
+        raise TypeError(f"start_response() takes from 2 to 3 positional arguments but {n} "
+                        "were given")
+    values = [<object>args[i] for i in range(n)] + [_NO_VALUE] * (3 - n)
+    if kwnames != NULL:
+        nkw = PyTuple_GET_SIZE(<tuple>kwnames)
+    for i in range(nkw):
+        name = (<tuple>kwnames)[i]
+        if name not in _SR_PARAMS:
+            raise TypeError(f"start_response() got an unexpected keyword argument {name!r}")
+        j = _SR_PARAMS.index(name)
+        if values[j] is not _NO_VALUE:
+            raise TypeError(f"start_response() got multiple values for argument {name!r}")
+        values[j] = <object>args[n + i]
+    for j in range(2):
+        if values[j] is _NO_VALUE:
+            raise TypeError(f"start_response() missing required argument {_SR_PARAMS[j]!r}")
+    return _start_response(obj, values[0], values[1],
+                           None if values[2] is _NO_VALUE else values[2])
+
+
+cyserve__sr_impl = _start_response
+cyserve__sr_general = _start_response_general
+
+
+cdef void _wsgi_answer_callable() except *:
+    # The offset of _WSGIAnswer.vc, read from an instance: Cython names the C struct, not us.
+    cdef _WSGIAnswer probe = _WSGIAnswer.__new__(_WSGIAnswer)
+    cyserve__sr_make_callable(<PyTypeObject *>_WSGIAnswer,
+                              <Py_ssize_t>(<char *>&probe.vc - <char *><PyObject *>probe))
+
+
+_wsgi_answer_callable()
+
+
+# write as a function: each request binds it to its answer with PyMethod_New (_bind_method, or
+# the method of the thread's rebound by _method_for), which gives the very bound method that
+# `answer.write` would, without that attribute lookup through the type and its descriptor (about
+# 250 instructions).
 cdef object _WRITE = _WSGIAnswer.write
+
+
+cdef tuple _wsgi_status_line(status):
+    """(code, reason) of the WSGI status line status, as _wsgi_status and _wsgi_reason give them,
+    from the shared table of those seen (an exact str) or computed."""
+    cdef PyObject *hit = NULL
+    if type(status) is str:  # an exact str: the lookup cannot fail
+        hit = PyDict_GetItemWithError(_WSGI_STATUSES, status)
+    if hit != NULL:  # a status line seen (and checked) before
+        return <tuple>hit
+    code = _wsgi_status(status)
+    t = (code, _wsgi_reason(<str>status, code))
+    if type(status) is str and len(_WSGI_STATUSES) < 256:
+        return _WSGI_STATUSES.setdefault(status, t)  # see _WSGI_REASONS
+    return t
 
 
 cdef object _wsgi_length(value):
@@ -876,11 +1032,11 @@ cdef int _header_kind_of(name, _ThreadCache cache) except -1:
     meanwhile, and an exact str cannot change: the kind stays right. A collision recomputes."""
     cdef Py_ssize_t slot = <Py_ssize_t>((<size_t><PyObject *>name >> 4) & (WSGI_KINDS_SLOTS - 1))
     if PyList_GET_ITEM(cache.kind_names, slot) == <PyObject *>name:
-        return <int><object>PyList_GET_ITEM(cache.kind_values, slot)
+        return cache.kind_codes[slot]
     cdef int kind = _header_kind(name)
     if type(name) is str:  # a subclass may lower() as it likes: computed each time
         # This thread's own table: no other thread reads it between the two stores.
-        cache.kind_values[slot] = kind
+        cache.kind_codes[slot] = <signed char>kind
         cache.kind_names[slot] = name
     return kind
 
@@ -962,14 +1118,20 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx,
     cdef bytes body
     cdef object length
     cdef _WSGIStream st
+    cdef tuple items, item
+    cdef Py_ssize_t i
     try:
         if cs.resp_set_status(resp, a.status):
             _check_rc(-22, f"status {a.status}")
         if a.reason is not None:
             _check_rc(cs.resp_set_reason(resp, PyBytes_AS_STRING(a.reason),
                                          <size_t>PyBytes_GET_SIZE(a.reason)), "reason phrase")
-        for name, value in a.headers:
-            _add_header(resp, name, value)
+        items = a.headers
+        for i in range(PyTuple_GET_SIZE(items)):
+            if i < 64 and (a.skip >> i) & 1:
+                continue
+            item = <tuple>PyTuple_GET_ITEM(items, i)
+            _add_header(resp, <object>PyTuple_GET_ITEM(item, 0), <object>PyTuple_GET_ITEM(item, 1))
         if a.close:
             _add_header(resp, "Connection", "close")
         if a.file_fd is not None:
