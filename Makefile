@@ -109,9 +109,10 @@ test-asan: $(ASAN_PKG)/.built
 # The Python test suite on the other CPython versions cyserve supports, each in a venv of its own
 # (.venv-3.X) with the extension built in place for it (the .so's name carries the version, so
 # builds for several versions live side by side in src/cyserve). The interpreter is python3.X on
-# pyenv's newest 3.X, else python3.X on the PATH.
+# pyenv's newest 3.X, else python3.X on the PATH. The nginx tests need nginx as in `make test`
+# (test-tools): without it they would be skipped on every version.
 PYTHONS ?= 3.10 3.12 3.13
-test-pythons:
+test-pythons: test-tools
 	@set -e; for v in $(PYTHONS); do \
 	  py=$$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v.*/bin/python$$v 2>/dev/null | sort -V | tail -1); \
 	  [ -n "$$py" ] || py=$$(command -v python$$v || true); \

@@ -359,6 +359,36 @@ def test_reload_include_exclude_and_delay_choose_what_restarts(tmp_path: Path,
     assert not any("skip_this" in ln for ln in srv.all_lines), srv.all_lines
 
 
+def test_reload_dir_replaces_the_app_folder_as_what_is_watched(tmp_path: Path,
+                                                               served: list[Served]) -> None:
+    # --reload-dir given: its folders are watched instead of the application's (uvicorn's
+    # meaning), so a library kept beside the project reloads it and the project's own scratch
+    # files do not.
+    lib = tmp_path / "lib"
+    other = tmp_path / "other"
+    lib.mkdir()
+    other.mkdir()
+    path = str(tmp_path / "d.sock")
+    srv = Served(tmp_path, "--uds", path, "--threads", "1", "--reload", "--reload-dir", str(lib),
+                 "--reload-dir", str(other), "--reload-delay", "0.1", wait_serving=1, app=APP)
+    served.append(srv)
+    # (polling, or watchfiles when it is installed)
+    assert any(ln.startswith(f"cyserve: --reload: watching the files *.py under {lib}, {other} (")
+               for ln in srv.all_lines), srv.all_lines
+    # The application's folder first: were it watched, this change would be seen no later than
+    # the next one, which comes after it.
+    (tmp_path / "scratch.py").write_text("x = 1\n")
+    (other / "shared.py").write_text("y = 1\n")
+    deadline = time.monotonic() + TIMEOUT
+    want = f"cyserve: --reload: {other / 'shared.py'} changed; reloading"
+    while want not in srv.all_lines:
+        assert time.monotonic() < deadline, srv.all_lines
+        time.sleep(0.02)
+    assert request(socket.AF_UNIX, path)[0] == b"HTTP/1.1 200 OK"
+    assert srv.stop() == 0, srv.stderr
+    assert not any("scratch" in ln for ln in srv.all_lines), srv.all_lines
+
+
 class LoadProcess:
     """tests/_loadclient.py in a process of its own (two keep-alive connections and one new
     connection per request, without pause), its progress read as it comes."""

@@ -158,6 +158,45 @@ def test_several_addresses_at_once(tmp_path: Path, served: list[Served], process
     assert not (tmp_path / "app.sock").exists()
 
 
+def _dual_stack() -> bool:
+    try:
+        with open("/proc/sys/net/ipv6/bindv6only") as f:
+            return ipv6_loopback() and f.read().strip() == "0"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _dual_stack(), reason="needs IPv6 with net.ipv6.bindv6only=0")
+def test_the_ipv6_wildcard_is_dual_stack(tmp_path: Path, served: list[Served]) -> None:
+    # --bind [::]:PORT (the README's dual-stack address): one listener that IPv4 clients reach
+    # too, as IPv4-mapped addresses, and that a trusted proxy's list still matches in its IPv4
+    # form (csrc/proxy.c).
+    port = free_port(socket.AF_INET6, "::")
+    srv = Served(tmp_path, "-b", f"[::]:{port}", "--threads", "2", "--proxy-headers",
+                 "--forwarded-allow-ips", "127.0.0.1")
+    served.append(srv)
+    assert srv.serving == [f"http://[::]:{port}"]
+    status, body = request(socket.AF_INET6, ("::1", port))
+    assert status == b"HTTP/1.1 200 OK" and "'::1'" in body, body
+    status, body = request(socket.AF_INET, ("127.0.0.1", port))
+    assert status == b"HTTP/1.1 200 OK" and "'::ffff:127.0.0.1'" in body, body
+
+    def forwarded(family: int, host: str) -> str:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.settimeout(TIMEOUT)
+            s.connect((host, port))
+            s.sendall(b"GET /who HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 203.0.113.5\r\n"
+                      b"Connection: close\r\n\r\n")
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+        return data.partition(b"\r\n\r\n")[2].decode()
+
+    assert "('203.0.113.5', 0)" in forwarded(socket.AF_INET, "127.0.0.1")  # listed
+    assert "'::1'" in forwarded(socket.AF_INET6, "::1")  # not listed: not believed
+    assert srv.stop() == 0
+
+
 @pytest.mark.parametrize("args, message", [
     (["--bind", "localhost:http"], "invalid --bind localhost:http: port 'http' must be a number"),
     (["--bind", "::1:8000"], "invalid --bind ::1:8000: an IPv6 address goes in brackets"),

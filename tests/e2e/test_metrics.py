@@ -147,12 +147,26 @@ def test_metrics_count_every_process_and_parse(tmp_path: Path, served: list[Serv
     # Coroutines alive now: a few at most (never the wrap-around of finished read past spawned).
     assert 0 <= m["cyserve_coroutines"] < 1000
     assert "cyserve_scheduler_steals_total" in m and "cyserve_relief_adoptions_total" in m
+    # Workers that waited for work between the requests went to sleep, and said so.
+    assert m["cyserve_scheduler_parks_total"] > 0
+    # Every request so far asked for Connection: close (or was malformed), which the inline
+    # path leaves to a coroutine: none was answered there.
+    assert m["cyserve_inline_answers_total"] == 0
     # An idle keep-alive connection is open, and seen within the publisher's period.
     with socket.create_connection(addr, timeout=TIMEOUT) as s:
         s.sendall(b"GET /plain HTTP/1.1\r\nHost: x\r\n\r\n")
         assert s.recv(200).endswith(b"plain")
         wait_for(lambda: scrape(mport)["cyserve_open_connections"] >= 1,
                  "the open connection is not counted")
+        # The next request on that idle connection, lone and complete, to a static route: the
+        # inline path answers it (csrc/http1_inline.c), and its counter says so. (The first
+        # request of the connection may have been answered inline too, or by the coroutine
+        # that took the connection: tests/e2e/test_inline_path.py counts from the second.)
+        s.sendall(b"GET /plain HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert s.recv(200).endswith(b"plain")
+        wait_for(lambda: scrape(mport)["cyserve_inline_answers_total"] >= 1,
+                 "the inline answer is not counted")
+        assert scrape(mport)["cyserve_inline_answers_total"] <= 2
     assert srv.stop() == 0, srv.stderr
 
 

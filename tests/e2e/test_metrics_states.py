@@ -160,3 +160,28 @@ def _try_block(port: int) -> tuple[bytes, str]:
             return b"", ""
     head, _, body = data.partition(b"\r\n\r\n")
     return head.split(b"\r\n")[0], body.decode()
+
+
+def test_timeouts_are_counted_by_their_reason(tmp_path: Path, served: list[Served]) -> None:
+    # Issue 17 asks for timeouts by kind beside the limits' refusals: a head that does not
+    # arrive within --header-timeout and a body that stops are each answered 408 and counted
+    # under reason "timeout", apart from the other refusals.
+    port, mport = free_port(), free_port()
+    srv = Served(tmp_path, "--port", str(port), "--threads", "1", "--metrics-bind",
+                 f"127.0.0.1:{mport}", "--header-timeout", "0.5", "--body-timeout", "0.5",
+                 app=APP)
+    served.append(srv)
+    key = "cyserve_rejections_total{reason=%s,status=%s}"
+    assert scrape(mport)[key % ("timeout", "408")] == 0
+    for partial in (b"GET /plain HTTP/1.1\r\nHost: x\r\n",  # the head never ends
+                    b"POST /plain HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc"):
+        with connect(port) as s:
+            s.sendall(partial)
+            assert s.recv(200).startswith(b"HTTP/1.1 408 "), partial
+    deadline = time.monotonic() + TIMEOUT
+    while (m := scrape(mport))[key % ("timeout", "408")] != 2:
+        assert time.monotonic() < deadline, m
+        time.sleep(0.05)
+    assert m[key % ("malformed", "400")] == 0
+    assert m["cyserve_requests_total{route=none,status=4xx}"] == 2  # the engine's own answers
+    assert srv.stop() == 0, srv.stderr

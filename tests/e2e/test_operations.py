@@ -128,20 +128,26 @@ def _pids_of_children(pid: int) -> list[str]:
         return f.read().split()
 
 
-@pytest.mark.parametrize("kind", ["json", "ini"])
+@pytest.mark.parametrize("kind", ["json", "yaml", "ini"])
 def test_log_config_configures_logging_in_every_worker(tmp_path: Path, served: list[Served],
                                                        kind: str) -> None:
     log = tmp_path / "app.log"
     fmt = "%(process)d %(name)s %(levelname)s %(message)s"
+    dict_config = {
+        "version": 1,
+        "formatters": {"plain": {"format": fmt}},
+        "handlers": {"file": {"class": "logging.FileHandler", "filename": str(log),
+                              "formatter": "plain"}},
+        "loggers": {"cyserve": {"handlers": ["file"], "level": "INFO"}},
+    }
     if kind == "json":
         conf = tmp_path / "logging.json"
-        conf.write_text(json.dumps({
-            "version": 1,
-            "formatters": {"plain": {"format": fmt}},
-            "handlers": {"file": {"class": "logging.FileHandler", "filename": str(log),
-                                  "formatter": "plain"}},
-            "loggers": {"cyserve": {"handlers": ["file"], "level": "INFO"}},
-        }))
+        conf.write_text(json.dumps(dict_config))
+    elif kind == "yaml":
+        import yaml  # PyYAML: requirements-dev.txt pins it
+
+        conf = tmp_path / "logging.yaml"
+        conf.write_text(yaml.safe_dump(dict_config))
     else:
         conf = tmp_path / "logging.ini"
         conf.write_text(f"""

@@ -188,7 +188,11 @@ def test_user_extension_builds_against_the_installed_wheel(venv: Path, tmp_path:
     on any path), then served by the installed cyserve."""
     site = run([str(venv / "bin" / "python"), "-c",
                 "import sysconfig; print(sysconfig.get_paths()['platlib'])"]).stdout.strip()
-    inc = os.path.join(site, "cyserve", "include")
+    # The headers' folder as a user finds it: cyserve.get_include() of the installed package.
+    inc = run([str(venv / "bin" / "python"), "-c", "import cyserve; print(cyserve.get_include())"],
+              cwd=tmp_path).stdout.strip()
+    assert inc == os.path.join(site, "cyserve", "include"), (inc, site)
+    assert os.path.isfile(os.path.join(inc, "cyserve", "handler.h"))
     shutil.copy(ROOT / "tests" / "cython_ext" / "hello.pyx", tmp_path / "hello.pyx")
     (tmp_path / "build_it.py").write_text(textwrap.dedent(f"""
         from Cython.Build import cythonize

@@ -28,6 +28,9 @@ def site(tmp_path_factory):
     (root / "app.js.gz").write_bytes(gzip.compress(JS, mtime=0))
     (root / "app.js.br").write_bytes(b"BROTLI" * 10)  # a stand-in: the server never reads it
     (root / "plain.txt").write_text("no siblings")
+    (root / "data.json").write_text('{"a": 1}')
+    (root / "data.json.zst").write_bytes(b"ZSTD" * 3)  # stand-ins, as app.js.br
+    (root / "data.json.gz").write_bytes(b"GZIP" * 4)
     (root / "site").mkdir()
     (root / "site" / "index.html").write_text("<p>index</p>")
     (root / "site" / "index.html.gz").write_bytes(gzip.compress(b"<p>index</p>", mtime=0))
@@ -64,6 +67,18 @@ def test_the_preferred_sibling_is_sent_with_its_encoding(site):
     r = request(site, get("/f/app.js", extra=ae("gzip")))
     assert r.header("content-encoding") == "gzip" and gzip.decompress(r.body) == JS
     assert r.header("content-length") == str(len(r.body))
+
+
+def test_a_zstd_sibling_is_sent_and_ranks_between_br_and_gzip(site):
+    # Equal q-values go to br, then zstd, then gzip (docs/architecture.md); data.json has no
+    # br sibling, so zstd wins over gzip, and a higher q for gzip wins over zstd.
+    r = request(site, get("/f/data.json", extra=ae("gzip, br, zstd")))
+    assert (r.status, r.body, r.header("content-encoding")) == (200, b"ZSTD" * 3, "zstd")
+    assert r.header("vary") == "Accept-Encoding"
+    assert r.header("content-type") == "application/json"
+    assert r.header("content-length") == "12"
+    r = request(site, get("/f/data.json", extra=ae("zstd;q=0.5, gzip")))
+    assert (r.body, r.header("content-encoding")) == (b"GZIP" * 4, "gzip")
 
 
 def test_q_values_are_honoured_and_q0_refuses(site):
