@@ -60,11 +60,21 @@ def _stop_with_a_queue() -> tuple[list[str], float, bool]:
     connection in the accept queue; stop it. Returns the queued requests' outcomes, how long the
     stop took, and whether the silent connection was closed."""
     started = threading.Event()
+    stop_called = threading.Event()
 
     def slow(req: Request) -> str:
+        # Busy until the stop has begun: a fixed 0.25 s let a loaded machine (CI's 2 cores)
+        # finish the handler before the stop, and the queued requests were then answered as
+        # on any day, keep-alive. The stop's first step (a flag, without the GIL) follows its
+        # call within microseconds; 0.2 s covers a preempted stopping thread.
         started.set()
-        time.sleep(0.25)
+        stop_called.wait(TIMEOUT)
+        time.sleep(0.2)
         return "slow done"
+
+    def stop() -> None:
+        stop_called.set()
+        srv.stop(grace=20.0)
 
     routes = [
         ("path", "/plaintext", ("GET",), "static", (200, [("Content-Type", "text/plain")], PLAIN)),
@@ -89,7 +99,7 @@ def _stop_with_a_queue() -> tuple[list[str], float, bool]:
         silent = Conn(srv.port)  # connected, sends nothing
         conns.append(silent)
         t0 = time.monotonic()
-        stopper = threading.Thread(target=srv.stop, kwargs={"grace": 20.0})
+        stopper = threading.Thread(target=stop)
         stopper.start()
         results = [outcome(c) for c in queued]
         assert busy.reply().body == b"slow done"
