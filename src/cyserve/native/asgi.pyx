@@ -673,7 +673,7 @@ cdef class ASGIHandler:
     cdef readonly object app
     cdef readonly str root_path
     cdef bytes _root_b
-    cdef public object server   # (host, port), set by bind()
+    cdef readonly object server  # (host, port), set by bind(), in the template too
     cdef str _label
     cdef dict _template         # the scope's keys and constant values (_scope)
     cdef public bint ws_deflate  # negotiate permessage-deflate (the Server's option)
@@ -685,7 +685,8 @@ cdef class ASGIHandler:
         self.app = app
         self.root_path = root_path.rstrip("/")
         self._mount = self.root_path
-        # Every key of the http scope, in this order; _scope replaces the values marked None.
+        # Every key of the http scope, in this order; _scope replaces the values marked None but
+        # "server", which bind() sets.
         self._template = {
             "type": "http",
             "asgi": _ASGI_VERSION,
@@ -709,6 +710,7 @@ cdef class ASGIHandler:
 
     def bind(self, str host, int port):
         self.server = (host, port)
+        self._template["server"] = self.server  # the same for every scope: not set per request
 
     def set_root_path(self, str root):
         """The server's root path (--root-path; "" for none), set before requests arrive: the
@@ -761,7 +763,6 @@ cdef class ASGIHandler:
                                                           <Py_ssize_t>req.query.len)
         scope["headers"] = headers
         scope["client"] = client
-        scope["server"] = self.server
         scope["state"] = _asgi_state(self, cache)
         # The ASGI TLS extension over TLS (its connection's, not a proxy's).
         if cs.server_req_tls(<const cs.req_t *>req):
