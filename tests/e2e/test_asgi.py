@@ -230,6 +230,30 @@ def test_send_from_the_task_or_another_thread() -> None:
                 200, "chunked", b"thread,loop")
 
 
+def test_what_send_returns_is_an_awaitable_for_asyncio_too() -> None:
+    # A message taken at once gives an awaitable that is no future: awaiting it gives None, as
+    # often as it is awaited, and asyncio's helpers that take any awaitable (ensure_future,
+    # gather, wait_for) wrap it in a task that ends at once.
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            raise RuntimeError("unsupported")
+        started = send({"type": "http.response.start", "status": 200, "headers": []})
+        assert not asyncio.isfuture(started) and inspect.isawaitable(started)
+        seen = [await started, await started, await asyncio.ensure_future(started)]
+        seen.extend(await asyncio.gather(started))
+        await send({"type": "http.response.body", "body": b"streamed,", "more_body": True})
+        seen.append(await asyncio.wait_for(
+            send({"type": "http.response.body", "body": repr(seen).encode()}), 5))
+        assert seen == [None] * 5, seen
+
+    with serving_app(app) as port, Conn(port) as c:
+        c.send(get("/"))
+        r = c.reply()
+        assert (r.status, r.body) == (200, b"streamed,[None, None, None, None]")
+        c.send(get("/"))  # the exchange ended cleanly: the connection serves the next one
+        assert c.reply().body == b"streamed,[None, None, None, None]"
+
+
 def test_head_gets_the_head_only() -> None:
     with serving_app(answers) as port, Conn(port) as c:
         c.send(b"HEAD / HTTP/1.1\r\nHost: t\r\n\r\n")

@@ -134,7 +134,7 @@
  *                 queue, stopping/done); if any, un-park itself and loop.
  * With both fences in one total order, either the submitter's read sees the parker as parked
  * (and wakes it via its eventfd: an eventfd write is never lost, epoll_wait returns at once if
- * it is already readable), or the parker's re-check sees the work. A parked flag is claimed by
+ * one came since its last report), or the parker's re-check sees the work. A parked flag is claimed by
  * exactly one waker with a CAS (PARKED -> WOKEN or WOKEN_SPIN), so each wake is delivered once,
  * and a worker woken by its own I/O or timer swaps its flag back and keeps its accounting.
  *
@@ -476,10 +476,16 @@ static int sched_is_stopping(struct sched *s)
     return __atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE);
 }
 
+/* A worker's eventfd is in its epoll edge-triggered and never read: every write is a new edge
+ * (the kernel wakes the eventfd's waiters on each write, whatever its counter), which the next
+ * epoll_wait reports once, so a wake-up costs the write and the epoll_wait it ends, and not
+ * also a read. The counter only grows; at one write per wake-up it cannot reach the
+ * 0xfffffffffffffffe where a write would fail. The relief monitor's eventfd is read (it is
+ * level-triggered). */
 static void sched_eventfd_kick(int fd)
 {
     uint64_t one = 1;
-    /* EAGAIN means the counter is already non-zero: the worker will wake anyway. */
+    /* EAGAIN (a full counter) would mean a wake-up is pending anyway. */
     ssize_t r = write(fd, &one, sizeof(one));
     (void)r;
 }
@@ -1196,7 +1202,8 @@ int sched_new(struct sched **out, const struct sched_config *cfg)
                 err = -errno;
         }
         if (!err) {
-            struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+            /* Edge-triggered: see sched_eventfd_kick. */
+            struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.ptr = NULL};
             if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->evfd, &ev) != 0)
                 err = -errno;
         }

@@ -105,12 +105,10 @@ static int w_poll(struct sched_worker *self, struct sched_worker *home, int time
     for (int i = 0; i < n; i++) {
         uintptr_t p = (uintptr_t)evs[i].data.ptr;
         if (p == 0) {
-            /* Drain. A rescuer may drain home's eventfd too: every wake-up it carries was meant
-             * for a park that has ended (home holds its lock while parked) or says stop/done,
-             * which home reads from the flags when its coroutine returns. */
-            uint64_t v;
-            ssize_t r = read(home->evfd, &v, sizeof(v)); /* EAGAIN is fine */
-            (void)r;
+            /* home's eventfd: a wake-up, nothing to read (edge-triggered, see
+             * sched_eventfd_kick). A rescuer may take it too: every wake-up it carries was
+             * meant for a park that has ended (home holds its lock while parked) or says
+             * stop/done, which home reads from the flags when its coroutine returns. */
         } else if (p & 1) {
             io_event(self, home, (struct sched_io *)(p & ~(uintptr_t)1), evs[i].events);
             handled++;
