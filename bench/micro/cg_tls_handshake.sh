@@ -1,9 +1,10 @@
 #!/bin/bash
 # Instructions per TLS connection (handshake, one HTTP/1.1 request with Connection: close, the
 # close) in the server process, counted by callgrind, for new or resumed handshakes; and, with
-# STRACE=1, the server's system calls per connection (strace -c -f) instead.
+# STRACE=1, the server's system calls per connection (strace -c -f) instead. Mode plain makes the
+# same connections without TLS (plain HTTP/1.1 on both servers): the accept and close path alone.
 #
-#   bench/micro/cg_tls_handshake.sh TREE new|resume [N] [OUT]
+#   bench/micro/cg_tls_handshake.sh TREE new|resume|plain [N] [OUT]
 #
 # TREE: a cyserve checkout built with `make build`. The server is cyserve (bench.http.apps'
 # static /plaintext app, one worker thread) or, with SERVER=nginx, nginx 1.22 with the suite's
@@ -17,6 +18,7 @@ set -euo pipefail
 TREE=$(cd "$1" && pwd); MODE=$2; N=${3:-300}; OUT=${4:-/tmp/cg-tls.out}
 PORT=$((20000 + RANDOM % 20000))
 WORK=$(mktemp -d /tmp/cg-tls.XXXXXX)
+[ "$MODE" = plain ] && PLAIN=1
 . "$(dirname "$0")/tls_server.sh"  # the certificate and the server: VP, $OUT.log
 python3 - "$PORT" "$MODE" "$N" "$VP" "${STRACE:-0}" "$OUT" <<'PY'
 import socket, ssl, subprocess, sys, time
@@ -30,19 +32,25 @@ sess = None
 def one():
     global sess
     with socket.create_connection(("127.0.0.1", port), timeout=120) as raw:
+        if mode == "plain":
+            return read_all(raw, None)
         with ctx.wrap_socket(raw, server_hostname="localhost",
                              session=sess if mode == "resume" else None) as s:
-            s.sendall(req)
-            body = b""
-            while True:
-                d = s.recv(65536)
-                if not d:
-                    break
-                body += d
-            assert b"Hello, World!" in body, body
-            resumed = s.session_reused
-            sess = s.session
-    return resumed
+            return read_all(s, s)
+def read_all(s, tls):
+    global sess
+    s.sendall(req)
+    body = b""
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        body += d
+    assert b"Hello, World!" in body, body
+    if tls is None:
+        return False
+    sess = tls.session
+    return tls.session_reused
 for _ in range(3000):
     try:
         socket.create_connection(("127.0.0.1", port), timeout=120).close(); break
