@@ -55,6 +55,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -136,6 +137,24 @@ static void listen_shut(struct server_lslot *l)
     atomic_fetch_sub_explicit(&l->w->srv->undrained, 1, memory_order_release);
 }
 
+/* Turn Nagle's algorithm off on fd: responses go out in one write, and Nagle would only delay
+ * them. On a TCP listener it holds for every connection accepted from it (Linux copies the
+ * listener's socket options into each one it accepts), so one call at the start replaces one per
+ * connection. 0 (done, or fd is not TCP: a Unix socket has no Nagle) or -errno. */
+static int listen_set_nodelay(int fd)
+{
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof(sa);
+    if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0)
+        return -errno;
+    if (sa.ss_family != AF_INET && sa.ss_family != AF_INET6)
+        return 0;
+    int one = 1;
+    if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0)
+        return -errno;
+    return 0;
+}
+
 static int listen_acceptor(struct coro *co, void *arg)
 {
     struct server_lslot *l = arg;
@@ -152,13 +171,23 @@ static int listen_acceptor(struct coro *co, void *arg)
             int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
             if (LIKELY(fd >= 0)) {
                 backoff = LISTEN_BACKOFF_MIN_NS;
+                if (UNLIKELY(l->nodelay_each))
+                    listen_set_nodelay(fd);
                 /* While stopping too: the client's request is answered with Connection: close
                  * (closing it here would reset it). */
                 conn_open(s, l->w->id, fd, &http1_proto,
                           s->cfg.transport ? s->cfg.transport : &conn_plain);
-                /* What was queued when the stop began is at most a backlog; more is a flood
-                 * arriving since, which the stop does not wait for. */
-                if (UNLIKELY(server_draining(s)) && ++stopping_taken > (unsigned)s->cfg.backlog)
+                if (UNLIKELY(server_draining(s))) {
+                    /* What was queued when the stop began is at most a backlog; more is a
+                     * flood arriving since, which the stop does not wait for. */
+                    if (++stopping_taken > (unsigned)s->cfg.backlog)
+                        goto drained;
+                    continue; /* a stop empties the queue before it shuts the listener */
+                }
+                /* Level-triggered: one connection per readiness. The next poll reports the
+                 * listener again if more are queued, so no accept4 has to meet EAGAIN to be
+                 * sure the queue is empty. */
+                if (LIKELY(l->level))
                     goto drained;
                 continue;
             }
@@ -177,18 +206,28 @@ static int listen_acceptor(struct coro *co, void *arg)
                 /* Out of descriptors or memory: the pending connection stays queued, and the
                  * edge-triggered registration would not fire again for it, so retry after a
                  * pause (this listener takes nothing meanwhile; its registration stays with
-                 * this coroutine), longer while the failures go on, and say why. */
+                 * this coroutine), longer while the failures go on, and say why. A
+                 * level-triggered listener is not watched during the pause: it stays readable,
+                 * and every poll of this worker would return at once for it. */
                 listen_note_accept_failure(err);
+                if (l->level)
+                    sched_io_watch(&l->io, 0);
                 if (sched_sleep_ns(backoff) < 0)
                     return 0;
+                if (l->level)
+                    sched_io_watch(&l->io, 1);
                 if (backoff < LISTEN_BACKOFF_MAX_NS)
                     backoff *= 2;
                 continue;
             default:
                 /* EINVAL/EBADF: the listener was shut down by a stop (listen_shut). Keep the
-                 * registration active so that on_ready is never called again. */
+                 * registration active so that on_ready is never called again (a
+                 * level-triggered one is no longer watched: it would report the shut listener
+                 * at every poll). */
                 if (server_draining(s))
                     goto drained; /* and close what this acceptor opened that is idle */
+                if (l->level)
+                    sched_io_watch(&l->io, 0);
                 return 0;
             }
         }
@@ -202,6 +241,8 @@ static int listen_acceptor(struct coro *co, void *arg)
              * is never called again. What this worker just opened is closed by its idle pass
              * unless its request has arrived. */
             listen_shut(l);
+            if (l->level)
+                sched_io_watch(&l->io, 0); /* shut down, it reports a hang-up forever */
             int home = sched_home_enter((int)l->w->id);
             if (home >= 0) {
                 sched_timer_arm(&s->workers[home].ctl_timer, 0);
@@ -289,7 +330,12 @@ void listen_worker_start(struct sched *sched, unsigned id, void *ud)
     for (unsigned i = 0; i < s->nlistens; i++) {
         struct server_lslot *l = &w->ls[i];
         l->io.data = l;
-        if (sched_io_add(&l->io, l->fd, listen_on_ready) == 0)
+        /* A listener of this worker alone is served one connection per readiness (see
+         * "Accepting"); a shared one wakes every worker for each connection, and level-triggered
+         * it would wake them all at every poll until one of them took it. */
+        l->level = !l->shared;
+        l->nodelay_each = listen_set_nodelay(l->fd) < 0;
+        if ((l->level ? sched_io_add_level : sched_io_add)(&l->io, l->fd, listen_on_ready) == 0)
             l->added = 1;
     }
     w->ctl_timer.cb = listen_ctl_close_idle;
