@@ -137,11 +137,9 @@ static void listen_shut(struct server_lslot *l)
     atomic_fetch_sub_explicit(&l->w->srv->undrained, 1, memory_order_release);
 }
 
-/* Turn Nagle's algorithm off on fd: responses go out in one write, and Nagle would only delay
- * them. On a TCP listener it holds for every connection accepted from it (Linux copies the
- * listener's socket options into each one it accepts), so one call at the start replaces one per
- * connection. 0 (done, or fd is not TCP: a Unix socket has no Nagle) or -errno. */
-static int listen_set_nodelay(int fd)
+/* Responses go out in one write, and Nagle would only delay them. Set on the listener, it holds
+ * for every connection accepted from it, so one call at the start replaces one per connection. */
+int listen_set_nodelay(int fd)
 {
     struct sockaddr_storage sa;
     socklen_t len = sizeof(sa);
@@ -330,11 +328,6 @@ void listen_worker_start(struct sched *sched, unsigned id, void *ud)
     for (unsigned i = 0; i < s->nlistens; i++) {
         struct server_lslot *l = &w->ls[i];
         l->io.data = l;
-        /* A listener of this worker alone is served one connection per readiness (see
-         * "Accepting"); a shared one wakes every worker for each connection, and level-triggered
-         * it would wake them all at every poll until one of them took it. */
-        l->level = !l->shared;
-        l->nodelay_each = listen_set_nodelay(l->fd) < 0;
         if ((l->level ? sched_io_add_level : sched_io_add)(&l->io, l->fd, listen_on_ready) == 0)
             l->added = 1;
     }

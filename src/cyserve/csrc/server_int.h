@@ -51,6 +51,8 @@ struct server_lslot {
     int added;
     int level;        /* registered level-triggered: one accept4 per readiness (listen.c) */
     int nodelay_each; /* TCP_NODELAY could not be set on fd: set it on each connection */
+    /* level and nodelay_each: set by the control thread before the workers start, then read
+     * only. */
     struct sched_io io;
     _Atomic int shut; /* a stop has drained this slot (listen_shut) */
 };
