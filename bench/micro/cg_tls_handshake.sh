@@ -3,6 +3,9 @@
 # close) in the server process, counted by callgrind, for new or resumed handshakes; and, with
 # STRACE=1, the server's system calls per connection (strace -c -f) instead. Mode plain makes the
 # same connections without TLS (plain HTTP/1.1 on both servers): the accept and close path alone.
+# With CPU=1 the server runs bare and the script prints connections per server CPU-second over
+# the N connections instead (utime + stime of every thread, /proc/PID/stat, in clock ticks of
+# 10 ms: take N large enough, 2000 or more); a timed figure, so the machine's load moves it.
 #
 #   bench/micro/cg_tls_handshake.sh TREE new|resume|plain [N] [OUT]
 #
@@ -20,9 +23,14 @@ PORT=$((20000 + RANDOM % 20000))
 WORK=$(mktemp -d /tmp/cg-tls.XXXXXX)
 [ "$MODE" = plain ] && PLAIN=1
 . "$(dirname "$0")/tls_server.sh"  # the certificate and the server: VP, $OUT.log
-python3 - "$PORT" "$MODE" "$N" "$VP" "${STRACE:-0}" "$OUT" <<'PY'
-import socket, ssl, subprocess, sys, time
+python3 - "$PORT" "$MODE" "$N" "$VP" "${STRACE:-0}" "$OUT" "${CPU:-0}" <<'PY'
+import os, socket, ssl, subprocess, sys, time
 port, mode, n, pid, strace, out = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5] == "1", sys.argv[6]
+cpu = sys.argv[7] == "1"
+def cpu_ticks():
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime and stime of every thread
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 ctx.check_hostname = False
 ctx.verify_mode = ssl.CERT_NONE
@@ -63,19 +71,26 @@ tracer = None
 if strace:
     tracer = subprocess.Popen(["strace", "-c", "-f", "-o", out + ".strace", "-p", pid])
     time.sleep(3.0)  # until it is attached to every thread
+elif cpu:
+    t0 = cpu_ticks()
 else:
     subprocess.run(["callgrind_control", "-z", pid], check=True, capture_output=True)
 got = sum(one() for _ in range(n))
+if cpu:
+    spent = (cpu_ticks() - t0) / os.sysconf("SC_CLK_TCK")
+    print(f"{mode}: {n} connections in {spent:.2f} s of server CPU: {n / spent:,.0f} per CPU-second")
 if mode == "resume" and got != n:
     sys.exit(f"only {got} of {n} resumed")
 if strace:
     time.sleep(0.5)
     tracer.terminate(); tracer.wait()
-else:
+elif not cpu:
     subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)
 PY
 kill -TERM $VP; wait $VP || true
-if [ "${STRACE:-0}" = 1 ]; then
+if [ "${CPU:-0}" = 1 ]; then
+  :
+elif [ "${STRACE:-0}" = 1 ]; then
   # Per connection: divided by the accept4 calls that returned one (strace may have attached
   # to the worker a little late); the Python main thread's sleeps are left out.
   echo "system calls of the server per connection ($MODE):"
