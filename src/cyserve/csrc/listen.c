@@ -12,7 +12,8 @@
  * activation, --fd) cannot be cloned per worker: SO_REUSEPORT makes a group of sockets bound to
  * one address, and a Unix path names one socket (a second bind fails), while an inherited socket
  * is one that somebody else made. So such a listener is one descriptor, registered in every
- * worker's epoll (edge-triggered, like a worker's own), and each worker has a slot for it
+ * worker's epoll (edge-triggered, unlike a worker's own: see Accepting), and each worker has a
+ * slot for it
  * (struct server_lslot) with the same acceptor. A new connection wakes the workers parked on it
  * and the first accept4 wins; the others meet EAGAIN and release their slot. That is one wasted
  * wake-up per parked worker and connection, not per request (keep-alive connections stay on the
@@ -26,10 +27,22 @@
  * The engine borrows it: the caller closes it (and unlinks a Unix socket's path).
  *
  * Accepting. A listener's readiness calls listen_on_ready() on its worker, which spawns a short
- * accept coroutine: accept4() until EAGAIN (in batches of LISTEN_ACCEPT_BATCH, yielding between
- * batches so one flood of connections cannot starve the requests of this worker), register each
- * connection edge-triggered on the worker that runs the accept (it becomes the connection's
- * home), then sched_io_release() the listener so that its next readiness calls on_ready again.
+ * accept coroutine: it registers each connection it takes edge-triggered on the worker that
+ * runs the accept (it becomes the connection's home), then sched_io_release()s the listener so
+ * that its next readiness calls on_ready again. A worker's own listener is level-triggered
+ * (sched_io_add_level) and the acceptor takes one connection per readiness: the next poll
+ * reports the listener again while its queue holds more, so no accept4 has to meet EAGAIN to
+ * be sure it is empty (that EAGAIN costs about 4.7 us of CPU on a VM: accept4 makes the new
+ * socket before it looks at the queue; docs/architecture.md, "Accepting"). While the acceptor
+ * cannot take what is queued (a pause out of descriptors) or never will (the listener is shut),
+ * it stops watching it (sched_io_watch): level-triggered, it would end every poll at once. A
+ * shared listener is edge-triggered, in every worker's epoll, and must be read until EAGAIN (in
+ * batches of LISTEN_ACCEPT_BATCH, yielding between batches so one flood of connections cannot
+ * starve the requests of this worker); level-triggered it would wake every worker at every poll
+ * until one took the connection. A stop drains any listener to EAGAIN (below). Connections
+ * inherit TCP_NODELAY from the listener (listen_set_nodelay). The epoll_ctl DEL before a
+ * connection's close stays (conn_destroy): a child process may share the socket's open file, and
+ * close() alone would then leave the registration pointing at freed memory.
  *
  * Each connection is opened with the protocol and transport of its listener: HTTP/1.1
  * (http1_proto) over plain sockets (conn_plain), or over the server's transport when one is
@@ -153,6 +166,33 @@ int listen_set_nodelay(int fd)
     return 0;
 }
 
+/* Watch l's level-triggered listener again after a pause (listen_acceptor). Until that works
+ * nothing would call on_ready again, so a failure (epoll_ctl out of memory) keeps the calling
+ * acceptor, which pauses and tries again. A listener that a stop's acceptor shut meanwhile is
+ * left unwatched: it would report a hang-up at every poll (accept4 now fails, and the stop's
+ * path follows). 0, or -ECANCELED (the scheduler stops). Coroutine only. */
+static int listen_rewatch(struct server_lslot *l, uint64_t pause)
+{
+    for (;;) {
+        int rc = sched_home_enter((int)l->w->id);
+        if (rc >= 0) {
+            /* safety: relaxed: the shutting acceptor stops watching l in a section of this
+             * home after its exchange, so either this section follows that one (its lock
+             * orders the exchange before this load, which sees it) or that one follows this
+             * and removes what this adds. */
+            if (!atomic_load_explicit(&l->shut, memory_order_relaxed))
+                rc = sched_io_watch(&l->io, 1);
+            else
+                rc = 0;
+            sched_home_exit();
+        }
+        if (rc == 0 || rc == -EEXIST) /* EEXIST: the pause's DEL had failed */
+            return 0;
+        if (sched_sleep_ns(pause) < 0)
+            return -ECANCELED;
+    }
+}
+
 static int listen_acceptor(struct coro *co, void *arg)
 {
     struct server_lslot *l = arg;
@@ -212,8 +252,8 @@ static int listen_acceptor(struct coro *co, void *arg)
                     sched_io_watch(&l->io, 0);
                 if (sched_sleep_ns(backoff) < 0)
                     return 0;
-                if (l->level)
-                    sched_io_watch(&l->io, 1);
+                if (l->level && listen_rewatch(l, backoff) < 0)
+                    return 0;
                 if (backoff < LISTEN_BACKOFF_MAX_NS)
                     backoff *= 2;
                 continue;
