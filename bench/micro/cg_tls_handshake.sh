@@ -5,7 +5,8 @@
 # same connections without TLS (plain HTTP/1.1 on both servers): the accept and close path alone.
 # With CPU=1 the server runs bare and the script prints connections per server CPU-second over
 # the N connections instead (utime + stime of every thread, /proc/PID/stat, in clock ticks of
-# 10 ms: take N large enough, 2000 or more); a timed figure, so the machine's load moves it.
+# 10 ms: take N large enough, 2000 or more), with the user and system (kernel) shares; a timed
+# figure, so the machine's load moves it.
 #
 #   bench/micro/cg_tls_handshake.sh TREE new|resume|plain [N] [OUT]
 #
@@ -30,7 +31,7 @@ cpu = sys.argv[7] == "1"
 def cpu_ticks():
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime and stime of every thread
+    return int(fields[11]), int(fields[12])  # utime and stime of every thread
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 ctx.check_hostname = False
 ctx.verify_mode = ssl.CERT_NONE
@@ -77,8 +78,10 @@ else:
     subprocess.run(["callgrind_control", "-z", pid], check=True, capture_output=True)
 got = sum(one() for _ in range(n))
 if cpu:
-    spent = (cpu_ticks() - t0) / os.sysconf("SC_CLK_TCK")
-    print(f"{mode}: {n} connections in {spent:.2f} s of server CPU: {n / spent:,.0f} per CPU-second")
+    t1, hz = cpu_ticks(), os.sysconf("SC_CLK_TCK")
+    user, system = (t1[0] - t0[0]) / hz, (t1[1] - t0[1]) / hz
+    print(f"{mode}: {n} connections in {user + system:.2f} s of server CPU ({user:.2f} user, "
+          f"{system:.2f} system): {n / (user + system):,.0f} per CPU-second")
 if mode == "resume" and got != n:
     sys.exit(f"only {got} of {n} resumed")
 if strace:
