@@ -9,22 +9,21 @@
  * nginx's reuseport layout.
  *
  * Shared listeners. A Unix socket and a descriptor inherited from a parent (systemd's socket
- * activation, --fd) cannot be cloned per worker: SO_REUSEPORT makes a group of sockets bound to
- * one address, and a Unix path names one socket (a second bind fails), while an inherited socket
- * is one that somebody else made. So such a listener is one descriptor, registered in every
- * worker's epoll (edge-triggered, unlike a worker's own: see Accepting), and each worker has a
- * slot for it
- * (struct server_lslot) with the same acceptor. A new connection wakes the workers parked on it
- * and the first accept4 wins; the others meet EAGAIN and release their slot. That is one wasted
- * wake-up per parked worker and connection, not per request (keep-alive connections stay on the
- * worker that accepted them). EPOLLEXCLUSIVE would wake one worker only, but it can only be set
- * when the descriptor is added to an epoll (the scheduler's sched_io_add sets the flags of every
- * registration), and putting the listener in an epoll of its own nested in the worker's does not
- * help: the kernel counts a wake-up against the flag only for a thread waiting in that epoll
- * itself, so every nested one is woken. A shared descriptor is never
- * shut down by a stop (listen_shut): other workers, sibling processes under a supervisor, or
- * systemd hold it too, and what arrives after this process's last accept stays queued for them.
- * The engine borrows it: the caller closes it (and unlinks a Unix socket's path).
+ * activation, --fd) cannot be cloned per worker: SO_REUSEPORT makes a group of sockets bound to one
+ * address, and a Unix path names one socket (a second bind fails), while an inherited socket is one
+ * that somebody else made. So such a listener is one descriptor, registered in every worker's epoll
+ * (edge-triggered, unlike a worker's own: see Accepting), and each worker has a slot for it (struct
+ * server_lslot) with the same acceptor. A new connection wakes the workers parked on it and the
+ * first accept4 wins; the others meet EAGAIN and release their slot. That is one wasted wake-up per
+ * parked worker and connection, not per request (keep-alive connections stay on the worker that
+ * accepted them). EPOLLEXCLUSIVE would wake one worker only, but it can only be set when the
+ * descriptor is added to an epoll (the scheduler's sched_io_add and sched_io_add_level set the
+ * flags of every registration), and putting the listener in an epoll of its own nested in the
+ * worker's does not help: the kernel counts a wake-up against the flag only for a thread waiting in
+ * that epoll itself, so every nested one is woken. A shared descriptor is never shut down by a stop
+ * (listen_shut): other workers, sibling processes under a supervisor, or systemd hold it too, and
+ * what arrives after this process's last accept stays queued for them. The engine borrows it: the
+ * caller closes it (and unlinks a Unix socket's path).
  *
  * Accepting. A listener's readiness calls listen_on_ready() on its worker, which spawns a short
  * accept coroutine: it registers each connection it takes edge-triggered on the worker that
