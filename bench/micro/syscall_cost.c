@@ -8,6 +8,7 @@
  *   setsockopt       TCP_NODELAY on a connected TCP socket
  *   epoll_ctl-pair   EPOLL_CTL_ADD then EPOLL_CTL_DEL of a connected socket (a DEL alone
  *                    cannot be repeated; it costs part of the pair)
+ *   poll-listener    poll() of the listener alone, not waiting (is a connection queued?)
  *   getpid           the cheapest call there is: the entry and exit alone
  *
  * Each is timed over ROUNDS calls with the thread's CPU clock (CLOCK_THREAD_CPUTIME_ID), so
@@ -19,6 +20,7 @@
 #define _GNU_SOURCE
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
@@ -85,6 +87,12 @@ static double once(int kind)
             epoll_ctl(epfd, EPOLL_CTL_ADD, sfd, &ev);
             epoll_ctl(epfd, EPOLL_CTL_DEL, sfd, NULL);
             break;
+        case 3: {
+            struct pollfd p = {.fd = lfd, .events = POLLIN};
+            if (poll(&p, 1, 0) != 0)
+                abort(); /* nobody connects: nothing is queued */
+            break;
+        }
         default:
             getpid();
         }
@@ -94,9 +102,10 @@ static double once(int kind)
 
 int main(void)
 {
-    static const char *names[] = {"accept4-EAGAIN", "setsockopt", "epoll_ctl-pair", "getpid"};
+    static const char *names[] = {"accept4-EAGAIN", "setsockopt", "epoll_ctl-pair", "poll-listener",
+                                  "getpid"};
     setup();
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 5; k++) {
         double runs[RUNS];
         for (int r = 0; r < RUNS; r++)
             runs[r] = once(k);
