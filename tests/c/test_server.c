@@ -189,10 +189,11 @@ static void test_stop_drains_the_accept_queue(struct server_target *st)
 /* Connections queued together are all served, with no new one arriving to report the listener
  * again. One worker, busy in a slow handler while QUEUED connections complete their TCP
  * handshakes and send a request: when it is free, a single poll finds them all in the accept
- * queue. The listener is level-triggered and taken one connection per readiness (listen.c,
- * "Accepting"); edge-triggered, that one report would have been the last, and all but the
- * first would wait forever. Each accepted connection has TCP_NODELAY, set once on the
- * listener. */
+ * queue. The acceptor no longer reads the queue until EAGAIN (listen.c, "Accepting"): it asks
+ * poll() whether more wait, and the level-triggered listener is reported again by the next poll
+ * otherwise. An acceptor that took one connection and stopped, on an edge-triggered listener,
+ * failed here: all but the first waited forever. Each accepted connection has TCP_NODELAY, set
+ * once on the listener. */
 static void test_queued_connections_are_all_served(struct server_target *st)
 {
     struct router *r;
