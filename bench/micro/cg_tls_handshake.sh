@@ -1,9 +1,14 @@
 #!/bin/bash
 # Instructions per TLS connection (handshake, one HTTP/1.1 request with Connection: close, the
 # close) in the server process, counted by callgrind, for new or resumed handshakes; and, with
-# STRACE=1, the server's system calls per connection (strace -c -f) instead.
+# STRACE=1, the server's system calls per connection (strace -c -f) instead. Mode plain makes the
+# same connections without TLS (plain HTTP/1.1 on both servers): the accept and close path alone.
+# With CPU=1 the server runs bare and the script prints connections per server CPU-second over
+# the N connections instead (utime + stime of every thread, /proc/PID/stat, in clock ticks of
+# 10 ms: take N large enough, 2000 or more), with the user and system (kernel) shares; a timed
+# figure, so the machine's load moves it.
 #
-#   bench/micro/cg_tls_handshake.sh TREE new|resume [N] [OUT]
+#   bench/micro/cg_tls_handshake.sh TREE new|resume|plain [N] [OUT]
 #
 # TREE: a cyserve checkout built with `make build`. The server is cyserve (bench.http.apps'
 # static /plaintext app, one worker thread) or, with SERVER=nginx, nginx 1.22 with the suite's
@@ -17,10 +22,16 @@ set -euo pipefail
 TREE=$(cd "$1" && pwd); MODE=$2; N=${3:-300}; OUT=${4:-/tmp/cg-tls.out}
 PORT=$((20000 + RANDOM % 20000))
 WORK=$(mktemp -d /tmp/cg-tls.XXXXXX)
+[ "$MODE" = plain ] && PLAIN=1
 . "$(dirname "$0")/tls_server.sh"  # the certificate and the server: VP, $OUT.log
-python3 - "$PORT" "$MODE" "$N" "$VP" "${STRACE:-0}" "$OUT" <<'PY'
-import socket, ssl, subprocess, sys, time
+python3 - "$PORT" "$MODE" "$N" "$VP" "${STRACE:-0}" "$OUT" "${CPU:-0}" <<'PY'
+import os, socket, ssl, subprocess, sys, time
 port, mode, n, pid, strace, out = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5] == "1", sys.argv[6]
+cpu = sys.argv[7] == "1"
+def cpu_ticks():
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]), int(fields[12])  # utime and stime of every thread
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 ctx.check_hostname = False
 ctx.verify_mode = ssl.CERT_NONE
@@ -30,19 +41,25 @@ sess = None
 def one():
     global sess
     with socket.create_connection(("127.0.0.1", port), timeout=120) as raw:
+        if mode == "plain":
+            return read_all(raw, None)
         with ctx.wrap_socket(raw, server_hostname="localhost",
                              session=sess if mode == "resume" else None) as s:
-            s.sendall(req)
-            body = b""
-            while True:
-                d = s.recv(65536)
-                if not d:
-                    break
-                body += d
-            assert b"Hello, World!" in body, body
-            resumed = s.session_reused
-            sess = s.session
-    return resumed
+            return read_all(s, s)
+def read_all(s, tls):
+    global sess
+    s.sendall(req)
+    body = b""
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        body += d
+    assert b"Hello, World!" in body, body
+    if tls is None:
+        return False
+    sess = tls.session
+    return tls.session_reused
 for _ in range(3000):
     try:
         socket.create_connection(("127.0.0.1", port), timeout=120).close(); break
@@ -55,19 +72,28 @@ tracer = None
 if strace:
     tracer = subprocess.Popen(["strace", "-c", "-f", "-o", out + ".strace", "-p", pid])
     time.sleep(3.0)  # until it is attached to every thread
+elif cpu:
+    t0 = cpu_ticks()
 else:
     subprocess.run(["callgrind_control", "-z", pid], check=True, capture_output=True)
 got = sum(one() for _ in range(n))
+if cpu:
+    t1, hz = cpu_ticks(), os.sysconf("SC_CLK_TCK")
+    user, system = (t1[0] - t0[0]) / hz, (t1[1] - t0[1]) / hz
+    print(f"{mode}: {n} connections in {user + system:.2f} s of server CPU ({user:.2f} user, "
+          f"{system:.2f} system): {n / (user + system):,.0f} per CPU-second")
 if mode == "resume" and got != n:
     sys.exit(f"only {got} of {n} resumed")
 if strace:
     time.sleep(0.5)
     tracer.terminate(); tracer.wait()
-else:
+elif not cpu:
     subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)
 PY
 kill -TERM $VP; wait $VP || true
-if [ "${STRACE:-0}" = 1 ]; then
+if [ "${CPU:-0}" = 1 ]; then
+  :
+elif [ "${STRACE:-0}" = 1 ]; then
   # Per connection: divided by the accept4 calls that returned one (strace may have attached
   # to the worker a little late); the Python main thread's sleeps are left out.
   echo "system calls of the server per connection ($MODE):"

@@ -4,25 +4,30 @@
 # /plaintext app (bench.http.apps) with one worker thread, plus CYSERVE_ARGS if set, or, with
 # SERVER=nginx, nginx 1.22 with the suite's protocol configuration
 # (bench/peers/nginx/nginx-proto.conf.template) in one process (no master). It runs under
-# callgrind, or bare with STRACE=1 (strace attaches later). The shell is left in TREE.
+# callgrind, or bare with STRACE=1 (strace attaches later) or CPU=1. With PLAIN=1 both serve plain HTTP on
+# the same port instead (no certificate options, nginx's listen without ssl). The shell is left in
+# TREE.
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$WORK/k.pem" \
   -out "$WORK/c.pem" -days 1 -subj /CN=localhost 2>/dev/null
 if [ "${SERVER:-cyserve}" = nginx ]; then
   mkdir -p "$WORK/ngx"
-  sed -e "s#@WORKERS@#1#; s#@PREFIX@#$WORK/ngx#g; s#@PORT@#$PORT#; s#@LISTEN@#ssl#" \
-      -e "s#@TLS@#ssl_certificate $WORK/c.pem; ssl_certificate_key $WORK/k.pem;#" \
+  if [ "${PLAIN:-0}" = 1 ]; then NGX_LISTEN=""; NGX_TLS=""; else
+    NGX_LISTEN=ssl; NGX_TLS="ssl_certificate $WORK/c.pem; ssl_certificate_key $WORK/k.pem;"; fi
+  sed -e "s#@WORKERS@#1#; s#@PREFIX@#$WORK/ngx#g; s#@PORT@#$PORT#; s#@LISTEN@#$NGX_LISTEN#" \
+      -e "s#@TLS@#$NGX_TLS#" \
       -e "s#master_process on#master_process off#" \
       "$TREE/bench/peers/nginx/nginx-proto.conf.template" > "$WORK/ngx/nginx.conf"
   CMD=(/usr/sbin/nginx -p "$WORK/ngx" -c "$WORK/ngx/nginx.conf")
 else
   # shellcheck disable=SC2206 # CYSERVE_ARGS is split into words on purpose
+  TLS_ARGS=(--ssl-certfile "$WORK/c.pem" --ssl-keyfile "$WORK/k.pem")
+  [ "${PLAIN:-0}" = 1 ] && TLS_ARGS=()
   CMD=("$TREE/.venv/bin/python" -m cyserve bench.http.apps.cyserve_static_app:app --host 127.0.0.1
-       --port "$PORT" --threads 1 --ssl-certfile "$WORK/c.pem" --ssl-keyfile "$WORK/k.pem"
-       ${CYSERVE_ARGS:-})
+       --port "$PORT" --threads 1 "${TLS_ARGS[@]}" ${CYSERVE_ARGS:-})
 fi
 rm -f "$OUT" "$OUT".*
 cd "$TREE"
-if [ "${STRACE:-0}" = 1 ]; then
+if [ "${STRACE:-0}" = 1 ] || [ "${CPU:-0}" = 1 ]; then
   PYTHONHASHSEED=0 PYTHONPATH="$TREE/src:$TREE" "${CMD[@]}" > "$OUT.log" 2>&1 &
   VP=$!
 else

@@ -186,6 +186,71 @@ static void test_stop_drains_the_accept_queue(struct server_target *st)
     router_free(r);
 }
 
+/* Connections queued together are all served, with no new one arriving to report the listener
+ * again. One worker, busy in a slow handler while QUEUED connections complete their TCP
+ * handshakes and send a request: when it is free, a single poll finds them all in the accept
+ * queue. The acceptor no longer reads the queue until EAGAIN (listen.c, "Accepting"): it asks
+ * poll() whether more wait, and the level-triggered listener is reported again by the next poll
+ * otherwise. An acceptor that took one connection and stopped, on an edge-triggered listener,
+ * failed here: all but the first waited forever. Each accepted connection has TCP_NODELAY, set
+ * once on the listener. */
+static void test_queued_connections_are_all_served(struct server_target *st)
+{
+    struct router *r;
+    is_int(router_new(&r), 0, "router for the queue test");
+    struct server_target zt;
+    memset(&zt, 0, sizeof(zt));
+    zt.kind = SERVER_NOGIL;
+    zt.fn = sleepy;
+    router_add(r, ROUTER_PATH, "/static", 7, 0, st, NULL, 0);
+    router_add(r, ROUTER_PATH, "/sleepy", 7, 0, &zt, NULL, 0);
+    struct server_config cfg;
+    server_config_default(&cfg);
+    cfg.port = 0;
+    cfg.threads = 1;
+    struct server *s;
+    is_int(server_new(&s, &cfg, r), 0, "server_new (one worker, queue)");
+    char err[128];
+    is_int(server_start(s, err, sizeof(err)), 0, "server_start (one worker, queue)");
+    int port = server_port(s);
+    int nodelay = 0;
+    socklen_t len = sizeof(nodelay);
+    is_int(getsockopt(s->workers[0].ls[0].fd, IPPROTO_TCP, TCP_NODELAY, &nodelay, &len), 0,
+           "the listener's TCP_NODELAY read");
+    ok(nodelay == 1 && !s->workers[0].ls[0].nodelay_each, "TCP_NODELAY set on the listener");
+
+    atomic_store(&sleepy_started, 0);
+    int busy = connect_to(port);
+    static const char zreq[] = "GET /sleepy HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    ok(write(busy, zreq, sizeof(zreq) - 1) > 0, "sent the slow request");
+    while (!atomic_load(&sleepy_started))
+        usleep(1000);
+    int q[QUEUED];
+    static const char sreq[] = "GET /static HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    for (int i = 0; i < QUEUED; i++) {
+        q[i] = connect_to(port);
+        if (write(q[i], sreq, sizeof(sreq) - 1) < 0)
+            ok(0, "queued request %d sent", i);
+    }
+    char buf[4096];
+    ssize_t n = read_to_end(busy, buf, sizeof(buf));
+    ok(n > 0 && strstr(buf, "slept"), "the slow request was answered");
+    close(busy);
+    int answered = 0;
+    for (int i = 0; i < QUEUED; i++) {
+        n = read_to_end(q[i], buf, sizeof(buf)); /* a connection never accepted times out */
+        if (n > 0 && strstr(buf, "HTTP/1.1 200 ") == buf && strstr(buf, "static!"))
+            answered++;
+        else
+            note("queued connection %d: %zd %s", i, n, n < 0 ? strerror((int)-n) : buf);
+        close(q[i]);
+    }
+    is_int(answered, QUEUED, "every queued connection accepted and answered");
+    is_int(server_shutdown(s, 20ull * 1000 * 1000 * 1000), 0, "shutdown (queue test)");
+    server_free(s);
+    router_free(r);
+}
+
 struct client {
     int port;
     int ok;
@@ -528,6 +593,7 @@ int main(void)
     is_int(server_shutdown(s, 0), 0, "shutdown is idempotent");
     server_free(s);
     test_stop_drains_the_accept_queue(&st);
+    test_queued_connections_are_all_served(&st);
     test_deferred_answers();
     test_http2_streams_at_once();
     server_target_clear(&st);

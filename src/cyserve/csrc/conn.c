@@ -51,7 +51,6 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -230,9 +229,7 @@ void conn_open(struct server *s, unsigned home, int fd, const struct conn_proto 
     c->pp_wait = pp_wait;
     c->io.data = c; /* before sched_io_add: its events are delivered from then on */
     c->fresh = 1;
-    int one = 1;
-    /* Responses go out in one write; Nagle would only delay them. */
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    /* TCP_NODELAY comes from the listener (listen.c: listen_set_nodelay). */
     int rc = sched_io_add(&c->io, fd, conn_on_ready);
     if (UNLIKELY(rc < 0)) {
         sched_home_exit();

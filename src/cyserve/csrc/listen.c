@@ -9,27 +9,39 @@
  * nginx's reuseport layout.
  *
  * Shared listeners. A Unix socket and a descriptor inherited from a parent (systemd's socket
- * activation, --fd) cannot be cloned per worker: SO_REUSEPORT makes a group of sockets bound to
- * one address, and a Unix path names one socket (a second bind fails), while an inherited socket
- * is one that somebody else made. So such a listener is one descriptor, registered in every
- * worker's epoll (edge-triggered, like a worker's own), and each worker has a slot for it
- * (struct server_lslot) with the same acceptor. A new connection wakes the workers parked on it
- * and the first accept4 wins; the others meet EAGAIN and release their slot. That is one wasted
- * wake-up per parked worker and connection, not per request (keep-alive connections stay on the
- * worker that accepted them). EPOLLEXCLUSIVE would wake one worker only, but it can only be set
- * when the descriptor is added to an epoll (the scheduler's sched_io_add sets the flags of every
- * registration), and putting the listener in an epoll of its own nested in the worker's does not
- * help: the kernel counts a wake-up against the flag only for a thread waiting in that epoll
- * itself, so every nested one is woken. A shared descriptor is never
- * shut down by a stop (listen_shut): other workers, sibling processes under a supervisor, or
- * systemd hold it too, and what arrives after this process's last accept stays queued for them.
- * The engine borrows it: the caller closes it (and unlinks a Unix socket's path).
+ * activation, --fd) cannot be cloned per worker: SO_REUSEPORT makes a group of sockets bound to one
+ * address, and a Unix path names one socket (a second bind fails), while an inherited socket is one
+ * that somebody else made. So such a listener is one descriptor, registered in every worker's epoll
+ * (edge-triggered, unlike a worker's own: see Accepting), and each worker has a slot for it (struct
+ * server_lslot) with the same acceptor. A new connection wakes the workers parked on it and the
+ * first accept4 wins; the others meet EAGAIN and release their slot. That is one wasted wake-up per
+ * parked worker and connection, not per request (keep-alive connections stay on the worker that
+ * accepted them). EPOLLEXCLUSIVE would wake one worker only, but it can only be set when the
+ * descriptor is added to an epoll (the scheduler's sched_io_add and sched_io_add_level set the
+ * flags of every registration), and putting the listener in an epoll of its own nested in the
+ * worker's does not help: the kernel counts a wake-up against the flag only for a thread waiting in
+ * that epoll itself, so every nested one is woken. A shared descriptor is never shut down by a stop
+ * (listen_shut): other workers, sibling processes under a supervisor, or systemd hold it too, and
+ * what arrives after this process's last accept stays queued for them. The engine borrows it: the
+ * caller closes it (and unlinks a Unix socket's path).
  *
  * Accepting. A listener's readiness calls listen_on_ready() on its worker, which spawns a short
- * accept coroutine: accept4() until EAGAIN (in batches of LISTEN_ACCEPT_BATCH, yielding between
- * batches so one flood of connections cannot starve the requests of this worker), register each
- * connection edge-triggered on the worker that runs the accept (it becomes the connection's
- * home), then sched_io_release() the listener so that its next readiness calls on_ready again.
+ * accept coroutine: it registers each connection it takes edge-triggered on the worker that
+ * runs the accept (it becomes the connection's home), then sched_io_release()s the listener so
+ * that its next readiness calls on_ready again. A worker's own listener is level-triggered
+ * (sched_io_add_level): the next poll reports it again while its queue holds more, so no accept4
+ * has to meet EAGAIN to be sure it is empty (that EAGAIN costs about 4.7 us of CPU on a VM:
+ * accept4 makes the new socket before it looks at the queue; docs/architecture.md,
+ * "Accepting"); a poll() of the listener alone, a tenth of that, says whether to go on. While the acceptor
+ * cannot take what is queued (a pause out of descriptors) or never will (the listener is shut),
+ * it stops watching it (sched_io_watch): level-triggered, it would end every poll at once. A
+ * shared listener is edge-triggered, in every worker's epoll, and must be read until EAGAIN (in
+ * batches of LISTEN_ACCEPT_BATCH, yielding between batches so one flood of connections cannot
+ * starve the requests of this worker); level-triggered it would wake every worker at every poll
+ * until one took the connection. A stop drains any listener to EAGAIN (below). Connections
+ * inherit TCP_NODELAY from the listener (listen_set_nodelay). The epoll_ctl DEL before a
+ * connection's close stays (conn_destroy): a child process may share the socket's open file, and
+ * close() alone would then leave the registration pointing at freed memory.
  *
  * Each connection is opened with the protocol and transport of its listener: HTTP/1.1
  * (http1_proto) over plain sockets (conn_plain), or over the server's transport when one is
@@ -55,6 +67,8 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -136,6 +150,56 @@ static void listen_shut(struct server_lslot *l)
     atomic_fetch_sub_explicit(&l->w->srv->undrained, 1, memory_order_release);
 }
 
+/* Responses go out in one write, and Nagle would only delay them. Set on the listener, it holds
+ * for every connection accepted from it, so one call at the start replaces one per connection. */
+int listen_set_nodelay(int fd)
+{
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof(sa);
+    if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0)
+        return -errno;
+    if (sa.ss_family != AF_INET && sa.ss_family != AF_INET6)
+        return 0;
+    int one = 1;
+    if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0)
+        return -errno;
+    return 0;
+}
+
+/* Watch l's level-triggered listener again after a pause (listen_acceptor). Until that works
+ * nothing would call on_ready again, so a failure (epoll_ctl out of memory) keeps the calling
+ * acceptor, which pauses and tries again. A listener that a stop's acceptor shut meanwhile is
+ * left unwatched: it would report a hang-up at every poll (accept4 now fails, and the stop's
+ * path follows). 0, or -ECANCELED (the scheduler stops). Coroutine only. */
+static int listen_rewatch(struct server_lslot *l, uint64_t pause)
+{
+    for (;;) {
+        int rc = sched_home_enter((int)l->w->id);
+        if (rc >= 0) {
+            /* safety: relaxed: the shutting acceptor stops watching l in a section of this
+             * home after its exchange, so either this section follows that one (its lock
+             * orders the exchange before this load, which sees it) or that one follows this
+             * and removes what this adds. */
+            if (!atomic_load_explicit(&l->shut, memory_order_relaxed))
+                rc = sched_io_watch(&l->io, 1);
+            else
+                rc = 0;
+            sched_home_exit();
+        }
+        if (rc == 0 || rc == -EEXIST) /* EEXIST: the pause's DEL had failed */
+            return 0;
+        if (sched_sleep_ns(pause) < 0)
+            return -ECANCELED;
+    }
+}
+
+/* Whether listener fd has a connection queued (a poll() that does not wait). */
+static int listen_more_queued(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
+}
+
 static int listen_acceptor(struct coro *co, void *arg)
 {
     struct server_lslot *l = arg;
@@ -152,13 +216,25 @@ static int listen_acceptor(struct coro *co, void *arg)
             int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
             if (LIKELY(fd >= 0)) {
                 backoff = LISTEN_BACKOFF_MIN_NS;
+                if (UNLIKELY(l->nodelay_each))
+                    listen_set_nodelay(fd);
                 /* While stopping too: the client's request is answered with Connection: close
                  * (closing it here would reset it). */
                 conn_open(s, l->w->id, fd, &http1_proto,
                           s->cfg.transport ? s->cfg.transport : &conn_plain);
-                /* What was queued when the stop began is at most a backlog; more is a flood
-                 * arriving since, which the stop does not wait for. */
-                if (UNLIKELY(server_draining(s)) && ++stopping_taken > (unsigned)s->cfg.backlog)
+                if (UNLIKELY(server_draining(s))) {
+                    /* What was queued when the stop began is at most a backlog; more is a
+                     * flood arriving since, which the stop does not wait for. */
+                    if (++stopping_taken > (unsigned)s->cfg.backlog)
+                        goto drained;
+                    continue; /* a stop empties the queue before it shuts the listener */
+                }
+                /* Level-triggered: no accept4 has to meet EAGAIN to be sure the queue is
+                 * empty (the next poll reports the listener again if it is not). But a burst
+                 * queued behind a busy worker is taken now, not one connection per loop turn
+                 * (a turn may be a batch of slow Python calls): a poll() of the listener alone
+                 * says whether more wait, for a tenth of what an accept4 that fails costs. */
+                if (LIKELY(l->level) && !listen_more_queued(l->fd))
                     goto drained;
                 continue;
             }
@@ -177,18 +253,28 @@ static int listen_acceptor(struct coro *co, void *arg)
                 /* Out of descriptors or memory: the pending connection stays queued, and the
                  * edge-triggered registration would not fire again for it, so retry after a
                  * pause (this listener takes nothing meanwhile; its registration stays with
-                 * this coroutine), longer while the failures go on, and say why. */
+                 * this coroutine), longer while the failures go on, and say why. A
+                 * level-triggered listener is not watched during the pause: it stays readable,
+                 * and every poll of this worker would return at once for it. */
                 listen_note_accept_failure(err);
+                if (l->level)
+                    sched_io_watch(&l->io, 0);
                 if (sched_sleep_ns(backoff) < 0)
+                    return 0;
+                if (l->level && listen_rewatch(l, backoff) < 0)
                     return 0;
                 if (backoff < LISTEN_BACKOFF_MAX_NS)
                     backoff *= 2;
                 continue;
             default:
                 /* EINVAL/EBADF: the listener was shut down by a stop (listen_shut). Keep the
-                 * registration active so that on_ready is never called again. */
+                 * registration active so that on_ready is never called again (a
+                 * level-triggered one is no longer watched: it would report the shut listener
+                 * at every poll). */
                 if (server_draining(s))
                     goto drained; /* and close what this acceptor opened that is idle */
+                if (l->level)
+                    sched_io_watch(&l->io, 0);
                 return 0;
             }
         }
@@ -202,6 +288,8 @@ static int listen_acceptor(struct coro *co, void *arg)
              * is never called again. What this worker just opened is closed by its idle pass
              * unless its request has arrived. */
             listen_shut(l);
+            if (l->level)
+                sched_io_watch(&l->io, 0); /* shut down, it reports a hang-up forever */
             int home = sched_home_enter((int)l->w->id);
             if (home >= 0) {
                 sched_timer_arm(&s->workers[home].ctl_timer, 0);
@@ -289,7 +377,7 @@ void listen_worker_start(struct sched *sched, unsigned id, void *ud)
     for (unsigned i = 0; i < s->nlistens; i++) {
         struct server_lslot *l = &w->ls[i];
         l->io.data = l;
-        if (sched_io_add(&l->io, l->fd, listen_on_ready) == 0)
+        if ((l->level ? sched_io_add_level : sched_io_add)(&l->io, l->fd, listen_on_ready) == 0)
             l->added = 1;
     }
     w->ctl_timer.cb = listen_ctl_close_idle;

@@ -16,6 +16,11 @@ void listen_worker_start(struct sched *sched, unsigned id, void *ud);
  * 0 and *out set, or -errno (nothing left open). Control thread. */
 int listen_open(const struct addrinfo *ai, int port, int reuseport, int backlog, int *out);
 
+/* Turn Nagle's algorithm off on listener fd, for every connection it will accept (Linux copies
+ * a listener's socket options into each one). 0 (done, or fd is not TCP: a Unix socket has no
+ * Nagle), or -errno: then set it on each connection. Control thread, before the workers. */
+int listen_set_nodelay(int fd);
+
 /* The port socket fd is bound to, or -errno. */
 int listen_bound_port(int fd);
 

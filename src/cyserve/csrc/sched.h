@@ -213,6 +213,25 @@ int sched_home_held(void);
 int sched_io_add(struct sched_io *io, int fd,
                  void (*on_ready)(struct sched_io *io, uint32_t events));
 
+/* As sched_io_add, but level-triggered and for EPOLLIN only: for a listener that its server
+ * serves one connection per readiness. Every poll reports the fd while it is readable, so
+ * whoever serves it needs no final read that meets EAGAIN to be sure nothing is left (an
+ * edge-triggered registration reports nothing for what was already there); on_ready is still
+ * called only while io is idle, and readiness reported while it is active is recorded as for
+ * sched_io_add. A coroutine that stops taking what is readable while io is active (it waits for
+ * descriptors, or the fd is shut down and reports a hang-up forever) must stop watching it
+ * first (sched_io_watch), or every poll of its home returns at once. Same results. Worker
+ * only. */
+int sched_io_add_level(struct sched_io *io, int fd,
+                       void (*on_ready)(struct sched_io *io, uint32_t events));
+
+/* Stop (on = 0: EPOLL_CTL_DEL) or start again (on = 1) watching io, registered by
+ * sched_io_add_level, without changing whether it is active: what its coroutine calls before a
+ * pause in which it will not take what is readable, and after it. In a home section of io's
+ * home, as sched_io_del (from a coroutine it enters one and stays in it). Returns 0 or -errno
+ * from epoll_ctl. Worker only. */
+int sched_io_watch(struct sched_io *io, int on);
+
 /* Wait until io is ready for any of events, consuming that readiness (Go's netpoll rule: read
  * or write until EAGAIN, then wait). An error or hang-up (EPOLLERR, EPOLLHUP) ends any wait; the
  * peer's half-close (EPOLLRDHUP) ends a wait that includes EPOLLIN only. deadline_ns is absolute on sched_now_ns()'s clock, or < 0

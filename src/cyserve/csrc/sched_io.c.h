@@ -189,8 +189,13 @@ int sched_wait_fd(int fd, uint32_t events, int64_t timeout_ns)
     return sched_park(w, home, &rec);
 }
 
-int sched_io_add(struct sched_io *io, int fd,
-                 void (*on_ready)(struct sched_io *io, uint32_t events))
+/* The registration of an io: edge-triggered for reads, writes and the peer's half-close
+ * (sched_io_add), or level-triggered for reads only (sched_io_add_level). */
+#define SCHED_IO_EDGE (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET)
+#define SCHED_IO_LEVEL EPOLLIN
+
+static int io_add(struct sched_io *io, int fd, void (*on_ready)(struct sched_io *io, uint32_t),
+                  uint32_t events)
 {
     struct sched_worker *w = sched_self();
     if (UNLIKELY(!w))
@@ -210,14 +215,25 @@ int sched_io_add(struct sched_io *io, int fd,
     io->wait_events = 0;
     io->home = (int)home->id;
     io->active = 0;
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
-                             .data.ptr = (void *)((uintptr_t)io | 1)};
+    struct epoll_event ev = {.events = events, .data.ptr = (void *)((uintptr_t)io | 1)};
     int err = 0;
     if (UNLIKELY(epoll_ctl(home->epfd, EPOLL_CTL_ADD, fd, &ev) != 0))
         err = -errno;
     if (entered)
         loop_unlock(w);
     return err;
+}
+
+int sched_io_add(struct sched_io *io, int fd,
+                 void (*on_ready)(struct sched_io *io, uint32_t events))
+{
+    return io_add(io, fd, on_ready, SCHED_IO_EDGE);
+}
+
+int sched_io_add_level(struct sched_io *io, int fd,
+                       void (*on_ready)(struct sched_io *io, uint32_t events))
+{
+    return io_add(io, fd, on_ready, SCHED_IO_LEVEL);
 }
 
 int sched_io_wait(struct sched_io *io, uint32_t events, int64_t deadline_ns)
@@ -274,6 +290,22 @@ void sched_io_take(struct sched_io *io)
 {
     io->active = 1;
     io->ready &= ~(uint32_t)(EPOLLIN | EPOLLOUT);
+}
+
+int sched_io_watch(struct sched_io *io, int on)
+{
+    struct sched_worker *w = sched_self();
+    if (UNLIKELY(!w))
+        return -EPERM;
+    if (w->current)
+        home_enter(&w, io->home);
+    struct epoll_event ev = {.events = SCHED_IO_LEVEL, .data.ptr = (void *)((uintptr_t)io | 1)};
+    int epfd = w->s->w[io->home].epfd;
+    if (epoll_ctl(epfd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, io->fd, &ev) != 0)
+        return -errno;
+    /* Readiness recorded before the pause is stale by its end; the poll reports what is left. */
+    io->ready = 0;
+    return 0;
 }
 
 void sched_io_del(struct sched_io *io)

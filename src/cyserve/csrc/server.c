@@ -638,12 +638,17 @@ int server_start(struct server *s, char *errmsg, size_t errlen)
             if (s->listens[li].fd >= 0) {
                 l->fd = s->listens[li].fd;
                 l->shared = 1;
-                continue;
+            } else {
+                port = s->ports[li];
+                rc = listen_open(res[li], port, 1, s->cfg.backlog, &l->fd);
+                if (rc < 0)
+                    goto fail_sched;
             }
-            port = s->ports[li];
-            rc = listen_open(res[li], port, 1, s->cfg.backlog, &l->fd);
-            if (rc < 0)
-                goto fail_sched;
+            /* A listener of this worker alone is served one connection per readiness
+             * (listen.c, "Accepting"); a shared one wakes every worker for each connection,
+             * and level-triggered it would wake them all at every poll until one took it. */
+            l->level = !l->shared;
+            l->nodelay_each = listen_set_nodelay(l->fd) < 0;
         }
         w->ctl_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (w->ctl_fd < 0) {

@@ -49,6 +49,10 @@ struct server_lslot {
     int fd;     /* opened by the control thread; a shared one is the caller's (never closed here) */
     int shared; /* fd is shared by every worker (and maybe other processes): never shut down */
     int added;
+    int level;        /* registered level-triggered: one accept4 per readiness (listen.c) */
+    int nodelay_each; /* TCP_NODELAY could not be set on fd: set it on each connection */
+    /* level and nodelay_each: set by the control thread before the workers start, then read
+     * only. */
     struct sched_io io;
     _Atomic int shut; /* a stop has drained this slot (listen_shut) */
 };
