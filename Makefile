@@ -136,12 +136,17 @@ test-docker:
 # (and CI) has no such interpreter unless this builds one, which takes about 15 minutes of CPU.
 # The source is not downloaded here: give CPYTHON_SRC, CPython 3.14.7's source archive (the
 # default is .cache/cpython-3.14.7.zip, a zip of the v3.14.7 tag whose top folder holds
-# configure); a file of another release or packing needs its own CPYTHON_SHA256.
+# configure). Debian's source package of the same release works as well, and is what a machine
+# that reaches only Debian's archive can get: python3.14_3.14.7.orig.tar.xz of python3.14
+# 3.14.7-1 (`apt-get source --download-only python3.14=3.14.7-1` with a deb-src line for a suite
+# that still lists it); its checksum is recorded too and chosen by the file's name. A file of
+# another release or packing needs its own CPYTHON_SHA256.
 # --disable-test-modules: no _testcapi and no Lib/test, a quarter less to compile and install.
 PY_FT_PREFIX ?= /opt/py314t
 PY_FT := $(PY_FT_PREFIX)/bin/python3.14t
 CPYTHON_SRC ?= .cache/cpython-3.14.7.zip
-CPYTHON_SHA256 ?= e79b1270b4b62593f6686c8db8edd384b4a9b14e5824a8c9fce0a95656dd6321
+CPYTHON_SHA256_DEBIAN := 3b48dac8fb59f62eaa67ac83c1eb12bda1b7a08406dd286e252c11a66be27f81
+CPYTHON_SHA256 ?= $(if $(filter python3.14_3.14.7.orig.tar.xz,$(notdir $(CPYTHON_SRC))),$(CPYTHON_SHA256_DEBIAN),e79b1270b4b62593f6686c8db8edd384b4a9b14e5824a8c9fce0a95656dd6321)
 PY_FT_BUILD := .cache/cpython-ft
 
 python-ft: $(PY_FT)

@@ -5,15 +5,19 @@ except the ones about the GIL itself."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import sysconfig
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
+import flask
 import pytest
 
 import cyserve
@@ -200,6 +204,72 @@ def test_asgi_with_workers_in_parallel_answers_each_client_right() -> None:
         stop.set()
         th.join(30)
     assert not failures, failures[:5]
+
+
+def test_a_flask_app_with_a_db_session_per_thread_on_every_worker(tmp_path: Path) -> None:
+    # The issue's second stress app: Flask, served by several workers at once, keeping a
+    # database session per thread (as SQLAlchemy's scoped_session does) on one shared database
+    # file. Every insert must land, each client must read back its own rows in order (its
+    # requests are sequential on one connection), and a session must be opened once per thread
+    # that serves and used on no other thread.
+    path = str(tmp_path / "hits.db")
+    with contextlib.closing(sqlite3.connect(path)) as setup:
+        # WAL: readers do not block the writer; the other writers wait (the busy timeout).
+        setup.execute("pragma journal_mode=wal")
+        setup.execute("create table hits (client text, i integer)")
+        setup.commit()
+    local = threading.local()
+    sessions: dict[int, sqlite3.Connection] = {}  # thread ident -> its session
+    sessions_lock = threading.Lock()
+    foreign: list[str] = []
+
+    def session() -> sqlite3.Connection:
+        db = getattr(local, "db", None)
+        if db is None:
+            # Closed by the test at the end, from its own thread (hence check_same_thread).
+            db = sqlite3.connect(path, timeout=60, isolation_level=None,
+                                 check_same_thread=False)
+            db.execute("pragma synchronous=off")
+            local.db, local.owner = db, threading.get_ident()
+            with sessions_lock:
+                if local.owner in sessions:
+                    foreign.append(f"a second session on thread {local.owner}")
+                sessions[local.owner] = db
+        if local.owner != threading.get_ident():
+            foreign.append(f"a session of thread {local.owner} on {threading.get_ident()}")
+        return db
+
+    fapp = flask.Flask(__name__)
+
+    @fapp.get("/add/<client>/<int:i>")
+    def add(client: str, i: int) -> str:
+        db = session()
+        db.execute("insert into hits (client, i) values (?, ?)", (client, i))
+        rows = db.execute("select i from hits where client = ? order by rowid",
+                          (client,)).fetchall()
+        return f"{client}|{[r[0] for r in rows] == list(range(i + 1))}|" \
+               f"{flask.request.headers.get('X-Tag')}"
+
+    app = cyserve.App()
+    app.wsgi("/", fapp)
+    failures: list[str] = []
+
+    def check(k: int, i: int, reply: Any) -> None:
+        assert reply.status == 200, reply
+        assert reply.body.decode() == f"c{k}|True|c{k}-r{i}"
+
+    try:
+        with serving(app.build(), threads=WORKERS) as srv:
+            _hammer(srv.port, lambda k, i: get(f"/add/c{k}/{i}", extra=f"X-Tag: c{k}-r{i}\r\n"),
+                    check, failures)
+        assert not failures, failures[:5]
+        assert not foreign, foreign[:5]
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            assert db.execute("select count(*) from hits").fetchone()[0] == CLIENTS * REQUESTS
+        assert len(sessions) > 1, "one thread answered everything"
+    finally:
+        for db in sessions.values():
+            db.close()
 
 
 def _relief_threads() -> int:
