@@ -54,11 +54,18 @@ static int hello(cyserve_request *req, cyserve_response *resp, void *ctx)
 
 /* A GIL-free handler that holds its worker for a while, as a slow handler does. */
 static _Atomic int sleepy_started;
+/* When set, sleepy also waits (at most 10 s) until that server's stop has begun: the drain test
+ * needs its queued requests still queued when the stop comes, and a fixed sleep lost that race
+ * on a loaded machine (the Python twin of the test, tests/e2e/test_shutdown_drain.py, did). */
+static struct server *_Atomic sleepy_until_drain;
 
 static int sleepy(cyserve_request *req, cyserve_response *resp, void *ctx)
 {
     atomic_store(&sleepy_started, 1);
     usleep(300 * 1000);
+    struct server *s = atomic_load(&sleepy_until_drain);
+    for (int i = 0; s && i < 10000 && !server_draining(s); i++)
+        usleep(1000);
     return resp_write(resp, "slept", 5);
 }
 
@@ -145,6 +152,7 @@ static void test_stop_drains_the_accept_queue(struct server_target *st)
     char err[128];
     is_int(server_start(s, err, sizeof(err)), 0, "server_start (one worker)");
     int port = server_port(s);
+    atomic_store(&sleepy_until_drain, s);
 
     int busy = connect_to(port);
     static const char zreq[] = "GET /sleepy HTTP/1.1\r\nHost: t\r\n\r\n";
@@ -182,6 +190,7 @@ static void test_stop_drains_the_accept_queue(struct server_target *st)
     ok(read_to_end(silent, buf, sizeof(buf)) <= 0, "the silent connection was closed");
     close(silent);
     is_int(server_live_connections(s), 0, "no live connection left");
+    atomic_store(&sleepy_until_drain, NULL);
     server_free(s);
     router_free(r);
 }
