@@ -127,46 +127,71 @@ static ssize_t read_to_end(int fd, char *buf, size_t cap)
     }
 }
 
-/* A stop answers what waits in the accept queue. One worker, busy in a slow handler; QUEUED
- * requests wait behind it in the kernel's accept queue when the shutdown begins. Shutting the
- * listener down without taking them reset every one. */
+/* The two accept-queue tests share their set-up: one worker serving /static and /sleepy, busy in
+ * the slow handler while QUEUED connections, each with one request sent, wait behind it in the
+ * kernel's accept queue. keepalive_ns 0 keeps the default. */
 #define QUEUED 5
 
-static void test_stop_drains_the_accept_queue(struct server_target *st)
-{
+struct queue_fixture {
     struct router *r;
-    is_int(router_new(&r), 0, "router for the drain test");
-    struct server_target zt;
-    memset(&zt, 0, sizeof(zt));
-    zt.kind = SERVER_NOGIL;
-    zt.fn = sleepy;
-    router_add(r, ROUTER_PATH, "/static", 7, 0, st, NULL, 0);
-    router_add(r, ROUTER_PATH, "/sleepy", 7, 0, &zt, NULL, 0);
+    struct server_target zt; /* the router points at it: it lives as long as the fixture */
+    struct server *s;
+    int busy;
+    int q[QUEUED];
+};
+
+static void queue_fixture_start(struct queue_fixture *f, struct server_target *st,
+                                uint64_t keepalive_ns)
+{
+    memset(f, 0, sizeof(*f));
+    is_int(router_new(&f->r), 0, "router for the queue test");
+    f->zt.kind = SERVER_NOGIL;
+    f->zt.fn = sleepy;
+    router_add(f->r, ROUTER_PATH, "/static", 7, 0, st, NULL, 0);
+    router_add(f->r, ROUTER_PATH, "/sleepy", 7, 0, &f->zt, NULL, 0);
     struct server_config cfg;
     server_config_default(&cfg);
     cfg.port = 0;
     cfg.threads = 1;
-    cfg.keepalive_ns = 30ull * 1000 * 1000 * 1000; /* only the stop may close the silent one */
-    struct server *s;
-    is_int(server_new(&s, &cfg, r), 0, "server_new (one worker)");
+    if (keepalive_ns)
+        cfg.keepalive_ns = keepalive_ns;
+    is_int(server_new(&f->s, &cfg, f->r), 0, "server_new (one worker)");
     char err[128];
-    is_int(server_start(s, err, sizeof(err)), 0, "server_start (one worker)");
-    int port = server_port(s);
-    atomic_store(&sleepy_until_drain, s);
+    is_int(server_start(f->s, err, sizeof(err)), 0, "server_start (one worker)");
+}
 
-    int busy = connect_to(port);
-    static const char zreq[] = "GET /sleepy HTTP/1.1\r\nHost: t\r\n\r\n";
-    ok(write(busy, zreq, sizeof(zreq) - 1) > 0, "sent the slow request");
+/* Sends the slow request, waits until its handler runs, then queues the QUEUED requests; `conn_hdr`
+ * goes into every request ("" or "Connection: close\r\n"). */
+static void queue_fixture_fill(struct queue_fixture *f, const char *conn_hdr)
+{
+    int port = server_port(f->s);
+    char req[128];
+    atomic_store(&sleepy_started, 0);
+    f->busy = connect_to(port);
+    int len = snprintf(req, sizeof(req), "GET /sleepy HTTP/1.1\r\nHost: t\r\n%s\r\n", conn_hdr);
+    ok(write(f->busy, req, (size_t)len) > 0, "sent the slow request");
     while (!atomic_load(&sleepy_started))
         usleep(1000);
-    int q[QUEUED];
-    static const char sreq[] = "GET /static HTTP/1.1\r\nHost: t\r\n\r\n";
+    len = snprintf(req, sizeof(req), "GET /static HTTP/1.1\r\nHost: t\r\n%s\r\n", conn_hdr);
     for (int i = 0; i < QUEUED; i++) {
-        q[i] = connect_to(port);
-        if (write(q[i], sreq, sizeof(sreq) - 1) < 0)
+        f->q[i] = connect_to(port);
+        if (write(f->q[i], req, (size_t)len) < 0)
             ok(0, "queued request %d sent", i);
     }
-    int silent = connect_to(port); /* queued too, but sends nothing */
+}
+
+/* A stop answers what waits in the accept queue. One worker, busy in a slow handler; QUEUED
+ * requests wait behind it in the kernel's accept queue when the shutdown begins. Shutting the
+ * listener down without taking them reset every one. */
+static void test_stop_drains_the_accept_queue(struct server_target *st)
+{
+    struct queue_fixture f;
+    /* a long keep-alive: only the stop may close the silent connection */
+    queue_fixture_start(&f, st, 30ull * 1000 * 1000 * 1000);
+    atomic_store(&sleepy_until_drain, f.s);
+    queue_fixture_fill(&f, "");
+    struct server *s = f.s;
+    int silent = connect_to(server_port(s)); /* queued too, but sends nothing */
     uint64_t t0 = clock_mono_ns();
     is_int(server_shutdown(s, 20ull * 1000 * 1000 * 1000), 0, "shutdown with a queue");
     uint64_t took = clock_mono_ns() - t0;
@@ -175,24 +200,24 @@ static void test_stop_drains_the_accept_queue(struct server_target *st)
     char buf[4096];
     int answered = 0;
     for (int i = 0; i < QUEUED; i++) {
-        ssize_t n = read_to_end(q[i], buf, sizeof(buf));
+        ssize_t n = read_to_end(f.q[i], buf, sizeof(buf));
         if (n > 0 && strstr(buf, "HTTP/1.1 200 ") == buf && strstr(buf, "Connection: close") &&
             strstr(buf, "static!"))
             answered++;
         else
             note("queued connection %d: %zd %s", i, n, n < 0 ? strerror((int)-n) : buf);
-        close(q[i]);
+        close(f.q[i]);
     }
     is_int(answered, QUEUED, "every queued request answered with Connection: close, no reset");
-    ssize_t n = read_to_end(busy, buf, sizeof(buf));
+    ssize_t n = read_to_end(f.busy, buf, sizeof(buf));
     ok(n > 0 && strstr(buf, "slept"), "the slow request was answered");
-    close(busy);
+    close(f.busy);
     ok(read_to_end(silent, buf, sizeof(buf)) <= 0, "the silent connection was closed");
     close(silent);
     is_int(server_live_connections(s), 0, "no live connection left");
     atomic_store(&sleepy_until_drain, NULL);
     server_free(s);
-    router_free(r);
+    router_free(f.r);
 }
 
 /* Connections queued together are all served, with no new one arriving to report the listener
@@ -205,59 +230,32 @@ static void test_stop_drains_the_accept_queue(struct server_target *st)
  * once on the listener. */
 static void test_queued_connections_are_all_served(struct server_target *st)
 {
-    struct router *r;
-    is_int(router_new(&r), 0, "router for the queue test");
-    struct server_target zt;
-    memset(&zt, 0, sizeof(zt));
-    zt.kind = SERVER_NOGIL;
-    zt.fn = sleepy;
-    router_add(r, ROUTER_PATH, "/static", 7, 0, st, NULL, 0);
-    router_add(r, ROUTER_PATH, "/sleepy", 7, 0, &zt, NULL, 0);
-    struct server_config cfg;
-    server_config_default(&cfg);
-    cfg.port = 0;
-    cfg.threads = 1;
-    struct server *s;
-    is_int(server_new(&s, &cfg, r), 0, "server_new (one worker, queue)");
-    char err[128];
-    is_int(server_start(s, err, sizeof(err)), 0, "server_start (one worker, queue)");
-    int port = server_port(s);
+    struct queue_fixture f;
+    queue_fixture_start(&f, st, 0);
+    struct server *s = f.s;
     int nodelay = 0;
     socklen_t len = sizeof(nodelay);
     is_int(getsockopt(s->workers[0].ls[0].fd, IPPROTO_TCP, TCP_NODELAY, &nodelay, &len), 0,
            "the listener's TCP_NODELAY read");
     ok(nodelay == 1 && !s->workers[0].ls[0].nodelay_each, "TCP_NODELAY set on the listener");
-
-    atomic_store(&sleepy_started, 0);
-    int busy = connect_to(port);
-    static const char zreq[] = "GET /sleepy HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
-    ok(write(busy, zreq, sizeof(zreq) - 1) > 0, "sent the slow request");
-    while (!atomic_load(&sleepy_started))
-        usleep(1000);
-    int q[QUEUED];
-    static const char sreq[] = "GET /static HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
-    for (int i = 0; i < QUEUED; i++) {
-        q[i] = connect_to(port);
-        if (write(q[i], sreq, sizeof(sreq) - 1) < 0)
-            ok(0, "queued request %d sent", i);
-    }
+    queue_fixture_fill(&f, "Connection: close\r\n");
     char buf[4096];
-    ssize_t n = read_to_end(busy, buf, sizeof(buf));
+    ssize_t n = read_to_end(f.busy, buf, sizeof(buf));
     ok(n > 0 && strstr(buf, "slept"), "the slow request was answered");
-    close(busy);
+    close(f.busy);
     int answered = 0;
     for (int i = 0; i < QUEUED; i++) {
-        n = read_to_end(q[i], buf, sizeof(buf)); /* a connection never accepted times out */
+        n = read_to_end(f.q[i], buf, sizeof(buf)); /* a connection never accepted times out */
         if (n > 0 && strstr(buf, "HTTP/1.1 200 ") == buf && strstr(buf, "static!"))
             answered++;
         else
             note("queued connection %d: %zd %s", i, n, n < 0 ? strerror((int)-n) : buf);
-        close(q[i]);
+        close(f.q[i]);
     }
     is_int(answered, QUEUED, "every queued connection accepted and answered");
     is_int(server_shutdown(s, 20ull * 1000 * 1000 * 1000), 0, "shutdown (queue test)");
     server_free(s);
-    router_free(r);
+    router_free(f.r);
 }
 
 struct client {
