@@ -22,6 +22,7 @@ from collections.abc import Mapping as _Mapping
 
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
+from cpython.tuple cimport PyTuple_GET_ITEM
 from libc.stdint cimport int64_t, uint64_t
 from libc.string cimport memcmp, strlen
 from posix.unistd cimport usleep
@@ -1282,7 +1283,7 @@ cdef void _py_call(void *opaque, cs.req_t *req, cs.resp_t *resp) noexcept nogil:
     # Runs on a worker thread between the offload hooks, so the GIL is already held; `with gil`
     # only re-enters it (a counter increment), and keeps this correct should a caller not hold it.
     with gil:
-        _py_call_impl(<object>opaque, <cyserve_request *>req, resp)
+        _py_call_impl(<PyObject *>opaque, <cyserve_request *>req, resp)
 
 
 cdef void _answer_body_error(cs.resp_t *resp, int status, const char *reason) noexcept nogil:
@@ -1294,9 +1295,14 @@ cdef void _answer_body_error(cs.resp_t *resp, int status, const char *reason) no
     cs.resp_write(resp, b"\n", 1)
 
 
-cdef void _py_call_impl(tuple info, cyserve_request *req, cs.resp_t *resp) noexcept:
+cdef void _py_call_impl(PyObject *info_p, cyserve_request *req, cs.resp_t *resp) noexcept:
+    # The route's tuple (handler, int parameter names, label) and its handler are borrowed, not
+    # referenced: Server keeps the tuple for as long as it serves (_keep), and a tuple cannot
+    # change. A reference taken and dropped on each call would be, on a free-threaded build,
+    # atomic operations on the counts of objects the starting thread made, which every worker
+    # would write on every request.
+    cdef PyObject *handler = PyTuple_GET_ITEM(<tuple>info_p, 0)
     cdef Request r = None
-    handler = info[0]
     cdef object ctx = None
     cdef RequestBody inp = None
     cdef cs.body_reader_t *br = cs.body_of(<const cs.req_t *>req)
@@ -1310,14 +1316,14 @@ cdef void _py_call_impl(tuple info, cyserve_request *req, cs.resp_t *resp) noexc
         if br != NULL:  # a large body, read as the handler asks (csrc/body.c)
             inp = RequestBody.__new__(RequestBody)
             inp._br = br
-        if type(handler) is WSGIHandler:  # native/wsgi.pyx: no Request needed
+        if type(<object>handler) is WSGIHandler:  # native/wsgi.pyx: no Request needed
             result = (<WSGIHandler>handler)._call(req, inp)
         else:
             r = Request.__new__(Request)
             r._req = req
-            r._int_params = info[1]
+            r._int_params = <object>PyTuple_GET_ITEM(<tuple>info_p, 1)
             r._input = inp
-            result = handler(r)
+            result = (<object>handler)(r)
         head = req.method.len == 4 and memcmp(req.method.ptr, "HEAD", 4) == 0
         if type(result) is _WSGIAnswer:  # native/wsgi.pyx
             _fill_wsgi(<_WSGIAnswer>result, resp, head, ctx, inp)
@@ -1333,7 +1339,8 @@ cdef void _py_call_impl(tuple info, cyserve_request *req, cs.resp_t *resp) noexc
         # traceback for it.
         if br == NULL or not _body_failed(br):
             try:
-                _error_log.exception("handler %s failed for %s %s", info[2],
+                _error_log.exception("handler %s failed for %s %s",
+                                     <object>PyTuple_GET_ITEM(<tuple>info_p, 2),
                                      _latin1(req.method), _latin1(req.target))
             except BaseException:
                 pass

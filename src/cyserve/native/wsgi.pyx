@@ -28,6 +28,31 @@ cdef extern from "<strings.h>" nogil:
     int strncasecmp(const char *a, const char *b, size_t n)
 
 cdef tuple _NO_ARGS = ()
+
+
+# The environ's own keys and constant values as interned strs. On a free-threaded build (3.14t)
+# a str the starting thread made is shared with the workers: each environ, a copy of the
+# connection's part, takes a reference to every key and value it holds and drops them when the
+# request ends, and for a shared object each is an atomic operation on a count that every worker
+# writes (about a dozen pairs a request, measured with bench/micro/cg_request.sh). Interned strs
+# are immortal there, with no count to write. Cython's own constants are interned only when they
+# look like identifiers, and sys.intern may return another str equal to the one given (whichever
+# was interned first), so the strs used are the ones it returns. On a GIL build this changes
+# nothing but which equal str is used.
+cdef str _intern_str(str s):
+    return _sys.intern(s) if type(s) is str else s
+
+
+cdef dict _interned(dict d):
+    """d with its str keys and str values interned (the same pairs, in the same order)."""
+    return {_intern_str(k): (_intern_str(v) if type(v) is str else v) for k, v in d.items()}
+
+
+cdef str _K_INPUT = _intern_str("wsgi.input")
+cdef str _K_SCHEME = _intern_str("wsgi.url_scheme")
+cdef str _HTTP2 = _intern_str("HTTP/2")
+cdef str _HTTP11 = _intern_str("HTTP/1.1")
+cdef str _HTTP10 = _intern_str("HTTP/1.0")
 cdef object _NO_VALUE = object()  # an argument not given (_start_response_general)
 # The classes a request uses, as C globals: a module global is a dict lookup on each use (about
 # 120 instructions on Python 3.12, where Cython no longer caches them by the dict's version).
@@ -272,7 +297,7 @@ cdef class WSGIHandler:
             raise TypeError(f"a WSGI application must be callable, got {type(app).__name__}")
         self.app = app
         self.script_name = script_name.rstrip("/")
-        self._base = ({
+        self._base = _interned({
             "SCRIPT_NAME": self.script_name,
             "SERVER_NAME": "localhost",
             "SERVER_PORT": "80",
@@ -294,7 +319,7 @@ cdef class WSGIHandler:
         base["SERVER_PORT"] = str(port)
         base["wsgi.multithread"] = threads > 1
         base["wsgi.multiprocess"] = bool(processes)
-        self._base = base  # replaced whole: a request being served keeps the one it copied
+        self._base = _interned(base)  # replaced whole: a request being served keeps its copy
 
     def set_root_path(self, str root):
         """The server's root path (--root-path; "" for none), set before requests arrive:
@@ -378,14 +403,14 @@ cdef class WSGIHandler:
         if req.query.len:  # else the part's ""
             env["QUERY_STRING"] = _str_of(req.query)
         if inp is not None:  # a large body, read from the connection as the app reads
-            env["wsgi.input"] = inp
+            env[_K_INPUT] = inp
         elif req.body.len == 0:
             # BytesIO.__new__ alone: the very object BytesIO() gives (its __init__ with no
             # initial value only resets the empty state __new__ made), without the call's
             # argument parsing.
-            env["wsgi.input"] = (<PyTypeObject *>_BYTESIO).tp_new(<type>_BYTESIO, <PyObject *>_NO_ARGS, NULL)
+            env[_K_INPUT] = (<PyTypeObject *>_BYTESIO).tp_new(<type>_BYTESIO, <PyObject *>_NO_ARGS, NULL)
         else:
-            env["wsgi.input"] = _BYTESIO(
+            env[_K_INPUT] = _BYTESIO(
                 PyBytes_FromStringAndSize(req.body.ptr, <Py_ssize_t>req.body.len))
         cdef bint had_length = False
         cdef Py_ssize_t used
@@ -452,10 +477,10 @@ cdef class WSGIHandler:
         cdef const char *p
         # The keys below: SERVER_PROTOCOL, REMOTE_ADDR, REMOTE_PORT, the request's four, HTTP_HOST.
         cdef dict env = _presized(self._base, PyDict_GET_SIZE(self._base) + 8 + extra)
-        env["SERVER_PROTOCOL"] = ("HTTP/2" if flags & 3 == 2 else
-                                  "HTTP/1.1" if flags & 3 == 1 else "HTTP/1.0")
+        env["SERVER_PROTOCOL"] = (_HTTP2 if flags & 3 == 2 else
+                                  _HTTP11 if flags & 3 == 1 else _HTTP10)
         if flags & 12:  # TLS, or a trusted proxy's "https"
-            env["wsgi.url_scheme"] = "https"
+            env[_K_SCHEME] = "https"
         cdef str host_s = None
         if host != NULL:
             host_s = PyUnicode_DecodeLatin1(host, <Py_ssize_t>host_n, NULL)
@@ -479,7 +504,7 @@ cdef class WSGIHandler:
         env["REQUEST_METHOD"] = "GET"  # replaced by _environ, in the part or in its copy
         env["PATH_INFO"] = ""
         env["QUERY_STRING"] = ""
-        env["wsgi.input"] = None
+        env[_K_INPUT] = None
         if flags & 64:
             env["HTTP_HOST"] = host_s
         part = _EnvPart.__new__(_EnvPart)
@@ -514,7 +539,17 @@ cdef class WSGIHandler:
 
     cdef _WSGIAnswer _run(self, const cyserve_request *req, dict env, _WSGIAnswer answer,
                           _ThreadCache cache):
-        result = self.app(env, answer)  # start_response (_start_response)
+        # The app called through a borrowed pointer: self.app is set once, before the server
+        # starts, and self lives as long as its route (Server keeps the route's tuple), so the
+        # app outlives the call without a reference of the call's own. A reference taken and
+        # dropped here would be, on a free-threaded build, two atomic operations on the count
+        # of an object another thread made (the app's function), shared by every worker's
+        # cache on each request. args[0] is the slot PY_VECTORCALL_ARGUMENTS_OFFSET lends.
+        cdef PyObject *args[3]
+        args[0] = NULL
+        args[1] = <PyObject *>env
+        args[2] = <PyObject *>answer  # start_response (_start_response)
+        result = _vectorcall(<PyObject *>self.app, &args[1], 2 | _VC_ARGS_OFFSET, NULL)
         cdef bint head = req.method.len == 4 and memcmp(req.method.ptr, "HEAD", 4) == 0
         cdef bint streaming = False
         try:
@@ -772,6 +807,9 @@ cdef class _OwnedFd:
 cdef extern from "Python.h":
     ctypedef PyObject *(*vectorcallfunc)(PyObject *callable, PyObject *const *args,
                                          size_t nargsf, PyObject *kwnames)
+    object _vectorcall "PyObject_Vectorcall"(PyObject *callable, PyObject *const *args,
+                                             size_t nargsf, PyObject *kwnames)
+    size_t _VC_ARGS_OFFSET "PY_VECTORCALL_ARGUMENTS_OFFSET"
     Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
     tuple PyList_AsTuple(object lst)
 
