@@ -907,3 +907,127 @@ def test_not_http_on_the_cleartext_port_is_closed(port: int) -> None:
     with serving(app.build(), http2=False) as srv, Conn(srv.port) as c:
         c.send(b"INVALID CONNECTION PREFACE\r\n\r\n")  # HTTP/1 only: answered as HTTP/1
         assert c.reply().status == 400
+
+
+# --http 1|2|auto (granian's spelling; auto is every test above). Each mode on both transports.
+
+def mode_app() -> Any:
+    app = cyserve.App()
+    app.static("/plaintext", b"ok", content_type="text/plain")
+
+    @app.route("/py")
+    def py(req: Any) -> str:
+        return f"{req.http_version} {req.scheme} {req.method}"
+
+    return app
+
+
+def http1_over_tls(port: int, certs: dict[str, str], alpn: tuple[str, ...] | None,
+                   request: bytes) -> tuple[str | None, bytes]:
+    """The protocol ALPN chose and everything the server sent back to one HTTP/1.1 request."""
+    ctx = ssl.create_default_context(cafile=certs["cert"])
+    if alpn is not None:
+        ctx.set_alpn_protocols(list(alpn))
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+        s.sendall(request)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+        return s.selected_alpn_protocol(), data
+
+
+def test_http_1_speaks_http1_only(certs: dict[str, str]) -> None:
+    """--http 1 (as --no-http2): the preface is an HTTP/1.1 error, Upgrade: h2c is declined
+    (answered over HTTP/1.1), and ALPN never picks h2."""
+    with serving(mode_app().build(), http="1", ssl_certfile=certs["cert"],
+                 ssl_keyfile=certs["key"]) as tls, \
+            serving(mode_app().build(), http="1") as plain:
+        with Conn(plain.port) as c:
+            c.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            assert c.reply().status in (400, 505)
+        req, _ = upgrade_request("/py")
+        with Conn(plain.port) as c:
+            c.send(req)
+            r = c.reply()
+            assert (r.status, r.body) == (200, b"1.1 http GET")
+        close = b"GET /py HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+        for alpn in [("h2", "http/1.1"), ("h2",)]:
+            chosen, data = http1_over_tls(tls.port, certs, alpn, close)
+            assert chosen == ("http/1.1" if "http/1.1" in alpn else None)
+            assert data.startswith(b"HTTP/1.1 200 ") and data.endswith(b"1.1 https GET")
+
+
+def test_http_2_speaks_http2_only_in_cleartext() -> None:
+    """--http 2 in cleartext: prior knowledge only. An HTTP/1.1 request, an Upgrade: h2c one
+    too, gets a 505 that says why, then the connection closes; static and Python routes answer
+    over h2c (the inline path, HTTP/1's, is not taken)."""
+    with serving(mode_app().build(), http="2") as srv:
+        with H2(srv.port) as c:
+            assert c.get("/plaintext")[::2] == (200, b"ok")
+            assert c.get("/py")[::2] == (200, b"2 http GET")
+        for req in [b"GET /plaintext HTTP/1.1\r\nHost: t\r\n\r\n",
+                    b"GET /py HTTP/1.0\r\n\r\n", upgrade_request("/py")[0]]:
+            with Conn(srv.port) as c:
+                c.send(req)
+                r = c.reply()
+                assert r.status == 505 and b"HTTP/2 only" in r.body, req
+                assert r.header("connection") == "close"
+                assert c.sock.recv(100) == b""  # closed after the answer
+        with H2(srv.port) as c:  # and the port still serves HTTP/2
+            assert c.get("/plaintext")[0] == 200
+
+
+def test_http_2_speaks_http2_only_over_tls(certs: dict[str, str]) -> None:
+    """--http 2 over TLS: ALPN offers h2 alone. A client offering only http/1.1 gets the
+    no_application_protocol alert (RFC 7301 3.2); one that offers nothing is answered 505."""
+    with serving(mode_app().build(), http="2", ssl_certfile=certs["cert"],
+                 ssl_keyfile=certs["key"]) as srv:
+        with H2(srv.port, tls=h2_context(certs)) as c:  # h2 chosen from h2 and http/1.1
+            assert c.get("/py")[::2] == (200, b"2 https GET")
+        with pytest.raises(ssl.SSLError, match="(?i)no.application.protocol"):
+            http1_over_tls(srv.port, certs, ("http/1.1",), b"GET / HTTP/1.1\r\n\r\n")
+        chosen, data = http1_over_tls(srv.port, certs, None,
+                                      b"GET /py HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert chosen is None
+        assert data.startswith(b"HTTP/1.1 505 HTTP Version Not Supported\r\n")
+        assert b"HTTP/2 only" in data
+        with H2(srv.port, tls=h2_context(certs, ("h2",))) as c:
+            assert c.get("/plaintext")[0] == 200
+
+
+@pytest.mark.parametrize("options, h1, h2c", [
+    ({"http": 2}, 505, True),
+    ({"http": "1"}, 200, False),
+    ({"http2": False}, 200, False),
+    ({"http2": True}, 200, True),
+])
+def test_http_mode_through_config(options: dict[str, Any], h1: int, h2c: bool) -> None:
+    """The mode given to Config (as cyserve.run and the command give it) reaches the engine."""
+    stop = threading.Event()
+    ready: list[Any] = []
+    config = Config(host="127.0.0.1", port=0, threads=1, graceful_timeout=1.0, **options)
+    th = threading.Thread(target=serve, args=(mode_app(), config),
+                          kwargs={"stop_event": stop, "ready": ready.append}, daemon=True)
+    th.start()
+    deadline = time.monotonic() + 20
+    while not ready and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ready, "the server did not start"
+    try:
+        port = ready[0].port
+        with Conn(port) as c:
+            c.send(b"GET /plaintext HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert c.reply().status == h1
+        if h2c:
+            with H2(port) as c:
+                assert c.get("/plaintext")[0] == 200
+        else:
+            with Conn(port) as c:
+                c.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+                assert c.reply().status in (400, 505)
+    finally:
+        stop.set()
+        th.join(30)
+        assert not th.is_alive(), "the server did not stop"
+
