@@ -23,8 +23,8 @@ from typing import Any, NoReturn
 
 from . import __version__
 from .app import App, as_app
-from .config import (ACCESS_LOG_FORMATS, ASGI_LOOPS, FORWARDED_HEADERS, INTERFACES, LIFESPANS,
-                     LOG_LEVELS, LOOPS, Config)
+from .config import (ACCESS_LOG_FORMATS, ASGI_LOOPS, FORWARDED_HEADERS, HTTP_VERSIONS,
+                     INTERFACES, LIFESPANS, LOG_LEVELS, LOOPS, Config)
 from .errors import (AppLoadError, ConfigError, CyserveError, HandlerTypeError, ListenError,
                      RouteError)
 
@@ -181,9 +181,15 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--ssl-ticket-rotation", metavar="SECONDS", default=None,
                    help="session ticket keys change every SECONDS (default 3600); a ticket "
                         "resumes for two periods")
-    p.add_argument("--http2", action=_Flag, default=defaults.http2,
-                   help="speak HTTP/2 beside HTTP/1.1: offered by ALPN over TLS, and h2c by "
-                        "prior knowledge on plain connections (default: on)")
+    p.add_argument("--http", metavar="{1,2,auto}", default=defaults.http, type=_http_version,
+                   choices=HTTP_VERSIONS,
+                   help="the HTTP versions spoken: auto (default) HTTP/2 beside HTTP/1.1 (h2 by "
+                        "ALPN over TLS, h2c by prior knowledge or Upgrade in cleartext), 1 "
+                        "HTTP/1.1 only, 2 HTTP/2 only (ALPN offers h2 alone; an HTTP/1.1 "
+                        "request gets 505)")
+    p.add_argument("--http2", action=_Flag, default=None,
+                   help="the older spelling of --http: --no-http2 is --http 1, --http2 asks "
+                        "for HTTP/2 (default: on)")
     p.add_argument("--http2-max-concurrent-streams", metavar="N",
                    default=str(defaults.http2_max_concurrent_streams),
                    help="streams one HTTP/2 connection may have open at once "
@@ -356,7 +362,7 @@ _SECTIONS: list[tuple[str, str | None, tuple[str, ...]]] = [
                                 "name", "user", "group", "umask")),
     ("logging", None, ("log_level", "log_config", "access_log", "access_log_format",
                        "access_logfile")),
-    ("HTTP", None, ("http2", "http2_max_concurrent_streams", "health_path", "header",
+    ("HTTP", None, ("http", "http2", "http2_max_concurrent_streams", "health_path", "header",
                     "server_header", "date_header")),
     ("HTTPS", None, ("ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers",
                      "ssl_ca_certs", "ssl_cert_reqs", "ssl_sni", "ssl_ocsp_file",
@@ -403,6 +409,14 @@ class _HelpWithDefaults(argparse.HelpFormatter):
         if action.default in (None, "", []):
             return f"{text} (default: none)"
         return f"{text} (default %(default)s)"
+
+
+def _http_version(value: str) -> str:
+    if value.lower() in ("h11", "httptools"):
+        # uvicorn's --http names an HTTP/1.1 parser: cyserve has one, its own, in C.
+        raise argparse.ArgumentTypeError(f"{value!r} is uvicorn's choice of HTTP/1.1 parser "
+                                         "(cyserve's is its own): --http takes 1, 2 or auto")
+    return value.lower()
 
 
 def _access_log_format(value: str) -> str:
@@ -600,7 +614,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
                                "interface": args.interface,
                                "loop": args.loop, "asgi_loops": args.asgi_loops,
                                "lifespan": args.lifespan,
-                               "http2": args.http2}
+                               "http": args.http, "http2": args.http2}
     for name in ("ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers",
                  "ssl_ca_certs"):
         if getattr(args, name) is not None:

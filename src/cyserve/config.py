@@ -26,7 +26,7 @@ from .errors import ConfigError
 from .hooks import HOOKS, check_hook
 from .listeners import check_uds_path, parse_bind
 
-__all__ = ["Config", "INTERFACES", "LOG_LEVELS", "MAX_PROCESSES", "MAX_THREADS",
+__all__ = ["Config", "HTTP_VERSIONS", "INTERFACES", "LOG_LEVELS", "MAX_PROCESSES", "MAX_THREADS",
            "available_cpus"]
 
 # More workers than this is a typing mistake rather than a machine: every worker owns a thread,
@@ -54,6 +54,10 @@ LOOPS = ("auto", "asyncio", "uvloop")
 # free-threaded interpreter, where one loop thread would be the limit of every worker's requests),
 # each running the app's lifespan for itself; auto: per thread when the GIL is off at runtime.
 ASGI_LOOPS = ("auto", "process", "thread")
+# Which HTTP versions are spoken (granian's --http): auto both (h2 by ALPN over TLS, h2c by prior
+# knowledge or Upgrade), 1 HTTP/1.1 only, 2 HTTP/2 only (ALPN offers h2 alone; an HTTP/1.1
+# request gets 505).
+HTTP_VERSIONS = ("auto", "1", "2")
 # The ASGI lifespan scope, as uvicorn's --lifespan: auto (an app that raises on it before its
 # startup completed is served without it), on (that is a startup failure), off (never sent).
 LIFESPANS = ("auto", "on", "off")
@@ -202,8 +206,12 @@ class Config:
     ssl_sni: tuple[str, ...] = ()
     ssl_ocsp_file: str | None = None  # DER OCSP response stapled for ssl_certfile's certificate
     ssl_ticket_rotation: int = 3600  # seconds each session ticket key is used for
-    # HTTP/2 (csrc/http2.c): offered by ALPN over TLS, and h2c by prior knowledge in cleartext.
-    http2: bool = True
+    # HTTP versions (HTTP_VERSIONS; 1 and 2 may be given as ints): "auto" speaks HTTP/2
+    # (csrc/http2.c) beside HTTP/1.1, "1" HTTP/1.1 only, "2" HTTP/2 only.
+    http: str = "auto"
+    # The older spelling, kept: False is http="1", True HTTP/2 on; None (default) says nothing.
+    # One that contradicts http (False with "2", True with "1") is an error, not a guess.
+    http2: bool | None = None
     http2_max_concurrent_streams: int = 100  # SETTINGS_MAX_CONCURRENT_STREAMS per connection
     # WebSocket (csrc/ws_conn.c), uvicorn's names and defaults: a message over ws_max_size bytes
     # closes 1009; a ping every ws_ping_interval seconds, closed with 1011 when its pong does not
@@ -281,7 +289,8 @@ class Config:
             "body_timeout": float(self.body_timeout),
             "body_budget": self.body_budget,
             "min_body_rate": self.min_body_rate,
-            "http2": bool(self.http2),
+            "http2": self.http_mode != "1",
+            "http": self.http_mode,
             "http2_max_concurrent_streams": self.http2_max_concurrent_streams,
             "ws_max_size": self.ws_max_size,
             "ws_ping_interval": self.ws_ping_interval,
@@ -294,6 +303,11 @@ class Config:
             **({"limit_concurrency": self.limit_concurrency} if self.limit_concurrency else {}),
             **self.tls_kwargs(),
         }
+
+    @property
+    def http_mode(self) -> str:
+        """The HTTP versions spoken, "auto", "1" or "2": http, with http2=False meaning "1"."""
+        return "1" if self.http2 is False else self.http
 
     @property
     def scheme(self) -> str:
@@ -321,8 +335,7 @@ class Config:
         _check_int("blocking_threads", self.blocking_threads, 0, MAX_BLOCKING_THREADS)
         _check_int("body_budget", self.body_budget, 0, 1 << 40)
         _check_int("min_body_rate", self.min_body_rate, 0, 1 << 40)
-        if not isinstance(self.http2, bool):
-            raise ConfigError("http2", repr(self.http2), "must be True or False")
+        self._validate_http()
         _check_int("http2_max_concurrent_streams", self.http2_max_concurrent_streams, 1, 1 << 20)
         _check_int("ws_max_size", self.ws_max_size, 1, 1 << 40)
         for name in ("ws_ping_interval", "ws_ping_timeout"):
@@ -414,6 +427,18 @@ class Config:
             raise ConfigError("log_level", self.log_level,
                               "must be one of " + ", ".join(LOG_LEVELS))
         self._validate_tls()
+
+    def _validate_http(self) -> None:
+        if isinstance(self.http, int) and not isinstance(self.http, bool):
+            object.__setattr__(self, "http", str(self.http))  # cyserve.run(http=2)
+        if self.http not in HTTP_VERSIONS:
+            raise ConfigError("http", repr(self.http), "must be one of " + ", ".join(HTTP_VERSIONS))
+        if self.http2 is not None and not isinstance(self.http2, bool):
+            raise ConfigError("http2", repr(self.http2), "must be True or False")
+        if (self.http2, self.http) in ((False, "2"), (True, "1")):
+            flag = "--http2" if self.http2 else "--no-http2"
+            raise ConfigError("http", self.http, f"contradicts http2={self.http2} ({flag}): "
+                              "give one of them (--http 1 is --no-http2)")
 
     def _validate_tls(self) -> None:
         # The files are only checked for being readable here: whether they hold a certificate

@@ -907,3 +907,362 @@ def test_not_http_on_the_cleartext_port_is_closed(port: int) -> None:
     with serving(app.build(), http2=False) as srv, Conn(srv.port) as c:
         c.send(b"INVALID CONNECTION PREFACE\r\n\r\n")  # HTTP/1 only: answered as HTTP/1
         assert c.reply().status == 400
+
+
+# --http 1|2|auto (granian's spelling; auto is every test above). Each mode on both transports.
+
+def mode_app() -> Any:
+    app = cyserve.App()
+    app.static("/plaintext", b"ok", content_type="text/plain")
+
+    @app.route("/py")
+    def py(req: Any) -> str:
+        return f"{req.http_version} {req.scheme} {req.method}"
+
+    return app
+
+
+def http1_over_tls(port: int, certs: dict[str, str], alpn: tuple[str, ...] | None,
+                   request: bytes) -> tuple[str | None, bytes]:
+    """The protocol ALPN chose and everything the server sent back to one HTTP/1.1 request."""
+    ctx = ssl.create_default_context(cafile=certs["cert"])
+    if alpn is not None:
+        ctx.set_alpn_protocols(list(alpn))
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+        s.sendall(request)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+        return s.selected_alpn_protocol(), data
+
+
+def test_http_1_speaks_http1_only(certs: dict[str, str]) -> None:
+    """--http 1 (as --no-http2): the preface is an HTTP/1.1 error, Upgrade: h2c is declined
+    (answered over HTTP/1.1), and ALPN never picks h2."""
+    with serving(mode_app().build(), http="1", ssl_certfile=certs["cert"],
+                 ssl_keyfile=certs["key"]) as tls, \
+            serving(mode_app().build(), http="1") as plain:
+        with Conn(plain.port) as c:
+            c.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            assert c.reply().status in (400, 505)
+        req, _ = upgrade_request("/py")
+        with Conn(plain.port) as c:
+            c.send(req)
+            r = c.reply()
+            assert (r.status, r.body) == (200, b"1.1 http GET")
+        close = b"GET /py HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+        for alpn in [("h2", "http/1.1"), ("h2",)]:
+            chosen, data = http1_over_tls(tls.port, certs, alpn, close)
+            assert chosen == ("http/1.1" if "http/1.1" in alpn else None)
+            assert data.startswith(b"HTTP/1.1 200 ") and data.endswith(b"1.1 https GET")
+
+
+def test_http_2_speaks_http2_only_in_cleartext() -> None:
+    """--http 2 in cleartext: prior knowledge only. An HTTP/1.1 request, an Upgrade: h2c one
+    too, gets a 505 that says why, then the connection closes; static and Python routes answer
+    over h2c (the inline path, HTTP/1's, is not taken)."""
+    with serving(mode_app().build(), http="2") as srv:
+        with H2(srv.port) as c:
+            assert c.get("/plaintext")[::2] == (200, b"ok")
+            assert c.get("/py")[::2] == (200, b"2 http GET")
+        for req in [b"GET /plaintext HTTP/1.1\r\nHost: t\r\n\r\n",
+                    b"GET /py HTTP/1.0\r\n\r\n", upgrade_request("/py")[0]]:
+            with Conn(srv.port) as c:
+                c.send(req)
+                r = c.reply()
+                assert r.status == 505 and b"HTTP/2 only" in r.body, req
+                assert r.header("connection") == "close"
+                assert c.sock.recv(100) == b""  # closed after the answer
+        with H2(srv.port) as c:  # and the port still serves HTTP/2
+            assert c.get("/plaintext")[0] == 200
+
+
+def test_http_2_speaks_http2_only_over_tls(certs: dict[str, str]) -> None:
+    """--http 2 over TLS: ALPN offers h2 alone. A client offering only http/1.1 gets the
+    no_application_protocol alert (RFC 7301 3.2); one that offers nothing is answered 505."""
+    with serving(mode_app().build(), http="2", ssl_certfile=certs["cert"],
+                 ssl_keyfile=certs["key"]) as srv:
+        with H2(srv.port, tls=h2_context(certs)) as c:  # h2 chosen from h2 and http/1.1
+            assert c.get("/py")[::2] == (200, b"2 https GET")
+        with pytest.raises(ssl.SSLError, match="(?i)no.application.protocol"):
+            http1_over_tls(srv.port, certs, ("http/1.1",), b"GET / HTTP/1.1\r\n\r\n")
+        chosen, data = http1_over_tls(srv.port, certs, None,
+                                      b"GET /py HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert chosen is None
+        assert data.startswith(b"HTTP/1.1 505 HTTP Version Not Supported\r\n")
+        assert b"HTTP/2 only" in data
+        with H2(srv.port, tls=h2_context(certs, ("h2",))) as c:
+            assert c.get("/plaintext")[0] == 200
+
+
+@pytest.mark.parametrize("options, h1, h2c", [
+    ({"http": 2}, 505, True),
+    ({"http": "1"}, 200, False),
+    ({"http2": False}, 200, False),
+    ({"http2": True}, 200, True),
+])
+def test_http_mode_through_config(options: dict[str, Any], h1: int, h2c: bool) -> None:
+    """The mode given to Config (as cyserve.run and the command give it) reaches the engine."""
+    stop = threading.Event()
+    ready: list[Any] = []
+    config = Config(host="127.0.0.1", port=0, threads=1, graceful_timeout=1.0, **options)
+    th = threading.Thread(target=serve, args=(mode_app(), config),
+                          kwargs={"stop_event": stop, "ready": ready.append}, daemon=True)
+    th.start()
+    deadline = time.monotonic() + 20
+    while not ready and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ready, "the server did not start"
+    try:
+        port = ready[0].port
+        with Conn(port) as c:
+            c.send(b"GET /plaintext HTTP/1.1\r\nHost: t\r\n\r\n")
+            assert c.reply().status == h1
+        if h2c:
+            with H2(port) as c:
+                assert c.get("/plaintext")[0] == 200
+        else:
+            with Conn(port) as c:
+                c.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+                assert c.reply().status in (400, 505)
+    finally:
+        stop.set()
+        th.join(30)
+        assert not th.is_alive(), "the server did not stop"
+
+
+# The attacks of issue 16 not covered above: a zero-window stall, a SETTINGS flood, a
+# CONTINUATION flood on a request's header block, an indexed HPACK bomb. Each asserts the
+# server's answer, then that a second, normal connection is served at once.
+
+def attack_app() -> Any:
+    app = cyserve.App()
+    app.static("/plaintext", b"ok", content_type="text/plain")
+    app.static("/big", BIG, content_type="application/octet-stream")
+
+    @app.route("/py")
+    def py(req: Any) -> str:
+        return "py"
+
+    return app
+
+
+def served_promptly(port: int) -> None:
+    t0 = time.monotonic()
+    with H2(port, timeout=5) as c:
+        assert c.get("/plaintext")[::2] == (200, b"ok")
+    assert time.monotonic() - t0 < 2
+
+
+def frame(kind: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + sid.to_bytes(4, "big") + payload
+
+
+def hpack_int(value: int, prefix: int, first: int = 0) -> bytes:
+    """RFC 7541 5.1: value with an N-bit prefix, the first byte's other bits from first."""
+    top = (1 << prefix) - 1
+    if value < top:
+        return bytes([first | value])
+    out = [first | top]
+    value -= top
+    while value >= 128:
+        out.append(value % 128 | 128)
+        value //= 128
+    return bytes(out + [value])
+
+
+def hpack_literal(name: bytes, value: bytes, indexed: bool = False) -> bytes:
+    """A literal field with a new name: with incremental indexing (it enters the client's
+    dynamic table) or without."""
+    return (b"\x40" if indexed else b"\x00") + hpack_int(len(name), 7) + name + \
+        hpack_int(len(value), 7) + value
+
+
+def request_block(path: bytes = b"/py") -> bytes:
+    # :method GET, :scheme http (static 2, 6); :path and :authority literal, names indexed.
+    return b"\x82\x86" + b"\x04" + hpack_int(len(path), 7) + path + b"\x01\x09localhost"
+
+
+class RawH2:
+    """A client that writes frames by hand (the h2 library would refuse to send these) and reads
+    the server's: the answer's :status, RST_STREAM and GOAWAY codes, or the end."""
+
+    def __init__(self, port: int) -> None:
+        import hpack
+
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0))
+        self.dec = hpack.Decoder()
+        self.buf = b""
+        # The server's SETTINGS, acknowledged now: an ACK written later could fall between a
+        # HEADERS frame and its CONTINUATION, which the peer must take for a protocol error.
+        first = self.next_frame()
+        assert first is not None and first[0] == 4, first
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def next_frame(self) -> tuple[int, int, int, bytes] | None:
+        """The next frame, or None when the server closed (or reset) the connection."""
+        while len(self.buf) < 9 or len(self.buf) < 9 + int.from_bytes(self.buf[:3], "big"):
+            try:
+                data = self.sock.recv(65536)
+            except ConnectionResetError:
+                return None
+            if not data:
+                return None
+            self.buf += data
+        n = int.from_bytes(self.buf[:3], "big")
+        kind, flags = self.buf[3], self.buf[4]
+        sid = int.from_bytes(self.buf[5:9], "big") & ~(1 << 31)
+        payload, self.buf = self.buf[9:9 + n], self.buf[9 + n:]
+        if kind == 4 and not flags & 1:
+            self.send(frame(4, 1, 0))  # the server's SETTINGS acknowledged
+        return kind, flags, sid, payload
+
+    def outcome(self, sid: int) -> tuple[str, int | None]:
+        """What ended stream sid or the connection first: ("status", code), ("reset", error),
+        ("goaway", error) or ("closed", None)."""
+        while (f := self.next_frame()) is not None:
+            kind, flags, fsid, payload = f
+            if kind == 1 and fsid == sid:
+                fields = dict(self.dec.decode(payload))
+                return "status", int(fields[":status"])
+            if kind == 3 and fsid == sid:
+                return "reset", int.from_bytes(payload[:4], "big")
+            if kind == 7:
+                return "goaway", int.from_bytes(payload[4:8], "big")
+        return "closed", None
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.mark.parametrize("pings", [False, True])
+def test_zero_window_stall_is_bounded(pings: bool) -> None:
+    """A client that opens no window (SETTINGS_INITIAL_WINDOW_SIZE 0) with answers to send:
+    the server holds their streams at most body_timeout without progress, then GOAWAY and
+    close, also when the client keeps the connection busy with PINGs (below the flood bound)
+    meanwhile: only a byte of an answer or of a request body is progress, not any frame."""
+    with serving(attack_app().build(), body_timeout=0.5) as srv:
+        with H2(srv.port, preface=False) as c:
+            c.conn.local_settings = h2.settings.Settings(
+                client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+            c.conn.initiate_connection()
+            c.flush()
+            c.send("/big")
+            c.send("/py")
+            t0 = time.monotonic()
+            ended = None
+            pinged = 0.0
+            while time.monotonic() - t0 < 6 and ended is None:
+                if pings and time.monotonic() - pinged > 0.1:  # 10 a second: no flood
+                    pinged = time.monotonic()
+                    c.conn.ping(b"stalled!")
+                    c.flush()
+                c.sock.settimeout(0.15)
+                try:
+                    c.pump()
+                except (socket.timeout, TimeoutError):
+                    continue
+                except (EOFError, ConnectionResetError):
+                    ended = "closed"
+                for e in c.events:
+                    if isinstance(e, h2.events.ConnectionTerminated):
+                        ended = e.error_code
+                    assert not isinstance(e, h2.events.DataReceived)  # the window is shut
+            took = time.monotonic() - t0
+            assert ended == h2.errors.ErrorCodes.NO_ERROR, ended
+            assert 0.4 < took < 3, took
+        served_promptly(srv.port)
+
+
+def test_settings_flood_ends_the_connection() -> None:
+    """SETTINGS frames sent without reading their ACKs, past HTTP2_CONTROL_PER_S in a second:
+    GOAWAY ENHANCE_YOUR_CALM (the count PING floods share)."""
+    with serving(attack_app().build()) as srv:
+        with H2(srv.port) as c:
+            for i in range(150):
+                c.conn.update_settings({h2.settings.SettingCodes.HEADER_TABLE_SIZE: 4096 + i})
+            try:
+                c.flush()
+            except OSError:  # the server may close before the last frames are sent
+                pass
+            ended = c.until(h2.events.ConnectionTerminated)
+            assert ended.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+        with H2(srv.port) as c:  # SETTINGS below the bound are answered as usual
+            for i in range(20):
+                c.conn.update_settings({h2.settings.SettingCodes.HEADER_TABLE_SIZE: 4096 + i})
+            c.flush()
+            assert c.get("/plaintext")[0] == 200
+        served_promptly(srv.port)
+
+
+@pytest.mark.parametrize("empty", [False, True])
+def test_continuation_flood_ends_the_connection(empty: bool) -> None:
+    """A request's header block that never ends: HEADERS without END_HEADERS, then
+    CONTINUATION frames without end. Frames of 16 KB of fields: past four times
+    max_header_bytes (4 KiB here: 80 KiB, the sixth frame) the server ends the connection with
+    GOAWAY ENHANCE_YOUR_CALM (before the library's own bound of CONTINUATION frames, where it
+    has one). Empty frames decode to nothing to count: the library's bound ends them (Debian's
+    nghttp2 1.52.0-1+deb12u3 closes at once), else body_timeout does, since a header block that
+    does not end is no progress. Either way the connection is not held."""
+    with serving(attack_app().build(), body_timeout=0.5, max_header_bytes=4096) as srv:
+        c = RawH2(srv.port)
+
+        def flood() -> None:
+            fields = b"" if empty else b"".join(hpack_literal(b"x-flood%d" % i, b"v" * 4000)
+                                                for i in range(4))
+            try:
+                c.send(frame(1, 0, 1, request_block()))  # HEADERS without END_HEADERS
+                t0 = time.monotonic()
+                while time.monotonic() - t0 < 6:
+                    c.send(frame(9, 0, 1, fields))  # CONTINUATION, END_HEADERS never set
+                    time.sleep(0.001)
+            except OSError:
+                pass  # the server closed: what it sent is read below
+
+        th = threading.Thread(target=flood, daemon=True)
+        t0 = time.monotonic()
+        th.start()
+        try:
+            kind, code = c.outcome(1)
+            took = time.monotonic() - t0
+        finally:
+            c.close()
+            th.join(10)
+        if empty:
+            assert kind in ("goaway", "closed") and code != 0, (kind, code)
+        else:
+            assert (kind, code) == ("goaway", h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+        assert took < 3, took
+        served_promptly(srv.port)
+
+
+@pytest.mark.parametrize("refs, expected", [(12, ("status", 431)), (2000, ("goaway", None))])
+def test_indexed_hpack_bomb_is_bounded(refs: int, expected: tuple[str, int | None]) -> None:
+    """A 4000-byte field put once into the client's dynamic table (HPACK incremental indexing,
+    by a request within the limits), then referenced by a one-byte index many times: the
+    decoded header list is counted as it is decoded (max_header_bytes, 8 KiB), not as it was
+    sent. A dozen references (48 KB decoded from 12 bytes) is that stream's 431; two thousand
+    (8 MB) pass four times the bound and end the connection before they are decoded."""
+    with serving(attack_app().build()) as srv:
+        c = RawH2(srv.port)
+        try:
+            insert = request_block() + hpack_literal(b"x-bomb", b"b" * 4000, indexed=True)
+            c.send(frame(1, 5, 1, insert))  # END_STREAM | END_HEADERS
+            assert c.outcome(1) == ("status", 200)
+            bomb = request_block() + b"\xbe" * refs  # index 62: the newest dynamic entry
+            c.send(frame(1, 5, 3, bomb))
+            kind, code = c.outcome(3)
+            assert kind == expected[0], (kind, code)
+            if kind == "status":
+                assert code == expected[1]
+                c.send(frame(1, 5, 5, request_block(b"/plaintext")))  # the connection goes on
+                assert c.outcome(5) == ("status", 200)
+            else:
+                assert code != 0  # an error GOAWAY
+        finally:
+            c.close()
+        served_promptly(srv.port)

@@ -22,7 +22,8 @@ def test_defaults_are_those_of_the_issue() -> None:
     assert c.graceful_timeout == 5.0
     assert c.log_level == "info"
     assert c.blocking_threads == 16
-    assert (c.http2, c.http2_max_concurrent_streams) == (True, 100)
+    assert (c.http, c.http2, c.http_mode, c.http2_max_concurrent_streams) == (
+        "auto", None, "auto", 100)
     assert (c.asgi_loops, c.lifespan) == ("auto", "auto")
 
 
@@ -35,7 +36,7 @@ def test_server_kwargs_match_the_engine_contract() -> None:
         "body_timeout": 10.0, "shared_port": False, "access_log": False,
         "access_log_format": "common",
         "body_budget": 64 << 20, "min_body_rate": 500,
-        "http2": True, "http2_max_concurrent_streams": 100,
+        "http2": True, "http": "auto", "http2_max_concurrent_streams": 100,
         "ws_max_size": 16 << 20, "ws_ping_interval": 20.0, "ws_ping_timeout": 20.0,
         "ws_per_message_deflate": True, "headers": (), "server_header": True,
         "date_header": True,
@@ -167,3 +168,29 @@ def test_operations_options() -> None:
     assert Config(proxy_protocol=True, forwarded_allow_ips="10.0.0.0/8") \
         .proxy_protocol_peers() == "10.0.0.0/8"
     assert Config(proxy_protocol=True).trusted_proxies() is None  # headers stay off
+
+
+@pytest.mark.parametrize("options, mode", [
+    ({}, "auto"), ({"http": "1"}, "1"), ({"http": 2}, "2"), ({"http": "auto"}, "auto"),
+    ({"http2": False}, "1"), ({"http2": True}, "auto"), ({"http2": True, "http": "2"}, "2"),
+    ({"http2": False, "http": "1"}, "1"), ({"http2": False, "http": "auto"}, "1"),
+])
+def test_http_versions_and_the_older_http2_spelling(options: dict[str, Any], mode: str) -> None:
+    """--http 1|2|auto (granian's spelling) and --http2/--no-http2 (kept): the engine gets one
+    mode, HTTP/2 off only for "1"."""
+    c = Config(**options)
+    assert c.http_mode == mode
+    assert (c.server_kwargs()["http"], c.server_kwargs()["http2"]) == (mode, mode != "1")
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"http2": False, "http": "2"}, "invalid http 2: contradicts http2=False (--no-http2)"),
+    ({"http2": True, "http": 1}, "invalid http 1: contradicts http2=True (--http2)"),
+    ({"http": "3"}, "invalid http '3': must be one of auto, 1, 2"),
+    ({"http": "h2"}, "invalid http 'h2': must be one of auto, 1, 2"),
+    ({"http2": "yes"}, "invalid http2 'yes': must be True or False"),
+])
+def test_contradicting_http_options_are_an_error(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        Config(**options)
+    assert str(e.value).startswith(message)

@@ -208,6 +208,40 @@ def test_a_bad_lifespan_is_refused() -> None:
         cli.parse_command(["m:app"], {"CYSERVE_LIFESPAN": "maybe"})
 
 
+@pytest.mark.parametrize("argv, env, mode", [
+    ([], {}, "auto"),
+    (["--http", "1"], {}, "1"),
+    (["--http", "2"], {}, "2"),
+    (["--http", "AUTO"], {}, "auto"),
+    (["--no-http2"], {}, "1"),
+    (["--http2", "--http", "2"], {}, "2"),
+    ([], {"CYSERVE_HTTP": "2"}, "2"),
+    (["--http", "auto"], {"CYSERVE_HTTP": "2"}, "auto"),  # the command line wins
+])
+def test_http_versions_from_the_command_line(argv: list[str], env: dict[str, str],
+                                             mode: str) -> None:
+    assert cli.parse_command(["m:app", *argv], env)[1].http_mode == mode
+
+
+@pytest.mark.parametrize("argv, env, line", [
+    (["--http", "2", "--no-http2"], {}, "invalid --http 2: contradicts http2=False "
+     "(--no-http2): give one of them (--http 1 is --no-http2)"),
+    (["--http", "1", "--http2"], {}, "invalid --http 1: contradicts http2=True (--http2)"),
+    (["--no-http2"], {"CYSERVE_HTTP": "2"}, "CYSERVE_HTTP='2': contradicts http2=False"),
+    (["--http", "h11"], {}, "argument --http: 'h11' is uvicorn's choice of HTTP/1.1 parser "
+     "(cyserve's is its own): --http takes 1, 2 or auto"),
+    (["--http", "3"], {}, "argument --http: invalid choice: '3'"),
+])
+def test_contradicting_http_options_are_one_line(argv: list[str], env: dict[str, str],
+                                                 line: str, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert cli.main(["m:app", *argv]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("cyserve: " + line) and err.count("\n") == 1, err
+
+
 def test_print_config_reads_back_to_the_same_config(tmp_path: Path) -> None:
     argv = ["m:app", "--threads", "3", "--no-http2", "-b", "unix:/tmp/x.sock", "-b",
             "127.0.0.1:9", "--access-log-format", '%(h)s "%(r)s" %(s)s', "--reload-exclude",

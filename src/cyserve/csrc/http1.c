@@ -784,6 +784,13 @@ static int serve_loop(struct http1_session *sv)
             sv->rq.log_have_req = 1;
             sv->rq.log_t0 = clock_mono_ns();
         }
+        if (UNLIKELY(s->cfg.http2 == 2))
+            /* HTTP/2 only (--http 2): an HTTP/1 request, an Upgrade: h2c too, gets an answer an
+             * HTTP/1 client can read and show, rather than the HTTP/2 frames and close that
+             * an h2-only server's library sends (docs/architecture.md, "HTTP/2"). */
+            return http1_error_close(sv, 505,
+                                     "this server speaks HTTP/2 only: connect with the "
+                                     "HTTP/2 preface (prior knowledge), or h2 by ALPN");
         if (UNLIKELY(sv->rq.head.upgrade) && s->cfg.http2 && c->tp == &conn_plain) {
             int up = maybe_upgrade_h2c(sv, off, (size_t)n);
             if (up >= 0)

@@ -159,8 +159,8 @@ static int inline_serve(struct conn *c)
 {
     struct server *s = c->home->srv;
     if (UNLIKELY(c->buf || s->cfg.access_log_fd >= 0 || server_draining(s) ||
-                 c->tp != &conn_plain || c->pp_wait))
-        return 0;
+                 c->tp != &conn_plain || c->pp_wait || s->cfg.http2 == 2))
+        return 0; /* (HTTP/2 only: the coroutine answers a request 505, or takes the preface) */
     struct server_worker *mine = server_worker_self(s);
     char *buf = conn_buf_get(mine);
     if (UNLIKELY(!buf))

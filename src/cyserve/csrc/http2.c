@@ -73,8 +73,10 @@
  * read whole are consumed as they arrive, as the library did by itself.
  *
  * Timeouts. A connection with no stream open is idle under keepalive_timeout. With streams open
- * (a body still arriving, answers held back by a zero window), each read waits body_timeout at
- * most: then GOAWAY and close, so that a stalled window cannot hold a connection open.
+ * (a body still arriving, answers held back by a zero window) and no handler at work, the client
+ * has body_timeout from its last progress (a byte of a body in or of an answer out, a stream
+ * closed): then GOAWAY and close, so that a stalled window cannot hold a connection open, not
+ * even with PINGs or other frames that carry nothing sent meanwhile.
  *
  * Floods. More than HTTP2_RESETS_PER_S RST_STREAM frames (the rapid reset attack, CVE-2023-
  * 44487: streams opened and cancelled at once cost the server their headers and dispatch), or
@@ -237,6 +239,10 @@ struct h2_session {
     struct wbuf out;  /* frames not yet written; only while a coroutine serves */
     uint64_t flood_t; /* the second the flood counters count in (ns, monotonic) */
     unsigned resets, controls;
+    /* While streams are open and no handler works: since when (sched_now_ns) the client has
+     * made no progress, the start of body_timeout (h2_serve_loop); 0 when the clock is to start
+     * again at the next wait (progress: DATA in or out, a stream closed, a handler's turn). */
+    uint64_t stall_t;
     /* The client's stream ids: the highest that began a HEADERS frame, and which of the
      * H2_SEEN_IDS ids up to it did (bit (id / 2) % H2_SEEN_IDS), see h2_on_begin_frame. */
     int32_t max_id;
@@ -667,6 +673,18 @@ static int h2_flood(struct h2_session *h, unsigned *count, unsigned max)
     return ++*count > max;
 }
 
+/* A header or trailer block decoded past four times max_header_bytes (CONTINUATION frames
+ * without end, or an HPACK bomb: a large field indexed once and referenced many times): the
+ * connection ends with GOAWAY ENHANCE_YOUR_CALM, as the other floods. The stream is reset at
+ * once (the library calls for none of the block's other fields), so that no more of it is
+ * counted. Returns what the header callback returns for that. */
+static int h2_block_flood(struct h2_session *h)
+{
+    h->fatal = 1;
+    nghttp2_session_terminate_session(h->ng, NGHTTP2_ENHANCE_YOUR_CALM);
+    return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+}
+
 /* ---- the library's callbacks (all run inside nghttp2_session_mem_recv/mem_send, so in the
  * serving coroutine) ---- */
 
@@ -794,7 +812,7 @@ static int h2_on_trailer(struct h2_session *h, struct h2_stream *st, size_t nlen
     const struct server *s = h->srv;
     st->tbytes += nlen + vlen + 32;
     if (st->tbytes > 4 * s->cfg.limits.max_header_bytes + 65536)
-        return NGHTTP2_ERR_CALLBACK_FAILURE;
+        return h2_block_flood(h);
     if (++st->tcount <= s->cfg.limits.max_headers && st->tbytes <= s->cfg.limits.max_header_bytes)
         return 0;
     if (!st->bstream) {
@@ -823,7 +841,7 @@ static int h2_on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8
     const struct server *s = h->srv;
     st->hbytes += nlen + vlen + 32;
     if (st->hbytes > 4 * s->cfg.limits.max_header_bytes + 65536)
-        return NGHTTP2_ERR_CALLBACK_FAILURE; /* a header block without end: the connection */
+        return h2_block_flood(h); /* a header block without end: the connection */
     if (st->hbytes > s->cfg.limits.max_header_bytes)
         h2_stream_fail(st, 431, "request header fields too large");
     if (st->fail_status)
@@ -1042,6 +1060,7 @@ static int h2_on_data(nghttp2_session *ng, uint8_t flags, int32_t id, const uint
 {
     struct h2_session *h = ud;
     struct h2_stream *st = h2_stream_of(ng, id);
+    h->stall_t = 0; /* a body's bytes: progress */
     if (st && st->bstream) {
         h2_body_put(h, st, data, len);
         return 0;
@@ -1077,6 +1096,7 @@ static int h2_on_data(nghttp2_session *ng, uint8_t flags, int32_t id, const uint
 static int h2_on_stream_close(nghttp2_session *ng, int32_t id, uint32_t code, void *ud)
 {
     struct h2_stream *st = h2_stream_of(ng, id);
+    ((struct h2_session *)ud)->stall_t = 0; /* a stream done: progress */
     if (st) {
         st->closed = 1; /* freed by the loop, outside the library's calls */
         h2_body_gone(st);
@@ -1088,6 +1108,8 @@ static int h2_on_frame_send(nghttp2_session *ng, const nghttp2_frame *f, void *u
 {
     struct h2_session *h = ud;
     unsigned bit;
+    if (f->hd.type == NGHTTP2_DATA)
+        h->stall_t = 0; /* an answer's bytes went out: the client's window let them, progress */
     if (f->hd.type == NGHTTP2_RST_STREAM && h2_seen_bit(h, f->hd.stream_id, &bit)) {
         h->reset[bit / 64] |= 1ull << (bit % 64); /* what the client still sends is ignored */
         return 0;
@@ -2204,6 +2226,7 @@ static int h2_serve_loop(struct h2_session *h)
         if (h->goaway && !h->nstreams)
             return 1;
         if (!h->nstreams) {
+            h->stall_t = 0;
             /* Nothing open: go idle once the socket is drained, as HTTP/1 does. */
             if (c->drained) {
                 int rc = sched_io_release(&c->io);
@@ -2236,11 +2259,20 @@ static int h2_serve_loop(struct h2_session *h)
         ssize_t n;
         if (h2_tasks_running(h)) {
             /* A handler at work is not the client's stall: no deadline while one runs. */
+            h->stall_t = 0;
             n = h2_read_or_task(h, -1);
             if (n == -EINTR)
                 continue;
         } else {
-            n = conn_read_wait(c, conn_deadline_after(s->cfg.body_timeout_ns));
+            /* The deadline is body_timeout after the client's last progress (a byte of a body
+             * in or of an answer out, a stream closed), not after its last read: frames that
+             * carry nothing (PING and SETTINGS below the flood bound, WINDOW_UPDATE for
+             * another stream, empty CONTINUATION) would otherwise hold streams, and the answers
+             * a zero window keeps back, for ever, one frame per body_timeout. */
+            if (!h->stall_t)
+                h->stall_t = sched_now_ns();
+            int64_t deadline = (int64_t)(h->stall_t + s->cfg.body_timeout_ns);
+            n = (int64_t)sched_now_ns() >= deadline ? -ETIMEDOUT : conn_read_wait(c, deadline);
         }
         if (n == -ETIMEDOUT) {
             nghttp2_submit_goaway(h->ng, NGHTTP2_FLAG_NONE,

@@ -212,7 +212,9 @@ struct server_config {
     const struct conn_transport *transport;
     void *transport_ctx;
     /* HTTP/2 (http2.c): 1 (default) offers h2 by ALPN over TLS and takes h2c by prior knowledge
-     * (the client preface) on plain connections; 0 speaks HTTP/1.1 only. */
+     * (the client preface) or Upgrade on plain connections; 0 speaks HTTP/1.1 only; 2 speaks
+     * HTTP/2 only: ALPN offers h2 alone, and an HTTP/1.1 request (cleartext, or over TLS
+     * without ALPN) is answered 505 and closed. */
     int http2;
     /* SETTINGS_MAX_CONCURRENT_STREAMS: the streams one HTTP/2 connection may have open. */
     unsigned http2_max_streams;

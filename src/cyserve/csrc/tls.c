@@ -176,14 +176,19 @@ static int tls_alpn_select(SSL *ssl, const unsigned char **out, unsigned char *o
                            const unsigned char *in, unsigned int inlen, void *ud)
 {
     const struct tls_ctx *t = ud;
+    /* Our list: h2 then http/1.1 (auto), http/1.1 alone (HTTP/2 off), h2 alone (HTTP/2 only). */
     const unsigned char *ours = t->http2 ? tls_alpn_protos : tls_alpn_protos + TLS_ALPN_H2_LEN;
     unsigned ours_len = sizeof(tls_alpn_protos) - 1 - (t->http2 ? 0 : TLS_ALPN_H2_LEN);
+    if (t->http2 == 2)
+        ours_len = TLS_ALPN_H2_LEN;
     unsigned char *sel;
     unsigned char sel_len;
     if (SSL_select_next_proto(&sel, &sel_len, ours, ours_len, in, inlen) != OPENSSL_NPN_NEGOTIATED)
         /* The client offers no protocol we speak: go on without ALPN (the client decides),
-         * rather than fail the handshake. */
-        return SSL_TLSEXT_ERR_NOACK;
+         * rather than fail the handshake; except with HTTP/2 only, where a client that offers
+         * protocols but not h2 cannot be served at all, and RFC 7301 3.2's no_application_protocol
+         * alert (what OpenSSL sends for a fatal answer here) says so at once. */
+        return t->http2 == 2 ? SSL_TLSEXT_ERR_ALERT_FATAL : SSL_TLSEXT_ERR_NOACK;
     *out = sel;
     *outlen = sel_len;
     return SSL_TLSEXT_ERR_OK;

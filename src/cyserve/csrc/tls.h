@@ -33,7 +33,8 @@ struct tls_options {
     const char *ca_certs; /* PEM: the CAs client certificates are verified against */
     int cert_reqs;        /* client certificates: 0 not asked for, 1 optional (verified when
                            * sent), 2 required (Python's ssl.CERT_NONE/OPTIONAL/REQUIRED) */
-    int http2;            /* 1: ALPN offers h2 before http/1.1; 0: http/1.1 only */
+    int http2;            /* 1: ALPN offers h2 before http/1.1; 0: http/1.1 only; 2: h2 only
+                           * (a client offering other protocols only gets a fatal alert) */
     const struct tls_sni_option *sni; /* nsni more names, each with its certificate; a client
                                        * that names none of them (or no name) gets certfile's.
                                        * The password, CAs and ciphers are the same for all. */

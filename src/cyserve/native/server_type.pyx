@@ -106,7 +106,7 @@ cdef const char *keep_b(list keep, bytes b):
 
 
 cdef int _tls_load(cs.tls_ctx_t **ctx, bint reload, str certfile, str keyfile, str password,
-                   str ciphers, str ca_certs, int cert_reqs, bint http2, sni, str ocsp_file,
+                   str ciphers, str ca_certs, int cert_reqs, int http2, sni, str ocsp_file,
                    ticket_rotation) except -1:
     """Make a TLS context (reload false: ctx[0] set) or load ctx[0]'s files again (reload true)
     from certificate and key files: ValueError with OpenSSL's reason and the file's name when
@@ -130,7 +130,7 @@ cdef int _tls_load(cs.tls_ctx_t **ctx, bint reload, str certfile, str keyfile, s
     o.ca_certs = keep_b(keep, fs(ca_certs) if ca_certs else b"")
     o.ocsp_file = keep_b(keep, fs(ocsp_file) if ocsp_file else b"")
     o.cert_reqs = cert_reqs
-    o.http2 = 1 if http2 else 0
+    o.http2 = http2  # 0 HTTP/1.1 only, 1 h2 and http/1.1, 2 h2 only (tls.h)
     o.ticket_period_s = <unsigned>ticket_rotation
     so = <cs.tls_sni_option_t *>calloc(max(1, len(sni)), sizeof(cs.tls_sni_option_t))
     if so == NULL:
@@ -239,7 +239,7 @@ cdef class Server:
     cdef unsigned _nlisten
     cdef cs.tls_ctx_t *_tls
     cdef tuple _tls_args  # what _tls was made from: reload_tls() reads the same files again
-    cdef bint _tls_http2
+    cdef int _tls_http2
     cdef readonly str scheme
     cdef object _metrics  # the Metrics whose slot the engine counts into (kept alive here)
     cdef bint _ws_deflate  # ASGI routes negotiate permessage-deflate (set before the routes)
@@ -267,7 +267,7 @@ cdef class Server:
                  str ssl_keyfile=None, str ssl_keyfile_password=None, str ssl_ciphers=None,
                  str ssl_ca_certs=None, int ssl_cert_reqs=0, ssl_sni=None,
                  str ssl_ocsp_file=None, ssl_ticket_rotation=0, bint http2=True,
-                 int http2_max_concurrent_streams=100, Metrics metrics=None,
+                 str http="auto", int http2_max_concurrent_streams=100, Metrics metrics=None,
                  unsigned int limit_concurrency=0,
                  int metrics_slot=-1, proxy_protocol_from=None, ws_max_size=16 << 20,
                  ws_ping_interval=20.0, ws_ping_timeout=20.0,
@@ -286,6 +286,11 @@ cdef class Server:
             raise ValueError(f"blocking_threads must be in 0..1024, got {blocking_threads}")
         if backlog < 1:
             raise ValueError(f"backlog must be >= 1, got {backlog}")
+        if http not in ("auto", "1", "2"):
+            raise ValueError(f"http must be 'auto', '1' or '2', got {http!r}")
+        # server.h's cfg.http2: 0 HTTP/1.1 only, 1 both (auto), 2 HTTP/2 only. http2=False is
+        # the older spelling of http="1" (Config refuses the two saying different things).
+        cdef int http2_mode = 0 if (not http2 or http == "1") else (2 if http == "2" else 1)
         if not 1 <= http2_max_concurrent_streams <= 1 << 20:
             raise ValueError("http2_max_concurrent_streams must be in 1..2**20, got "
                              f"{http2_max_concurrent_streams}")
@@ -318,7 +323,7 @@ cdef class Server:
             self._tls_args = _tls_args(ssl_certfile, ssl_keyfile, ssl_keyfile_password,
                                        ssl_ciphers, ssl_ca_certs, ssl_cert_reqs, ssl_sni,
                                        ssl_ocsp_file, ssl_ticket_rotation)
-            self._tls_http2 = http2
+            self._tls_http2 = http2_mode
             self._tls_reload(False)
             self.scheme = "https"
         elif (ssl_keyfile or ssl_keyfile_password or ssl_ciphers or ssl_ca_certs or ssl_cert_reqs
@@ -390,7 +395,7 @@ cdef class Server:
         cfg.keepalive_ns = <uint64_t>(keepalive_timeout * 1e9)
         cfg.header_timeout_ns = <uint64_t>(header_timeout * 1e9)
         cfg.body_timeout_ns = <uint64_t>(body_timeout * 1e9)
-        cfg.http2 = 1 if http2 else 0
+        cfg.http2 = http2_mode
         cfg.http2_max_streams = http2_max_concurrent_streams
         cfg.ws_max_message = ws_max_size
         cfg.ws_ping_interval_ns = <uint64_t>((ws_ping_interval or 0) * 1e9)
