@@ -254,6 +254,29 @@ def test_what_send_returns_is_an_awaitable_for_asyncio_too() -> None:
         assert c.reply().body == b"streamed,[None, None, None, None]"
 
 
+def test_send_takes_its_message_by_keyword_and_refuses_other_calls() -> None:
+    # send is called with one positional message on the fast path; a call by keyword, or with
+    # another count of arguments, takes the method's own parse: the keyword works, and the
+    # wrong counts raise TypeError as a Python method would, without touching the answer.
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            raise RuntimeError("unsupported")
+        refused = []
+        for args in ((), ({"type": "http.response.start"}, None)):
+            try:
+                send(*args)
+            except TypeError:
+                refused.append(len(args))
+        await send(message={"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": repr(refused).encode()})
+
+    with serving_app(app) as port, Conn(port) as c:
+        for _ in range(2):
+            c.send(get("/"))
+            r = c.reply()
+            assert (r.status, r.body) == (200, b"[0, 2]")
+
+
 def test_head_gets_the_head_only() -> None:
     with serving_app(answers) as port, Conn(port) as c:
         c.send(b"HEAD / HTTP/1.1\r\nHost: t\r\n\r\n")

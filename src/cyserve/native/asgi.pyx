@@ -15,6 +15,7 @@
 # send(): awaiting send() on a slow reader suspends the app, nothing queues without bound.
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.list cimport PyList_New, PyList_SET_ITEM
+from cpython.object cimport PyObject_Call
 from cpython.pythread cimport PyThread_get_thread_ident
 from cpython.version cimport PY_VERSION_HEX
 from libc.errno cimport errno
@@ -146,6 +147,10 @@ cdef class _ASGILoop:
     cdef object task_type
     # Python 3.12+: the tasks start eagerly (Task's eager_start), see _asgi_spawn.
     cdef bint eager
+    # Task's keyword arguments there, {"loop": loop, "eager_start": True}, made once: passed
+    # as they are (PyObject_Call), they spare each call the dict that a call with keywords
+    # builds from its names (Task.__init__ only reads it).
+    cdef dict task_kwargs
     # The loop's thread, as _asgi_spawn and _asgi_ws_spawn find it: send() takes a message at
     # once only there (see _Exchange.send).
     cdef unsigned long ident
@@ -169,6 +174,7 @@ cdef class _ASGILoop:
         self.ready = _ASGI_TAKEN
         self.task_type = asyncio.Task
         self.eager = PY_VERSION_HEX >= 0x030C0000
+        self.task_kwargs = {"loop": loop, "eager_start": True}
         self.pending = []
         self.armed = False
         self.wake_fd = -1
@@ -253,12 +259,28 @@ cdef int _asgi_header_kind(const char *n, Py_ssize_t k) noexcept:
 
 
 cdef inline object _mget(object message, str key, object default):
-    """message.get(key, default), without the method call for a dict (what apps send)."""
+    """message.get(key, default), without the method call for a dict (what apps send). The keys
+    are exact str, whose hash cannot fail: a NULL from the lookup is a missing key."""
     cdef PyObject *v
     if type(message) is dict:
-        v = PyDict_GetItem(message, key)
+        v = PyDict_GetItemWithError(message, key)
         return default if v == NULL else <object>v
     return message.get(key, default)
+
+
+# Whether a message's type is the ASCII text lit[0..n), compared by its bytes. The apps' type
+# strings ("http.response.start") are not interned (they are no identifiers), so a comparison
+# with our constant was a PyUnicode_Compare of different objects, about 80 instructions each,
+# three per request. An exact str only, as before (a subclass is no type the spec names).
+cdef extern from *:
+    """
+    static inline int cyserve__asgi_str_is(PyObject *s, const char *lit, Py_ssize_t n)
+    {
+        return PyUnicode_CheckExact(s) && PyUnicode_IS_COMPACT_ASCII(s) &&
+               PyUnicode_GET_LENGTH(s) == n && memcmp(PyUnicode_DATA(s), lit, (size_t)n) == 0;
+    }
+    """
+    bint cyserve__asgi_str_is(object s, const char *lit, Py_ssize_t n) noexcept
 
 
 cdef object _asgi_length(object v):
@@ -378,9 +400,43 @@ class ClientDisconnected(OSError):
     """send() after the client went away (as uvicorn raises)."""
 
 
+# An http scope's send is the request's _Exchange itself, called through vectorcall (as WSGI's
+# start_response is its _WSGIAnswer, wsgi.pyx): the app's `await send(message)` reaches
+# _asgi_send_impl with its message as it is, without a bound method made and freed per request
+# and, on each of its calls, the method's call of the function and Cython's parse of the
+# argument (about 550 instructions a request, CPython 3.12, two messages). Any other call
+# (keywords, another count of arguments) goes through _Exchange.send bound to the exchange,
+# which parses it as a method would and raises its TypeError.
+cdef extern from *:
+    """
+    static PyObject *(*cyserve__asgi_send_impl)(PyObject *, PyObject *);
+    static PyObject *cyserve__asgi_send_fn; /* _Exchange.send, set at import, never cleared */
+
+    static PyObject *cyserve__asgi_send_vectorcall(PyObject *self, PyObject *const *args,
+                                                   size_t nargsf, PyObject *kwnames)
+    {
+        PyObject *m, *r;
+        if (kwnames == NULL && PyVectorcall_NARGS(nargsf) == 1)
+            return cyserve__asgi_send_impl(self, args[0]);
+        m = PyMethod_New(cyserve__asgi_send_fn, self);
+        if (m == NULL)
+            return NULL;
+        r = PyObject_Vectorcall(m, args, nargsf, kwnames);
+        Py_DECREF(m);
+        return r;
+    }
+    """
+    object (*cyserve__asgi_send_impl)(object, object)
+    PyObject *cyserve__asgi_send_fn
+    PyObject *cyserve__asgi_send_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                            PyObject *kwnames) noexcept
+
+
+@cython.final
 cdef class _Exchange:
     """One request of an ASGI application: its receive() and send(), and the handoff its answer
-    goes through."""
+    goes through. The exchange is the app's send itself (cyserve__asgi_send_vectorcall)."""
+    cdef vectorcallfunc vc   # cyserve__asgi_send_vectorcall, set by ASGIHandler._start
     cdef cs.handoff_t *h
     cdef object handler      # the ASGIHandler
     cdef bytes body          # the request body, whole (the engine reads it before the call)
@@ -459,16 +515,17 @@ cdef class _Exchange:
         await self._send(message)
 
     cdef object _send(self, message):
-        t = message["type"]
-        cdef str ts = t if type(t) is str else None
-        if ts == "http.response.start":
+        t = _mget(message, "type", None) if type(message) is dict else message["type"]
+        if t is None:
+            t = message["type"]  # the KeyError, as before
+        if cyserve__asgi_str_is(t, "http.response.start", 19):
             if self.started:
                 raise RuntimeError("ASGI: http.response.start sent twice")
             self.status = int(message["status"])
             self.headers = list(_mget(message, "headers", None) or ())
             self.started = True
             return self.lp.ready
-        if ts != "http.response.body":
+        if not cyserve__asgi_str_is(t, "http.response.body", 18):
             raise RuntimeError(f"ASGI: unexpected message {t!r} in the http scope")
         if not self.started:
             raise RuntimeError("ASGI: http.response.body before http.response.start")
@@ -568,7 +625,7 @@ cdef class _Exchange:
 
     async def _run(self, app, scope):
         try:
-            await app(scope, _bind_method(_EX_RECEIVE, self), _bind_method(_EX_SEND, self))
+            await app(scope, _bind_method(_EX_RECEIVE, self), self)
         except BaseException as exc:
             _asgi_log.error("Exception in ASGI application %s for %s %s", self.label,
                             scope["method"], scope["raw_path"].decode("latin-1"),
@@ -608,11 +665,32 @@ cdef class _Exchange:
                 self._mark_gone()
 
 
-# receive and send bound to each exchange as _WSGIAnswer's start_response is (wsgi.pyx): the
-# bound methods that `ex.receive` and `ex.send` give, without their lookups.
+# receive bound to each exchange: the bound method that `ex.receive` gives, without its lookup.
 cdef object _EX_RECEIVE = _Exchange.receive
 cdef object _EX_SEND = _Exchange.send
 cdef object _EX_RUN = _Exchange._run  # called with the exchange: no bound method per request
+
+
+cdef object _asgi_send_impl(object self, object message):
+    """send(message) of the exchange called as the app's send (cyserve__asgi_send_vectorcall)."""
+    cdef _Exchange ex = <_Exchange>self
+    if PyThread_get_thread_ident() != ex.lp.ident:
+        return ex._send_on_loop(message)
+    return ex._send(message)
+
+
+cdef void _asgi_send_callable() except *:
+    # The offset of _Exchange.vc, read from an instance: Cython names the C struct, not us.
+    global cyserve__asgi_send_fn
+    cdef _Exchange probe = _Exchange.__new__(_Exchange)
+    cyserve__sr_make_callable(<PyTypeObject *>_Exchange,
+                              <Py_ssize_t>(<char *>&probe.vc - <char *><PyObject *>probe))
+    Py_INCREF(_EX_SEND)  # the module keeps it too: this reference is the C side's, for ever
+    cyserve__asgi_send_fn = <PyObject *>_EX_SEND
+
+
+cyserve__asgi_send_impl = _asgi_send_impl
+_asgi_send_callable()
 
 
 cdef object _asgi_name(const char *name, size_t n, _ThreadCache cache):
@@ -777,6 +855,7 @@ cdef class ASGIHandler:
     cdef _Exchange _start(self, const cyserve_request *req):
         scope = self._scope(req)
         cdef _Exchange ex = _Exchange.__new__(_Exchange)
+        ex.vc = cyserve__asgi_send_vectorcall
         ex.handler = self
         ex.label = self._label
         ex.body = PyBytes_FromStringAndSize(req.body.ptr, <Py_ssize_t>req.body.len)
@@ -837,16 +916,21 @@ cdef void _asgi_spawn(_Exchange ex, bint direct) except *:
     cdef _ASGILoop lp = ex.lp
     lp.ident = PyThread_get_thread_ident()
     coro = _EX_RUN(ex, app, scope)
+    # A call of Task with keywords cost about 1,300 instructions more than one without
+    # (CPython 3.12: the dict made from the call's keyword names, then Task.__init__'s parse
+    # of it), so 3.12+ passes a dict made once, and 3.11 none: there Task takes the running
+    # loop, which is lp.loop, since a batch runs in one of its callbacks (_drain, or
+    # call_soon_threadsafe).
     if not direct:
         task = lp.loop.create_task(coro)
     elif lp.eager:
-        task = lp.task_type(coro, loop=lp.loop, eager_start=True)
+        task = PyObject_Call(lp.task_type, (coro,), lp.task_kwargs)
         # _run ended in the eager step (nothing in it awaits after its end is marked), so the
         # task is done: a flag rather than a call of task.done().
         if ex.ran:
             return
     else:
-        task = lp.task_type(coro, loop=lp.loop)
+        task = lp.task_type(coro)
     lp.tasks.add(task)
     ex.task = task
 
