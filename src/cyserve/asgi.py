@@ -30,9 +30,15 @@ watches the socket while it waits for the answer). ``send()``:
 ``http.response.start`` is kept until the first body message, which goes out with it; a body with
 ``more_body`` is streamed (chunked, or as announced by the app's Content-Length) and each such
 ``send()`` returns once the engine has written the piece: a slow reader slows the app down. An
-answer to HEAD is its head (the body the app sends goes nowhere). An exception before the answer
+answer to HEAD is its head, with the app's Content-Length (else the length of the body the app
+sends, which goes nowhere). An exception before the answer
 started is a 500 (and a logged traceback); after it, the connection closes without the last chunk.
-An app that returns without completing its answer is treated the same way. At a stop, answers
+An app that returns without completing its answer is treated the same way. ``extensions`` offers
+``http.response.pathsend`` (and ``tls`` over TLS): after the start, ``{"type":
+"http.response.pathsend", "path": ...}`` makes the file at that absolute path the whole body, sent
+by the engine as a file body (sendfile); a relative path, a file that cannot be opened or is not
+a regular file, or a pathsend before the start or after the body began raise from ``send()``.
+At a stop, answers
 still pending when the grace period ends are given up (their connections closed) and their tasks
 cancelled. ``send()`` (in both scopes) is no coroutine function, as granian's is not: it does its
 work when called and returns what the app awaits, a future already done or the future of the
