@@ -50,9 +50,10 @@ The websocket scope (``native/asgi_ws.pyx``): a request with ``Upgrade: websocke
 route. A bad handshake is answered by the server (400; 426 with ``Sec-WebSocket-Version: 13``)
 without the app. The scope has ``scheme`` "ws" or "wss", ``subprotocols`` (the client's offers)
 and the http scope's other keys but ``method``; ``extensions`` offers
-``websocket.http.response``. ``receive()``: ``websocket.connect``, then ``websocket.receive``
-(``text`` or ``bytes``, each message whole), then ``websocket.disconnect`` with the client's
-``code`` (1005 when it gave none, 1006 when it went without a close frame) and ``reason``.
+``websocket.http.response``, and ``tls`` over TLS. ``receive()``: ``websocket.connect``, then
+``websocket.receive`` (``text`` or ``bytes``, each message whole), then ``websocket.disconnect``
+with the client's ``code`` (1005 when it gave none, 1006 when it went without a close frame)
+and ``reason``.
 ``send()``: ``websocket.accept`` (``subprotocol``, ``headers``), ``websocket.send``,
 ``websocket.close`` (``code``, ``reason``; before accepting: a 403),
 ``websocket.http.response.start``/``.body`` before accepting (the denial response). A send waits
