@@ -21,9 +21,10 @@ The http scope: ``http_version``, ``method``, ``scheme`` ("http"), ``path`` (per
 UTF-8), ``raw_path``, ``query_string`` (raw), ``root_path``, ``headers`` (lower-cased names, raw
 byte values, in order), ``client`` and ``server`` ((host, port)), ``state`` (a copy of the
 lifespan's). ``receive()`` gives the body as ``http.request`` messages of 64 KiB (the last one
-shorter): a Content-Length body is read from the socket a piece per ``receive()`` (100 Continue
-before the first read, when asked for; an answer that leaves the body unread closes the
-connection), a chunked one is read whole before the call; both within ``max_body_bytes``. Then
+shorter): a body, with a Content-Length or chunked, is read from the socket a piece per
+``receive()`` (100 Continue before the first read, when asked for, so an app that never reads
+sends none; an answer that leaves the body unread closes the connection), within
+``max_body_bytes``. Then
 ``http.disconnect`` once
 the response is complete or the client went away (also while the app still works: the engine
 watches the socket while it waits for the answer). ``send()``:
