@@ -36,9 +36,10 @@ sends, which goes nowhere). An exception before the answer
 started is a 500 (and a logged traceback); after it, the connection closes without the last chunk.
 An app that returns without completing its answer is treated the same way. ``extensions`` offers
 ``http.response.pathsend`` (and ``tls`` over TLS): after the start, ``{"type":
-"http.response.pathsend", "path": ...}`` makes the file at that absolute path the whole body, sent
-by the engine as a file body (sendfile); a relative path, a file that cannot be opened or is not
-a regular file, or a pathsend before the start or after the body began raise from ``send()``.
+"http.response.pathsend", "path": ...}`` makes the file at that path (absolute, as the spec
+asks; a relative one is the app's working directory's) the whole body, sent by the engine as a
+file body (sendfile); a file that cannot be opened or is not a regular file, or a pathsend
+before the start or after the body began raise from ``send()``.
 At a stop, answers
 still pending when the grace period ends are given up (their connections closed) and their tasks
 cancelled. ``send()`` (in both scopes) is no coroutine function, as granian's is not: it does its

@@ -1,9 +1,10 @@
 """The ASGI Path Send extension (native/asgi.pyx, _Exchange._pathsend): advertised in the http
 scope; `http.response.pathsend` after the start sends the file as the engine sends any file body
 (resp_set_body_file) over HTTP/1.1, TLS, h2c and h2 by ALPN, with HEAD getting the file's length
-and no body; a relative path, a missing file, a directory, a pathsend before the start or after
-the body began are refused by send() (a 500 when the app lets the error go). Starlette's
-FileResponse, which uses the extension when the scope offers it, serves a large file whole."""
+and no body; a relative path is opened from the working directory the app shares; a missing
+file, a directory, a pathsend before the start or after the body began are refused by send() (a
+500 when the app lets the error go). Starlette's FileResponse, which uses the extension when the
+scope offers it, serves a large file whole, and a relative one."""
 
 from __future__ import annotations
 
@@ -74,6 +75,11 @@ def make_app(files: dict[str, Any]) -> Any:
                                     (b"x-via", b"pathsend")]})
             await send({"type": "http.response.pathsend", "path": name})
             return
+        if path == "/relative":
+            # Opened as the app's own open() would: from the process's working directory.
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.pathsend", "path": "small.txt"})
+            return
         if path == "/announced":
             # HEAD answered as Starlette answers it: GET's length, an empty body.
             await send({"type": "http.response.start", "status": 200,
@@ -91,9 +97,7 @@ def make_app(files: dict[str, Any]) -> Any:
             if case == "before-start":
                 await send(message)
             await send({"type": "http.response.start", "status": 200, "headers": []})
-            if case == "relative":
-                await send({"type": "http.response.pathsend", "path": "small.txt"})
-            elif case == "directory":
+            if case == "directory":
                 await send({"type": "http.response.pathsend", "path": str(files["sub"])})
             elif case == "after-body":
                 await send({"type": "http.response.body", "body": b"begun,", "more_body": True})
@@ -159,11 +163,12 @@ def test_advertised_and_sent_over_http1(files: dict[str, Any]) -> None:
     assert app.seen and all(e == {"http.response.pathsend": {}} for e in app.seen)
 
 
-def test_refusals_and_a_missing_file(files: dict[str, Any],
-                                     caplog: pytest.LogCaptureFixture) -> None:
+def test_refusals_a_missing_file_and_a_relative_path(files: dict[str, Any],
+                                                     caplog: pytest.LogCaptureFixture,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     caplog.set_level(logging.ERROR, logger="cyserve.asgi")
     with serving_app(make_app(files)) as port:
-        for case, error in (("before-start", b"RuntimeError"), ("relative", b"ValueError"),
+        for case, error in (("before-start", b"RuntimeError"),
                             ("directory", b"IsADirectoryError")):
             r = request(port, get(f"/refused/{case}"))
             assert (case, r.status, r.body) == (case, 200, error)
@@ -175,6 +180,11 @@ def test_refusals_and_a_missing_file(files: dict[str, Any],
             assert c.read_chunked() == b"begun,RuntimeError"
         r = request(port, get("/missing"))
         assert (r.status, r.body) == (500, b"500 Internal Server Error\n")
+        # A relative path is the app's working directory's: missing from here, found there.
+        assert request(port, get("/relative")).status == 500
+        monkeypatch.chdir(files["dir"])
+        r = request(port, get("/relative"))
+        assert (r.status, r.body) == (200, b"hello from a file\n")
         assert request(port, get("/small")).body == b"hello from a file\n"  # serves on
         # A refused pathsend leaves nothing open either (the directory was opened, then closed).
         assert no_file_left_open(files["small"], files["sub"])
@@ -226,7 +236,11 @@ def starlette_app(files: dict[str, Any]) -> Iterator[tuple[Any, list[str]]]:
     async def large(request: Any) -> FileResponse:
         return FileResponse(files["large"], media_type="application/octet-stream")
 
-    inner = Starlette(routes=[Route("/large", large, methods=["GET", "HEAD"])])
+    async def relative(request: Any) -> FileResponse:
+        return FileResponse("small.txt")  # passed on as given: a relative path
+
+    inner = Starlette(routes=[Route("/large", large, methods=["GET", "HEAD"]),
+                              Route("/relative", relative)])
     sent: list[str] = []
 
     async def recording(scope: Scope, receive: Any, send: Any) -> None:
@@ -242,7 +256,7 @@ def starlette_app(files: dict[str, Any]) -> Iterator[tuple[Any, list[str]]]:
 
 
 def test_starlette_file_response(starlette_app: tuple[Any, list[str]],
-                                 files: dict[str, Any]) -> None:
+                                 files: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     app, sent = starlette_app
     large = files["large"].read_bytes()
     stat = os.stat(files["large"])
@@ -260,4 +274,10 @@ def test_starlette_file_response(starlette_app: tuple[Any, list[str]],
         assert (r.status, r.header("content-length")) == (200, str(stat.st_size))
         c.send(get("/large"))  # nothing of the HEAD's body came before this answer
         assert len(c.reply().body) == len(large)
+        monkeypatch.chdir(files["dir"])
+        sent.clear()
+        c.send(get("/relative"))
+        r = c.reply()
+        assert (r.status, r.body) == (200, b"hello from a file\n")
+        assert sent == ["http.response.start", "http.response.pathsend"]
 

@@ -524,20 +524,19 @@ cdef class _Exchange:
             return self.lp.ready  # as a body after a complete answer to HEAD: goes nowhere
         if self.complete or self.streaming:
             raise RuntimeError("ASGI: http.response.pathsend after the response body began")
-        path = message["path"]
-        # The extension's path is absolute: a relative one would depend on the server's
-        # working directory, which the application does not control.
-        if not _os_pathsend.path.isabs(path):
-            raise ValueError(f"ASGI: http.response.pathsend needs an absolute path, not {path!r}")
         # Opened here, on the loop's thread, so that a missing or unreadable file is the app's
-        # exception from send() (a 500 when it lets it go, as nothing went out yet).
-        fd = _os_pathsend.open(path, _os_pathsend.O_RDONLY | _os_pathsend.O_CLOEXEC)
+        # exception from send() (a 500 when it lets it go, as nothing went out yet). The spec
+        # asks for an absolute path; a relative one is opened as the app's own open() would
+        # open it, since the app shares the server's process and working directory: Starlette's
+        # FileResponse passes its path on as it was given, and FileResponse("static/a.css")
+        # must not fail because the extension is offered (granian opens it so too).
+        fd = _os_pathsend.open(message["path"], _os_pathsend.O_RDONLY | _os_pathsend.O_CLOEXEC)
         cdef cs.resp_t *resp = &self.h.resp
         try:
             st = _os_pathsend.fstat(fd)
             if not _stat_pathsend.S_ISREG(st.st_mode):
-                raise IsADirectoryError(f"ASGI: http.response.pathsend: {path!r} is not a "
-                                        "regular file")
+                raise IsADirectoryError(f"ASGI: http.response.pathsend: {message['path']!r} is "
+                                        "not a regular file")
             if self.head and self.length is None:
                 self.length = st.st_size  # what GET would carry: announced, not sent
             self._fill_head(resp)
