@@ -21,18 +21,26 @@ The http scope: ``http_version``, ``method``, ``scheme`` ("http"), ``path`` (per
 UTF-8), ``raw_path``, ``query_string`` (raw), ``root_path``, ``headers`` (lower-cased names, raw
 byte values, in order), ``client`` and ``server`` ((host, port)), ``state`` (a copy of the
 lifespan's). ``receive()`` gives the body as ``http.request`` messages of 64 KiB (the last one
-shorter): a Content-Length body is read from the socket a piece per ``receive()`` (100 Continue
-before the first read, when asked for; an answer that leaves the body unread closes the
-connection), a chunked one is read whole before the call; both within ``max_body_bytes``. Then
+shorter): a body, with a Content-Length or chunked, is read from the socket a piece per
+``receive()`` (100 Continue before the first read, when asked for, so an app that never reads
+sends none; an answer that leaves the body unread closes the connection), within
+``max_body_bytes``. Then
 ``http.disconnect`` once
 the response is complete or the client went away (also while the app still works: the engine
 watches the socket while it waits for the answer). ``send()``:
 ``http.response.start`` is kept until the first body message, which goes out with it; a body with
 ``more_body`` is streamed (chunked, or as announced by the app's Content-Length) and each such
 ``send()`` returns once the engine has written the piece: a slow reader slows the app down. An
-answer to HEAD is its head (the body the app sends goes nowhere). An exception before the answer
+answer to HEAD is its head, with the app's Content-Length (else the length of the body the app
+sends, which goes nowhere). An exception before the answer
 started is a 500 (and a logged traceback); after it, the connection closes without the last chunk.
-An app that returns without completing its answer is treated the same way. At a stop, answers
+An app that returns without completing its answer is treated the same way. ``extensions`` offers
+``http.response.pathsend`` (and ``tls`` over TLS): after the start, ``{"type":
+"http.response.pathsend", "path": ...}`` makes the file at that path (absolute, as the spec
+asks; a relative one is the app's working directory's) the whole body, sent by the engine as a
+file body (sendfile); a file that cannot be opened or is not a regular file, or a pathsend
+before the start or after the body began raise from ``send()``.
+At a stop, answers
 still pending when the grace period ends are given up (their connections closed) and their tasks
 cancelled. ``send()`` (in both scopes) is no coroutine function, as granian's is not: it does its
 work when called and returns what the app awaits, a future already done or the future of the
@@ -44,9 +52,10 @@ The websocket scope (``native/asgi_ws.pyx``): a request with ``Upgrade: websocke
 route. A bad handshake is answered by the server (400; 426 with ``Sec-WebSocket-Version: 13``)
 without the app. The scope has ``scheme`` "ws" or "wss", ``subprotocols`` (the client's offers)
 and the http scope's other keys but ``method``; ``extensions`` offers
-``websocket.http.response``. ``receive()``: ``websocket.connect``, then ``websocket.receive``
-(``text`` or ``bytes``, each message whole), then ``websocket.disconnect`` with the client's
-``code`` (1005 when it gave none, 1006 when it went without a close frame) and ``reason``.
+``websocket.http.response``, and ``tls`` over TLS. ``receive()``: ``websocket.connect``, then
+``websocket.receive`` (``text`` or ``bytes``, each message whole), then ``websocket.disconnect``
+with the client's ``code`` (1005 when it gave none, 1006 when it went without a close frame)
+and ``reason``.
 ``send()``: ``websocket.accept`` (``subprotocol``, ``headers``), ``websocket.send``,
 ``websocket.close`` (``code``, ``reason``; before accepting: a 403),
 ``websocket.http.response.start``/``.body`` before accepting (the denial response). A send waits

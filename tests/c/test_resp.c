@@ -123,6 +123,24 @@ static void test_lent_body(void)
     errno = 0;
     ok(fcntl(fds[0], F_GETFD) == -1 && errno == EBADF, "reset closes a file not taken");
     close(fds[1]);
+
+    /* A deferred answer's file body (ASGI pathsend) moves to the request's response with its
+     * descriptor: the source no longer closes it, the destination does. */
+    struct cyserve_response dst;
+    resp_init(&dst);
+    ok(pipe(fds) == 0, "pipe");
+    is_int(resp_set_status(&r, 203), 0, "status");
+    is_int(resp_set_body_file(&r, fds[0], 5, 70), 0, "file body to take");
+    is_int(resp_take(&dst, &r), 0, "taken");
+    ok(dst.body_fd == fds[0] && dst.body_file_offset == 5 && dst.body_file_len == 70,
+       "the file body moved");
+    ok(r.body_fd == -1 && dst.status == 203, "the source holds none of it");
+    ok(fcntl(fds[0], F_GETFD) != -1, "and did not close it");
+    resp_reset(&dst);
+    errno = 0;
+    ok(fcntl(fds[0], F_GETFD) == -1 && errno == EBADF, "the destination's reset closes it");
+    close(fds[1]);
+    resp_free(&dst);
     resp_free(&r);
 }
 

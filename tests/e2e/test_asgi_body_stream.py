@@ -98,6 +98,31 @@ def test_body_limits_and_100_continue() -> None:
             assert resp.startswith(b"HTTP/1.1 200 ") and resp.endswith(b"10")
 
 
+def test_an_app_that_never_receives_gets_no_100_continue() -> None:
+    """The 100 goes out on the first receive(): an app that answers without reading the body
+    sends the final status only, and the client never sends the body it was not asked for."""
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 403,
+                    "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"no"})
+
+    with serving_app(app) as port:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(b"POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n"
+                      b"Expect: 100-continue\r\n\r\n")
+            resp = read_response(s)
+            assert resp.startswith(b"HTTP/1.1 403 ") and resp.endswith(b"\r\n\r\nno"), resp
+            # Nothing else came: no 100 before the answer, nor after it.
+            s.settimeout(0.3)
+            try:
+                rest = s.recv(100)
+            except TimeoutError:
+                rest = b""
+            assert b"100 Continue" not in rest
+
+
 def test_body_left_unread_closes_the_connection_and_pipelining_still_works() -> None:
     async def app(scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":

@@ -167,11 +167,26 @@ def test_factory_is_called_for_the_app(tmp_path: Path, isolated_path: None) -> N
                 start_response("200 OK", [])
                 return [b"hi"]
             return wsgi
+
+        def create_asgi():
+            async def asgi(scope, receive, send):
+                pass
+            return asgi
     """)
     app = cli.load_app(f"{name}:create_app", str(tmp_path), factory=True)
     assert isinstance(app, cyserve.App) and app.build()[0][3] == "static"
     app = cli.load_app(f"{name}:create_wsgi", str(tmp_path), factory=True)
     assert app.build()[0][4].app.__name__ == "wsgi"
+    # An ASGI app from a factory is told from a WSGI one as an attribute would be, and
+    # --interface asgi takes it.
+    for interface in ("auto", "asgi"):
+        app = cli.load_app(f"{name}:create_asgi", str(tmp_path), interface=interface,
+                           factory=True)
+        target = app.build()[0][4]
+        assert (type(target).__name__, target.app.__name__) == ("ASGIHandler", "asgi")
+    with pytest.raises(cli.AppLoadError,
+                       match=r"is an async \(ASGI\) application, but interface 'wsgi' was"):
+        cli.load_app(f"{name}:create_asgi", str(tmp_path), interface="wsgi", factory=True)
 
 
 def test_a_factory_without_factory_is_one_line(capsys: pytest.CaptureFixture[str],

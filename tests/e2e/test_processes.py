@@ -58,6 +58,21 @@ def slow(request):
 def wsgi(environ, start_response):
     start_response("200 OK", [("Content-Type", "text/plain")])
     return [f"{os.getpid()} {environ['wsgi.multiprocess']}".encode()]
+
+
+async def asgi(scope, receive, send):
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                scope["state"]["started_in"] = os.getpid()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    body = f"{os.getpid()} {scope['state']['started_in']}".encode()
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": body})
 """
 
 SUPERVISING = re.compile(r"cyserve: supervising (\d+) processes on http://127\.0\.0\.1:(\d+) "
@@ -202,6 +217,23 @@ def test_a_wsgi_app_runs_in_every_process(tmp_path: Path) -> None:
         for _ in range(400):
             pid, multiprocess = sup.get("/any/path").split()
             assert multiprocess == "True"  # wsgi.multiprocess: the app runs in several
+            seen.add(int(pid))
+            if seen == sup.workers:
+                break
+        assert seen == sup.workers
+        os.killpg(sup.proc.pid, signal.SIGTERM)
+        assert sup.finish() == (0, "")
+    finally:
+        sup.close()
+
+
+def test_an_asgi_app_runs_in_every_process(tmp_path: Path) -> None:
+    sup = Supervised(tmp_path, 2, spec="proc_app:asgi")
+    try:
+        seen: set[int] = set()
+        for _ in range(400):
+            pid, started_in = sup.get("/any/path").split()
+            assert started_in == pid  # each process ran the app's lifespan on its own loop
             seen.add(int(pid))
             if seen == sup.workers:
                 break

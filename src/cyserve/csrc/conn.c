@@ -101,8 +101,17 @@ static int plain_shutdown(struct conn *c, int how)
     return shutdown(c->io.fd, how) < 0 ? -errno : 0;
 }
 
-const struct conn_transport conn_plain = {
-    plain_recv, plain_sendv, plain_sendfile, plain_shutdown, NULL, NULL, NULL};
+const struct conn_transport conn_plain = {plain_recv, plain_sendv, plain_sendfile, plain_shutdown,
+                                          NULL,       NULL,        NULL,           NULL};
+
+ssize_t conn_send_nowait(struct conn *c, const void *buf, size_t len)
+{
+    if (c->tp == &conn_plain) {
+        ssize_t n = conn_sock_send(c->io.fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        return n < 0 ? -errno : n;
+    }
+    return c->tp->send_nowait ? c->tp->send_nowait(c, buf, len) : -EOPNOTSUPP;
+}
 
 /* The transport calls of the serving coroutine. The plain transport is tested for and called
  * directly, so that a plain connection pays a compare, not an indirect call, per system call. */

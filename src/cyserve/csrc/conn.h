@@ -69,6 +69,11 @@ struct conn_transport {
      * what to poll(2) for (POLLIN, or POLLOUT when a read has to write first). NULL for plain
      * sockets, which body.c reads with conn_sock_recv. */
     ssize_t (*recv_nowait)(struct conn *c, void *buf, size_t len, short *events);
+    /* One write without waiting, outside c's coroutine, by c's home while no coroutine serves
+     * c (a stop's sweep of idle connections, which holds the home's loop lock): as send(2) with
+     * MSG_DONTWAIT, -EAGAIN when the socket is full. NULL for plain sockets, which
+     * conn_send_nowait writes with conn_sock_send. */
+    ssize_t (*send_nowait)(struct conn *c, const void *buf, size_t len);
 };
 
 enum { CONN_ALPN_HTTP1 = 1, CONN_ALPN_H2 = 2 };
@@ -222,6 +227,11 @@ ssize_t conn_read_wait(struct conn *c, int64_t deadline);
  * more bytes of the same response follow at once (sendfile), so the kernel does not push the
  * head in a segment of its own. Modifies iov. Returns 0 or -errno. Coroutine only. */
 int conn_sendv(struct conn *c, struct iovec *iov, int cnt, int flags);
+
+/* Write buf[0..len) to c through its transport without waiting (a goodbye frame from a stop's
+ * sweep, see conn_transport.send_nowait): bytes written, or -EAGAIN / -errno. Only by c's home
+ * with its loop lock held while c is not busy, or after every worker ended; never SIGPIPE. */
+ssize_t conn_send_nowait(struct conn *c, const void *buf, size_t len);
 
 /* Send count bytes of file fd from offset, waiting as conn_sendv does. 0 or -errno (-EIO: the
  * file shrank). Coroutine only. */

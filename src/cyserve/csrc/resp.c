@@ -407,6 +407,15 @@ int resp_take(struct cyserve_response *dst, struct cyserve_response *src)
     const char *body = resp_body(src, &blen);
     if (!rc && blen)
         rc = wbuf_append(&dst->body, body, blen);
+    if (src->body_fd >= 0) {
+        /* A file body (an ASGI pathsend) moves with its descriptor, not its bytes; dst is
+         * empty, so it has no body to clash with. On -ENOMEM it moves all the same: dst's reset
+         * closes it with the rest of the answer. */
+        dst->body_fd = src->body_fd;
+        dst->body_file_offset = src->body_file_offset;
+        dst->body_file_len = src->body_file_len;
+        src->body_fd = -1;
+    }
     resp_reset(src);
     return rc;
 }

@@ -1056,6 +1056,24 @@ static ssize_t tls_write(struct conn *c, const void *p, size_t n)
     }
 }
 
+/* conn_transport.send_nowait: one SSL_write without waiting, as tls_close's close_notify is
+ * written. The socket is non-blocking, so a full one is WANT_WRITE (-EAGAIN), and OpenSSL keeps
+ * the record to finish on a later write; a session that must read first (a key update) is
+ * -EAGAIN too, as nothing may wait here. */
+static ssize_t tls_send_nowait(struct conn *c, const void *buf, size_t len)
+{
+    SSL *ssl = c->tp_data;
+    if (UNLIKELY(!ssl || !SSL_is_init_finished(ssl)))
+        return -ENOTCONN;
+    size_t w;
+    tls_err_reset(); /* see tls_handshake */
+    int r = SSL_write_ex(ssl, buf, len, &w);
+    if (r == 1)
+        return (ssize_t)w;
+    int f = tls_failure(c, r, 0);
+    return f == 1 ? -EAGAIN : f == 0 ? -EPIPE : f;
+}
+
 static ssize_t tls_sendv(struct conn *c, struct iovec *iov, int cnt, int flags)
 {
     if (UNLIKELY(!c->tp_data))
@@ -1245,5 +1263,6 @@ int server_req_tls_text(const cyserve_request *req, int what, char **out, size_t
     return rq ? tls_conn_text(rq->c, what, out, len) : -ENOTCONN;
 }
 
-const struct conn_transport tls_transport = {tls_recv,  tls_sendv, tls_sendfile,   tls_shutdown,
-                                             tls_close, tls_start, tls_recv_nowait};
+const struct conn_transport tls_transport = {tls_recv,        tls_sendv,      tls_sendfile,
+                                             tls_shutdown,    tls_close,      tls_start,
+                                             tls_recv_nowait, tls_send_nowait};

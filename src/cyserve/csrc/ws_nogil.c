@@ -559,21 +559,23 @@ static uint64_t wsn_idle_deadline(struct conn *c)
 }
 
 /* The connection is destroyed. From a stop's sweep of idle connections (or the server's
- * teardown), an open WebSocket first gets a 1001 close frame, sent without waiting: a client
- * whose socket buffer is full gets none. Then on_close. */
+ * teardown), an open WebSocket first gets a 1001 close frame, sent without waiting through the
+ * connection's transport (conn_send_nowait: a TLS record over TLS): a client whose socket
+ * buffer is full gets none. Then on_close. */
 static void wsn_on_close(struct conn *c)
 {
     struct wsn *w = c->proto_data;
     if (!w)
         return;
     c->proto_data = NULL;
-    if (w->state == WSN_OPEN && !c->busy && c->tp == &conn_plain) {
+    if (w->state == WSN_OPEN && !c->busy) {
+        /* Through the transport (a TLS record over TLS): the sweep runs on c's home, which owns
+         * the TLS session while no coroutine serves c, so nothing else writes it meanwhile. */
         char frame[WS_HEAD_MAX + 2];
         size_t hl = ws_frame_head((unsigned char *)frame, WS_OP_CLOSE, 1, 2);
         frame[hl] = (char)(WS_CLOSE_GOING_AWAY >> 8);
         frame[hl + 1] = (char)(WS_CLOSE_GOING_AWAY & 0xFF);
-        if (conn_sock_send(c->io.fd, frame, hl + 2, MSG_NOSIGNAL | MSG_DONTWAIT) ==
-            (ssize_t)(hl + 2))
+        if (conn_send_nowait(c, frame, hl + 2) == (ssize_t)(hl + 2))
             w->close_code = WS_CLOSE_GOING_AWAY;
     }
     wsn_free(w);

@@ -92,6 +92,8 @@ cdef extern from *:
 import logging as _logging_asgi
 
 _asgi_log = _logging_asgi.getLogger("cyserve.asgi")
+import os as _os_pathsend
+import stat as _stat_pathsend
 
 # The loop the applications run on: cyserve.asgi sets it when it starts the loop thread, before
 # the server takes requests, and clears it after the server stopped; the workers only read it
@@ -299,6 +301,9 @@ cdef object _asgi_length(object v):
             return x
     return int(v)
 cdef dict _ASGI_VERSION = {"version": "3.0", "spec_version": "2.4"}
+# The Path Send extension's entry in the http scope (_Exchange._pathsend): its value is an empty
+# dict, shared, as the spec gives it no keys.
+cdef dict _ASGI_PATHSEND = {}
 cdef Py_ssize_t _ASGI_CHUNK = 65536  # receive() hands a large body over in pieces of this size
 
 
@@ -526,6 +531,8 @@ cdef class _Exchange:
             self.started = True
             return self.lp.ready
         if not cyserve__asgi_str_is(t, "http.response.body", 18):
+            if cyserve__asgi_str_is(t, "http.response.pathsend", 22):
+                return self._pathsend(message)
             raise RuntimeError(f"ASGI: unexpected message {t!r} in the http scope")
         if not self.started:
             raise RuntimeError("ASGI: http.response.body before http.response.start")
@@ -560,6 +567,46 @@ cdef class _Exchange:
         # The engine writes the piece, then asks for the next (_asgi_stream): that resolves it.
         return self.written
 
+    cdef object _pathsend(self, message):
+        # The Path Send extension: the file at an absolute path is the whole body. The engine
+        # sends it as it sends any file body (resp_set_body_file: sendfile on plain TCP and
+        # kTLS, read and encrypted in bounded pieces over TLS, DATA frames read from the file
+        # over HTTP/2), so no byte of it passes through Python. The response ends with it, as
+        # the body's last message would end it.
+        if not self.started:
+            raise RuntimeError("ASGI: http.response.pathsend before http.response.start")
+        if self.gone:
+            raise ClientDisconnected("the client went away")
+        if self.complete and self.head:
+            return self.lp.ready  # as a body after a complete answer to HEAD: goes nowhere
+        if self.complete or self.streaming:
+            raise RuntimeError("ASGI: http.response.pathsend after the response body began")
+        # Opened here, on the loop's thread, so that a missing or unreadable file is the app's
+        # exception from send() (a 500 when it lets it go, as nothing went out yet). The spec
+        # asks for an absolute path; a relative one is opened as the app's own open() would
+        # open it, since the app shares the server's process and working directory: Starlette's
+        # FileResponse passes its path on as it was given, and FileResponse("static/a.css")
+        # must not fail because the extension is offered (granian opens it so too).
+        fd = _os_pathsend.open(message["path"], _os_pathsend.O_RDONLY | _os_pathsend.O_CLOEXEC)
+        cdef cs.resp_t *resp = &self.h.resp
+        try:
+            st = _os_pathsend.fstat(fd)
+            if not _stat_pathsend.S_ISREG(st.st_mode):
+                raise IsADirectoryError(f"ASGI: http.response.pathsend: {message['path']!r} is "
+                                        "not a regular file")
+            if self.head and self.length is None:
+                self.length = st.st_size  # what GET would carry: announced, not sent
+            self._fill_head(resp)
+            if not self.head:
+                _check_rc(cs.resp_set_body_file(resp, fd, 0, <uint64_t>st.st_size),
+                          "ASGI pathsend")
+                fd = -1  # the response's now
+        finally:
+            if fd >= 0:
+                _os_pathsend.close(fd)
+        self._give(0)
+        return self.lp.ready
+
     cdef int _fill_head(self, cs.resp_t *resp) except -1:
         cdef bint ct = False
         cdef bytes bname, bvalue
@@ -569,7 +616,9 @@ cdef class _Exchange:
             bname = name if type(name) is bytes else bytes(name)
             kind = _asgi_header_kind(PyBytes_AS_STRING(bname), PyBytes_GET_SIZE(bname))
             if kind == _H_LENGTH:
-                if self.length is None:
+                # For HEAD the app's Content-Length wins over the length of the body it sent:
+                # an answer to HEAD has its GET's length and an empty body (Starlette's).
+                if self.length is None or self.head:
                     self.length = _asgi_length(value)
                 continue
             if kind == _H_ENGINE:
@@ -844,9 +893,10 @@ cdef class ASGIHandler:
         scope["state"] = _asgi_state(self, cache)
         # The ASGI TLS extension over TLS (its connection's, not a proxy's).
         if cs.server_req_tls(<const cs.req_t *>req):
-            scope["extensions"] = {"tls": _tls_extension(<const cs.req_t *>req)}
+            scope["extensions"] = {"tls": _tls_extension(<const cs.req_t *>req),
+                                   "http.response.pathsend": _ASGI_PATHSEND}
         else:
-            scope["extensions"] = {}
+            scope["extensions"] = {"http.response.pathsend": _ASGI_PATHSEND}
         if self._outer is not None:  # set_root_path
             scope["path"] = self._outer + scope["path"]
             scope["raw_path"] = self._outer_b + scope["raw_path"]

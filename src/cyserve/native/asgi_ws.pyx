@@ -328,6 +328,16 @@ cdef bint ws_close_code_ok(int code) noexcept:
     return cs.ws_close_code_valid(code) != 0
 
 
+cdef dict _ws_extensions(dict http_extensions):
+    """The websocket scope's extensions: the denial response, and over TLS the connection's TLS
+    extension as the http scope has it (the ASGI TLS extension covers both scopes)."""
+    cdef dict ext = {"websocket.http.response": {}}
+    tls = http_extensions.get("tls")
+    if tls is not None:
+        ext["tls"] = tls
+    return ext
+
+
 cdef bint _asgi_ws_start(ASGIHandler handler, const cyserve_request *req,
                          cs.resp_t *resp) except -1:
     """The request asks for an upgrade: if it is for a WebSocket, answer a bad handshake or
@@ -387,7 +397,7 @@ cdef bint _asgi_ws_start(ASGIHandler handler, const cyserve_request *req,
     scope["scheme"] = "wss" if scope["scheme"] == "https" else "ws"
     scope["asgi"] = _WS_ASGI_VERSION
     scope["subprotocols"] = subprotocols
-    scope["extensions"] = {"websocket.http.response": {}}
+    scope["extensions"] = _ws_extensions(scope["extensions"])
     cdef _WSExchange ex = _WSExchange.__new__(_WSExchange)
     ex.label = handler._label
     ex.accept_key = PyBytes_FromStringAndSize(accept, 28)
