@@ -201,6 +201,10 @@ static int inline_serve(struct conn *c)
         return 0;
     const struct server_target *t = m.target;
     if (t->kind == SERVER_NOGIL) {
+        /* A forwarded host replaces the Host field the handler reads: request_dispatch's
+         * work, in the coroutine (a static answer does not read it). */
+        if (UNLIKELY(s->trust.host))
+            return 0;
         /* safety: see inline_note; a stale value runs at most one more call inline. */
         if (atomic_load_explicit(&t->inline_state, memory_order_relaxed) != INLINE_LEARN)
             return 0;
