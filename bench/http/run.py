@@ -273,6 +273,8 @@ def probe_modules(python, modules, env=None):
 CYSERVE_APPS = {"cyserve-py": "bench.http.apps.cyserve_py", "cyserve-static": "bench.http.apps.cyserve_static_app",
                 "cyserve-nogil": "bench.http.apps.cyserve_nogil_app", "cyserve-wsgi": "bench.peers.python.wsgi_app",
                 "cyserve-asgi": "bench.peers.python.asgi_app",
+                "cyserve-static-metrics": "bench.http.apps.cyserve_static_app",
+                "cyserve-wsgi-metrics": "bench.peers.python.wsgi_app",
                 "cyserve-files": "bench.http.apps.cyserve_files_app",
                 "cyserve-py-ft": "bench.http.apps.cyserve_py", "cyserve-wsgi-ft": "bench.peers.python.wsgi_app",
                 "cyserve-py-own-ft": "bench.http.apps.cyserve_py_own",
@@ -567,8 +569,11 @@ def main(argv=None):
                       else list(mode.get("workloads", W.WORKLOADS)))
     # The free-threaded rows are run when asked for by name, or when an interpreter for them is
     # given (CYSERVE_BENCH_PYTHON_FT): on the GIL build they would only repeat a slower cyserve-py.
+    # The *-metrics rows only when asked for by name: they repeat their plain row with the
+    # counters on, an A/B of one option, not a server of the comparison.
     chosen = [S.BY_NAME[n] for n in args.servers.split(",")] if args.servers else \
-        [s for s in S.SERVERS if not s.name.endswith("-ft") or os.environ.get("CYSERVE_BENCH_PYTHON_FT")]
+        [s for s in S.SERVERS if not s.name.endswith("-metrics")
+         and (not s.name.endswith("-ft") or os.environ.get("CYSERVE_BENCH_PYTHON_FT"))]
     if args.baseline:
         chosen += [S.from_tree(s, args.baseline) for s in chosen if s.group == "cyserve"]
 

@@ -134,6 +134,9 @@ def _gunicorn(worker):
     return cmd
 
 
+# --metrics-bind on a port the kernel picks: the *-metrics rows count, nobody scrapes them.
+METRICS_ON = ("--metrics-bind", "127.0.0.1:0")
+
 SERVERS = [
     Server("cyserve-nogil", "cyserve (nogil Cython handlers)", "cyserve",
            _cyserve("bench.http.apps.cyserve_nogil_app:app"), workloads=NOGIL,
@@ -151,6 +154,16 @@ SERVERS = [
     Server("cyserve-wsgi", "cyserve (WSGI app)", "cyserve",
            _cyserve("bench.peers.python.wsgi_app:app", processes=True), requires=("msgpack",),
            note="the WSGI peers' app, unmodified (cyserve/wsgi.py); --processes N --threads 1"),
+    # The metrics' cost (--metrics-bind): the same apps with the counters on and their endpoint
+    # never scraped, on a port of the kernel's choosing. Beside the plain rows in the same
+    # rounds, each round's ratio is what counting costs (docs/benchmarks.md, "Session 16").
+    Server("cyserve-static-metrics", "cyserve (app.static, metrics on)", "cyserve",
+           _cyserve("bench.http.apps.cyserve_static_app:app", extra=METRICS_ON), workloads=STATIC,
+           note="cyserve-static with --metrics-bind (counted, never scraped)"),
+    Server("cyserve-wsgi-metrics", "cyserve (WSGI app, metrics on)", "cyserve",
+           _cyserve("bench.peers.python.wsgi_app:app", processes=True, extra=METRICS_ON),
+           requires=("msgpack",),
+           note="cyserve-wsgi with --metrics-bind (counted, never scraped)"),
     Server("cyserve-asgi", "cyserve (ASGI app)", "cyserve",
            _cyserve("bench.peers.python.asgi_app:app", processes=True), requires=("msgpack",),
            note="the ASGI peers' app (uvicorn's, granian's), unmodified (cyserve/asgi.py); "

@@ -28,6 +28,11 @@ if [ -n "${SERVER_CMD:-}" ]; then
 else
   CMD=("$PY" -m cyserve "$APP" --host 127.0.0.1 --port "$PORT" --threads 1)
 fi
+# SERVER_ARGS: more options for cyserve (split on spaces), e.g. "--metrics-bind 127.0.0.1:0".
+if [ -n "${SERVER_ARGS:-}" ]; then
+  read -r -a MORE <<< "$SERVER_ARGS"
+  CMD+=("${MORE[@]}")
+fi
 rm -f "$OUT" "$OUT".*
 cd "$TREE"
 PYTHONHASHSEED=0 PYTHONPATH="$TREE/src:$TREE${PYTHONPATH:+:$PYTHONPATH}" valgrind --tool=callgrind \

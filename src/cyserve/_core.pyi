@@ -132,6 +132,7 @@ class Server:
         min_body_rate: int = 500,
         listen: Optional[Sequence[Union[tuple[str, int], int]]] = None,
         forwarded_header: str = "x-forwarded",
+        forwarded_host: bool = False,
         forwarded_allow_ips: Optional[str] = None,
         ssl_certfile: Optional[str] = None,
         ssl_keyfile: Optional[str] = None,

@@ -449,7 +449,8 @@ def _add_proxy_options(p: argparse.ArgumentParser) -> None:
         "From a trusted peer, X-Forwarded-For and X-Forwarded-Proto (or Forwarded, RFC 7239, "
         "with --forwarded-header forwarded) say who the client is and which scheme it used: "
         "the access log, WSGI's REMOTE_ADDR and Request.client and Request.scheme tell that "
-        "instead of the proxy's own address.")
+        "instead of the proxy's own address; with --forwarded-host, X-Forwarded-Host (or "
+        "Forwarded's host=) is the request's Host.")
     g.add_argument("--proxy-headers", action="store_true",
                    help="believe proxy headers from --forwarded-allow-ips (default: off)")
     g.add_argument("--proxy-protocol", action="store_true",
@@ -465,6 +466,13 @@ def _add_proxy_options(p: argparse.ArgumentParser) -> None:
                    help="the headers the proxy writes: x-forwarded (X-Forwarded-For/-Proto) or "
                         "forwarded (RFC 7239); the other kind is the client's and is ignored "
                         f"(default {defaults.forwarded_header})")
+    g.add_argument("--forwarded-host", action="store_true",
+                   help="with proxy headers, the host the proxy names (X-Forwarded-Host, or "
+                        "Forwarded's host= with --forwarded-header forwarded) replaces the "
+                        "request's Host: WSGI's HTTP_HOST and SERVER_NAME, ASGI's host header, "
+                        "Request.headers; only for a proxy that sets the header, since one that "
+                        "does not passes the client's own through; implies --proxy-headers "
+                        "(default: off)")
     g.add_argument("--root-path", metavar="PATH", default=defaults.root_path,
                    help="the path the proxy serves the application under, e.g. /api, which it "
                         "removes before forwarding: ASGI's root_path (and the start of its path "
@@ -682,6 +690,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
     options.update(proxy_headers=args.proxy_headers,
                    forwarded_allow_ips=args.forwarded_allow_ips,
                    forwarded_header=args.forwarded_header,
+                   forwarded_host=args.forwarded_host,
                    proxy_protocol=args.proxy_protocol, root_path=args.root_path)
     options.update(_ws_options(args))
     options.update(headers=tuple(args.header), server_header=args.server_header,

@@ -147,6 +147,11 @@ class Config:
     # configuration and uvicorn) or "forwarded" (RFC 7239). The other family is ignored: the
     # proxy passes it through from the client.
     forwarded_header: str = "x-forwarded"
+    # With proxy headers: also take the host the proxy names (X-Forwarded-Host, or Forwarded's
+    # host=) as the request's Host, which WSGI's HTTP_HOST and SERVER_NAME, ASGI's host header
+    # and Request.headers then show (csrc/proxy.c). Off by default, as werkzeug's ProxyFix
+    # x_host: a proxy that does not set the field passes the client's own through.
+    forwarded_host: bool = False  # implies proxy_headers
     # The path a proxy serves this application under ("/api"), removed by the proxy before it
     # forwards: ASGI's root_path and the front of its path, WSGI's SCRIPT_NAME (serving.py,
     # native/asgi.pyx, native/wsgi.pyx). "": none.
@@ -486,7 +491,8 @@ class Config:
     def trusted_proxies(self) -> str | None:
         """The peers whose proxy headers are believed, as the engine takes them, or None when
         proxy headers are off."""
-        if not self.proxy_headers and self.forwarded_allow_ips is None:
+        if not self.proxy_headers and self.forwarded_allow_ips is None and \
+                not self.forwarded_host:
             return None
         if self.forwarded_allow_ips is not None:
             return self.forwarded_allow_ips
@@ -563,6 +569,8 @@ class Config:
     def _validate_proxy(self) -> None:
         if not isinstance(self.proxy_headers, bool):
             raise ConfigError("proxy_headers", repr(self.proxy_headers), "must be True or False")
+        if not isinstance(self.forwarded_host, bool):
+            raise ConfigError("forwarded_host", repr(self.forwarded_host), "must be True or False")
         if self.forwarded_header not in FORWARDED_HEADERS:
             raise ConfigError("forwarded_header", repr(self.forwarded_header),
                               "must be one of " + ", ".join(FORWARDED_HEADERS))
@@ -574,7 +582,7 @@ class Config:
             check_forwarded_allow_ips("forwarded_allow_ips", os.environ["FORWARDED_ALLOW_IPS"])
         if self.forwarded_allow_ips is not None:
             check_forwarded_allow_ips("forwarded_allow_ips", self.forwarded_allow_ips)
-        elif self.proxy_headers and "FORWARDED_ALLOW_IPS" in os.environ:
+        elif (self.proxy_headers or self.forwarded_host) and "FORWARDED_ALLOW_IPS" in os.environ:
             check_forwarded_allow_ips("forwarded_allow_ips", os.environ["FORWARDED_ALLOW_IPS"])
         check_root_path(self.root_path)
         if self.umask is not None:

@@ -155,6 +155,7 @@ def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Serv
     if trusted is not None:
         kwargs["forwarded_allow_ips"] = trusted
         kwargs["forwarded_header"] = config.forwarded_header
+        kwargs["forwarded_host"] = config.forwarded_host
     pp = config.proxy_protocol_peers()
     if pp is not None:
         kwargs["proxy_protocol_from"] = pp

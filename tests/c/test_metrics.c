@@ -247,9 +247,44 @@ static void test_route(void)
     metrics_region_free(r);
 }
 
+/* The inline path's static answers (quick[]): one add each, told as answers of the static
+ * route in the first duration bucket, with nothing added to the durations' sum, and kept when
+ * their process is retired. */
+static void test_quick_answers(void)
+{
+    struct metrics_region *r;
+    is_int(metrics_region_new(&r, 2, 2), 0, "a region");
+    is_int(metrics_claim(r, 100), 0, "a slot");
+    struct metrics_shard *a = &metrics_proc_at(r, 0)->shards[0];
+    struct metrics_shard *b = &metrics_proc_at(r, 0)->shards[1];
+    for (int i = 0; i < 5; i++)
+        metrics_add(&a->quick[200 / 100 - 1], 1);
+    metrics_add(&b->quick[404 / 100 - 1], 2);
+    metrics_note_request(b, METRICS_STATIC, 200, 2000000); /* one on the coroutine, 2 ms */
+    metrics_format(r, text, sizeof(text));
+    is_int(sample(text, "cyserve_requests_total{route=\"static\",status=\"2xx\"}"), 6,
+           "quick 2xx answers join the counted ones");
+    is_int(sample(text, "cyserve_requests_total{route=\"static\",status=\"4xx\"}"), 2,
+           "by status class");
+    is_int(sample(text, "cyserve_request_duration_seconds_bucket{le=\"0.0005\"}"), 7,
+           "quick answers are in the first bucket");
+    is_int(sample(text, "cyserve_request_duration_seconds_bucket{le=\"0.0025\"}"), 8,
+           "the counted one where its time puts it");
+    is_int(sample(text, "cyserve_request_duration_seconds_count"), 8, "every answer");
+    ok(sample(text, "cyserve_request_duration_seconds_sum") == 0.002,
+       "the sum holds the counted answer's time alone");
+    metrics_retire(r, 0);
+    metrics_format(r, text, sizeof(text));
+    is_int(sample(text, "cyserve_requests_total{route=\"static\",status=\"2xx\"}"), 6,
+           "kept when the process is retired");
+    is_int(sample(text, "cyserve_request_duration_seconds_count"), 8, "and in the histogram");
+    metrics_region_free(r);
+}
+
 int main(void)
 {
     test_route();
+    test_quick_answers();
     test_threads_and_sums();
     test_shared_with_a_fork();
     test_listener();

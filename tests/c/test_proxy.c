@@ -1,7 +1,9 @@
-/* test_proxy.c: trusted peers and the client and scheme behind them (csrc/proxy.c): the list's
- * syntax, CIDR matching (IPv4-mapped peers included), X-Forwarded-For's rightmost untrusted
- * hop, X-Forwarded-Proto, RFC 7239 Forwarded, and values that must not be believed. */
+/* test_proxy.c: trusted peers and the client, scheme and host behind them (csrc/proxy.c): the
+ * list's syntax, CIDR matching (IPv4-mapped peers included), X-Forwarded-For's rightmost
+ * untrusted hop, X-Forwarded-Proto, X-Forwarded-Host, RFC 7239 Forwarded, and values that must
+ * not be believed. */
 #define _GNU_SOURCE
+#include "csrc/http_parse.c"
 #include "csrc/proxy.c"
 
 #include <arpa/inet.h>
@@ -36,7 +38,7 @@ static void resolve_as(int forwarded, const char *trust, struct http_request r,
         return;
     }
     t.forwarded = forwarded;
-    proxy_resolve(&t, &r, client, &scheme);
+    proxy_resolve(&t, &r, client, &scheme, NULL, NULL);
     is_mem(client, strlen(client), want_client, what);
     is_mem(scheme, strlen(scheme), want_scheme, what);
     proxy_trust_free(&t);
@@ -166,6 +168,72 @@ static void test_forwarded(void)
                "", "http", "and X-Forwarded-* alone names nobody");
 }
 
+/* The host the headers name (t.host on, as --forwarded-host sets it), or "" for none; and that
+ * without t.host none is ever read. */
+static void resolve_host(int forwarded, const char *trust, struct http_request r,
+                         const char *want_host, const char *what)
+{
+    struct proxy_trust t;
+    char client[PROXY_CLIENT_MAX];
+    const char *scheme = "http", *host = NULL;
+    size_t host_len = 0;
+    if (proxy_trust_parse(&t, trust) != 0) {
+        ok(0, "%s: trust list %s parses", what, trust);
+        return;
+    }
+    t.forwarded = forwarded;
+    t.host = 1;
+    proxy_resolve(&t, &r, client, &scheme, &host, &host_len);
+    if (host)
+        is_mem(host, host_len, want_host, what);
+    else
+        is_mem("", (size_t)0, want_host, what);
+    host = NULL;
+    t.host = 0;
+    proxy_resolve(&t, &r, client, &scheme, &host, &host_len);
+    ok(host == NULL, "%s: not read without --forwarded-host", what);
+    proxy_trust_free(&t);
+}
+
+static void test_forwarded_host(void)
+{
+    resolve_host(0, "127.0.0.1", head("X-Forwarded-Host", "example.com", NULL, NULL), "example.com",
+                 "X-Forwarded-Host alone");
+    resolve_host(0, "127.0.0.1", head("X-Forwarded-Host", " example.com:8443 ", NULL, NULL),
+                 "example.com:8443", "a port, spaces around");
+    resolve_host(0, "127.0.0.1", head("X-Forwarded-Host", "[2001:db8::1]:8080", NULL, NULL),
+                 "[2001:db8::1]:8080", "an IPv6 literal");
+    resolve_host(0, "127.0.0.1", head("X-Forwarded-Host", "evil.example, example.com", NULL, NULL),
+                 "example.com", "a list: the last, the nearest proxy's");
+    resolve_host(0, "127.0.0.1, 10.0.0.0/8",
+                 head("X-Forwarded-For", "203.0.113.7, 10.0.0.5", "X-Forwarded-Host",
+                      "example.com, inner.local"),
+                 "example.com", "one element per hop: the chosen hop's");
+    resolve_host(0, "127.0.0.1", head("X-Forwarded-Host", "a b", NULL, NULL), "",
+                 "a space inside: not a host");
+    resolve_host(0, "127.0.0.1", head("X-Forwarded-Host", "example.com/path", NULL, NULL), "",
+                 "a path: not a host");
+    resolve_host(0, "127.0.0.1", head("X-Forwarded-Host", "user@example.com", NULL, NULL), "",
+                 "userinfo: not a host");
+    resolve_host(0, "127.0.0.1", head("X-Forwarded-Host", "example.com:80x", NULL, NULL), "",
+                 "a port that is not digits");
+    resolve_host(0, "127.0.0.1", head("X-Forwarded-Host", "", NULL, NULL), "", "empty");
+    resolve_host(0, "127.0.0.1", head("Forwarded", "for=192.0.2.1;host=evil.example", NULL, NULL),
+                 "", "Forwarded's host= is the client's when the proxy writes X-Forwarded-*");
+    resolve_host(1, "127.0.0.1",
+                 head("Forwarded", "for=192.0.2.60;proto=https;host=example.com", NULL, NULL),
+                 "example.com", "Forwarded's host=");
+    resolve_host(1, "127.0.0.1",
+                 head("Forwarded", "for=192.0.2.60;Host=\"example.com:8080\"", NULL, NULL),
+                 "example.com:8080", "quoted, the name in any case");
+    resolve_host(1, "127.0.0.1",
+                 head("Forwarded", "for=198.51.100.1;host=evil.example, for=192.0.2.60", NULL,
+                      NULL),
+                 "", "the chosen hop's element has no host=: another element's is not taken");
+    resolve_host(1, "127.0.0.1", head("X-Forwarded-Host", "evil.example", NULL, NULL), "",
+                 "X-Forwarded-Host is the client's when the proxy writes Forwarded");
+}
+
 static void test_long_lists(void)
 {
     static char many[PROXY_MAX_HOPS * 16 + 64];
@@ -184,6 +252,7 @@ int main(void)
     test_trust_list();
     test_x_forwarded();
     test_forwarded();
+    test_forwarded_host();
     test_long_lists();
     return done_testing();
 }

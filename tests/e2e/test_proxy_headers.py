@@ -1,8 +1,9 @@
 """Behind a proxy (--proxy-headers, --forwarded-allow-ips; csrc/proxy.c): from a trusted peer,
 X-Forwarded-For/-Proto and Forwarded name the client and scheme that Request.client,
-Request.scheme, WSGI's REMOTE_ADDR and the access log tell; from any other peer they are
-ignored. Each server runs as the real command in a subprocess (tests/c/test_proxy.c holds the
-header-reading cases)."""
+Request.scheme, WSGI's REMOTE_ADDR and the access log tell, and with --forwarded-host
+X-Forwarded-Host (or Forwarded's host=) the Host that Request.headers, WSGI's HTTP_HOST and
+SERVER_NAME and ASGI's headers show; from any other peer they are ignored. Each server runs as
+the real command in a subprocess (tests/c/test_proxy.c holds the header-reading cases)."""
 
 from __future__ import annotations
 
@@ -172,3 +173,107 @@ def test_a_bad_list_is_one_line(app_dir: Path) -> None:
     assert r.stderr == ("cyserve: invalid --forwarded-allow-ips 10.0.0.0/8, proxy.local: "
                         "'proxy.local' is not an IP address or network (10.0.0.0/8, ::1, or * "
                         "for every peer)\n")
+
+
+HOST_APP = """
+import cyserve
+
+app = cyserve.App()
+
+
+@app.get("/host")
+def host(request):
+    return request.headers.get("host", "-")
+
+
+def legacy(environ, start_response):
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [f"{environ.get('HTTP_HOST')} {environ['SERVER_NAME']} {environ['SERVER_PORT']} "
+            f"{environ['wsgi.url_scheme']}".encode()]
+
+
+async def modern(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    hosts = [v.decode() for k, v in scope["headers"] if k == b"host"]
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body",
+                "body": f"{hosts} {scope['scheme']}".encode()})
+
+
+app.wsgi("/wsgi", legacy)
+app.asgi("/asgi", modern)
+"""
+
+XFH = ("X-Forwarded-For: 203.0.113.7\r\n"
+       "X-Forwarded-Proto: https\r\n"
+       "X-Forwarded-Host: example.com:8443\r\n")
+
+
+def hosts_seen(port: int, extra: str) -> tuple[str, str, str]:
+    """What the native Request, the WSGI app and the ASGI app see of the Host ("x", sent by
+    get()) behind the forwarding headers extra."""
+    return (get(("127.0.0.1", port), "/host", extra),
+            get(("127.0.0.1", port), "/wsgi/", extra),
+            get(("127.0.0.1", port), "/asgi/", extra))
+
+
+def start_host(tmp: Path, *args: str) -> tuple[Served, int]:
+    port = free_port()
+    srv = Served(tmp, "--port", str(port), "--threads", "2", *args, app=HOST_APP)
+    return srv, port
+
+
+def test_forwarded_host_replaces_the_host_for_every_interface(tmp_path: Path) -> None:
+    srv, port = start_host(tmp_path, "--forwarded-host")  # implies --proxy-headers
+    try:
+        assert hosts_seen(port, XFH) == (
+            "example.com:8443",
+            "example.com:8443 example.com 8443 https",
+            "['example.com:8443'] https")
+        # A list: the nearest proxy's element (the first is the client's to write).
+        xfh = "X-Forwarded-Host: evil.example, example.com\r\n"
+        assert hosts_seen(port, xfh) == ("example.com", "example.com example.com 80 http",
+                                         "['example.com'] http")
+        # Not what a Host may be: the request's own Host stays.
+        assert hosts_seen(port, "X-Forwarded-Host: a/b@c\r\n") == (
+            "x", "x x 80 http", "['x'] http")
+        # No X-Forwarded-Host: the Host as sent.
+        assert hosts_seen(port, "") == ("x", "x x 80 http", "['x'] http")
+        assert srv.stop() == 0
+    finally:
+        srv.close()
+
+
+def test_forwarded_host_is_off_by_default(tmp_path: Path) -> None:
+    # --proxy-headers alone: the client and scheme, never the host (a proxy that does not set
+    # X-Forwarded-Host passes the client's own through).
+    srv, port = start_host(tmp_path, "--proxy-headers")
+    try:
+        assert hosts_seen(port, XFH) == ("x", "x x 80 https", "['x'] https")
+        assert srv.stop() == 0
+    finally:
+        srv.close()
+
+
+def test_forwarded_host_from_an_untrusted_peer_is_not_believed(tmp_path: Path) -> None:
+    srv, port = start_host(tmp_path, "--forwarded-host", "--forwarded-allow-ips", "10.0.0.0/8")
+    try:
+        assert hosts_seen(port, XFH) == ("x", "x x 80 http", "['x'] http")
+        assert srv.stop() == 0
+    finally:
+        srv.close()
+
+
+def test_forwarded_host_from_rfc_7239(tmp_path: Path) -> None:
+    srv, port = start_host(tmp_path, "--forwarded-host", "--forwarded-header", "forwarded")
+    try:
+        fw = 'Forwarded: for=203.0.113.7;proto=https;host="example.com"\r\n'
+        assert hosts_seen(port, fw) == ("example.com", "example.com example.com 80 https",
+                                        "['example.com'] https")
+        # X-Forwarded-Host is the client's own when the proxy writes Forwarded.
+        assert hosts_seen(port, XFH) == ("x", "x x 80 http", "['x'] http")
+        assert srv.stop() == 0
+    finally:
+        srv.close()

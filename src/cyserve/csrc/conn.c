@@ -267,7 +267,7 @@ void conn_open(struct server *s, unsigned home, int fd, const struct conn_proto 
 static void conn_on_ready(struct sched_io *io, uint32_t events)
 {
     struct conn *c = io->data;
-    conn_set_busy(c, 1);
+    conn_set_busy(c, CONN_BUSY_UNCOUNTED); /* counted if a coroutine takes it: conn_busy_pay */
     c->fresh = 0;
     if (UNLIKELY(events & (EPOLLHUP | EPOLLERR)))
         /* safety: a hint for request.c; see the field. */

@@ -93,8 +93,11 @@ struct conn {
     size_t pend;                /* buf[0..pend): the unsent rest of an inline answer */
     int pend_close;             /* ... after which the connection closes */
     int drained;                /* the last read was short: nothing more to read */
-    int busy;                   /* a coroutine serves it (or is about to); home worker only */
-    int timer_armed;            /* idle is armed; home worker only */
+    /* 1: a coroutine serves it (or is about to), counted in the home's busy count;
+     * CONN_BUSY_UNCOUNTED: a readiness callback looks at it (conn_on_ready), which the inline
+     * path may answer and leave idle within the callback; 0: idle. Home worker only. */
+    int busy;
+    int timer_armed; /* idle is armed; home worker only */
     int fresh; /* accepted, and nothing read from it yet (no readiness seen); home worker only */
     int stray_crlf; /* HTTP/1: a lone CRLF was let go since the last request */
     char *peer;     /* "address:port" for the access log, made on its first line */
@@ -162,18 +165,35 @@ static inline int64_t conn_deadline_after(uint64_t ns)
     return (int64_t)(sched_now_ns() + ns);
 }
 
-/* Set c's busy flag, and keep its home's count of busy connections (the metrics' idle and
- * active connections) when metrics are on. With the home's loop lock held: the lock makes the
- * home's count single-writer, so a relaxed load and store do (no locked instruction). */
+/* c->busy while a readiness callback has it and has not counted it (conn.h, busy). */
+#define CONN_BUSY_UNCOUNTED 2
+
+/* Set c's busy flag (0, 1 or CONN_BUSY_UNCOUNTED), and keep its home's count of busy
+ * connections (the metrics' idle and active connections) when metrics are on: the count is of
+ * the connections whose flag is 1. A readiness callback marks its connection
+ * CONN_BUSY_UNCOUNTED, and pays (1) only when a coroutine takes it (conn_busy_pay): a request
+ * the inline path answers is busy for microseconds within one callback, which the publisher's
+ * look every 100 ms would not see, and counting it cost two adds per request (metrics.c, "What
+ * a request costs"). With the home's loop lock held: the lock makes the home's count
+ * single-writer, so a relaxed load and store do (no locked instruction). */
 static inline void conn_set_busy(struct conn *c, int busy)
 {
-    if (UNLIKELY(c->home->srv->metrics_on) && c->busy != busy) {
+    if (UNLIKELY(c->home->srv->metrics_on) && (c->busy == 1) != (busy == 1)) {
         _Atomic uint64_t *n = &c->home->busy;
         /* safety: see above; the publisher reads it relaxed, any recent value will do. */
-        atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + (busy ? 1 : -1),
+        atomic_store_explicit(n,
+                              atomic_load_explicit(n, memory_order_relaxed) +
+                                  (busy == 1 ? 1 : (uint64_t)-1),
                               memory_order_relaxed);
     }
     c->busy = busy;
+}
+
+/* A readiness callback hands c to a coroutine: c is busy, and counted, from now on. */
+static inline void conn_busy_pay(struct conn *c)
+{
+    if (c->busy == CONN_BUSY_UNCOUNTED)
+        conn_set_busy(c, 1);
 }
 
 /* The callback that served c's readiness itself (the inline path) is done with it and leaves

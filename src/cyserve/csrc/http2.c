@@ -2502,6 +2502,7 @@ static int http2_serve_co(struct coro *co, void *arg)
 
 static void http2_on_readable(struct conn *c, uint32_t events)
 {
+    conn_busy_pay(c);
     int rc = sched_spawn(c->home->srv->sched, http2_serve_co, c);
     if (UNLIKELY(rc < 0))
         conn_destroy(c);

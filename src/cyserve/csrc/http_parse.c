@@ -271,6 +271,11 @@ static int host_ok(const char *v, size_t n)
     return 1;
 }
 
+int http_host_ok(const char *v, size_t n)
+{
+    return host_ok(v, n);
+}
+
 /* Checks the request-target's form against the method (RFC 9112 3.2) and sets path and query.
  * Returns 0 or -1 (with status set). */
 static int split_target(struct http_request *req)

@@ -105,6 +105,12 @@ void http_limits_default(struct http_limits *lim);
 int http_parse_request(const char *buf, size_t len, struct http_request *req,
                        const struct http_limits *lim);
 
+/* Whether v[0..n) is what a Host field may hold: uri-host [":" port] (RFC 9112 3.2, RFC 3986
+ * 3.2.2), an IP-literal in brackets or a reg-name / IPv4 address, then at most one ':' and
+ * digits; empty is allowed. The parser's own check of Host, for values from elsewhere (a
+ * trusted proxy's X-Forwarded-Host). Any thread. */
+int http_host_ok(const char *v, size_t n);
+
 /* Looks up a field that may appear only once (RFC 9110 5.3: a field whose value is not a list,
  * such as Range or If-Range) among h[0..n), by name (case-insensitive, name[0..name_len)).
  * Returns how many field lines carry that name, capped at 2: 0 (absent), 1, or 2 (more than

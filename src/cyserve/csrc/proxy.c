@@ -12,11 +12,18 @@
  * uvicorn does. Only an IP address is taken as a client: the value ends up in the access log
  * and in the application's REMOTE_ADDR, and what it may contain there is kept to an address
  * that inet_ntop formats. RFC 7239 Forwarded carries for= and proto= per hop; the element of
- * the chosen hop gives both. Which family of headers is read is the operator's choice
+ * the chosen hop gives both (and its host=, below). Which family of headers is read is the operator's choice
  * (proxy_trust.forwarded), never decided by which fields are present: a proxy passes through
  * whatever its configuration does not write, so a header of the other family can only have
  * come from the client. The forwarded port is not used (X-Forwarded-For has none): the
  * client is "host:0", as uvicorn's ("host", 0).
+ *
+ * The host the client asked for (X-Forwarded-Host, Forwarded's host=) is read only when the
+ * operator says so (--forwarded-host, proxy_trust.host), as werkzeug's ProxyFix reads it only
+ * with x_host: a proxy that does not set the field passes the client's own through, and a
+ * trusted peer would then vouch for a Host the client chose. Its element is chosen as the
+ * scheme's is, and it must be what a Host field may be (http_host_ok), since it replaces the
+ * request's Host for the application.
  *
  * Only the request's own header views are read: no allocation, no copy beyond the formatted
  * address. The engine calls proxy_resolve lazily, once per request, and only with proxy headers
@@ -36,6 +43,8 @@
 #include <strings.h>
 #include <sys/socket.h>
 
+#include "http_parse.h"
+
 /* Hops looked at, from the right: a longer list is someone's padding, and what decides is at
  * its right end. */
 #define PROXY_MAX_HOPS 32
@@ -45,6 +54,8 @@ struct proxy_hop {
     uint8_t addr[16];
     const char *proto; /* Forwarded's proto= of this hop, or NULL */
     size_t proto_len;
+    const char *host; /* Forwarded's host= of this hop, or NULL */
+    size_t host_len;
 };
 
 static int parse_ip(const char *s, size_t len, int *family, uint8_t addr[16])
@@ -258,8 +269,8 @@ static unsigned forwarded_hops(const struct http_request *r, struct proxy_hop *h
         while (p <= end) {
             const char *comma = memchr(p, ',', (size_t)(end - p));
             const char *stop = comma ? comma : end;
-            const char *proto = NULL;
-            size_t proto_len = 0;
+            const char *proto = NULL, *host = NULL;
+            size_t proto_len = 0, host_len = 0;
             const char *forv = NULL;
             size_t for_len = 0;
             const char *q = p;
@@ -284,6 +295,9 @@ static unsigned forwarded_hops(const struct http_request *r, struct proxy_hop *h
                         }
                         proto = v;
                         proto_len = vlen;
+                    } else if (klen == 4 && strncasecmp(pair, "host", 4) == 0) {
+                        host = v; /* unquoted by host_of */
+                        host_len = vlen;
                     }
                 }
                 q = pend + 1;
@@ -291,6 +305,8 @@ static unsigned forwarded_hops(const struct http_request *r, struct proxy_hop *h
             struct proxy_hop *h = add_hop(hops, &total, forv ? forv : "", forv ? for_len : 0);
             h->proto = proto;
             h->proto_len = proto_len;
+            h->host = host;
+            h->host_len = host_len;
             p = stop + 1;
         }
     }
@@ -306,6 +322,21 @@ static const char *scheme_of(const char *s, size_t len)
     if (len == 5 && strncasecmp(s, "https", 5) == 0)
         return "https";
     return NULL;
+}
+
+/* Value s[0..len) as a Host (spaces and one pair of quotes around it removed) into *host,
+ * *host_len, when it is a non-empty uri-host [":" port]; else they are left alone. */
+static void host_of(const char *s, size_t len, const char **host, size_t *host_len)
+{
+    trim(&s, &len);
+    if (len >= 2 && s[0] == '"' && s[len - 1] == '"') {
+        s++;
+        len -= 2;
+    }
+    if (len && http_host_ok(s, len)) {
+        *host = s;
+        *host_len = len;
+    }
 }
 
 static const struct proxy_hop *choose(const struct proxy_trust *t, const struct proxy_hop *hops,
@@ -330,15 +361,16 @@ static void format_client(const struct proxy_hop *h, char *client)
     snprintf(client, PROXY_CLIENT_MAX, h->family == AF_INET6 ? "[%s]:0" : "%s:0", text);
 }
 
-/* X-Forwarded-Proto's elements, every field read as one list: how many there are, and in
- * *at the one at index want (counted from the left; none when out of range). */
-static unsigned xfp_elements(const struct http_request *r, unsigned want, const char **at,
-                             size_t *at_len)
+/* The elements of the fields named name (name_len bytes: X-Forwarded-Proto, -Host), every
+ * field read as one list: how many there are, and in *at the one at index want (counted from
+ * the left; none when out of range). */
+static unsigned xf_elements(const struct http_request *r, const char *name, size_t name_len,
+                            unsigned want, const char **at, size_t *at_len)
 {
     unsigned count = 0;
     for (size_t i = 0; i < r->num_headers; i++) {
         const struct http_header *f = &r->headers[i];
-        if (f->name_len != 17 || strncasecmp(f->name, "x-forwarded-proto", 17) != 0)
+        if (f->name_len != name_len || strncasecmp(f->name, name, name_len) != 0)
             continue;
         const char *p = f->value, *end = f->value + f->value_len;
         while (p <= end) {
@@ -354,8 +386,28 @@ static unsigned xfp_elements(const struct http_request *r, unsigned want, const 
     return count;
 }
 
+/* The element of X-Forwarded-name (X-Forwarded-Proto, -Host) that goes with the chosen hop h
+ * of the n kept hops (dropped cut off on their left): where the field lists one element per
+ * X-Forwarded-For hop (proxies that append to both), the hop's own; otherwise the last
+ * element, which the nearest proxy wrote (a proxy that sets the field replaces the client's).
+ * Never the first: that one the client controls. Returns 0 and sets *at, *at_len, or -ENOENT
+ * when the field is absent. */
+static int xf_element(const struct http_request *r, const char *name, size_t name_len,
+                      const struct proxy_hop *hops, const struct proxy_hop *h, unsigned n,
+                      unsigned dropped, const char **at, size_t *at_len)
+{
+    unsigned count = xf_elements(r, name, name_len, UINT_MAX, at, at_len);
+    if (!count)
+        return -ENOENT;
+    unsigned want = count - 1;
+    if (h && count == n + dropped)
+        want = dropped + (unsigned)(h - hops);
+    xf_elements(r, name, name_len, want, at, at_len);
+    return 0;
+}
+
 void proxy_resolve(const struct proxy_trust *t, const struct http_request *r, char *client,
-                   const char **scheme)
+                   const char **scheme, const char **host, size_t *host_len)
 {
     struct proxy_hop hops[PROXY_MAX_HOPS] = {0}; /* every kept hop is written; GCC cannot tell */
     unsigned dropped = 0;
@@ -369,6 +421,8 @@ void proxy_resolve(const struct proxy_trust *t, const struct http_request *r, ch
         const char *s = h && h->proto ? scheme_of(h->proto, h->proto_len) : NULL;
         if (s)
             *scheme = s;
+        if (t->host && h && h->host)
+            host_of(h->host, h->host_len, host, host_len);
         return;
     }
     /* X-Forwarded-For/-Proto alone: a Forwarded field is the client's own, passed through by a
@@ -376,20 +430,14 @@ void proxy_resolve(const struct proxy_trust *t, const struct http_request *r, ch
     unsigned n = xff_hops(r, hops, &dropped);
     const struct proxy_hop *h = choose(t, hops, n, dropped);
     format_client(h, client);
-    /* The scheme: where X-Forwarded-Proto lists one element per X-Forwarded-For hop (proxies
-     * that append to both), the element of the hop chosen as the client; otherwise the last
-     * element, which the nearest proxy wrote (a proxy that sets the field replaces the
-     * client's). Never the first: that one the client controls. */
-    const char *proto = NULL;
-    size_t proto_len = 0;
-    unsigned total = n + dropped;
-    unsigned count = xfp_elements(r, UINT_MAX, &proto, &proto_len);
-    unsigned want = count ? count - 1 : 0;
-    if (h && count == total)
-        want = dropped + (unsigned)(h - hops);
-    if (count)
-        xfp_elements(r, want, &proto, &proto_len);
-    const char *s = proto ? scheme_of(proto, proto_len) : NULL;
-    if (s)
-        *scheme = s;
+    const char *v = NULL;
+    size_t vlen = 0;
+    if (xf_element(r, "x-forwarded-proto", 17, hops, h, n, dropped, &v, &vlen) == 0) {
+        const char *s = v ? scheme_of(v, vlen) : NULL;
+        if (s)
+            *scheme = s;
+    }
+    v = NULL;
+    if (t->host && xf_element(r, "x-forwarded-host", 16, hops, h, n, dropped, &v, &vlen) == 0 && v)
+        host_of(v, vlen, host, host_len);
 }

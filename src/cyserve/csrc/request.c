@@ -586,6 +586,12 @@ int request_dispatch(struct request *rq, const char *body, size_t body_len)
         return 0;
     }
     const struct server_target *t = m.target;
+    if (UNLIKELY(rq->srv->trust.host)) {
+        /* The forwarded host replaces the Host field before any handler reads the head
+         * (request_client resolves once per request, and the rest of it lazily otherwise). */
+        const char *scheme;
+        request_client(rq, &scheme);
+    }
     if (UNLIKELY(t->kind == SERVER_STATIC && t->static_health) && server_health_failing(rq->srv)) {
         answer_simple(rq, 503, "503 Service Unavailable: draining\n", NULL);
         return 0;
@@ -741,6 +747,24 @@ _Static_assert(offsetof(struct http_header, value) == offsetof(cyserve_header, v
 _Static_assert(offsetof(struct http_header, value_len) == offsetof(cyserve_header, value.len),
                "header layout");
 
+/* The host a trusted proxy named (--forwarded-host) replaces the request's Host: the field's
+ * value and the head's host are views of it from now on, for every handler, WSGI's HTTP_HOST
+ * and SERVER_NAME, ASGI's host header, as werkzeug's ProxyFix (x_host) and hypercorn's
+ * ProxyFixMiddleware do. A request without a Host field (HTTP/1.0) keeps having none: the head
+ * has no spare field to add it to. */
+static void request_forwarded_host(struct http_request *h, const char *host, size_t host_len)
+{
+    h->host = host;
+    h->host_len = host_len;
+    for (size_t i = 0; i < h->num_headers; i++) {
+        struct http_header *f = &h->headers[i];
+        if (f->name_len == 4 && strncasecmp(f->name, "host", 4) == 0) {
+            f->value = host;
+            f->value_len = host_len;
+        }
+    }
+}
+
 const char *request_client(struct request *rq, const char **scheme)
 {
     struct server *s = rq->srv;
@@ -766,8 +790,13 @@ const char *request_client(struct request *rq, const char **scheme)
                 proxy_trusted_peer(&s->trust, (struct sockaddr *)&sa))
                 c->peer_trust = 1;
         }
-        if (c->peer_trust == 1)
-            proxy_resolve(&s->trust, &rq->head, rq->client, &rq->scheme);
+        if (c->peer_trust == 1) {
+            const char *host = NULL;
+            size_t host_len = 0;
+            proxy_resolve(&s->trust, &rq->head, rq->client, &rq->scheme, &host, &host_len);
+            if (host)
+                request_forwarded_host(&rq->head, host, host_len);
+        }
     }
     *scheme = rq->scheme;
     return rq->client[0] ? rq->client : conn_peer(rq->c);

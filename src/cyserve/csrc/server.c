@@ -154,6 +154,7 @@ int server_new(struct server **out, const struct server_config *cfg, const struc
             return rc;
         }
         s->trust.forwarded = cfg->forwarded_header ? 1 : 0;
+        s->trust.host = cfg->forwarded_host ? 1 : 0;
         s->proxy_headers = 1;
     }
     s->cfg.forwarded_allow_ips = NULL; /* parsed into s->trust */

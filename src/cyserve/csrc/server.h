@@ -198,6 +198,9 @@ struct server_config {
     const char *forwarded_allow_ips;
     int forwarded_header; /* with proxy headers: 0 reads X-Forwarded-For/-Proto, 1 RFC 7239
                            * Forwarded; the other family is ignored (proxy.h) */
+    int forwarded_host;   /* with proxy headers: 1 also takes the host they name
+                           * (X-Forwarded-Host, Forwarded's host=) as the request's Host field,
+                           * which every handler then reads (request_client); 0 (default) never */
     /* The PROXY protocol (proxyproto.h): NULL (default) off; else the peers (proxy.h's list) whose
      * connections must begin with a PROXY protocol header, version 1 or 2, naming the client
      * (conn_proxy_preface); other peers' connections are served as they come. */

@@ -537,6 +537,7 @@ static int wsn_serve_co(struct coro *co, void *arg)
 static void wsn_on_readable(struct conn *c, uint32_t events)
 {
     (void)events;
+    conn_busy_pay(c);
     if (UNLIKELY(sched_spawn(c->home->srv->sched, wsn_serve_co, c) < 0))
         conn_destroy(c);
 }

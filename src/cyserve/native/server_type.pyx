@@ -263,7 +263,8 @@ cdef class Server:
                  bint access_log=False, int access_log_fd=1, str access_log_format="common",
                  int blocking_threads=16, body_budget=64 << 20,
                  min_body_rate=500, listen=None, forwarded_allow_ips=None,
-                 str forwarded_header="x-forwarded", str ssl_certfile=None,
+                 str forwarded_header="x-forwarded", bint forwarded_host=False,
+                 str ssl_certfile=None,
                  str ssl_keyfile=None, str ssl_keyfile_password=None, str ssl_ciphers=None,
                  str ssl_ca_certs=None, int ssl_cert_reqs=0, ssl_sni=None,
                  str ssl_ocsp_file=None, ssl_ticket_rotation=0, bint http2=True,
@@ -364,6 +365,8 @@ cdef class Server:
             raise ValueError(f"forwarded_header must be x-forwarded or forwarded, got "
                              f"{forwarded_header!r}")
         cfg.forwarded_header = 1 if forwarded_header == "forwarded" else 0
+        # With proxy headers: the host they name becomes the request's Host (csrc/proxy.h).
+        cfg.forwarded_host = 1 if forwarded_host else 0
         if proxy_protocol_from is not None:
             # Connections from these peers begin with a PROXY protocol header (csrc/proxyproto.h).
             pp = str(proxy_protocol_from).encode("ascii")

@@ -169,6 +169,7 @@ cdef extern from "csrc/server.h" nogil:
         uint64_t body_timeout_ns
         const char *forwarded_allow_ips
         int forwarded_header
+        int forwarded_host
         const char *proxy_protocol_from
         const void *transport
         void *transport_ctx
