@@ -6,7 +6,12 @@
 # With CPU=1 the server runs bare and the script prints connections per server CPU-second over
 # the N connections instead (utime + stime of every thread, /proc/PID/stat, in clock ticks of
 # 10 ms: take N large enough, 2000 or more), with the user and system (kernel) shares; a timed
-# figure, so the machine's load moves it.
+# figure, so the machine's load moves it. With PERF=1 the server runs bare and perf (its
+# tracepoints, not sampling) counts, over the N connections, the server's system calls, its
+# epoll_wait returns (its wake-ups: every return, with events or not) and the events those
+# returned, per connection: what callgrind's instructions and `strace -c` leave out is how often
+# the worker goes round its loop, and perf's tracepoints barely slow the server, so the client's
+# bytes arrive at the moments they would untraced.
 #
 #   bench/micro/cg_tls_handshake.sh TREE new|resume|plain [N] [OUT]
 #
@@ -24,10 +29,10 @@ PORT=$((20000 + RANDOM % 20000))
 WORK=$(mktemp -d /tmp/cg-tls.XXXXXX)
 [ "$MODE" = plain ] && PLAIN=1
 . "$(dirname "$0")/tls_server.sh"  # the certificate and the server: VP, $OUT.log
-python3 - "$PORT" "$MODE" "$N" "$VP" "${STRACE:-0}" "$OUT" "${CPU:-0}" <<'PY'
-import os, socket, ssl, subprocess, sys, time
+python3 - "$PORT" "$MODE" "$N" "$VP" "${STRACE:-0}" "$OUT" "${CPU:-0}" "${PERF:-0}" <<'PY'
+import os, signal, socket, ssl, subprocess, sys, time
 port, mode, n, pid, strace, out = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5] == "1", sys.argv[6]
-cpu = sys.argv[7] == "1"
+cpu, perf = sys.argv[7] == "1", sys.argv[8] == "1"
 def cpu_ticks():
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -74,6 +79,11 @@ if strace:
     time.sleep(3.0)  # until it is attached to every thread
 elif cpu:
     t0 = cpu_ticks()
+elif perf:
+    tracer = subprocess.Popen(["perf", "record", "-q", "-e", "raw_syscalls:sys_enter", "-e",
+                               "syscalls:sys_exit_epoll_wait", "-p", pid, "-o", out + ".perf"],
+                              stdout=subprocess.DEVNULL)
+    time.sleep(2.0)  # until it is attached to every thread
 else:
     subprocess.run(["callgrind_control", "-z", pid], check=True, capture_output=True)
 got = sum(one() for _ in range(n))
@@ -84,15 +94,50 @@ if cpu:
           f"{system:.2f} system): {n / (user + system):,.0f} per CPU-second")
 if mode == "resume" and got != n:
     sys.exit(f"only {got} of {n} resumed")
-if strace:
+if strace or perf:
     time.sleep(0.5)
-    tracer.terminate(); tracer.wait()
+    tracer.send_signal(signal.SIGINT if perf else signal.SIGTERM); tracer.wait()
 elif not cpu:
     subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)
 PY
 kill -TERM $VP; wait $VP || true
 if [ "${CPU:-0}" = 1 ]; then
   :
+elif [ "${PERF:-0}" = 1 ]; then
+  # Per connection: divided by N. The Python main thread's sleeps (clock_nanosleep, 230) and
+  # the tracer's own last calls are left out by counting only the worker threads' calls: the
+  # threads that called epoll_wait.
+  perf script -i "$OUT.perf" -F tid,event,trace 2>/dev/null | python3 -c '
+import collections, re, sys
+n = int(sys.argv[1])
+calls, per_tid, waits, events, empty = collections.Counter(), collections.Counter(), 0, 0, 0
+for line in sys.stdin:
+    m = re.match(r"\s*(\d+)\s+(\S+):\s+(.*)", line)
+    if not m:
+        continue
+    tid, ev, rest = m.groups()
+    if ev.endswith("sys_exit_epoll_wait"):
+        r = int(rest.split("0x")[-1], 16) if "0x" in rest else int(rest.split()[-1])
+        waits += 1; events += max(r, 0); empty += r == 0
+        per_tid[tid] += 0
+    else:
+        calls[(tid, int(rest.split("NR ")[1].split()[0]))] += 1
+workers = set(per_tid)
+by_nr = collections.Counter()
+for (tid, nr), c in calls.items():
+    if tid in workers:
+        by_nr[nr] += c
+names = {0: "read", 1: "write", 3: "close", 7: "poll", 20: "writev", 44: "sendto",
+         45: "recvfrom", 46: "sendmsg", 48: "shutdown", 54: "setsockopt", 202: "futex",
+         228: "clock_gettime", 232: "epoll_wait", 233: "epoll_ctl", 288: "accept4"}
+if by_nr[288] != n:
+    # perf attached late or lost events: the figures would be of a part of the run.
+    sys.exit(f"incomplete trace: {by_nr[288]} accept4 calls for {n} connections")
+print(f"per connection over {n}: system calls {sum(by_nr.values()) / n:.2f}, epoll_wait returns "
+      f"(wake-ups) {waits / n:.2f} (of which with no event {empty / n:.2f}), events returned "
+      f"{events / n:.2f}")
+print("  " + ", ".join(f"{names.get(nr, nr)} {c / n:.2f}" for nr, c in by_nr.most_common()))
+' "$N"
 elif [ "${STRACE:-0}" = 1 ]; then
   # Per connection: divided by the accept4 calls that returned one (strace may have attached
   # to the worker a little late); the Python main thread's sleeps are left out.

@@ -4,9 +4,9 @@
 # /plaintext app (bench.http.apps) with one worker thread, plus CYSERVE_ARGS if set, or, with
 # SERVER=nginx, nginx 1.22 with the suite's protocol configuration
 # (bench/peers/nginx/nginx-proto.conf.template) in one process (no master). It runs under
-# callgrind, or bare with STRACE=1 (strace attaches later) or CPU=1. With PLAIN=1 both serve plain HTTP on
-# the same port instead (no certificate options, nginx's listen without ssl). The shell is left in
-# TREE.
+# callgrind, or bare with STRACE=1 (strace attaches later), PERF=1 (perf attaches later) or
+# CPU=1. With PLAIN=1 both serve plain HTTP on the same port instead (no certificate options,
+# nginx's listen without ssl). The shell is left in TREE.
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$WORK/k.pem" \
   -out "$WORK/c.pem" -days 1 -subj /CN=localhost 2>/dev/null
 if [ "${SERVER:-cyserve}" = nginx ]; then
@@ -27,7 +27,7 @@ else
 fi
 rm -f "$OUT" "$OUT".*
 cd "$TREE"
-if [ "${STRACE:-0}" = 1 ] || [ "${CPU:-0}" = 1 ]; then
+if [ "${STRACE:-0}" = 1 ] || [ "${CPU:-0}" = 1 ] || [ "${PERF:-0}" = 1 ]; then
   PYTHONHASHSEED=0 PYTHONPATH="$TREE/src:$TREE" "${CMD[@]}" > "$OUT.log" 2>&1 &
   VP=$!
 else

@@ -1,7 +1,7 @@
 /* test_sched.c: the scheduler end to end (also built under ThreadSanitizer): exact step counts
  * under many workers, coroutines and yields (also with a tiny run queue and randomised choices),
- * sleeps, fd waits, the sched_io flow (on_ready, wait, release, hop home), offload, stop, signals
- * (set from other threads, a stress run, a stop racing the setters). */
+ * sleeps, fd waits, the sched_io flow (on_ready, wait, release, EPOLLOUT on demand, hop home),
+ * offload, stop, signals (set from other threads, a stress run, a stop racing the setters). */
 #include "csrc/coro.c"
 #include "csrc/sched.c"
 
@@ -345,6 +345,118 @@ static void test_io_park_no_self_wake(void)
     sched_free(pw_sched);
     close(pw_sv[0]);
     close(pw_sv[1]);
+}
+
+/* EPOLLOUT on demand (sched_io.c.h): a new registration does not watch EPOLLOUT, so a socket
+ * that is writable from the start (every new connection) wakes nobody; the first wait for
+ * EPOLLOUT adds it to the registration, and a writer that filled its socket is woken when the
+ * peer reads. One worker; this thread plays the peer. */
+static struct sched *wo_sched;
+static struct sched_io wo_io;
+static int wo_sv[2];
+static int wo_registered, wo_filled, wo_done, wo_result, wo_wrote_again;
+
+/* The events mask of fd's registration in epfd, from /proc/self/fdinfo (-1 if not found). */
+static long epoll_mask(int epfd, int fd)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", epfd);
+    FILE *f = fopen(path, "r");
+    long mask = -1;
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof(line), f)) {
+        int tfd;
+        unsigned long ev;
+        if (sscanf(line, "tfd: %d events: %lx", &tfd, &ev) == 2 && tfd == fd)
+            mask = (long)ev;
+    }
+    fclose(f);
+    return mask;
+}
+
+static void wo_noop(struct sched_io *io, uint32_t events)
+{
+}
+
+static int wo_register(struct coro *co, void *arg)
+{
+    add(&wo_registered, sched_io_add(&wo_io, wo_sv[0], wo_noop) == 0 ? 1 : -1);
+    return 0;
+}
+
+static int wo_writer(struct coro *co, void *arg)
+{
+    char chunk[4096];
+    memset(chunk, 'x', sizeof(chunk));
+    ssize_t n;
+    while ((n = write(wo_io.fd, chunk, sizeof(chunk))) > 0)
+        ;
+    add(&wo_filled, n < 0 && errno == EAGAIN ? 1 : -1);
+    int rc = sched_io_wait(&wo_io, EPOLLOUT, (int64_t)(sched_now_ns() + 10000000000ull));
+    add(&wo_result, rc);
+    add(&wo_wrote_again, write(wo_io.fd, chunk, 1) == 1);
+    add(&wo_done, 1);
+    return 0;
+}
+
+static int wo_delete(struct coro *co, void *arg)
+{
+    sched_io_del(&wo_io);
+    add(&wo_done, 1);
+    return 0;
+}
+
+static void test_io_out_on_demand(void)
+{
+    struct sched_stats before, after;
+    wo_sched = new_sched(1, 0, 0, 1);
+    ok(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, wo_sv) == 0, "socketpair");
+    is_int(sched_start(wo_sched), 0, "start");
+    usleep(20000); /* let the worker park */
+    sched_get_stats(wo_sched, &before);
+    sched_spawn(wo_sched, wo_register, NULL);
+    for (int i = 0; i < 20000 && get(&wo_registered) == 0; i++)
+        usleep(100);
+    is_int(get(&wo_registered), 1, "registered");
+    usleep(20000); /* parked again, or woken once more by the new socket */
+    sched_get_stats(wo_sched, &after);
+    int epfd = wo_sched->w[0].epfd;
+    long mask = epoll_mask(epfd, wo_sv[0]);
+    ok(mask >= 0 && !(mask & EPOLLOUT) && (mask & EPOLLIN) && (mask & EPOLLET),
+       "a new registration watches reads, not writes (mask %lx)", mask);
+    unsigned long long parks = after.parks - before.parks;
+    /* The spawn ends the park the worker was in; it runs the registration and parks again
+     * (one). Watching EPOLLOUT from the start, the new socket's write edge ended that park at
+     * once, and the worker parked a second time. */
+    ok(parks == 1,
+       "registering a writable socket wakes nobody (parks: %llu; 2 if its edge ends one)", parks);
+    sched_spawn(wo_sched, wo_writer, NULL);
+    for (int i = 0; i < 20000 && get(&wo_filled) == 0; i++)
+        usleep(100);
+    is_int(get(&wo_filled), 1, "the writer filled the socket (EAGAIN)");
+    usleep(20000); /* it waits for EPOLLOUT now */
+    mask = epoll_mask(epfd, wo_sv[0]);
+    ok(mask >= 0 && (mask & EPOLLOUT) && (mask & EPOLLIN) && (mask & EPOLLET),
+       "the first wait for EPOLLOUT added it, edge-triggered (mask %lx)", mask);
+    is_int(get(&wo_done), 0, "the writer waits while the peer does not read");
+    char sink[65536];
+    while (read(wo_sv[1], sink, sizeof(sink)) > 0)
+        ;
+    for (int i = 0; i < 20000 && get(&wo_done) == 0; i++)
+        usleep(100);
+    is_int(get(&wo_done), 1, "the peer's read woke the writer");
+    ok(get(&wo_result) > 0 && (get(&wo_result) & EPOLLOUT), "its wait returned EPOLLOUT (%x)",
+       (unsigned)get(&wo_result));
+    is_int(get(&wo_wrote_again), 1, "and it could write again");
+    sched_spawn(wo_sched, wo_delete, NULL);
+    for (int i = 0; i < 20000 && get(&wo_done) < 2; i++)
+        usleep(100);
+    sched_stop(wo_sched);
+    sched_join(wo_sched);
+    sched_free(wo_sched);
+    close(wo_sv[0]);
+    close(wo_sv[1]);
 }
 
 /* Hop: io registered by worker 1's start hook; a coroutine on worker 0 waits on it. */
@@ -1596,6 +1708,7 @@ int main(void)
     test_wait_fd();
     test_io_flow();
     test_io_park_no_self_wake();
+    test_io_out_on_demand();
     test_io_hop();
     test_offload();
     test_offload_bounded();

@@ -178,6 +178,8 @@ struct sched_io {
     uint32_t wait_events; /* what the waiter waits for */
     int home;             /* worker index owning the registration */
     int active; /* 1 while a coroutine serves io; 0: idle, the next event calls on_ready */
+    /* The registration's epoll mask; the first wait for EPOLLOUT adds it (home worker only). */
+    uint32_t events;
 };
 
 /* ---- home sections ---- */
@@ -200,8 +202,11 @@ void sched_home_exit(void);
  * on_ready / timer callback or a worker hook), or -1. Any thread. */
 int sched_home_held(void);
 
-/* Register fd edge-triggered for EPOLLIN | EPOLLOUT | EPOLLRDHUP on the worker whose home section
- * the caller is in (a coroutine outside any: the worker running it), which becomes io's home.
+/* Register fd edge-triggered for EPOLLIN | EPOLLRDHUP on the worker whose home section the caller
+ * is in (a coroutine outside any: the worker running it), which becomes io's home. EPOLLOUT is
+ * not watched until the first sched_io_wait for it adds it, for good (a new socket is writable
+ * at once: watched from the start, that edge alone would wake the worker for every new
+ * connection; sched_io.c.h, "EPOLLOUT on demand").
  * Initialise io->data before: events may be delivered (on another thread) at once.
  * While io is idle, the first event that says readable or closed (EPOLLIN,
  * EPOLLRDHUP, EPOLLHUP, EPOLLERR; a bare EPOLLOUT edge does not) calls on_ready(io, events) with
@@ -236,7 +241,10 @@ int sched_io_watch(struct sched_io *io, int on);
  * or write until EAGAIN, then wait). An error or hang-up (EPOLLERR, EPOLLHUP) ends any wait; the
  * peer's half-close (EPOLLRDHUP) ends a wait that includes EPOLLIN only. deadline_ns is absolute on sched_now_ns()'s clock, or < 0
  * for none. Runs as a home section of io's home (see sched_home_enter), ended when it returns.
- * Returns the ready events (> 0), -ETIMEDOUT, or -ECANCELED. Coroutine only. */
+ * The first wait that includes EPOLLOUT adds it to io's registration (one epoll_ctl; an
+ * edge-triggered registration only: on a level-triggered one such a wait fails with -EINVAL).
+ * Returns the ready events (> 0), -ETIMEDOUT, -ECANCELED, or -errno from that epoll_ctl.
+ * Coroutine only. */
 int sched_io_wait(struct sched_io *io, uint32_t events, int64_t deadline_ns);
 
 /* The bit sched_io_wait_signal() adds to its result when the signal ended (or was set before)
@@ -250,9 +258,10 @@ struct sched_signal;
  * socket and sends what another thread hands it (a WebSocket whose application runs on an event
  * loop). A set that came before the call is seen at once. Returns the ready events, with
  * SCHED_SIGNALED added when the signal was set (both may be reported at once; the signal is then
- * consumed, the readiness too), -ETIMEDOUT, or -ECANCELED (the scheduler stops, or sig was
- * cancelled). One waiter per signal, as sched_signal_wait; like it, a stop does not end the wait:
- * cancel sig first. Coroutine only. */
+ * consumed, the readiness too), -ETIMEDOUT, -ECANCELED (the scheduler stops, or sig was
+ * cancelled), or -errno from the epoll_ctl that adds EPOLLOUT, as for sched_io_wait. One waiter
+ * per signal, as sched_signal_wait; like it, a stop does not end the wait: cancel sig first.
+ * Coroutine only. */
 int sched_io_wait_signal(struct sched_io *io, uint32_t events, int64_t deadline_ns,
                          struct sched_signal *sig);
 

@@ -189,10 +189,45 @@ int sched_wait_fd(int fd, uint32_t events, int64_t timeout_ns)
     return sched_park(w, home, &rec);
 }
 
-/* The registration of an io: edge-triggered for reads, writes and the peer's half-close
- * (sched_io_add), or level-triggered for reads only (sched_io_add_level). */
-#define SCHED_IO_EDGE (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET)
+/* The registration of an io: edge-triggered for reads and the peer's half-close (sched_io_add),
+ * or level-triggered for reads only (sched_io_add_level). Writes are watched on demand.
+ *
+ * EPOLLOUT on demand. An edge-triggered registration reports the readiness the fd has when it
+ * is added, and a new socket is writable at once: registered for EPOLLOUT from the start, every
+ * new connection woke its worker for that edge alone, before its first bytes (a TLS client's
+ * ClientHello, a plain client's request) arrived, and the loop then polled once more for
+ * nothing (w_poll_first: that park had ended at once). Two epoll_wait returns per connection
+ * that served no byte; nginx adds EPOLLOUT only when a write blocks, and so does this: the
+ * first wait that includes EPOLLOUT adds it to the registration (io_arm_out, EPOLL_CTL_MOD).
+ * That loses no edge: the write that met EAGAIN marked the socket as short of space (Linux sets
+ * SOCK_NOSPACE there), the MOD polls the fd under the new mask and queues it if it is writable
+ * already (space freed between the EAGAIN and the MOD), and otherwise the space that frees later
+ * is signalled to a mask that now includes EPOLLOUT. Once added it stays: a socket reports a
+ * write edge only after it ran short of space (Linux signals space to a socket marked so, by a
+ * write that met EAGAIN or a poll that found it full), so a kept EPOLLOUT costs no wake-up of
+ * its own where dropping it would cost a MOD per blocked write. A request that fits the socket,
+ * the common case, never pays for the MOD. */
+#define SCHED_IO_EDGE (EPOLLIN | EPOLLRDHUP | EPOLLET)
 #define SCHED_IO_LEVEL EPOLLIN
+
+/* Before a wait for events on io: add EPOLLOUT to its registration if the wait includes it and
+ * the registration does not yet (see "EPOLLOUT on demand" above). Holding L(home) of io's home,
+ * which makes io->events home state like io->ready. Returns 0, -EINVAL for a level-triggered
+ * registration (EPOLLOUT level-triggered would end every poll while the socket is writable), or
+ * -errno from epoll_ctl. */
+static int io_arm_out(struct sched_worker *home, struct sched_io *io, uint32_t events)
+{
+    if (LIKELY(!(events & EPOLLOUT) || (io->events & EPOLLOUT)))
+        return 0;
+    if (UNLIKELY(!(io->events & EPOLLET)))
+        return -EINVAL;
+    struct epoll_event ev = {.events = io->events | EPOLLOUT,
+                             .data.ptr = (void *)((uintptr_t)io | 1)};
+    if (UNLIKELY(epoll_ctl(home->epfd, EPOLL_CTL_MOD, io->fd, &ev) != 0))
+        return -errno;
+    io->events = ev.events;
+    return 0;
+}
 
 static int io_add(struct sched_io *io, int fd, void (*on_ready)(struct sched_io *io, uint32_t),
                   uint32_t events)
@@ -215,6 +250,7 @@ static int io_add(struct sched_io *io, int fd, void (*on_ready)(struct sched_io 
     io->wait_events = 0;
     io->home = (int)home->id;
     io->active = 0;
+    io->events = events;
     struct epoll_event ev = {.events = events, .data.ptr = (void *)((uintptr_t)io | 1)};
     int err = 0;
     if (UNLIKELY(epoll_ctl(home->epfd, EPOLL_CTL_ADD, fd, &ev) != 0))
@@ -244,13 +280,18 @@ int sched_io_wait(struct sched_io *io, uint32_t events, int64_t deadline_ns)
     if (UNLIKELY(sched_is_stopping(w->s)))
         return -ECANCELED;
     home_enter(&w, io->home);
+    struct sched_worker *home = &w->s->w[io->home];
+    int err = io_arm_out(home, io, events);
+    if (UNLIKELY(err < 0)) {
+        loop_unlock(w);
+        return err;
+    }
     uint32_t got = io->ready & io_wait_mask(events);
     if (got) {
         io->ready &= ~(got & (EPOLLIN | EPOLLOUT));
         loop_unlock(w); /* back to user code: never across its work */
         return (int)got;
     }
-    struct sched_worker *home = &w->s->w[io->home];
     struct sched_wait rec = {.kind = WAIT_IO, .fd = io->fd, .io = io};
     io->waiter = w->current;
     io->wait_events = events;
@@ -299,7 +340,7 @@ int sched_io_watch(struct sched_io *io, int on)
         return -EPERM;
     if (w->current)
         home_enter(&w, io->home);
-    struct epoll_event ev = {.events = SCHED_IO_LEVEL, .data.ptr = (void *)((uintptr_t)io | 1)};
+    struct epoll_event ev = {.events = io->events, .data.ptr = (void *)((uintptr_t)io | 1)};
     int epfd = w->s->w[io->home].epfd;
     if (epoll_ctl(epfd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, io->fd, &ev) != 0)
         return -errno;

@@ -126,6 +126,11 @@ int sched_io_wait_signal(struct sched_io *io, uint32_t events, int64_t deadline_
     if (UNLIKELY(sched_is_stopping(w->s) || signal_cancelled(sig)))
         return -ECANCELED;
     home_enter(&w, io->home);
+    int err = io_arm_out(&w->s->w[io->home], io, events);
+    if (UNLIKELY(err < 0)) {
+        loop_unlock(w);
+        return err;
+    }
     uint32_t flags = 0;
     int set = SIG_SET;
     /* safety: acquire pairs with the setter's release: what it wrote before setting is seen. */
