@@ -15,10 +15,11 @@
  * a whole /py request costs about 10 us of CPU.
  * So the call stays inline, and the loop moves when a call runs long, as Go's sysmon hands a P
  * whose M blocks in a syscall to another M:
- * - The monitor, one thread in the idle scheduling class, looks every 1-5 ms while offload
- *   batches are being run somewhere (each batch stamps off_start as it begins, before it takes the GIL), and sleeps without a
- *   timeout after SCHED_MON_LINGER_NS without any batch; the first batch after that wakes it
- *   (one eventfd write per idle spell, none under load).
+ * - The monitor, one thread in the batch scheduling class (mon_main says why), looks every
+ *   1-5 ms while offload batches are being run somewhere (each batch stamps off_start as it
+ *   begins, before it takes the GIL), and sleeps without a timeout after SCHED_MON_LINGER_NS
+ *   without any batch; the first batch after that wakes it (one eventfd write per idle spell,
+ *   none under load). So it runs only while Python calls do: never on a C-only server.
  * - A worker whose batch started over SCHED_RELIEF_NS (2 ms) ago is stuck. The monitor gives its home
  *   to an idle relief thread (started on first need, at most cfg.relief of them): it sets the
  *   home's relieved_by and the thread's relief_of, and kicks the thread's eventfd.
@@ -324,13 +325,13 @@ static int relief_waiting(struct sched_worker *x)
 }
 
 /* Is thread x asleep in the kernel inside the batch stamped st, the one the caller saw stuck?
- * The stamp is read again after the look at /proc: the monitor (in the idle class, so
- * preempted for long on a busy machine) may look long after it read the stamp, when that
- * batch has ended and its thread sleeps in its loop's epoll_wait, or has exited (a stop): asleep
- * or unknown then says nothing about the call, and relieving it started a relief thread for a
- * worker that no longer needed one. A thread stores 0 or a newer stamp when its batch ends,
- * before it can sleep anywhere else, and stamps grow: the same stamp after the look means that
- * batch ran throughout it. Monitor only. */
+ * The stamp is read again after the look at /proc: the monitor (preempted on a busy machine,
+ * for up to seconds while it was in the idle class) may look long after it read the stamp,
+ * when that batch has ended and its thread sleeps in its loop's epoll_wait, or has exited (a
+ * stop): asleep or unknown then says nothing about the call, and relieving it started a relief
+ * thread for a worker that no longer needed one. A thread stores 0 or a newer stamp when its
+ * batch ends, before it can sleep anywhere else, and stamps grow: the same stamp after the look
+ * means that batch ran throughout it. Monitor only. */
 static int relief_waiting_in(struct sched_worker *x, uint64_t st)
 {
     if (!relief_waiting(x))
@@ -432,13 +433,21 @@ static void *mon_main(void *arg)
 {
     struct sched *s = arg;
     pthread_setname_np(pthread_self(), "cyserve-monitor"); /* for top -H, /proc, debuggers */
-    /* The idle scheduling class: the monitor runs only on a CPU nothing else wants. While the
-     * workers keep their CPUs busy its timer expires without taking them from the workers (its
-     * wake-ups cost a busy pinned worker ~6 % in the normal class), and a worker blocked in a
-     * call leaves its CPU idle, which is exactly when the monitor runs and relief can help. A
-     * refusal (some sandboxes) leaves it in the normal class. */
+    /* The batch scheduling class: the normal class's fair share of the CPUs, without its
+     * wake-up preemption. It was the idle class (runs only on a CPU nothing else wants), which
+     * starves it on a machine whose CPUs other processes keep busy: a worker asleep in a call
+     * leaves its CPU to them, not to the monitor, and relief then waited up to seconds
+     * (bench/micro/relief_delay.py, 4 busy loops on 2 CPUs: median 172 ms, p90 2.9 s, max
+     * 7.7 s; in this class 4-6 ms, p99 24-42 ms). The monitor only runs while batches run (it
+     * sleeps without a timeout after SCHED_MON_LINGER_NS without any), and a wake-up of a
+     * SCHED_BATCH thread waits for the running thread's slice instead of preempting it, so a
+     * busy worker on its CPU is not interrupted by it: the worker's involuntary switches and
+     * the monitor's own wake-ups measured the same as in the idle class
+     * (bench/micro/monitor_class_cost.py). Leaving the idle class only while a batch is stuck
+     * would not do: the monitor must run to see that, and an unprivileged thread may not leave
+     * the idle class at all (RLIMIT_NICE). A refusal here leaves the class it was started in. */
     struct sched_param sp = {.sched_priority = 0};
-    (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+    (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
     uint64_t last_busy = sched_clock_ns();
     while (!relief_ending(s)) {
         uint64_t now = sched_clock_ns();
