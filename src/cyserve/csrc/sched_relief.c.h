@@ -261,6 +261,13 @@ static void *relief_main(void *arg)
     struct sched_worker *r = arg;
     struct sched *s = r->s;
     pthread_setname_np(pthread_self(), "cyserve-relief");
+    /* The workers' scheduling class, not the monitor's, which a new thread inherits: a relief
+     * thread serves a stuck worker's connections and runs its calls. (In the idle class the
+     * monitor once had, they inherited it and, on a busy machine, served a relieved worker's
+     * connections no sooner than the monitor ran.) From the batch class this is allowed
+     * without privileges; a refusal leaves it there. */
+    if (s->relief_policy >= 0)
+        (void)pthread_setschedparam(pthread_self(), s->relief_policy, &s->relief_param);
     sched_tls_worker = r;
     /* safety: as in w_main. */
     __atomic_store_n(&r->tid, (int)syscall(SYS_gettid), __ATOMIC_RELAXED);
@@ -446,6 +453,12 @@ static void *mon_main(void *arg)
      * (bench/micro/monitor_class_cost.py). Leaving the idle class only while a batch is stuck
      * would not do: the monitor must run to see that, and an unprivileged thread may not leave
      * the idle class at all (RLIMIT_NICE). A refusal here leaves the class it was started in. */
+    int policy;
+    struct sched_param sp0;
+    if (pthread_getschedparam(pthread_self(), &policy, &sp0) == 0) {
+        s->relief_param = sp0;
+        s->relief_policy = policy;
+    }
     struct sched_param sp = {.sched_priority = 0};
     (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
     uint64_t last_busy = sched_clock_ns();
