@@ -284,7 +284,7 @@ def _relief_threads() -> int:
 
 
 # How long each call runs. On a machine whose CPUs are all busy elsewhere the monitor that
-# starts relief threads waits its turn for a CPU (architecture.md, "Known limits": under 0.1 s
+# starts relief threads waits its turn for a CPU (architecture.md, "Known limits": at most 0.2 s
 # in its batch scheduling class; in the idle class it was once in, a second or more, and 0.3 s
 # failed there once). 1 s is not a bound on relief's delay (a few ms on an idle CPU) but room
 # for the monitor to be scheduled.

@@ -444,15 +444,17 @@ static void *mon_main(void *arg)
      * wake-up preemption. It was the idle class (runs only on a CPU nothing else wants), which
      * starves it on a machine whose CPUs other processes keep busy: a worker asleep in a call
      * leaves its CPU to them, not to the monitor, and relief then waited up to seconds
-     * (bench/micro/relief_delay.py, 4 busy loops on 2 CPUs: median 172 ms, p90 2.9 s, max
-     * 7.7 s; in this class 4-6 ms, p99 24-42 ms). The monitor only runs while batches run (it
-     * sleeps without a timeout after SCHED_MON_LINGER_NS without any), and a wake-up of a
-     * SCHED_BATCH thread waits for the running thread's slice instead of preempting it, so a
-     * busy worker on its CPU is not interrupted by it: the worker's involuntary switches and
-     * the monitor's own wake-ups measured the same as in the idle class
+     * (bench/micro/relief_delay.py, 4 busy loops on 2 CPUs: median 172-364 ms, p90 1.9-3.2 s,
+     * max 8.6 s; in this class medians of 5-12 ms, p99 41-112 ms, max 0.2 s). The monitor only
+     * runs while batches run (it sleeps without a timeout after SCHED_MON_LINGER_NS without
+     * any), and a wake-up of a SCHED_BATCH thread waits for the running thread's slice instead
+     * of preempting it, so a busy worker on its CPU is not interrupted by it: on a pinned busy
+     * cyserve-py server the worker's involuntary switches stayed at 0-1 per 3 s run, as in the
+     * idle class, and requests per CPU-second within the noise
      * (bench/micro/monitor_class_cost.py). Leaving the idle class only while a batch is stuck
      * would not do: the monitor must run to see that, and an unprivileged thread may not leave
-     * the idle class at all (RLIMIT_NICE). A refusal here leaves the class it was started in. */
+     * the idle class at all (RLIMIT_NICE). A refusal here leaves the class it was started in,
+     * which it first records for the relief threads (relief_main). */
     int policy;
     struct sched_param sp0;
     if (pthread_getschedparam(pthread_self(), &policy, &sp0) == 0) {
