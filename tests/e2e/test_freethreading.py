@@ -283,10 +283,11 @@ def _relief_threads() -> int:
     return n
 
 
-# How long each call runs. The monitor that starts relief threads runs in the idle scheduling
-# class: on a machine whose CPUs are all busy elsewhere it may not run for a second or more
-# (architecture.md, "Known limits"); 0.3 s failed there once. 1 s is not a bound on relief's
-# delay (a few ms on an idle CPU) but room for the monitor to be scheduled at all.
+# How long each call runs. On a machine whose CPUs are all busy elsewhere the monitor that
+# starts relief threads waits its turn for a CPU (architecture.md, "Known limits": at most 0.2 s
+# in its batch scheduling class; in the idle class it was once in, a second or more, and 0.3 s
+# failed there once). 1 s is not a bound on relief's delay (a few ms on an idle CPU) but room
+# for the monitor to be scheduled.
 LONG_CALL_S = 1.0
 
 

@@ -331,6 +331,12 @@ struct sched {
     int mon_evfd;
     int mon_deep;
     int relief_quit; /* atomic: set at join to end the monitor and relief threads */
+    /* The scheduling class and parameters the relief threads take: the workers' (the class the
+     * monitor was started in), recorded by the monitor before it leaves that class and before
+     * it starts any relief thread (pthread_create orders the write before their reads); -1
+     * until then, or if it could not be read (the threads then keep the monitor's). */
+    int relief_policy;
+    struct sched_param relief_param;
     uint64_t st_reliefs, st_relief_threads; /* written by the monitor only (relaxed) */
 };
 
@@ -1171,6 +1177,7 @@ int sched_new(struct sched **out, const struct sched_config *cfg)
     s->n = c.workers;
     s->n_all = c.workers + c.relief;
     s->mon_evfd = -1;
+    s->relief_policy = -1;
     pthread_mutex_init(&s->inject_lock, NULL);
     int err = coro_pool_new(&s->ext_pool, c.stack_size);
     if (UNLIKELY(err)) {

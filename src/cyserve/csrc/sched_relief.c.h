@@ -15,10 +15,11 @@
  * a whole /py request costs about 10 us of CPU.
  * So the call stays inline, and the loop moves when a call runs long, as Go's sysmon hands a P
  * whose M blocks in a syscall to another M:
- * - The monitor, one thread in the idle scheduling class, looks every 1-5 ms while offload
- *   batches are being run somewhere (each batch stamps off_start as it begins, before it takes the GIL), and sleeps without a
- *   timeout after SCHED_MON_LINGER_NS without any batch; the first batch after that wakes it
- *   (one eventfd write per idle spell, none under load).
+ * - The monitor, one thread in the batch scheduling class (mon_main says why), looks every
+ *   1-5 ms while offload batches are being run somewhere (each batch stamps off_start as it
+ *   begins, before it takes the GIL), and sleeps without a timeout after SCHED_MON_LINGER_NS
+ *   without any batch; the first batch after that wakes it (one eventfd write per idle spell,
+ *   none under load). So it runs only while Python calls do: never on a C-only server.
  * - A worker whose batch started over SCHED_RELIEF_NS (2 ms) ago is stuck. The monitor gives its home
  *   to an idle relief thread (started on first need, at most cfg.relief of them): it sets the
  *   home's relieved_by and the thread's relief_of, and kicks the thread's eventfd.
@@ -260,6 +261,13 @@ static void *relief_main(void *arg)
     struct sched_worker *r = arg;
     struct sched *s = r->s;
     pthread_setname_np(pthread_self(), "cyserve-relief");
+    /* The workers' scheduling class, not the monitor's, which a new thread inherits: a relief
+     * thread serves a stuck worker's connections and runs its calls. (In the idle class the
+     * monitor once had, they inherited it and, on a busy machine, served a relieved worker's
+     * connections no sooner than the monitor ran.) From the batch class this is allowed
+     * without privileges; a refusal leaves it there. */
+    if (s->relief_policy >= 0)
+        (void)pthread_setschedparam(pthread_self(), s->relief_policy, &s->relief_param);
     sched_tls_worker = r;
     /* safety: as in w_main. */
     __atomic_store_n(&r->tid, (int)syscall(SYS_gettid), __ATOMIC_RELAXED);
@@ -324,13 +332,13 @@ static int relief_waiting(struct sched_worker *x)
 }
 
 /* Is thread x asleep in the kernel inside the batch stamped st, the one the caller saw stuck?
- * The stamp is read again after the look at /proc: the monitor (in the idle class, so
- * preempted for long on a busy machine) may look long after it read the stamp, when that
- * batch has ended and its thread sleeps in its loop's epoll_wait, or has exited (a stop): asleep
- * or unknown then says nothing about the call, and relieving it started a relief thread for a
- * worker that no longer needed one. A thread stores 0 or a newer stamp when its batch ends,
- * before it can sleep anywhere else, and stamps grow: the same stamp after the look means that
- * batch ran throughout it. Monitor only. */
+ * The stamp is read again after the look at /proc: the monitor (preempted on a busy machine,
+ * for up to seconds while it was in the idle class) may look long after it read the stamp,
+ * when that batch has ended and its thread sleeps in its loop's epoll_wait, or has exited (a
+ * stop): asleep or unknown then says nothing about the call, and relieving it started a relief
+ * thread for a worker that no longer needed one. A thread stores 0 or a newer stamp when its
+ * batch ends, before it can sleep anywhere else, and stamps grow: the same stamp after the look
+ * means that batch ran throughout it. Monitor only. */
 static int relief_waiting_in(struct sched_worker *x, uint64_t st)
 {
     if (!relief_waiting(x))
@@ -432,13 +440,29 @@ static void *mon_main(void *arg)
 {
     struct sched *s = arg;
     pthread_setname_np(pthread_self(), "cyserve-monitor"); /* for top -H, /proc, debuggers */
-    /* The idle scheduling class: the monitor runs only on a CPU nothing else wants. While the
-     * workers keep their CPUs busy its timer expires without taking them from the workers (its
-     * wake-ups cost a busy pinned worker ~6 % in the normal class), and a worker blocked in a
-     * call leaves its CPU idle, which is exactly when the monitor runs and relief can help. A
-     * refusal (some sandboxes) leaves it in the normal class. */
+    /* The batch scheduling class: the normal class's fair share of the CPUs, without its
+     * wake-up preemption. It was the idle class (runs only on a CPU nothing else wants), which
+     * starves it on a machine whose CPUs other processes keep busy: a worker asleep in a call
+     * leaves its CPU to them, not to the monitor, and relief then waited up to seconds
+     * (bench/micro/relief_delay.py, 4 busy loops on 2 CPUs: median 172-364 ms, p90 1.9-3.2 s,
+     * max 8.6 s; in this class medians of 5-12 ms, p99 41-112 ms, max 0.2 s). The monitor only
+     * runs while batches run (it sleeps without a timeout after SCHED_MON_LINGER_NS without
+     * any), and a wake-up of a SCHED_BATCH thread waits for the running thread's slice instead
+     * of preempting it, so a busy worker on its CPU is not interrupted by it: on a pinned busy
+     * cyserve-py server the worker's involuntary switches stayed at 0-1 per 3 s run, as in the
+     * idle class, and requests per CPU-second within the noise
+     * (bench/micro/monitor_class_cost.py). Leaving the idle class only while a batch is stuck
+     * would not do: the monitor must run to see that, and an unprivileged thread may not leave
+     * the idle class at all (RLIMIT_NICE). A refusal here leaves the class it was started in,
+     * which it first records for the relief threads (relief_main). */
+    int policy;
+    struct sched_param sp0;
+    if (pthread_getschedparam(pthread_self(), &policy, &sp0) == 0) {
+        s->relief_param = sp0;
+        s->relief_policy = policy;
+    }
     struct sched_param sp = {.sched_priority = 0};
-    (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+    (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
     uint64_t last_busy = sched_clock_ns();
     while (!relief_ending(s)) {
         uint64_t now = sched_clock_ns();
