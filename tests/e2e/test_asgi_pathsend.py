@@ -13,7 +13,6 @@ import http.client
 import logging
 import os
 import ssl
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 from _rawhttp import Conn, get, request
 from test_asgi import serving_app
 from test_http2 import H2
+from _certs import self_signed
 
 pytestmark = pytest.mark.native
 
@@ -48,13 +48,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    d = tmp_path_factory.mktemp("pathsend-tls")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(d / "key.pem"),
-                    "-out", str(d / "cert.pem"), "-days", "2", "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-                   check=True, capture_output=True)
-    return {"cert": str(d / "cert.pem"), "key": str(d / "key.pem")}
+    return self_signed(tmp_path_factory.mktemp("pathsend-tls"))
 
 
 def make_app(files: dict[str, Any]) -> Any:

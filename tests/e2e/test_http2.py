@@ -23,6 +23,7 @@ import h2.events
 import h2.settings
 import pytest
 from _rawhttp import Conn, serving
+from _certs import self_signed
 
 import cyserve
 from cyserve.config import Config
@@ -203,15 +204,7 @@ def port(root: Any) -> Iterator[int]:
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    if shutil.which("openssl") is None:
-        pytest.fail("the openssl command is needed to make the test certificate")
-    d = tmp_path_factory.mktemp("h2-tls")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(d / "key.pem"),
-                    "-out", str(d / "cert.pem"), "-days", "2", "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-                   check=True, capture_output=True)
-    return {"cert": str(d / "cert.pem"), "key": str(d / "key.pem")}
+    return self_signed(tmp_path_factory.mktemp("h2-tls"))
 
 
 def h2_context(certs: dict[str, str], alpn: tuple[str, ...] = ("h2", "http/1.1")) -> ssl.SSLContext:

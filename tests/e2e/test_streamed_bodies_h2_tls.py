@@ -23,6 +23,7 @@ import pytest
 from test_asgi import serving_app
 from _subserve import PYTHON, env_with_src, free_port, running
 from test_http2 import H2
+from _certs import self_signed
 
 import cyserve
 
@@ -118,15 +119,7 @@ def reset_peak(pid: int) -> None:
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    import subprocess
-
-    d = tmp_path_factory.mktemp("stream-tls")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(d / "key.pem"),
-                    "-out", str(d / "cert.pem"), "-days", "2", "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-                   check=True, capture_output=True)
-    return {"cert": str(d / "cert.pem"), "key": str(d / "key.pem")}
+    return self_signed(tmp_path_factory.mktemp("stream-tls"))
 
 
 def tls_ctx(certs: dict[str, str], alpn: list[str]) -> ssl.SSLContext:

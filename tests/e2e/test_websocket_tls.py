@@ -8,7 +8,6 @@ transport (conn_send_nowait), as a TLS record, from the stop's sweep."""
 from __future__ import annotations
 
 import ssl
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from test_asgi import serving_app
 
 import cyserve
 from _cython_ext import build_user_module
+from _certs import self_signed
 
 websockets = pytest.importorskip("websockets")
 from websockets.sync.client import connect  # noqa: E402
@@ -32,13 +32,7 @@ BIG = bytes(range(256)) * 1200  # 300 KB: many TLS records, past every socket bu
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    d = tmp_path_factory.mktemp("wss")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(d / "key.pem"),
-                    "-out", str(d / "cert.pem"), "-days", "2", "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-                   check=True, capture_output=True)
-    return {"cert": str(d / "cert.pem"), "key": str(d / "key.pem")}
+    return self_signed(tmp_path_factory.mktemp("wss"))
 
 
 @pytest.fixture(scope="module")
