@@ -54,6 +54,7 @@ class Watcher:
         self.excludes = tuple(excludes)
         self.delay = delay
         self._events: Iterator[Any] | None = None
+        self._pending: list[str] = []
         self.uses = "polling"
         try:
             if not use_watchfiles:
@@ -71,6 +72,11 @@ class Watcher:
                                                  debounce=max(1, int(delay * 1000)), step=10,
                                                  rust_timeout=1, yield_on_timeout=True,
                                                  raise_interrupt=False))
+            # The generator makes its inotify watcher on its first step, not here: a file
+            # written before the supervisor first asked (its workers still starting, or the
+            # machine busy) was never reported. One step now starts the watcher; what that
+            # step saw is kept for the first ask.
+            self._pending = self._next_changes()
             self.uses = "watchfiles"
 
     def _relative(self, path: str) -> str | None:
@@ -88,13 +94,19 @@ class Watcher:
         rel = self._relative(path)
         return rel is not None and watched(rel, self.includes, self.excludes)
 
+    def _next_changes(self) -> list[str]:
+        assert self._events is not None
+        try:
+            return sorted({path for _, path in next(self._events)})
+        except StopIteration:
+            self._events = None
+            return []
+
     def changed(self) -> list[str]:
         if self._events is not None:
-            try:
-                return sorted({path for _, path in next(self._events)})
-            except StopIteration:
-                self._events = None
-                return []
+            got = self._pending + self._next_changes()
+            self._pending = []
+            return sorted(set(got))
         now = time.monotonic()
         if now - self._last < self.delay:
             return []
