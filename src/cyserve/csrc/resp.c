@@ -279,7 +279,7 @@ int resp_add_header(struct cyserve_response *r, const char *name, size_t nlen, c
 static int trailer_forbidden(const char *name, size_t nlen)
 {
     static const char *const names[] = {
-        "content-length", "transfer-encoding", "trailer",      "host",
+        "content-length", "transfer-encoding", "trailer",          "host",
         "connection",     "keep-alive",        "proxy-connection", "te",
         "upgrade",        "content-type",      "content-encoding", "content-range",
     };

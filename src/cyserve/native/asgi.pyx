@@ -306,6 +306,10 @@ cdef dict _ASGI_VERSION = {"version": "3.0", "spec_version": "2.4"}
 # (_Exchange._body_trailed, _Exchange._trailers) likewise.
 cdef dict _ASGI_PATHSEND = {}
 cdef dict _ASGI_TRAILERS = {}
+# The extensions of an http scope over plain TCP, of which each request gets a copy (a copy of a
+# small dict costs less than building it key by key).
+cdef dict _ASGI_EXTENSIONS = {"http.response.pathsend": _ASGI_PATHSEND,
+                              "http.response.trailers": _ASGI_TRAILERS}
 cdef Py_ssize_t _ASGI_CHUNK = 65536  # receive() hands a large body over in pieces of this size
 
 
@@ -538,7 +542,7 @@ cdef class _Exchange:
             # `trailers` is looked up only when the message has a key besides type, status and
             # headers: the usual start pays a size test, not a lookup.
             if type(message) is not dict or PyDict_GET_SIZE(message) > (2 if hdrs is None else 3):
-                self.trailers = bool(_mget(message, "trailers", False))
+                self.trailers = bool(message.get("trailers", False))
             self.started = True
             return self.lp.ready
         if not cyserve__asgi_str_is(t, "http.response.body", 18):
@@ -590,8 +594,8 @@ cdef class _Exchange:
         if self.body_ended:
             raise RuntimeError("ASGI: http.response.body after the body's last message (more_body "
                                "False): the response waits for http.response.trailers")
-        body = _mget(message, "body", b"")
-        more = bool(_mget(message, "more_body", False))
+        body = message.get("body", b"")
+        more = bool(message.get("more_body", False))
         cdef cs.resp_t *resp = &self.h.resp
         if not self.streaming:
             self._fill_head(resp)
@@ -636,11 +640,11 @@ cdef class _Exchange:
         if self.written is not None and not self.written.done():
             raise RuntimeError("ASGI: http.response.trailers before the body's last message "
                                "was written (await send())")
-        more = bool(_mget(message, "more_trailers", False))
+        more = bool(message.get("more_trailers", False))
         cdef cs.resp_t *resp = &self.h.resp
         cdef bytes bname, bvalue
         cdef int rc
-        for name, value in _mget(message, "headers", None) or ():
+        for name, value in message.get("headers", None) or ():
             bname = name if type(name) is bytes else bytes(name)
             bvalue = value if type(value) is bytes else bytes(value)
             rc = cs.resp_add_trailer(resp, PyBytes_AS_STRING(bname),
@@ -731,7 +735,7 @@ cdef class _Exchange:
             _check_rc(cs.resp_set_head_length(resp, announced), "ASGI HEAD length")
         return 0
 
-    cdef void _give(self, int more) noexcept:
+    cdef inline void _give(self, int more) noexcept:
         if more == 0:
             self._finish()
         if cs.handoff_give(self.h, more) != 0:
@@ -993,8 +997,7 @@ cdef class ASGIHandler:
                                    "http.response.pathsend": _ASGI_PATHSEND,
                                    "http.response.trailers": _ASGI_TRAILERS}
         else:
-            scope["extensions"] = {"http.response.pathsend": _ASGI_PATHSEND,
-                                   "http.response.trailers": _ASGI_TRAILERS}
+            scope["extensions"] = PyDict_Copy(_ASGI_EXTENSIONS)
         if self._outer is not None:  # set_root_path
             scope["path"] = self._outer + scope["path"]
             scope["raw_path"] = self._outer_b + scope["raw_path"]
