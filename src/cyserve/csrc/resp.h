@@ -222,9 +222,10 @@ int resp_set_stream(struct cyserve_response *r, void *stream, int64_t length);
  * handler leaves r otherwise empty. Returns 0, or -EINVAL for NULL. */
 int resp_set_defer(struct cyserve_response *r, void *h);
 
-/* Move what src holds (status, reason, header lines, body, trailers, lengths, stream) into dst, which a
- * handler has not filled yet (after resp_reset), copying the bytes; a file body's descriptor
- * moves to dst. src is reset. Returns 0 or -ENOMEM (dst then holds part of it: answer 500). */
+/* Move what src holds (status, reason, header lines, body, trailers, lengths, stream) into dst,
+ * which a handler has not filled yet (after resp_reset), copying the bytes; a file body's
+ * descriptor moves to dst. src is reset. Returns 0 or -ENOMEM (dst then holds part of it:
+ * answer 500). */
 int resp_take(struct cyserve_response *dst, struct cyserve_response *src);
 
 /* The body to send: the static one if set, else the written one. Sets *len. */
