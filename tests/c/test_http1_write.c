@@ -130,10 +130,26 @@ static void test_head_options(void)
     wbuf_free(&out);
 }
 
+static void test_chunked_end(void)
+{
+    struct wbuf out;
+    wbuf_init(&out, NULL, 0);
+    is_int(http_write_chunked_end(&out, NULL, 0), 0, "the end without trailers");
+    is_mem(out.ptr, out.len, "0\r\n\r\n", "the last chunk and the empty line");
+    out.len = 0;
+    wbuf_append(&out, "5\r\nhello\r\n", 10);
+    static const char t[] = "grpc-status: 0\r\nx-checksum: abc\r\n";
+    is_int(http_write_chunked_end(&out, t, sizeof(t) - 1), 0, "the end with trailers");
+    is_mem(out.ptr, out.len, "5\r\nhello\r\n0\r\ngrpc-status: 0\r\nx-checksum: abc\r\n\r\n",
+           "after what the buffer held: the last chunk, the trailer section, the empty line");
+    wbuf_free(&out);
+}
+
 int main(void)
 {
     test_date_cache();
     test_head();
     test_head_options();
+    test_chunked_end();
     return done_testing();
 }

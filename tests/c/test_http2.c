@@ -3,7 +3,8 @@
  * gather each stream's head and body), and what it answers is read back as frames. The
  * preface match, the header lines' conversion, the heads (method, path, query, :authority as
  * Host, cookies joined), the limits (431, 413), the floods (rapid reset, PING), a stream id
- * lower than the last one (PROTOCOL_ERROR) and an idle session set aside and written back.
+ * lower than the last one (PROTOCOL_ERROR), trailers (a HEADERS frame that ends the stream, to
+ * a client that sent TE: trailers) and an idle session set aside and written back.
  * Built under ASan+UBSan by the Makefile. */
 #define _GNU_SOURCE
 #include "csrc/coro.c"
@@ -327,6 +328,102 @@ static void test_lower_stream_id(void)
     to_server_raw(h, seq, sizeof(seq));
     is_int(h->max_id, 9, "the highest id");
     is_int(server_goaway(h), -1, "increasing ids with a gap are fine");
+    h2_session_free(h, 0);
+    nghttp2_session_del(cl);
+}
+
+/* What the client saw of the server's answers (client_seen's callbacks). */
+struct trailers_seen {
+    int data_end;       /* a DATA frame carried END_STREAM */
+    int trailers_end;   /* a trailers HEADERS frame carried END_STREAM */
+    int ntrailers;      /* trailer fields */
+    char trailers[256]; /* "name=value;" each */
+};
+static struct trailers_seen seen_of[16]; /* by stream id */
+
+static int seen_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
+                       const uint8_t *value, size_t vlen, uint8_t flags, void *ud)
+{
+    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_HEADERS ||
+        f->hd.stream_id >= 16)
+        return 0;
+    struct trailers_seen *w = &seen_of[f->hd.stream_id];
+    size_t at = strlen(w->trailers);
+    snprintf(w->trailers + at, sizeof(w->trailers) - at, "%.*s=%.*s;", (int)nlen, name, (int)vlen,
+             value);
+    w->ntrailers++;
+    return 0;
+}
+
+static int seen_frame(nghttp2_session *s, const nghttp2_frame *f, void *ud)
+{
+    if (f->hd.stream_id <= 0 || f->hd.stream_id >= 16 || !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
+        return 0;
+    struct trailers_seen *w = &seen_of[f->hd.stream_id];
+    if (f->hd.type == NGHTTP2_DATA)
+        w->data_end = 1;
+    else if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_HEADERS)
+        w->trailers_end = 1;
+    return 0;
+}
+
+/* A client session that records what it receives in seen_of. */
+static nghttp2_session *client_seen(void)
+{
+    nghttp2_session_callbacks *cbs;
+    nghttp2_session *cl = NULL;
+    nghttp2_session_callbacks_new(&cbs);
+    nghttp2_session_callbacks_set_on_header_callback(cbs, seen_header);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, seen_frame);
+    nghttp2_session_client_new(&cl, cbs, NULL);
+    nghttp2_session_callbacks_del(cbs);
+    nghttp2_submit_settings(cl, NGHTTP2_FLAG_NONE, NULL, 0);
+    memset(seen_of, 0, sizeof(seen_of));
+    return cl;
+}
+
+/* Everything the server queued, fed to the client. */
+static void to_client(struct h2_session *h, nghttp2_session *cl)
+{
+    const uint8_t *d;
+    ssize_t n;
+    while ((n = nghttp2_session_mem_send(h->ng, &d)) > 0)
+        nghttp2_session_mem_recv(cl, d, (size_t)n);
+}
+
+/* An answer's trailers (st->rq.resp.trailers) end its stream in a HEADERS frame of their own,
+ * after DATA without END_STREAM (h2_body_eof, h2_submit_trailers), when the request had TE:
+ * trailers; without it the DATA frame ends the stream and they are dropped. */
+static void test_trailers(void)
+{
+    struct h2_session *h = session();
+    nghttp2_session *cl = client_seen();
+    nghttp2_nv with_te[] = {NV(":method", "GET"), NV(":path", "/"), NV(":scheme", "http"),
+                            NV(":authority", "a"), NV("te", "trailers")};
+    int32_t s1 = nghttp2_submit_request(cl, NULL, with_te, 5, NULL, NULL);
+    int32_t s2 = nghttp2_submit_request(cl, NULL, with_te, 4, NULL, NULL); /* no TE */
+    ok(to_server(cl, h) >= 0, "fed");
+    int answered = 0;
+    for (struct h2_stream *st = h->streams; st; st = st->next) {
+        if (st->id != s1 && st->id != s2)
+            continue;
+        is_int(request_accepts_trailers(&st->rq), st->id == s1, "TE: trailers read");
+        request_answer_simple(&st->rq.answer, st->rq.answer_lines, sizeof(st->rq.answer_lines), 200,
+                              "hello", NULL);
+        is_int(resp_add_trailer(&st->rq.resp, "grpc-status", 11, "0", 1), 0, "a trailer");
+        is_int(resp_add_trailer(&st->rq.resp, "X-Sum", 5, "abc", 3), 0, "another");
+        is_int(h2_submit(h, st), 0, "submitted");
+        answered++;
+    }
+    is_int(answered, 2, "two streams answered");
+    to_client(h, cl);
+    ok(!seen_of[s1].data_end, "with TE: trailers, DATA does not end the stream");
+    ok(seen_of[s1].trailers_end, "the trailers' HEADERS frame does");
+    is_int(seen_of[s1].ntrailers, 2, "two trailer fields");
+    is_mem(seen_of[s1].trailers, strlen(seen_of[s1].trailers), "grpc-status=0;x-sum=abc;",
+           "in order, names lower-cased");
+    ok(seen_of[s2].data_end, "without TE: trailers, DATA ends the stream");
+    is_int(seen_of[s2].ntrailers, 0, "and no trailers are sent");
     h2_session_free(h, 0);
     nghttp2_session_del(cl);
 }
@@ -674,6 +771,7 @@ int main(void)
     test_rapid_reset();
     test_ping_flood();
     test_lower_stream_id();
+    test_trailers();
     test_park();
     test_park_without_copy();
     test_park_cycles();

@@ -144,9 +144,47 @@ static void test_lent_body(void)
     resp_free(&r);
 }
 
+static void test_trailers(void)
+{
+    struct cyserve_response r, d;
+    resp_init(&r);
+    resp_init(&d);
+    is_int(r.trailers.len, 0, "no trailers unless added");
+    ok(r.trailers.heap == NULL, "and no storage taken for them");
+    is_int(resp_add_trailer(&r, "grpc-status", 11, "0", 1), 0, "a trailer");
+    is_int(resp_add_trailer(&r, "X-Checksum", 10, "a\tb \xe9", 5), 0, "HTAB, SP, obs-text");
+    is_int(resp_add_trailer(&r, "x name", 6, "1", 1), -EINVAL, "space in a name");
+    is_int(resp_add_trailer(&r, ":status", 7, "200", 3), -EINVAL, "a pseudo-header");
+    is_int(resp_add_trailer(&r, "", 0, "1", 1), -EINVAL, "an empty name");
+    is_int(resp_add_trailer(&r, "x-a", 3, "1\r\nx-b: 2", 10), -EINVAL, "CRLF in a value");
+    is_int(resp_add_trailer(&r, "x-a", 3, "1\n", 2), -EINVAL, "LF in a value");
+    is_int(resp_add_trailer(&r, "x-a", 3, "a\0b", 3), -EINVAL, "NUL in a value");
+    /* Fields a recipient needs before the content, or the connection's own. */
+    static const char *const refused[] = {
+        "Content-Length", "transfer-encoding", "Trailer",          "host",
+        "connection",     "keep-alive",        "proxy-connection", "TE",
+        "upgrade",        "content-type",      "content-encoding", "content-range"};
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+        is_int(resp_add_trailer(&r, refused[i], strlen(refused[i]), "x", 1), -EPERM, refused[i]);
+    is_mem(r.trailers.ptr, r.trailers.len, "grpc-status: 0\r\nX-Checksum: a\tb \xe9\r\n",
+           "the accepted ones, serialised; nothing of the refused");
+    is_int(r.headers.len, 0, "trailers are not header lines");
+    is_int(resp_take(&d, &r), 0, "taken");
+    is_mem(d.trailers.ptr, d.trailers.len, "grpc-status: 0\r\nX-Checksum: a\tb \xe9\r\n",
+           "trailers move with the answer");
+    is_int(r.trailers.len, 0, "the source is reset");
+    resp_reset(&d);
+    is_int(d.trailers.len, 0, "a reset forgets them");
+    is_int(resp_add_trailer(&d, "a", 1, "", 0), 0, "an empty value");
+    is_mem(d.trailers.ptr, d.trailers.len, "a: \r\n", "the storage is reused");
+    resp_free(&r);
+    resp_free(&d); /* LeakSanitizer checks the heap storage went */
+}
+
 int main(void)
 {
     test_resp();
     test_lent_body();
+    test_trailers();
     return done_testing();
 }

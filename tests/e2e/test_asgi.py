@@ -112,7 +112,7 @@ def test_scope_is_complete_and_exact() -> None:
                         (b"x-custom", b"two")],
             "server": ("127.0.0.1", port),
             "state": {},
-            "extensions": {"http.response.pathsend": {}},
+            "extensions": {"http.response.pathsend": {}, "http.response.trailers": {}},
             "messages": [("http.request", 0, False)],
         }
         s = scope_of(port, b"POST /p HTTP/1.0\r\nContent-Length: 5\r\n\r\nhello")

@@ -154,7 +154,8 @@ def test_advertised_and_sent_over_http1(files: dict[str, Any]) -> None:
         c.send(get("/small"))
         assert c.reply().body == b"hello from a file\n"
         assert no_file_left_open(files["small"], files["large"])
-    assert app.seen and all(e == {"http.response.pathsend": {}} for e in app.seen)
+    assert app.seen and all(e == {"http.response.pathsend": {}, "http.response.trailers": {}}
+                            for e in app.seen)
 
 
 def test_refusals_a_missing_file_and_a_relative_path(files: dict[str, Any],

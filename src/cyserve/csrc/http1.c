@@ -304,7 +304,14 @@ static int send_stream(struct http1_session *sv, const struct server_target *t, 
         return rc;
     if (length >= 0 && sent < (uint64_t)length)
         return -EIO; /* the body ended short of its Content-Length: only a close can say so */
-    return chunked ? wbuf_append(&sv->out, "0\r\n\r\n", 5) : 0;
+    if (!chunked)
+        return 0; /* trailers, if any, are dropped: only a chunked body can carry them */
+    /* Trailers only to a client that said it takes them (TE: trailers), and read from its
+     * head only when there are some. */
+    size_t tlen = r->trailers.len;
+    if (UNLIKELY(tlen) && !request_accepts_trailers(&sv->rq))
+        tlen = 0;
+    return http_write_chunked_end(&sv->out, r->trailers.ptr, tlen);
 }
 
 /* An answer with its body in memory (copied behind the head when small, else sent from there

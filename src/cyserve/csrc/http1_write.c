@@ -221,6 +221,20 @@ int http_write_head_own(struct wbuf *out, const struct http_head *head, int stat
                       content_length, extra, extra_len, date);
 }
 
+int http_write_chunked_end(struct wbuf *out, const char *trailers, size_t len)
+{
+    int rc = wbuf_reserve(out, 5 + len);
+    if (UNLIKELY(rc))
+        return rc;
+    char *p = out->ptr + out->len;
+    p = put_lit(p, LIT("0\r\n"));
+    if (len)
+        p = put_lit(p, trailers, len);
+    p = put_lit(p, LIT("\r\n"));
+    out->len = (size_t)(p - out->ptr);
+    return 0;
+}
+
 int http_write_error(struct wbuf *out, const struct http_head *head, int status, const char *detail,
                      int head_only, const char *date)
 {

@@ -72,6 +72,11 @@ int http_write_head_own(struct wbuf *out, const struct http_head *head, int stat
                         int keep_alive, uint64_t content_length, const char *extra,
                         size_t extra_len, const char *date);
 
+/* Append the end of a chunked body to out (RFC 9112 7.1): the last chunk "0\r\n", the trailer
+ * section trailers[0..len) ("Name: value\r\n" lines, validated by resp_add_trailer; len 0 for
+ * none), and the empty line. Returns 0 or -ENOMEM. The caller's thread (out is its). */
+int http_write_chunked_end(struct wbuf *out, const char *trailers, size_t len);
+
 /* Append a complete error response (text/plain body "<status> <reason>: <detail>\n") with
  * Connection: close; head_only (the request was HEAD): the same head, no body (RFC 9110 9.3.2).
  * Returns the body bytes appended (0 for head_only; for the access log), or -ENOMEM. */

@@ -1125,6 +1125,17 @@ static int h2_on_frame_send(nghttp2_session *ng, const nghttp2_frame *f, void *u
     return 0;
 }
 
+static int h2_submit_trailers(nghttp2_session *ng, struct h2_stream *st);
+
+/* The body of st ends with this DATA frame: *flags gets EOF, and NO_END_STREAM when trailers
+ * follow (h2_submit_trailers queued their HEADERS frame, which carries END_STREAM instead). */
+static void h2_body_eof(nghttp2_session *ng, struct h2_stream *st, uint32_t *flags)
+{
+    *flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (UNLIKELY(st->rq.resp.trailers.len) && h2_submit_trailers(ng, st) == 0)
+        *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+}
+
 /* DATA for st, as much as length: from memory, the file, or the streamed answer's piece. */
 static ssize_t h2_read_body(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t length,
                             uint32_t *flags, nghttp2_data_source *src, void *ud)
@@ -1142,7 +1153,7 @@ static ssize_t h2_read_body(nghttp2_session *ng, int32_t id, uint8_t *buf, size_
         st->fleft -= (uint64_t)n;
         st->sent += (uint64_t)n;
         if (!st->fleft)
-            *flags |= NGHTTP2_DATA_FLAG_EOF;
+            h2_body_eof(ng, st, flags);
         return n;
     }
     size_t n = st->src_len - st->src_off;
@@ -1164,7 +1175,7 @@ static ssize_t h2_read_body(nghttp2_session *ng, int32_t id, uint8_t *buf, size_
         return (ssize_t)n; /* the next call asks for the next piece */
     }
     if (!rest)
-        *flags |= NGHTTP2_DATA_FLAG_EOF;
+        h2_body_eof(ng, st, flags);
     return (ssize_t)n;
 }
 
@@ -1224,6 +1235,26 @@ static int h2_count_lines(const char *lines, size_t len)
     for (size_t i = 0; i < len; i++)
         n += lines[i] == '\n';
     return n + 1;
+}
+
+/* Queue st's trailers (st->rq.resp.trailers, lines checked by resp_add_trailer) as the HEADERS
+ * frame that ends its stream (RFC 9113 8.1), when the client accepts them (TE: trailers, the
+ * only TE an HTTP/2 request may carry). Called from the data provider at the body's end, as
+ * nghttp2_submit_trailer allows; the library copies the fields. 0 when queued, -1 when there is
+ * nothing to send (the DATA frame then ends the stream) or no memory. The serving coroutine. */
+static int h2_submit_trailers(nghttp2_session *ng, struct h2_stream *st)
+{
+    const struct wbuf *t = &st->rq.resp.trailers;
+    if (!request_accepts_trailers(&st->rq))
+        return -1;
+    size_t max = (size_t)h2_count_lines(t->ptr, t->len);
+    nghttp2_nv *nva = malloc(max * sizeof(*nva) + t->len);
+    if (!nva)
+        return -1;
+    size_t n = h2_lines_to_nv(t->ptr, t->len, nva, max, (char *)(nva + max));
+    int rc = n ? nghttp2_submit_trailer(ng, st->id, nva, n) : -1;
+    free(nva);
+    return rc ? -1 : 0;
 }
 
 /* Submit st's answer (st->rq.answer): its HEADERS and, unless there is no body, a data

@@ -130,6 +130,37 @@ int request_header_value(const struct request *rq, const char *name, size_t nlen
     return 0;
 }
 
+/* Whether the TE value v[0..len), a list of t-codings, has the member "trailers". */
+static int te_lists_trailers(const char *v, size_t len)
+{
+    size_t i = 0;
+    while (i < len) {
+        const char *comma = memchr(v + i, ',', len - i);
+        size_t end = comma ? (size_t)(comma - v) : len;
+        size_t a = i, b = end;
+        while (a < b && (v[a] == ' ' || v[a] == '\t'))
+            a++;
+        while (b > a && (v[b - 1] == ' ' || v[b - 1] == '\t'))
+            b--;
+        if (b - a == 8 && strncasecmp(v + a, "trailers", 8) == 0)
+            return 1;
+        i = end + 1;
+    }
+    return 0;
+}
+
+int request_accepts_trailers(const struct request *rq)
+{
+    /* Every TE field, not only the first: a list may be split over several lines. */
+    for (size_t i = 0; i < rq->head.num_headers; i++) {
+        const struct http_header *h = &rq->hdrs[i];
+        if (h->name_len == 2 && strncasecmp(h->name, "te", 2) == 0 &&
+            te_lists_trailers(h->value, h->value_len))
+            return 1;
+    }
+    return 0;
+}
+
 void request_answer_simple(struct request_answer *a, char *buf, size_t cap, int status,
                            const char *body, const char *extra)
 {

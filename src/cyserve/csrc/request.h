@@ -246,6 +246,11 @@ static inline void request_answer_done(struct request *rq)
 int request_header_value(const struct request *rq, const char *name, size_t nlen, const char **v,
                          size_t *vlen);
 
+/* Whether rq's client accepts trailer fields in the answer: one of its TE fields lists
+ * "trailers" (RFC 9110 10.1.4; the ASGI trailers extension sends them only then). Read only
+ * when an answer has trailers, so that other answers never scan for it. Pure on rq's head. */
+int request_accepts_trailers(const struct request *rq);
+
 /* A GIL-free handler for req returned hrc != 0 (it is answered 500): a line on standard error,
  * at most one a second for the process. Any thread. */
 void request_note_failure(const struct http_request *req, int hrc);

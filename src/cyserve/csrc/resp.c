@@ -95,6 +95,7 @@ void resp_init(struct cyserve_response *r)
     r->reason_len = 0;
     wbuf_init(&r->headers, r->inline_headers, sizeof(r->inline_headers));
     wbuf_init(&r->body, r->inline_body, sizeof(r->inline_body));
+    wbuf_init(&r->trailers, NULL, 0);
     r->body_static = NULL;
     r->body_static_len = 0;
     r->lease = NULL;
@@ -131,6 +132,7 @@ void resp_reset(struct cyserve_response *r)
     r->reason_len = 0;
     r->headers.len = 0;
     r->body.len = 0;
+    r->trailers.len = 0;
     body_let_go(r);
     r->body_static = NULL;
     r->body_static_len = 0;
@@ -146,6 +148,7 @@ void resp_free(struct cyserve_response *r)
     body_let_go(r);
     wbuf_free(&r->headers);
     wbuf_free(&r->body);
+    wbuf_free(&r->trailers);
     resp_arena_reset(&r->arena);
 }
 
@@ -269,6 +272,34 @@ int resp_add_header(struct cyserve_response *r, const char *name, size_t nlen, c
         r->has_content_type = 1;
     }
     return append_line(&r->headers, name, nlen, value, vlen);
+}
+
+/* Fields that cannot be trailers (resp_add_trailer): framing, routing, the connection's own, and
+ * those that say how to read the content, which a recipient needs before it (RFC 9110 6.5.1). */
+static int trailer_forbidden(const char *name, size_t nlen)
+{
+    static const char *const names[] = {
+        "content-length", "transfer-encoding", "trailer",          "host",
+        "connection",     "keep-alive",        "proxy-connection", "te",
+        "upgrade",        "content-type",      "content-encoding", "content-range",
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (name_is(name, nlen, names[i]))
+            return 1;
+    return 0;
+}
+
+int resp_add_trailer(struct cyserve_response *r, const char *name, size_t nlen, const char *value,
+                     size_t vlen)
+{
+    if (UNLIKELY(nlen == 0 || !name || !value_ok(value, vlen)))
+        return -EINVAL;
+    for (size_t i = 0; i < nlen; i++)
+        if (UNLIKELY(!is_tchar((unsigned char)name[i])))
+            return -EINVAL;
+    if (UNLIKELY(trailer_forbidden(name, nlen)))
+        return -EPERM;
+    return append_line(&r->trailers, name, nlen, value, vlen);
 }
 
 int resp_set_reason(struct cyserve_response *r, const char *reason, size_t len)
@@ -403,6 +434,8 @@ int resp_take(struct cyserve_response *dst, struct cyserve_response *src)
     }
     if (!rc && src->headers.len)
         rc = wbuf_append(&dst->headers, src->headers.ptr, src->headers.len);
+    if (!rc && UNLIKELY(src->trailers.len))
+        rc = wbuf_append(&dst->trailers, src->trailers.ptr, src->trailers.len);
     size_t blen;
     const char *body = resp_body(src, &blen);
     if (!rc && blen)

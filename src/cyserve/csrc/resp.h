@@ -85,6 +85,12 @@ struct cyserve_response {
     size_t reason_len;
     struct wbuf headers; /* "Name: value\r\n" lines added by the handler */
     struct wbuf body;
+    /* Trailer fields (resp_add_trailer), "Name: value\r\n" lines sent after the body: on
+     * HTTP/1.1 in the trailer section of a chunked body, on HTTP/2 in a last HEADERS frame; only
+     * to a client that sent TE: trailers (request_accepts_trailers), dropped otherwise. Heap
+     * storage only, taken when the first is added: a response without trailers keeps an empty
+     * buffer that costs one store per reset. */
+    struct wbuf trailers;
     /* A body the handler promised outlives the server (resp_set_body_static): sent straight from
      * there, never copied into body. NULL when unset; then body is the body. */
     const char *body_static;
@@ -144,6 +150,17 @@ void resp_set_switching(struct cyserve_response *r);
  * Returns 0, -EINVAL, -EPERM, -EEXIST or -ENOMEM. */
 int resp_add_header(struct cyserve_response *r, const char *name, size_t nlen, const char *value,
                     size_t vlen);
+
+/* Add a trailer field, sent after the body (see trailers above). The name must be a token
+ * and the value hold no control character but HTAB (no CR, LF or NUL): -EINVAL otherwise, so
+ * that no trailer can end the message early or smuggle a field. Fields a recipient must have
+ * before the content, or that belong to the connection, cannot be trailers (RFC 9110 6.5.1,
+ * 7.6.1): Content-Length, Transfer-Encoding, Trailer, Host, Connection, Keep-Alive,
+ * Proxy-Connection, TE, Upgrade, Content-Type, Content-Encoding and Content-Range are -EPERM.
+ * Returns 0, -EINVAL, -EPERM or -ENOMEM. Whoever fills r: the serving coroutine, or the
+ * producer of a deferred answer while it holds the handoff's turn (handoff.h). */
+int resp_add_trailer(struct cyserve_response *r, const char *name, size_t nlen, const char *value,
+                     size_t vlen);
 
 /* Send reason[0..len) as the reason phrase instead of the engine's for the status. It must be
  * an RFC 9112 reason-phrase: HTAB, SP, VCHAR and obs-text only (no CR, LF or other control
@@ -205,9 +222,10 @@ int resp_set_stream(struct cyserve_response *r, void *stream, int64_t length);
  * handler leaves r otherwise empty. Returns 0, or -EINVAL for NULL. */
 int resp_set_defer(struct cyserve_response *r, void *h);
 
-/* Move what src holds (status, reason, header lines, body, lengths, stream) into dst, which a
- * handler has not filled yet (after resp_reset), copying the bytes; a file body's descriptor
- * moves to dst. src is reset. Returns 0 or -ENOMEM (dst then holds part of it: answer 500). */
+/* Move what src holds (status, reason, header lines, body, trailers, lengths, stream) into dst,
+ * which a handler has not filled yet (after resp_reset), copying the bytes; a file body's
+ * descriptor moves to dst. src is reset. Returns 0 or -ENOMEM (dst then holds part of it:
+ * answer 500). */
 int resp_take(struct cyserve_response *dst, struct cyserve_response *src);
 
 /* The body to send: the static one if set, else the written one. Sets *len. */

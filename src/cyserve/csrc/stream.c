@@ -85,6 +85,10 @@ static int stream_next_deferred(struct request *rq, const struct server_target *
     size_t len;
     const char *body = resp_body(&h->resp, &len);
     rc = wbuf_append(&rq->resp.body, body, len);
+    /* Trailers come with the last piece (an ASGI app's http.response.trailers): kept in the
+     * request's response until the protocol ends the body with them. */
+    if (UNLIKELY(h->resp.trailers.len) && !rc)
+        rc = wbuf_append(&rq->resp.trailers, h->resp.trailers.ptr, h->resp.trailers.len);
     resp_reset(&h->resp);
     if (UNLIKELY(rc))
         *more = -1;

@@ -302,8 +302,14 @@ cdef object _asgi_length(object v):
     return int(v)
 cdef dict _ASGI_VERSION = {"version": "3.0", "spec_version": "2.4"}
 # The Path Send extension's entry in the http scope (_Exchange._pathsend): its value is an empty
-# dict, shared, as the spec gives it no keys.
+# dict, shared, as the spec gives it no keys. The HTTP Trailers extension's
+# (_Exchange._body_trailed, _Exchange._trailers) likewise.
 cdef dict _ASGI_PATHSEND = {}
+cdef dict _ASGI_TRAILERS = {}
+# The extensions of an http scope over plain TCP, of which each request gets a copy (a copy of a
+# small dict costs less than building it key by key).
+cdef dict _ASGI_EXTENSIONS = {"http.response.pathsend": _ASGI_PATHSEND,
+                              "http.response.trailers": _ASGI_TRAILERS}
 cdef Py_ssize_t _ASGI_CHUNK = 65536  # receive() hands a large body over in pieces of this size
 
 
@@ -447,6 +453,10 @@ cdef class _Exchange:
     cdef bytes body          # the request body, whole (the engine reads it before the call)
     cdef Py_ssize_t body_off
     cdef bint body_done, started, complete, gone, head, streaming
+    # The HTTP Trailers extension: trailers is http.response.start's `trailers`; body_ended is
+    # set by the body's last message of such a response, which then ends with the last
+    # http.response.trailers message instead (_body_trailed, _trailers).
+    cdef bint trailers, body_ended
     cdef int status
     cdef list headers        # the response's (name, value) pairs, checked at start
     cdef object length       # the app's Content-Length, or None
@@ -527,12 +537,19 @@ cdef class _Exchange:
             if self.started:
                 raise RuntimeError("ASGI: http.response.start sent twice")
             self.status = int(message["status"])
-            self.headers = list(_mget(message, "headers", None) or ())
+            hdrs = _mget(message, "headers", None)
+            self.headers = list(hdrs or ())
+            # `trailers` is looked up only when the message has a key besides type, status and
+            # headers: the usual start pays a size test, not a lookup.
+            if type(message) is not dict or PyDict_GET_SIZE(message) > (2 if hdrs is None else 3):
+                self.trailers = bool(message.get("trailers", False))
             self.started = True
             return self.lp.ready
         if not cyserve__asgi_str_is(t, "http.response.body", 18):
             if cyserve__asgi_str_is(t, "http.response.pathsend", 22):
                 return self._pathsend(message)
+            if cyserve__asgi_str_is(t, "http.response.trailers", 22):
+                return self._trailers(message)
             raise RuntimeError(f"ASGI: unexpected message {t!r} in the http scope")
         if not self.started:
             raise RuntimeError("ASGI: http.response.body before http.response.start")
@@ -543,6 +560,8 @@ cdef class _Exchange:
                 # An answer to HEAD is complete with its head: the rest goes nowhere.
                 return self.lp.ready
             raise RuntimeError("ASGI: http.response.body after the response was complete")
+        if self.trailers:
+            return self._body_trailed(message)
         body = _mget(message, "body", b"")
         more = bool(_mget(message, "more_body", False))
         cdef cs.resp_t *resp = &self.h.resp
@@ -566,6 +585,83 @@ cdef class _Exchange:
         self._give(1)
         # The engine writes the piece, then asks for the next (_asgi_stream): that resolves it.
         return self.written
+
+    cdef object _body_trailed(self, message):
+        # The body of a response that announced trailers. It goes out as a stream whatever
+        # Content-Length the app gave: on HTTP/1.1 only a chunked body can end with trailers.
+        # Its last message (more_body False) is sent like any piece, and the response ends
+        # with the last http.response.trailers (_trailers).
+        if self.body_ended:
+            raise RuntimeError("ASGI: http.response.body after the body's last message (more_body "
+                               "False): the response waits for http.response.trailers")
+        body = message.get("body", b"")
+        more = bool(message.get("more_body", False))
+        cdef cs.resp_t *resp = &self.h.resp
+        if not self.streaming:
+            self._fill_head(resp)
+            if self.head:
+                # An answer to HEAD is complete with its head, and GET's body would be chunked:
+                # no length to announce. The trailers that follow go nowhere.
+                _check_rc(cs.resp_set_head_length(resp, cs.RESP_LENGTH_UNKNOWN),
+                          "ASGI HEAD length")
+                self._give(0)
+                return self.lp.ready
+            _check_rc(cs.resp_set_stream(resp, <void *>self.h, -1), "ASGI response")
+            self.streaming = True
+        if body:
+            _set_body(resp, body if type(body) is bytes else bytes(body))
+        if not more:
+            self.body_ended = True
+        self.written = self.lp.loop.create_future()
+        self._give(1)
+        return self.written
+
+    cdef object _trailers(self, message):
+        # The HTTP Trailers extension: fields sent after the body. They are added to the
+        # handoff's response, whose turn is the app's again once the body's last piece was
+        # written (the future that send() returned for it is done); the last message
+        # (more_trailers False) gives the turn with the end of the body. The engine sends them
+        # to a client that sent TE: trailers, as the extension says, and drops them otherwise
+        # (and after an HTTP/1.0 request, whose body is not chunked).
+        if not self.started:
+            raise RuntimeError("ASGI: http.response.trailers before http.response.start")
+        if not self.trailers:
+            raise RuntimeError("ASGI: http.response.trailers, but http.response.start did not "
+                               "announce them (trailers: True)")
+        if self.gone:
+            raise ClientDisconnected("the client went away")
+        if self.complete:
+            if self.head:
+                return self.lp.ready  # the answer to HEAD went out with its head
+            raise RuntimeError("ASGI: http.response.trailers after the response was complete")
+        if not self.body_ended:
+            raise RuntimeError("ASGI: http.response.trailers before the body's last message "
+                               "(http.response.body with more_body False)")
+        if self.written is not None and not self.written.done():
+            raise RuntimeError("ASGI: http.response.trailers before the body's last message "
+                               "was written (await send())")
+        more = bool(message.get("more_trailers", False))
+        cdef cs.resp_t *resp = &self.h.resp
+        cdef bytes bname, bvalue
+        cdef int rc
+        for name, value in message.get("headers", None) or ():
+            bname = name if type(name) is bytes else bytes(name)
+            bvalue = value if type(value) is bytes else bytes(value)
+            rc = cs.resp_add_trailer(resp, PyBytes_AS_STRING(bname),
+                                     <size_t>PyBytes_GET_SIZE(bname), PyBytes_AS_STRING(bvalue),
+                                     <size_t>PyBytes_GET_SIZE(bvalue))
+            if rc == -22:  # EINVAL
+                raise ValueError(f"ASGI: invalid trailer {bname!r}: a name must be a token "
+                                 "(no pseudo-header), a value must hold no CR, LF, NUL or other "
+                                 "control character")
+            if rc == -1:  # EPERM
+                raise ValueError(f"ASGI: {bname!r} cannot be a trailer: the recipient needs it "
+                                 "before the body, or it belongs to the connection (RFC 9110 "
+                                 "6.5.1)")
+            _check_rc(rc, "ASGI trailer")
+        if not more:
+            self._give(0)
+        return self.lp.ready
 
     cdef object _pathsend(self, message):
         # The Path Send extension: the file at an absolute path is the whole body. The engine
@@ -639,7 +735,7 @@ cdef class _Exchange:
             _check_rc(cs.resp_set_head_length(resp, announced), "ASGI HEAD length")
         return 0
 
-    cdef void _give(self, int more) noexcept:
+    cdef inline void _give(self, int more) noexcept:
         if more == 0:
             self._finish()
         if cs.handoff_give(self.h, more) != 0:
@@ -689,7 +785,11 @@ cdef class _Exchange:
             self.task = None
             self.ran = True
         if not self.complete and not self.gone:
-            if not self.started or not self.streaming:
+            if self.body_ended:
+                _asgi_log.error("ASGI application %s announced trailers but returned without "
+                                "sending http.response.trailers (more_trailers False) to %s %s",
+                                self.label, scope["method"], scope["raw_path"].decode("latin-1"))
+            elif not self.started or not self.streaming:
                 _asgi_log.error("ASGI application %s returned without completing its "
                                 "response to %s %s", self.label, scope["method"],
                                 scope["raw_path"].decode("latin-1"))
@@ -894,9 +994,10 @@ cdef class ASGIHandler:
         # The ASGI TLS extension over TLS (its connection's, not a proxy's).
         if cs.server_req_tls(<const cs.req_t *>req):
             scope["extensions"] = {"tls": _tls_extension(<const cs.req_t *>req),
-                                   "http.response.pathsend": _ASGI_PATHSEND}
+                                   "http.response.pathsend": _ASGI_PATHSEND,
+                                   "http.response.trailers": _ASGI_TRAILERS}
         else:
-            scope["extensions"] = {"http.response.pathsend": _ASGI_PATHSEND}
+            scope["extensions"] = PyDict_Copy(_ASGI_EXTENSIONS)
         if self._outer is not None:  # set_root_path
             scope["path"] = self._outer + scope["path"]
             scope["raw_path"] = self._outer_b + scope["raw_path"]

@@ -41,6 +41,7 @@ cdef extern from "csrc/resp.h" nogil:
     int resp_set_status(resp_t *r, int status)
     void resp_set_switching(resp_t *r)
     int resp_add_header(resp_t *r, const char *name, size_t nlen, const char *value, size_t vlen)
+    int resp_add_trailer(resp_t *r, const char *name, size_t nlen, const char *value, size_t vlen)
     int resp_set_reason(resp_t *r, const char *reason, size_t len)
     int resp_set_content_type(resp_t *r, const char *value, size_t vlen)
     int resp_write(resp_t *r, const void *data, size_t len)
