@@ -445,7 +445,10 @@ static void wsn_go_idle(struct conn *c, struct wsn *w)
     }
     c->idle_since = sched_now_ns();
     c->drained = 0;
-    c->busy = 0;
+    /* Through the busy accounting: the readable event (or the timer) that took the connection
+     * counted it busy (conn_busy_pay, wsn_on_timeout), and the count must come back with it, or
+     * every GIL-free WebSocket would read busy for ever after its first message. */
+    conn_set_busy(c, 0);
     /* The timer stays as it is when it is already armed for the same deadline (the usual case
      * with pings on: ping_at moves once per interval, not per message). */
     uint64_t d = wsn_deadline(w);
@@ -543,11 +546,13 @@ static void wsn_on_readable(struct conn *c, uint32_t events)
 }
 
 /* A deadline of the idle connection (a ping due, a pong or a close overdue): a coroutine sees
- * to it, as for a readable event (c->busy is set for it, as conn_on_ready does). */
+ * to it, as for a readable event. The connection is busy, and counted so at once (a coroutine
+ * takes it, as conn_busy_pay counts a readable event's): wsn_go_idle and conn_destroy take the
+ * count back. */
 static void wsn_on_timeout(struct conn *c)
 {
     sched_io_take(&c->io); /* a readable event meanwhile is this coroutine's, not a second's */
-    c->busy = 1;
+    conn_set_busy(c, 1);
     if (UNLIKELY(sched_spawn(c->home->srv->sched, wsn_serve_co, c) < 0))
         conn_destroy(c);
 }
