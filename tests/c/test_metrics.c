@@ -281,8 +281,72 @@ static void test_quick_answers(void)
     metrics_region_free(r);
 }
 
+#define WS_CLOSES "cyserve_websocket_closes_total"
+
+/* WebSocket ends (metrics_note_ws_close): each code in its class, by who began the close, with
+ * one series per class and side (but for "abnormal", which only the client side has), summed
+ * over the shards and kept when their process is retired. */
+static void test_websocket_closes(void)
+{
+    struct metrics_region *r;
+    is_int(metrics_region_new(&r, 1, 2), 0, "a region");
+    is_int(metrics_claim(r, 100), 0, "a slot");
+    struct metrics_shard *a = &metrics_proc_at(r, 0)->shards[0];
+    struct metrics_shard *b = &metrics_proc_at(r, 0)->shards[1];
+    static const struct {
+        int code;
+        const char *reason;
+    } classes[] = {{1000, "normal"},         {1001, "normal"},          {1005, "normal"},
+                   {1002, "protocol_error"}, {1007, "invalid_payload"}, {1008, "policy"},
+                   {1009, "too_big"},        {1011, "internal_error"},  {1003, "other"},
+                   {4001, "other"},          {1006, "abnormal"}};
+    for (size_t i = 0; i < sizeof(classes) / sizeof(classes[0]); i++) {
+        const char *got = ws_reason_names[metrics_ws_close_reason(classes[i].code)];
+        ok(strcmp(got, classes[i].reason) == 0, "%d is %s (got %s)", classes[i].code,
+           classes[i].reason, got);
+    }
+    metrics_format(r, text, sizeof(text));
+    ok(strstr(text, "# TYPE " WS_CLOSES " counter\n") != NULL, "typed a counter");
+    is_int(sample(text, WS_CLOSES "{by=\"server\",reason=\"normal\"}"), 0, "zero at first");
+    is_int(sample(text, WS_CLOSES "{by=\"server\",reason=\"abnormal\"}"), -1,
+           "no abnormal series on the server's side");
+    metrics_note_ws_close(a, 1000, METRICS_WS_BY_CLIENT);
+    metrics_note_ws_close(b, 1001, METRICS_WS_BY_CLIENT);
+    metrics_note_ws_close(a, 1005, METRICS_WS_BY_CLIENT);
+    metrics_note_ws_close(a, 1001, METRICS_WS_BY_SERVER);
+    metrics_note_ws_close(a, 1002, METRICS_WS_BY_SERVER);
+    metrics_note_ws_close(b, 1002, METRICS_WS_BY_CLIENT);
+    metrics_note_ws_close(b, 1007, METRICS_WS_BY_SERVER);
+    metrics_note_ws_close(b, 1009, METRICS_WS_BY_SERVER);
+    metrics_note_ws_close(a, 1008, METRICS_WS_BY_SERVER);
+    metrics_note_ws_close(a, 1011, METRICS_WS_BY_SERVER);
+    metrics_note_ws_close(b, 4001, METRICS_WS_BY_SERVER);
+    metrics_note_ws_close(b, 1006, METRICS_WS_BY_SERVER);    /* said of the client's side */
+    metrics_note_ws_close(NULL, 1000, METRICS_WS_BY_CLIENT); /* no shard: not counted */
+    metrics_format(r, text, sizeof(text));
+    is_int(sample(text, WS_CLOSES "{by=\"client\",reason=\"normal\"}"), 3,
+           "1000, 1001 and a close without a code, summed over the shards");
+    is_int(sample(text, WS_CLOSES "{by=\"server\",reason=\"normal\"}"), 1, "the server's");
+    is_int(sample(text, WS_CLOSES "{by=\"server\",reason=\"protocol_error\"}"), 1, "1002");
+    is_int(sample(text, WS_CLOSES "{by=\"client\",reason=\"protocol_error\"}"), 1,
+           "a 1002 the client sent, told apart");
+    is_int(sample(text, WS_CLOSES "{by=\"server\",reason=\"invalid_payload\"}"), 1, "1007");
+    is_int(sample(text, WS_CLOSES "{by=\"server\",reason=\"too_big\"}"), 1, "1009");
+    is_int(sample(text, WS_CLOSES "{by=\"server\",reason=\"policy\"}"), 1, "1008");
+    is_int(sample(text, WS_CLOSES "{by=\"server\",reason=\"internal_error\"}"), 1, "1011");
+    is_int(sample(text, WS_CLOSES "{by=\"server\",reason=\"other\"}"), 1, "4001");
+    is_int(sample(text, WS_CLOSES "{by=\"client\",reason=\"abnormal\"}"), 1, "1006");
+    metrics_retire(r, 0);
+    metrics_format(r, text, sizeof(text));
+    is_int(sample(text, WS_CLOSES "{by=\"client\",reason=\"normal\"}"), 3,
+           "kept when the process is retired");
+    is_int(sample(text, WS_CLOSES "{by=\"server\",reason=\"other\"}"), 1, "every one");
+    metrics_region_free(r);
+}
+
 int main(void)
 {
+    test_websocket_closes();
     test_route();
     test_quick_answers();
     test_threads_and_sums();

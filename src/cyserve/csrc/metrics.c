@@ -81,6 +81,10 @@ static const char *const kind_names[METRICS_KINDS] = {"none",   "static", "files
                                                       "python", "wsgi",   "asgi"};
 static const char *const reject_status[METRICS_REJECTS] = {"400", "408", "413", "414",
                                                            "431", "503", "503", "other"};
+static const char *const ws_reason_names[METRICS_WS_REASONS] = {
+    "normal",  "protocol_error", "invalid_payload", "policy",
+    "too_big", "internal_error", "abnormal",        "other"};
+static const char *const ws_by_names[METRICS_WS_BYS] = {"server", "client"};
 static const char *const reject_reason[METRICS_REJECTS] = {
     "malformed",      "timeout",       "body_too_large",    "target_too_long",
     "head_too_large", "body_capacity", "limit_concurrency", "other"};
@@ -161,6 +165,9 @@ void metrics_retire(struct metrics_region *r, unsigned i)
             counter_fold(&a->reject[x], &b->reject[x]);
         for (unsigned x = 0; x < 5; x++)
             counter_fold(&a->quick[x], &b->quick[x]);
+        for (unsigned x = 0; x < METRICS_WS_BYS; x++)
+            for (unsigned y = 0; y < METRICS_WS_REASONS; y++)
+                counter_fold(&a->ws_close[x][y], &b->ws_close[x][y]);
     }
     counter_fold(&t->inline_ok, &p->inline_ok);
     counter_fold(&t->spawned, &p->spawned);
@@ -263,10 +270,44 @@ void metrics_note_limit(struct metrics_shard *m)
         metrics_add(&m->reject[METRICS_RLIMIT], 1);
 }
 
+unsigned metrics_ws_close_reason(int code)
+{
+    switch (code) {
+    case 1000: /* normal */
+    case 1001: /* going away */
+    case 1005: /* the close frame carried no code: a closing handshake all the same */
+        return METRICS_WS_NORMAL;
+    case 1002:
+        return METRICS_WS_PROTOCOL;
+    case 1006:
+        return METRICS_WS_ABNORMAL;
+    case 1007:
+        return METRICS_WS_INVALID;
+    case 1008:
+        return METRICS_WS_POLICY;
+    case 1009:
+        return METRICS_WS_TOO_BIG;
+    case 1011:
+        return METRICS_WS_INTERNAL;
+    default:
+        return METRICS_WS_OTHER;
+    }
+}
+
+void metrics_note_ws_close(struct metrics_shard *m, int code, unsigned by)
+{
+    if (!m)
+        return;
+    unsigned reason = metrics_ws_close_reason(code);
+    if (reason == METRICS_WS_ABNORMAL || by >= METRICS_WS_BYS)
+        by = METRICS_WS_BY_CLIENT; /* no close frame: nobody began a handshake (metrics.h) */
+    metrics_add(&m->ws_close[by][reason], 1);
+}
+
 /* The sums a scrape tells. */
 struct metrics_sum {
     uint64_t req[METRICS_KINDS][5], dur[METRICS_BUCKETS + 1], dur_ns, bytes_in, bytes_out;
-    uint64_t accepted, reject[METRICS_REJECTS];
+    uint64_t accepted, reject[METRICS_REJECTS], ws_close[METRICS_WS_BYS][METRICS_WS_REASONS];
     uint64_t open, busy, python, inline_ok, spawned, steals, parks, hops, offloads, reliefs,
         relief_threads;
     uint64_t runq, procs, coroutines, offload_wait_ns;
@@ -294,6 +335,9 @@ static void sum_region(struct metrics_region *r, struct metrics_sum *s)
             s->accepted += counter_ld(&m->accepted);
             for (unsigned x = 0; x < METRICS_REJECTS; x++)
                 s->reject[x] += counter_ld(&m->reject[x]);
+            for (unsigned x = 0; x < METRICS_WS_BYS; x++)
+                for (unsigned y = 0; y < METRICS_WS_REASONS; y++)
+                    s->ws_close[x][y] += counter_ld(&m->ws_close[x][y]);
             for (unsigned y = 0; y < 5; y++) {
                 uint64_t q = counter_ld(&m->quick[y]);
                 s->req[METRICS_STATIC][y] += q;
@@ -383,6 +427,17 @@ ssize_t metrics_format(struct metrics_region *r, char *buf, size_t cap)
     for (unsigned x = 0; x < METRICS_REJECTS; x++)
         text_put(&t, "cyserve_rejections_total{status=\"%s\",reason=\"%s\"} %llu\n",
                  reject_status[x], reject_reason[x], (unsigned long long)s.reject[x]);
+    text_put(&t,
+             "# HELP cyserve_websocket_closes_total WebSocket connections ended, by who began the "
+             "closing handshake and the class of its code: normal (1000, 1001, none), "
+             "protocol_error (1002), invalid_payload (1007), policy (1008), too_big (1009), "
+             "internal_error (1011), other (any other code); abnormal: no close frame (1006).\n"
+             "# TYPE cyserve_websocket_closes_total counter\n");
+    for (unsigned x = 0; x < METRICS_WS_BYS; x++)
+        for (unsigned y = 0; y < METRICS_WS_REASONS; y++)
+            if (y != METRICS_WS_ABNORMAL || x == METRICS_WS_BY_CLIENT) /* none by the server */
+                text_put(&t, "cyserve_websocket_closes_total{by=\"%s\",reason=\"%s\"} %llu\n",
+                         ws_by_names[x], ws_reason_names[y], (unsigned long long)s.ws_close[x][y]);
     text_put_one(&t, "cyserve_received_bytes_total", "counter",
                  "Bytes read from clients (HTTP, before TLS).", s.bytes_in);
     text_put_one(&t, "cyserve_sent_bytes_total", "counter",

@@ -53,6 +53,25 @@ enum metrics_reject {
     METRICS_REJECTS
 };
 
+/* How a WebSocket connection ended (the "reason" label of cyserve_websocket_closes_total), by
+ * the code of the close that was decided first (metrics_ws_close_reason). */
+enum metrics_ws_reason {
+    METRICS_WS_NORMAL = 0, /* 1000, 1001, or a close frame without a code (1005) */
+    METRICS_WS_PROTOCOL,   /* 1002 */
+    METRICS_WS_INVALID,    /* 1007: invalid UTF-8, or deflate data that does not inflate */
+    METRICS_WS_POLICY,     /* 1008 */
+    METRICS_WS_TOO_BIG,    /* 1009 */
+    METRICS_WS_INTERNAL,   /* 1011: a failed handler, no pong in time, no memory */
+    METRICS_WS_ABNORMAL,   /* 1006: the connection ended without a close frame */
+    METRICS_WS_OTHER,      /* any other code: 1003, 1010, an application's 3000-4999 ... */
+    METRICS_WS_REASONS
+};
+
+/* Who began the closing handshake (the "by" label): the server (its application's close, a rule
+ * the client broke, a stop, a ping unanswered), or the client (its close frame; also a
+ * connection that ended without one, METRICS_WS_ABNORMAL, counted only there). */
+enum metrics_ws_by { METRICS_WS_BY_SERVER = 0, METRICS_WS_BY_CLIENT = 1, METRICS_WS_BYS };
+
 /* The request duration histogram's upper bounds (seconds: 0.5 ms to 10 s); one more bucket
  * counts what is above the last. */
 #define METRICS_BUCKETS 14
@@ -74,6 +93,9 @@ struct metrics_shard {
      * a few microseconds, so the sums put each in req[METRICS_STATIC] and in the first duration
      * bucket, adding nothing to dur_ns (metrics.c, "What a request costs"). */
     _Atomic uint64_t quick[5];
+    /* WebSocket connections ended, by who began the close and its reason (one add per
+     * connection, when the engine is done with it: metrics_note_ws_close). */
+    _Atomic uint64_t ws_close[METRICS_WS_BYS][METRICS_WS_REASONS];
 } CACHE_ALIGNED;
 
 /* The bytes of a route's pattern a slot keeps (longer ones are cut), its NUL included. */
@@ -161,6 +183,13 @@ void metrics_note_reject(struct metrics_shard *m, int status);
 
 /* A request refused by --limit-concurrency (its answer, a 503, is counted as any answer). */
 void metrics_note_limit(struct metrics_shard *m);
+
+/* The reason class (enum metrics_ws_reason) of a WebSocket close code. */
+unsigned metrics_ws_close_reason(int code);
+
+/* A WebSocket connection ended: code, the close decided first (WS_CLOSE_ABNORMAL, 1006, when
+ * none was), begun by (enum metrics_ws_by). Once per connection, by the thread that ends it. */
+void metrics_note_ws_close(struct metrics_shard *m, int code, unsigned by);
 
 /* The scrape listener: a thread that accepts on fd (a listening stream socket, borrowed, made
  * non-blocking here) and answers GET /metrics with r's text, anything else with 404, one

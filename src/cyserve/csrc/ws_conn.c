@@ -154,6 +154,10 @@ struct wsconn_session {
     int delivered;   /* a message went to the producer */
     int failing;     /* the client broke a rule: the close code, sent by wsconn_fail */
     int64_t close_deadline;
+    /* The close decided first, ours or the client's (0: none yet), and who began it (enum
+     * metrics_ws_by): what the metrics count when the session ends. */
+    int end_code;
+    int end_by;
 };
 
 struct wsconn_job {
@@ -185,6 +189,16 @@ static int wsconn_deliver(struct wsconn_session *ws, int event, const char *data
         pthread_mutex_unlock(&ws->ch->lock);
     }
     return sched_offload(wsconn_deliver_call, &job);
+}
+
+/* The close begun by (enum metrics_ws_by) with code, unless one was begun before: the metrics
+ * count a session's end by the first, as the client sees it. */
+static void wsconn_decide(struct wsconn_session *ws, int code, int by)
+{
+    if (!ws->end_code) {
+        ws->end_code = code;
+        ws->end_by = by;
+    }
 }
 
 /* Send one frame, opcode with payload p[0..n). 0 or -errno. */
@@ -284,6 +298,7 @@ static int wsconn_send_queued(struct wsconn_session *ws)
         wsconn_deliver(ws, WSCONN_EV_DRAINED, NULL, 0, 0);
     if (rc == 0 && close_req && !ws->close_sent && !ws->failing) {
         /* The close fields are written once, before close_req, under the lock we took. */
+        wsconn_decide(ws, ch->close_code, METRICS_WS_BY_SERVER);
         rc = wsconn_send_close(ws, ch->close_reason, ch->close_len);
     }
     return rc;
@@ -334,6 +349,7 @@ enum { WS_GO_ON = 0, WS_END = 1, WS_FAIL = 2 };
  * wsconn_fail close: WS_FAIL. */
 static int wsconn_broken(struct wsconn_session *ws, int code)
 {
+    wsconn_decide(ws, code, METRICS_WS_BY_SERVER);
     if (ws->delivered && !ws->closed_told && !ws->close_sent) {
         ws->failing = code;
         pthread_mutex_lock(&ws->ch->lock);
@@ -377,6 +393,7 @@ static int wsconn_read_frames(struct wsconn_session *ws)
         case WS_OP_CLOSE:
             if (!ws->close_sent) {
                 /* Echo its code (none for none), then close the TCP connection. */
+                wsconn_decide(ws, f.code, METRICS_WS_BY_CLIENT);
                 char p[WS_CONTROL_MAX];
                 size_t pl = ws_close_payload(p, f.code, NULL, 0);
                 wsconn_send_close(ws, p, pl);
@@ -529,6 +546,7 @@ static void wsconn_serve(struct conn *c, struct handoff *h, size_t off)
         int rc = sched_io_wait_signal(&c->io, paused ? 0 : EPOLLIN, deadline, &h->ready);
         if (rc == -ECANCELED) {
             /* The server stops (after its grace period): going away. */
+            wsconn_decide(ws, WS_CLOSE_GOING_AWAY, METRICS_WS_BY_SERVER);
             if (!ws->close_sent)
                 wsconn_send_close_code(ws, WS_CLOSE_GOING_AWAY);
             close_code = WS_CLOSE_GOING_AWAY;
@@ -541,6 +559,7 @@ static void wsconn_serve(struct conn *c, struct handoff *h, size_t off)
             if (ws->pong_deadline >= 0 && now >= ws->pong_deadline) {
                 /* No pong within ws_ping_timeout: the peer is gone or stuck (1011, as the
                  * websockets library closes then). */
+                wsconn_decide(ws, WS_CLOSE_INTERNAL, METRICS_WS_BY_SERVER);
                 wsconn_send_close_code(ws, WS_CLOSE_INTERNAL);
                 close_code = WS_CLOSE_INTERNAL;
                 break;
@@ -560,6 +579,10 @@ static void wsconn_serve(struct conn *c, struct handoff *h, size_t off)
     }
     if (!ws->closed_told)
         wsconn_deliver(ws, WSCONN_EV_CLOSED, NULL, 0, close_code);
+    /* Counted here, once per session, on the thread that ends it (no close decided: the client
+     * left without one, 1006). */
+    metrics_note_ws_close(server_metrics_self(ws->srv),
+                          ws->end_code ? ws->end_code : WS_CLOSE_ABNORMAL, (unsigned)ws->end_by);
     wbuf_free(&ws->frag);
     free(ws->msg.ptr);
     ws_pmd_free(&ws->z); /* an inflater lent for a message that never ended */

@@ -272,11 +272,22 @@ int wsn_send(struct wsn *w, int opcode, const char *p, size_t n)
     return rc;
 }
 
+/* The close begun by (enum metrics_ws_by) with code, unless one was begun before: the metrics
+ * count a connection's end by the first (wsn_on_close), as the client sees it. */
+static void wsn_decide(struct wsn *w, int code, int by)
+{
+    if (!w->end_code) {
+        w->end_code = code;
+        w->end_by = by;
+    }
+}
+
 /* Queue our close frame with code and reason, once; the client's is awaited from now on. */
 static int wsn_start_close(struct wsn *w, int code, const char *reason, size_t n)
 {
     char p[WS_CONTROL_MAX];
     size_t pl = ws_close_payload(p, code, reason, n);
+    wsn_decide(w, code, METRICS_WS_BY_SERVER);
     w->state = WSN_CLOSING;
     w->close_code = code;
     w->close_deadline = conn_deadline_after(WSCONN_CLOSE_WAIT_NS);
@@ -346,6 +357,7 @@ static int wsn_read_frames(struct wsn *w)
                 wsn_queue(w, WS_OP_CLOSE, p, pl);
                 w->state = WSN_CLOSING;
                 w->close_code = f.code;
+                wsn_decide(w, f.code, METRICS_WS_BY_CLIENT);
             }
             rc = WSN_END;
             break;
@@ -445,7 +457,10 @@ static void wsn_go_idle(struct conn *c, struct wsn *w)
     }
     c->idle_since = sched_now_ns();
     c->drained = 0;
-    c->busy = 0;
+    /* Through the busy accounting: the readable event (or the timer) that took the connection
+     * counted it busy (conn_busy_pay, wsn_on_timeout), and the count must come back with it, or
+     * every GIL-free WebSocket would read busy for ever after its first message. */
+    conn_set_busy(c, 0);
     /* The timer stays as it is when it is already armed for the same deadline (the usual case
      * with pings on: ping_at moves once per interval, not per message). */
     uint64_t d = wsn_deadline(w);
@@ -543,11 +558,13 @@ static void wsn_on_readable(struct conn *c, uint32_t events)
 }
 
 /* A deadline of the idle connection (a ping due, a pong or a close overdue): a coroutine sees
- * to it, as for a readable event (c->busy is set for it, as conn_on_ready does). */
+ * to it, as for a readable event. The connection is busy, and counted so at once (a coroutine
+ * takes it, as conn_busy_pay counts a readable event's): wsn_go_idle and conn_destroy take the
+ * count back. */
 static void wsn_on_timeout(struct conn *c)
 {
     sched_io_take(&c->io); /* a readable event meanwhile is this coroutine's, not a second's */
-    c->busy = 1;
+    conn_set_busy(c, 1);
     if (UNLIKELY(sched_spawn(c->home->srv->sched, wsn_serve_co, c) < 0))
         conn_destroy(c);
 }
@@ -562,7 +579,8 @@ static uint64_t wsn_idle_deadline(struct conn *c)
 /* The connection is destroyed. From a stop's sweep of idle connections (or the server's
  * teardown), an open WebSocket first gets a 1001 close frame, sent without waiting through the
  * connection's transport (conn_send_nowait: a TLS record over TLS): a client whose socket
- * buffer is full gets none. Then on_close. */
+ * buffer is full gets none. Then the metrics count its end (the close decided first; none: the
+ * client left without one, 1006), and on_close. */
 static void wsn_on_close(struct conn *c)
 {
     struct wsn *w = c->proto_data;
@@ -570,6 +588,8 @@ static void wsn_on_close(struct conn *c)
         return;
     c->proto_data = NULL;
     if (w->state == WSN_OPEN && !c->busy) {
+        /* The stop decided it, whether or not the frame fits in the socket. */
+        wsn_decide(w, WS_CLOSE_GOING_AWAY, METRICS_WS_BY_SERVER);
         /* Through the transport (a TLS record over TLS): the sweep runs on c's home, which owns
          * the TLS session while no coroutine serves c, so nothing else writes it meanwhile. */
         char frame[WS_HEAD_MAX + 2];
@@ -579,6 +599,8 @@ static void wsn_on_close(struct conn *c)
         if (conn_send_nowait(c, frame, hl + 2) == (ssize_t)(hl + 2))
             w->close_code = WS_CLOSE_GOING_AWAY;
     }
+    metrics_note_ws_close(server_metrics_self(c->home->srv),
+                          w->end_code ? w->end_code : WS_CLOSE_ABNORMAL, (unsigned)w->end_by);
     wsn_free(w);
 }
 

@@ -53,6 +53,8 @@ struct wsn {
     uint64_t timer_at;      /* the idle timer's deadline when this armed it (home only) */
     int state;              /* enum wsn_state */
     int close_code;         /* what on_close is told */
+    int end_code;           /* the first close decided, ours or the client's (0: none yet) */
+    int end_by;             /* who began it (enum metrics_ws_by); both for the metrics */
     void *user;             /* the handler's (cyserve_ws_set_data) */
 };
 
