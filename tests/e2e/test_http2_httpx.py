@@ -34,7 +34,7 @@ PIECES = [bytes([65 + i]) * 30000 for i in range(5)]  # an upload streamed in fi
 # upload stalling with window left to send until the server's body timeout; one upload at a
 # time (test_every_route_kind) goes past the windows.
 SMALL = [b"s" * 1000] * 3
-HELD = 5  # streams held open at once in the concurrency test
+HELD = 5  # requests that the ASGI app answers only once all of them have arrived
 
 
 def wsgi_app(environ: dict[str, Any], start_response: Any) -> Any:
