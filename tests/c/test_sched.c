@@ -1,7 +1,8 @@
 /* test_sched.c: the scheduler end to end (also built under ThreadSanitizer): exact step counts
  * under many workers, coroutines and yields (also with a tiny run queue and randomised choices),
  * sleeps, fd waits, the sched_io flow (on_ready, wait, release, EPOLLOUT on demand, hop home),
- * offload, stop, signals (set from other threads, a stress run, a stop racing the setters). */
+ * sched_worker_queued, offload, stop, signals (set from other threads, a stress run, a stop
+ * racing the setters). */
 #include "csrc/coro.c"
 #include "csrc/sched.c"
 
@@ -564,6 +565,43 @@ static void test_offload(void)
     ok(off_begin >= 1 && off_begin == off_end, "begin/end hooks pair up");
     ok(off_begin < 200, "and calls were batched between them");
     note("offload batches: %d", off_begin);
+    sched_free(s);
+}
+
+/* ---- sched_worker_queued: whether the loop's next look at its epoll is near ---- */
+
+static int wq_alone = -1, wq_spawned = -1, wq_other = -1, wq_after = -1, wq_b_ran;
+
+static int wq_b(struct coro *co, void *arg)
+{
+    wq_b_ran = 1;
+    return 0;
+}
+
+static int wq_a(struct coro *co, void *arg)
+{
+    struct sched *s = arg;
+    wq_alone = sched_worker_queued(0); /* nothing else to run: the next poll is near */
+    if (sched_spawn(s, wq_b, NULL) != 0)
+        return -1;
+    wq_spawned = sched_worker_queued(0); /* b runs before that poll */
+    wq_other = sched_worker_queued(1);   /* not this thread's worker: not known */
+    if (sched_yield() != 0)
+        return -1;
+    wq_after = sched_worker_queued(0); /* b has run and ended */
+    return 0;
+}
+
+static void test_worker_queued(void)
+{
+    struct sched *s = new_sched(1, 0, 0, 0);
+    is_int(sched_worker_queued(0), 1, "worker_queued off a worker: not known (1)");
+    sched_spawn(s, wq_a, s);
+    sched_run(s);
+    is_int(wq_alone, 0, "worker_queued: 0 with nothing queued on the worker");
+    is_int(wq_spawned, 1, "worker_queued: 1 with a spawned coroutine in its run queue");
+    is_int(wq_other, 1, "worker_queued: 1 for a worker that is not the caller's");
+    ok(wq_b_ran && wq_after == 0, "worker_queued: 0 again once the queue has run");
     sched_free(s);
 }
 
@@ -1710,6 +1748,7 @@ int main(void)
     test_io_park_no_self_wake();
     test_io_out_on_demand();
     test_io_hop();
+    test_worker_queued();
     test_offload();
     test_offload_bounded();
     test_callq();

@@ -305,6 +305,16 @@ def test_encrypted_key_with_its_password(certs: dict[str, str]) -> None:
             assert c.reply().body == b"ok"
 
 
+def test_tls13_suite_is_the_servers_first(certs: dict[str, str], site: int) -> None:
+    # OpenSSL's clients (Python's ssl here, wrk, h2load) offer TLS_AES_256_GCM_SHA384 first; the
+    # server's order wins and puts TLS_AES_128_GCM_SHA256 first (csrc/tls.c, tls_ctx_make), the
+    # suite browsers and Go ask for, and a cheaper key schedule per new handshake.
+    with TLSConn(site, client_context(certs, "TLSv1.3")) as c:
+        assert c.sock.cipher()[0] == "TLS_AES_128_GCM_SHA256"
+        c.send(get("/plaintext"))
+        assert c.reply().status == 200
+
+
 @pytest.mark.parametrize(("kwargs", "words"), [
     ({"ssl_certfile": "garbage", "ssl_keyfile": "key"},
      ["certificate", "garbage.pem", "not a PEM file"]),

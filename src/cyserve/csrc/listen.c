@@ -32,7 +32,9 @@
  * (sched_io_add_level): the next poll reports it again while its queue holds more, so no accept4
  * has to meet EAGAIN to be sure it is empty (that EAGAIN costs about 4.7 us of CPU on a VM:
  * accept4 makes the new socket before it looks at the queue; docs/architecture.md,
- * "Accepting"); a poll() of the listener alone, a tenth of that, says whether to go on. While the acceptor
+ * "Accepting"); a poll() of the listener alone, a tenth of that, says whether to go on, and
+ * only when the worker has other work queued (sched_worker_queued): otherwise its next look at
+ * its epoll, right after the acceptor, answers the same question for free. While the acceptor
  * cannot take what is queued (a pause out of descriptors) or never will (the listener is shut),
  * it stops watching it (sched_io_watch): level-triggered, it would end every poll at once. A
  * shared listener is edge-triggered, in every worker's epoll, and must be read until EAGAIN (in
@@ -233,8 +235,15 @@ static int listen_acceptor(struct coro *co, void *arg)
                  * empty (the next poll reports the listener again if it is not). But a burst
                  * queued behind a busy worker is taken now, not one connection per loop turn
                  * (a turn may be a batch of slow Python calls): a poll() of the listener alone
-                 * says whether more wait, for a tenth of what an accept4 that fails costs. */
-                if (LIKELY(l->level) && !listen_more_queued(l->fd))
+                 * says whether more wait, for a tenth of what an accept4 that fails costs.
+                 * That poll is needed only when the worker's next look at its epoll is far:
+                 * with nothing queued on it (no coroutine, no offloaded call; conn_open
+                 * spawns none), that look comes right after this coroutine ends, and reports
+                 * the listener again if more wait, so the poll would ask what it is about to
+                 * answer. That is the common case of connections arriving one at a time, and
+                 * it saves them one system call each (docs/benchmarks.md, "Session 17"). */
+                if (LIKELY(l->level) &&
+                    (!sched_worker_queued((int)l->w->id) || !listen_more_queued(l->fd)))
                     goto drained;
                 continue;
             }

@@ -113,6 +113,15 @@ struct coro *sched_current(void);
  * thread that is not the scheduler's. Any thread. */
 int sched_worker_id(void);
 
+/* Whether worker `home`'s loop has work queued that it runs before it next looks at its epoll:
+ * coroutines in its run queue or pushed to it, offloaded calls waiting for a batch, or injected
+ * coroutines (any worker may take those first). A hint, read with relaxed loads: a coroutine
+ * that leaves a level-triggered readiness to that next look (listen.c's acceptor) asks it
+ * whether the look is near. Exact only on home's own thread; elsewhere (another worker, a
+ * relief thread, a thread that is not the scheduler's) it answers 1: "not known to be near".
+ * Any thread. */
+int sched_worker_queued(int home);
+
 /* Put the running coroutine at the back of its worker's run queue and run others first. Returns
  * 0, or -ECANCELED if the scheduler is stopping (the caller should finish). Coroutine only.
  *
