@@ -172,7 +172,12 @@ def nginx_conf(transport, port, prefix, tls):
     with open(os.path.join(BENCH, "peers", "nginx", "nginx-proto.conf.template")) as f:
         conf = f.read()
     listen = {"tls": "ssl http2", "h2c": "http2"}.get(transport, "")
-    tls_lines = (f"ssl_certificate {tls[0]};\n        ssl_certificate_key {tls[1]};"
+    # The same TLS 1.3 suite as cyserve in every cell: cyserve's order wins and puts
+    # AES-128-GCM first (csrc/tls.c), nginx would follow the client, and wrk's and h2load's
+    # OpenSSL offers AES-256-GCM first; unequal suites would not be the same workload.
+    tls_lines = (f"ssl_certificate {tls[0]};\n        ssl_certificate_key {tls[1]};\n"
+                 "        ssl_prefer_server_ciphers on;\n        ssl_conf_command Ciphersuites "
+                 "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256;"
                  if transport == "tls" else "")
     for k, v in {"@WORKERS@": "1", "@PREFIX@": prefix, "@PORT@": str(port), "@LISTEN@": listen,
                  "@TLS@": tls_lines}.items():
