@@ -291,9 +291,9 @@ struct sched_worker {
      * wake-up (w_park's own end wakes another worker if one should spin). */
     int in_park;
     /* 1 when the last look at our epoll found it ready at once (a non-blocking poll that found
-     * events, or a park whose wait returned within SCHED_BUSY_PARK_NS): events are arriving
-     * faster than we serve them, and the loop's step 3 polls before it parks (w_poll_first).
-     * Owner only. */
+     * events, or a park whose wait returned within SCHED_BUSY_PARK_NS with more than one event
+     * or timer handled): events are arriving faster than we serve them, and the loop's step 3
+     * polls before it parks (w_poll_first). Owner only. */
     int poll_ready;
     unsigned finished_pending;
     /* Counters: written by the owner only, read approximately by sched_get_stats (relaxed). */
@@ -308,6 +308,14 @@ struct sched {
     struct sched_config cfg;
     unsigned n;     /* workers: the homes, w[0, n) */
     unsigned n_all; /* thread slots: the workers, then the relief threads, w[n, n_all) */
+    /* atomic: the slots whose run queues may hold coroutines, w[0, n_live): the workers and the
+     * relief threads started so far (the monitor starts them in slot order, on first need, and
+     * raises this before it starts one). Only a slot's own thread pushes on its run queue, so a
+     * slot never started holds nothing: the loops that look at every run queue (steal, the
+     * park's re-check, w_poll_first) stop here instead of reading cfg.relief empty queues each
+     * time a worker runs out of work (16 by default, about 430 instructions per look). Read with
+     * sched_live(). */
+    unsigned n_live;
     struct sched_worker *w;
     pthread_mutex_t inject_lock;
     struct coro *inj_head, *inj_tail;                       /* under inject_lock */
@@ -341,6 +349,15 @@ struct sched {
 };
 
 static __thread struct sched_worker *sched_tls_worker;
+
+/* The end of the run queues worth a look, n_live. safety: acquire pairs with the monitor's
+ * release store, made before pthread_create of the thread whose queue it adds; a reader that
+ * misses a store of a moment ago misses only a thread that has pushed nothing yet, or whose
+ * push is seen by its submitter's recipe (the store happens before that thread's fence). */
+static inline unsigned sched_live(struct sched *s)
+{
+    return __atomic_load_n(&s->n_live, __ATOMIC_ACQUIRE);
+}
 
 /* The worker running the calling thread. Every read of sched_tls_worker goes through here.
  * Why: a coroutine may suspend on one thread and resume on another, but a compiler assumes the
@@ -771,12 +788,13 @@ static struct coro *w_next_local(struct sched_worker *w)
 static struct coro *w_steal(struct sched_worker *w)
 {
     struct sched *s = w->s;
-    if (s->n_all < 2)
+    unsigned live = sched_live(s);
+    if (live < 2)
         return NULL;
     /* Relief threads are victims too: one stuck in a long call may hold runnable coroutines. */
-    unsigned start = sched_rand(w) % s->n_all;
-    for (unsigned i = 0; i < s->n_all; i++) {
-        unsigned v = (start + i) % s->n_all;
+    unsigned start = sched_rand(w) % live;
+    for (unsigned i = 0; i < live; i++) {
+        unsigned v = (start + i) % live;
         if (v == w->id)
             continue;
         struct coro *co = runq_steal(&w->rq, &s->w[v].rq);
@@ -839,7 +857,8 @@ static int w_work_visible(struct sched_worker *w)
         return 1;
     if (w->local_head || w->n_off || w->off_owed)
         return 1;
-    for (unsigned i = 0; i < s->n_all; i++)
+    unsigned live = sched_live(s);
+    for (unsigned i = 0; i < live; i++)
         if (runq_len(&s->w[i].rq) > 0)
             return 1;
     return 0;
@@ -952,7 +971,8 @@ static int w_poll_first(struct sched_worker *w)
         return 1;
     if (__atomic_load_n(&s->inj_len, __ATOMIC_RELAXED) > 0)
         return 1;
-    for (unsigned i = 0; i < s->n_all; i++) {
+    unsigned live = sched_live(s);
+    for (unsigned i = 0; i < live; i++) {
         if (i == w->id)
             continue;
         if (runq_len(&s->w[i].rq) > 0)
@@ -985,9 +1005,16 @@ static void w_park(struct sched_worker *w, int watch)
             timeout = watch_ms;
         uint64_t parked_at = w->now;
         w->in_park = 1;
-        w_poll(w, w, timeout);
+        int got = w_poll(w, w, timeout);
         w->in_park = 0;
-        w->poll_ready = w->now - parked_at < SCHED_BUSY_PARK_NS; /* w_poll set now */
+        /* A short park that handled one event is a partner answering in turn, not a queue: one
+         * connection whose client sends its next request as soon as it has the answer, or a
+         * coroutine whose answer another thread gave (the ASGI loop's: the eventfd kick counts
+         * for nothing, its coroutine comes by the remote queue). Either way nothing more comes
+         * until we have served it, so a non-blocking poll before the next park would find
+         * nothing: a system call per wake-up (about 0.6 per ASGI request with one connection).
+         * Two or more at once mean several sources are ready together, as under load. */
+        w->poll_ready = got > 1 && w->now - parked_at < SCHED_BUSY_PARK_NS; /* w_poll set now */
     }
     /* safety: take our state back; whatever a waker stored tells us how we were woken. */
     int st = __atomic_exchange_n(&w->parked, W_RUNNING, __ATOMIC_SEQ_CST);
@@ -1176,6 +1203,7 @@ int sched_new(struct sched **out, const struct sched_config *cfg)
     s->cfg = c;
     s->n = c.workers;
     s->n_all = c.workers + c.relief;
+    s->n_live = c.workers; /* no thread exists yet: a plain store */
     s->mon_evfd = -1;
     s->relief_policy = -1;
     pthread_mutex_init(&s->inject_lock, NULL);

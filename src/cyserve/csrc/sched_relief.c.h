@@ -383,6 +383,10 @@ static void mon_relieve(struct sched *s, unsigned h, uint64_t now)
             /* safety: the thread does not exist yet; pthread_create orders these stores. */
             __atomic_store_n(&home->relieved_by, (int)i, __ATOMIC_RELAXED);
             __atomic_store_n(&r->relief_of, (int)h, __ATOMIC_RELAXED);
+            /* safety: release, before the thread exists: whoever reads n_live past i may look
+             * at its run queue (sched_live). It only grows: slots are taken in order. */
+            if (__atomic_load_n(&s->n_live, __ATOMIC_RELAXED) < i + 1)
+                __atomic_store_n(&s->n_live, i + 1, __ATOMIC_RELEASE);
             if (pthread_create(&r->thread, NULL, relief_main, r) != 0) {
                 __atomic_store_n(&r->relief_of, RELIEF_IDLE, __ATOMIC_RELAXED);
                 __atomic_store_n(&home->relieved_by, -1, __ATOMIC_RELAXED);

@@ -913,16 +913,18 @@ cdef class ASGIHandler:
         self.root_path = root_path.rstrip("/")
         self._mount = self.root_path
         # Every key of the http scope, in this order; _scope replaces the values marked None but
-        # "server", which bind() sets.
+        # "server", which bind() sets, and those of a request that differs from the common one
+        # (HTTP/1.1, GET, plain http, no query string; one PyDict_SetItem fewer, about 200
+        # instructions, for each value the copy already has).
         self._template = {
             "type": "http",
             "asgi": _ASGI_VERSION,
             "http_version": "1.1",
-            "method": None,
+            "method": "GET",
             "scheme": "http",
             "path": None,
             "raw_path": None,
-            "query_string": None,
+            "query_string": b"",
             "root_path": self.root_path,
             "headers": None,
             "client": None,
@@ -980,14 +982,17 @@ cdef class ASGIHandler:
             scope["http_version"] = "2"
         elif req.minor_version != 1:
             scope["http_version"] = "1.0"
-        scope["method"] = _method_str(req.method)
+        method = _method_str(req.method)
+        if method is not "GET":  # _method_str's GET is the template's: the same constant
+            scope["method"] = method
         # "https" over TLS, or when a trusted proxy says so (as the client above).
         if cs.server_req_scheme(<const cs.req_t *>req)[4] == c"s":
             scope["scheme"] = "https"
         scope["path"] = _asgi_path(req.path.ptr, req.path.len)
         scope["raw_path"] = PyBytes_FromStringAndSize(req.path.ptr, <Py_ssize_t>req.path.len)
-        scope["query_string"] = PyBytes_FromStringAndSize(req.query.ptr,
-                                                          <Py_ssize_t>req.query.len)
+        if req.query.len:
+            scope["query_string"] = PyBytes_FromStringAndSize(req.query.ptr,
+                                                              <Py_ssize_t>req.query.len)
         scope["headers"] = headers
         scope["client"] = client
         scope["state"] = _asgi_state(self, cache)
