@@ -273,7 +273,8 @@ def _django_views() -> list[Any]:
         return JsonResponse({"path": request.path, "path_info": request.path_info,
                              "method": request.method, "q": request.GET.getlist("q"),
                              "body": request.body.decode(), "link": reverse("count"),
-                             "header": request.headers.get("X-Thing")})
+                             "header": request.headers.get("X-Thing"),
+                             "thread": threading.current_thread().name.rstrip("-0123456789")})
 
     def count_rows() -> int:
         # The database layer is synchronous: it must run in Django's own thread
@@ -288,9 +289,10 @@ def _django_views() -> list[Any]:
         return JsonResponse({"rows": await sync_to_async(count_rows)()})
 
     def sync_view(request: HttpRequest) -> HttpResponse:
-        # A plain view: Django's ASGI handler runs it in a thread with sync_to_async.
-        return HttpResponse(f"sync in a thread: {threading.current_thread().name != ''}",
-                            content_type="text/plain")
+        # A plain view: Django's ASGI handler runs it with sync_to_async, in a thread of its
+        # own rather than on the event loop's.
+        loop_thread = threading.current_thread().name.startswith("cyserve-asgi")
+        return HttpResponse(f"on the loop's thread: {loop_thread}", content_type="text/plain")
 
     async def stream(request: HttpRequest) -> StreamingHttpResponse:
         async def pieces() -> AsyncIterator[bytes]:
@@ -336,11 +338,12 @@ def test_django_async_and_sync_views_mounted_under_a_prefix(django_app: Any) -> 
         # the URLs it makes are under it.
         assert body_json(port, data) == {
             "path": "/dj/hello/", "path_info": "/hello/", "method": "POST",
-            "q": ["1", "café"], "body": "hello", "link": "/dj/count/", "header": "yes"}
+            "q": ["1", "café"], "body": "hello", "link": "/dj/count/", "header": "yes",
+            "thread": "cyserve-asgi"}
         assert body_json(port, get("/dj/count/")) == {"rows": 1}
         assert body_json(port, get("/dj/count/")) == {"rows": 2}
         r = request(port, get("/dj/sync/"))
-        assert (r.status, r.body) == (200, b"sync in a thread: True")
+        assert (r.status, r.body) == (200, b"on the loop's thread: False")
         with Conn(port) as c:
             c.send(get("/dj/stream/"))
             r = c.reply()
