@@ -34,8 +34,12 @@ Scope = dict[str, Any]
 @contextlib.contextmanager
 def serving_app(app: Any, **options: Any) -> Iterator[int]:
     """serve() in a thread for app (an ASGI app or a cyserve.App), on a free port; stopped (and
-    waited for) at the end."""
+    waited for) at the end. The loop is asyncio's unless the test names one: the suite's ground,
+    what a plain install and the free-threaded build run; the tests that take the loop_kind
+    fixture (conftest.py) run on uvloop's as well, and the commands started as subprocesses on
+    auto's choice (uvloop where it is installed)."""
     options.setdefault("threads", 2)
+    options.setdefault("loop", "asyncio")
     options.setdefault("graceful_timeout", 2.0)
     config = Config(host="127.0.0.1", port=0, **options)
     stop = threading.Event()
@@ -480,7 +484,7 @@ def test_an_app_without_lifespan_is_served(asgi_loops: str) -> None:
 
 # ---- all of asyncio -----------------------------------------------------------------------
 
-def test_the_app_has_all_of_asyncio() -> None:
+def test_the_app_has_all_of_asyncio(loop_kind: str) -> None:
     async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(b"upstream:" + await reader.readline())
         await writer.drain()
@@ -509,9 +513,11 @@ def test_the_app_has_all_of_asyncio() -> None:
     # (test_asgi_loops.py has both modes).
     per_thread = cyserve.asgi.per_thread_loops("auto")
     loop_thread = rb"cyserve-asgi-\d+" if per_thread else rb"cyserve-asgi"
-    with serving_app(app) as port:
+    # The default executor's threads are named after the loop's maker.
+    executor = b"asynci" if loop_kind == "asyncio" else b"uvloop"
+    with serving_app(app, loop=loop_kind) as port:
         body = request(port, get("/")).body
-    assert re.fullmatch(rb"upstream:ping\|task\|asynci\|" + loop_thread, body), body
+    assert re.fullmatch(rb"upstream:ping\|task\|" + executor + rb"\|" + loop_thread, body), body
 
 
 def test_many_concurrent_requests_are_all_answered() -> None:

@@ -536,3 +536,105 @@ def test_a_loop_per_thread_is_the_default_only_without_the_gil() -> None:
         assert running == ["cyserve-asgi-0", "cyserve-asgi-1"], running
     else:
         assert (name, running) == ("cyserve-asgi", ["cyserve-asgi"])
+
+
+# ---- the event loop: --loop asyncio | uvloop --------------------------------------------------
+
+class LoopApp:
+    """A lifespan that keeps a state, requests that answer with their scope and loop's type, a
+    streamed answer of an uploaded body, and a WebSocket echo."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        loop = asyncio.get_running_loop()
+        if scope["type"] == "lifespan":
+            while True:
+                msg = await receive()
+                self.events.append(f"{msg['type']} {type(loop).__module__}.{type(loop).__name__}")
+                if msg["type"] == "lifespan.startup":
+                    scope["state"]["token"] = "from-startup"
+                    await send({"type": "lifespan.startup.complete"})
+                else:
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] == "websocket":
+            await receive()
+            await send({"type": "websocket.accept"})
+            while (msg := await receive())["type"] == "websocket.receive":
+                await send({"type": "websocket.send", "text": msg.get("text"),
+                            "bytes": msg.get("bytes")})
+            return
+        body = []
+        while True:
+            msg = await receive()
+            body.append(msg.get("body", b""))
+            if not msg.get("more_body"):
+                break
+        if scope["path"] == "/stream":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            for piece in body:
+                await asyncio.sleep(0)
+                await send({"type": "http.response.body", "body": piece[::-1],
+                            "more_body": True})
+            await send({"type": "http.response.body", "body": b"end"})
+            return
+        seen = {"loop": f"{type(loop).__module__}.{type(loop).__name__}",
+                "path": scope["path"], "query_string": scope["query_string"],
+                "headers": scope["headers"], "state": dict(scope["state"])}
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": repr(seen).encode()})
+
+
+def test_scope_streaming_websocket_and_lifespan_on_each_loop(loop_kind: str) -> None:
+    from websockets.sync.client import connect
+
+    app = LoopApp()
+    with serving_app(app, loop=loop_kind) as port:
+        import ast
+        seen = ast.literal_eval(request(port, get("/a%20b?x=%41", extra="X-A: 1\r\nx-a: 2\r\n"))
+                                .body.decode())
+        assert seen["path"] == "/a b" and seen["query_string"] == b"x=%41"
+        assert seen["headers"] == [(b"host", b"t"), (b"x-a", b"1"), (b"x-a", b"2")]
+        assert seen["state"] == {"token": "from-startup"}
+        expected = "uvloop.Loop" if loop_kind == "uvloop" else "asyncio.unix_events."
+        assert seen["loop"].startswith(expected), seen["loop"]
+        with Conn(port) as c:
+            c.send(b"POST /stream HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   b"3\r\nabc\r\n3\r\ndef\r\n0\r\n\r\n")
+            r = c.reply()
+            assert r.header("transfer-encoding") == "chunked"
+            # However the body's pieces arrived, the answer is each piece reversed, then "end".
+            assert r.body.endswith(b"end") and len(r.body) == 9, r.body
+        with connect(f"ws://127.0.0.1:{port}/ws") as ws:
+            ws.send("text")
+            assert ws.recv(timeout=5) == "text"
+            ws.send(b"\x00bytes")
+            assert ws.recv(timeout=5) == b"\x00bytes"
+    loop_name = seen["loop"]
+    assert app.events == [f"lifespan.startup {loop_name}", f"lifespan.shutdown {loop_name}"]
+
+
+def test_the_command_runs_the_app_on_the_loop_it_names(loop_kind: str, tmp_path: Any) -> None:
+    """`cyserve --loop uvloop` (or asyncio): the app, started as a user starts it, runs on it."""
+    from _subserve import free_port, running
+
+    (tmp_path / "loop_main.py").write_text(
+        "import asyncio\n"
+        "async def app(scope, receive, send):\n"
+        "    if scope['type'] != 'http':\n"
+        "        return\n"
+        "    loop = asyncio.get_running_loop()\n"
+        "    await send({'type': 'http.response.start', 'status': 200, 'headers': []})\n"
+        "    await send({'type': 'http.response.body',\n"
+        "                'body': f'{type(loop).__module__}.{type(loop).__name__}'.encode()})\n")
+    port = free_port()
+    argv = [sys.executable, "-m", "cyserve", "loop_main:app", "--port", str(port), "--threads",
+            "1", "--app-dir", str(tmp_path), "--loop", loop_kind]
+    with running(argv, port) as srv:
+        body = srv.get("/").body.decode()
+    if loop_kind == "uvloop":
+        assert body == "uvloop.Loop"
+    else:
+        assert body.startswith("asyncio."), body

@@ -91,6 +91,15 @@ def test_usage_and_option_errors_are_one_line_and_exit_2(
     assert err.startswith(line)
 
 
+def test_loop_uvloop_without_uvloop_is_one_line(capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # A None in sys.modules is how Python says a module cannot be imported: uvloop is missing
+    # for this test whether or not it is installed.
+    monkeypatch.setitem(sys.modules, "uvloop", None)
+    status, err = run_main(capsys, "m:app", "--loop", "uvloop")
+    assert (status, err) == (2, "cyserve: invalid --loop 'uvloop': uvloop is not installed\n")
+
+
 def test_bad_app_spec(capsys: pytest.CaptureFixture[str], isolated_path: None) -> None:
     status, err = run_main(capsys, "justamodule")
     assert (status, err) == (2, "cyserve: app must be given as 'module:attribute', "

@@ -874,6 +874,16 @@ static int serve_loop(struct http1_session *sv)
             sv->rq.wsn = NULL;
             keep = 1;
         }
+        if (UNLIKELY(sv->rq.body_left != 0) && rc == 0 && !sv->rq.body_chunked &&
+            sv->rq.answer.kind != REQUEST_BODY_STREAM && !sv->rq.answer.close &&
+            sv->rq.body_left == sv->rq.body_end - sv->rq.body_at) {
+            /* The handler answered in full without reading a body that came whole with the
+             * head (an ASGI app's early 401 or 404 to a POST): it can no longer ask for it, so
+             * it is skipped in the buffer, as reading it would have, and the connection stays
+             * open, as uvicorn keeps it. A rest still in the socket closes it below. */
+            sv->rq.body_at = sv->rq.body_end;
+            sv->rq.body_left = 0;
+        }
         int body_unread = sv->rq.body_left != 0 || sv->rq.body_overread;
         if (UNLIKELY(sv->rq.body_chunked) && !body_unread)
             next = sv->rq.body_rest; /* what came after the body (request.c, rest_of_chunked) */
