@@ -75,7 +75,7 @@ struct py_job {
  * queue of 640 calls of some 15 microseconds: a peek per call was most of their recvs. */
 #define REQUEST_GONE_CHECK_NS (10 * 1000 * 1000ull)
 
-/* Has the peer of socket fd closed its side or reset the connection? A peek, so nothing is
+/* Has the peer of connection c closed its side or reset it? A peek, so nothing is
  * consumed; bytes waiting (a pipelined request) mean it is still there. A client that shut
  * down only its sending side after the request counts as gone, as nginx and uvicorn count it. */
 static int request_peer_gone(struct conn *c, uint64_t now)
