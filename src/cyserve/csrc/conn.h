@@ -107,6 +107,10 @@ struct conn {
      * said the peer reset it (EPOLLHUP/EPOLLERR): whatever request is still in the buffer has
      * nobody to answer. Read as a hint by the request's Python call (request.c). */
     int peer_reset;
+    /* safety (field): clock_mono_ns() when a Python call's peek last found the peer there,
+     * stored and read relaxed by the threads that run the calls (request.c): a hint that spares
+     * the calls of one connection queued together (HTTP/2's streams) a peek each. */
+    uint64_t peer_seen;
 };
 
 /* The plain transport: the socket's own system calls. */

@@ -2146,20 +2146,47 @@ static void h2_sweep(struct h2_session *h)
 #define H2_CLOSE_LINGER 2
 
 /* Read what the socket holds, or wait until it is readable or a task has finished (then
- * -EINTR), until deadline (< 0: none). As conn_read_wait otherwise. The serving coroutine. */
+ * -EINTR), until deadline (< 0: none). As conn_read_wait otherwise. The serving coroutine.
+ *
+ * A socket the last read drained (c->drained: a short read or EAGAIN) is not read again before
+ * the wait: the edge-triggered readiness says when it has more (conn.c, tls.c's "Reads"). A
+ * wake-up by a task alone leaves it drained, so the rounds of a connection whose handlers
+ * finish one after another cost no recv each that meets EAGAIN; one that came with readiness
+ * clears it, and the next call reads. */
 static ssize_t h2_read_or_task(struct h2_session *h, int64_t deadline)
 {
     struct conn *c = h->c;
     for (;;) {
-        ssize_t n = conn_read_once(c);
-        if (n != -EAGAIN)
-            return n;
+        if (!c->drained) {
+            ssize_t n = conn_read_once(c);
+            if (n != -EAGAIN)
+                return n;
+        }
         int rc = sched_io_wait_signal(&c->io, EPOLLIN | EPOLLRDHUP, deadline, &h->chan->ready);
         if (rc < 0)
             return rc;
+        if (rc & ~(int)SCHED_SIGNALED)
+            c->drained = 0; /* readiness came: read (now, or after the tasks' round) */
         if (rc & (int)SCHED_SIGNALED)
             return -EINTR;
     }
+}
+
+/* Woken by a finished task while others still run: let the coroutines queued ahead on this
+ * worker run before the finished ones are taken. A batch of Python calls resumes its tasks in
+ * one go, but the first task's signal puts this coroutine on the worker's list of handed-over
+ * coroutines, which runs before the run queue: taken at once, the round would collect that one
+ * answer and write it alone, with one send (and a wake-up) per answer where the C routes write
+ * one per round. Behind the others, the round takes every task that batch finished. A task
+ * still in its Python call (a slow handler) is not waited for: the yield comes back as soon as
+ * what was queued has run. The serving coroutine. */
+static void h2_tasks_gather(struct h2_session *h)
+{
+    pthread_mutex_lock(&h->lock);
+    unsigned running = h->tasks;
+    pthread_mutex_unlock(&h->lock);
+    if (running)
+        (void)sched_yield(); /* -ECANCELED: a stop, which the loop sees itself */
 }
 
 /* Start the work the streams wait for: the answers of the requests that are complete, in the
@@ -2292,8 +2319,10 @@ static int h2_serve_loop(struct h2_session *h)
             /* A handler at work is not the client's stall: no deadline while one runs. */
             h->stall_t = 0;
             n = h2_read_or_task(h, -1);
-            if (n == -EINTR)
+            if (n == -EINTR) {
+                h2_tasks_gather(h);
                 continue;
+            }
         } else {
             /* The deadline is body_timeout after the client's last progress (a byte of a body
              * in or of an answer out, a stream closed), not after its last read: frames that
