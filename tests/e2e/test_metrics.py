@@ -182,10 +182,20 @@ def test_metrics_keep_a_replaced_workers_counts(tmp_path: Path, served: list[Ser
     wait_for(lambda: scrape(mport)["cyserve_requests_total{route=python,status=2xx}"] == 30,
              "not counted")
     victim = int(request(socket.AF_INET, addr, "/who")[1].split()[0])
+    # A scrape connected before the replacement's fork and sent after it: the supervisor stops
+    # its scrape thread around each fork, which once closed such a scrape unanswered.
+    early = socket.create_connection(("127.0.0.1", mport), timeout=TIMEOUT)
     os.kill(victim, signal.SIGKILL)
     deadline = time.monotonic() + TIMEOUT
     while "starting a new one" not in srv.lines.get(timeout=TIMEOUT):
         assert time.monotonic() < deadline
+    with early:
+        early.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = b""
+        while chunk := early.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n"), answer[:200]
+    assert b'cyserve_requests_total{route="python",status="2xx"} 31' in answer
     # The killed worker's counts stay in the sums (no counter goes down).
     m = scrape(mport)
     assert m["cyserve_requests_total{route=python,status=2xx}"] == 31

@@ -28,7 +28,7 @@
  *   same lock as the scrape, so a scrape never sees a worker's counts twice or not at all. Its
  *   gauges are dropped with it.
  * - The scrape is answered by a plain thread of that process (metrics_listen_start): accept,
- *   read the request head (bounded, 2 s), sum, one write, close. No GIL, no scheduler: a
+ *   read the request head, sum, one write, close, all within 2 s. No GIL, no scheduler: a
  *   scrape is answered even while every worker is stuck, which is when it is wanted.
  *
  * - What a request costs. The busiest answer, a static route's on HTTP/1's inline path, takes
@@ -499,19 +499,21 @@ struct metrics_listener {
     char buf[METRICS_TEXT_MAX];
 };
 
-/* Wait up to ms for fd to be ready for events, or the stop: 1 ready, 0 timed out or stopped. */
-static int scrape_wait(struct metrics_listener *l, int fd, short events, int ms)
+/* Wait up to ms for fd to be ready for events, or (stoppable) the stop: 1 ready, 0 timed out
+ * or stopped. */
+static int scrape_wait(struct metrics_listener *l, int fd, short events, int ms, int stoppable)
 {
     struct pollfd pf[2] = {{fd, events, 0}, {l->stop_fd, POLLIN, 0}};
     int n;
     do
-        n = poll(pf, 2, ms);
+        n = poll(pf, stoppable ? 2 : 1, ms);
     while (n < 0 && errno == EINTR);
     return n > 0 && !(pf[1].revents & POLLIN) && pf[0].revents != 0;
 }
 
-/* Write all of p[0..len) to c, within the scrape's deadline. */
-static void scrape_write(struct metrics_listener *l, int c, const char *p, size_t len)
+/* Write all of p[0..len) to c, within the scrape's deadline (CLOCK_MONOTONIC ns). */
+static void scrape_write(struct metrics_listener *l, int c, const char *p, size_t len,
+                         uint64_t deadline)
 {
     while (len > 0) {
         ssize_t n = send(c, p, len, MSG_NOSIGNAL);
@@ -522,7 +524,9 @@ static void scrape_write(struct metrics_listener *l, int c, const char *p, size_
         }
         if (n < 0 && errno == EINTR)
             continue;
-        if (n < 0 && errno == EAGAIN && scrape_wait(l, c, POLLOUT, 2000))
+        uint64_t now = clock_mono_ns();
+        if (n < 0 && errno == EAGAIN && now < deadline &&
+            scrape_wait(l, c, POLLOUT, (int)((deadline - now) / 1000000) + 1, 0))
             continue;
         return;
     }
@@ -544,7 +548,10 @@ static void scrape_one(struct metrics_listener *l, int c)
         if (n == 0 || (errno != EAGAIN && errno != EINTR))
             return;
         uint64_t now = clock_mono_ns();
-        if (now >= deadline || !scrape_wait(l, c, POLLIN, (int)((deadline - now) / 1000000) + 1))
+        /* Not stoppable: a supervisor stops this thread around each fork, and a scrape it
+         * accepted just before (its request not read yet) would be closed unanswered; it is
+         * finished instead, within its own deadline. */
+        if (now >= deadline || !scrape_wait(l, c, POLLIN, (int)((deadline - now) / 1000000) + 1, 0))
             return;
     }
     int head = len >= 5 && memcmp(req, "HEAD ", 5) == 0;
@@ -558,9 +565,9 @@ static void scrape_one(struct metrics_listener *l, int c)
                          "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\n"
                          "Content-Length: %zu\r\nConnection: close\r\n\r\n",
                          sizeof(nf) - 1);
-        scrape_write(l, c, hdr, (size_t)h);
+        scrape_write(l, c, hdr, (size_t)h, deadline);
         if (!head)
-            scrape_write(l, c, nf, sizeof(nf) - 1);
+            scrape_write(l, c, nf, sizeof(nf) - 1, deadline);
         return;
     }
     ssize_t body = metrics_format(l->r, l->buf, sizeof(l->buf));
@@ -570,16 +577,16 @@ static void scrape_one(struct metrics_listener *l, int c)
                      "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
                      "Content-Length: %zd\r\nConnection: close\r\n\r\n",
                      body);
-    scrape_write(l, c, hdr, (size_t)h);
+    scrape_write(l, c, hdr, (size_t)h, deadline);
     if (!head)
-        scrape_write(l, c, l->buf, (size_t)body);
+        scrape_write(l, c, l->buf, (size_t)body, deadline);
 }
 
 static void *scrape_main(void *arg)
 {
     struct metrics_listener *l = arg;
     for (;;) {
-        if (!scrape_wait(l, l->fd, POLLIN, -1)) {
+        if (!scrape_wait(l, l->fd, POLLIN, -1, 1)) {
             /* safety: the stop eventfd is the only other event; a poll error on the listener
              * (it was closed under us) ends the thread too. */
             struct pollfd pf = {l->stop_fd, POLLIN, 0};

@@ -199,7 +199,9 @@ struct metrics_listener;
 /* Start it. 0, or -errno (nothing started). */
 int metrics_listen_start(struct metrics_listener **out, struct metrics_region *r, int fd);
 
-/* Stop it and join its thread (the connection it serves, if any, is cut). */
+/* Stop it and join its thread. A scrape it accepted is answered first, within that scrape's
+ * 2 s (a supervisor stops the thread around each fork: a scrape that came just then must not be
+ * closed unanswered); the listening socket's queue waits for the next start. */
 void metrics_listen_stop(struct metrics_listener *l);
 
 #endif
