@@ -9,13 +9,12 @@ import os
 import signal
 import socket
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
+from _scrape import scrape
 from _served import TIMEOUT, Served, free_port, request
 
 pytestmark = pytest.mark.native
@@ -69,19 +68,6 @@ def served() -> Iterator[list[Served]]:
     yield started
     for s in started:
         s.close()
-
-
-def scrape(port: int) -> dict[str, float]:
-    """Every sample of the endpoint, by name and labels, parsed by prometheus_client."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=TIMEOUT) as r:
-        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-        text = r.read().decode()
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
-            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
-    return out
 
 
 def wait_for(cond, what: str) -> None:  # type: ignore[no-untyped-def]

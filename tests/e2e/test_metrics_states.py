@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import socket
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
+from _scrape import scrape, states
 from _served import TIMEOUT, Served, free_port
 
 pytestmark = pytest.mark.native
@@ -38,8 +37,6 @@ def block(request):
 app.static("/plain", b"plain")
 """
 
-STATES = ("idle", "active", "python")
-
 
 @pytest.fixture
 def served() -> Iterator[list[Served]]:
@@ -47,25 +44,6 @@ def served() -> Iterator[list[Served]]:
     yield started
     for s in started:
         s.close()
-
-
-def scrape(port: int) -> dict[str, float]:
-    """Every sample of the endpoint, by name and labels, parsed by prometheus_client."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=TIMEOUT) as r:
-        text = r.read().decode()
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
-            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
-    return out
-
-
-def states(mport: int) -> tuple[int, ...]:
-    m = scrape(mport)
-    got = tuple(int(m[f"cyserve_connections{{state={s}}}"]) for s in STATES)
-    assert sum(got) == m["cyserve_open_connections"], m  # the states split the open ones
-    return got
 
 
 def wait_states(mport: int, want: tuple[int, int, int]) -> None:

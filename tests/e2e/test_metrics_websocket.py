@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import struct
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from test_asgi import serving_app
 from test_websocket import close_code_of, frame, handshake, read_frame
 
 import cyserve
 from _cython_ext import build_user_module
+from _scrape import scrape, states
 from _served import TIMEOUT, free_port
 
 websockets = pytest.importorskip("websockets")
@@ -28,7 +27,6 @@ from websockets.sync.client import connect  # noqa: E402
 pytestmark = pytest.mark.native
 
 ROOT = Path(__file__).parent.parent.parent
-STATES = ("idle", "active", "python")
 MAX_SIZE = 4096  # ws_max_size: a frame announcing more closes 1009 from its head
 
 
@@ -38,25 +36,6 @@ def user(tmp_path_factory: Any) -> Any:
     and fails its callback (1011) on "fail"."""
     return build_user_module(ROOT / "tests" / "cython_ext" / "ws_user.pyx",
                              tmp_path_factory.mktemp("ws_user"))
-
-
-def scrape(port: int) -> dict[str, float]:
-    """Every sample of the endpoint, by name and labels, parsed by prometheus_client."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=TIMEOUT) as r:
-        text = r.read().decode()
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
-            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
-    return out
-
-
-def states(mport: int) -> tuple[int, ...]:
-    m = scrape(mport)
-    got = tuple(int(m[f"cyserve_connections{{state={s}}}"]) for s in STATES)
-    assert sum(got) == m["cyserve_open_connections"], m
-    return got
 
 
 def wait_states(mport: int, want: tuple[int, int, int], timeout: float = 10.0) -> None:
