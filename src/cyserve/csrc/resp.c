@@ -234,14 +234,23 @@ static int value_ok(const char *value, size_t vlen)
     return 1;
 }
 
+/* A field line a handler may send, header or trailer: the name a token, the value without
+ * control bytes but HTAB, so that no line can end the head early or smuggle a field. */
+static int field_ok(const char *name, size_t nlen, const char *value, size_t vlen)
+{
+    if (UNLIKELY(nlen == 0 || !name || !value_ok(value, vlen)))
+        return 0;
+    for (size_t i = 0; i < nlen; i++)
+        if (UNLIKELY(!is_tchar((unsigned char)name[i])))
+            return 0;
+    return 1;
+}
+
 int resp_add_header(struct cyserve_response *r, const char *name, size_t nlen, const char *value,
                     size_t vlen)
 {
-    if (UNLIKELY(nlen == 0 || !name || !value_ok(value, vlen)))
+    if (UNLIKELY(!field_ok(name, nlen, value, vlen)))
         return -EINVAL;
-    for (size_t i = 0; i < nlen; i++)
-        if (UNLIKELY(!is_tchar((unsigned char)name[i])))
-            return -EINVAL;
     if (UNLIKELY(name_is(name, nlen, "content-length") ||
                  name_is(name, nlen, "transfer-encoding") || name_is(name, nlen, "date")))
         return -EPERM; /* the engine writes these */
@@ -292,11 +301,8 @@ static int trailer_forbidden(const char *name, size_t nlen)
 int resp_add_trailer(struct cyserve_response *r, const char *name, size_t nlen, const char *value,
                      size_t vlen)
 {
-    if (UNLIKELY(nlen == 0 || !name || !value_ok(value, vlen)))
+    if (UNLIKELY(!field_ok(name, nlen, value, vlen)))
         return -EINVAL;
-    for (size_t i = 0; i < nlen; i++)
-        if (UNLIKELY(!is_tchar((unsigned char)name[i])))
-            return -EINVAL;
     if (UNLIKELY(trailer_forbidden(name, nlen)))
         return -EPERM;
     return append_line(&r->trailers, name, nlen, value, vlen);
