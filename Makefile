@@ -275,8 +275,8 @@ fuzz-tools:
 
 # HTTP/2 conformance: h2spec's 145 cases against a server on this tree's build, over h2c (prior
 # knowledge) and over TLS (ALPN h2, a throw-away self-signed certificate), each on a static route.
-# h2spec is a Go module: tests/h2spec_run.py installs the version it pins with `go install` into
-# build/h2spec/ when missing (GO= names the go command). One report line each; the cases that
+# h2spec is a Go program: tests/h2spec_run.py builds the version and modules pinned in
+# tests/h2spec/go.mod into build/h2spec/ when missing (GO= names the go command). One report line each; the cases that
 # fail are listed. `make test` runs the same (tests/e2e/test_h2spec.py) where Go is present.
 GO ?= $(shell command -v go || echo /usr/local/go/bin/go)
 h2spec: build

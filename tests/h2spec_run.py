@@ -5,10 +5,12 @@ line for each and the cases that failed, and exits 1 when a case fails;
 tests/e2e/test_h2spec.py runs the same from `make test` and skips, saying why, where Go or its
 module proxy is missing.
 
-h2spec is installed once, with `go install` of the version pinned here, into build/h2spec/
-(ignored by git, like the build's other products) and reused afterwards. Two runs at once (two
-checkouts' tests, `make h2spec` beside `make test`) take a lock around the install, and the
-binary is put in place by a rename, so neither sees a half-written file.
+h2spec is built once, with `go build -mod=readonly` from tests/h2spec/ (a go.mod and go.sum of
+ours that pin h2spec 2.2.1 and every module it needs), into build/h2spec/<hash of those two
+files>/ (ignored by git, like the build's other products) and reused afterwards; a change of the
+pins builds anew. Two runs at once (two checkouts' tests, `make h2spec` beside `make test`) take
+a lock around the build, and the binary is put in place by a rename, so neither sees a
+half-written file.
 
 No case is expected to fail. http2/3.5/2 ("Sends invalid connection preface") on the cleartext
 port, which serves HTTP/1.1 and h2c side by side, sends bytes shaped like the preface's first
@@ -18,6 +20,7 @@ closes without an HTTP/1.1 answer, as RFC 9113 3.4 asks (http1.c, not_http1_vers
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import re
 import shutil
@@ -30,20 +33,20 @@ from pathlib import Path
 import cyserve
 from cyserve._core import Server
 
-# The pinned release, and how many cases it has (its generic, http2 and hpack sections): a run
-# must pass all of them, so a case that went missing would be seen as well as one that failed.
-MODULE = "github.com/summerwind/h2spec/cmd/h2spec"
-VERSION = "v2.2.1+incompatible"
+# The pinned release (tests/h2spec/go.mod), and how many cases it has (its generic, http2 and
+# hpack sections): a run must pass all of them, so a case that went missing would be seen as well
+# as one that failed.
+PACKAGE = "github.com/summerwind/h2spec/cmd/h2spec"
 CASES = 145
-CACHE = Path(__file__).resolve().parent.parent / "build" / "h2spec" / "v2.2.1"
-# `go install` compiles for about 70 s of CPU (40 s on 2 free cores, 4 minutes measured on a
+PINS = Path(__file__).resolve().parent / "h2spec"
+CACHE = Path(__file__).resolve().parent.parent / "build" / "h2spec"
+# `go build` compiles for about 70 s of CPU (40 s on 2 free cores, 4 minutes measured on a
 # 2-core machine at load average 6-9) when Go's own caches are empty; seconds when they are warm.
-# A module proxy that cannot be reached ends it sooner, with one of the errors below.
+# A module proxy that cannot be reached ends it sooner, with one of the errors below; with the
+# pinned modules already in Go's module cache it is not asked at all.
 INSTALL_TIMEOUT = 600.0
 # What Go says when it cannot reach the module proxy (or is told not to): a missing network is
-# the machine's, not this tree's, so it skips; any other failure of `go install` is an error.
-# h2spec 2.2.1 has no go.mod: `go install` asks the proxy for its dependencies' latest versions
-# on every install, even with a warm module cache, so the proxy is needed each time.
+# the machine's, not this tree's, so it skips; any other failure of `go build` is an error.
 OFFLINE = re.compile(r"dial tcp|no such host|connection refused|i/o timeout|TLS handshake timeout|"
                      r"network is unreachable|connection timed out|connection reset|proxyconnect|"
                      r"server misbehaving|GOPROXY=off|temporary failure in name resolution",
@@ -71,9 +74,19 @@ def go_command() -> str | None:
     return None
 
 
-def install(cache: Path = CACHE) -> str:
-    """The path of the pinned h2spec, installed into cache with `go install` when missing.
-    Raises Unavailable without Go or without a reachable module proxy."""
+def pins_digest() -> str:
+    """A short hash of tests/h2spec/go.mod and go.sum: the build folder, so new pins build anew."""
+    h = hashlib.sha256()
+    for name in ("go.mod", "go.sum"):
+        h.update((PINS / name).read_bytes())
+    return h.hexdigest()[:12]
+
+
+def install(cache: Path | None = None) -> str:
+    """The path of the pinned h2spec, built into cache (build/h2spec/<pins' hash>/ by default)
+    when missing. Raises Unavailable without Go or without the pinned modules (neither in Go's
+    module cache nor from a reachable proxy)."""
+    cache = cache if cache is not None else CACHE / pins_digest()
     binary = cache / "h2spec"
     if binary.exists():
         return str(binary)
@@ -83,23 +96,23 @@ def install(cache: Path = CACHE) -> str:
     cache.mkdir(parents=True, exist_ok=True)
     with open(cache / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if binary.exists():  # another run installed it while this one waited for the lock
+        if binary.exists():  # another run built it while this one waited for the lock
             return str(binary)
         # The sanitizers' runtime preloaded by `make test-asan` is the interpreter's to carry.
         env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
         with tempfile.TemporaryDirectory(dir=cache) as tmp:
-            env["GOBIN"] = tmp
+            command = [go, "build", "-mod=readonly", "-o", str(Path(tmp) / "h2spec"), PACKAGE]
             try:
-                r = subprocess.run([go, "install", f"{MODULE}@{VERSION}"], env=env,
-                                   capture_output=True, text=True, timeout=INSTALL_TIMEOUT)
+                r = subprocess.run(command, cwd=PINS, env=env, capture_output=True, text=True,
+                                   timeout=INSTALL_TIMEOUT)
             except subprocess.TimeoutExpired:
-                raise RuntimeError(f"go install {MODULE}@{VERSION} ran past "
+                raise RuntimeError(f"go build {PACKAGE} (tests/h2spec) ran past "
                                    f"{INSTALL_TIMEOUT:.0f} s") from None
             if r.returncode != 0:
                 first = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "no message"
                 if OFFLINE.search(r.stderr):
                     raise Unavailable(f"the Go module proxy is unreachable ({first})")
-                raise RuntimeError(f"go install {MODULE}@{VERSION} failed:\n{r.stderr}")
+                raise RuntimeError(f"go build {PACKAGE} (tests/h2spec) failed:\n{r.stderr}")
             os.replace(Path(tmp) / "h2spec", binary)
     return str(binary)
 
