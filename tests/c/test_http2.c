@@ -464,9 +464,14 @@ static void test_te_lists_trailers(void)
     static const struct {
         const char *v;
         int want;
-    } cases[] = {{"trailers", 1},        {" Trailers ", 1}, {"gzip;q=0.5, trailers", 1},
-                 {"trailers,gzip", 1},   {"gzip", 0},       {"trailersx", 0},
-                 {"", 0},                {"trailers;q=1", 0}};
+    } cases[] = {{"trailers", 1},
+                 {" Trailers ", 1},
+                 {"gzip;q=0.5, trailers", 1},
+                 {"trailers,gzip", 1},
+                 {"gzip", 0},
+                 {"trailersx", 0},
+                 {"", 0},
+                 {"trailers;q=1", 0}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         is_int(request_te_lists_trailers(cases[i].v, strlen(cases[i].v)), cases[i].want,
                cases[i].v);
@@ -512,9 +517,15 @@ static void test_upgrade_keeps_te_trailers(void)
  * answer without trailers are framed as before. */
 static void test_http1_trailed(void)
 {
-    struct request_answer a = {.kind = REQUEST_BODY_BYTES, .status = 200, .lines = "X-A: 1\r\n",
-                               .lines_len = 8, .own_head = RESP_OWN_TRAILERS, .length = 5,
-                               .body = "hello", .body_len = 5, .fd = -1};
+    struct request_answer a = {.kind = REQUEST_BODY_BYTES,
+                               .status = 200,
+                               .lines = "X-A: 1\r\n",
+                               .lines_len = 8,
+                               .own_head = RESP_OWN_TRAILERS,
+                               .length = 5,
+                               .body = "hello",
+                               .body_len = 5,
+                               .fd = -1};
     struct http_head head;
     http_head_init(&head, "Server: t\r\n", 11, 11, 1); /* no Date: exact bytes */
     is_int(http1_trailed(&a, 1), 1, "HTTP/1.1, 200, trailers: chunked");

@@ -350,9 +350,8 @@ static int send_body_trailed(struct http1_session *sv, const struct request_answ
     /* Trailers only to a client that said it takes them (TE: trailers), as send_stream's. */
     size_t tlen = request_accepts_trailers(&sv->rq) ? r->trailers.len : 0;
     if (a->fd < 0 && a->body_len <= BODY_COPY_MAX)
-        return http1_put_answer_trailed(&sv->out, &sv->srv->cfg.head, a,
-                                        sv->rq.head.minor_version, keep, head_only,
-                                        r->trailers.ptr, tlen);
+        return http1_put_answer_trailed(&sv->out, &sv->srv->cfg.head, a, sv->rq.head.minor_version,
+                                        keep, head_only, r->trailers.ptr, tlen);
     int rc = put_chunked_head(&sv->out, &sv->srv->cfg.head, a, sv->rq.head.minor_version, keep);
     if (rc || head_only)
         return rc;

@@ -138,8 +138,8 @@ static int inline_nogil(struct conn *c, struct server_worker *mine, const struct
     if (!rc && http1_trailed(&a, req->minor_version)) {
         /* Trailers only to a client that said it takes them (TE: trailers), as http1.c's. */
         size_t tlen = request_head_accepts_trailers(req) ? resp.trailers.len : 0;
-        rc = http1_put_answer_trailed(&out, &s->cfg.head, &a, req->minor_version, keep,
-                                      head_only, resp.trailers.ptr, tlen);
+        rc = http1_put_answer_trailed(&out, &s->cfg.head, &a, req->minor_version, keep, head_only,
+                                      resp.trailers.ptr, tlen);
     } else if (!rc) {
         rc = http1_put_answer(&out, &s->cfg.head, &a, req->minor_version, keep, head_only);
     }

@@ -1341,8 +1341,8 @@ static int h2_submit(struct h2_session *h, struct h2_stream *st)
                  (st->fd >= 0 && !st->fleft) || st->limit == 0;
     /* An empty whole body with trailers the client takes (a gRPC error with no message): a DATA
      * frame of none, and the trailers' HEADERS end the stream, as after a streamed body. */
-    if (UNLIKELY(nobody) && UNLIKELY(r->trailers.len) && !head_only && !bodyless &&
-        !st->pystream && request_accepts_trailers(&st->rq))
+    if (UNLIKELY(nobody) && UNLIKELY(r->trailers.len) && !head_only && !bodyless && !st->pystream &&
+        request_accepts_trailers(&st->rq))
         nobody = 0;
     nghttp2_data_provider prd = {.source.ptr = st, .read_callback = h2_read_body};
     int rc = nghttp2_submit_response(h->ng, st->id, nva, n, nobody ? NULL : &prd);
@@ -2487,8 +2487,8 @@ static int h2_head_from_http1(struct h2_session *h, struct h2_stream *st,
         te = hd->name_len == 2 && strncasecmp(hd->name, "te", 2) == 0 &&
              request_te_lists_trailers(hd->value, hd->value_len);
     }
-    if (te && h2_on_header(h->ng, &f, (const uint8_t *)"te", 2, (const uint8_t *)"trailers", 8,
-                           0, h))
+    if (te &&
+        h2_on_header(h->ng, &f, (const uint8_t *)"te", 2, (const uint8_t *)"trailers", 8, 0, h))
         return -ENOMEM;
     for (size_t i = 0; i < r->num_headers; i++) {
         const struct http_header *hd = &r->headers[i];
