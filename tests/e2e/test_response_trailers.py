@@ -2,8 +2,9 @@
 (native/python_handler.pyx) and `cyserve_resp_trailer` (native/http_api.pxi) over the engine's
 resp_add_trailer. On HTTP/1.1 a whole body with trailers goes out as one chunk whatever the
 client's TE (as an ASGI body that announced them), the trailer section only to a client that sent
-`TE: trailers`; an HTTP/1.0 client gets the body with its length and no trailers. Over h2c, h2 by
-ALPN and the stream 1 of an `Upgrade: h2c` they are the HEADERS frame that ends the stream. The
+`TE: trailers`; an HTTP/1.0 client gets the body with its length and no trailers (plain TCP, and
+HTTP/1.1 over TLS too). Over h2c, h2 by ALPN and the stream 1 of an `Upgrade: h2c` they are the
+HEADERS frame that ends the stream. The
 bodies take each of the engine's ways out: copied behind the head, sent from memory, from a
 memfd by sendfile, and the inline path of a GIL-free handler. Fields that cannot be trailers are
 refused where they are set, with an error naming them."""
@@ -264,6 +265,23 @@ def test_h2c_and_h2_over_tls(hello: Any, certs: dict[str, str]) -> None:
         ctx.set_alpn_protocols(["h2"])
         with H2(srv.port, tls=ctx) as c:
             check_h2(c)
+        # HTTP/1.1 over TLS: the same chunk framing, the memfd's body read and encrypted in
+        # pieces between the chunk's size line and its CRLF.
+        ctx1 = ssl.create_default_context(cafile=certs["cert"])
+        big = b"%x\r\n" % len(BIG) + BIG + b"\r\n" + SECTION
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as raw, \
+                ctx1.wrap_socket(raw, server_hostname="localhost") as s:
+            for path, want in [("/t", b"b\r\nhello world\r\n" + SECTION), ("/big-same", big),
+                               ("/big-same", big), ("/nogil", b"b\r\nhello world\r\n" + SECTION)]:
+                s.sendall(get(path, extra=TE))
+                data = b""
+                while not data.endswith(b"\r\n\r\n" + want):
+                    chunk = s.recv(65536)
+                    assert chunk, (path, data[-200:])
+                    data += chunk
+                    assert len(data) < 2 * len(want) + 4096, (path, data[:300])
+                head = data[:len(data) - len(want)].lower()
+                assert b"transfer-encoding: chunked" in head and b"content-length" not in head
 
 
 def upgraded(port: int, path: str, extra: bytes) -> tuple[H2, int]:
