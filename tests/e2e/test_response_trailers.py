@@ -2,8 +2,8 @@
 (native/python_handler.pyx) and `cyserve_resp_trailer` (native/http_api.pxi) over the engine's
 resp_add_trailer. On HTTP/1.1 a whole body with trailers goes out as one chunk whatever the
 client's TE (as an ASGI body that announced them), the trailer section only to a client that sent
-`TE: trailers`; an HTTP/1.0 client gets the body with its length and no trailers (plain TCP, and
-HTTP/1.1 over TLS too). Over h2c, h2 by ALPN and the stream 1 of an `Upgrade: h2c` they are the
+`TE: trailers` (over plain TCP and TLS alike); an HTTP/1.0 client gets the body with its length
+and no trailers. Over h2c, h2 by ALPN and the stream 1 of an `Upgrade: h2c` they are the
 HEADERS frame that ends the stream. The
 bodies take each of the engine's ways out: copied behind the head, sent from memory, from a
 memfd by sendfile, and the inline path of a GIL-free handler. Fields that cannot be trailers are
