@@ -4,10 +4,9 @@ resp_add_trailer. On HTTP/1.1 a whole body with trailers goes out as one chunk w
 client's TE (as an ASGI body that announced them), the trailer section only to a client that sent
 `TE: trailers` (over plain TCP and TLS alike); an HTTP/1.0 client gets the body with its length
 and no trailers. Over h2c, h2 by ALPN and the stream 1 of an `Upgrade: h2c` they are the
-HEADERS frame that ends the stream. The
-bodies take each of the engine's ways out: copied behind the head, sent from memory, from a
-memfd by sendfile, and the inline path of a GIL-free handler. Fields that cannot be trailers are
-refused where they are set, with an error naming them."""
+HEADERS frame that ends the stream. The bodies take each of the engine's ways out: copied behind
+the head, sent from memory, from a memfd by sendfile, and the inline path of a GIL-free handler.
+Fields that cannot be trailers are refused where they are set, with an error naming them."""
 
 from __future__ import annotations
 
