@@ -65,12 +65,22 @@ class Response:
     status: int
     headers: Optional[Union[Mapping[str, str], Sequence[tuple[str, str]]]]
     content_type: Optional[str]
+    @property
+    def trailers(self) -> Optional[tuple[tuple[bytes, bytes], ...]]: ...
+    @trailers.setter
+    def trailers(
+        self,
+        value: Optional[Union[Mapping[Union[str, bytes], Union[str, bytes]],
+                              Sequence[tuple[Union[str, bytes], Union[str, bytes]]]]],
+    ) -> None: ...
     def __init__(
         self,
         body: Union[bytes, bytearray, memoryview, str] = b"",
         status: int = 200,
         headers: Optional[Union[Mapping[str, str], Sequence[tuple[str, str]]]] = None,
         content_type: Optional[str] = None,
+        trailers: Optional[Union[Mapping[Union[str, bytes], Union[str, bytes]],
+                                 Sequence[tuple[Union[str, bytes], Union[str, bytes]]]]] = None,
     ) -> None: ...
 
 HandlerResult = Union[str, bytes, dict[str, Any], list[Any], Response, None]

@@ -38,9 +38,11 @@ How a request maps onto the environ, and how the answer goes out:
   send; one to HEAD with neither says no length); ``Connection: close`` closes the connection
   after the answer, ``Connection: keep-alive`` and ``Keep-Alive`` are dropped;
   Transfer-Encoding, TE, Trailer and Upgrade are an error (PEP 3333: hop-by-hop headers are the
-  server's). The app's reason phrase is sent as given ("200 Everything Fine"); one with a
-  control character (RFC 9112: HTAB, SP, VCHAR and obs-text only) is an error. A bare code
-  ("200") gets the engine's phrase (the IANA registry's; none for an unregistered code).
+  server's). PEP 3333 has no way to send trailer fields, and none is added here: an answer
+  from a WSGI app has none (the App API's Response and the ASGI extension have them). The app's
+  reason phrase is sent as given ("200 Everything Fine"); one with a control character (RFC
+  9112: HTAB, SP, VCHAR and obs-text only) is an error. A bare code ("200") gets the engine's
+  phrase (the IANA registry's; none for an unregistered code).
 - Anything the app gets wrong (no start_response, a str chunk, a bad status or header) is a 500
   and a logged error that names it, like an exception raised by the app.
 - An answer with a body and no Content-Type gets the engine's default, text/plain; charset=utf-8.

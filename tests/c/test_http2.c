@@ -428,6 +428,143 @@ static void test_trailers(void)
     nghttp2_session_del(cl);
 }
 
+/* An empty whole body with trailers (a gRPC error): to a client with TE: trailers, a DATA frame
+ * of none without END_STREAM, then the trailers end the stream; to one without, the HEADERS
+ * frame ends it and they are dropped. */
+static void test_trailers_empty_body(void)
+{
+    struct h2_session *h = session();
+    nghttp2_session *cl = client_seen();
+    nghttp2_nv with_te[] = {NV(":method", "GET"), NV(":path", "/"), NV(":scheme", "http"),
+                            NV(":authority", "a"), NV("te", "trailers")};
+    int32_t s1 = nghttp2_submit_request(cl, NULL, with_te, 5, NULL, NULL);
+    int32_t s2 = nghttp2_submit_request(cl, NULL, with_te, 4, NULL, NULL); /* no TE */
+    ok(to_server(cl, h) >= 0, "fed");
+    for (struct h2_stream *st = h->streams; st; st = st->next) {
+        if (st->id != s1 && st->id != s2)
+            continue;
+        request_answer_simple(&st->rq.answer, st->rq.answer_lines, sizeof(st->rq.answer_lines), 200,
+                              "", NULL);
+        is_int(resp_add_trailer(&st->rq.resp, "grpc-status", 11, "12", 2), 0, "a trailer");
+        is_int(h2_submit(h, st), 0, "submitted");
+    }
+    to_client(h, cl);
+    ok(!seen_of[s1].data_end, "with TE: trailers, the empty DATA frame does not end the stream");
+    ok(seen_of[s1].trailers_end, "the trailers' HEADERS frame does");
+    is_mem(seen_of[s1].trailers, strlen(seen_of[s1].trailers), "grpc-status=12;", "the field");
+    ok(!seen_of[s2].data_end && !seen_of[s2].trailers_end, "without: no DATA, no trailers");
+    is_int(seen_of[s2].ntrailers, 0, "and no field");
+    h2_session_free(h, 0);
+    nghttp2_session_del(cl);
+}
+
+/* The TE field's "trailers" member, in a list, in any case, among parameters. */
+static void test_te_lists_trailers(void)
+{
+    static const struct {
+        const char *v;
+        int want;
+    } cases[] = {{"trailers", 1},
+                 {" Trailers ", 1},
+                 {"gzip;q=0.5, trailers", 1},
+                 {"trailers,gzip", 1},
+                 {"gzip", 0},
+                 {"trailersx", 0},
+                 {"", 0},
+                 {"trailers;q=1", 0}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        is_int(request_te_lists_trailers(cases[i].v, strlen(cases[i].v)), cases[i].want,
+               cases[i].v);
+}
+
+/* The request that upgrades with Upgrade: h2c becomes stream 1 with its headers (RFC 9113 3.1):
+ * its TE listing trailers is kept as "te: trailers" (the one TE HTTP/2 allows), its other
+ * connection-specific fields are not; a TE without trailers is dropped. */
+static void test_upgrade_keeps_te_trailers(void)
+{
+    static const char *const reqs[] = {
+        "GET /u HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, HTTP2-Settings, TE\r\n"
+        "Upgrade: h2c\r\nHTTP2-Settings: \r\nTE: gzip, Trailers\r\nX-A: 1\r\n\r\n",
+        "GET /u HTTP/1.1\r\nHost: a\r\nUpgrade: h2c\r\nTE: gzip\r\n\r\n",
+    };
+    for (int k = 0; k < 2; k++) {
+        struct h2_session *h = session();
+        struct http_header hdrs[16];
+        struct http_request r = {.headers = hdrs, .num_headers = 16};
+        struct http_limits lim;
+        http_limits_default(&lim);
+        ok(http_parse_request(reqs[k], strlen(reqs[k]), &r, &lim) > 0, "parsed");
+        is_int(nghttp2_session_upgrade2(h->ng, (const uint8_t *)"", 0, 0, NULL), 0, "upgraded");
+        struct h2_stream *st = h2_stream_new(h, 1);
+        nghttp2_session_set_stream_user_data(h->ng, 1, st);
+        is_int(h2_head_from_http1(h, st, &r), 0, "stream 1's head");
+        is_int(request_accepts_trailers(&st->rq), k == 0, "TE: trailers kept only when listed");
+        const char *v;
+        size_t vlen;
+        is_int(request_header_value(&st->rq, "te", 2, &v, &vlen), k == 0, "a te field");
+        if (k == 0)
+            is_mem(v, vlen, "trailers", "with the one value HTTP/2 allows");
+        is_int(request_header_value(&st->rq, "upgrade", 7, &v, &vlen), 0, "no upgrade field");
+        is_int(request_header_value(&st->rq, "connection", 10, &v, &vlen), 0, "no connection");
+        if (k == 0)
+            is_int(request_header_value(&st->rq, "x-a", 3, &v, &vlen), 1, "the others kept");
+        h2_session_free(h, 0);
+    }
+}
+
+/* HTTP/1.1 framing of a whole answer with trailers (http1_trailed, http1_put_answer_trailed):
+ * chunked head, one chunk, the trailer section; HEAD the head alone; HTTP/1.0, 204 and an
+ * answer without trailers are framed as before. */
+static void test_http1_trailed(void)
+{
+    struct request_answer a = {.kind = REQUEST_BODY_BYTES,
+                               .status = 200,
+                               .lines = "X-A: 1\r\n",
+                               .lines_len = 8,
+                               .own_head = RESP_OWN_TRAILERS,
+                               .length = 5,
+                               .body = "hello",
+                               .body_len = 5,
+                               .fd = -1};
+    struct http_head head;
+    http_head_init(&head, "Server: t\r\n", 11, 11, 1); /* no Date: exact bytes */
+    is_int(http1_trailed(&a, 1), 1, "HTTP/1.1, 200, trailers: chunked");
+    is_int(http1_trailed(&a, 0), 0, "not to HTTP/1.0");
+    a.status = 204;
+    is_int(http1_trailed(&a, 1), 0, "not a 204");
+    a.status = 304;
+    is_int(http1_trailed(&a, 1), 0, "nor a 304");
+    a.status = 200;
+    a.own_head = RESP_OWN_SERVER;
+    is_int(http1_trailed(&a, 1), 0, "not without trailers");
+    a.own_head = RESP_OWN_TRAILERS;
+    struct wbuf out;
+    wbuf_init(&out, NULL, 0);
+    static const char t[] = "grpc-status: 0\r\n";
+    is_int(http1_put_answer_trailed(&out, &head, &a, 1, 1, 0, t, sizeof(t) - 1), 0, "framed");
+    static const char want[] = "HTTP/1.1 200 OK\r\nServer: t\r\nTransfer-Encoding: chunked\r\n"
+                               "X-A: 1\r\n\r\n5\r\nhello\r\n0\r\ngrpc-status: 0\r\n\r\n";
+    is_mem(out.ptr, out.len, want, "head, one chunk, the trailer section");
+    out.len = 0;
+    is_int(http1_put_answer_trailed(&out, &head, &a, 1, 1, 0, t, 0), 0, "framed");
+    static const char none[] = "HTTP/1.1 200 OK\r\nServer: t\r\nTransfer-Encoding: chunked\r\n"
+                               "X-A: 1\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+    is_mem(out.ptr, out.len, none, "a client without TE: trailers: the same, no fields");
+    out.len = 0;
+    a.body_len = 0;
+    is_int(http1_put_answer_trailed(&out, &head, &a, 1, 0, 0, t, sizeof(t) - 1), 0, "framed");
+    static const char empty[] = "HTTP/1.1 200 OK\r\nServer: t\r\nTransfer-Encoding: chunked\r\n"
+                                "Connection: close\r\nX-A: 1\r\n\r\n0\r\ngrpc-status: 0\r\n\r\n";
+    is_mem(out.ptr, out.len, empty, "an empty body: the last chunk at once");
+    out.len = 0;
+    a.body_len = 5;
+    is_int(http1_put_answer_trailed(&out, &head, &a, 1, 1, 1, t, sizeof(t) - 1), 0, "framed");
+    static const char head_only[] = "HTTP/1.1 200 OK\r\nServer: t\r\nTransfer-Encoding: chunked\r\n"
+                                    "X-A: 1\r\n\r\n";
+    is_mem(out.ptr, out.len, head_only, "HEAD: GET's head alone");
+    wbuf_free(&out);
+}
+
 /* Which of the pack's pages are resident (mincore), as a bit mask. */
 static unsigned resident(const char *pack)
 {
@@ -772,6 +909,10 @@ int main(void)
     test_ping_flood();
     test_lower_stream_id();
     test_trailers();
+    test_trailers_empty_body();
+    test_te_lists_trailers();
+    test_upgrade_keeps_te_trailers();
+    test_http1_trailed();
     test_park();
     test_park_without_copy();
     test_park_cycles();

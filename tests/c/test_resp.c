@@ -150,6 +150,8 @@ static void test_trailers(void)
     resp_init(&r);
     resp_init(&d);
     is_int(r.trailers.len, 0, "no trailers unless added");
+    is_int(resp_add_trailer(&r, "content-length", 14, "1", 1), -EPERM, "a refused field");
+    is_int(r.own_head, 0, "marks nothing");
     ok(r.trailers.heap == NULL, "and no storage taken for them");
     is_int(resp_add_trailer(&r, "grpc-status", 11, "0", 1), 0, "a trailer");
     is_int(resp_add_trailer(&r, "X-Checksum", 10, "a\tb \xe9", 5), 0, "HTAB, SP, obs-text");
@@ -169,12 +171,15 @@ static void test_trailers(void)
     is_mem(r.trailers.ptr, r.trailers.len, "grpc-status: 0\r\nX-Checksum: a\tb \xe9\r\n",
            "the accepted ones, serialised; nothing of the refused");
     is_int(r.headers.len, 0, "trailers are not header lines");
+    is_int(r.own_head, RESP_OWN_TRAILERS, "the framer is told (http1_trailed)");
     is_int(resp_take(&d, &r), 0, "taken");
+    is_int(d.own_head, RESP_OWN_TRAILERS, "and so is the taker's");
     is_mem(d.trailers.ptr, d.trailers.len, "grpc-status: 0\r\nX-Checksum: a\tb \xe9\r\n",
            "trailers move with the answer");
     is_int(r.trailers.len, 0, "the source is reset");
     resp_reset(&d);
     is_int(d.trailers.len, 0, "a reset forgets them");
+    is_int(d.own_head, 0, "and the mark");
     is_int(resp_add_trailer(&d, "a", 1, "", 0), 0, "an empty value");
     is_mem(d.trailers.ptr, d.trailers.len, "a: \r\n", "the storage is reused");
     resp_free(&r);

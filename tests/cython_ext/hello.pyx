@@ -12,6 +12,7 @@ from cyserve._core cimport (
     cyserve_handler_capsule, cyserve_request, cyserve_response, cyserve_str, cyserve_str_eq,
     cyserve_req_header, cyserve_resp_status, cyserve_resp_header, cyserve_resp_write,
     cyserve_resp_alloc, cyserve_resp_set_content_type, cyserve_resp_set_body_static,
+    cyserve_resp_trailer,
 )
 
 
@@ -209,7 +210,31 @@ cdef int handle_static_exclusive(cyserve_request *req, cyserve_response *resp,
 
 cdef const char *CTX_TEXT = b"context says hi"
 
+cdef int handle_trailers(cyserve_request *req, cyserve_response *resp,
+                         void *ctx) noexcept nogil:
+    # Trailer fields after the body (none with ?empty: a gRPC-style error); the codes of the
+    # fields the API must refuse go out in X-Refused, and none of those fields may be sent.
+    cdef char buf[96]
+    cdef int bad_name = cyserve_resp_trailer(resp, b"bad name", 8, b"1", 1)
+    cdef int crlf = cyserve_resp_trailer(resp, b"X-Split", 7, b"1\r\nX-Evil: 2", 13)
+    cdef int nul = cyserve_resp_trailer(resp, b"X-Nul", 5, b"a\x00b", 3)
+    cdef int length = cyserve_resp_trailer(resp, b"Content-Length", 14, b"3", 1)
+    cdef int te = cyserve_resp_trailer(resp, b"TE", 2, b"trailers", 8)
+    cdef int n = snprintf(buf, sizeof(buf), b"%d,%d,%d,%d,%d", bad_name, crlf, nul, length, te)
+    cdef int rc = cyserve_resp_header(resp, b"X-Refused", 9, buf, <size_t>n)
+    if rc == 0:
+        rc = cyserve_resp_header(resp, b"Trailer", 7, b"X-Checksum, Grpc-Status", 23)
+    if rc == 0 and not cyserve_str_eq(req.query, b"empty", 5):
+        rc = cyserve_resp_write(resp, b"hello world", 11)
+    if rc == 0:
+        rc = cyserve_resp_trailer(resp, b"X-Checksum", 10, b"abc", 3)
+    if rc == 0:
+        rc = cyserve_resp_trailer(resp, b"Grpc-Status", 11, b"0", 1)
+    return rc
+
+
 ROOT = cyserve_handler_capsule(handle_root)
+TRAILERS = cyserve_handler_capsule(handle_trailers)
 FIBONACCI = cyserve_handler_capsule(handle_fibonacci)
 INSPECT = cyserve_handler_capsule(handle_inspect)
 FAIL = cyserve_handler_capsule(handle_fail)

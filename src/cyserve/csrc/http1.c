@@ -314,12 +314,74 @@ static int send_stream(struct http1_session *sv, const struct server_target *t, 
     return http_write_chunked_end(&sv->out, r->trailers.ptr, tlen);
 }
 
+/* The head of a chunked answer with its body whole: a's, with Transfer-Encoding: chunked
+ * instead of its length. */
+static int put_chunked_head(struct wbuf *out, const struct http_head *head,
+                            const struct request_answer *a, int minor, int keep)
+{
+    struct request_answer c = *a;
+    c.length = HTTP_LENGTH_CHUNKED;
+    return http1_answer_head(out, head, &c, minor, keep);
+}
+
+int http1_put_answer_trailed(struct wbuf *out, const struct http_head *head,
+                             const struct request_answer *a, int minor, int keep, int head_only,
+                             const char *trailers, size_t tlen)
+{
+    int rc = put_chunked_head(out, head, a, minor, keep);
+    if (rc || head_only)
+        return rc;
+    if (a->body_len) {
+        char size[24];
+        int n = snprintf(size, sizeof(size), "%zx\r\n", a->body_len);
+        if (wbuf_append(out, size, (size_t)n) || wbuf_append(out, a->body, a->body_len) ||
+            wbuf_append(out, "\r\n", 2))
+            return -ENOMEM;
+    }
+    return http_write_chunked_end(out, trailers, tlen);
+}
+
+/* send_body for an answer that http1_trailed: its body as one chunk (from memory, or its memfd
+ * or file by sendfile between the chunk's size line and its CRLF), then the trailer section. */
+static int send_body_trailed(struct http1_session *sv, const struct request_answer *a, int keep,
+                             int head_only)
+{
+    struct cyserve_response *r = &sv->rq.resp;
+    /* Trailers only to a client that said it takes them (TE: trailers), as send_stream's. */
+    size_t tlen = request_accepts_trailers(&sv->rq) ? r->trailers.len : 0;
+    if (a->fd < 0 && a->body_len <= BODY_COPY_MAX)
+        return http1_put_answer_trailed(&sv->out, &sv->srv->cfg.head, a, sv->rq.head.minor_version,
+                                        keep, head_only, r->trailers.ptr, tlen);
+    int rc = put_chunked_head(&sv->out, &sv->srv->cfg.head, a, sv->rq.head.minor_version, keep);
+    if (rc || head_only)
+        return rc;
+    char size[24];
+    int n = snprintf(size, sizeof(size), "%zx\r\n", a->body_len);
+    if (UNLIKELY(wbuf_append(&sv->out, size, (size_t)n)))
+        return -ENOMEM;
+    if (a->fd < 0) {
+        rc = http1_flush_with(sv, a->body, a->body_len, 0);
+    } else {
+        rc = http1_flush_with(sv, NULL, 0, MSG_MORE);
+        if (!rc)
+            rc = conn_sendfile(sv->c, a->fd, a->offset, a->body_len);
+    }
+    if (rc)
+        return rc;
+    /* The chunk's CRLF and the end wait in the output buffer for the caller's flush. */
+    if (UNLIKELY(wbuf_append(&sv->out, "\r\n", 2)))
+        return -ENOMEM;
+    return http_write_chunked_end(&sv->out, r->trailers.ptr, tlen);
+}
+
 /* An answer with its body in memory (copied behind the head when small, else sent from there
  * or from its memfd) or in a file (sendfile after the head). */
 static int send_body(struct http1_session *sv, const struct request_answer *a, int keep,
                      int head_only)
 {
     access_log_note(&sv->rq, a->status, head_only ? 0 : (int64_t)a->body_len);
+    if (http1_trailed(a, sv->rq.head.minor_version))
+        return send_body_trailed(sv, a, keep, head_only);
     int rc = http1_answer_head(&sv->out, &sv->srv->cfg.head, a, sv->rq.head.minor_version, keep);
     if (UNLIKELY(rc) || head_only || !a->body_len)
         return rc;

@@ -119,6 +119,29 @@ static inline int http1_put_answer(struct wbuf *out, const struct http_head *hea
     return rc;
 }
 
+/* Whether answer a (a whole body, in memory or a file) goes out framed for its trailers: it has
+ * some (RESP_OWN_TRAILERS), the client speaks HTTP/1.1 (an HTTP/1.0 body cannot be chunked: its
+ * trailers are dropped and it keeps its Content-Length) and the status has content (1xx, 204
+ * and 304 have none for trailers to follow). Then its body is one chunk, whatever the client's
+ * TE, as an ASGI app's that announced trailers: the head does not depend on a request field
+ * read only for the trailer section. Pure. */
+static inline int http1_trailed(const struct request_answer *a, int minor)
+{
+    /* own_head alone first: http1_answer_head, which follows, tests it too, and the compiler
+     * threads the two tests into one where it is 0, so the usual answer pays nothing here. */
+    return UNLIKELY(a->own_head) && (a->own_head & RESP_OWN_TRAILERS) && minor >= 1 &&
+           a->status >= 200 && a->status != 204 && a->status != 304;
+}
+
+/* Frame answer a, whose body is in memory and which http1_trailed, into out: its head with
+ * Transfer-Encoding: chunked (as GET's for a HEAD), then unless head_only its body as one chunk
+ * (none when empty) and the end of the chunked body with trailers[0..tlen) (resp_add_trailer's
+ * lines; tlen 0 when the client did not ask for them). 0 or -ENOMEM. The serving coroutine or
+ * the inline path, on out. */
+int http1_put_answer_trailed(struct wbuf *out, const struct http_head *head,
+                             const struct request_answer *a, int minor, int keep, int head_only,
+                             const char *trailers, size_t tlen);
+
 /* The pre-serialised head of a static answer (status, the server's fields head -- less its
  * Server line when lines hold their own --, Content-Length unless the status has no body, then
  * the headers lines[0..lines_len)): *out

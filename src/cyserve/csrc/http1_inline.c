@@ -135,8 +135,14 @@ static int inline_nogil(struct conn *c, struct server_worker *mine, const struct
         if (!rc)
             blen = a.body_len;
     }
-    if (!rc)
+    if (!rc && http1_trailed(&a, req->minor_version)) {
+        /* Trailers only to a client that said it takes them (TE: trailers), as http1.c's. */
+        size_t tlen = request_head_accepts_trailers(req) ? resp.trailers.len : 0;
+        rc = http1_put_answer_trailed(&out, &s->cfg.head, &a, req->minor_version, keep, head_only,
+                                      resp.trailers.ptr, tlen);
+    } else if (!rc) {
         rc = http1_put_answer(&out, &s->cfg.head, &a, req->minor_version, keep, head_only);
+    }
     inline_note(t, took, blen);
     if (UNLIKELY(mine->m != NULL))
         metrics_note_request(mine->m, METRICS_NOGIL, a.status, clock_mono_ns() - sched_now_ns());

@@ -1339,6 +1339,11 @@ static int h2_submit(struct h2_session *h, struct h2_stream *st)
     n += h2_lines_to_nv(lines, lines_len, nva + n, max - n, low);
     int nobody = head_only || bodyless || (st->fd < 0 && !st->src_len && !st->pystream) ||
                  (st->fd >= 0 && !st->fleft) || st->limit == 0;
+    /* An empty whole body with trailers the client takes (a gRPC error with no message): a DATA
+     * frame of none, and the trailers' HEADERS end the stream, as after a streamed body. */
+    if (UNLIKELY(nobody) && UNLIKELY(r->trailers.len) && !head_only && !bodyless && !st->pystream &&
+        request_accepts_trailers(&st->rq))
+        nobody = 0;
     nghttp2_data_provider prd = {.source.ptr = st, .read_callback = h2_read_body};
     int rc = nghttp2_submit_response(h->ng, st->id, nva, n, nobody ? NULL : &prd);
     free(nva);
@@ -2446,7 +2451,8 @@ static ssize_t h2_base64url(const char *b, size_t n, uint8_t *out, size_t cap)
 
 /* Copy the HTTP/1.1 request head r (the request the client upgrades with) into stream st as
  * its header fields: :method, :path, :authority from Host, the other fields lower-cased,
- * without the connection-specific ones. 0 or -ENOMEM. */
+ * without the connection-specific ones (but "te: trailers" when r's TE lists trailers). 0 or
+ * -ENOMEM. */
 static int h2_head_from_http1(struct h2_session *h, struct h2_stream *st,
                               const struct http_request *r)
 {
@@ -2471,6 +2477,19 @@ static int h2_head_from_http1(struct h2_session *h, struct h2_stream *st,
                                        "transfer-encoding",
                                        "te",
                                        "host"};
+    /* TE is connection-specific and dropped with the others, but stream 1 is the upgrading
+     * request with its headers (RFC 9113 3.1, RFC 7540 3.2), and HTTP/2 keeps TE with the one
+     * value "trailers" (RFC 9113 8.2.2): a request whose TE lists it gets "te: trailers", so
+     * that its answer's trailers reach it as on any other stream. */
+    int te = 0;
+    for (size_t i = 0; i < r->num_headers && !te; i++) {
+        const struct http_header *hd = &r->headers[i];
+        te = hd->name_len == 2 && strncasecmp(hd->name, "te", 2) == 0 &&
+             request_te_lists_trailers(hd->value, hd->value_len);
+    }
+    if (te &&
+        h2_on_header(h->ng, &f, (const uint8_t *)"te", 2, (const uint8_t *)"trailers", 8, 0, h))
+        return -ENOMEM;
     for (size_t i = 0; i < r->num_headers; i++) {
         const struct http_header *hd = &r->headers[i];
         char low[64];

@@ -139,8 +139,7 @@ int request_header_value(const struct request *rq, const char *name, size_t nlen
     return 0;
 }
 
-/* Whether the TE value v[0..len), a list of t-codings, has the member "trailers". */
-static int te_lists_trailers(const char *v, size_t len)
+int request_te_lists_trailers(const char *v, size_t len)
 {
     size_t i = 0;
     while (i < len) {
@@ -158,16 +157,21 @@ static int te_lists_trailers(const char *v, size_t len)
     return 0;
 }
 
-int request_accepts_trailers(const struct request *rq)
+int request_head_accepts_trailers(const struct http_request *head)
 {
     /* Every TE field, not only the first: a list may be split over several lines. */
-    for (size_t i = 0; i < rq->head.num_headers; i++) {
-        const struct http_header *h = &rq->hdrs[i];
+    for (size_t i = 0; i < head->num_headers; i++) {
+        const struct http_header *h = &head->headers[i];
         if (h->name_len == 2 && strncasecmp(h->name, "te", 2) == 0 &&
-            te_lists_trailers(h->value, h->value_len))
+            request_te_lists_trailers(h->value, h->value_len))
             return 1;
     }
     return 0;
+}
+
+int request_accepts_trailers(const struct request *rq)
+{
+    return request_head_accepts_trailers(&rq->head);
 }
 
 void request_answer_simple(struct request_answer *a, char *buf, size_t cap, int status,

@@ -251,6 +251,14 @@ int request_header_value(const struct request *rq, const char *name, size_t nlen
  * when an answer has trailers, so that other answers never scan for it. Pure on rq's head. */
 int request_accepts_trailers(const struct request *rq);
 
+/* request_accepts_trailers for a parsed head alone (the inline path has no struct request):
+ * whether one of head's TE fields lists "trailers". Pure. */
+int request_head_accepts_trailers(const struct http_request *head);
+
+/* Whether the TE field value v[0..len), a list of t-codings with their parameters, has the
+ * member "trailers" (case-insensitive, spaces around members ignored). Pure. */
+int request_te_lists_trailers(const char *v, size_t len);
+
 /* A GIL-free handler for req returned hrc != 0 (it is answered 500): a line on standard error,
  * at most one a second for the process. Any thread. */
 void request_note_failure(const struct http_request *req, int hrc);

@@ -305,7 +305,10 @@ int resp_add_trailer(struct cyserve_response *r, const char *name, size_t nlen, 
         return -EINVAL;
     if (UNLIKELY(trailer_forbidden(name, nlen)))
         return -EPERM;
-    return append_line(&r->trailers, name, nlen, value, vlen);
+    int rc = append_line(&r->trailers, name, nlen, value, vlen);
+    if (LIKELY(!rc))
+        r->own_head |= RESP_OWN_TRAILERS;
+    return rc;
 }
 
 int resp_set_reason(struct cyserve_response *r, const char *reason, size_t len)

@@ -125,6 +125,10 @@ struct cyserve_response {
 
 #define RESP_OWN_SERVER 1u
 #define RESP_OWN_REASON 2u
+/* Trailers were added (resp_add_trailer): an HTTP/1.1 answer whose body is whole is then
+ * framed chunked, so that they can follow it (http1_trailed). A bit of own_head, which the
+ * framer tests anyway, so that an answer without trailers is framed with no test of its own. */
+#define RESP_OWN_TRAILERS 4u
 
 /* Prepare r for a request (status 200, no headers, empty body). */
 void resp_init(struct cyserve_response *r);
@@ -157,8 +161,9 @@ int resp_add_header(struct cyserve_response *r, const char *name, size_t nlen, c
  * before the content, or that belong to the connection, cannot be trailers (RFC 9110 6.5.1,
  * 7.6.1): Content-Length, Transfer-Encoding, Trailer, Host, Connection, Keep-Alive,
  * Proxy-Connection, TE, Upgrade, Content-Type, Content-Encoding and Content-Range are -EPERM.
- * Returns 0, -EINVAL, -EPERM or -ENOMEM. Whoever fills r: the serving coroutine, or the
- * producer of a deferred answer while it holds the handoff's turn (handoff.h). */
+ * Sets RESP_OWN_TRAILERS. Returns 0, -EINVAL, -EPERM or -ENOMEM. Whoever fills r: the serving
+ * coroutine, or the producer of a deferred answer while it holds the handoff's turn
+ * (handoff.h). */
 int resp_add_trailer(struct cyserve_response *r, const char *name, size_t nlen, const char *value,
                      size_t vlen);
 

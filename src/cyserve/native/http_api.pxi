@@ -49,6 +49,17 @@ cdef int cyserve_resp_status(cyserve_response *resp, int status) noexcept nogil
 # ("Server: cyserve"); a second one is -EEXIST.
 cdef int cyserve_resp_header(cyserve_response *resp, const char *name, size_t name_len,
                              const char *value, size_t value_len) noexcept nogil
+# Add a trailer field, sent after the body (RFC 9110 6.5) to a client whose request had
+# TE: trailers and dropped for others: on HTTP/1.1 the body then goes out chunked (one chunk, the
+# trailer section after it; an HTTP/1.0 client gets the body with its length and no trailers), on
+# HTTP/2 the fields are the HEADERS frame that ends the stream. A 204 or 304 has no content for
+# them to follow: they are dropped. -EINVAL as cyserve_resp_header's (a name that is no token, a
+# control character but HTAB in the value: no CR, LF or NUL); -EPERM for the fields that cannot
+# be trailers (RFC 9110 6.5.1): Content-Length, Transfer-Encoding, Trailer, Host, Connection,
+# Keep-Alive, Proxy-Connection, TE, Upgrade, Content-Type, Content-Encoding, Content-Range;
+# -ENOMEM. A Trailer header naming them (cyserve_resp_header) is the handler's to add.
+cdef int cyserve_resp_trailer(cyserve_response *resp, const char *name, size_t name_len,
+                              const char *value, size_t value_len) noexcept nogil
 # Content-Type (default text/plain; charset=utf-8 when the body is not empty); -EEXIST if set.
 cdef int cyserve_resp_set_content_type(cyserve_response *resp, const char *value,
                                        size_t value_len) noexcept nogil

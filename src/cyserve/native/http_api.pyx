@@ -18,6 +18,10 @@ cdef int cyserve_resp_header(cyserve_response *resp, const char *name, size_t na
                              const char *value, size_t value_len) noexcept nogil:
     return cs.resp_add_header(<cs.resp_t *>resp, name, name_len, value, value_len)
 
+cdef int cyserve_resp_trailer(cyserve_response *resp, const char *name, size_t name_len,
+                              const char *value, size_t value_len) noexcept nogil:
+    return cs.resp_add_trailer(<cs.resp_t *>resp, name, name_len, value, value_len)
+
 cdef int cyserve_resp_set_content_type(cyserve_response *resp, const char *value,
                                        size_t value_len) noexcept nogil:
     return cs.resp_set_content_type(<cs.resp_t *>resp, value, value_len)

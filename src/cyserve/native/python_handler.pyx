@@ -765,19 +765,37 @@ def _body_pieces(rd, Py_ssize_t chunk_size):
 
 cdef class Response:
     """A response returned by a Python handler: Response(body=b"", status=200, headers=None,
-    content_type=None). body is bytes or str (UTF-8); status a final status, 200..599; headers a
-    dict or a list of (name, value) pairs. body and status are checked whenever they are set."""
+    content_type=None, trailers=None). body is bytes or str (UTF-8); status a final status,
+    200..599; headers a dict or a list of (name, value) pairs. trailers, as headers, are fields
+    sent after the body to a client whose request had TE: trailers (RFC 9110 6.5), and dropped
+    for others (and after an HTTP/1.0 request); an HTTP/1.1 body with trailers goes out chunked.
+    body, status and trailers are checked whenever they are set: a trailer that cannot be one is
+    a ValueError naming it."""
 
     cdef object _body
     cdef int _status
     cdef public object headers
     cdef public object content_type
+    # The trailers as checked (name, value) pairs of bytes, or None: _fill_response adds them.
+    cdef tuple _trailers
 
-    def __init__(self, body=b"", int status=200, headers=None, content_type=None):
+    def __init__(self, body=b"", int status=200, headers=None, content_type=None,
+                 trailers=None):
         self.body = body
         self.status = status
         self.headers = headers
         self.content_type = content_type
+        if trailers is not None:
+            self.trailers = trailers
+
+    @property
+    def trailers(self):
+        """The trailer fields, as (name, value) pairs of bytes, or None."""
+        return self._trailers
+
+    @trailers.setter
+    def trailers(self, value):
+        self._trailers = _check_trailers(value) if value is not None else None
 
     @property
     def body(self):
@@ -820,6 +838,64 @@ cdef int _check_rc(int rc, str what) except -1:
 cdef extern from "Python.h":
     bint PyUnicode_IS_ASCII(object u)
     const char *PyUnicode_AsUTF8AndSize(object u, Py_ssize_t *size) except NULL
+
+
+cdef bytes _field_bytes(v, str what):
+    if isinstance(v, bytes):
+        return <bytes>v
+    if isinstance(v, str):
+        try:
+            return (<str>v).encode("latin-1")
+        except UnicodeEncodeError:
+            raise ValueError(f"{what} {v!r} is not Latin-1") from None
+    raise TypeError(f"{what} must be str or bytes, not {type(v).__name__}")
+
+
+cdef int _trailer_rc(int rc, bytes name) except -1:
+    # resp_add_trailer's refusals, as the ASGI extension words them (native/asgi.pyx).
+    if rc == -22:  # EINVAL
+        raise ValueError(f"invalid trailer {name!r}: a name must be a token (no pseudo-header), "
+                         "a value must hold no CR, LF, NUL or other control character")
+    if rc == -1:  # EPERM
+        raise ValueError(f"{name!r} cannot be a trailer: the recipient needs it before the "
+                         "body, or it belongs to the connection (RFC 9110 6.5.1)")
+    return _check_rc(rc, "trailer")
+
+
+cdef tuple _check_trailers(value):
+    """Response.trailers' value (a mapping or (name, value) pairs, str or bytes) as checked
+    pairs of bytes. The check is resp_add_trailer's own, on a response of its own, so that the
+    rules are the engine's and a handler learns of a bad field where it set it."""
+    cdef cs.resp_t scratch
+    cdef list out = []
+    cdef bytes bn, bv
+    items = value.items() if isinstance(value, _Mapping) else value
+    cs.resp_init(&scratch)
+    try:
+        for item in items:
+            if not (isinstance(item, (tuple, list)) and len(item) == 2):
+                raise TypeError(f"trailers must be (name, value) pairs, got {item!r}")
+            bn = _field_bytes(item[0], "trailer name")
+            bv = _field_bytes(item[1], f"the value of trailer {bn!r}:")
+            _trailer_rc(cs.resp_add_trailer(&scratch, PyBytes_AS_STRING(bn),
+                                            <size_t>PyBytes_GET_SIZE(bn), PyBytes_AS_STRING(bv),
+                                            <size_t>PyBytes_GET_SIZE(bv)), bn)
+            out.append((bn, bv))
+    finally:
+        cs.resp_free(&scratch)
+    return tuple(out)
+
+
+cdef int _add_trailers(cs.resp_t *resp, tuple trailers, int status) except -1:
+    if status == 204 or status == 304:
+        # The engine would drop them without a word: these have no content for them to follow.
+        raise ValueError(f"a {status} response cannot have trailers ({len(trailers)} given)")
+    cdef bytes bn, bv
+    for bn, bv in trailers:
+        _trailer_rc(cs.resp_add_trailer(resp, PyBytes_AS_STRING(bn),
+                                        <size_t>PyBytes_GET_SIZE(bn), PyBytes_AS_STRING(bv),
+                                        <size_t>PyBytes_GET_SIZE(bv)), bn)
+    return 0
 
 
 cdef int _add_header(cs.resp_t *resp, name, value) except -1:
@@ -1259,6 +1335,8 @@ cdef int _fill_response(object result, cs.resp_t *resp, bint head) except -1:
                 _set_ct(resp, b"text/plain; charset=utf-8")
             elif body:
                 _set_ct(resp, b"application/octet-stream")
+        if r._trailers:
+            _add_trailers(resp, r._trailers, r._status)
         return _set_body_whole(resp, body, head)
     raise TypeError(f"a handler must return str, bytes, dict, list, Response or None, "
                     f"not {type(result).__name__}")
