@@ -135,7 +135,8 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
                         f"(default {defaults.access_log_format})")
     p.add_argument("--access-logfile", metavar="PATH", default=None,
                    help="write the access log to this file instead of standard output (turns "
-                        "it on); SIGUSR1 reopens it, for logrotate")
+                        "it on); SIGUSR1 reopens it, for logrotate; - is standard output, as "
+                        "gunicorn's")
     p.add_argument("--interface", default=defaults.interface, choices=INTERFACES,
                    type=str.lower,
                    help="what MODULE:APP is: a cyserve.App, a WSGI or an ASGI application, "

@@ -210,6 +210,18 @@ def test_a_log_file_is_reopened_on_sigusr1(tmp_path: Path) -> None:
     assert oct(log.stat().st_mode & 0o777) == oct(0o644 & ~current_umask())
 
 
+def test_a_dash_for_the_log_file_is_standard_output(tmp_path: Path) -> None:
+    # gunicorn's spelling (`--access-logfile -`), common in the command lines users bring: the
+    # lines go to standard output, and no file named "-" is made in the current folder.
+    proc, port = serve(tmp_path, "--access-logfile", "-")
+    try:
+        get(port, "/plaintext")
+    finally:
+        lines = stop(proc)
+    assert len(lines) == 1 and '"GET /plaintext HTTP/1.1" 200 13' in lines[0], lines
+    assert not (tmp_path / "-").exists()
+
+
 def test_worker_processes_reopen_on_sigusr1_too(tmp_path: Path) -> None:
     log = tmp_path / "access.log"
     with socket.socket() as s:
