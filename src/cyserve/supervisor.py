@@ -77,7 +77,7 @@ import random
 import traceback
 from collections.abc import Callable
 
-from .errors import ConfigError, CyserveError, ListenError
+from .errors import ConfigError, CyserveError
 from .listeners import Listeners
 from .hooks import HookError, HookServer, HookWorker, call_hook
 from .owner import drop_privileges
@@ -719,7 +719,10 @@ def _worker_main(app: App, config: Config, previous: dict[int, Any], supervisor:
                                           metrics_bind=None),
                       listeners=listeners, ready=lambda srv: _tell(pipe, b"R"),
                       tick=_recycle_tick(config, pipe), metrics=metrics, parent=supervisor)
-    except ListenError as exc:
+    except CyserveError as exc:
+        # A listener that cannot be made, an ASGI lifespan startup that failed (its message
+        # carries the application's traceback): one sentence, as the single process says it,
+        # not this frame's traceback around it.
         say(f"cyserve: {exc}", sys.stderr)
         return 1
     return 0
