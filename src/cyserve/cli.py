@@ -65,7 +65,9 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
     defaults = Config()
-    p = _Parser(prog="cyserve", description="Serve a cyserve.App over HTTP/1.1.",
+    p = _Parser(prog="cyserve",
+                description="Serve a cyserve.App, a WSGI or an ASGI application over HTTP/1.1 "
+                            "and HTTP/2 (TLS, WebSocket).",
                 epilog="Ctrl-C or SIGTERM stops the server gracefully; a second Ctrl-C forces it.",
                 add_help=_help)
     p.add_argument("app", metavar="MODULE:APP", nargs="?", default=None,

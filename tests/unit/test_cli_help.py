@@ -19,6 +19,8 @@ def test_help_names_a_default_for_every_option() -> None:
     assert "--max-body-bytes BYTES largest request body (413 beyond) (default 1048576)" in text
     assert "on shutdown (default 5.0)" in text
     assert "unless --access-log-format says otherwise) (default: off)" in text
+    # The first line a user reads says what is served, and over what (it said HTTP/1.1 alone).
+    assert "Serve a cyserve.App, a WSGI or an ASGI application over HTTP/1.1 and HTTP/2" in text
 
 
 def test_operations_flags_reach_the_config() -> None:
