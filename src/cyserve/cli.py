@@ -125,7 +125,9 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
                         "Ctrl-C ends the wait (default 0: none)")
     p.add_argument("--log-level", default=defaults.log_level, choices=LOG_LEVELS, type=str.lower,
                    help="level of the cyserve logger (default info)")
-    p.add_argument("--access-log", action="store_true",
+    # --no-access-log is uvicorn's (whose log is on by default): taken so that its command
+    # lines start, and meaning what it means there.
+    p.add_argument("--access-log", action=_Flag, default=defaults.access_log,
                    help="print one line per response on standard output (Common Log Format "
                         "unless --access-log-format says otherwise)")
     p.add_argument("--access-log-format", "--access-logformat",

@@ -54,3 +54,12 @@ def test_uvicorn_and_gunicorn_spellings_are_aliases() -> None:
         assert section in text
     assert "The application is imported once, by the supervisor, and the workers are forked " \
         "from it" in text
+
+
+def test_uvicorns_no_access_log_is_taken() -> None:
+    # uvicorn logs by default and production command lines turn it off with --no-access-log;
+    # cyserve's log is off by default, and the same words must start it (not "unrecognized").
+    parser = cli.build_parser()
+    assert not cli.config_from_args(parser.parse_args(["m:app", "--no-access-log"])).access_log
+    assert cli.config_from_args(parser.parse_args(["m:app", "--access-log"])).access_log
+    assert not cli.config_from_args(parser.parse_args(["m:app"])).access_log
