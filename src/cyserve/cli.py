@@ -12,6 +12,7 @@ printed first, because the one line alone would not say where the bug is.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import importlib.util
 import os
@@ -57,9 +58,21 @@ class _Flag(argparse.BooleanOptionalAction):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a mistake is one line and exit status 2 instead of usage text."""
+    """argparse, but a mistake is one line and exit status 2 instead of usage text, and a
+    misspelt option names the one meant, as uvicorn's (click's) errors do."""
 
     def error(self, message: str) -> NoReturn:
+        words = message.split(": ", 1)[1].split() if message.startswith(
+            "unrecognized arguments: ") else []
+        unknown = next((w.split("=", 1)[0] for w in words if w.startswith("--")), None)
+        if unknown is not None:
+            # 0.82: --prot finds --port, --acess-log --access-log; --worker-count does not
+            # find --worker-timeout (0.8), which would mislead.
+            close = difflib.get_close_matches(
+                unknown, [s for s in self._option_string_actions if s.startswith("--")],
+                n=1, cutoff=0.82)
+            if close:
+                message += f" (did you mean {close[0]}?)"
         raise _UsageError(message)
 
 
