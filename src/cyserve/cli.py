@@ -18,6 +18,7 @@ import importlib.util
 import os
 import re
 import sys
+import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
@@ -1061,16 +1062,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(exc.for_cli(), EXIT_USAGE)
 
     reload_app = _app_reloader(args, config)
+    loaded: App | None = None
+    failure, status = "", EXIT_RUNTIME
     try:
-        app = load_app(args.app, args.app_dir, config.interface, args.factory)
+        loaded = load_app(args.app, args.app_dir, config.interface, args.factory)
         if args.check_config:
-            routes = len(app.build())
+            routes = len(loaded.build())
     except (AppLoadError, RouteError) as exc:
-        return _fail(str(exc), EXIT_USAGE)
+        failure, status = str(exc), EXIT_USAGE
     except Exception as exc:
         traceback.print_exc()
-        return _fail(f"error while importing {args.app!r}: {type(exc).__name__}: {exc}",
-                     EXIT_RUNTIME)
+        failure = f"error while importing {args.app!r}: {type(exc).__name__}: {exc}"
+        status = EXIT_RUNTIME
+    if loaded is None:
+        if not config.reload or args.check_config:
+            return _fail(failure, status)
+        _fail(failure, status)
+        loaded = _wait_for_a_fix(config, reload_app, args.app)
+        if loaded is None:
+            return 130
+    app = loaded
     if args.check_config:
         problem = _check_certificates(config)
         if problem is not None:
@@ -1096,6 +1107,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # only possible before the signal handlers are in place
         return 130
     return 0
+
+
+def _wait_for_a_fix(config: Config, reload_app: Callable[[], App], target: str) -> App | None:
+    """--reload, when the application does not import at start (a typo being fixed): wait for a
+    change to the watched files and import it again, until it imports, as uvicorn's reloader
+    does, rather than end the development server. The application, or None on Ctrl-C."""
+    from .reloader import Watcher
+    from .signals import say
+
+    watcher = Watcher(config.reload_dirs or ["."], config.reload_includes,
+                      config.reload_excludes, config.reload_delay)
+    while True:
+        # A status line, where --reload's other lines go (the error went to standard error).
+        say(f"cyserve: --reload: waiting for a change under {', '.join(watcher.dirs)} to "
+            "import the application again")
+        try:
+            while not watcher.changed():
+                time.sleep(0.1)
+            return reload_app()
+        except KeyboardInterrupt:
+            return None
+        except (AppLoadError, RouteError) as exc:
+            _fail(str(exc), EXIT_USAGE)
+        except Exception as exc:
+            traceback.print_exc()
+            _fail(f"error while importing {target!r}: {type(exc).__name__}: {exc}",
+                  EXIT_RUNTIME)
 
 
 def _check_certificates(config: Config) -> str | None:
