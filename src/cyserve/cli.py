@@ -12,11 +12,13 @@ printed first, because the one line alone would not say where the bug is.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import importlib.util
 import os
 import re
 import sys
+import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
@@ -57,15 +59,29 @@ class _Flag(argparse.BooleanOptionalAction):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a mistake is one line and exit status 2 instead of usage text."""
+    """argparse, but a mistake is one line and exit status 2 instead of usage text, and a
+    misspelt option names the one meant, as uvicorn's (click's) errors do."""
 
     def error(self, message: str) -> NoReturn:
+        words = message.split(": ", 1)[1].split() if message.startswith(
+            "unrecognized arguments: ") else []
+        unknown = next((w.split("=", 1)[0] for w in words if w.startswith("--")), None)
+        if unknown is not None:
+            # 0.82: --prot finds --port, --acess-log --access-log; --worker-count does not
+            # find --worker-timeout (0.8), which would mislead.
+            close = difflib.get_close_matches(
+                unknown, [s for s in self._option_string_actions if s.startswith("--")],
+                n=1, cutoff=0.82)
+            if close:
+                message += f" (did you mean {close[0]}?)"
         raise _UsageError(message)
 
 
 def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
     defaults = Config()
-    p = _Parser(prog="cyserve", description="Serve a cyserve.App over HTTP/1.1.",
+    p = _Parser(prog="cyserve",
+                description="Serve a cyserve.App, a WSGI or an ASGI application over HTTP/1.1 "
+                            "and HTTP/2 (TLS, WebSocket).",
                 epilog="Ctrl-C or SIGTERM stops the server gracefully; a second Ctrl-C forces it.",
                 add_help=_help)
     p.add_argument("app", metavar="MODULE:APP", nargs="?", default=None,
@@ -123,7 +139,9 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
                         "Ctrl-C ends the wait (default 0: none)")
     p.add_argument("--log-level", default=defaults.log_level, choices=LOG_LEVELS, type=str.lower,
                    help="level of the cyserve logger (default info)")
-    p.add_argument("--access-log", action="store_true",
+    # --no-access-log is uvicorn's (whose log is on by default): taken so that its command
+    # lines start, and meaning what it means there.
+    p.add_argument("--access-log", action=_Flag, default=defaults.access_log,
                    help="print one line per response on standard output (Common Log Format "
                         "unless --access-log-format says otherwise)")
     p.add_argument("--access-log-format", "--access-logformat",
@@ -135,7 +153,8 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
                         f"(default {defaults.access_log_format})")
     p.add_argument("--access-logfile", metavar="PATH", default=None,
                    help="write the access log to this file instead of standard output (turns "
-                        "it on); SIGUSR1 reopens it, for logrotate")
+                        "it on); SIGUSR1 reopens it, for logrotate; - is standard output, as "
+                        "gunicorn's")
     p.add_argument("--interface", default=defaults.interface, choices=INTERFACES,
                    type=str.lower,
                    help="what MODULE:APP is: a cyserve.App, a WSGI or an ASGI application, "
@@ -1043,16 +1062,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(exc.for_cli(), EXIT_USAGE)
 
     reload_app = _app_reloader(args, config)
+    loaded: App | None = None
+    failure, status = "", EXIT_RUNTIME
     try:
-        app = load_app(args.app, args.app_dir, config.interface, args.factory)
+        loaded = load_app(args.app, args.app_dir, config.interface, args.factory)
         if args.check_config:
-            routes = len(app.build())
+            routes = len(loaded.build())
     except (AppLoadError, RouteError) as exc:
-        return _fail(str(exc), EXIT_USAGE)
+        failure, status = str(exc), EXIT_USAGE
     except Exception as exc:
         traceback.print_exc()
-        return _fail(f"error while importing {args.app!r}: {type(exc).__name__}: {exc}",
-                     EXIT_RUNTIME)
+        failure = f"error while importing {args.app!r}: {type(exc).__name__}: {exc}"
+        status = EXIT_RUNTIME
+    if loaded is None:
+        if not config.reload or args.check_config:
+            return _fail(failure, status)
+        _fail(failure, status)
+        loaded = _wait_for_a_fix(config, reload_app, args.app)
+        if loaded is None:
+            return 130
+    app = loaded
     if args.check_config:
         problem = _check_certificates(config)
         if problem is not None:
@@ -1080,27 +1109,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _check_certificates(config: Config) -> str | None:
-    """--check-config: whether each certificate loads with its key (Python's ssl, the same
-    OpenSSL the engine uses); what is wrong, or None."""
-    pairs: list[tuple[str, str, str | None]] = []
-    if config.ssl_certfile:
-        pairs.append(("ssl_certfile", config.ssl_certfile, config.ssl_keyfile))
-    for entry in config.ssl_sni:
-        name, _, files = entry.partition("=")
-        sni_cert, _, sni_key = files.partition(",")
-        pairs.append((f"ssl_sni {name}", sni_cert, sni_key or None))
-    if not pairs:
-        return None
-    import ssl
+def _wait_for_a_fix(config: Config, reload_app: Callable[[], App], target: str) -> App | None:
+    """--reload, when the application does not import at start (a typo being fixed): wait for a
+    change to the watched files and import it again, until it imports, as uvicorn's reloader
+    does, rather than end the development server. The application, or None on Ctrl-C."""
+    from .reloader import Watcher
+    from .signals import say
 
-    for option, cert, key in pairs:
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    watcher = Watcher(config.reload_dirs or ["."], config.reload_includes,
+                      config.reload_excludes, config.reload_delay)
+    while True:
+        # A status line, where --reload's other lines go (the error went to standard error).
+        say(f"cyserve: --reload: waiting for a change under {', '.join(watcher.dirs)} to "
+            "import the application again")
         try:
-            ctx.load_cert_chain(cert, key, config.ssl_keyfile_password)
-        except (ssl.SSLError, OSError) as exc:
-            return (f"--{option.replace('_', '-')} {cert}: the certificate does not load "
-                    f"with its key: {exc}")
+            while not watcher.changed():
+                time.sleep(0.1)
+            return reload_app()
+        except KeyboardInterrupt:
+            return None
+        except (AppLoadError, RouteError) as exc:
+            _fail(str(exc), EXIT_USAGE)
+        except Exception as exc:
+            traceback.print_exc()
+            _fail(f"error while importing {target!r}: {type(exc).__name__}: {exc}",
+                  EXIT_RUNTIME)
+
+
+def _check_certificates(config: Config) -> str | None:
+    """--check-config: whether the certificates, keys, CAs and OCSP file load as the engine
+    loads them (its own loader: the same sentence as a start would print, and a key's password
+    never asked for on the terminal, which Python's ssl lets OpenSSL do); what is wrong, or
+    None."""
+    if not config.ssl_certfile:
+        return None
+    from ._core import check_tls
+
+    try:
+        check_tls(**config.tls_kwargs())
+    except ValueError as exc:
+        return str(exc)
     return None
 
 

@@ -123,7 +123,7 @@ class Config:
     access_log_format: str = "common"  # common (CLF), combined (+ referer, user agent), json, or
     # gunicorn's atoms: "%(h)s %(l)s %(u)s %(t)s \"%(r)s\" %(s)s %(b)s" (cyserve/access_log.py)
     # A file for the access log instead of standard output (implies access_log); reopened on
-    # SIGUSR1, for logrotate.
+    # SIGUSR1, for logrotate. "-" is standard output (gunicorn's spelling).
     access_logfile: str | None = None
     interface: str = "auto"  # a cyserve.App, a WSGI or ASGI application, or "auto"
     loop: str = "auto"  # the event loop of ASGI applications (cyserve.asgi)

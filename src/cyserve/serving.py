@@ -161,7 +161,9 @@ def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Serv
         kwargs["proxy_protocol_from"] = pp
     # WSGI's SERVER_NAME and SERVER_PORT (for a request without Host): the first TCP address.
     wsgi_host, wsgi_port = (tcp[0].host, tcp[0].port) if tcp else ("localhost", 80)
-    logfile = AccessLogFile.open(config.access_logfile) if config.access_logfile else None
+    # "-" is gunicorn's standard output: the access log's own default, no file to open.
+    logfile = (AccessLogFile.open(config.access_logfile)
+               if config.access_logfile and config.access_logfile != "-" else None)
     if logfile is not None:
         kwargs["access_log_fd"] = logfile.fd
     try:

@@ -77,7 +77,7 @@ import random
 import traceback
 from collections.abc import Callable
 
-from .errors import ConfigError, CyserveError, ListenError
+from .errors import ConfigError, CyserveError
 from .listeners import Listeners
 from .hooks import HookError, HookServer, HookWorker, call_hook
 from .owner import drop_privileges
@@ -195,7 +195,8 @@ def serve_processes(app: App, config: Config, loader: Callable[[], App] | None =
                 where = f"{config.scheme}://{format_address(config.host, config.port)}"
             else:
                 where = ", ".join(a.url() for a in listeners.addresses)
-            say(f"cyserve: supervising {config.processes} processes on {where} "
+            say(f"cyserve: supervising {config.processes} "
+                f"process{'es' if config.processes != 1 else ''} on {where} "
                 f"(pid {os.getpid()})")
             return sup.run()
         finally:
@@ -391,7 +392,9 @@ class _Supervisor:
         worker once its replacement serves; finish a reload once all its new workers serve."""
         if self.reload_new:
             if self.reload_new <= self.ready:
-                say(f"cyserve: reload: {len(self.reload_new)} new worker processes serve; "
+                n = len(self.reload_new)
+                say(f"cyserve: reload: {n} new worker process{'es' if n != 1 else ''} "
+                    f"serve{'' if n != 1 else 's'}; "
                     "stopping the old ones gracefully")
                 for pid in self.reload_old:
                     self._retire(pid)
@@ -468,7 +471,7 @@ class _Supervisor:
                 return
             self.app = app
             say("cyserve: SIGHUP: reloading: application imported again; starting "
-                f"{self.target} new worker processes")
+                f"{self.target} new worker process{'es' if self.target != 1 else ''}")
         else:
             say("cyserve: SIGHUP: reloading: starting new worker processes (the application "
                 "was given as an object: it is not imported again)")
@@ -719,7 +722,10 @@ def _worker_main(app: App, config: Config, previous: dict[int, Any], supervisor:
                                           metrics_bind=None),
                       listeners=listeners, ready=lambda srv: _tell(pipe, b"R"),
                       tick=_recycle_tick(config, pipe), metrics=metrics, parent=supervisor)
-    except ListenError as exc:
+    except CyserveError as exc:
+        # A listener that cannot be made, an ASGI lifespan startup that failed (its message
+        # carries the application's traceback): one sentence, as the single process says it,
+        # not this frame's traceback around it.
         say(f"cyserve: {exc}", sys.stderr)
         return 1
     return 0

@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import textwrap
@@ -22,7 +23,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
+from _certs import self_signed
 
 pytestmark = pytest.mark.native
 
@@ -48,7 +51,7 @@ def slow(request):
     return "slow"
 """
 
-SERVING = re.compile(r"cyserve: serving on http://127\.0\.0\.1:(\d+) with \d+ threads? "
+SERVING = re.compile(r"cyserve: serving on https?://127\.0\.0\.1:(\d+) with \d+ threads? "
                      r"\(pid \d+\)")
 # The Common Log Format exactly: host (no port), identity, user, [time], "request", status, bytes.
 LINE = re.compile(r'(127\.0\.0\.1) - - \[(\d\d/[A-Z][a-z]{2}/\d{4}:\d\d:\d\d:\d\d \+0000)\] '
@@ -153,6 +156,27 @@ def test_json_lines_carry_the_port_the_scheme_and_the_seconds(tmp_path: Path) ->
     assert (bad["method"], bad["target"], bad["status"]) == (None, None, 400)
 
 
+def test_json_lines_say_https_for_a_tls_connection(tmp_path: Path) -> None:
+    # The scheme is the connection's own when no proxy header names one: a request over TLS,
+    # HTTP/1.1 or HTTP/2, is "https" (it was "http" whenever proxy headers were off).
+    certs = self_signed(tmp_path)
+    proc, port = serve(tmp_path, "--access-log", "--access-log-format", "json",
+                       "--ssl-certfile", certs["cert"], "--ssl-keyfile", certs["key"])
+    ctx = ssl.create_default_context(cafile=certs["cert"])
+    try:
+        for http2 in (False, True):
+            with httpx.Client(http1=not http2, http2=http2, verify=ctx,
+                              timeout=TIMEOUT) as client:
+                r = client.get(f"https://localhost:{port}/plaintext")
+                assert (r.http_version, r.text) == ("HTTP/2" if http2 else "HTTP/1.1",
+                                                    "Hello, World!")
+    finally:
+        lines = stop(proc)
+    records = [json.loads(line) for line in lines]
+    assert [(r["protocol"], r["status"], r["scheme"]) for r in records] == [
+        ("HTTP/1.1", 200, "https"), ("HTTP/2.0", 200, "https")]
+
+
 def test_combined_adds_the_referer_and_the_user_agent_escaped(tmp_path: Path) -> None:
     proc, port = serve(tmp_path, "--access-log", "--access-log-format", "combined")
     try:
@@ -184,6 +208,18 @@ def test_a_log_file_is_reopened_on_sigusr1(tmp_path: Path) -> None:
     assert '"GET /plaintext HTTP/1.1" 200 13' in (tmp_path / "access.log.1").read_text()
     assert '"GET /py HTTP/1.1" 200 11' in log.read_text()
     assert oct(log.stat().st_mode & 0o777) == oct(0o644 & ~current_umask())
+
+
+def test_a_dash_for_the_log_file_is_standard_output(tmp_path: Path) -> None:
+    # gunicorn's spelling (`--access-logfile -`), common in the command lines users bring: the
+    # lines go to standard output, and no file named "-" is made in the current folder.
+    proc, port = serve(tmp_path, "--access-logfile", "-")
+    try:
+        get(port, "/plaintext")
+    finally:
+        lines = stop(proc)
+    assert len(lines) == 1 and '"GET /plaintext HTTP/1.1" 200 13' in lines[0], lines
+    assert not (tmp_path / "-").exists()
 
 
 def test_worker_processes_reopen_on_sigusr1_too(tmp_path: Path) -> None:

@@ -185,6 +185,30 @@ def test_a_failed_startup_ends_the_command_with_the_apps_error(tmp_path: Path,
     assert "never retrieved" not in proc.stderr
 
 
+def test_a_failed_startup_in_worker_processes_is_said_as_in_one_process(tmp_path: Path) -> None:
+    # Each worker process runs the lifespan after the fork: its failure was an uncaught
+    # exception there, two chained tracebacks (LifespanError, then the CyserveError wrapping it)
+    # per worker started. Now each worker says the one sentence the single process says.
+    (tmp_path / "fa_bad.py").write_text(
+        "import contextlib\n"
+        "from starlette.applications import Starlette\n"
+        "@contextlib.asynccontextmanager\n"
+        "async def lifespan(app):\n"
+        "    raise RuntimeError('database unreachable')\n"
+        "    yield\n"
+        "app = Starlette(lifespan=lifespan)\n")
+    proc = subprocess.run([sys.executable, "-m", "cyserve", "fa_bad:app", "--port",
+                           str(free_port()), "--app-dir", str(tmp_path), "--threads", "1",
+                           "--processes", "2"],
+                          env=env_with_src(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    said = proc.stderr.count("cyserve: the ASGI application's lifespan startup failed:")
+    assert said >= 1 and proc.stderr.count("RuntimeError: database unreachable") == said, \
+        proc.stderr
+    assert "CyserveError" not in proc.stderr and "LifespanError" not in proc.stderr, proc.stderr
+    assert "direct cause" not in proc.stderr, proc.stderr
+
+
 def test_the_command_serves_a_fastapi_app(tmp_path: Path) -> None:
     (tmp_path / "fa_main.py").write_text(
         "from fastapi import FastAPI\n"

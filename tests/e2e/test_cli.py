@@ -80,6 +80,11 @@ def test_every_option_reaches_the_config() -> None:
     (["--backlog", "99999999999", "m:app"],
      "cyserve: invalid --backlog 99999999999: must be between 1 and 65535"),
     (["m:app", "--bogus"], "cyserve: unrecognized arguments: --bogus"),
+    # A misspelt option names the one meant (uvicorn's errors do).
+    (["m:app", "--prot", "9000"],
+     "cyserve: unrecognized arguments: --prot 9000 (did you mean --port?)"),
+    (["m:app", "--acess-log=1"],
+     "cyserve: unrecognized arguments: --acess-log=1 (did you mean --access-log?)"),
     ([], "cyserve: the following arguments are required: MODULE:APP"),
     (["--log-level", "loud", "m:app"], "cyserve: argument --log-level: invalid choice: 'loud' "),
 ])

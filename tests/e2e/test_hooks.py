@@ -146,7 +146,8 @@ def test_post_fork_brings_a_supervisor_to_one_process(tmp_path: Path,
     conf.write_text(HOOKS.format(log=str(log), port=port, workers=1))
     s = Served(tmp_path, "--config", str(conf))
     served.append(s)
-    assert any(line.startswith("cyserve: supervising 1 processes") for line in s.all_lines)
+    # One process, said in the singular (it was "1 processes").
+    assert any(line.startswith("cyserve: supervising 1 process on ") for line in s.all_lines)
     assert s.stop() == 0
     assert [e[0] for e in _events(log)] == ["on_starting", "post_fork", "when_ready",
                                             "worker_exit", "on_exit"]

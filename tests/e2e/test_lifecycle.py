@@ -19,6 +19,7 @@ import os
 import re
 import signal
 import socket
+import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from _served import TIMEOUT, Served, free_port, request
+from _served import SERVING, TIMEOUT, Served, free_port, request
 
 pytestmark = pytest.mark.native
 
@@ -335,6 +336,32 @@ def test_reload_restarts_on_a_changed_file_and_loses_nothing(tmp_path: Path,
     assert srv.stop() == 0, srv.stderr
     assert sum(bool(re.search(r"--reload: \S+/(helper|listen_app)\.py( and 1 more)? changed; "
                               r"reloading$", ln)) for ln in srv.all_lines) >= 2, srv.all_lines
+
+
+def test_reload_waits_for_a_fix_when_the_app_does_not_import_at_start(
+        tmp_path: Path, served: list[Served]) -> None:
+    # A development server started with a typo in the code: as uvicorn's reloader, --reload
+    # says the error and waits for the file to change, instead of ending the command.
+    port = free_port()
+    broken = APP + "\nraise RuntimeError('typo on purpose')\n"
+    srv = Served(tmp_path, "--port", str(port), "--threads", "1", "--reload", wait_serving=0,
+                 app=broken)
+    served.append(srv)
+    for _ in range(2):  # still broken after the first change: it waits again
+        while not srv.lines.get(timeout=TIMEOUT).startswith("cyserve: --reload: waiting for "
+                                                            "a change under "):
+            pass
+        (tmp_path / "listen_app.py").write_text(textwrap.dedent(broken))
+        broken += "\n"
+    while not srv.lines.get(timeout=TIMEOUT).startswith("cyserve: --reload: waiting"):
+        pass
+    (tmp_path / "listen_app.py").write_text(textwrap.dedent(APP))
+    while not SERVING.fullmatch(srv.lines.get(timeout=TIMEOUT)):
+        pass
+    status, body = request(socket.AF_INET, ("127.0.0.1", port))
+    assert status == b"HTTP/1.1 200 OK" and body.startswith("one "), (status, body)
+    assert srv.stop() == 0, srv.stderr
+    assert srv.stderr.count("RuntimeError: typo on purpose") >= 2 * 3, srv.stderr
 
 
 def test_reload_include_exclude_and_delay_choose_what_restarts(tmp_path: Path,

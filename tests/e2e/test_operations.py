@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import re
+import select
 import socket
 import subprocess
 import time
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from _certs import self_signed
 from _served import TIMEOUT, Served, free_port, request
 
 pytestmark = pytest.mark.native
@@ -387,14 +390,62 @@ def test_check_config_imports_the_app_binds_nothing_and_says_what_is_wrong(
     bad = [
         (["listen_app:nothing"], "cyserve: 'listen_app' has no attribute 'nothing'"),
         (["listen_app:app", "--threads", "x"], "cyserve: invalid --threads x: must be an integer"),
-        # A file that exists but is not a certificate: only loading it tells.
+        # A file that exists but is not a certificate: only loading it tells (the sentence a
+        # start prints).
         (["listen_app:app", "--ssl-certfile", "listen_app.py"],
-         "cyserve: --ssl-certfile listen_app.py: the certificate does not load with its key: "),
+         "cyserve: cannot load the certificate from 'listen_app.py': no start line "
+         "(not a PEM file)"),
     ]
     for args, line in bad:
         r = _cyserve(tmp_path, *args, "--check-config")
         assert r.returncode == 2 and r.stderr.startswith(line), (args, r.stderr)
         assert r.stderr.count("\n") == 1, r.stderr
+
+
+def test_check_config_never_asks_for_a_key_password_on_the_terminal(tmp_path: Path) -> None:
+    # Run from a terminal with an encrypted key and no --ssl-keyfile-password, --check-config
+    # loaded the key with Python's ssl, whose OpenSSL asked "Enter PEM pass phrase:" on the
+    # terminal and waited; a start never prompts (README, "HTTPS"), and neither does the check.
+    (tmp_path / "listen_app.py").write_text(APP)
+    certs = self_signed(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    subprocess.run(["openssl", "pkey", "-in", certs["key"], "-aes256", "-passout", "pass:pw",
+                    "-out", str(tmp_path / "key-enc.pem")], check=True, capture_output=True,
+                   env=env)
+    argv = [sys.executable, "-m", "cyserve", "listen_app:app", "--check-config",
+            "--ssl-certfile", certs["cert"], "--ssl-keyfile", str(tmp_path / "key-enc.pem")]
+    # The child makes the pty its controlling terminal (a new session's leader opening a
+    # terminal takes it), so that OpenSSL could prompt on it; no fork of this process, which
+    # may run threads.
+    fd, slave = pty.openpty()
+    child = ("import os, sys; os.setsid(); t = os.open(os.ttyname(0), os.O_RDWR); "
+             "[os.dup2(t, n) for n in (0, 1, 2)]; os.execv(sys.executable, sys.argv[1:])")
+    proc = subprocess.Popen([sys.executable, "-c", child, *argv], cwd=tmp_path, stdin=slave,
+                            stdout=slave, stderr=slave)
+    os.close(slave)
+    out = b""
+    deadline = time.monotonic() + 30.0  # the check takes a few seconds; a prompt waits forever
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.5)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # EIO: the child has exited and closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        if proc.poll() is None:
+            proc.kill()  # still waiting for a password: the failure below
+        status = proc.wait(timeout=TIMEOUT)
+        os.close(fd)
+    text = out.decode(errors="replace")
+    assert "pass phrase" not in text, text
+    assert status == 2, text
+    assert "key-enc.pem" in text and "password is needed" in text, text
 
 
 def test_print_config_prints_a_file_that_config_reads_back(tmp_path: Path) -> None:

@@ -324,6 +324,11 @@ def test_tls13_suite_is_the_servers_first(certs: dict[str, str], site: int) -> N
     ({"ssl_certfile": "cert", "ssl_keyfile": "key-enc", "ssl_keyfile_password": "wrong"},
      ["private key", "key-enc.pem", "wrong password?"]),
     ({"ssl_certfile": "cert", "ssl_keyfile": "key", "ssl_ciphers": "NOPE"}, ["cipher", "NOPE"]),
+    # OpenSSL 3 says only "unsupported" of a key file with no key (the default, the certificate
+    # file, when the key is kept apart) and "key values mismatch" of another certificate's key.
+    ({"ssl_certfile": "cert"}, ["private key", "cert.pem", "no private key in it"]),
+    ({"ssl_certfile": "cert", "ssl_keyfile": "client-key"},
+     ["private key", "client-key.pem", "not the certificate's key"]),
 ])
 def test_unusable_files_are_clear_errors(certs: dict[str, str], kwargs: dict[str, str],
                                          words: list[str]) -> None:

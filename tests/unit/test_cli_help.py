@@ -19,6 +19,8 @@ def test_help_names_a_default_for_every_option() -> None:
     assert "--max-body-bytes BYTES largest request body (413 beyond) (default 1048576)" in text
     assert "on shutdown (default 5.0)" in text
     assert "unless --access-log-format says otherwise) (default: off)" in text
+    # The first line a user reads says what is served, and over what (it said HTTP/1.1 alone).
+    assert "Serve a cyserve.App, a WSGI or an ASGI application over HTTP/1.1 and HTTP/2" in text
 
 
 def test_operations_flags_reach_the_config() -> None:
@@ -52,3 +54,12 @@ def test_uvicorn_and_gunicorn_spellings_are_aliases() -> None:
         assert section in text
     assert "The application is imported once, by the supervisor, and the workers are forked " \
         "from it" in text
+
+
+def test_uvicorns_no_access_log_is_taken() -> None:
+    # uvicorn logs by default and production command lines turn it off with --no-access-log;
+    # cyserve's log is off by default, and the same words must start it (not "unrecognized").
+    parser = cli.build_parser()
+    assert not cli.config_from_args(parser.parse_args(["m:app", "--no-access-log"])).access_log
+    assert cli.config_from_args(parser.parse_args(["m:app", "--access-log"])).access_log
+    assert not cli.config_from_args(parser.parse_args(["m:app"])).access_log

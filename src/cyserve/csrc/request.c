@@ -812,13 +812,11 @@ static void request_forwarded_host(struct http_request *h, const char *host, siz
 const char *request_client(struct request *rq, const char **scheme)
 {
     struct server *s = rq->srv;
-    if (LIKELY(!s->proxy_headers)) {
-        *scheme = "http";
+    if (LIKELY(!s->proxy_headers) || rq->client_done == REQUEST_CLIENT_NO_HEAD) {
+        /* No proxy headers, or none to read (an error answer before a head was parsed): the
+         * connection's own scheme, as server_req_scheme says it. */
+        *scheme = rq->c->tp != &conn_plain ? "https" : "http";
         return conn_peer(rq->c); /* cached on the connection after its first call */
-    }
-    if (rq->client_done == REQUEST_CLIENT_NO_HEAD) {
-        *scheme = "http"; /* an error answer before a head was parsed: no headers to read */
-        return conn_peer(rq->c);
     }
     if (rq->client_done == REQUEST_CLIENT_TODO) {
         rq->client_done = REQUEST_CLIENT_DONE;

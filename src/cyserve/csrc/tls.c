@@ -201,7 +201,7 @@ static void tls_error(char *err, size_t errlen, const char *what, const char *fi
 {
     int sys = errno;
     char why[160] = "";
-    int wrong_password = 0, no_password = 0, not_pem = 0;
+    int wrong_password = 0, no_password = 0, not_pem = 0, no_key = 0, mismatch = 0;
     unsigned long e;
     while ((e = ERR_get_error()) != 0) {
         /* A system error (the file cannot be opened) carries errno as its reason. */
@@ -217,6 +217,13 @@ static void tls_error(char *err, size_t errlen, const char *what, const char *fi
             no_password = 1;
         if (strstr(reason, "no start line"))
             not_pem = 1;
+        /* OpenSSL 3's decoders find no key in a PEM file of other things (a certificate
+         * alone: --ssl-keyfile left out with a key kept apart) and say only "unsupported". */
+        if (ERR_GET_LIB(e) == ERR_LIB_OSSL_DECODER && ERR_GET_REASON(e) == ERR_R_UNSUPPORTED)
+            no_key = 1;
+        /* Setting a key checks it against the certificate already set. */
+        if (strstr(reason, "key values mismatch"))
+            mismatch = 1;
     }
     if (!why[0])
         snprintf(why, sizeof(why), "%s", sys ? strerror(sys) : "unknown error");
@@ -226,6 +233,8 @@ static void tls_error(char *err, size_t errlen, const char *what, const char *fi
     const char *hint = no_password      ? " (the key is encrypted: its password is needed)"
                        : wrong_password ? " (wrong password?)"
                        : not_pem        ? " (not a PEM file)"
+                       : mismatch       ? " (it is not the certificate's key)"
+                       : no_key         ? " (no private key in it)"
                                         : "";
     if (file)
         snprintf(err, errlen, "%s '%s': %s%s", what, file, why, hint);
