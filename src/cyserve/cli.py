@@ -1078,9 +1078,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not config.reload or args.check_config:
             return _fail(failure, status)
         _fail(failure, status)
-        loaded = _wait_for_a_fix(config, reload_app, args.app)
+        loaded, status = _wait_for_a_fix(config, reload_app, args.app)
         if loaded is None:
-            return 130
+            return status
     app = loaded
     if args.check_config:
         problem = _check_certificates(config)
@@ -1109,31 +1109,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _wait_for_a_fix(config: Config, reload_app: Callable[[], App], target: str) -> App | None:
+def _wait_for_a_fix(config: Config, reload_app: Callable[[], App],
+                    target: str) -> tuple[App | None, int]:
     """--reload, when the application does not import at start (a typo being fixed): wait for a
     change to the watched files and import it again, until it imports, as uvicorn's reloader
-    does, rather than end the development server. The application, or None on Ctrl-C."""
+    does, rather than end the development server. The application and 0; or None and the exit
+    status when the wait is ended: 130 on Ctrl-C, 0 on SIGTERM (as a server that stops on it)."""
+    import signal
+
     from .reloader import Watcher
     from .signals import say
 
+    # The signal is noted, not raised: watchfiles' generator turns an exception raised by a
+    # Python signal handler while it checks signals into the end of its watch, so a raised
+    # KeyboardInterrupt or SIGTERM would be lost there and the wait would go on.
+    stop: list[int] = []
+
+    def note(signum: int, frame: object) -> None:
+        stop.append(signum)
+
     watcher = Watcher(config.reload_dirs or ["."], config.reload_includes,
                       config.reload_excludes, config.reload_delay)
-    while True:
-        # A status line, where --reload's other lines go (the error went to standard error).
-        say(f"cyserve: --reload: waiting for a change under {', '.join(watcher.dirs)} to "
-            "import the application again")
-        try:
-            while not watcher.changed():
+    previous = {signum: signal.signal(signum, note) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while True:
+            # A status line, where --reload's other lines go (the error went to standard error).
+            say(f"cyserve: --reload: waiting for a change under {', '.join(watcher.dirs)} to "
+                "import the application again")
+            while not stop and not watcher.changed():
                 time.sleep(0.1)
-            return reload_app()
-        except KeyboardInterrupt:
-            return None
-        except (AppLoadError, RouteError) as exc:
-            _fail(str(exc), EXIT_USAGE)
-        except Exception as exc:
-            traceback.print_exc()
-            _fail(f"error while importing {target!r}: {type(exc).__name__}: {exc}",
-                  EXIT_RUNTIME)
+            if stop:
+                return None, 130 if stop[0] == signal.SIGINT else 0
+            try:
+                return reload_app(), 0
+            except (AppLoadError, RouteError) as exc:
+                _fail(str(exc), EXIT_USAGE)
+            except Exception as exc:
+                traceback.print_exc()
+                _fail(f"error while importing {target!r}: {type(exc).__name__}: {exc}",
+                      EXIT_RUNTIME)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _check_certificates(config: Config) -> str | None:

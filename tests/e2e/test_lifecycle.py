@@ -364,6 +364,32 @@ def test_reload_waits_for_a_fix_when_the_app_does_not_import_at_start(
     assert srv.stderr.count("RuntimeError: typo on purpose") >= 2 * 3, srv.stderr
 
 
+def test_sigterm_ends_the_wait_for_a_fix_with_status_0(tmp_path: Path,
+                                                       served: list[Served]) -> None:
+    # Stopped (SIGTERM: a terminal closed, a process manager) while --reload waits for a fix:
+    # it ends as a served stop ends, status 0 and no traceback, not killed by the signal.
+    srv = Served(tmp_path, "--port", str(free_port()), "--threads", "1", "--reload",
+                 wait_serving=0, app=APP + "\nraise RuntimeError('typo on purpose')\n")
+    served.append(srv)
+    while not srv.lines.get(timeout=TIMEOUT).startswith("cyserve: --reload: waiting"):
+        pass
+    time.sleep(0.5)  # into the wait's loop (not needed to fail before the fix: it was killed)
+    assert srv.stop() == 0, srv.stderr
+    assert srv.stderr.count("Traceback") == 1, srv.stderr  # the import's, said once
+
+
+def test_ctrl_c_ends_the_wait_for_a_fix_with_status_130(tmp_path: Path,
+                                                         served: list[Served]) -> None:
+    srv = Served(tmp_path, "--port", str(free_port()), "--threads", "1", "--reload",
+                 wait_serving=0, app=APP + "\nraise RuntimeError('typo on purpose')\n")
+    served.append(srv)
+    while not srv.lines.get(timeout=TIMEOUT).startswith("cyserve: --reload: waiting"):
+        pass
+    time.sleep(0.5)  # into the wait's loop
+    os.kill(srv.proc.pid, signal.SIGINT)  # whether it lands in the sleep or in the watcher
+    assert srv.proc.wait(TIMEOUT) == 130, srv.stderr
+
+
 def test_reload_include_exclude_and_delay_choose_what_restarts(tmp_path: Path,
                                                               served: list[Served]) -> None:
     path = str(tmp_path / "d.sock")
