@@ -7,8 +7,8 @@
 #   bench/micro/cg_tls_request.sh TREE [N] [OUT]
 #
 # TREE: a cyserve checkout built with `make build`. The client (Python's ssl, OpenSSL's client:
-# TLS 1.3, X25519, TLS_AES_256_GCM_SHA384, ALPN http/1.1, as wrk in the suite's `https`
-# workload) opens one connection, sends 300 requests one after another on it (each answer read
+# TLS 1.3, X25519, TLS_AES_128_GCM_SHA256, which both servers put first, ALPN http/1.1, as wrk
+# in the suite's `https` workload) opens one connection, sends 300 requests one after another on it (each answer read
 # before the next request), the counters are zeroed (or strace attaches), N (2000) more
 # requests go out the same way and the counters are dumped (strace detaches). So the handshake
 # is left out: the figure is the cost of one request on a warm keep-alive TLS connection. With
