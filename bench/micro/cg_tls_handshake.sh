@@ -158,5 +158,11 @@ else
   DUMP=$(ls "$OUT".* | grep -v '\.log$' | head -1)
   TOTAL=$(grep -h '^summary:\|^totals:' "$DUMP" | head -1 | awk '{print $2}')
   echo "${SERVER:-cyserve} $MODE: $TOTAL instructions / $N = $((TOTAL / N)) per connection ($DUMP)"
+  if [ -n "${CALLGRIND_OPTS:-}" ]; then
+    # Every event counted (with --cache-sim / --branch-sim: the misses), per connection.
+    paste <(grep -h '^events:' "$DUMP" | head -1 | cut -d' ' -f2- | tr ' ' '\n') \
+          <(grep -h '^summary:\|^totals:' "$DUMP" | head -1 | cut -d' ' -f2- | tr ' ' '\n') |
+      awk -v n="$N" '{printf "  %-5s %12.0f per connection\n", $1, $2 / n}'
+  fi
 fi
 rm -rf "$WORK"

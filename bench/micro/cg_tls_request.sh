@@ -7,14 +7,14 @@
 #   bench/micro/cg_tls_request.sh TREE [N] [OUT]
 #
 # TREE: a cyserve checkout built with `make build`. The client (Python's ssl, OpenSSL's client:
-# TLS 1.3, X25519, TLS_AES_256_GCM_SHA384, ALPN http/1.1, as wrk in the suite's `https`
-# workload) opens one connection, sends 300 requests one after another on it (each answer read
-# before the next request), the counters are zeroed (or strace attaches), N (2000) more
-# requests go out the same way and the counters are dumped (strace detaches). So the handshake
-# is left out: the figure is the cost of one request on a warm keep-alive TLS connection. With
-# callgrind, the calls per request of the TLS and allocator functions that matter are printed
-# too (SSL_read_ex, SSL_write_ex, malloc, free...). Wall-clock rates on a shared machine are
-# noise; these counts are not.
+# TLS 1.3, X25519, TLS_AES_128_GCM_SHA256, which both servers put first, ALPN http/1.1, as wrk
+# in the suite's `https` workload) opens one connection, sends 300 requests one after another
+# on it (each answer read before the next request), the counters are zeroed (or strace
+# attaches), N (2000) more requests go out the same way and the counters are dumped (strace
+# detaches). So the handshake is left out: the figure is the cost of one request on a warm
+# keep-alive TLS connection. With callgrind, the calls per request of the TLS and allocator
+# functions that matter are printed too (SSL_read_ex, SSL_write_ex, malloc, free...).
+# Wall-clock rates on a shared machine are noise; these counts are not.
 set -euo pipefail
 TREE=$(cd "$1" && pwd); N=${2:-2000}; OUT=${3:-/tmp/cg-tls-req.out}
 PORT=$((20000 + RANDOM % 20000))

@@ -5,14 +5,19 @@
 # SERVER=nginx, nginx 1.22 with the suite's protocol configuration
 # (bench/peers/nginx/nginx-proto.conf.template) in one process (no master). It runs under
 # callgrind, or bare with STRACE=1 (strace attaches later), PERF=1 (perf attaches later) or
-# CPU=1. With PLAIN=1 both serve plain HTTP on the same port instead (no certificate options,
+# CPU=1; under callgrind, CALLGRIND_OPTS are added to its options (--cache-sim=yes
+# --branch-sim=yes: cache and branch misses beside the instructions). With PLAIN=1 both serve plain HTTP on the same port instead (no certificate options,
 # nginx's listen without ssl). The shell is left in TREE.
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$WORK/k.pem" \
   -out "$WORK/c.pem" -days 1 -subj /CN=localhost 2>/dev/null
 if [ "${SERVER:-cyserve}" = nginx ]; then
   mkdir -p "$WORK/ngx"
   if [ "${PLAIN:-0}" = 1 ]; then NGX_LISTEN=""; NGX_TLS=""; else
-    NGX_LISTEN=ssl; NGX_TLS="ssl_certificate $WORK/c.pem; ssl_certificate_key $WORK/k.pem;"; fi
+    # The same TLS 1.3 suite as cyserve's (its order puts AES-128-GCM first, csrc/tls.c), as
+    # bench/http/protocols.py gives nginx: nginx would follow the client's order.
+    NGX_LISTEN=ssl; NGX_TLS="ssl_certificate $WORK/c.pem; ssl_certificate_key $WORK/k.pem;"
+    NGX_TLS+=" ssl_prefer_server_ciphers on; ssl_conf_command Ciphersuites"
+    NGX_TLS+=" TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256;"; fi
   sed -e "s#@WORKERS@#1#; s#@PREFIX@#$WORK/ngx#g; s#@PORT@#$PORT#; s#@LISTEN@#$NGX_LISTEN#" \
       -e "s#@TLS@#$NGX_TLS#" \
       -e "s#master_process on#master_process off#" \
@@ -31,7 +36,8 @@ if [ "${STRACE:-0}" = 1 ] || [ "${CPU:-0}" = 1 ] || [ "${PERF:-0}" = 1 ]; then
   PYTHONHASHSEED=0 PYTHONPATH="$TREE/src:$TREE" "${CMD[@]}" > "$OUT.log" 2>&1 &
   VP=$!
 else
-  PYTHONHASHSEED=0 PYTHONPATH="$TREE/src:$TREE" valgrind --tool=callgrind \
+  # shellcheck disable=SC2086 # CALLGRIND_OPTS is split into words on purpose
+  PYTHONHASHSEED=0 PYTHONPATH="$TREE/src:$TREE" valgrind --tool=callgrind ${CALLGRIND_OPTS:-} \
     --callgrind-out-file="$OUT" "${CMD[@]}" > "$OUT.log" 2>&1 &
   VP=$!
 fi

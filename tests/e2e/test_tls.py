@@ -83,6 +83,53 @@ class TLSConn(Conn):
         self.buf = b""
 
 
+class RecordConn(Conn):
+    """_rawhttp.Conn over TLS made with memory BIOs, so that the test chooses how the records
+    meet the socket: several records in one write, or one record cut over two writes."""
+
+    def __init__(self, port: int, ctx: ssl.SSLContext, timeout: float = 10.0) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.buf = b""
+        self.inc, self.out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = ctx.wrap_bio(self.inc, self.out, server_hostname="localhost")
+        while True:
+            try:
+                self.tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self.sock.sendall(self.out.read())
+                data = self.sock.recv(65536)
+                if not data:
+                    raise ConnectionError("closed during the handshake") from None
+                self.inc.write(data)
+        self.sock.sendall(self.out.read())
+
+    def records(self, *pieces: bytes) -> bytes:
+        """The ciphertext of each piece as a record of its own, all together."""
+        for p in pieces:
+            self.tls.write(p)
+        return self.out.read()
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(self.records(data))
+
+    def _fill(self) -> bool:
+        while True:
+            try:
+                data = self.tls.read(65536)
+                if not data:
+                    return False  # the server's close_notify
+                self.buf += data
+                return True
+            except ssl.SSLZeroReturnError:
+                return False
+            except ssl.SSLWantReadError:
+                data = self.sock.recv(65536)
+                if not data:
+                    return False
+                self.inc.write(data)
+
+
 def wsgi_app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
     body = f"{environ['wsgi.url_scheme']} {environ['SERVER_PORT']}".encode()
     start_response("200 OK", [("Content-Type", "text/plain")])
@@ -123,6 +170,37 @@ def test_keep_alive_and_pipelined(site: int, certs: dict[str, str], version: str
         assert c.reply().body == b"https GET 0"
         assert c.reply().body == b"Hello, World!"
         assert c.reply().body == FILE
+
+
+@pytest.mark.parametrize("version", list(VERSIONS))
+def test_records_and_writes_apart(site: int, certs: dict[str, str], version: str) -> None:
+    """The server reads a request to its end however its records meet the socket. A read whose
+    recv found the socket empty ends the server's reading only when OpenSSL holds nothing more
+    (csrc/tls.c, "Reads"): with two records in one write, the second is still in OpenSSL's
+    buffer when the first is returned, and no readiness would come for it (the site's
+    header_timeout, 1 s, would answer 408 first)."""
+    req = get("/plaintext")
+    with RecordConn(site, client_context(certs, version)) as c:
+        assert c.tls.version() == version
+        # One request head in two records, one write.
+        c.sock.sendall(c.records(req[:7], req[7:]))
+        assert c.reply().body == b"Hello, World!"
+        # Two requests, a record each, one write (pipelined).
+        c.sock.sendall(c.records(req, get("/py")))
+        assert c.reply().body == b"Hello, World!"
+        assert c.reply().body == b"https GET 0"
+        # One head in two records, two writes 50 ms apart: the first read leaves the socket
+        # drained with half a head, and the second record's arrival wakes the connection.
+        c.sock.sendall(c.records(req[:7]))
+        time.sleep(0.05)
+        c.sock.sendall(c.records(req[7:]))
+        assert c.reply().body == b"Hello, World!"
+        # One record cut in two writes 50 ms apart: OpenSSL holds half a record in between.
+        wire = c.records(req)
+        c.sock.sendall(wire[:9])
+        time.sleep(0.05)
+        c.sock.sendall(wire[9:])
+        assert c.reply().body == b"Hello, World!"
 
 
 @pytest.mark.parametrize("version", list(VERSIONS))

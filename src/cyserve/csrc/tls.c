@@ -33,6 +33,13 @@
  * still OpenSSL's until SSL_read has returned it, and SSL_read reports WANT_READ only once it
  * needs the socket and the socket said EAGAIN: then what it holds is at most part of a record,
  * whose rest will make the socket readable again. So reading until WANT_READ still drains.
+ * The recv that meets EAGAIN is spared when an earlier one already said the same: a callback on
+ * the socket BIO (tls_bio_cb) notes whether OpenSSL's last recv returned fewer bytes than it
+ * asked for (a TCP recv returns less only when the socket's queue is empty, as the plain
+ * transport's short read), and when that recv brought the bytes just returned and OpenSSL holds
+ * nothing more (SSL_has_pending), tls_recv returns short: the socket is drained, any byte that
+ * arrives later makes it readable again, and the request costs the one recv that plain TCP's
+ * does.
  *
  * Writes. A response is written with as few SSL_write calls as possible: when the HTTP layer
  * hands over several pieces (head, body), those that fit one TLS record (16 KiB) are gathered
@@ -154,6 +161,25 @@ static inline void tls_err_reset(void)
 {
     if (UNLIKELY(ERR_peek_error() != 0))
         ERR_clear_error();
+}
+
+/* Whether the socket BIO's last recv on this thread returned fewer bytes than OpenSSL asked for:
+ * the socket's queue was empty then. tls_recv clears it before each SSL_read_ex and reads it
+ * right after, on the same thread, with no wait in between (see "Reads"). */
+static __thread int tls_read_short;
+
+/* The socket BIO's callback (BIO_set_callback_ex), called around each of its operations: after a
+ * read, it notes whether the read was short. It changes no result. */
+static long tls_bio_cb(BIO *b, int oper, const char *argp, size_t len, int argi, long argl, int ret,
+                       size_t *processed)
+{
+    (void)b;
+    (void)argp;
+    (void)argi;
+    (void)argl;
+    if (oper == (BIO_CB_READ | BIO_CB_RETURN))
+        tls_read_short = ret > 0 && *processed < len;
+    return ret;
 }
 
 /* ---- the context: callbacks and errors ---- */
@@ -938,6 +964,7 @@ static ssize_t tls_handshake(struct conn *c)
             SSL_free(ssl);
             return -ENOMEM;
         }
+        BIO_set_callback_ex(SSL_get_rbio(ssl), tls_bio_cb); /* see "Reads" above */
         SSL_set_accept_state(ssl);
         c->tp_data = ssl;
     }
@@ -1016,9 +1043,16 @@ static ssize_t tls_recv(struct conn *c, void *buf, size_t len)
     while (got < len) {
         size_t n;
         tls_err_reset(); /* see tls_handshake */
+        tls_read_short = 0;
         int r = SSL_read_ex(ssl, (char *)buf + got, len - got, &n);
         if (LIKELY(r == 1)) {
             got += n;
+            /* The recv that brought these bytes found the socket empty, and OpenSSL holds no
+             * more: drained, without a recv to meet EAGAIN (see "Reads"). Not where the kernel
+             * decrypts (kernel TLS's receive side returns one record per recv, short or not). */
+            if (tls_read_short && !SSL_has_pending(ssl) &&
+                !(tls_ktls_ok && BIO_get_ktls_recv(SSL_get_rbio(ssl))))
+                break;
             continue;
         }
         int f = tls_failure(c, r, 1);
