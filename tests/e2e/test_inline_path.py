@@ -316,3 +316,39 @@ def test_a_malformed_nogil_target_is_refused(hello):
     with pytest.raises(TypeError, match=r"\(capsule, ctx, inline: bool\)"):
         cyserve._core.Server([("path", "/", None, "nogil", (hello.ROOT, None, "yes"))],
                              host="127.0.0.1", port=0, threads=1)
+
+
+def python_routes():
+    return [("path", "/py", None, "python", lambda req: b"from python"),
+            ("path", "/echo", ("POST",), "python", lambda req: req.body)]
+
+
+@pytest.mark.parametrize("with_static", [False, True], ids=["python-only", "with-static"])
+def test_python_routes_are_read_inline_and_served_by_the_coroutine(with_static):
+    # A server without a static or GIL-free route only reads on the inline path
+    # (server_config.inline_routes): the bytes it read must reach the coroutine whole, whatever
+    # they are. The same requests on a server that also has a static route, which parses and
+    # routes them inline first, must get the same answers.
+    routes = python_routes() + (static_routes() if with_static else [])
+    with serving(routes, threads=1) as srv, Conn(srv.port, timeout=5) as c:
+        for _ in range(3):  # lone keep-alive requests
+            c.send(get("/py"))
+            assert c.reply().body == b"from python"
+        head = get("/py")
+        c.send(head[:10])  # a head in two reads: the first one is not a request yet
+        time.sleep(0.05)
+        c.send(head[10:])
+        assert c.reply().body == b"from python"
+        c.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nab")
+        assert c.reply().body == b"ab"
+        c.send(b"\r\n")  # the stray CRLF a client may send after a body: not a request
+        c.send(get("/py") + get("/nowhere"))  # pipelined
+        assert c.reply().body == b"from python"
+        assert c.reply().status == 404
+        if with_static:
+            before = srv.stats()["inline"]
+            c.send(get("/plaintext"))
+            assert c.reply().body == b"Hello, World!"
+            assert srv.stats()["inline"] == before + 1, "the static route lost the inline path"
+        else:
+            assert srv.stats()["inline"] == 0

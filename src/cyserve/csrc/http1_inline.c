@@ -13,7 +13,10 @@
  * only has to be right for what it takes: a read shorter than the buffer, one request consuming
  * exactly that read (nothing pipelined behind it), no body, keep-alive, no access log, not
  * draining, and a static target whose answer fits the buffer or a GIL-free handler. Python
- * handlers never run here: they wait for the GIL, which is what coroutines are for.
+ * handlers never run here: they wait for the GIL, which is what coroutines are for. So a server
+ * without a static route or a GIL-free handler (a WSGI or ASGI app, Python handlers only) only
+ * reads here: parsing and routing its requests here would be done again by the coroutine
+ * (server_config.inline_routes).
  *
  * GIL-free handlers are user code of unknown cost, and a handler run here holds the worker's
  * loop lock: while it runs, no idle worker can steal its neighbours or rescue its loop (sched.h).
@@ -191,6 +194,8 @@ static int inline_serve(struct conn *c)
     if (UNLIKELY((size_t)n == CONN_BUF_INITIAL))
         return 0; /* maybe more behind it */
     c->drained = 1;
+    if (!s->cfg.inline_routes)
+        return 0; /* no route could be answered here: the coroutine parses what was read */
 
     struct http_header hdrs[INLINE_HEADERS];
     struct http_request req;

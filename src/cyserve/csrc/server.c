@@ -87,6 +87,7 @@ void server_config_default(struct server_config *cfg)
     cfg->body_timeout_ns = 10000000000ull;
     cfg->http2 = 1;
     cfg->http2_max_streams = 100;
+    cfg->inline_routes = 1;
     cfg->head = http_head_default;
 }
 

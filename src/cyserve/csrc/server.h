@@ -238,6 +238,13 @@ struct server_config {
     /* GIL-free WebSocket routes (ws_nogil.h) take an offered permessage-deflate (RFC 7692);
      * 0 (zero-initialised) leaves offers unanswered. */
     int ws_deflate;
+    /* 1 (server_config_default): some route may be answered in the readiness callback
+     * (http1_inline.c: a static route, or a GIL-free handler); 0: none can, every route runs
+     * in a coroutine (Python handlers, a WSGI or ASGI app, files). The inline path then only
+     * reads what arrived and leaves it to the coroutine, instead of parsing and routing each
+     * request to find that out, which the coroutine would do again (docs/benchmarks.md,
+     * "Session 18"). */
+    int inline_routes;
     /* Requests of this server in a handler at once (GIL-free, Python, WSGI, ASGI: static and
      * file answers take no handler and are not counted); one more is answered 503 with
      * Retry-After and the connection closed (request.c). 0 (default): no limit. */

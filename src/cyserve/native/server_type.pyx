@@ -343,6 +343,12 @@ cdef class Server:
 
         cdef cs.server_config_t cfg
         cs.server_config_default(&cfg)
+        # Only static routes and GIL-free handlers are ever answered inline (http1_inline.c);
+        # without one, the inline path would parse and route every request for nothing.
+        cfg.inline_routes = 0
+        for i in range(self._ntargets):
+            if self._targets[i].kind == cs.SERVER_STATIC or self._targets[i].kind == cs.SERVER_NOGIL:
+                cfg.inline_routes = 1
         host_b = host.encode("idna") if host else b"0.0.0.0"
         self._keep.append(host_b)
         cfg.host = host_b

@@ -187,6 +187,7 @@ cdef extern from "csrc/server.h" nogil:
         uint64_t ws_ping_interval_ns
         uint64_t ws_ping_timeout_ns
         int ws_deflate
+        int inline_routes
         http_head_t head
 
     void server_fail_health(server_t *s)
