@@ -326,3 +326,21 @@ def test_bodyless_status_sends_no_framing(status: int, shape: str) -> None:
         while len(app.ended) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert app.ended == [f"/{status}/{shape}", "/200/stream"]
+
+
+@pytest.mark.parametrize("status", [204, 304])
+def test_bodyless_status_over_h2_is_no_client_gone(status: int) -> None:
+    # Over HTTP/2 the HEADERS frame of a 204 or 304 ends the stream: the app's body and
+    # trailers messages that follow are taken and dropped, not refused with ClientDisconnected
+    # (the client is there, and has its answer).
+    app = bodyless_app()
+    with serving_app(app) as port, H2(port) as c:
+        for shape in ("trailers", "stream"):
+            sid = c.send(f"/{status}/{shape}", headers=[("te", "trailers")])
+            got, headers, body = c.response(sid)
+            assert (got, body) == (status, b"") and headers["etag"] == '"v1"'
+            assert trailers_of(c, sid) is None
+        deadline = time.monotonic() + 5
+        while len(app.ended) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert app.ended == [f"/{status}/trailers", f"/{status}/stream"]
