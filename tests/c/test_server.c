@@ -436,6 +436,92 @@ static void test_deferred_answers(void)
     router_free(r);
 }
 
+/* ---- a streamed answer of a status without content ---- */
+
+/* The handler streams its answer (as an ASGI or WSGI app's is streamed): the status its
+ * target's opaque names, a first piece, then a last one with a trailer field. */
+static _Atomic int sb_next, sb_abandoned;
+
+static void sb_call(void *opaque, cyserve_request *req, struct cyserve_response *resp)
+{
+    int status = (int)(intptr_t)opaque;
+    resp_set_status(resp, status);
+    resp_write(resp, status == 200 ? "first-" : "dropped-", status == 200 ? 6 : 8);
+    resp_set_stream(resp, opaque, -1);
+}
+
+static int sb_stream(void *opaque, void *stream, struct cyserve_response *resp, int op)
+{
+    if (op == SERVER_STREAM_ABANDON) {
+        atomic_fetch_add(&sb_abandoned, 1);
+        return 0;
+    }
+    atomic_fetch_add(&sb_next, 1);
+    resp_write(resp, "last", 4);
+    resp_add_trailer(resp, "x-sum", 5, "1", 1);
+    return 0;
+}
+
+/* A 204 or 304 ends with its head (RFC 9110 6.4.1), streamed or not: no chunk framing and no
+ * trailer section may follow it, or the client of a keep-alive connection reads them as the
+ * start of the next response. The producer runs to its end (its pieces are taken and dropped,
+ * not abandoned as if the client had gone), and the connection serves the next request. */
+static void test_stream_without_content(void)
+{
+    struct router *r;
+    router_new(&r);
+    struct server_target t204, t304, t200;
+    memset(&t204, 0, sizeof(t204));
+    t204.kind = SERVER_PYTHON;
+    t204.py_call = sb_call;
+    t204.py_stream = sb_stream;
+    t304 = t200 = t204;
+    t204.opaque = (void *)(intptr_t)204;
+    t304.opaque = (void *)(intptr_t)304;
+    t200.opaque = (void *)(intptr_t)200;
+    router_add(r, ROUTER_PATH, "/204", 4, 0, &t204, NULL, 0);
+    router_add(r, ROUTER_PATH, "/304", 4, 0, &t304, NULL, 0);
+    router_add(r, ROUTER_PATH, "/200", 4, 0, &t200, NULL, 0);
+    struct server_config cfg;
+    server_config_default(&cfg);
+    cfg.port = 0;
+    cfg.threads = 1;
+    struct server *s;
+    server_new(&s, &cfg, r);
+    char err[128];
+    is_int(server_start(s, err, sizeof(err)), 0, "bodyless stream: server_start");
+    int fd = connect_to(server_port(s));
+    static const char reqs[] = "GET /204 HTTP/1.1\r\nHost: t\r\nTE: trailers\r\n\r\n"
+                               "GET /304 HTTP/1.1\r\nHost: t\r\nTE: trailers\r\n\r\n"
+                               "GET /200 HTTP/1.1\r\nHost: t\r\nTE: trailers\r\n\r\n";
+    ok(write(fd, reqs, sizeof(reqs) - 1) == (ssize_t)sizeof(reqs) - 1, "sent 204, 304, 200");
+    /* Everything up to the 200's trailer section, which ends the last answer. */
+    static const char end200[] = "0\r\nx-sum: 1\r\n\r\n";
+    char buf[4096];
+    size_t len = 0;
+    while (len < sizeof(buf) - 1 && !memmem(buf, len, end200, sizeof(end200) - 1)) {
+        ssize_t n = read(fd, buf + len, sizeof(buf) - 1 - len);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    buf[len] = 0;
+    const char *second = strstr(buf, "\r\n\r\n");
+    const char *third = second ? strstr(second + 4, "\r\n\r\n") : NULL;
+    ok(!strncmp(buf, "HTTP/1.1 204 ", 13), "the 204 first");
+    ok(second && !strncmp(second + 4, "HTTP/1.1 304 ", 13), "the 304 right after the 204's head");
+    ok(third && !strncmp(third + 4, "HTTP/1.1 200 ", 13), "the 200 right after the 304's head");
+    ok(!strstr(buf, "dropped"), "no piece of the 204's or 304's body went out");
+    ok(third && strstr(third, "\r\n\r\n6\r\nfirst-\r\n4\r\nlast\r\n0\r\nx-sum: 1\r\n\r\n"),
+       "the 200 is chunked, with its trailer");
+    is_int(atomic_load(&sb_next), 3, "each producer was asked for its last piece");
+    is_int(atomic_load(&sb_abandoned), 0, "none was abandoned as if its client had gone");
+    close(fd);
+    is_int(server_shutdown(s, 200ull * 1000 * 1000), 0, "bodyless stream: shutdown");
+    server_free(s);
+    router_free(r);
+}
+
 /* HTTP/2: the streams of one connection run at once. Each call of this GIL-free handler waits
  * (up to 3 s) until another call is inside it too: two streams sent together on one connection
  * are answered "together" only if their calls ran at the same time, on the two workers. */
@@ -602,6 +688,7 @@ int main(void)
     test_stop_drains_the_accept_queue(&st);
     test_queued_connections_are_all_served(&st);
     test_deferred_answers();
+    test_stream_without_content();
     test_http2_streams_at_once();
     server_target_clear(&st);
     router_free(r);

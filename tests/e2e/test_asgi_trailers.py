@@ -14,6 +14,7 @@ import logging
 import socket
 import ssl
 import struct
+import time
 from typing import Any
 
 import h2.events
@@ -279,3 +280,67 @@ def test_trailers_never_sent(caplog: pytest.LogCaptureFixture) -> None:
         assert c.read_exact(12) == b"7\r\npartial\r\n"
         assert c.is_closed()  # no last chunk: the body is incomplete
     assert "announced trailers but returned without sending http.response.trailers" in caplog.text
+
+
+def bodyless_app() -> Any:
+    """/<status>/trailers: a start announcing trailers, an empty body, one trailer field;
+    /<status>/stream: a body streamed in two empty messages. Both need the engine's streamed
+    path; the status (204, 304) has no content. Each app call is recorded when it ends."""
+    ended: list[str] = []
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        _, status, shape = scope["path"].split("/")
+        trailers = shape == "trailers"
+        await send({"type": "http.response.start", "status": int(status), "trailers": trailers,
+                    "headers": [(b"etag", b'"v1"')]})
+        await send({"type": "http.response.body", "body": b"", "more_body": not trailers})
+        if trailers:
+            await send({"type": "http.response.trailers", "headers": [(b"x-checksum", b"1")]})
+        else:
+            await send({"type": "http.response.body", "body": b""})
+        ended.append(scope["path"])
+
+    app.ended = ended  # type: ignore[attr-defined]
+    return app
+
+
+@pytest.mark.parametrize("status", [204, 304])
+@pytest.mark.parametrize("shape", ["trailers", "stream"])
+def test_bodyless_status_sends_no_framing(status: int, shape: str) -> None:
+    # A 204 or 304 ends with its head (RFC 9110 6.4.1): no last chunk, no trailer section may
+    # follow it, or the client reads them as the start of the next response on the connection.
+    app = bodyless_app()
+    with serving_app(app) as port, Conn(port) as c:
+        c.send(get(f"/{status}/{shape}", extra=TE) + get("/200/stream"))
+        r = c.reply()
+        assert r.status == status and r.header("etag") == '"v1"'
+        assert r.header("transfer-encoding") is None and r.header("content-length") is None
+        assert c.buf == b"" or c.buf.startswith(b"HTTP/1.1 200 "), c.buf
+        second = c.reply()
+        assert second.status == 200 and second.body == b""
+        assert r.header("content-type") is None  # no content, no type (as for a whole body)
+        # The app ran to its end: its body messages were taken, not refused as a client gone.
+        deadline = time.monotonic() + 5
+        while len(app.ended) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert app.ended == [f"/{status}/{shape}", "/200/stream"]
+
+
+@pytest.mark.parametrize("status", [204, 304])
+def test_bodyless_status_over_h2_is_no_client_gone(status: int) -> None:
+    # Over HTTP/2 the HEADERS frame of a 204 or 304 ends the stream: the app's body and
+    # trailers messages that follow are taken and dropped, not refused with ClientDisconnected
+    # (the client is there, and has its answer).
+    app = bodyless_app()
+    with serving_app(app) as port, H2(port) as c:
+        for shape in ("trailers", "stream"):
+            sid = c.send(f"/{status}/{shape}", headers=[("te", "trailers")])
+            got, headers, body = c.response(sid)
+            assert (got, body) == (status, b"") and headers["etag"] == '"v1"'
+            assert trailers_of(c, sid) is None
+        deadline = time.monotonic() + 5
+        while len(app.ended) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert app.ended == [f"/{status}/trailers", f"/{status}/stream"]

@@ -243,17 +243,24 @@ static int send_stream(struct http1_session *sv, const struct server_target *t, 
     struct cyserve_response *r = &sv->rq.resp;
     void *stream = r->stream;
     r->stream = NULL; /* from here on, this function owns the duty to release it */
+    /* A status that has no content (1xx, 204, 304: RFC 9110 6.4.1) ends with its head, which
+     * announces no framing (http_write_head): what the producer streams is taken from it and
+     * dropped, as request_answer_resp drops such a body, so that no chunk framing (nor a
+     * trailer section) follows the head, where the client would read it as the start of the
+     * next response on the connection. The producer still runs to its end, as it would for a
+     * body sent; the connection stays open whatever the version. */
+    int bodyless = r->status < 200 || r->status == 204 || r->status == 304;
     /* With a length announced, the pieces go out as they are and the connection can stay
      * open; without one, an HTTP/1.1 client gets chunks, an HTTP/1.0 one the close. */
-    int64_t length = r->stream_length;
-    int chunked = length < 0 && sv->rq.head.minor_version >= 1;
-    if ((length < 0 && !chunked) || r->close)
+    int64_t length = bodyless ? -1 : r->stream_length;
+    int chunked = length < 0 && sv->rq.head.minor_version >= 1 && !bodyless;
+    if ((length < 0 && !chunked && !bodyless) || r->close)
         keep = 0;
     if (!keep)
         r->close = 1; /* serve_loop closes after this answer */
     size_t body_len;
     const char *body = resp_body(r, &body_len);
-    if (!r->has_content_type) {
+    if (!r->has_content_type && !bodyless) {
         static const char ct[] = "Content-Type: text/plain; charset=utf-8\r\n";
         if (UNLIKELY(wbuf_append(&r->headers, ct, sizeof(ct) - 1))) {
             stream_abandon(&sv->rq, t, stream);
@@ -279,7 +286,9 @@ static int send_stream(struct http1_session *sv, const struct server_target *t, 
     uint64_t sent = 0;
     int more = 1;
     for (;;) {
-        if (length >= 0 && sent + body_len > (uint64_t)length)
+        if (UNLIKELY(bodyless))
+            body_len = 0; /* flushes the head alone */
+        else if (length >= 0 && sent + body_len > (uint64_t)length)
             body_len = (size_t)((uint64_t)length - sent); /* never more than announced */
         sent += body_len;
         rc = send_piece(sv, body, body_len, chunked);

@@ -457,6 +457,12 @@ cdef class _Exchange:
     # set by the body's last message of such a response, which then ends with the last
     # http.response.trailers message instead (_body_trailed, _trailers).
     cdef bint trailers, body_ended
+    # The status has no content (1xx, 204, 304: RFC 9110 6.4.1): the answer is complete with
+    # its head, as one to HEAD is, and the body's and trailers' messages that follow are taken
+    # and dropped. Streamed instead, the engine would have nothing to send (HTTP/1.1 must not
+    # chunk it, HTTP/2 ends the stream with the HEADERS) and would tell the app that the client
+    # had gone, which it has not.
+    cdef bint bodyless
     cdef int status
     cdef list headers        # the response's (name, value) pairs, checked at start
     cdef object length       # the app's Content-Length, or None
@@ -537,6 +543,7 @@ cdef class _Exchange:
             if self.started:
                 raise RuntimeError("ASGI: http.response.start sent twice")
             self.status = int(message["status"])
+            self.bodyless = self.status < 200 or self.status == 204 or self.status == 304
             hdrs = _mget(message, "headers", None)
             self.headers = list(hdrs or ())
             # `trailers` is looked up only when the message has a key besides type, status and
@@ -556,8 +563,9 @@ cdef class _Exchange:
         if self.gone:
             raise ClientDisconnected("the client went away")
         if self.complete:
-            if self.head:
-                # An answer to HEAD is complete with its head: the rest goes nowhere.
+            if self.head or self.bodyless:
+                # An answer to HEAD, or of a status without content, is complete with its head:
+                # the rest goes nowhere.
                 return self.lp.ready
             raise RuntimeError("ASGI: http.response.body after the response was complete")
         if self.trailers:
@@ -569,7 +577,7 @@ cdef class _Exchange:
             if self.head and self.length is None and not more:
                 self.length = len(body)  # what GET would carry: announced, not sent
             self._fill_head(resp)
-            if self.head:
+            if self.head or self.bodyless:
                 self._give(0)
                 return self.lp.ready
             if more:
@@ -599,11 +607,13 @@ cdef class _Exchange:
         cdef cs.resp_t *resp = &self.h.resp
         if not self.streaming:
             self._fill_head(resp)
-            if self.head:
+            if self.head or self.bodyless:
                 # An answer to HEAD is complete with its head, and GET's body would be chunked:
-                # no length to announce. The trailers that follow go nowhere.
-                _check_rc(cs.resp_set_head_length(resp, cs.RESP_LENGTH_UNKNOWN),
-                          "ASGI HEAD length")
+                # no length to announce. The trailers that follow go nowhere; so do they after
+                # a status without content, complete with its head too.
+                if self.head:
+                    _check_rc(cs.resp_set_head_length(resp, cs.RESP_LENGTH_UNKNOWN),
+                              "ASGI HEAD length")
                 self._give(0)
                 return self.lp.ready
             _check_rc(cs.resp_set_stream(resp, <void *>self.h, -1), "ASGI response")
@@ -631,8 +641,8 @@ cdef class _Exchange:
         if self.gone:
             raise ClientDisconnected("the client went away")
         if self.complete:
-            if self.head:
-                return self.lp.ready  # the answer to HEAD went out with its head
+            if self.head or self.bodyless:
+                return self.lp.ready  # the answer went out with its head
             raise RuntimeError("ASGI: http.response.trailers after the response was complete")
         if not self.body_ended:
             raise RuntimeError("ASGI: http.response.trailers before the body's last message "
