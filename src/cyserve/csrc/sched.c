@@ -1547,13 +1547,15 @@ int sched_worker_id(void)
 int sched_worker_queued(int home)
 {
     struct sched_worker *w = sched_self();
-    /* Only the owner reads n_off and off_owed (owner-only fields); another thread cannot know,
-     * and "queued" is the answer that costs its caller at most one poll. */
+    /* Only the owner reads local_head (under its loop lock, which it holds here), n_off and
+     * off_owed (owner-only fields); another thread cannot know, and "queued" is the answer that
+     * costs its caller at most one poll. Hopped coroutines on local_head run before the next
+     * epoll look, so they count as queued work. */
     if (!w || (int)w->id != home || w->id >= w->s->n)
         return 1;
     /* safety: relaxed, a hint: a push after these loads (a hop home, an injected spawn) only
      * delays the caller's readiness by the one loop turn it already accepts. */
-    return runq_len(&w->rq) > 0 || w->n_off || w->off_owed ||
+    return runq_len(&w->rq) > 0 || w->local_head || w->n_off || w->off_owed ||
            __atomic_load_n(&w->remote, __ATOMIC_RELAXED) != NULL ||
            __atomic_load_n(&w->s->inj_len, __ATOMIC_RELAXED) > 0;
 }
