@@ -88,7 +88,7 @@ test-tools:
 # Leak detection is off: CPython itself keeps memory until exit.
 # The tests that run there are the modules marked `native` (pytestmark = pytest.mark.native):
 # those that drive the C and Cython code.
-ASAN_PKG := build/asan/pkg
+ASAN_PKG := $(CURDIR)/build/asan/pkg
 ASAN_PYTEST_ARGS ?= -m native tests
 $(ASAN_PKG)/.built: $(STAMP) $(CORE_SOURCES) | native-deps
 	rm -rf $(ASAN_PKG) && mkdir -p $(ASAN_PKG)
