@@ -277,8 +277,8 @@ static void test_stack_depot(void)
     static struct coro *cos[BIG];
     uint64_t first = start_here_finish_there(worker, relief, cos, N);
     is_int((long)first, N, "300 coroutines in flight map 300 stacks");
-    ok(relief->n_free_stacks <= CORO_STACK_MAG, "the finishing pool keeps one magazine at most (%u)",
-       relief->n_free_stacks);
+    ok(relief->n_free_stacks <= CORO_STACK_MAG,
+       "the finishing pool keeps one magazine at most (%u)", relief->n_free_stacks);
     is_int(stacks_held(worker, relief), N, "and the depot holds the rest");
     /* Without the depot the relief pool kept 128 and unmapped the others, and the worker, whose
      * cache they never reached, mapped 300 again: an mmap, an mprotect and a munmap per

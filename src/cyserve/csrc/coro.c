@@ -69,7 +69,7 @@ enum coro_state { CORO_NEW, CORO_RUNNING, CORO_SUSPENDED, CORO_DONE };
 struct coro_stack {
     struct coro_stack *next;     /* pool free list, or the rest of a magazine */
     struct coro_stack *next_mag; /* the depot's next magazine (in a magazine's first stack) */
-    char *map;               /* start of the mapping (the guard page, if any) */
+    char *map;                   /* start of the mapping (the guard page, if any) */
     size_t map_size;
     char *lo; /* lowest usable byte */
     char *hi; /* one past the highest usable byte (this header starts here) */
