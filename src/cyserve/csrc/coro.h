@@ -5,7 +5,9 @@
  * A coroutine is created without a stack. It takes one from a stack pool when it is first
  * resumed and gives it back when it finishes, so 500,000 coroutines spawned before any of them
  * runs hold 500,000 small structs, not 500,000 stacks. Stack pools are per thread: every call
- * that names a pool must be made on the thread that owns it.
+ * that names a pool must be made on the thread that owns it. Pools made with
+ * coro_pool_new_shared share a depot of free stacks (under a mutex), so that stacks freed on one
+ * thread serve the coroutines another thread starts.
  *
  * A coroutine body returns an int (its exit value). Inside the body, coro_yield() suspends it
  * and hands a value to whoever resumed it; the scheduler (sched.h) uses these values, user code
