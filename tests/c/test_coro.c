@@ -216,6 +216,108 @@ static void test_stacks(void)
 /* ---- trimming a stack ---- */
 
 /* Resident pages of [lo, hi), page-aligned. */
+/* Yields once, then finishes. */
+static int body_yield_once(struct coro *co, void *arg)
+{
+    coro_yield(co, 1);
+    return 0;
+}
+
+/* Start n coroutines with pool `start` (each yields once, holding its stack) and finish them
+ * with pool `finish`: the shape of a Python call's coroutine under load, started by a worker and
+ * finished by the relief thread whose batch ran the call. Returns the stacks mapped meanwhile. */
+static uint64_t start_here_finish_there(struct coro_pool *start, struct coro_pool *finish,
+                                        struct coro **cos, unsigned n)
+{
+    uint64_t mapped0, unmapped0, mapped1, unmapped1;
+    coro_stack_counts(&mapped0, &unmapped0);
+    for (unsigned i = 0; i < n; i++) {
+        cos[i] = coro_new(start, body_yield_once, NULL);
+        coro_resume(cos[i], start);
+    }
+    coro_stack_counts(&mapped1, &unmapped1);
+    for (unsigned i = 0; i < n; i++) {
+        while (coro_resume(cos[i], finish) != CORO_FINISHED)
+            ;
+        coro_free(cos[i], finish);
+    }
+    return mapped1 - mapped0;
+}
+
+/* Stacks held free by two pools and their depot (no coroutine holds one when this is read). */
+static long stacks_held(struct coro_pool *p1, struct coro_pool *p2)
+{
+    return (long)p1->n_free_stacks + (long)p2->n_free_stacks +
+           (long)p1->slab->depot_mags * CORO_STACK_MAG;
+}
+
+/* Stacks mapped and not unmapped since the counts m0, u0 were read. */
+static long stacks_alive_since(uint64_t m0, uint64_t u0)
+{
+    uint64_t m, u;
+    coro_stack_counts(&m, &u);
+    return (long)(m - m0) - (long)(u - u0);
+}
+
+static void test_stack_depot(void)
+{
+    /* Two pools of one slab, as a worker's and a relief thread's (whose cache holds one
+     * magazine). */
+    struct coro_pool *worker, *relief;
+    if (coro_pool_new(&worker, CORO_STACK_DEFAULT) != 0 ||
+        coro_pool_new_shared(&relief, CORO_STACK_DEFAULT, worker) != 0) {
+        ok(0, "pools for the depot test");
+        return;
+    }
+    coro_pool_set_cache(relief, CORO_STACK_MAG);
+    struct coro_slab *slab = worker->slab;
+    uint64_t m0, u0;
+    coro_stack_counts(&m0, &u0);
+    enum { N = 300, BIG = 700 };
+    static struct coro *cos[BIG];
+    uint64_t first = start_here_finish_there(worker, relief, cos, N);
+    is_int((long)first, N, "300 coroutines in flight map 300 stacks");
+    ok(relief->n_free_stacks <= CORO_STACK_MAG,
+       "the finishing pool keeps one magazine at most (%u)", relief->n_free_stacks);
+    is_int(stacks_held(worker, relief), N, "and the depot holds the rest");
+    /* Without the depot the relief pool kept 128 and unmapped the others, and the worker, whose
+     * cache they never reached, mapped 300 again: an mmap, an mprotect and a munmap per
+     * coroutine, as under many HTTP/2 streams waiting on Python calls. */
+    uint64_t again = start_here_finish_there(worker, relief, cos, N);
+    ok(again < CORO_STACK_MAG, "the same load again maps fewer than a magazine (%llu)",
+       (unsigned long long)again);
+    is_int(stacks_alive_since(m0, u0), stacks_held(worker, relief),
+           "every stack mapped and not unmapped is held free by a pool or the depot");
+
+    /* The depot is bounded: 700 stacks finished elsewhere fill it to its bound and the rest are
+     * unmapped. */
+    start_here_finish_there(worker, relief, cos, BIG);
+    ok(slab->depot_mags == slab->depot_max, "700 fill the depot to its bound (%u of %u)",
+       slab->depot_mags, slab->depot_max);
+    is_int(stacks_alive_since(m0, u0), stacks_held(worker, relief),
+           "and what it had no room for was unmapped");
+
+    /* What the depot held unused for a whole period is unmapped: a depot operation after one
+     * period sets the low-water mark (the depot's count then), the next one after another
+     * period unmaps that many magazines. Sleeping past the period makes it certain. */
+    struct timespec period = {1, 50000000};
+    nanosleep(&period, NULL);
+    is_int((long)worker->n_free_stacks, 0, "the worker's cache is empty");
+    struct coro *co = coro_new(worker, body_yield_once, NULL);
+    while (coro_resume(co, worker) != CORO_FINISHED)
+        ; /* its stack is a magazine from the depot */
+    coro_free(co, worker);
+    is_int((long)slab->depot_mags, (long)slab->depot_max - 1, "a start took one magazine");
+    nanosleep(&period, NULL);
+    struct coro_stack *mag = coro_depot_take(worker);
+    ok(mag == NULL, "a period later the magazines unused all period are gone (%u left)",
+       slab->depot_mags);
+    is_int(stacks_alive_since(m0, u0), stacks_held(worker, relief), "unmapped, not lost");
+    coro_pool_free(relief);
+    coro_pool_free(worker);
+    is_int(stacks_alive_since(m0, u0), 0, "freeing the pools unmaps every stack they held");
+}
+
 static size_t resident_pages(uintptr_t lo, uintptr_t hi)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE), n = (hi - lo) / page, count = 0;
@@ -544,6 +646,7 @@ int main(void)
     test_defers();
     test_arena();
     test_stacks();
+    test_stack_depot();
     test_stack_trim();
     test_fpu_state();
     test_migrate();

@@ -10,7 +10,11 @@
  * - Stacks are mmap'd: [guard page][usable stack][struct coro_stack header at the very top].
  *   A coroutine takes one on its first resume from the resuming thread's pool and gives it back
  *   to the pool of the thread where it finishes. Each pool caches a bounded number of stacks;
- *   past that they are unmapped. Stacks are plain mappings, so any pool may unmap any stack.
+ *   past that it gives them, a magazine at a time, to the depot its slab shares with the other
+ *   pools (mutex), and a pool that runs dry takes a magazine from there before it maps a new
+ *   stack. The depot is bounded too, and what it held unused for a whole second is unmapped
+ *   (the policy and its measurements: docs/architecture.md, "Coroutine stacks under many
+ *   streams"). Stacks are plain mappings, so any pool may unmap any stack.
  * - The arena is a list of malloc'd chunks owned by the coroutine; defer records live in it.
  *
  * Switching: coro_switch_ctx (coro_switch_<arch>.S) saves the callee-saved registers on the
@@ -31,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "compat.h"
@@ -62,8 +67,9 @@ enum coro_state { CORO_NEW, CORO_RUNNING, CORO_SUSPENDED, CORO_DONE };
 
 /* Header at the top of every stack mapping. */
 struct coro_stack {
-    struct coro_stack *next; /* pool free list */
-    char *map;               /* start of the mapping (the guard page, if any) */
+    struct coro_stack *next;     /* pool free list, or the rest of a magazine */
+    struct coro_stack *next_mag; /* the depot's next magazine (in a magazine's first stack) */
+    char *map;                   /* start of the mapping (the guard page, if any) */
     size_t map_size;
     char *lo; /* lowest usable byte */
     char *hi; /* one past the highest usable byte (this header starts here) */
@@ -140,11 +146,27 @@ struct coro_magazine {
     struct coro_magazine *next_mag; /* overlays the first free struct of the magazine */
 };
 
+/* The depot: free stacks shared by the pools of a slab (the threads of one scheduler), in
+ * magazines of CORO_STACK_MAG. It holds at most CORO_DEPOT_BYTES of stacks (address space; what
+ * is resident is the pages their earlier coroutines touched), and every CORO_DEPOT_DECAY_NS it
+ * unmaps as many magazines as it held throughout the period just ended (its low-water mark):
+ * stacks nobody needed for a second. The decay is looked at only when a magazine comes or goes,
+ * so a server that goes quiet keeps what the depot holds (at most CORO_DEPOT_BYTES) until its
+ * next burst; one lock per magazine, no timer. */
+#define CORO_DEPOT_BYTES (32u << 20)
+#define CORO_DEPOT_DECAY_NS 1000000000ull
+
 struct coro_slab {
     pthread_mutex_t lock;
     unsigned refs;                  /* pools using this slab; under lock */
     struct coro_slab_chunk *chunks; /* under lock */
     struct coro *mags;              /* magazines: lists of CORO_MAGAZINE free structs; under lock */
+    struct coro_stack *depot;       /* magazines of free stacks, through next_mag; under lock */
+    unsigned depot_mags;            /* magazines in the depot; under lock */
+    unsigned depot_low;             /* fewest magazines held since depot_mark; under lock */
+    unsigned depot_max;             /* the bound, in magazines (0: no depot); set at creation */
+    size_t depot_stack_size;        /* the stack size the depot takes (its first pool's) */
+    uint64_t depot_mark;            /* CLOCK_MONOTONIC_COARSE ns of the last decay; under lock */
 };
 
 struct coro_pool {
@@ -183,6 +205,16 @@ static pthread_once_t coro_once = PTHREAD_ONCE_INIT;
 static struct sigaction coro_old_segv;
 
 static const uint64_t coro_canary = 0x6379736572766521ull; /* "cyserve!" */
+
+/* Stacks mapped and unmapped since the process started (coro_stack_counts). */
+static uint64_t coro_stacks_mapped, coro_stacks_unmapped; /* atomic */
+
+void coro_stack_counts(uint64_t *mapped, uint64_t *unmapped)
+{
+    /* safety: plain event counters, each read whole; nothing is ordered by them. */
+    *mapped = __atomic_load_n(&coro_stacks_mapped, __ATOMIC_RELAXED);
+    *unmapped = __atomic_load_n(&coro_stacks_unmapped, __ATOMIC_RELAXED);
+}
 
 static void coro_write_stderr(const char *msg)
 {
@@ -309,6 +341,8 @@ static int coro_pool_create(struct coro_pool **out, size_t stack_size, struct co
         }
         pthread_mutex_init(&slab->lock, NULL);
         slab->refs = 1;
+        slab->depot_stack_size = pool->stack_size;
+        slab->depot_max = (unsigned)(CORO_DEPOT_BYTES / (pool->stack_size * CORO_STACK_MAG));
     }
     pool->slab = slab;
     coro_install_altstack();
@@ -331,12 +365,114 @@ size_t coro_pool_stack_size(const struct coro_pool *pool)
     return pool->stack_size;
 }
 
+void coro_pool_set_cache(struct coro_pool *pool, unsigned stacks)
+{
+    pool->max_free_stacks = stacks < CORO_STACK_MAG ? CORO_STACK_MAG : stacks;
+}
+
 static void coro_stack_unmap(struct coro_stack *st)
 {
     if (st->guarded)
         /* safety: a plain counter of mappings; relaxed is enough for a budget. */
         __atomic_fetch_sub(&coro_guard_used, 2, __ATOMIC_RELAXED);
+    /* safety: an event counter (coro_stack_counts). */
+    __atomic_fetch_add(&coro_stacks_unmapped, 1, __ATOMIC_RELAXED);
     munmap(st->map, st->map_size);
+}
+
+/* Unmap every stack of a chain of magazines (through next_mag, each a list through next). */
+static void coro_unmap_mags(struct coro_stack *mags)
+{
+    while (mags) {
+        struct coro_stack *st = mags;
+        mags = mags->next_mag;
+        while (st) {
+            struct coro_stack *next = st->next;
+            coro_stack_unmap(st);
+            st = next;
+        }
+    }
+}
+
+static uint64_t coro_coarse_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Under slab->lock. Once a period has passed since the last decay, take out of the depot as many
+ * magazines as it held throughout that period, and return them (through next_mag) for the
+ * caller to unmap after it unlocks. */
+static struct coro_stack *coro_depot_decay_locked(struct coro_slab *slab, uint64_t now)
+{
+    if (now - slab->depot_mark < CORO_DEPOT_DECAY_NS)
+        return NULL;
+    struct coro_stack *drop = NULL;
+    for (unsigned n = slab->depot_low; n > 0 && slab->depot; n--) {
+        struct coro_stack *mag = slab->depot;
+        slab->depot = mag->next_mag;
+        slab->depot_mags--;
+        mag->next_mag = drop;
+        drop = mag;
+    }
+    slab->depot_mark = now;
+    slab->depot_low = slab->depot_mags;
+    return drop;
+}
+
+/* Give a magazine (CORO_STACK_MAG stacks of pool's size, through next) to the depot, or unmap
+ * it if the depot is full or takes another size. */
+static NOINLINE void coro_depot_put(struct coro_pool *pool, struct coro_stack *mag)
+{
+    struct coro_slab *slab = pool->slab;
+    uint64_t now = coro_coarse_ns();
+    pthread_mutex_lock(&slab->lock);
+    struct coro_stack *drop = coro_depot_decay_locked(slab, now);
+    if (slab->depot_stack_size == pool->stack_size && slab->depot_mags < slab->depot_max) {
+        mag->next_mag = slab->depot;
+        slab->depot = mag;
+        slab->depot_mags++;
+        mag = NULL;
+    }
+    pthread_mutex_unlock(&slab->lock);
+    if (mag) {
+        mag->next_mag = drop;
+        drop = mag;
+    }
+    coro_unmap_mags(drop);
+}
+
+/* A magazine from the depot (CORO_STACK_MAG stacks through next), or NULL if it has none. */
+static NOINLINE struct coro_stack *coro_depot_take(struct coro_pool *pool)
+{
+    struct coro_slab *slab = pool->slab;
+    uint64_t now = coro_coarse_ns();
+    pthread_mutex_lock(&slab->lock);
+    struct coro_stack *drop = coro_depot_decay_locked(slab, now);
+    struct coro_stack *mag = NULL;
+    if (slab->depot && slab->depot_stack_size == pool->stack_size) {
+        mag = slab->depot;
+        slab->depot = mag->next_mag;
+        if (--slab->depot_mags < slab->depot_low)
+            slab->depot_low = slab->depot_mags;
+    }
+    pthread_mutex_unlock(&slab->lock);
+    coro_unmap_mags(drop);
+    return mag;
+}
+
+/* Cut the first CORO_STACK_MAG stacks off the pool's free list (which holds more) and give them
+ * to the depot. */
+static void coro_pool_spill(struct coro_pool *pool)
+{
+    struct coro_stack *mag = pool->free_stacks, *cut = mag;
+    for (unsigned i = 1; i < CORO_STACK_MAG; i++)
+        cut = cut->next;
+    pool->free_stacks = cut->next;
+    cut->next = NULL;
+    pool->n_free_stacks -= CORO_STACK_MAG;
+    coro_depot_put(pool, mag);
 }
 
 /* Hand the pool's free structs back to the slab as magazines (the pool is going away). */
@@ -364,17 +500,24 @@ void coro_pool_free(struct coro_pool *pool)
 {
     if (!pool)
         return;
+    /* The cached stacks go to the depot for the slab's other pools (a relief thread that exits
+     * leaves its stacks to the workers); the depot unmaps what it has no room for. */
+    while (pool->n_free_stacks >= CORO_STACK_MAG)
+        coro_pool_spill(pool);
     while (pool->free_stacks) {
         struct coro_stack *st = pool->free_stacks;
         pool->free_stacks = st->next;
         coro_stack_unmap(st);
     }
+    pool->n_free_stacks = 0;
     coro_pool_return_structs(pool);
     struct coro_slab *slab = pool->slab;
     pthread_mutex_lock(&slab->lock);
     unsigned refs = --slab->refs;
     pthread_mutex_unlock(&slab->lock);
     if (refs == 0) {
+        coro_unmap_mags(slab->depot);
+        slab->depot = NULL;
         while (slab->chunks) {
             struct coro_slab_chunk *c = slab->chunks;
             slab->chunks = c->next;
@@ -556,8 +699,11 @@ static NOINLINE struct coro_stack *coro_stack_map(struct coro_pool *pool)
         munmap(map, map_size);
         return NULL;
     }
+    /* safety: an event counter (coro_stack_counts). */
+    __atomic_fetch_add(&coro_stacks_mapped, 1, __ATOMIC_RELAXED);
     struct coro_stack *st = (struct coro_stack *)(void *)(map + map_size - header);
     st->next = NULL;
+    st->next_mag = NULL;
     st->map = map;
     st->map_size = map_size;
     st->lo = map + guard;
@@ -576,6 +722,13 @@ static struct coro_stack *coro_stack_get(struct coro_pool *pool)
         pool->n_free_stacks--;
         return st;
     }
+    st = coro_depot_take(pool);
+    if (st) {
+        pool->free_stacks = st->next;
+        pool->n_free_stacks = CORO_STACK_MAG - 1;
+        st->next = NULL;
+        return st;
+    }
     return coro_stack_map(pool);
 }
 
@@ -586,15 +739,21 @@ static void coro_stack_put(struct coro_pool *pool, struct coro_stack *st)
      * them. */
     __asan_unpoison_memory_region(st->lo, (size_t)(st->hi - st->lo));
 #endif
-    if (UNLIKELY(st->map_size - (size_t)(st->lo - st->map) - pool->page != pool->stack_size ||
-                 pool->n_free_stacks >= pool->max_free_stacks)) {
-        /* A stack of another size (a pool of another scheduler) or a full cache. */
+    if (UNLIKELY(st->map_size - (size_t)(st->lo - st->map) - pool->page != pool->stack_size)) {
+        /* A stack of another size (a pool of another scheduler). */
+        coro_stack_unmap(st);
+        return;
+    }
+    if (UNLIKELY(pool->n_free_stacks >= pool->max_free_stacks &&
+                 pool->max_free_stacks < CORO_STACK_MAG)) {
+        /* A full cache too small to spill a magazine from (stacks of over 256 KiB). */
         coro_stack_unmap(st);
         return;
     }
     st->next = pool->free_stacks;
     pool->free_stacks = st;
-    pool->n_free_stacks++;
+    if (UNLIKELY(++pool->n_free_stacks > pool->max_free_stacks))
+        coro_pool_spill(pool);
 }
 
 void coro_stack_trim(struct coro *co)

@@ -5,7 +5,9 @@
  * A coroutine is created without a stack. It takes one from a stack pool when it is first
  * resumed and gives it back when it finishes, so 500,000 coroutines spawned before any of them
  * runs hold 500,000 small structs, not 500,000 stacks. Stack pools are per thread: every call
- * that names a pool must be made on the thread that owns it.
+ * that names a pool must be made on the thread that owns it. Pools made with
+ * coro_pool_new_shared share a depot of free stacks (under a mutex), so that stacks freed on one
+ * thread serve the coroutines another thread starts.
  *
  * A coroutine body returns an int (its exit value). Inside the body, coro_yield() suspends it
  * and hands a value to whoever resumed it; the scheduler (sched.h) uses these values, user code
@@ -75,6 +77,20 @@ int coro_pool_new_shared(struct coro_pool **out, size_t stack_size, struct coro_
 
 /* The usable size of the pool's stacks, in bytes. */
 size_t coro_pool_stack_size(const struct coro_pool *pool);
+
+/* Cache at most `stacks` free stacks in the pool itself (at least CORO_STACK_MAG; the default is
+ * 8 MiB of stacks, at least 4); more go to the depot its slab shares with the other pools of that
+ * slab. For a thread that finishes coroutines it did not start (a relief thread), whose stacks
+ * are wanted by the threads that start them. Owner thread of pool only. */
+void coro_pool_set_cache(struct coro_pool *pool, unsigned stacks);
+
+/* Stacks move between a pool and its slab's depot in magazines of this many. */
+#define CORO_STACK_MAG 32u
+
+/* Counters of the process's stack mappings since it started: stacks mapped (each an mmap, and
+ * an mprotect for its guard page) and unmapped (each a munmap). Any thread; each value is
+ * exact, the pair is not one snapshot. */
+void coro_stack_counts(uint64_t *mapped, uint64_t *unmapped);
 
 /* Unmap every cached stack and free the pool. Coroutines still holding one of its stacks must be
  * finished or freed first. Owner thread only. */

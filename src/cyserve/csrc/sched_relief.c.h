@@ -292,6 +292,10 @@ static void *relief_main(void *arg)
         sched_tls_worker = NULL;
         return NULL;
     }
+    /* A relief thread finishes coroutines that workers started (a Python call's coroutine is
+     * resumed where its batch ran) and starts few: its free stacks go to the shared depot, where
+     * the workers take them, rather than sit in a cache of its own. */
+    coro_pool_set_cache(r->pool, CORO_STACK_MAG);
     loop_lock(r, r);
     relief_loop(r);
     if (sched_is_stopping(s))
