@@ -15,6 +15,7 @@ import argparse
 import difflib
 import importlib
 import importlib.util
+import math
 import os
 import re
 import sys
@@ -1192,6 +1193,25 @@ def _add_python_path(dirs: str | None) -> None:
 # was (the printed text is the file).
 _NOT_PRINTED = ("help", "version", "config", "check_config", "print_config")
 
+# The options whose value is a number, printed by --print-config as a TOML number (the others,
+# --umask and --uds-perms among them, are text: 022 is octal there, which TOML has no way to say).
+_NUMBER_OPTIONS = frozenset(_INT_OPTIONS + _FLOAT_OPTIONS + (
+    "max_requests", "max_requests_jitter", "limit_concurrency", "limit_request_line",
+    "limit_request_fields", "limit_request_field_size", "ssl_cert_reqs", "ssl_ticket_rotation",
+    "fd", "metrics_port", "ws_max_size", "ws_ping_interval", "ws_ping_timeout", "reload_delay"))
+
+
+def _toml_number(text: str) -> str | None:
+    """``text`` as a TOML number that --config reads back to the same words (it turns a number
+    into text with str()), or None when it is not one: 1e3 or 010 stay quoted, as written."""
+    if re.fullmatch(r"0|-?[1-9][0-9]*", text):
+        return text
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return text if math.isfinite(number) and repr(number) == text else None
+
 
 def config_toml(args: argparse.Namespace) -> str:
     """The options of ``args`` that differ from their defaults, as a TOML file that --config
@@ -1214,7 +1234,8 @@ def config_toml(args: argparse.Namespace) -> str:
         elif isinstance(value, list):
             text = "[" + ", ".join(json.dumps(str(v)) for v in value) + "]"
         else:
-            text = json.dumps(str(value))
+            number = _toml_number(value) if action.dest in _NUMBER_OPTIONS else None
+            text = number if number is not None else json.dumps(str(value))
         lines.append(f"{name} = {text}")
     for hook in sorted(getattr(args, "hooks", {}) or {}):
         lines.append(f"# {hook}: a hook of the Python --config file, not written here")
