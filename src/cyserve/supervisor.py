@@ -82,7 +82,7 @@ from .listeners import Listeners
 from .hooks import HookError, HookServer, HookWorker, call_hook
 from .owner import drop_privileges
 from .reloader import Watcher
-from .serving import MetricsEndpoint, serve_process
+from .serving import MetricsEndpoint, drain_line, serve_process
 from .signals import Waiter, configure_logging, format_address, listen_error, say
 
 __all__ = ["serve_processes"]
@@ -361,7 +361,10 @@ class _Supervisor:
                     sys.stderr)
                 self._spawn()
         if status == 0:
+            # Said here once for all the workers, which stop without a word of their own.
             say(self.waiter.shutdown_line())
+            if self.config.drain_delay > 0:
+                say(drain_line(self.config))
         return self._stop(status)
 
     def _read_pipes(self) -> None:
@@ -721,7 +724,8 @@ def _worker_main(app: App, config: Config, previous: dict[int, Any], supervisor:
                                           max_lifetime=0.0, worker_timeout=0.0,
                                           metrics_bind=None),
                       listeners=listeners, ready=lambda srv: _tell(pipe, b"R"),
-                      tick=_recycle_tick(config, pipe), metrics=metrics, parent=supervisor)
+                      tick=_recycle_tick(config, pipe), metrics=metrics, parent=supervisor,
+                      supervised=True)
     except CyserveError as exc:
         # A listener that cannot be made, an ASGI lifespan startup that failed (its message
         # carries the application's traceback): one sentence, as the single process says it,
