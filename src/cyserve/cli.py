@@ -138,8 +138,11 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
                         "answering 503, so that a load balancer takes this server out before "
                         "its listeners close (Kubernetes: instead of a preStop sleep); a second "
                         "Ctrl-C ends the wait (default 0: none)")
-    p.add_argument("--log-level", default=defaults.log_level, choices=LOG_LEVELS, type=str.lower,
-                   help="level of the cyserve logger (default info)")
+    # trace is uvicorn's: taken so that its command lines start.
+    p.add_argument("--log-level", default=defaults.log_level, choices=LOG_LEVELS + ("trace",),
+                   type=str.lower,
+                   help="level of the cyserve logger (default info); trace, uvicorn's level "
+                        "below debug, is debug here: cyserve logs nothing finer")
     # --no-access-log is uvicorn's (whose log is on by default): taken so that its command
     # lines start, and meaning what it means there.
     p.add_argument("--access-log", action=_Flag, default=defaults.access_log,
@@ -635,7 +638,9 @@ def _listen_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def config_from_args(args: argparse.Namespace) -> Config:
     """A validated Config from parsed arguments; ConfigError names the flag's option."""
-    options: dict[str, Any] = {"host": args.host, "log_level": args.log_level,
+    options: dict[str, Any] = {"host": args.host,
+                               "log_level": "debug" if args.log_level == "trace" else
+                               args.log_level,
                                "access_log": args.access_log,
                                "access_log_format": args.access_log_format,
                                "access_logfile": args.access_logfile,
