@@ -15,6 +15,7 @@ import argparse
 import difflib
 import importlib
 import importlib.util
+import math
 import os
 import re
 import sys
@@ -137,8 +138,11 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
                         "answering 503, so that a load balancer takes this server out before "
                         "its listeners close (Kubernetes: instead of a preStop sleep); a second "
                         "Ctrl-C ends the wait (default 0: none)")
-    p.add_argument("--log-level", default=defaults.log_level, choices=LOG_LEVELS, type=str.lower,
-                   help="level of the cyserve logger (default info)")
+    # trace is uvicorn's: taken so that its command lines start.
+    p.add_argument("--log-level", default=defaults.log_level, choices=LOG_LEVELS + ("trace",),
+                   type=str.lower,
+                   help="level of the cyserve logger (default info); trace, uvicorn's level "
+                        "below debug, is debug here: cyserve logs nothing finer")
     # --no-access-log is uvicorn's (whose log is on by default): taken so that its command
     # lines start, and meaning what it means there.
     p.add_argument("--access-log", action=_Flag, default=defaults.access_log,
@@ -634,7 +638,9 @@ def _listen_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def config_from_args(args: argparse.Namespace) -> Config:
     """A validated Config from parsed arguments; ConfigError names the flag's option."""
-    options: dict[str, Any] = {"host": args.host, "log_level": args.log_level,
+    options: dict[str, Any] = {"host": args.host,
+                               "log_level": "debug" if args.log_level == "trace" else
+                               args.log_level,
                                "access_log": args.access_log,
                                "access_log_format": args.access_log_format,
                                "access_logfile": args.access_logfile,
@@ -1192,6 +1198,25 @@ def _add_python_path(dirs: str | None) -> None:
 # was (the printed text is the file).
 _NOT_PRINTED = ("help", "version", "config", "check_config", "print_config")
 
+# The options whose value is a number, printed by --print-config as a TOML number (the others,
+# --umask and --uds-perms among them, are text: 022 is octal there, which TOML has no way to say).
+_NUMBER_OPTIONS = frozenset(_INT_OPTIONS + _FLOAT_OPTIONS + (
+    "max_requests", "max_requests_jitter", "limit_concurrency", "limit_request_line",
+    "limit_request_fields", "limit_request_field_size", "ssl_cert_reqs", "ssl_ticket_rotation",
+    "fd", "metrics_port", "ws_max_size", "ws_ping_interval", "ws_ping_timeout", "reload_delay"))
+
+
+def _toml_number(text: str) -> str | None:
+    """``text`` as a TOML number that --config reads back to the same words (it turns a number
+    into text with str()), or None when it is not one: 1e3 or 010 stay quoted, as written."""
+    if re.fullmatch(r"0|-?[1-9][0-9]*", text):
+        return text
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return text if math.isfinite(number) and repr(number) == text else None
+
 
 def config_toml(args: argparse.Namespace) -> str:
     """The options of ``args`` that differ from their defaults, as a TOML file that --config
@@ -1214,7 +1239,8 @@ def config_toml(args: argparse.Namespace) -> str:
         elif isinstance(value, list):
             text = "[" + ", ".join(json.dumps(str(v)) for v in value) + "]"
         else:
-            text = json.dumps(str(value))
+            number = _toml_number(value) if action.dest in _NUMBER_OPTIONS else None
+            text = number if number is not None else json.dumps(str(value))
         lines.append(f"{name} = {text}")
     for hook in sorted(getattr(args, "hooks", {}) or {}):
         lines.append(f"# {hook}: a hook of the Python --config file, not written here")

@@ -15,7 +15,8 @@ each worker process it forks. The lifecycle, in order:
 4. The main thread waits in short time.sleep() calls. Python runs signal handlers only in the main
    thread, between bytecodes; a main thread blocked in a long C call would never see Ctrl-C.
    Sleeping releases the GIL, so the workers are not held back.
-5. On the first signal: print "cyserve: shutting down" and call srv.stop(grace=graceful_timeout):
+5. On the first signal: print "cyserve: shutting down" (a supervisor's worker leaves that line to
+   the supervisor, which says it once for all) and call srv.stop(grace=graceful_timeout):
    stop accepting, let requests in flight finish within the grace period, then close the rest.
    stop() runs on a helper thread while the main thread keeps waiting in short sleeps, so that a
    second Ctrl-C during the grace period is seen and forces srv.stop(grace=0).
@@ -61,7 +62,8 @@ def serve_process(app: App, config: Config, *, stop_event: threading.Event | Non
                   ready: Callable[[Server], None] | None = None,
                   listeners: Listeners | None = None,
                   tick: Callable[[Server], None] | None = None,
-                  metrics: tuple[Any, int] | None = None, parent: int = 0) -> None:
+                  metrics: tuple[Any, int] | None = None, parent: int = 0,
+                  supervised: bool = False) -> None:
     """Serve ``app`` in this process until a stop request (see the module docstring).
 
     Outside the main thread no signal handler can be installed: the server then runs until
@@ -73,7 +75,9 @@ def serve_process(app: App, config: Config, *, stop_event: threading.Event | Non
     process's slot) made by a process supervisor; without it, config.metrics_bind makes one here
     that this process serves. ``parent``: the pid of a process supervisor whose death stops
     this process, from a thread of the engine that needs no GIL (csrc/server.c, "the
-    supervisor's watcher"); 0: none."""
+    supervisor's watcher"); 0: none. ``supervised``: a process supervisor's worker, whose stop
+    is announced by the supervisor, once for all its workers ("shutting down", the drain, the
+    forcing): the worker says only what is its own (a handler it had to abandon)."""
     configure_logging(config.log_level, config.log_config)
     routes = app.build()
     if config.health_path is not None:
@@ -92,7 +96,7 @@ def serve_process(app: App, config: Config, *, stop_event: threading.Event | Non
             scrape = MetricsEndpoint(config, 1)
             metrics = (scrape.metrics, scrape.metrics.claim(os.getpid()))
         _serve_on(app, config, routes, server_cls, listeners, stop_event, ready, tick, metrics,
-                  parent)
+                  parent, supervised)
     finally:
         if scrape is not None:
             scrape.close()
@@ -142,7 +146,8 @@ def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Serv
               listeners: Listeners, stop_event: threading.Event | None,
               ready: Callable[[Server], None] | None,
               tick: Callable[[Server], None] | None = None,
-              metrics: tuple[Any, int] | None = None, parent: int = 0) -> None:
+              metrics: tuple[Any, int] | None = None, parent: int = 0,
+              supervised: bool = False) -> None:
     kwargs = config.server_kwargs()
     if parent:
         kwargs["parent_pid"], kwargs["parent_grace"] = parent, float(config.graceful_timeout)
@@ -220,9 +225,10 @@ def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Serv
                     waiter.run_hups()
                     tick(srv)
             if srv.running:
-                say(waiter.shutdown_line())
-                _drain_delay(srv, config, waiter)
-                _stop(srv, config.graceful_timeout, waiter)
+                if not supervised:
+                    say(waiter.shutdown_line())
+                _drain_delay(srv, config, waiter, announce=not supervised)
+                _stop(srv, config.graceful_timeout, waiter, announce=not supervised)
         finally:
             # Whatever went wrong above, never leave workers running behind the caller's back.
             if srv.running:
@@ -236,15 +242,22 @@ def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Serv
             logfile.close()  # the workers are gone: nothing writes to it any more
 
 
-def _drain_delay(srv: Server, config: Config, waiter: Waiter) -> None:
+def drain_line(config: Config) -> str:
+    """What a stop with config.drain_delay > 0 says first (by the single process, or by the
+    process supervisor for all its workers)."""
+    what = f"{config.health_path} answers 503" if config.health_path else "serving"
+    return f"cyserve: {what} for {config.drain_delay:g}s (--drain-delay) before the listeners close"
+
+
+def _drain_delay(srv: Server, config: Config, waiter: Waiter, *, announce: bool) -> None:
     """config.drain_delay seconds of serving as usual with the health path failing, before the
     graceful stop closes the listeners: a load balancer checking it stops sending new requests
     first. A second stop request (Ctrl-C again) ends the wait."""
     if config.drain_delay <= 0:
         return
     srv.fail_health()
-    what = f"{config.health_path} answers 503" if config.health_path else "serving"
-    say(f"cyserve: {what} for {config.drain_delay:g}s (--drain-delay) before the listeners close")
+    if announce:
+        say(drain_line(config))
     first = waiter.pending()
     deadline = time.monotonic() + config.drain_delay
     while srv.running and waiter.pending() == first and time.monotonic() < deadline:
@@ -339,9 +352,10 @@ def _bind_wsgi(routes: list[Any], config: Config, port: int, host: str | None = 
             route[4].bind(config.host if host is None else host, port)  # the scope's "server"
 
 
-def _stop(srv: Server, grace: float, waiter: Waiter) -> None:
-    """srv.stop(grace) on a helper thread; a second stop request forces stop(0), and a forced
-    stop that cannot finish ends the process (see _FORCE_WAIT_SECONDS)."""
+def _stop(srv: Server, grace: float, waiter: Waiter, *, announce: bool) -> None:
+    """srv.stop(grace) on a helper thread; a second stop request forces stop(0) (said when
+    ``announce``), and a forced stop that cannot finish ends the process (see
+    _FORCE_WAIT_SECONDS)."""
     failure: list[BaseException] = []
 
     def stop(grace: float) -> None:
@@ -369,7 +383,8 @@ def _stop(srv: Server, grace: float, waiter: Waiter) -> None:
         if forced_at is None and time.monotonic() > deadline:
             _abandon_handlers("the grace period")
         if forced_at is None and waiter.pending() > 1:
-            say("cyserve: forcing shutdown")
+            if announce:
+                say("cyserve: forcing shutdown")
             forced_at = time.monotonic()
             threading.Thread(target=stop, args=(0.0,), name="cyserve-force-stop",
                              daemon=True).start()

@@ -41,7 +41,8 @@ The supervisor (the process the user started) never serves. In order:
      workers keep serving; then as many new workers start, and once they all serve, the old
      ones stop. A new worker that exits before it serves aborts the reload the same way.
    - --reload (development): a .py file under the watched folders that changes is a SIGHUP
-     (reloader.py says which changed; the main loop asks it, no thread of its own).
+     (reloader.py says which changed; the main loop asks it, no thread of its own), whose
+     lines name the file instead of a signal that was never sent.
    - SIGTTIN and SIGTTOU, as gunicorn's: one worker more, or one fewer (never fewer than one).
      The supervisor keeps the count it was told (replacements, reloads and recycling keep it);
      the worker that goes is the newest, stopped gracefully like any retired one.
@@ -82,7 +83,7 @@ from .listeners import Listeners
 from .hooks import HookError, HookServer, HookWorker, call_hook
 from .owner import drop_privileges
 from .reloader import Watcher
-from .serving import MetricsEndpoint, serve_process
+from .serving import MetricsEndpoint, drain_line, serve_process
 from .signals import Waiter, configure_logging, format_address, listen_error, say
 
 __all__ = ["serve_processes"]
@@ -254,6 +255,10 @@ class _Supervisor:
         self.reload_new: set[int] = set()  # a reload's new workers, until they all serve
         self.reload_old: set[int] = set()  # the workers they replace
         self.hups = 0
+        # What asked for a reload, named by its lines: "SIGHUP", or "--reload: FILE changed" (no
+        # signal was sent then). The last asked (hup_cause) is the next reload's; reload_cause
+        # is the one under way's, that a SIGHUP meanwhile must not rename.
+        self.hup_cause = self.reload_cause = "SIGHUP"
         self.spent_why: dict[int, str] = {}  # what made a spent worker spent, for its line
         # How many workers to keep: --processes, then SIGTTIN and SIGTTOU (scaled by the main
         # loop; the handlers only count).
@@ -291,6 +296,7 @@ class _Supervisor:
 
     def _on_hup(self, signum: int, frame: Any) -> None:
         self.hups += 1  # acted on by the main loop, as a stop request is
+        self.hup_cause = "SIGHUP"
 
     def run(self) -> int:
         for _ in range(self.target):
@@ -307,12 +313,14 @@ class _Supervisor:
                 changed = self.watcher.changed()
                 if changed:
                     more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
-                    say(f"cyserve: --reload: {changed[0]}{more} changed; reloading")
+                    # Said by _begin_reload, with what became of it.
+                    self.hup_cause = f"--reload: {changed[0]}{more} changed"
                     self.hups += 1
             if self.hups and not self.reload_new:
                 # One reload at a time: a SIGHUP during a reload (the code changed again) is
                 # acted on once it is over, and several collapse into one.
                 self.hups = 0
+                self.reload_cause = self.hup_cause
                 self._begin_reload()
             self._hand_over()
             self._rescale()
@@ -361,7 +369,10 @@ class _Supervisor:
                     sys.stderr)
                 self._spawn()
         if status == 0:
+            # Said here once for all the workers, which stop without a word of their own.
             say(self.waiter.shutdown_line())
+            if self.config.drain_delay > 0:
+                say(drain_line(self.config))
         return self._stop(status)
 
     def _read_pipes(self) -> None:
@@ -455,8 +466,8 @@ class _Supervisor:
             try:
                 check_tls(**self.config.tls_kwargs())
             except ValueError as exc:
-                say(f"cyserve: reload failed: {exc}; the old worker processes keep serving "
-                    "with the certificates they have", sys.stderr)
+                say(f"cyserve: {self.reload_cause}: reload failed: {exc}; the old worker "
+                    "processes keep serving with the certificates they have", sys.stderr)
                 return
         if self.loader is not None:
             try:
@@ -466,15 +477,15 @@ class _Supervisor:
                 if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                     raise
                 traceback.print_exc()
-                say(f"cyserve: reload failed: {type(exc).__name__}: {exc}; the old worker "
-                    "processes keep serving", sys.stderr)
+                say(f"cyserve: {self.reload_cause}: reload failed: {type(exc).__name__}: {exc}; "
+                    "the old worker processes keep serving", sys.stderr)
                 return
             self.app = app
-            say("cyserve: SIGHUP: reloading: application imported again; starting "
+            say(f"cyserve: {self.reload_cause}: reloading: application imported again; starting "
                 f"{self.target} new worker process{'es' if self.target != 1 else ''}")
         else:
-            say("cyserve: SIGHUP: reloading: starting new worker processes (the application "
-                "was given as an object: it is not imported again)")
+            say(f"cyserve: {self.reload_cause}: reloading: starting new worker processes (the "
+                "application was given as an object: it is not imported again)")
         self.reload_old = {pid for pid in self.children if pid not in self.retiring}
         self.reload_new = {self._spawn() for _ in range(self.target)}
         # Spent workers are replaced by the reload itself.
@@ -483,7 +494,8 @@ class _Supervisor:
             self.reload_old.add(new)
 
     def _abort_reload(self, why: str) -> None:
-        say(f"cyserve: reload failed: {why}; the old worker processes keep serving", sys.stderr)
+        say(f"cyserve: {self.reload_cause}: reload failed: {why}; the old worker processes keep "
+            "serving", sys.stderr)
         for pid in self.reload_new:
             self._retire(pid)
         self.reload_new = set()
@@ -721,7 +733,8 @@ def _worker_main(app: App, config: Config, previous: dict[int, Any], supervisor:
                                           max_lifetime=0.0, worker_timeout=0.0,
                                           metrics_bind=None),
                       listeners=listeners, ready=lambda srv: _tell(pipe, b"R"),
-                      tick=_recycle_tick(config, pipe), metrics=metrics, parent=supervisor)
+                      tick=_recycle_tick(config, pipe), metrics=metrics, parent=supervisor,
+                      supervised=True)
     except CyserveError as exc:
         # A listener that cannot be made, an ASGI lifespan startup that failed (its message
         # carries the application's traceback): one sentence, as the single process says it,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import itertools
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -65,6 +66,14 @@ def test_every_option_reaches_the_config() -> None:
         1.5, 2.0, 3.0, 0.0)
     assert c.log_level == "debug"
     assert (c.processes, c.access_log, c.interface) == (4, True, "wsgi")
+
+
+@pytest.mark.parametrize("level", ["trace", "TRACE"])
+def test_uvicorns_trace_log_level_is_taken_as_debug(level: str) -> None:
+    # uvicorn's command lines say --log-level trace: they start, at cyserve's finest level.
+    args = cli.build_parser().parse_args(["m:app", "--log-level", level])
+    assert cli.config_from_args(args).log_level == "debug"
+    assert re.search(r"\btrace\b", cli.build_parser().format_help())
 
 
 @pytest.mark.parametrize(("argv", "line"), [

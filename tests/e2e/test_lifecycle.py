@@ -225,8 +225,8 @@ def test_a_reload_that_cannot_import_keeps_the_old_workers(tmp_path: Path,
     assert {b.split()[1] for b in after} <= {b.split()[1] for b in before}  # the same workers
     assert srv.stop() == 0, srv.stderr
     err = srv.stderr
-    assert ("cyserve: reload failed: RuntimeError: broken on purpose; the old worker processes "
-            "keep serving") in err
+    assert ("cyserve: SIGHUP: reload failed: RuntimeError: broken on purpose; the old worker "
+            "processes keep serving") in err
 
 
 def test_max_requests_needs_a_fixed_port(tmp_path: Path) -> None:
@@ -334,8 +334,12 @@ def test_reload_restarts_on_a_changed_file_and_loses_nothing(tmp_path: Path,
         load.stop()
     assert load.failures == []
     assert srv.stop() == 0, srv.stderr
-    assert sum(bool(re.search(r"--reload: \S+/(helper|listen_app)\.py( and 1 more)? changed; "
-                              r"reloading$", ln)) for ln in srv.all_lines) >= 2, srv.all_lines
+    assert sum(bool(re.fullmatch(r"cyserve: --reload: \S+/(helper|listen_app)\.py( and 1 more)? "
+                                 r"changed: reloading: application imported again; starting 1 "
+                                 r"new worker process", ln))
+               for ln in srv.all_lines) >= 2, srv.all_lines
+    # No signal was sent: no line may say one was.
+    assert not any("SIGHUP" in ln for ln in srv.all_lines), srv.all_lines
 
 
 def test_reload_waits_for_a_fix_when_the_app_does_not_import_at_start(
@@ -403,7 +407,8 @@ def test_reload_include_exclude_and_delay_choose_what_restarts(tmp_path: Path,
     (tmp_path / "skip_this.txt").write_text("no\n")
     (tmp_path / "data.txt").write_text("yes\n")
     deadline = time.monotonic() + TIMEOUT
-    want = f"cyserve: --reload: {tmp_path / 'data.txt'} changed; reloading"
+    want = (f"cyserve: --reload: {tmp_path / 'data.txt'} changed: reloading: application "
+            "imported again; starting 1 new worker process")
     while want not in srv.all_lines:
         assert time.monotonic() < deadline, srv.all_lines
         time.sleep(0.02)
@@ -433,7 +438,8 @@ def test_reload_dir_replaces_the_app_folder_as_what_is_watched(tmp_path: Path,
     (tmp_path / "scratch.py").write_text("x = 1\n")
     (other / "shared.py").write_text("y = 1\n")
     deadline = time.monotonic() + TIMEOUT
-    want = f"cyserve: --reload: {other / 'shared.py'} changed; reloading"
+    want = (f"cyserve: --reload: {other / 'shared.py'} changed: reloading: application "
+            "imported again; starting 1 new worker process")
     while want not in srv.all_lines:
         assert time.monotonic() < deadline, srv.all_lines
         time.sleep(0.02)

@@ -260,3 +260,23 @@ def test_sigterm_under_processes_answers_what_waits_in_each_accept_queue(
     assert results == ["ok"] * QUEUED, results
     assert status == 0, err
 
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_stop_is_announced_once_whatever_the_processes(tmp_path: Path, processes: int) -> None:
+    # The supervisor says each step of the stop for all its workers, as one process does for
+    # itself: the same lines, once each, not one more per worker.
+    srv = Started(tmp_path, ["--port", str(free_port()), "--processes", str(processes),
+                             "--drain-delay", "0.3", "--health-path", "/healthz"], processes)
+    try:
+        srv.proc.send_signal(signal.SIGTERM)
+        srv.stopping = True
+    finally:
+        status, err = srv.close()
+    lines = []
+    while not srv.lines.empty():
+        lines.append(srv.lines.get_nowait())
+    assert (status, err) == (0, "")
+    assert lines == ["cyserve: shutting down",
+                     "cyserve: /healthz answers 503 for 0.3s (--drain-delay) before the "
+                     "listeners close"], lines

@@ -260,6 +260,58 @@ def test_print_config_reads_back_to_the_same_config(tmp_path: Path) -> None:
     assert "port" not in printed.read_text()
 
 
+def _a_value_for_every_option() -> tuple[list[str], dict[str, type]]:
+    """A command line that gives every option --print-config prints a value other than its
+    default, and the TOML type each should be printed as."""
+    argv, kinds = ["m:app"], {}
+    for action in cli.build_parser()._actions:
+        if not action.option_strings or action.dest in cli._NOT_PRINTED:
+            continue
+        long = next(o for o in action.option_strings if o.startswith("--"))
+        if action.nargs == 0:
+            on = action.default is not True
+            argv.append(long if on else f"--no-{long[2:]}")
+            kinds[long[2:]] = bool
+        elif isinstance(action, argparse._AppendAction):
+            argv += [long, "a b", long, "c"]
+            kinds[long[2:]] = list
+        elif action.choices:
+            argv += [long, next(c for c in action.choices if c != action.default)]
+            kinds[long[2:]] = str
+        elif action.dest in cli._NUMBER_OPTIONS:
+            fraction = "." in str(action.default)
+            argv += [long, "2.5" if fraction else "7"]
+            kinds[long[2:]] = float if fraction else int
+        else:
+            argv += [long, 'a "quoted" value']
+            kinds[long[2:]] = str
+    return argv, kinds
+
+
+def test_print_config_writes_every_option_with_its_toml_type_and_reads_it_back(
+        tmp_path: Path) -> None:
+    argv, kinds = _a_value_for_every_option()
+    args = cli.parse_sources(argv, {})[0]
+    printed = cli.config_toml(args)
+    path = tmp_path / "printed.toml"
+    path.write_text(printed)
+    doc = cli._read_toml(str(path))
+    assert {k: type(v) for k, v in doc.items() if k != "app"} == kinds, printed
+    again = cli.parse_sources(["--config", str(path)], {})[0]
+    assert {k: v for k, v in vars(again).items() if k not in ("config", "hooks")} == \
+        {k: v for k, v in vars(args).items() if k not in ("config", "hooks")}
+
+
+@pytest.mark.parametrize("text, toml", [
+    ("5", "5"), ("-3", "-3"), ("0.25", "0.25"), ("1e3", '"1e3"'), ("010", '"010"'),
+    ("-0", '"-0"'), ("nan", '"nan"'), ("auto", '"auto"'),
+])
+def test_print_config_writes_a_number_only_where_it_reads_back_as_written(
+        text: str, toml: str) -> None:
+    args = cli.parse_sources(["m:app", "--max-requests", text], {})[0]
+    assert f"max-requests = {toml}" in cli.config_toml(args).splitlines()
+
+
 @pytest.mark.parametrize("argv, line", [
     (["--reload-delay", "0"], "invalid --reload-delay 0.0: must be positive"),
     (["--reload-delay", "soon"], "invalid --reload-delay soon: must be a number of seconds"),
