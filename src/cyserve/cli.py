@@ -474,8 +474,14 @@ def _add_proxy_options(p: argparse.ArgumentParser) -> None:
         "the access log, WSGI's REMOTE_ADDR and Request.client and Request.scheme tell that "
         "instead of the proxy's own address; with --forwarded-host, X-Forwarded-Host (or "
         "Forwarded's host=) is the request's Host.")
-    g.add_argument("--proxy-headers", action="store_true",
-                   help="believe proxy headers from --forwarded-allow-ips (default: off)")
+    # default None: not said, so that --no-proxy-headers (uvicorn's) can be told apart from it
+    # and refused beside an option that would turn the headers back on.
+    g.add_argument("--proxy-headers", action=_Flag, default=None,
+                   help="believe proxy headers from --forwarded-allow-ips; --no-proxy-headers, "
+                        "uvicorn's spelling, leaves them unread (default: off, unlike uvicorn's "
+                        "on: a server not behind a proxy would otherwise let a local client "
+                        "write its own address; --forwarded-allow-ips and --forwarded-host turn "
+                        "them on)")
     g.add_argument("--proxy-protocol", action="store_true",
                    help="connections from --forwarded-allow-ips begin with a PROXY protocol "
                         "header (HAProxy's, v1 or v2: HAProxy, AWS NLB, nginx's stream module) "
@@ -712,7 +718,14 @@ def config_from_args(args: argparse.Namespace) -> Config:
     elif args.metrics_port is not None:
         host = args.host if ":" not in args.host else f"[{args.host}]"
         options["metrics_bind"] = f"{host}:{args.metrics_port}"
-    options.update(proxy_headers=args.proxy_headers,
+    if args.proxy_headers is False:
+        # uvicorn's --no-proxy-headers beside an option that turns them on says two things.
+        for name in ("forwarded_allow_ips", "forwarded_host"):
+            if getattr(args, name):
+                raise ConfigError("proxy_headers", "off",
+                                  f"--no-proxy-headers contradicts --{name.replace('_', '-')}, "
+                                  "which turns proxy headers on")
+    options.update(proxy_headers=bool(args.proxy_headers),
                    forwarded_allow_ips=args.forwarded_allow_ips,
                    forwarded_header=args.forwarded_header,
                    forwarded_host=args.forwarded_host,

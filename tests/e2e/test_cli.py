@@ -367,3 +367,31 @@ def test_help_lists_the_limits_and_timeouts() -> None:
     for option in ("--max-body-bytes", "--keepalive-timeout", "--header-timeout",
                    "--body-timeout", "--graceful-timeout", "--threads", "--processes"):
         assert option in proc.stdout, option
+
+
+# ---- uvicorn's command lines (issue 17): taken where cyserve can honour them ----------------
+
+def _config(*argv: str) -> cyserve.config.Config:
+    return cli.config_from_args(cli.build_parser().parse_args(["m:app", *argv]))
+
+
+def test_uvicorns_no_proxy_headers_is_the_off_switch(capsys: pytest.CaptureFixture[str]
+                                                     ) -> None:
+    assert _config("--no-proxy-headers").trusted_proxies() is None
+    assert _config("--proxy-headers").trusted_proxies() is not None
+    # cyserve's default stays off (uvicorn's is on), and --help says so.
+    assert _config().proxy_headers is False
+    assert "default: off, unlike uvicorn's on" in " ".join(
+        cli.build_parser().format_help().split())
+    # Off beside an option that turns the headers on is a contradiction, said in one line.
+    status, err = run_main(capsys, "m:app", "--no-proxy-headers", "--forwarded-allow-ips", "*")
+    assert status == 2
+    assert err == ("cyserve: invalid --proxy-headers off: --no-proxy-headers contradicts "
+                   "--forwarded-allow-ips, which turns proxy headers on\n")
+
+
+def test_no_proxy_headers_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    args, config = cli.parse_command(["m:app"], {"CYSERVE_PROXY_HEADERS": "false"})
+    assert args.proxy_headers is False and config.trusted_proxies() is None
+    _, config = cli.parse_command(["m:app"], {"CYSERVE_PROXY_HEADERS": "true"})
+    assert config.trusted_proxies() is not None
