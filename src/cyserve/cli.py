@@ -59,6 +59,15 @@ class _Flag(argparse.BooleanOptionalAction):
         self.help = kwargs.get("help")
 
 
+# Options of uvicorn and gunicorn whose meaning cyserve cannot honour: refused as unknown, with
+# what cyserve does instead, rather than ignored (docs/options.md lists them with the others).
+_REFUSED = {
+    "--ws-max-queue": "cyserve bounds an ASGI WebSocket's unreceived messages in bytes, not in "
+                      "messages: it stops reading the socket while they fill its window "
+                      "(--ws-max-size bounds one message)",
+}
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a mistake is one line and exit status 2 instead of usage text, and a
     misspelt option names the one meant, as uvicorn's (click's) errors do."""
@@ -67,6 +76,8 @@ class _Parser(argparse.ArgumentParser):
         words = message.split(": ", 1)[1].split() if message.startswith(
             "unrecognized arguments: ") else []
         unknown = next((w.split("=", 1)[0] for w in words if w.startswith("--")), None)
+        if unknown in _REFUSED:
+            raise _UsageError(f"{unknown} is refused: {_REFUSED[unknown]}")
         if unknown is not None:
             # 0.82: --prot finds --port, --acess-log --access-log; --worker-count does not
             # find --worker-timeout (0.8), which would mislead.
@@ -155,6 +166,10 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
                         "json (one object per line, with the port, scheme and seconds taken), "
                         "or gunicorn's atoms, e.g. '%%(h)s %%(t)s \"%%(r)s\" %%(s)s %%(D)s' "
                         f"(default {defaults.access_log_format})")
+    p.add_argument("--use-colors", action=_Flag, default=None,
+                   help="uvicorn's log colouring, taken so that its command lines start: it has "
+                        "no effect, since cyserve's log lines have no colours (a --log-config "
+                        "formatter may add them) (default: none)")
     p.add_argument("--access-logfile", metavar="PATH", default=None,
                    help="write the access log to this file instead of standard output (turns "
                         "it on); SIGUSR1 reopens it, for logrotate; - is standard output, as "
@@ -231,10 +246,12 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
     return p
 
 
-# gunicorn's names of the request limits: (its option, the cyserve option it sets).
+# gunicorn's names of the request limits, and uvicorn's one: (its option, the cyserve option it
+# sets).
 _GUNICORN_LIMITS = (("limit_request_line", "max_target_bytes"),
                     ("limit_request_fields", "max_headers"),
-                    ("limit_request_field_size", "max_header_bytes"))
+                    ("limit_request_field_size", "max_header_bytes"),
+                    ("h11_max_incomplete_event_size", "max_header_bytes"))
 
 
 def _add_gunicorn_limits(p: argparse.ArgumentParser) -> None:
@@ -243,6 +260,11 @@ def _add_gunicorn_limits(p: argparse.ArgumentParser) -> None:
                         "the request target, not the method and version around it (so a line "
                         "a dozen bytes longer passes); 0: the largest, 1048576 (default: "
                         "--max-target-bytes's)")
+    p.add_argument("--h11-max-incomplete-event-size", metavar="BYTES", default=None,
+                   help="uvicorn's bound on the bytes of a request head not yet whole (h11's), "
+                        "taken as --max-header-bytes, which it sets: both bound the request "
+                        "line and header fields together; past it cyserve answers 431 where "
+                        "h11 answers 400 (default: --max-header-bytes's)")
     p.add_argument("--limit-request-fields", metavar="N", default=None,
                    help="gunicorn's name for --max-headers, which it sets; 0: the most, 10000 "
                         "(default: --max-headers's)")
@@ -269,6 +291,9 @@ def _gunicorn_limits(args: argparse.Namespace, options: dict[str, Any]) -> None:
             raise ConfigError(name, raw, "must be an integer") from None
         most = _LIMIT_MAXIMUM[target]
         low = 64 if target == "max_header_bytes" else 1
+        if name == "h11_max_incomplete_event_size" and not low <= value <= most:
+            # 0 is no "no limit" to h11: every request would be too large.
+            raise ConfigError(name, raw, f"must be between {low} and {most}")
         if value != 0 and not low <= value <= most:
             raise ConfigError(name, raw, f"must be 0 (the most, {most}) or between {low} and "
                               f"{most}")
@@ -384,7 +409,7 @@ _SECTIONS: list[tuple[str, str | None, tuple[str, ...]]] = [
     ("worker processes", None, ("processes", "threads", "blocking_threads", "preload", "pid",
                                 "name", "user", "group", "umask")),
     ("logging", None, ("log_level", "log_config", "access_log", "access_log_format",
-                       "access_logfile")),
+                       "access_logfile", "use_colors")),
     ("HTTP", None, ("http", "http2", "http2_max_concurrent_streams", "health_path", "header",
                     "server_header", "date_header")),
     ("HTTPS", None, ("ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers",
@@ -393,7 +418,7 @@ _SECTIONS: list[tuple[str, str | None, tuple[str, ...]]] = [
     ("resource limits", None, ("limit_concurrency", "max_header_bytes", "max_target_bytes",
                                "max_headers", "max_body_bytes", "body_budget",
                                "min_body_rate", "limit_request_line", "limit_request_fields",
-                               "limit_request_field_size")),
+                               "limit_request_field_size", "h11_max_incomplete_event_size")),
     ("timeouts", None, ("keepalive_timeout", "header_timeout", "body_timeout",
                         "graceful_timeout", "drain_delay")),
     ("behind a proxy", None, ()),
@@ -568,6 +593,23 @@ def _add_ws_options(p: argparse.ArgumentParser) -> None:
                    default=defaults.ws_per_message_deflate,
                    help="take permessage-deflate (RFC 7692) when a client offers it "
                         "(default: on)")
+    g.add_argument("--ws", default="auto", choices=("auto", "websockets", "wsproto"),
+                   type=_ws_choice,
+                   help="uvicorn's choice of WebSocket library, taken so that its command lines "
+                        "start: auto, websockets and wsproto all mean cyserve's own WebSocket, "
+                        "in C; none is refused, since cyserve has no setting that turns "
+                        "WebSocket off (default auto)")
+
+
+def _ws_choice(value: str) -> str:
+    if value.lower() == "none":
+        # uvicorn's none passes an upgrade request to the application as a plain HTTP request;
+        # cyserve's engine always upgrades it, so none could not mean what it means there.
+        raise argparse.ArgumentTypeError(
+            "'none' is refused: cyserve has no setting that turns WebSocket off (an upgrade "
+            "request reaches an ASGI app as a websocket scope, not as uvicorn's plain HTTP "
+            "request)")
+    return value.lower()
 
 
 def _add_head_options(p: argparse.ArgumentParser) -> None:
@@ -1215,7 +1257,8 @@ _NOT_PRINTED = ("help", "version", "config", "check_config", "print_config")
 # --umask and --uds-perms among them, are text: 022 is octal there, which TOML has no way to say).
 _NUMBER_OPTIONS = frozenset(_INT_OPTIONS + _FLOAT_OPTIONS + (
     "max_requests", "max_requests_jitter", "limit_concurrency", "limit_request_line",
-    "limit_request_fields", "limit_request_field_size", "ssl_cert_reqs", "ssl_ticket_rotation",
+    "limit_request_fields", "limit_request_field_size", "h11_max_incomplete_event_size",
+    "ssl_cert_reqs", "ssl_ticket_rotation",
     "fd", "metrics_port", "ws_max_size", "ws_ping_interval", "ws_ping_timeout", "reload_delay"))
 
 

@@ -395,3 +395,39 @@ def test_no_proxy_headers_from_the_environment(monkeypatch: pytest.MonkeyPatch) 
     assert args.proxy_headers is False and config.trusted_proxies() is None
     _, config = cli.parse_command(["m:app"], {"CYSERVE_PROXY_HEADERS": "true"})
     assert config.trusted_proxies() is not None
+
+
+@pytest.mark.parametrize("library", ["auto", "websockets", "wsproto", "WSPROTO"])
+def test_uvicorns_ws_libraries_mean_cyserves_own_websocket(library: str) -> None:
+    # Not "ambiguous option" against the --ws-* options; the WebSocket settings are unchanged.
+    args = cli.build_parser().parse_args(["m:app", "--ws", library])
+    assert args.ws == library.lower()
+    assert cli.config_from_args(args) == cyserve.config.Config()
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    # uvicorn's --ws none hands an upgrade to the app as plain HTTP; cyserve cannot.
+    (["--ws", "none"], "cyserve: argument --ws: 'none' is refused: cyserve has no setting that "
+                       "turns WebSocket off"),
+    (["--ws-max-queue", "32"], "cyserve: --ws-max-queue is refused: cyserve bounds an ASGI "
+                               "WebSocket's unreceived messages in bytes, not in messages"),
+    (["--h11-max-incomplete-event-size", "0"],
+     "cyserve: invalid --h11-max-incomplete-event-size 0: must be between 64 and 1048576"),
+])
+def test_uvicorn_options_cyserve_cannot_honour_are_one_line(
+        capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
+    status, err = run_main(capsys, "m:app", *argv)
+    assert status == 2
+    assert err.count("\n") == 1
+    assert err.startswith(line)
+
+
+def test_uvicorns_h11_max_incomplete_event_size_sets_max_header_bytes() -> None:
+    assert _config("--h11-max-incomplete-event-size", "4096").max_header_bytes == 4096
+
+
+@pytest.mark.parametrize("flag", ["--use-colors", "--no-use-colors"])
+def test_uvicorns_use_colors_is_taken_and_changes_nothing(flag: str) -> None:
+    assert _config(flag) == cyserve.config.Config()
+    help_text = " ".join(cli.build_parser().format_help().split())
+    assert "--use-colors" in help_text and "no effect" in help_text
