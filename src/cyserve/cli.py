@@ -170,10 +170,23 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
                    help="uvicorn's log colouring, taken so that its command lines start: it has "
                         "no effect, since cyserve's log lines have no colours (a --log-config "
                         "formatter may add them) (default: none)")
+    p.add_argument("--error-logfile", "--log-file", metavar="-", default=None, choices=("-",),
+                   type=_error_logfile,
+                   help="gunicorn's error log: - (standard error) is taken, as that is where "
+                        "cyserve writes it; a file is refused, since cyserve has no setting for "
+                        "one: redirect standard error, or give --log-config a FileHandler "
+                        "(default: standard error)")
     p.add_argument("--access-logfile", metavar="PATH", default=None,
                    help="write the access log to this file instead of standard output (turns "
                         "it on); SIGUSR1 reopens it, for logrotate; - is standard output, as "
                         "gunicorn's")
+    p.add_argument("-k", "--worker-class", metavar="CLASS", default=None,
+                   choices=tuple(_WORKER_CLASSES), type=_worker_class,
+                   help="gunicorn's worker class, taken as the --interface it implies: "
+                        "uvicorn's workers (uvicorn.workers.UvicornWorker, "
+                        "uvicorn_worker.UvicornWorker, their H11 ones) an ASGI application, "
+                        "sync and gthread a WSGI one; gevent, eventlet and tornado are refused "
+                        "(default: none, --interface's)")
     p.add_argument("--interface", default=defaults.interface, choices=INTERFACES,
                    type=str.lower,
                    help="what MODULE:APP is: a cyserve.App, a WSGI or an ASGI application, "
@@ -406,10 +419,11 @@ _SECTIONS: list[tuple[str, str | None, tuple[str, ...]]] = [
     ("where to listen", None, ("host", "port", "backlog")),
     ("development", None, ("reload", "reload_dir", "reload_include", "reload_exclude",
                            "reload_delay")),
-    ("worker processes", None, ("processes", "threads", "blocking_threads", "preload", "pid",
+    ("worker processes", None, ("processes", "threads", "blocking_threads", "worker_class",
+                                "preload", "pid",
                                 "name", "user", "group", "umask")),
     ("logging", None, ("log_level", "log_config", "access_log", "access_log_format",
-                       "access_logfile", "use_colors")),
+                       "access_logfile", "error_logfile", "use_colors")),
     ("HTTP", None, ("http", "http2", "http2_max_concurrent_streams", "health_path", "header",
                     "server_header", "date_header")),
     ("HTTPS", None, ("ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers",
@@ -457,6 +471,43 @@ class _HelpWithDefaults(argparse.HelpFormatter):
         if action.default in (None, "", []):
             return f"{text} (default: none)"
         return f"{text} (default %(default)s)"
+
+
+# gunicorn's worker classes that cyserve takes, by every name gunicorn and uvicorn give them,
+# with the --interface each implies (cyserve's own engine serves either kind).
+_WORKER_CLASSES = {
+    **{name: "asgi" for name in (
+        "uvicorn.workers.UvicornWorker", "uvicorn.workers.UvicornH11Worker",
+        "uvicorn_worker.UvicornWorker", "uvicorn_worker.UvicornH11Worker")},
+    **{name: "wsgi" for name in (
+        "sync", "gthread", "gunicorn.workers.sync.SyncWorker",
+        "gunicorn.workers.gthread.ThreadWorker", "egg:gunicorn#sync", "egg:gunicorn#gthread")},
+}
+
+# The worker classes refused, by the words gunicorn's names for them contain, and why.
+_GREEN = ("cyserve does not run applications in greenlets: its workers are threads (--threads), "
+          "and a Python call that blocks is handed to --blocking-threads")
+_REFUSED_WORKERS = {
+    "gevent": _GREEN,
+    "eventlet": _GREEN,
+    "tornado": "cyserve serves WSGI and ASGI applications, and a Tornado one is neither",
+}
+
+
+def _worker_class(value: str) -> str:
+    for word, why in _REFUSED_WORKERS.items():
+        if word in value.lower():
+            raise argparse.ArgumentTypeError(f"{value!r} is refused: {why}")
+    return value
+
+
+def _error_logfile(value: str) -> str:
+    if value != "-":
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is refused: cyserve writes its error log to standard error and has no "
+            "setting for a file: redirect standard error (2>>FILE, journald), or give "
+            "--log-config a FileHandler")
+    return value
 
 
 def _http_version(value: str) -> str:
@@ -692,7 +743,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
                                "access_log": args.access_log,
                                "access_log_format": args.access_log_format,
                                "access_logfile": args.access_logfile,
-                               "interface": args.interface,
+                               "interface": _interface(args),
                                "loop": args.loop, "asgi_loops": args.asgi_loops,
                                "lifespan": args.lifespan,
                                "http": args.http, "http2": args.http2}
@@ -776,6 +827,19 @@ def config_from_args(args: argparse.Namespace) -> Config:
     options.update(headers=tuple(args.header), server_header=args.server_header,
                    date_header=args.date_header)
     return Config(**options)
+
+
+def _interface(args: argparse.Namespace) -> str:
+    """--interface, or the one gunicorn's --worker-class implies; both, differing, is a
+    contradiction."""
+    if args.worker_class is None:
+        return str(args.interface)
+    implied = _WORKER_CLASSES[args.worker_class]
+    if args.interface not in ("auto", implied):
+        raise ConfigError("worker_class", args.worker_class,
+                          f"serves {implied.upper()} applications, not --interface "
+                          f"{args.interface}'s")
+    return implied
 
 
 def load_app(spec: str, app_dir: str | None = ".", interface: str = "auto",
