@@ -169,7 +169,7 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--use-colors", action=_Flag, default=None,
                    help="uvicorn's log colouring, taken so that its command lines start: it has "
                         "no effect, since cyserve's log lines have no colours (a --log-config "
-                        "formatter may add them) (default: none)")
+                        "formatter may add them) (default: no colours)")
     p.add_argument("--error-logfile", "--log-file", metavar="-", default=None, choices=("-",),
                    type=_error_logfile,
                    help="gunicorn's error log: - (standard error) is taken, as that is where "
@@ -554,10 +554,10 @@ def _add_proxy_options(p: argparse.ArgumentParser) -> None:
     # and refused beside an option that would turn the headers back on.
     g.add_argument("--proxy-headers", action=_Flag, default=None,
                    help="believe proxy headers from --forwarded-allow-ips; --no-proxy-headers, "
-                        "uvicorn's spelling, leaves them unread (default: off, unlike uvicorn's "
-                        "on: a server not behind a proxy would otherwise let a local client "
-                        "write its own address; --forwarded-allow-ips and --forwarded-host turn "
-                        "them on)")
+                        "uvicorn's spelling, leaves them unread (default: off, where uvicorn's "
+                        "is on: with no proxy in front, a client on 127.0.0.1 or on a Unix "
+                        "socket could name any address; --forwarded-allow-ips and "
+                        "--forwarded-host turn them on)")
     g.add_argument("--proxy-protocol", action="store_true",
                    help="connections from --forwarded-allow-ips begin with a PROXY protocol "
                         "header (HAProxy's, v1 or v2: HAProxy, AWS NLB, nginx's stream module) "

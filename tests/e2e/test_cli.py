@@ -381,7 +381,7 @@ def test_uvicorns_no_proxy_headers_is_the_off_switch(capsys: pytest.CaptureFixtu
     assert _config("--proxy-headers").trusted_proxies() is not None
     # cyserve's default stays off (uvicorn's is on), and --help says so.
     assert _config().proxy_headers is False
-    assert "default: off, unlike uvicorn's on" in " ".join(
+    assert "default: off, where uvicorn's is on" in " ".join(
         cli.build_parser().format_help().split())
     # Off beside an option that turns the headers on is a contradiction, said in one line.
     status, err = run_main(capsys, "m:app", "--no-proxy-headers", "--forwarded-allow-ips", "*")
