@@ -59,6 +59,15 @@ class _Flag(argparse.BooleanOptionalAction):
         self.help = kwargs.get("help")
 
 
+# Options of uvicorn and gunicorn whose meaning cyserve cannot honour: refused as unknown, with
+# what cyserve does instead, rather than ignored (docs/options.md lists them with the others).
+_REFUSED = {
+    "--ws-max-queue": "cyserve bounds an ASGI WebSocket's unreceived messages in bytes, not in "
+                      "messages: it stops reading the socket while they fill its window "
+                      "(--ws-max-size bounds one message)",
+}
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a mistake is one line and exit status 2 instead of usage text, and a
     misspelt option names the one meant, as uvicorn's (click's) errors do."""
@@ -67,6 +76,8 @@ class _Parser(argparse.ArgumentParser):
         words = message.split(": ", 1)[1].split() if message.startswith(
             "unrecognized arguments: ") else []
         unknown = next((w.split("=", 1)[0] for w in words if w.startswith("--")), None)
+        if unknown in _REFUSED:
+            raise _UsageError(f"{unknown} is refused: {_REFUSED[unknown]}")
         if unknown is not None:
             # 0.82: --prot finds --port, --acess-log --access-log; --worker-count does not
             # find --worker-timeout (0.8), which would mislead.
@@ -155,10 +166,27 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
                         "json (one object per line, with the port, scheme and seconds taken), "
                         "or gunicorn's atoms, e.g. '%%(h)s %%(t)s \"%%(r)s\" %%(s)s %%(D)s' "
                         f"(default {defaults.access_log_format})")
+    p.add_argument("--use-colors", action=_Flag, default=None,
+                   help="uvicorn's log colouring, taken so that its command lines start: it has "
+                        "no effect, since cyserve's log lines have no colours (a --log-config "
+                        "formatter may add them) (default: no colours)")
+    p.add_argument("--error-logfile", "--log-file", metavar="-", default=None, choices=("-",),
+                   type=_error_logfile,
+                   help="gunicorn's error log: - (standard error) is taken, as that is where "
+                        "cyserve writes it; a file is refused, since cyserve has no setting for "
+                        "one: redirect standard error, or give --log-config a FileHandler "
+                        "(default: standard error)")
     p.add_argument("--access-logfile", metavar="PATH", default=None,
                    help="write the access log to this file instead of standard output (turns "
                         "it on); SIGUSR1 reopens it, for logrotate; - is standard output, as "
                         "gunicorn's")
+    p.add_argument("-k", "--worker-class", metavar="CLASS", default=None,
+                   choices=tuple(_WORKER_CLASSES), type=_worker_class,
+                   help="gunicorn's worker class, taken as the --interface it implies: "
+                        "uvicorn's workers (uvicorn.workers.UvicornWorker, "
+                        "uvicorn_worker.UvicornWorker, their H11 ones) an ASGI application, "
+                        "sync and gthread a WSGI one; gevent, eventlet and tornado are refused "
+                        "(default: none, --interface's)")
     p.add_argument("--interface", default=defaults.interface, choices=INTERFACES,
                    type=str.lower,
                    help="what MODULE:APP is: a cyserve.App, a WSGI or an ASGI application, "
@@ -231,10 +259,12 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
     return p
 
 
-# gunicorn's names of the request limits: (its option, the cyserve option it sets).
+# gunicorn's names of the request limits, and uvicorn's one: (its option, the cyserve option it
+# sets).
 _GUNICORN_LIMITS = (("limit_request_line", "max_target_bytes"),
                     ("limit_request_fields", "max_headers"),
-                    ("limit_request_field_size", "max_header_bytes"))
+                    ("limit_request_field_size", "max_header_bytes"),
+                    ("h11_max_incomplete_event_size", "max_header_bytes"))
 
 
 def _add_gunicorn_limits(p: argparse.ArgumentParser) -> None:
@@ -243,6 +273,11 @@ def _add_gunicorn_limits(p: argparse.ArgumentParser) -> None:
                         "the request target, not the method and version around it (so a line "
                         "a dozen bytes longer passes); 0: the largest, 1048576 (default: "
                         "--max-target-bytes's)")
+    p.add_argument("--h11-max-incomplete-event-size", metavar="BYTES", default=None,
+                   help="uvicorn's bound on the bytes of a request head not yet whole (h11's), "
+                        "taken as --max-header-bytes, which it sets: both bound the request "
+                        "line and header fields together; past it cyserve answers 431 where "
+                        "h11 answers 400 (default: --max-header-bytes's)")
     p.add_argument("--limit-request-fields", metavar="N", default=None,
                    help="gunicorn's name for --max-headers, which it sets; 0: the most, 10000 "
                         "(default: --max-headers's)")
@@ -269,6 +304,9 @@ def _gunicorn_limits(args: argparse.Namespace, options: dict[str, Any]) -> None:
             raise ConfigError(name, raw, "must be an integer") from None
         most = _LIMIT_MAXIMUM[target]
         low = 64 if target == "max_header_bytes" else 1
+        if name == "h11_max_incomplete_event_size" and not low <= value <= most:
+            # 0 is no "no limit" to h11: every request would be too large.
+            raise ConfigError(name, raw, f"must be between {low} and {most}")
         if value != 0 and not low <= value <= most:
             raise ConfigError(name, raw, f"must be 0 (the most, {most}) or between {low} and "
                               f"{most}")
@@ -381,10 +419,11 @@ _SECTIONS: list[tuple[str, str | None, tuple[str, ...]]] = [
     ("where to listen", None, ("host", "port", "backlog")),
     ("development", None, ("reload", "reload_dir", "reload_include", "reload_exclude",
                            "reload_delay")),
-    ("worker processes", None, ("processes", "threads", "blocking_threads", "preload", "pid",
+    ("worker processes", None, ("processes", "threads", "blocking_threads", "worker_class",
+                                "preload", "pid",
                                 "name", "user", "group", "umask")),
     ("logging", None, ("log_level", "log_config", "access_log", "access_log_format",
-                       "access_logfile")),
+                       "access_logfile", "error_logfile", "use_colors")),
     ("HTTP", None, ("http", "http2", "http2_max_concurrent_streams", "health_path", "header",
                     "server_header", "date_header")),
     ("HTTPS", None, ("ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ciphers",
@@ -393,7 +432,7 @@ _SECTIONS: list[tuple[str, str | None, tuple[str, ...]]] = [
     ("resource limits", None, ("limit_concurrency", "max_header_bytes", "max_target_bytes",
                                "max_headers", "max_body_bytes", "body_budget",
                                "min_body_rate", "limit_request_line", "limit_request_fields",
-                               "limit_request_field_size")),
+                               "limit_request_field_size", "h11_max_incomplete_event_size")),
     ("timeouts", None, ("keepalive_timeout", "header_timeout", "body_timeout",
                         "graceful_timeout", "drain_delay")),
     ("behind a proxy", None, ()),
@@ -432,6 +471,43 @@ class _HelpWithDefaults(argparse.HelpFormatter):
         if action.default in (None, "", []):
             return f"{text} (default: none)"
         return f"{text} (default %(default)s)"
+
+
+# gunicorn's worker classes that cyserve takes, by every name gunicorn and uvicorn give them,
+# with the --interface each implies (cyserve's own engine serves either kind).
+_WORKER_CLASSES = {
+    **{name: "asgi" for name in (
+        "uvicorn.workers.UvicornWorker", "uvicorn.workers.UvicornH11Worker",
+        "uvicorn_worker.UvicornWorker", "uvicorn_worker.UvicornH11Worker")},
+    **{name: "wsgi" for name in (
+        "sync", "gthread", "gunicorn.workers.sync.SyncWorker",
+        "gunicorn.workers.gthread.ThreadWorker", "egg:gunicorn#sync", "egg:gunicorn#gthread")},
+}
+
+# The worker classes refused, by the words gunicorn's names for them contain, and why.
+_GREEN = ("cyserve does not run applications in greenlets: its workers are threads (--threads), "
+          "and a Python call that blocks is handed to --blocking-threads")
+_REFUSED_WORKERS = {
+    "gevent": _GREEN,
+    "eventlet": _GREEN,
+    "tornado": "cyserve serves WSGI and ASGI applications, and a Tornado one is neither",
+}
+
+
+def _worker_class(value: str) -> str:
+    for word, why in _REFUSED_WORKERS.items():
+        if word in value.lower():
+            raise argparse.ArgumentTypeError(f"{value!r} is refused: {why}")
+    return value
+
+
+def _error_logfile(value: str) -> str:
+    if value != "-":
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is refused: cyserve writes its error log to standard error and has no "
+            "setting for a file: redirect standard error (2>>FILE, journald), or give "
+            "--log-config a FileHandler")
+    return value
 
 
 def _http_version(value: str) -> str:
@@ -474,8 +550,14 @@ def _add_proxy_options(p: argparse.ArgumentParser) -> None:
         "the access log, WSGI's REMOTE_ADDR and Request.client and Request.scheme tell that "
         "instead of the proxy's own address; with --forwarded-host, X-Forwarded-Host (or "
         "Forwarded's host=) is the request's Host.")
-    g.add_argument("--proxy-headers", action="store_true",
-                   help="believe proxy headers from --forwarded-allow-ips (default: off)")
+    # default None: not said, so that --no-proxy-headers (uvicorn's) can be told apart from it
+    # and refused beside an option that would turn the headers back on.
+    g.add_argument("--proxy-headers", action=_Flag, default=None,
+                   help="believe proxy headers from --forwarded-allow-ips; --no-proxy-headers, "
+                        "uvicorn's spelling, leaves them unread (default: off, where uvicorn's "
+                        "is on: with no proxy in front, a client on 127.0.0.1 or on a Unix "
+                        "socket could name any address; --forwarded-allow-ips and "
+                        "--forwarded-host turn them on)")
     g.add_argument("--proxy-protocol", action="store_true",
                    help="connections from --forwarded-allow-ips begin with a PROXY protocol "
                         "header (HAProxy's, v1 or v2: HAProxy, AWS NLB, nginx's stream module) "
@@ -562,6 +644,23 @@ def _add_ws_options(p: argparse.ArgumentParser) -> None:
                    default=defaults.ws_per_message_deflate,
                    help="take permessage-deflate (RFC 7692) when a client offers it "
                         "(default: on)")
+    g.add_argument("--ws", default="auto", choices=("auto", "websockets", "wsproto"),
+                   type=_ws_choice,
+                   help="uvicorn's choice of WebSocket library, taken so that its command lines "
+                        "start: auto, websockets and wsproto all mean cyserve's own WebSocket, "
+                        "in C; none is refused, since cyserve has no setting that turns "
+                        "WebSocket off (default auto)")
+
+
+def _ws_choice(value: str) -> str:
+    if value.lower() == "none":
+        # uvicorn's none passes an upgrade request to the application as a plain HTTP request;
+        # cyserve's engine always upgrades it, so none could not mean what it means there.
+        raise argparse.ArgumentTypeError(
+            "'none' is refused: cyserve has no setting that turns WebSocket off (an upgrade "
+            "request reaches an ASGI app as a websocket scope, not as uvicorn's plain HTTP "
+            "request)")
+    return value.lower()
 
 
 def _add_head_options(p: argparse.ArgumentParser) -> None:
@@ -644,7 +743,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
                                "access_log": args.access_log,
                                "access_log_format": args.access_log_format,
                                "access_logfile": args.access_logfile,
-                               "interface": args.interface,
+                               "interface": _interface(args),
                                "loop": args.loop, "asgi_loops": args.asgi_loops,
                                "lifespan": args.lifespan,
                                "http": args.http, "http2": args.http2}
@@ -712,7 +811,14 @@ def config_from_args(args: argparse.Namespace) -> Config:
     elif args.metrics_port is not None:
         host = args.host if ":" not in args.host else f"[{args.host}]"
         options["metrics_bind"] = f"{host}:{args.metrics_port}"
-    options.update(proxy_headers=args.proxy_headers,
+    if args.proxy_headers is False:
+        # uvicorn's --no-proxy-headers beside an option that turns them on says two things.
+        for name in ("forwarded_allow_ips", "forwarded_host"):
+            if getattr(args, name):
+                raise ConfigError("proxy_headers", "off",
+                                  f"--no-proxy-headers contradicts --{name.replace('_', '-')}, "
+                                  "which turns proxy headers on")
+    options.update(proxy_headers=bool(args.proxy_headers),
                    forwarded_allow_ips=args.forwarded_allow_ips,
                    forwarded_header=args.forwarded_header,
                    forwarded_host=args.forwarded_host,
@@ -721,6 +827,19 @@ def config_from_args(args: argparse.Namespace) -> Config:
     options.update(headers=tuple(args.header), server_header=args.server_header,
                    date_header=args.date_header)
     return Config(**options)
+
+
+def _interface(args: argparse.Namespace) -> str:
+    """--interface, or the one gunicorn's --worker-class implies; both, differing, is a
+    contradiction."""
+    if args.worker_class is None:
+        return str(args.interface)
+    implied = _WORKER_CLASSES[args.worker_class]
+    if args.interface not in ("auto", implied):
+        raise ConfigError("worker_class", args.worker_class,
+                          f"serves {implied.upper()} applications, not --interface "
+                          f"{args.interface}'s")
+    return implied
 
 
 def load_app(spec: str, app_dir: str | None = ".", interface: str = "auto",
@@ -1202,7 +1321,8 @@ _NOT_PRINTED = ("help", "version", "config", "check_config", "print_config")
 # --umask and --uds-perms among them, are text: 022 is octal there, which TOML has no way to say).
 _NUMBER_OPTIONS = frozenset(_INT_OPTIONS + _FLOAT_OPTIONS + (
     "max_requests", "max_requests_jitter", "limit_concurrency", "limit_request_line",
-    "limit_request_fields", "limit_request_field_size", "ssl_cert_reqs", "ssl_ticket_rotation",
+    "limit_request_fields", "limit_request_field_size", "h11_max_incomplete_event_size",
+    "ssl_cert_reqs", "ssl_ticket_rotation",
     "fd", "metrics_port", "ws_max_size", "ws_ping_interval", "ws_ping_timeout", "reload_delay"))
 
 

@@ -367,3 +367,67 @@ def test_help_lists_the_limits_and_timeouts() -> None:
     for option in ("--max-body-bytes", "--keepalive-timeout", "--header-timeout",
                    "--body-timeout", "--graceful-timeout", "--threads", "--processes"):
         assert option in proc.stdout, option
+
+
+# ---- uvicorn's command lines (issue 17): taken where cyserve can honour them ----------------
+
+def _config(*argv: str) -> cyserve.config.Config:
+    return cli.config_from_args(cli.build_parser().parse_args(["m:app", *argv]))
+
+
+def test_uvicorns_no_proxy_headers_is_the_off_switch(capsys: pytest.CaptureFixture[str]
+                                                     ) -> None:
+    assert _config("--no-proxy-headers").trusted_proxies() is None
+    assert _config("--proxy-headers").trusted_proxies() is not None
+    # cyserve's default stays off (uvicorn's is on), and --help says so.
+    assert _config().proxy_headers is False
+    assert "default: off, where uvicorn's is on" in " ".join(
+        cli.build_parser().format_help().split())
+    # Off beside an option that turns the headers on is a contradiction, said in one line.
+    status, err = run_main(capsys, "m:app", "--no-proxy-headers", "--forwarded-allow-ips", "*")
+    assert status == 2
+    assert err == ("cyserve: invalid --proxy-headers off: --no-proxy-headers contradicts "
+                   "--forwarded-allow-ips, which turns proxy headers on\n")
+
+
+def test_no_proxy_headers_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    args, config = cli.parse_command(["m:app"], {"CYSERVE_PROXY_HEADERS": "false"})
+    assert args.proxy_headers is False and config.trusted_proxies() is None
+    _, config = cli.parse_command(["m:app"], {"CYSERVE_PROXY_HEADERS": "true"})
+    assert config.trusted_proxies() is not None
+
+
+@pytest.mark.parametrize("library", ["auto", "websockets", "wsproto", "WSPROTO"])
+def test_uvicorns_ws_libraries_mean_cyserves_own_websocket(library: str) -> None:
+    # Not "ambiguous option" against the --ws-* options; the WebSocket settings are unchanged.
+    args = cli.build_parser().parse_args(["m:app", "--ws", library])
+    assert args.ws == library.lower()
+    assert cli.config_from_args(args) == cyserve.config.Config()
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    # uvicorn's --ws none hands an upgrade to the app as plain HTTP; cyserve cannot.
+    (["--ws", "none"], "cyserve: argument --ws: 'none' is refused: cyserve has no setting that "
+                       "turns WebSocket off"),
+    (["--ws-max-queue", "32"], "cyserve: --ws-max-queue is refused: cyserve bounds an ASGI "
+                               "WebSocket's unreceived messages in bytes, not in messages"),
+    (["--h11-max-incomplete-event-size", "0"],
+     "cyserve: invalid --h11-max-incomplete-event-size 0: must be between 64 and 1048576"),
+])
+def test_uvicorn_options_cyserve_cannot_honour_are_one_line(
+        capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
+    status, err = run_main(capsys, "m:app", *argv)
+    assert status == 2
+    assert err.count("\n") == 1
+    assert err.startswith(line)
+
+
+def test_uvicorns_h11_max_incomplete_event_size_sets_max_header_bytes() -> None:
+    assert _config("--h11-max-incomplete-event-size", "4096").max_header_bytes == 4096
+
+
+@pytest.mark.parametrize("flag", ["--use-colors", "--no-use-colors"])
+def test_uvicorns_use_colors_is_taken_and_changes_nothing(flag: str) -> None:
+    assert _config(flag) == cyserve.config.Config()
+    help_text = " ".join(cli.build_parser().format_help().split())
+    assert "--use-colors" in help_text and "no effect" in help_text

@@ -80,6 +80,55 @@ def test_more_gunicorn_spellings_are_aliases() -> None:
     assert (c.worker_timeout, c.access_log_format) == (30.0, "%(h)s %(s)s")
 
 
+@pytest.mark.parametrize(("worker", "interface"), [
+    ("uvicorn.workers.UvicornWorker", "asgi"), ("uvicorn.workers.UvicornH11Worker", "asgi"),
+    ("uvicorn_worker.UvicornWorker", "asgi"), ("sync", "wsgi"), ("gthread", "wsgi"),
+    ("gunicorn.workers.gthread.ThreadWorker", "wsgi"),
+])
+def test_worker_class_is_taken_as_the_interface_it_implies(worker: str, interface: str) -> None:
+    parser = cli.build_parser()
+    for argv in (["-k", worker], ["--worker-class", worker],
+                 ["--worker-class", worker, "--interface", interface]):
+        assert cli.config_from_args(parser.parse_args(["m:app", *argv])).interface == interface
+
+
+def test_worker_class_from_a_gunicorn_config_file(tmp_path: Path) -> None:
+    conf = tmp_path / "gunicorn.conf.py"
+    conf.write_text('worker_class = "uvicorn.workers.UvicornWorker"\nworkers = 2\n')
+    _, config = cli.parse_command(["m:app", "-c", str(conf)], {})
+    assert (config.interface, config.processes) == ("asgi", 2)
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["-k", "gevent"], "cyserve: argument -k/--worker-class: 'gevent' is refused: cyserve does "
+                       "not run applications in greenlets"),
+    (["-k", "eventlet"], "cyserve: argument -k/--worker-class: 'eventlet' is refused: cyserve "
+                         "does not run applications in greenlets"),
+    (["--worker-class", "tornado"], "cyserve: argument -k/--worker-class: 'tornado' is refused: "
+                                    "cyserve serves WSGI and ASGI applications"),
+    (["-k", "uvicorn.workers.UvicornWorker", "--interface", "wsgi"],
+     "cyserve: invalid --worker-class uvicorn.workers.UvicornWorker: serves ASGI applications, "
+     "not --interface wsgi's"),
+    (["--error-logfile", "err.log"], "cyserve: argument --error-logfile/--log-file: 'err.log' "
+                                     "is refused: cyserve writes its error log to standard "
+                                     "error"),
+    (["--log-file", "err.log"], "cyserve: argument --error-logfile/--log-file: 'err.log' is "
+                                "refused"),
+])
+def test_gunicorn_options_cyserve_cannot_honour_are_one_line(tmp_path: Path, args: list[str],
+                                                             line: str) -> None:
+    out = _cyserve(tmp_path, "m:app", *args)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith(line), out.stderr
+
+
+def test_error_logfile_dash_is_standard_error_where_cyserve_writes_it() -> None:
+    parser = cli.build_parser()
+    for argv in (["--error-logfile", "-"], ["--log-file", "-"]):
+        assert cli.config_from_args(parser.parse_args(["m:app", *argv])) == \
+            cli.config_from_args(parser.parse_args(["m:app"]))
+
+
 def test_gunicorn_limits_are_enforced_by_the_served_process(tmp_path: Path,
                                                             served: list[Served]) -> None:
     port = free_port()
