@@ -368,28 +368,29 @@ def test_reload_waits_for_a_fix_when_the_app_does_not_import_at_start(
     assert srv.stderr.count("RuntimeError: typo on purpose") >= 2 * 3, srv.stderr
 
 
-def test_sigterm_ends_the_wait_for_a_fix_with_status_0(tmp_path: Path,
-                                                       served: list[Served]) -> None:
-    # Stopped (SIGTERM: a terminal closed, a process manager) while --reload waits for a fix:
-    # it ends as a served stop ends, status 0 and no traceback, not killed by the signal.
+def _waiting_for_a_fix(tmp_path: Path, served: list[Served]) -> Served:
+    """`--reload` started on an app that does not import, once it is inside its wait's loop."""
     srv = Served(tmp_path, "--port", str(free_port()), "--threads", "1", "--reload",
                  wait_serving=0, app=APP + "\nraise RuntimeError('typo on purpose')\n")
     served.append(srv)
     while not srv.lines.get(timeout=TIMEOUT).startswith("cyserve: --reload: waiting"):
         pass
     time.sleep(0.5)  # into the wait's loop (not needed to fail before the fix: it was killed)
+    return srv
+
+
+def test_sigterm_ends_the_wait_for_a_fix_with_status_0(tmp_path: Path,
+                                                       served: list[Served]) -> None:
+    # Stopped (SIGTERM: a terminal closed, a process manager) while --reload waits for a fix:
+    # it ends as a served stop ends, status 0 and no traceback, not killed by the signal.
+    srv = _waiting_for_a_fix(tmp_path, served)
     assert srv.stop() == 0, srv.stderr
     assert srv.stderr.count("Traceback") == 1, srv.stderr  # the import's, said once
 
 
 def test_ctrl_c_ends_the_wait_for_a_fix_with_status_130(tmp_path: Path,
                                                          served: list[Served]) -> None:
-    srv = Served(tmp_path, "--port", str(free_port()), "--threads", "1", "--reload",
-                 wait_serving=0, app=APP + "\nraise RuntimeError('typo on purpose')\n")
-    served.append(srv)
-    while not srv.lines.get(timeout=TIMEOUT).startswith("cyserve: --reload: waiting"):
-        pass
-    time.sleep(0.5)  # into the wait's loop
+    srv = _waiting_for_a_fix(tmp_path, served)
     os.kill(srv.proc.pid, signal.SIGINT)  # whether it lands in the sleep or in the watcher
     assert srv.proc.wait(TIMEOUT) == 130, srv.stderr
 
