@@ -1044,15 +1044,27 @@ def _read_toml(path: str) -> dict[str, Any]:
     return doc
 
 
+# gunicorn's settings whose name in a gunicorn.conf.py is not its command-line option's
+# (accesslog is --access-logfile there too): a gunicorn file names them so, and cyserve has the
+# same option under the command line's name.
+_GUNICORN_FILE_NAMES = {"accesslog": "access-logfile", "errorlog": "error-logfile",
+                        "loglevel": "log-level", "keepalive": "keep-alive",
+                        "preload_app": "preload", "raw_env": "env", "pidfile": "pid",
+                        "logconfig": "log-config", "proc_name": "name"}
+
+
 def _from_file(parser: argparse.ArgumentParser, path: str) -> _Source:
     names = option_names(parser)
     src = _Source()
-    if path.endswith(".py"):
+    python = path.endswith(".py")
+    if python:
         doc, src.hooks = _read_python_config(path)
     else:
         doc = _read_toml(path)
     for key, value in doc.items():
         option = key.replace("_", "-")
+        if python and key in _GUNICORN_FILE_NAMES:
+            option = _GUNICORN_FILE_NAMES[key]
         action = names.get(option) if option != "config" else None
         if action is None:
             raise _UsageError(f"--config {path}: unknown option {key!r}")

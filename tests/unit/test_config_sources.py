@@ -143,6 +143,22 @@ def test_a_gunicorn_python_config_is_read(tmp_path: Path) -> None:
             config.pid) == (2, 7, ("127.0.0.1:9100", "unix:/tmp/c.sock"), False, None)
 
 
+def test_a_gunicorn_file_s_own_names_are_its_options(tmp_path: Path) -> None:
+    # A gunicorn.conf.py names nine settings otherwise than their command-line options
+    # (accesslog for --access-logfile, keepalive for --keep-alive, ...): a file copied from a
+    # gunicorn deployment starts with them, where they were "unknown option" before.
+    conf = tmp_path / "gunicorn.conf.py"
+    conf.write_text(f"accesslog = {str(tmp_path / 'access.log')!r}\nerrorlog = '-'\n"
+                    "loglevel = 'warning'\nkeepalive = 3\npreload_app = False\n"
+                    "raw_env = ['A=1', 'B=2']\n"
+                    f"pidfile = {str(tmp_path / 'srv.pid')!r}\nproc_name = 'shop'\n")
+    args, config = cli.parse_command(["m:app", "-c", str(conf)], {})
+    assert (config.access_logfile, config.log_level, config.keepalive_timeout, config.preload,
+            config.pid, config.proc_name) == (str(tmp_path / "access.log"), "warning", 3.0,
+                                              False, str(tmp_path / "srv.pid"), "shop")
+    assert args.env == ["A=1", "B=2"]
+
+
 def test_a_value_given_on_the_command_line_is_reported_as_the_option(tmp_path: Path) -> None:
     from cyserve.errors import ConfigError
 
