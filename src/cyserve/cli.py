@@ -294,10 +294,18 @@ def _gunicorn_limits(args: argparse.Namespace, options: dict[str, Any]) -> None:
     "no limit") is the largest value cyserve takes."""
     from .config import _LIMIT_MAXIMUM
 
+    given: dict[str, tuple[str, str]] = {}  # target: the first name that set it, and its value
     for name, target in _GUNICORN_LIMITS:
         raw = getattr(args, name)
         if raw is None:
             continue
+        if target in given and given[target][1] != raw:
+            # gunicorn's and uvicorn's names of the one limit, given different values: which
+            # was meant cannot be told, and neither may win without a word.
+            first, first_raw = given[target]
+            raise ConfigError(name, raw, f"sets --{target.replace('_', '-')}, as "
+                              f"--{first.replace('_', '-')} {first_raw} does: give one of them")
+        given[target] = (name, raw)
         try:
             value = int(raw, 10)
         except ValueError:

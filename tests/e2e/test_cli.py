@@ -413,6 +413,10 @@ def test_uvicorns_ws_libraries_mean_cyserves_own_websocket(library: str) -> None
                                "WebSocket's unreceived messages in bytes, not in messages"),
     (["--h11-max-incomplete-event-size", "0"],
      "cyserve: invalid --h11-max-incomplete-event-size 0: must be between 64 and 1048576"),
+    # Two names of the one limit, set differently: the last no longer wins without a word.
+    (["--limit-request-field-size", "8190", "--h11-max-incomplete-event-size", "4096"],
+     "cyserve: invalid --h11-max-incomplete-event-size 4096: sets --max-header-bytes, as "
+     "--limit-request-field-size 8190 does: give one of them"),
 ])
 def test_uvicorn_options_cyserve_cannot_honour_are_one_line(
         capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
@@ -424,6 +428,8 @@ def test_uvicorn_options_cyserve_cannot_honour_are_one_line(
 
 def test_uvicorns_h11_max_incomplete_event_size_sets_max_header_bytes() -> None:
     assert _config("--h11-max-incomplete-event-size", "4096").max_header_bytes == 4096
+    assert _config("--h11-max-incomplete-event-size", "4096", "--limit-request-field-size",
+                   "4096").max_header_bytes == 4096  # the same value twice is no contradiction
 
 
 @pytest.mark.parametrize("flag", ["--use-colors", "--no-use-colors"])
