@@ -850,6 +850,10 @@ def _interface(args: argparse.Namespace) -> str:
     return implied
 
 
+class _NotThatInterface(AppLoadError):
+    """The object found is not an application of the interface asked for (or of any)."""
+
+
 def load_app(spec: str, app_dir: str | None = ".", interface: str = "auto",
              factory: bool = False) -> App:
     """Import ``module:attribute`` (the attribute may be dotted) and return the App there, or
@@ -893,7 +897,7 @@ def load_app(spec: str, app_dir: str | None = ".", interface: str = "auto",
         return as_app(obj, interface)
     except HandlerTypeError as exc:
         what = f"{spec!r} (its factory's result)" if factory else repr(spec)
-        raise AppLoadError(f"{what}: {exc}") from None
+        raise _NotThatInterface(f"{what}: {exc}") from None
 
 
 def _is_parent_or_self(missing: str, wanted: str) -> bool:
@@ -1215,6 +1219,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             routes = len(loaded.build())
     except (AppLoadError, RouteError) as exc:
         failure, status = str(exc), EXIT_USAGE
+        if isinstance(exc, _NotThatInterface) and args.worker_class is not None:
+            # The interface came from gunicorn's worker class, not from --interface: say so.
+            failure += f" (--worker-class {args.worker_class} means --interface {config.interface})"
     except Exception as exc:
         traceback.print_exc()
         failure = f"error while importing {args.app!r}: {type(exc).__name__}: {exc}"

@@ -122,6 +122,20 @@ def test_gunicorn_options_cyserve_cannot_honour_are_one_line(tmp_path: Path, arg
     assert out.stderr.count("\n") == 1 and out.stderr.startswith(line), out.stderr
 
 
+def test_a_worker_class_that_does_not_fit_the_app_is_named_in_the_error(tmp_path: Path) -> None:
+    # gunicorn's `-k uvicorn.workers.UvicornWorker` on a WSGI app: the line says where the
+    # interface it names came from, since --interface was never typed.
+    (tmp_path / "wsgiapp.py").write_text(
+        "def app(environ, start_response):\n"
+        "    start_response('200 OK', [])\n    return [b'']\n")
+    out = _cyserve(tmp_path, "wsgiapp:app", "-k", "uvicorn.workers.UvicornWorker",
+                   "--check-config")
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.rstrip().endswith("(--worker-class uvicorn.workers.UvicornWorker means "
+                                        "--interface asgi)"), out.stderr
+
+
 def test_error_logfile_dash_is_standard_error_where_cyserve_writes_it() -> None:
     parser = cli.build_parser()
     for argv in (["--error-logfile", "-"], ["--log-file", "-"]):
