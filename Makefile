@@ -196,7 +196,7 @@ test-ft: $(PY_FT)
 # once, with every answer and a shared counter checked) with the TSan runtime preloaded. The
 # interpreter is not instrumented: tests/ft/tsan.supp lists, each with its reason, the reports
 # whose order holds inside it; any other report fails. About 3 minutes of CPU to build.
-TSAN_FT_PKG := build/tsan-ft/pkg
+TSAN_FT_PKG := $(CURDIR)/build/tsan-ft/pkg
 TSAN_FT_SECONDS ?= 10
 test-ft-tsan: $(PY_FT)
 	$(MAKE) --no-print-directory PYTHON=$(PY_FT) VENV=.venv-3.14t .venv-3.14t/.deps-stamp
