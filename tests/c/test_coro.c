@@ -213,9 +213,8 @@ static void test_stacks(void)
     is_int(pool->n_free_stacks, stacks_before, "and all shared one cached stack");
 }
 
-/* ---- trimming a stack ---- */
+/* ---- the depot of free stacks ---- */
 
-/* Resident pages of [lo, hi), page-aligned. */
 /* Yields once, then finishes. */
 static int body_yield_once(struct coro *co, void *arg)
 {
@@ -318,6 +317,48 @@ static void test_stack_depot(void)
     is_int(stacks_alive_since(m0, u0), 0, "freeing the pools unmaps every stack they held");
 }
 
+/* A thread reads the clock before it takes the slab's lock; another that read it a little later
+ * can take the lock first and decay. The first thread's reading is then older than the mark:
+ * no period has passed for it, and it must neither empty the depot nor move the mark back. */
+static void test_stack_depot_stale_clock(void)
+{
+    struct coro_pool *worker, *relief;
+    if (coro_pool_new(&worker, CORO_STACK_DEFAULT) != 0 ||
+        coro_pool_new_shared(&relief, CORO_STACK_DEFAULT, worker) != 0) {
+        ok(0, "pools for the stale clock test");
+        return;
+    }
+    coro_pool_set_cache(relief, CORO_STACK_MAG);
+    struct coro_slab *slab = worker->slab;
+    enum { N = 4 * CORO_STACK_MAG };
+    static struct coro *cos[N];
+    start_here_finish_there(worker, relief, cos, N);
+    unsigned held = slab->depot_mags;
+    ok(held >= 2, "the depot holds magazines (%u)", held);
+    /* The later thread's decay has just happened: the low-water mark is the depot's count. */
+    uint64_t mark = coro_coarse_ns();
+    pthread_mutex_lock(&slab->lock);
+    slab->depot_mark = mark;
+    slab->depot_low = slab->depot_mags;
+    struct coro_stack *drop = coro_depot_decay_locked(slab, mark - 4000000); /* 4 ms older */
+    pthread_mutex_unlock(&slab->lock);
+    ok(drop == NULL, "a clock read before the last decay unmaps nothing");
+    coro_unmap_mags(drop);
+    is_int((long)slab->depot_mags, (long)held, "the depot keeps its magazines");
+    ok(slab->depot_mark == mark, "and its mark does not move back");
+    /* A whole period after the mark, the magazines held all along do go. */
+    pthread_mutex_lock(&slab->lock);
+    drop = coro_depot_decay_locked(slab, mark + CORO_DEPOT_DECAY_NS);
+    pthread_mutex_unlock(&slab->lock);
+    coro_unmap_mags(drop);
+    is_int((long)slab->depot_mags, 0, "a period later they are unmapped");
+    coro_pool_free(relief);
+    coro_pool_free(worker);
+}
+
+/* ---- trimming a stack ---- */
+
+/* Resident pages of [lo, hi), page-aligned. */
 static size_t resident_pages(uintptr_t lo, uintptr_t hi)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE), n = (hi - lo) / page, count = 0;
@@ -647,6 +688,7 @@ int main(void)
     test_arena();
     test_stacks();
     test_stack_depot();
+    test_stack_depot_stale_clock();
     test_stack_trim();
     test_fpu_state();
     test_migrate();
