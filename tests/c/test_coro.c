@@ -356,6 +356,90 @@ static void test_stack_depot_stale_clock(void)
     coro_pool_free(worker);
 }
 
+/* Two threads whose pools share a slab, each starting coroutines in rounds of more than its
+ * cache holds and finishing them: stacks pass from one thread's pool to the other's through the
+ * depot, under its mutex. Each coroutine leaves a token on its stack across a yield: a stack
+ * handed to two live coroutines at once would show as a token overwritten. */
+struct depot_thread {
+    struct coro_pool *share; /* the pool whose slab to share */
+    unsigned seed;
+    long overwritten, ran;
+    int failed;
+};
+
+static int body_token(struct coro *co, void *arg)
+{
+    volatile uintptr_t token = (uintptr_t)co ^ (uintptr_t)arg;
+    volatile char fill[2048]; /* more of the stack in use, as a real handler's */
+    fill[0] = (char)token;
+    fill[sizeof(fill) - 1] = (char)(token >> 8);
+    coro_yield(co, 1);
+    return token != ((uintptr_t)co ^ (uintptr_t)arg) || fill[0] != (char)token ||
+           fill[sizeof(fill) - 1] != (char)(token >> 8);
+}
+
+static void *depot_thread_main(void *arg)
+{
+    struct depot_thread *t = arg;
+    struct coro_pool *mine;
+    if (coro_pool_new_shared(&mine, CORO_STACK_DEFAULT, t->share) != 0) {
+        t->failed = 1;
+        return NULL;
+    }
+    enum { MOST = 400 };
+    static __thread struct coro *cos[MOST];
+    for (int round = 0; round < 60; round++) {
+        t->seed = t->seed * 1103515245u + 12345u;
+        unsigned n = 100 + (t->seed >> 8) % (MOST - 100);
+        for (unsigned i = 0; i < n; i++) {
+            cos[i] = coro_new(mine, body_token, t);
+            if (!cos[i] || coro_resume(cos[i], mine) != 1) {
+                t->failed = 1;
+                return NULL;
+            }
+        }
+        for (unsigned i = 0; i < n; i++) {
+            if (coro_resume(cos[i], mine) != CORO_FINISHED) {
+                t->failed = 1;
+                return NULL;
+            }
+            t->overwritten += coro_exit_value(cos[i]);
+            t->ran++;
+            coro_free(cos[i], mine);
+        }
+    }
+    coro_pool_free(mine);
+    return NULL;
+}
+
+static void test_stack_depot_threads(void)
+{
+    struct coro_pool *base;
+    if (coro_pool_new(&base, CORO_STACK_DEFAULT) != 0) {
+        ok(0, "a pool for the threaded depot test");
+        return;
+    }
+    uint64_t m0, u0;
+    coro_stack_counts(&m0, &u0);
+    struct depot_thread t[2] = {{.share = base, .seed = 1}, {.share = base, .seed = 2}};
+    pthread_t tid[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&tid[i], NULL, depot_thread_main, &t[i]);
+    for (int i = 0; i < 2; i++)
+        pthread_join(tid[i], NULL);
+    ok(!t[0].failed && !t[1].failed, "two threads ran their rounds (%ld, %ld coroutines)", t[0].ran,
+       t[1].ran);
+    is_int(t[0].overwritten + t[1].overwritten, 0,
+           "no stack was handed to two live coroutines at once");
+    /* What the threads' pools held went to the depot when they were freed; the depot and the
+     * base pool's cache hold every stack still mapped. */
+    is_int(stacks_alive_since(m0, u0),
+           (long)base->n_free_stacks + (long)base->slab->depot_mags * CORO_STACK_MAG,
+           "the stacks still mapped are the depot's and the base pool's");
+    coro_pool_free(base);
+    is_int(stacks_alive_since(m0, u0), 0, "freeing the last pool unmaps them all");
+}
+
 /* ---- trimming a stack ---- */
 
 /* Resident pages of [lo, hi), page-aligned. */
@@ -689,6 +773,7 @@ int main(void)
     test_stacks();
     test_stack_depot();
     test_stack_depot_stale_clock();
+    test_stack_depot_threads();
     test_stack_trim();
     test_fpu_state();
     test_migrate();
