@@ -1282,18 +1282,19 @@ def _wait_for_a_fix(config: Config, reload_app: Callable[[], App],
 
     watcher = Watcher(config.reload_dirs or ["."], config.reload_includes,
                       config.reload_excludes, config.reload_delay)
+    app: App | None = None
     previous = {signum: signal.signal(signum, note) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while True:
+        while app is None and not stop:
             # A status line, where --reload's other lines go (the error went to standard error).
             say(f"cyserve: --reload: waiting for a change under {', '.join(watcher.dirs)} to "
                 "import the application again")
             while not stop and not watcher.changed():
                 time.sleep(0.1)
             if stop:
-                return None, 130 if stop[0] == signal.SIGINT else 0
+                break
             try:
-                return reload_app(), 0
+                app = reload_app()
             except (AppLoadError, RouteError) as exc:
                 _fail(str(exc), EXIT_USAGE)
             except Exception as exc:
@@ -1303,6 +1304,12 @@ def _wait_for_a_fix(config: Config, reload_app: Callable[[], App],
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+    # Looked at once the handlers are back: a stop noted at any time, while the fixed
+    # application imported too (an import can take seconds), ends the wait rather than being
+    # dropped with a server started after it.
+    if stop:
+        return None, 130 if stop[0] == signal.SIGINT else 0
+    return app, 0
 
 
 def _check_certificates(config: Config) -> str | None:

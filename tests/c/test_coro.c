@@ -213,9 +213,8 @@ static void test_stacks(void)
     is_int(pool->n_free_stacks, stacks_before, "and all shared one cached stack");
 }
 
-/* ---- trimming a stack ---- */
+/* ---- the depot of free stacks ---- */
 
-/* Resident pages of [lo, hi), page-aligned. */
 /* Yields once, then finishes. */
 static int body_yield_once(struct coro *co, void *arg)
 {
@@ -318,6 +317,132 @@ static void test_stack_depot(void)
     is_int(stacks_alive_since(m0, u0), 0, "freeing the pools unmaps every stack they held");
 }
 
+/* A thread reads the clock before it takes the slab's lock; another that read it a little later
+ * can take the lock first and decay. The first thread's reading is then older than the mark:
+ * no period has passed for it, and it must neither empty the depot nor move the mark back. */
+static void test_stack_depot_stale_clock(void)
+{
+    struct coro_pool *worker, *relief;
+    if (coro_pool_new(&worker, CORO_STACK_DEFAULT) != 0 ||
+        coro_pool_new_shared(&relief, CORO_STACK_DEFAULT, worker) != 0) {
+        ok(0, "pools for the stale clock test");
+        return;
+    }
+    coro_pool_set_cache(relief, CORO_STACK_MAG);
+    struct coro_slab *slab = worker->slab;
+    enum { N = 4 * CORO_STACK_MAG };
+    static struct coro *cos[N];
+    start_here_finish_there(worker, relief, cos, N);
+    unsigned held = slab->depot_mags;
+    ok(held >= 2, "the depot holds magazines (%u)", held);
+    /* The later thread's decay has just happened: the low-water mark is the depot's count. */
+    uint64_t mark = coro_coarse_ns();
+    pthread_mutex_lock(&slab->lock);
+    slab->depot_mark = mark;
+    slab->depot_low = slab->depot_mags;
+    struct coro_stack *drop = coro_depot_decay_locked(slab, mark - 4000000); /* 4 ms older */
+    pthread_mutex_unlock(&slab->lock);
+    ok(drop == NULL, "a clock read before the last decay unmaps nothing");
+    coro_unmap_mags(drop);
+    is_int((long)slab->depot_mags, (long)held, "the depot keeps its magazines");
+    ok(slab->depot_mark == mark, "and its mark does not move back");
+    /* A whole period after the mark, the magazines held all along do go. */
+    pthread_mutex_lock(&slab->lock);
+    drop = coro_depot_decay_locked(slab, mark + CORO_DEPOT_DECAY_NS);
+    pthread_mutex_unlock(&slab->lock);
+    coro_unmap_mags(drop);
+    is_int((long)slab->depot_mags, 0, "a period later they are unmapped");
+    coro_pool_free(relief);
+    coro_pool_free(worker);
+}
+
+/* Two threads whose pools share a slab, each starting coroutines in rounds of more than its
+ * cache holds and finishing them: stacks pass from one thread's pool to the other's through the
+ * depot, under its mutex. Each coroutine leaves a token on its stack across a yield: a stack
+ * handed to two live coroutines at once would show as a token overwritten. */
+struct depot_thread {
+    struct coro_pool *share; /* the pool whose slab to share */
+    unsigned seed;
+    long overwritten, ran;
+    int failed;
+};
+
+static int body_token(struct coro *co, void *arg)
+{
+    volatile uintptr_t token = (uintptr_t)co ^ (uintptr_t)arg;
+    volatile char fill[2048]; /* more of the stack in use, as a real handler's */
+    fill[0] = (char)token;
+    fill[sizeof(fill) - 1] = (char)(token >> 8);
+    coro_yield(co, 1);
+    return token != ((uintptr_t)co ^ (uintptr_t)arg) || fill[0] != (char)token ||
+           fill[sizeof(fill) - 1] != (char)(token >> 8);
+}
+
+static void *depot_thread_main(void *arg)
+{
+    struct depot_thread *t = arg;
+    struct coro_pool *mine;
+    if (coro_pool_new_shared(&mine, CORO_STACK_DEFAULT, t->share) != 0) {
+        t->failed = 1;
+        return NULL;
+    }
+    enum { MOST = 400 };
+    static __thread struct coro *cos[MOST];
+    for (int round = 0; round < 60; round++) {
+        t->seed = t->seed * 1103515245u + 12345u;
+        unsigned n = 100 + (t->seed >> 8) % (MOST - 100);
+        for (unsigned i = 0; i < n; i++) {
+            cos[i] = coro_new(mine, body_token, t);
+            if (!cos[i] || coro_resume(cos[i], mine) != 1) {
+                t->failed = 1;
+                return NULL;
+            }
+        }
+        for (unsigned i = 0; i < n; i++) {
+            if (coro_resume(cos[i], mine) != CORO_FINISHED) {
+                t->failed = 1;
+                return NULL;
+            }
+            t->overwritten += coro_exit_value(cos[i]);
+            t->ran++;
+            coro_free(cos[i], mine);
+        }
+    }
+    coro_pool_free(mine);
+    return NULL;
+}
+
+static void test_stack_depot_threads(void)
+{
+    struct coro_pool *base;
+    if (coro_pool_new(&base, CORO_STACK_DEFAULT) != 0) {
+        ok(0, "a pool for the threaded depot test");
+        return;
+    }
+    uint64_t m0, u0;
+    coro_stack_counts(&m0, &u0);
+    struct depot_thread t[2] = {{.share = base, .seed = 1}, {.share = base, .seed = 2}};
+    pthread_t tid[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&tid[i], NULL, depot_thread_main, &t[i]);
+    for (int i = 0; i < 2; i++)
+        pthread_join(tid[i], NULL);
+    ok(!t[0].failed && !t[1].failed, "two threads ran their rounds (%ld, %ld coroutines)", t[0].ran,
+       t[1].ran);
+    is_int(t[0].overwritten + t[1].overwritten, 0,
+           "no stack was handed to two live coroutines at once");
+    /* What the threads' pools held went to the depot when they were freed; the depot and the
+     * base pool's cache hold every stack still mapped. */
+    is_int(stacks_alive_since(m0, u0),
+           (long)base->n_free_stacks + (long)base->slab->depot_mags * CORO_STACK_MAG,
+           "the stacks still mapped are the depot's and the base pool's");
+    coro_pool_free(base);
+    is_int(stacks_alive_since(m0, u0), 0, "freeing the last pool unmaps them all");
+}
+
+/* ---- trimming a stack ---- */
+
+/* Resident pages of [lo, hi), page-aligned. */
 static size_t resident_pages(uintptr_t lo, uintptr_t hi)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE), n = (hi - lo) / page, count = 0;
@@ -647,6 +772,8 @@ int main(void)
     test_arena();
     test_stacks();
     test_stack_depot();
+    test_stack_depot_stale_clock();
+    test_stack_depot_threads();
     test_stack_trim();
     test_fpu_state();
     test_migrate();

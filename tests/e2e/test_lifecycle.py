@@ -395,6 +395,26 @@ def test_ctrl_c_ends_the_wait_for_a_fix_with_status_130(tmp_path: Path,
     assert srv.proc.wait(TIMEOUT) == 130, srv.stderr
 
 
+def test_ctrl_c_during_the_fixed_import_ends_the_wait(tmp_path: Path,
+                                                     served: list[Served]) -> None:
+    # Ctrl-C pressed while the fixed application imports (a slow import: seconds) is noted by
+    # the wait's handler, which raises nothing: it must still end the command, not be dropped
+    # once the import succeeds, leaving a server started that the user asked to stop.
+    srv = _waiting_for_a_fix(tmp_path, served)
+    importing = tmp_path / "importing.txt"
+    slow = ("import pathlib, time\n"
+            f"pathlib.Path({str(importing)!r}).write_text('now')\n"
+            "time.sleep(3)\n" + APP)
+    (tmp_path / "listen_app.py").write_text(slow)
+    deadline = time.monotonic() + TIMEOUT
+    while not importing.exists():
+        assert time.monotonic() < deadline, "the fixed application was never imported"
+        time.sleep(0.02)
+    os.kill(srv.proc.pid, signal.SIGINT)
+    assert srv.proc.wait(TIMEOUT) == 130, srv.stderr
+    assert not any(SERVING.fullmatch(ln) for ln in srv.all_lines), srv.all_lines
+
+
 def test_reload_include_exclude_and_delay_choose_what_restarts(tmp_path: Path,
                                                               served: list[Served]) -> None:
     path = str(tmp_path / "d.sock")

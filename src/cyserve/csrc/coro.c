@@ -403,10 +403,14 @@ static uint64_t coro_coarse_ns(void)
 
 /* Under slab->lock. Once a period has passed since the last decay, take out of the depot as many
  * magazines as it held throughout that period, and return them (through next_mag) for the
- * caller to unmap after it unlocks. */
+ * caller to unmap after it unlocks. `now` was read before the lock was taken, so it can be
+ * older than the mark that another thread, which read the clock later but took the lock first,
+ * has just set: that is no period passed (unsigned, the difference would be 2^64 less a few
+ * milliseconds, and the depot, its low-water mark just reset to its count, would be emptied
+ * whole and its mark moved back). */
 static struct coro_stack *coro_depot_decay_locked(struct coro_slab *slab, uint64_t now)
 {
-    if (now - slab->depot_mark < CORO_DEPOT_DECAY_NS)
+    if ((int64_t)(now - slab->depot_mark) < (int64_t)CORO_DEPOT_DECAY_NS)
         return NULL;
     struct coro_stack *drop = NULL;
     for (unsigned n = slab->depot_low; n > 0 && slab->depot; n--) {
