@@ -104,12 +104,17 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--port", metavar="PORT", default=str(defaults.port),
                    help=f"port to bind, 0 for any free port (default {defaults.port})")
     p.add_argument("--threads", metavar="N", default=str(defaults.threads),
-                   help="worker threads; 0 = one per CPU available (default 0)")
+                   help="worker threads of each process; 0: the CPUs available divided among "
+                        "the --processes, at least one: a thread per CPU for one process, one "
+                        "thread each (gunicorn's sync workers) for as many processes as CPUs "
+                        "or more (default 0)")
     p.add_argument("--processes", "-w", "--workers", metavar="N", default=str(defaults.processes),
                    help="worker processes, each with --threads threads (default 1); Python "
-                        "handlers need more than one to use more than one core. The application "
-                        "is imported once, by the supervisor, and the workers are forked from it "
-                        "(gunicorn's --preload); --no-preload imports it in each worker")
+                        "handlers need more than one to use more than one core, and gain "
+                        "nothing from more threads in each (one GIL each), GIL-free routes "
+                        "gain from either. The application is imported once, by the "
+                        "supervisor, and the workers are forked from it (gunicorn's "
+                        "--preload); --no-preload imports it in each worker")
     p.add_argument("--blocking-threads", metavar="N", default=str(defaults.blocking_threads),
                    help="Python calls that may block at once (sleep, a slow database) while "
                         "every worker keeps serving its other connections: threads kept to "

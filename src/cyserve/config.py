@@ -94,7 +94,9 @@ class Config:
 
     host: str = "127.0.0.1"
     port: int = 8000
-    threads: int = 0  # 0: one worker per CPU available to the process
+    # 0: the CPUs available to the process shared among the processes (workers, below): one
+    # per CPU for one process, one each (gunicorn's sync workers) for as many processes as CPUs
+    threads: int = 0
     processes: int = 1  # worker processes, each with `threads` threads (supervisor.py)
     # Python calls that may block at once (time.sleep, a slow database) while every worker
     # still serves its connections: threads kept to take over a stuck worker's loop
@@ -270,8 +272,14 @@ class Config:
 
     @property
     def workers(self) -> int:
-        """The number of worker threads to start: threads, or the CPUs available when 0."""
-        return self.threads if self.threads > 0 else available_cpus()
+        """The number of worker threads each process starts: threads, or when 0 the CPUs
+        available divided among the processes (at least one). N processes of CPUs threads each
+        would oversubscribe the machine N times over: a process's Python calls take turns
+        under its GIL, so the extra threads bring wake-ups and memory, not throughput
+        (docs/benchmarks.md, "Threads per worker process")."""
+        if self.threads > 0:
+            return self.threads
+        return max(1, available_cpus() // self.processes)
 
     def server_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of cyserve._core.Server, minus the routes."""

@@ -52,6 +52,24 @@ def test_zero_threads_means_the_cpus_this_process_may_use() -> None:
     assert Config(threads=0).server_kwargs()["threads"] == available_cpus()
 
 
+@pytest.mark.parametrize(("cpus", "processes", "threads", "workers"), [
+    (2, 1, 0, 2),  # one process: a thread per CPU, as before
+    (2, 2, 0, 1),  # as many processes as CPUs: gunicorn's single-threaded sync workers
+    (2, 5, 0, 1),  # more processes than CPUs: still one thread each, never none
+    (16, 4, 0, 4),  # fewer: the CPUs shared out, so that GIL-free routes use every core
+    (16, 3, 0, 5),
+    (2, 2, 2, 2),  # --threads says otherwise: it wins
+    (16, 4, 1, 1),
+])
+def test_zero_threads_shares_the_cpus_among_the_processes(
+        monkeypatch: pytest.MonkeyPatch, cpus: int, processes: int, threads: int,
+        workers: int) -> None:
+    monkeypatch.setattr("cyserve.config.available_cpus", lambda: cpus)
+    c = Config(threads=threads, processes=processes)
+    assert c.workers == workers
+    assert c.server_kwargs()["threads"] == workers
+
+
 @pytest.mark.parametrize(("option", "value", "message"), [
     ("port", -1, "invalid port -1: must be between 0 and 65535"),
     ("ws_max_size", 0, "invalid ws_max_size 0: must be between 1 and 1099511627776"),
