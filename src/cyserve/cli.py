@@ -572,9 +572,14 @@ def _add_proxy_options(p: argparse.ArgumentParser) -> None:
                         "socket could name any address; --forwarded-allow-ips and "
                         "--forwarded-host turn them on)")
     g.add_argument("--proxy-protocol", action="store_true",
-                   help="connections from --forwarded-allow-ips begin with a PROXY protocol "
-                        "header (HAProxy's, v1 or v2: HAProxy, AWS NLB, nginx's stream module) "
-                        "naming the client (default: off)")
+                   help="connections from --proxy-allow-from (else --forwarded-allow-ips) "
+                        "begin with a PROXY protocol header (HAProxy's, v1 or v2: HAProxy, AWS "
+                        "NLB, nginx's stream module) naming the client (default: off)")
+    g.add_argument("--proxy-allow-from", metavar="LIST", default=None,
+                   help="the peers whose connections --proxy-protocol reads, as gunicorn's: "
+                        "addresses and networks (CIDR) separated by commas, or * for all; "
+                        "unlike --forwarded-allow-ips, it does not turn proxy headers on "
+                        "(default: --forwarded-allow-ips's list)")
     g.add_argument("--forwarded-allow-ips", metavar="LIST", default=None,
                    help="the trusted peers: addresses and networks (CIDR) separated by commas, "
                         "or * for all; implies --proxy-headers (default: $FORWARDED_ALLOW_IPS, "
@@ -824,15 +829,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
     elif args.metrics_port is not None:
         host = args.host if ":" not in args.host else f"[{args.host}]"
         options["metrics_bind"] = f"{host}:{args.metrics_port}"
-    if args.proxy_headers is False:
-        # uvicorn's --no-proxy-headers beside an option that turns them on says two things.
-        for name in ("forwarded_allow_ips", "forwarded_host"):
-            if getattr(args, name):
-                raise ConfigError("proxy_headers", "off",
-                                  f"--no-proxy-headers contradicts --{name.replace('_', '-')}, "
-                                  "which turns proxy headers on")
+    options.update(_proxy_lists(args))
     options.update(proxy_headers=bool(args.proxy_headers),
-                   forwarded_allow_ips=args.forwarded_allow_ips,
                    forwarded_header=args.forwarded_header,
                    forwarded_host=args.forwarded_host,
                    proxy_protocol=args.proxy_protocol, root_path=args.root_path)
@@ -840,6 +838,31 @@ def config_from_args(args: argparse.Namespace) -> Config:
     options.update(headers=tuple(args.header), server_header=args.server_header,
                    date_header=args.date_header)
     return Config(**options)
+
+
+def _proxy_lists(args: argparse.Namespace) -> dict[str, Any]:
+    """forwarded_allow_ips and proxy_allow_from as the options mean them together.
+    --forwarded-allow-ips names the peers believed for both proxy headers and, unless
+    --proxy-allow-from names them, the PROXY protocol; with --no-proxy-headers and
+    --proxy-protocol it names the PROXY protocol's alone. What cannot be so read is refused in
+    one line rather than settled by a choice the user did not make."""
+    ips, pp_from = args.forwarded_allow_ips, args.proxy_allow_from
+    if args.proxy_headers is not False:
+        return {"forwarded_allow_ips": ips, "proxy_allow_from": pp_from}
+    # uvicorn's --no-proxy-headers beside an option that turns them on says two things.
+    if args.forwarded_host:
+        raise ConfigError("proxy_headers", "off", "--no-proxy-headers contradicts "
+                          "--forwarded-host, which turns proxy headers on")
+    if ips is not None and not args.proxy_protocol:
+        raise ConfigError("proxy_headers", "off", "--no-proxy-headers contradicts "
+                          "--forwarded-allow-ips, which turns proxy headers on (for the "
+                          "PROXY protocol's peers, add --proxy-protocol)")
+    if ips is not None and pp_from is not None:
+        raise ConfigError("proxy_headers", "off", "--no-proxy-headers contradicts "
+                          "--forwarded-allow-ips, which can only turn proxy headers on when "
+                          "--proxy-allow-from names the PROXY protocol's peers")
+    # The PROXY protocol from these peers, and no proxy header believed from anyone.
+    return {"forwarded_allow_ips": None, "proxy_allow_from": ips if ips is not None else pp_from}
 
 
 def _interface(args: argparse.Namespace) -> str:
@@ -1067,7 +1090,8 @@ def _read_toml(path: str) -> dict[str, Any]:
 _GUNICORN_FILE_NAMES = {"accesslog": "access-logfile", "errorlog": "error-logfile",
                         "loglevel": "log-level", "keepalive": "keep-alive",
                         "preload_app": "preload", "raw_env": "env", "pidfile": "pid",
-                        "logconfig": "log-config", "proc_name": "name"}
+                        "logconfig": "log-config", "proc_name": "name",
+                        "proxy_allow_ips": "proxy-allow-from"}
 
 
 def _from_file(parser: argparse.ArgumentParser, path: str) -> _Source:

@@ -387,7 +387,64 @@ def test_uvicorns_no_proxy_headers_is_the_off_switch(capsys: pytest.CaptureFixtu
     status, err = run_main(capsys, "m:app", "--no-proxy-headers", "--forwarded-allow-ips", "*")
     assert status == 2
     assert err == ("cyserve: invalid --proxy-headers off: --no-proxy-headers contradicts "
-                   "--forwarded-allow-ips, which turns proxy headers on\n")
+                   "--forwarded-allow-ips, which turns proxy headers on (for the PROXY "
+                   "protocol's peers, add --proxy-protocol)\n")
+
+
+# Each combination of the proxy options a uvicorn or gunicorn user may write: (whose proxy
+# headers are believed, whose connections begin with a PROXY protocol header).
+@pytest.mark.parametrize(("argv", "headers_from", "pp_from"), [
+    ([], None, None),
+    (["--no-proxy-headers"], None, None),
+    (["--proxy-headers"], "127.0.0.1", None),
+    (["--forwarded-allow-ips", "10.0.0.0/8"], "10.0.0.0/8", None),
+    (["--proxy-headers", "--forwarded-allow-ips", "*"], "*", None),
+    (["--proxy-protocol"], None, "127.0.0.1"),
+    (["--no-proxy-headers", "--proxy-protocol"], None, "127.0.0.1"),
+    (["--proxy-protocol", "--forwarded-allow-ips", "10.0.0.0/8"], "10.0.0.0/8", "10.0.0.0/8"),
+    # A TCP balancer (AWS NLB) passes the client's own headers through: the PROXY protocol
+    # from it, and no header believed, said in uvicorn's words ...
+    (["--no-proxy-headers", "--proxy-protocol", "--forwarded-allow-ips", "10.0.0.0/8"],
+     None, "10.0.0.0/8"),
+    # ... or in gunicorn's.
+    (["--proxy-protocol", "--proxy-allow-from", "10.0.0.0/8"], None, "10.0.0.0/8"),
+    (["--no-proxy-headers", "--proxy-protocol", "--proxy-allow-from", "10.0.0.0/8"],
+     None, "10.0.0.0/8"),
+    # gunicorn's two lists: the balancer's for the PROXY protocol, the proxies' for headers.
+    (["--proxy-protocol", "--proxy-allow-from", "10.0.0.0/8", "--forwarded-allow-ips",
+      "192.168.0.0/16"], "192.168.0.0/16", "10.0.0.0/8"),
+    (["--proxy-headers", "--proxy-protocol", "--proxy-allow-from", "*"], "127.0.0.1", "*"),
+    # gunicorn takes its PROXY protocol list without the protocol: it names no peer then.
+    (["--proxy-allow-from", "10.0.0.0/8"], None, None),
+])
+def test_proxy_option_combinations(monkeypatch: pytest.MonkeyPatch, argv: list[str],
+                                   headers_from: str | None, pp_from: str | None) -> None:
+    monkeypatch.delenv("FORWARDED_ALLOW_IPS", raising=False)
+    c = _config(*argv)
+    assert (c.trusted_proxies(), c.proxy_protocol_peers()) == (headers_from, pp_from)
+
+
+@pytest.mark.parametrize(("argv", "reason"), [
+    (["--no-proxy-headers", "--forwarded-host"],
+     "--no-proxy-headers contradicts --forwarded-host, which turns proxy headers on"),
+    (["--no-proxy-headers", "--proxy-protocol", "--forwarded-host"],
+     "--no-proxy-headers contradicts --forwarded-host, which turns proxy headers on"),
+    # The list could only be for the headers, which are off.
+    (["--no-proxy-headers", "--proxy-protocol", "--proxy-allow-from", "10.0.0.1",
+      "--forwarded-allow-ips", "10.0.0.2"],
+     "--no-proxy-headers contradicts --forwarded-allow-ips, which can only turn proxy headers "
+     "on when --proxy-allow-from names the PROXY protocol's peers"),
+])
+def test_proxy_option_contradictions_are_one_line(capsys: pytest.CaptureFixture[str],
+                                                  argv: list[str], reason: str) -> None:
+    assert run_main(capsys, "m:app", *argv) == (
+        2, f"cyserve: invalid --proxy-headers off: {reason}\n")
+
+
+def test_a_bad_proxy_allow_from_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_main(capsys, "m:app", "--proxy-protocol", "--proxy-allow-from", "10.0.0.300") == (
+        2, "cyserve: invalid --proxy-allow-from 10.0.0.300: '10.0.0.300' is not an IP address "
+           "or network (10.0.0.0/8, ::1, or * for every peer)\n")
 
 
 def test_no_proxy_headers_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

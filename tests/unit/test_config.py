@@ -188,6 +188,19 @@ def test_operations_options() -> None:
     assert Config(proxy_protocol=True).trusted_proxies() is None  # headers stay off
 
 
+def test_proxy_allow_from_names_the_proxy_protocols_peers_alone() -> None:
+    # gunicorn's --proxy-allow-from: the PROXY protocol's list, before forwarded_allow_ips ...
+    c = Config(proxy_protocol=True, proxy_allow_from="10.0.0.0/8",
+               forwarded_allow_ips="192.168.0.1")
+    assert (c.proxy_protocol_peers(), c.trusted_proxies()) == ("10.0.0.0/8", "192.168.0.1")
+    # ... and, unlike it, it does not turn proxy headers on.
+    c = Config(proxy_protocol=True, proxy_allow_from="*")
+    assert (c.proxy_protocol_peers(), c.trusted_proxies()) == ("*", None)
+    assert Config(proxy_allow_from="*").proxy_protocol_peers() is None  # no protocol, no peers
+    with pytest.raises(ConfigError, match="proxy_allow_from"):
+        Config(proxy_protocol=True, proxy_allow_from="not an address")
+
+
 @pytest.mark.parametrize("options, mode", [
     ({}, "auto"), ({"http": "1"}, "1"), ({"http": 2}, "2"), ({"http": "auto"}, "auto"),
     ({"http2": False}, "1"), ({"http2": True}, "auto"), ({"http2": True, "http": "2"}, "2"),
