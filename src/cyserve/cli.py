@@ -38,9 +38,10 @@ EXIT_USAGE = 2
 
 # Numeric options arrive as text and are converted here rather than by argparse, so that a bad
 # value gets the same "invalid --NAME VALUE: REASON" line as a value Config rejects.
-_INT_OPTIONS = ("port", "threads", "processes", "blocking_threads", "backlog", "max_header_bytes",
-                "max_target_bytes", "max_headers", "max_body_bytes", "body_budget",
-                "min_body_rate", "http2_max_concurrent_streams")
+_INT_OPTIONS = ("port", "threads", "processes", "blocking_threads", "backlog", "max_body_bytes",
+                "body_budget", "min_body_rate", "http2_max_concurrent_streams")
+# The limits gunicorn and uvicorn also name (_GUNICORN_LIMITS): None when not given.
+_LIMIT_OPTIONS = ("max_header_bytes", "max_target_bytes", "max_headers")
 _FLOAT_OPTIONS = ("keepalive_timeout", "header_timeout", "body_timeout", "graceful_timeout",
                   "worker_timeout", "max_lifetime", "max_lifetime_jitter", "drain_delay")
 
@@ -120,13 +121,19 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
                         "every worker keeps serving its other connections: threads kept to "
                         "take over a worker stuck in a long call (default "
                         f"{defaults.blocking_threads}; 0 = none)")
-    p.add_argument("--backlog", metavar="N", default=str(defaults.backlog), help="listen() backlog")
-    p.add_argument("--max-header-bytes", metavar="BYTES", default=str(defaults.max_header_bytes),
-                   help="largest header block (431 beyond)")
-    p.add_argument("--max-target-bytes", metavar="BYTES", default=str(defaults.max_target_bytes),
-                   help="longest request target (414 beyond)")
-    p.add_argument("--max-headers", metavar="N", default=str(defaults.max_headers),
-                   help="most header fields (431 beyond)")
+    p.add_argument("--backlog", metavar="N", default=str(defaults.backlog),
+                   help="listen() backlog: connections the kernel holds before they are "
+                        f"accepted (default {defaults.backlog}; gunicorn's and uvicorn's 2048)")
+    # default None: not said, so that a gunicorn or uvicorn name of the same limit given a
+    # different value is refused rather than preferred (_gunicorn_limits).
+    p.add_argument("--max-header-bytes", metavar="BYTES", default=None,
+                   help="largest header block, the request line and every field (431 beyond) "
+                        f"(default {defaults.max_header_bytes})")
+    p.add_argument("--max-target-bytes", metavar="BYTES", default=None,
+                   help="longest request target (414 beyond) "
+                        f"(default {defaults.max_target_bytes})")
+    p.add_argument("--max-headers", metavar="N", default=None,
+                   help=f"most header fields (431 beyond) (default {defaults.max_headers})")
     _add_gunicorn_limits(p)
     p.add_argument("--max-body-bytes", metavar="BYTES", default=str(defaults.max_body_bytes),
                    help="largest request body (413 beyond)")
@@ -323,6 +330,12 @@ def _gunicorn_limits(args: argparse.Namespace, options: dict[str, Any]) -> None:
         if value != 0 and not low <= value <= most:
             raise ConfigError(name, raw, f"must be 0 (the most, {most}) or between {low} and "
                               f"{most}")
+        own = getattr(args, target)
+        if own is not None and options.get(target) != (value or most):
+            # The cyserve name and gunicorn's (or uvicorn's) of the one limit, set differently:
+            # which was meant cannot be told, and neither may win without a word.
+            raise ConfigError(name, raw, f"sets --{target.replace('_', '-')}, which is given "
+                              f"as {own}: give one of them")
         options[target] = value or most
 
 
@@ -786,6 +799,14 @@ def config_from_args(args: argparse.Namespace) -> Config:
             raise ConfigError("ssl_cert_reqs", args.ssl_cert_reqs, "must be 0, 1 or 2") from None
     for name in _INT_OPTIONS:
         raw = getattr(args, name)
+        try:
+            options[name] = int(raw, 10)
+        except ValueError:
+            raise ConfigError(name, raw, "must be an integer") from None
+    for name in _LIMIT_OPTIONS:
+        raw = getattr(args, name)
+        if raw is None:
+            continue
         try:
             options[name] = int(raw, 10)
         except ValueError:
@@ -1375,7 +1396,7 @@ _NOT_PRINTED = ("help", "version", "config", "check_config", "print_config")
 
 # The options whose value is a number, printed by --print-config as a TOML number (the others,
 # --umask and --uds-perms among them, are text: 022 is octal there, which TOML has no way to say).
-_NUMBER_OPTIONS = frozenset(_INT_OPTIONS + _FLOAT_OPTIONS + (
+_NUMBER_OPTIONS = frozenset(_INT_OPTIONS + _FLOAT_OPTIONS + _LIMIT_OPTIONS + (
     "max_requests", "max_requests_jitter", "limit_concurrency", "limit_request_line",
     "limit_request_fields", "limit_request_field_size", "h11_max_incomplete_event_size",
     "ssl_cert_reqs", "ssl_ticket_rotation",

@@ -489,6 +489,46 @@ def test_uvicorns_h11_max_incomplete_event_size_sets_max_header_bytes() -> None:
                    "4096").max_header_bytes == 4096  # the same value twice is no contradiction
 
 
+@pytest.mark.parametrize(("argv", "line"), [
+    (["--max-header-bytes", "4096", "--limit-request-field-size", "8190"],
+     "cyserve: invalid --limit-request-field-size 8190: sets --max-header-bytes, which is given "
+     "as 4096: give one of them\n"),
+    # The order on the command line does not matter: neither wins.
+    (["--limit-request-field-size", "8190", "--max-header-bytes", "4096"],
+     "cyserve: invalid --limit-request-field-size 8190: sets --max-header-bytes, which is given "
+     "as 4096: give one of them\n"),
+    (["--max-header-bytes", "4096", "--h11-max-incomplete-event-size", "8192"],
+     "cyserve: invalid --h11-max-incomplete-event-size 8192: sets --max-header-bytes, which is "
+     "given as 4096: give one of them\n"),
+    (["--max-target-bytes", "2048", "--limit-request-line", "4094"],
+     "cyserve: invalid --limit-request-line 4094: sets --max-target-bytes, which is given as "
+     "2048: give one of them\n"),
+    (["--max-headers", "50", "--limit-request-fields", "100"],
+     "cyserve: invalid --limit-request-fields 100: sets --max-headers, which is given as 50: "
+     "give one of them\n"),
+    # Even the default's value, said, is a value the user meant.
+    (["--max-header-bytes", str(cyserve.config.Config().max_header_bytes),
+      "--limit-request-field-size", "8190"],
+     "cyserve: invalid --limit-request-field-size 8190: sets --max-header-bytes, which is given "
+     f"as {cyserve.config.Config().max_header_bytes}: give one of them\n"),
+])
+def test_a_cyserve_limit_and_gunicorns_name_of_it_set_differently_are_refused(
+        capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
+    assert run_main(capsys, "m:app", *argv) == (2, line)
+
+
+def test_a_cyserve_limit_and_gunicorns_name_of_it_agreeing_are_taken() -> None:
+    assert _config("--max-header-bytes", "8190", "--limit-request-field-size",
+                   "8190").max_header_bytes == 8190
+    # gunicorn's 0 is the most, the same limit as cyserve's largest value.
+    assert _config("--max-target-bytes", str(1 << 20), "--limit-request-line",
+                   "0").max_target_bytes == 1 << 20
+    # Not given, the defaults stand, as before.
+    assert (_config().max_header_bytes, _config().max_target_bytes, _config().max_headers) == (
+        cyserve.config.Config().max_header_bytes, cyserve.config.Config().max_target_bytes,
+        cyserve.config.Config().max_headers)
+
+
 @pytest.mark.parametrize("flag", ["--use-colors", "--no-use-colors"])
 def test_uvicorns_use_colors_is_taken_and_changes_nothing(flag: str) -> None:
     assert _config(flag) == cyserve.config.Config()
