@@ -4,9 +4,12 @@
 
 Every failure is one line on stderr, ``cyserve: <what is wrong>``, and a non-zero exit status:
 2 for a usage or configuration mistake (a bad option, an app path that does not import or has no
-such attribute), 1 for a failure at run time (the port is in use, the engine is missing). The one
-exception is an error raised by the application's own code while it is imported: its traceback is
-printed first, because the one line alone would not say where the bug is.
+such attribute), 1 for a failure at run time (the port is in use, the engine is missing). A
+command line that cannot be parsed (an unknown option, a missing value, a choice not offered, no
+MODULE:APP) adds a second line, ``Try 'cyserve --help' for help.``, as uvicorn's does, and never
+the whole usage. The one exception is an error raised by the application's own code while it is
+imported: its traceback is printed first, because the one line alone would not say where the bug
+is.
 """
 
 from __future__ import annotations
@@ -50,6 +53,14 @@ class _UsageError(Exception):
     pass
 
 
+class _BadCommandLine(_UsageError):
+    """The command line's words themselves are wrong: --help lists the right ones."""
+
+
+# The second line of a _BadCommandLine, in uvicorn's (click's) words.
+HELP_HINT = "Try 'cyserve --help' for help."
+
+
 class _Flag(argparse.BooleanOptionalAction):
     """--x / --no-x, with its help as written: Python 3.10's BooleanOptionalAction appends
     "(default: True)" to it, where the help already says "(default: on)" (and --help and
@@ -78,7 +89,7 @@ class _Parser(argparse.ArgumentParser):
             "unrecognized arguments: ") else []
         unknown = next((w.split("=", 1)[0] for w in words if w.startswith("--")), None)
         if unknown in _REFUSED:
-            raise _UsageError(f"{unknown} is refused: {_REFUSED[unknown]}")
+            raise _BadCommandLine(f"{unknown} is refused: {_REFUSED[unknown]}")
         if unknown is not None:
             # 0.82: --prot finds --port, --acess-log --access-log; --worker-count does not
             # find --worker-timeout (0.8), which would mislead.
@@ -87,12 +98,14 @@ class _Parser(argparse.ArgumentParser):
                 n=1, cutoff=0.82)
             if close:
                 message += f" (did you mean {close[0]}?)"
-        raise _UsageError(message)
+        raise _BadCommandLine(message)
 
 
 def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
     defaults = Config()
-    p = _Parser(prog="cyserve",
+    # One usage line, as uvicorn's and gunicorn's: argparse's own lists every option (46 lines
+    # above the help that lists them again).
+    p = _Parser(prog="cyserve", usage="%(prog)s [OPTIONS] MODULE:APP",
                 description="Serve a cyserve.App, a WSGI or an ASGI application over HTTP/1.1 "
                             "and HTTP/2 (TLS, WebSocket).",
                 epilog="Ctrl-C or SIGTERM stops the server gracefully; a second Ctrl-C forces it.",
@@ -1202,7 +1215,7 @@ def parse_sources(argv: Sequence[str] | None = None,
     if args.app is None and app:
         args.app = app[0]
     if args.app is None:
-        raise _UsageError("the following arguments are required: MODULE:APP")
+        raise _BadCommandLine("the following arguments are required: MODULE:APP")
     return args, given, labels
 
 
@@ -1255,6 +1268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.write(config_toml(args))
             return 0
         _add_python_path(args.pythonpath)
+    except _BadCommandLine as exc:
+        return _fail(f"{exc}\n{HELP_HINT}", EXIT_USAGE)
     except _UsageError as exc:
         return _fail(str(exc), EXIT_USAGE)
     except ConfigError as exc:

@@ -88,6 +88,16 @@ def test_uvicorns_trace_log_level_is_taken_as_debug(level: str) -> None:
      "cyserve: invalid --max-body-bytes 0: must be between 1 and 1099511627776"),
     (["--backlog", "99999999999", "m:app"],
      "cyserve: invalid --backlog 99999999999: must be between 1 and 65535"),
+])
+def test_option_errors_are_one_line_and_exit_2(
+        capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
+    status, err = run_main(capsys, *argv)
+    assert status == cli.EXIT_USAGE == 2
+    assert err.count("\n") == 1
+    assert err.startswith(line)
+
+
+@pytest.mark.parametrize(("argv", "line"), [
     (["m:app", "--bogus"], "cyserve: unrecognized arguments: --bogus"),
     # A misspelt option names the one meant (uvicorn's errors do).
     (["m:app", "--prot", "9000"],
@@ -95,14 +105,28 @@ def test_uvicorns_trace_log_level_is_taken_as_debug(level: str) -> None:
     (["m:app", "--acess-log=1"],
      "cyserve: unrecognized arguments: --acess-log=1 (did you mean --access-log?)"),
     ([], "cyserve: the following arguments are required: MODULE:APP"),
+    (["m:app", "--threads"], "cyserve: argument --threads: expected one argument"),
     (["--log-level", "loud", "m:app"], "cyserve: argument --log-level: invalid choice: 'loud' "),
 ])
-def test_usage_and_option_errors_are_one_line_and_exit_2(
+def test_a_bad_command_line_is_its_error_and_a_pointer_to_help(
         capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
+    # Two lines, as uvicorn's: never argparse's usage, which lists every option.
     status, err = run_main(capsys, *argv)
     assert status == cli.EXIT_USAGE == 2
-    assert err.count("\n") == 1
-    assert err.startswith(line)
+    first, second = err.splitlines()
+    assert first.startswith(line)
+    assert second == "Try 'cyserve --help' for help."
+    assert err.endswith("\n")
+
+
+def test_help_has_one_usage_line_and_every_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    assert out.startswith("usage: cyserve [OPTIONS] MODULE:APP\n\n")
+    for action in cli.build_parser()._actions:
+        for spelling in action.option_strings:
+            assert spelling in out
 
 
 def test_loop_uvloop_without_uvloop_is_one_line(capsys: pytest.CaptureFixture[str],
@@ -238,6 +262,7 @@ def test_a_factory_without_factory_is_one_line(capsys: pytest.CaptureFixture[str
 def test_unknown_interface_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     status, err = run_main(capsys, "m:app", "--interface", "rsgi")
     assert status == 2 and err.startswith("cyserve: argument --interface: invalid choice: 'rsgi'")
+    assert err.endswith("\nTry 'cyserve --help' for help.\n")
 
 
 def test_dotted_attribute(tmp_path: Path, isolated_path: None) -> None:
@@ -325,7 +350,8 @@ def test_subprocess_unknown_flag() -> None:
     # (--workers was the example here until it became --processes' alias, as uvicorn spells it.)
     proc = run_cyserve("examples.demo.app:app", "--worker-count", "2")
     assert proc.returncode == 2
-    assert proc.stderr == "cyserve: unrecognized arguments: --worker-count 2\n"
+    assert proc.stderr == ("cyserve: unrecognized arguments: --worker-count 2\n"
+                           "Try 'cyserve --help' for help.\n")
 def test_subprocess_port_in_use(tmp_path: Path) -> None:
     (tmp_path / "tiny.py").write_text(textwrap.dedent("""
         import cyserve
@@ -479,8 +505,10 @@ def test_uvicorn_options_cyserve_cannot_honour_are_one_line(
         capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
     status, err = run_main(capsys, "m:app", *argv)
     assert status == 2
-    assert err.count("\n") == 1
     assert err.startswith(line)
+    # A word argparse refuses points to --help too; a value cyserve refuses is one line.
+    hint = argv[0] in ("--ws", "--ws-max-queue")
+    assert err.splitlines()[1:] == (["Try 'cyserve --help' for help."] if hint else [])
 
 
 def test_uvicorns_h11_max_incomplete_event_size_sets_max_header_bytes() -> None:
