@@ -153,7 +153,9 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--keepalive-timeout", "--timeout-keep-alive", "--keep-alive",
                    metavar="SECONDS",
                    default=str(defaults.keepalive_timeout),
-                   help="seconds an idle keep-alive connection is kept")
+                   help="seconds an idle keep-alive connection is kept (default "
+                        f"{defaults.keepalive_timeout}, as uvicorn's; gunicorn's --keep-alive "
+                        "is 2)")
     p.add_argument("--header-timeout", metavar="SECONDS", default=str(defaults.header_timeout),
                    help="seconds for the whole header block (408 beyond)")
     p.add_argument("--body-timeout", metavar="SECONDS", default=str(defaults.body_timeout),
@@ -168,7 +170,9 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
                         f"began; slower gets 408 (default {defaults.min_body_rate}; 0 = none)")
     p.add_argument("--graceful-timeout", "--timeout-graceful-shutdown", metavar="SECONDS",
                    default=str(defaults.graceful_timeout),
-                   help="seconds in-flight requests get to finish on shutdown")
+                   help="seconds in-flight requests get to finish on shutdown (default "
+                        f"{defaults.graceful_timeout}; gunicorn's is 30, and uvicorn waits "
+                        "without end)")
     p.add_argument("--drain-delay", metavar="SECONDS", default=str(defaults.drain_delay),
                    help="on a stop, first serve as usual for this long with --health-path "
                         "answering 503, so that a load balancer takes this server out before "
@@ -183,7 +187,8 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
     # lines start, and meaning what it means there.
     p.add_argument("--access-log", action=_Flag, default=defaults.access_log,
                    help="print one line per response on standard output (Common Log Format "
-                        "unless --access-log-format says otherwise)")
+                        "unless --access-log-format says otherwise) (default: off, where "
+                        "uvicorn's is on; --access-logfile turns it on)")
     p.add_argument("--access-log-format", "--access-logformat",
                    default=defaults.access_log_format,
                    metavar="FORMAT", type=_access_log_format,
@@ -213,9 +218,10 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
                         "sync and gthread a WSGI one; gevent, eventlet and tornado are refused "
                         "(default: none, --interface's)")
     p.add_argument("--interface", default=defaults.interface, choices=INTERFACES,
-                   type=str.lower,
-                   help="what MODULE:APP is: a cyserve.App, a WSGI or an ASGI application, "
-                        "or auto (default: whichever it is)")
+                   type=_interface_choice,
+                   help="what MODULE:APP is: a cyserve.App, a WSGI or an ASGI application "
+                        "(asgi3, uvicorn's name, is asgi; asgi2 is refused), or auto (default: "
+                        "whichever it is)")
     p.add_argument("--loop", default=defaults.loop, choices=LOOPS, type=str.lower,
                    help="the event loop of an ASGI application (default auto: uvloop when "
                         "installed, else asyncio)")
@@ -367,7 +373,7 @@ def _add_operations_options(p: argparse.ArgumentParser) -> None:
                         "and fork the workers from it (memory shared until written, a broken "
                         "app reported once); --no-preload imports it in each worker after the "
                         "fork, for an app that opens connections or threads at import "
-                        "(default: on)")
+                        "(default: on, where gunicorn's is off)")
     p.add_argument("--limit-concurrency", metavar="N", default=str(defaults.limit_concurrency),
                    help="answer 503 (Retry-After, the connection closed) to a request that "
                         "finds N requests of its process in flight (default 0: no limit)")
@@ -549,6 +555,18 @@ def _error_logfile(value: str) -> str:
     return value
 
 
+def _interface_choice(value: str) -> str:
+    # uvicorn's --interface names the ASGI version: 3 is the one cyserve speaks.
+    if value.lower() == "asgi3":
+        return "asgi"
+    if value.lower() == "asgi2":
+        raise argparse.ArgumentTypeError(
+            "'asgi2' is refused: cyserve serves ASGI 3 applications (one async callable of "
+            "scope, receive and send); asgiref's guarantee_single_callable() makes an ASGI 2 "
+            "application one")
+    return value.lower()
+
+
 def _http_version(value: str) -> str:
     if value.lower() in ("h11", "httptools"):
         # uvicorn's --http names an HTTP/1.1 parser: cyserve has one, its own, in C.
@@ -658,7 +676,8 @@ def _add_lifecycle_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--worker-timeout", "--timeout", "-t", metavar="SECONDS", default="0",
                    help="kill and replace a worker process whose scheduler makes no progress "
                         "for SECONDS (a call that runs that long, a stopped process); its "
-                        "threads' Python stacks are printed first (default 0: never)")
+                        "threads' Python stacks are printed first (default 0: never, where "
+                        "gunicorn's --timeout is 30)")
 
 
 def _add_metrics_options(p: argparse.ArgumentParser) -> None:

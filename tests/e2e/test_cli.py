@@ -259,6 +259,16 @@ def test_a_factory_without_factory_is_one_line(capsys: pytest.CaptureFixture[str
                                 f"None\n")
 
 
+def test_uvicorns_asgi2_interface_is_refused_in_words(capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    status, err = run_main(capsys, "m:app", "--interface", "asgi2")
+    assert (status, err) == (2, "cyserve: argument --interface: 'asgi2' is refused: cyserve "
+                                "serves ASGI 3 applications (one async callable of scope, "
+                                "receive and send); asgiref's guarantee_single_callable() "
+                                "makes an ASGI 2 application one\n"
+                                "Try 'cyserve --help' for help.\n")
+
+
 def test_unknown_interface_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     status, err = run_main(capsys, "m:app", "--interface", "rsgi")
     assert status == 2 and err.startswith("cyserve: argument --interface: invalid choice: 'rsgi'")
