@@ -4,9 +4,12 @@
 
 Every failure is one line on stderr, ``cyserve: <what is wrong>``, and a non-zero exit status:
 2 for a usage or configuration mistake (a bad option, an app path that does not import or has no
-such attribute), 1 for a failure at run time (the port is in use, the engine is missing). The one
-exception is an error raised by the application's own code while it is imported: its traceback is
-printed first, because the one line alone would not say where the bug is.
+such attribute), 1 for a failure at run time (the port is in use, the engine is missing). A
+command line that cannot be parsed (an unknown option, a missing value, a choice not offered, no
+MODULE:APP) adds a second line, ``Try 'cyserve --help' for help.``, as uvicorn's does, and never
+the whole usage. The one exception is an error raised by the application's own code while it is
+imported: its traceback is printed first, because the one line alone would not say where the bug
+is.
 """
 
 from __future__ import annotations
@@ -38,15 +41,24 @@ EXIT_USAGE = 2
 
 # Numeric options arrive as text and are converted here rather than by argparse, so that a bad
 # value gets the same "invalid --NAME VALUE: REASON" line as a value Config rejects.
-_INT_OPTIONS = ("port", "threads", "processes", "blocking_threads", "backlog", "max_header_bytes",
-                "max_target_bytes", "max_headers", "max_body_bytes", "body_budget",
-                "min_body_rate", "http2_max_concurrent_streams")
+_INT_OPTIONS = ("port", "threads", "processes", "blocking_threads", "backlog", "max_body_bytes",
+                "body_budget", "min_body_rate", "http2_max_concurrent_streams")
+# The limits gunicorn and uvicorn also name (_GUNICORN_LIMITS): None when not given.
+_LIMIT_OPTIONS = ("max_header_bytes", "max_target_bytes", "max_headers")
 _FLOAT_OPTIONS = ("keepalive_timeout", "header_timeout", "body_timeout", "graceful_timeout",
                   "worker_timeout", "max_lifetime", "max_lifetime_jitter", "drain_delay")
 
 
 class _UsageError(Exception):
     pass
+
+
+class _BadCommandLine(_UsageError):
+    """The command line's words themselves are wrong: --help lists the right ones."""
+
+
+# The second line of a _BadCommandLine, in uvicorn's (click's) words.
+HELP_HINT = "Try 'cyserve --help' for help."
 
 
 class _Flag(argparse.BooleanOptionalAction):
@@ -77,7 +89,7 @@ class _Parser(argparse.ArgumentParser):
             "unrecognized arguments: ") else []
         unknown = next((w.split("=", 1)[0] for w in words if w.startswith("--")), None)
         if unknown in _REFUSED:
-            raise _UsageError(f"{unknown} is refused: {_REFUSED[unknown]}")
+            raise _BadCommandLine(f"{unknown} is refused: {_REFUSED[unknown]}")
         if unknown is not None:
             # 0.82: --prot finds --port, --acess-log --access-log; --worker-count does not
             # find --worker-timeout (0.8), which would mislead.
@@ -86,12 +98,14 @@ class _Parser(argparse.ArgumentParser):
                 n=1, cutoff=0.82)
             if close:
                 message += f" (did you mean {close[0]}?)"
-        raise _UsageError(message)
+        raise _BadCommandLine(message)
 
 
 def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
     defaults = Config()
-    p = _Parser(prog="cyserve",
+    # One usage line, as uvicorn's and gunicorn's: argparse's own lists every option (46 lines
+    # above the help that lists them again).
+    p = _Parser(prog="cyserve", usage="%(prog)s [OPTIONS] MODULE:APP",
                 description="Serve a cyserve.App, a WSGI or an ASGI application over HTTP/1.1 "
                             "and HTTP/2 (TLS, WebSocket).",
                 epilog="Ctrl-C or SIGTERM stops the server gracefully; a second Ctrl-C forces it.",
@@ -104,31 +118,44 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--port", metavar="PORT", default=str(defaults.port),
                    help=f"port to bind, 0 for any free port (default {defaults.port})")
     p.add_argument("--threads", metavar="N", default=str(defaults.threads),
-                   help="worker threads; 0 = one per CPU available (default 0)")
+                   help="worker threads of each process; 0: the CPUs available divided among "
+                        "the --processes, at least one: a thread per CPU for one process, one "
+                        "thread each (gunicorn's sync workers) for as many processes as CPUs "
+                        "or more (default 0)")
     p.add_argument("--processes", "-w", "--workers", metavar="N", default=str(defaults.processes),
                    help="worker processes, each with --threads threads (default 1); Python "
-                        "handlers need more than one to use more than one core. The application "
-                        "is imported once, by the supervisor, and the workers are forked from it "
-                        "(gunicorn's --preload); --no-preload imports it in each worker")
+                        "handlers need more than one to use more than one core, and gain "
+                        "nothing from more threads in each (one GIL each), GIL-free routes "
+                        "gain from either. The application is imported once, by the "
+                        "supervisor, and the workers are forked from it (gunicorn's "
+                        "--preload); --no-preload imports it in each worker")
     p.add_argument("--blocking-threads", metavar="N", default=str(defaults.blocking_threads),
                    help="Python calls that may block at once (sleep, a slow database) while "
                         "every worker keeps serving its other connections: threads kept to "
                         "take over a worker stuck in a long call (default "
                         f"{defaults.blocking_threads}; 0 = none)")
-    p.add_argument("--backlog", metavar="N", default=str(defaults.backlog), help="listen() backlog")
-    p.add_argument("--max-header-bytes", metavar="BYTES", default=str(defaults.max_header_bytes),
-                   help="largest header block (431 beyond)")
-    p.add_argument("--max-target-bytes", metavar="BYTES", default=str(defaults.max_target_bytes),
-                   help="longest request target (414 beyond)")
-    p.add_argument("--max-headers", metavar="N", default=str(defaults.max_headers),
-                   help="most header fields (431 beyond)")
+    p.add_argument("--backlog", metavar="N", default=str(defaults.backlog),
+                   help="listen() backlog: connections the kernel holds before they are "
+                        f"accepted (default {defaults.backlog}; gunicorn's and uvicorn's 2048)")
+    # default None: not said, so that a gunicorn or uvicorn name of the same limit given a
+    # different value is refused rather than preferred (_gunicorn_limits).
+    p.add_argument("--max-header-bytes", metavar="BYTES", default=None,
+                   help="largest header block, the request line and every field (431 beyond) "
+                        f"(default {defaults.max_header_bytes})")
+    p.add_argument("--max-target-bytes", metavar="BYTES", default=None,
+                   help="longest request target (414 beyond) "
+                        f"(default {defaults.max_target_bytes})")
+    p.add_argument("--max-headers", metavar="N", default=None,
+                   help=f"most header fields (431 beyond) (default {defaults.max_headers})")
     _add_gunicorn_limits(p)
     p.add_argument("--max-body-bytes", metavar="BYTES", default=str(defaults.max_body_bytes),
                    help="largest request body (413 beyond)")
     p.add_argument("--keepalive-timeout", "--timeout-keep-alive", "--keep-alive",
                    metavar="SECONDS",
                    default=str(defaults.keepalive_timeout),
-                   help="seconds an idle keep-alive connection is kept")
+                   help="seconds an idle keep-alive connection is kept (default "
+                        f"{defaults.keepalive_timeout}, as uvicorn's; gunicorn's --keep-alive "
+                        "is 2)")
     p.add_argument("--header-timeout", metavar="SECONDS", default=str(defaults.header_timeout),
                    help="seconds for the whole header block (408 beyond)")
     p.add_argument("--body-timeout", metavar="SECONDS", default=str(defaults.body_timeout),
@@ -143,7 +170,9 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
                         f"began; slower gets 408 (default {defaults.min_body_rate}; 0 = none)")
     p.add_argument("--graceful-timeout", "--timeout-graceful-shutdown", metavar="SECONDS",
                    default=str(defaults.graceful_timeout),
-                   help="seconds in-flight requests get to finish on shutdown")
+                   help="seconds in-flight requests get to finish on shutdown (default "
+                        f"{defaults.graceful_timeout}; gunicorn's is 30, and uvicorn waits "
+                        "without end)")
     p.add_argument("--drain-delay", metavar="SECONDS", default=str(defaults.drain_delay),
                    help="on a stop, first serve as usual for this long with --health-path "
                         "answering 503, so that a load balancer takes this server out before "
@@ -158,7 +187,8 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
     # lines start, and meaning what it means there.
     p.add_argument("--access-log", action=_Flag, default=defaults.access_log,
                    help="print one line per response on standard output (Common Log Format "
-                        "unless --access-log-format says otherwise)")
+                        "unless --access-log-format says otherwise) (default: off, where "
+                        "uvicorn's is on; --access-logfile turns it on)")
     p.add_argument("--access-log-format", "--access-logformat",
                    default=defaults.access_log_format,
                    metavar="FORMAT", type=_access_log_format,
@@ -188,9 +218,10 @@ def build_parser(*, _help: bool = True) -> argparse.ArgumentParser:
                         "sync and gthread a WSGI one; gevent, eventlet and tornado are refused "
                         "(default: none, --interface's)")
     p.add_argument("--interface", default=defaults.interface, choices=INTERFACES,
-                   type=str.lower,
-                   help="what MODULE:APP is: a cyserve.App, a WSGI or an ASGI application, "
-                        "or auto (default: whichever it is)")
+                   type=_interface_choice,
+                   help="what MODULE:APP is: a cyserve.App, a WSGI or an ASGI application "
+                        "(asgi3, uvicorn's name, is asgi; asgi2 is refused), or auto (default: "
+                        "whichever it is)")
     p.add_argument("--loop", default=defaults.loop, choices=LOOPS, type=str.lower,
                    help="the event loop of an ASGI application (default auto: uvloop when "
                         "installed, else asyncio)")
@@ -318,6 +349,12 @@ def _gunicorn_limits(args: argparse.Namespace, options: dict[str, Any]) -> None:
         if value != 0 and not low <= value <= most:
             raise ConfigError(name, raw, f"must be 0 (the most, {most}) or between {low} and "
                               f"{most}")
+        own = getattr(args, target)
+        if own is not None and options.get(target) != (value or most):
+            # The cyserve name and gunicorn's (or uvicorn's) of the one limit, set differently:
+            # which was meant cannot be told, and neither may win without a word.
+            raise ConfigError(name, raw, f"sets --{target.replace('_', '-')}, which is given "
+                              f"as {own}: give one of them")
         options[target] = value or most
 
 
@@ -336,7 +373,7 @@ def _add_operations_options(p: argparse.ArgumentParser) -> None:
                         "and fork the workers from it (memory shared until written, a broken "
                         "app reported once); --no-preload imports it in each worker after the "
                         "fork, for an app that opens connections or threads at import "
-                        "(default: on)")
+                        "(default: on, where gunicorn's is off)")
     p.add_argument("--limit-concurrency", metavar="N", default=str(defaults.limit_concurrency),
                    help="answer 503 (Retry-After, the connection closed) to a request that "
                         "finds N requests of its process in flight (default 0: no limit)")
@@ -518,6 +555,18 @@ def _error_logfile(value: str) -> str:
     return value
 
 
+def _interface_choice(value: str) -> str:
+    # uvicorn's --interface names the ASGI version: 3 is the one cyserve speaks.
+    if value.lower() == "asgi3":
+        return "asgi"
+    if value.lower() == "asgi2":
+        raise argparse.ArgumentTypeError(
+            "'asgi2' is refused: cyserve serves ASGI 3 applications (one async callable of "
+            "scope, receive and send); asgiref's guarantee_single_callable() makes an ASGI 2 "
+            "application one")
+    return value.lower()
+
+
 def _http_version(value: str) -> str:
     if value.lower() in ("h11", "httptools"):
         # uvicorn's --http names an HTTP/1.1 parser: cyserve has one, its own, in C.
@@ -567,9 +616,14 @@ def _add_proxy_options(p: argparse.ArgumentParser) -> None:
                         "socket could name any address; --forwarded-allow-ips and "
                         "--forwarded-host turn them on)")
     g.add_argument("--proxy-protocol", action="store_true",
-                   help="connections from --forwarded-allow-ips begin with a PROXY protocol "
-                        "header (HAProxy's, v1 or v2: HAProxy, AWS NLB, nginx's stream module) "
-                        "naming the client (default: off)")
+                   help="connections from --proxy-allow-from (else --forwarded-allow-ips) "
+                        "begin with a PROXY protocol header (HAProxy's, v1 or v2: HAProxy, AWS "
+                        "NLB, nginx's stream module) naming the client (default: off)")
+    g.add_argument("--proxy-allow-from", metavar="LIST", default=None,
+                   help="the peers whose connections --proxy-protocol reads, as gunicorn's: "
+                        "addresses and networks (CIDR) separated by commas, or * for all; "
+                        "unlike --forwarded-allow-ips, it does not turn proxy headers on "
+                        "(default: --forwarded-allow-ips's list)")
     g.add_argument("--forwarded-allow-ips", metavar="LIST", default=None,
                    help="the trusted peers: addresses and networks (CIDR) separated by commas, "
                         "or * for all; implies --proxy-headers (default: $FORWARDED_ALLOW_IPS, "
@@ -622,7 +676,8 @@ def _add_lifecycle_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--worker-timeout", "--timeout", "-t", metavar="SECONDS", default="0",
                    help="kill and replace a worker process whose scheduler makes no progress "
                         "for SECONDS (a call that runs that long, a stopped process); its "
-                        "threads' Python stacks are printed first (default 0: never)")
+                        "threads' Python stacks are printed first (default 0: never, where "
+                        "gunicorn's --timeout is 30)")
 
 
 def _add_metrics_options(p: argparse.ArgumentParser) -> None:
@@ -780,6 +835,14 @@ def config_from_args(args: argparse.Namespace) -> Config:
             options[name] = int(raw, 10)
         except ValueError:
             raise ConfigError(name, raw, "must be an integer") from None
+    for name in _LIMIT_OPTIONS:
+        raw = getattr(args, name)
+        if raw is None:
+            continue
+        try:
+            options[name] = int(raw, 10)
+        except ValueError:
+            raise ConfigError(name, raw, "must be an integer") from None
     for name in _FLOAT_OPTIONS:
         raw = getattr(args, name)
         try:
@@ -819,15 +882,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
     elif args.metrics_port is not None:
         host = args.host if ":" not in args.host else f"[{args.host}]"
         options["metrics_bind"] = f"{host}:{args.metrics_port}"
-    if args.proxy_headers is False:
-        # uvicorn's --no-proxy-headers beside an option that turns them on says two things.
-        for name in ("forwarded_allow_ips", "forwarded_host"):
-            if getattr(args, name):
-                raise ConfigError("proxy_headers", "off",
-                                  f"--no-proxy-headers contradicts --{name.replace('_', '-')}, "
-                                  "which turns proxy headers on")
+    options.update(_proxy_lists(args))
     options.update(proxy_headers=bool(args.proxy_headers),
-                   forwarded_allow_ips=args.forwarded_allow_ips,
                    forwarded_header=args.forwarded_header,
                    forwarded_host=args.forwarded_host,
                    proxy_protocol=args.proxy_protocol, root_path=args.root_path)
@@ -835,6 +891,31 @@ def config_from_args(args: argparse.Namespace) -> Config:
     options.update(headers=tuple(args.header), server_header=args.server_header,
                    date_header=args.date_header)
     return Config(**options)
+
+
+def _proxy_lists(args: argparse.Namespace) -> dict[str, Any]:
+    """forwarded_allow_ips and proxy_allow_from as the options mean them together.
+    --forwarded-allow-ips names the peers believed for both proxy headers and, unless
+    --proxy-allow-from names them, the PROXY protocol; with --no-proxy-headers and
+    --proxy-protocol it names the PROXY protocol's alone. What cannot be so read is refused in
+    one line rather than settled by a choice the user did not make."""
+    ips, pp_from = args.forwarded_allow_ips, args.proxy_allow_from
+    if args.proxy_headers is not False:
+        return {"forwarded_allow_ips": ips, "proxy_allow_from": pp_from}
+    # uvicorn's --no-proxy-headers beside an option that turns them on says two things.
+    if args.forwarded_host:
+        raise ConfigError("proxy_headers", "off", "--no-proxy-headers contradicts "
+                          "--forwarded-host, which turns proxy headers on")
+    if ips is not None and not args.proxy_protocol:
+        raise ConfigError("proxy_headers", "off", "--no-proxy-headers contradicts "
+                          "--forwarded-allow-ips, which turns proxy headers on (for the "
+                          "PROXY protocol's peers, add --proxy-protocol)")
+    if ips is not None and pp_from is not None:
+        raise ConfigError("proxy_headers", "off", "--no-proxy-headers contradicts "
+                          "--forwarded-allow-ips, which can only turn proxy headers on when "
+                          "--proxy-allow-from names the PROXY protocol's peers")
+    # The PROXY protocol from these peers, and no proxy header believed from anyone.
+    return {"forwarded_allow_ips": None, "proxy_allow_from": ips if ips is not None else pp_from}
 
 
 def _interface(args: argparse.Namespace) -> str:
@@ -1062,7 +1143,8 @@ def _read_toml(path: str) -> dict[str, Any]:
 _GUNICORN_FILE_NAMES = {"accesslog": "access-logfile", "errorlog": "error-logfile",
                         "loglevel": "log-level", "keepalive": "keep-alive",
                         "preload_app": "preload", "raw_env": "env", "pidfile": "pid",
-                        "logconfig": "log-config", "proc_name": "name"}
+                        "logconfig": "log-config", "proc_name": "name",
+                        "proxy_allow_ips": "proxy-allow-from"}
 
 
 def _from_file(parser: argparse.ArgumentParser, path: str) -> _Source:
@@ -1152,7 +1234,7 @@ def parse_sources(argv: Sequence[str] | None = None,
     if args.app is None and app:
         args.app = app[0]
     if args.app is None:
-        raise _UsageError("the following arguments are required: MODULE:APP")
+        raise _BadCommandLine("the following arguments are required: MODULE:APP")
     return args, given, labels
 
 
@@ -1205,6 +1287,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.write(config_toml(args))
             return 0
         _add_python_path(args.pythonpath)
+    except _BadCommandLine as exc:
+        return _fail(f"{exc}\n{HELP_HINT}", EXIT_USAGE)
     except _UsageError as exc:
         return _fail(str(exc), EXIT_USAGE)
     except ConfigError as exc:
@@ -1353,7 +1437,7 @@ _NOT_PRINTED = ("help", "version", "config", "check_config", "print_config")
 
 # The options whose value is a number, printed by --print-config as a TOML number (the others,
 # --umask and --uds-perms among them, are text: 022 is octal there, which TOML has no way to say).
-_NUMBER_OPTIONS = frozenset(_INT_OPTIONS + _FLOAT_OPTIONS + (
+_NUMBER_OPTIONS = frozenset(_INT_OPTIONS + _FLOAT_OPTIONS + _LIMIT_OPTIONS + (
     "max_requests", "max_requests_jitter", "limit_concurrency", "limit_request_line",
     "limit_request_fields", "limit_request_field_size", "h11_max_incomplete_event_size",
     "ssl_cert_reqs", "ssl_ticket_rotation",

@@ -94,7 +94,9 @@ class Config:
 
     host: str = "127.0.0.1"
     port: int = 8000
-    threads: int = 0  # 0: one worker per CPU available to the process
+    # 0: the CPUs available to the process shared among the processes (workers, below): one
+    # per CPU for one process, one each (gunicorn's sync workers) for as many processes as CPUs
+    threads: int = 0
     processes: int = 1  # worker processes, each with `threads` threads (supervisor.py)
     # Python calls that may block at once (time.sleep, a slow database) while every worker
     # still serves its connections: threads kept to take over a stuck worker's loop
@@ -140,9 +142,13 @@ class Config:
     # Behind a proxy (csrc/proxy.c): believe X-Forwarded-For/-Proto and Forwarded from these peers.
     proxy_headers: bool = False  # also on when forwarded_allow_ips is given
     # The PROXY protocol (csrc/proxyproto.c, v1 and v2): connections from the peers of
-    # forwarded_allow_ips (its default when None) begin with a header that names the client.
+    # proxy_allow_from, else of forwarded_allow_ips (its default when None), begin with a header
+    # that names the client.
     proxy_protocol: bool = False
     forwarded_allow_ips: str | None = None  # None: $FORWARDED_ALLOW_IPS, else "127.0.0.1"
+    # The PROXY protocol's peers alone (gunicorn's --proxy-allow-from), so that a TCP balancer
+    # may be trusted for it without its proxy headers being believed. None: as above.
+    proxy_allow_from: str | None = None
     # Which headers the proxy writes: "x-forwarded" (X-Forwarded-For/-Proto, as nginx's usual
     # configuration and uvicorn) or "forwarded" (RFC 7239). The other family is ignored: the
     # proxy passes it through from the client.
@@ -270,8 +276,14 @@ class Config:
 
     @property
     def workers(self) -> int:
-        """The number of worker threads to start: threads, or the CPUs available when 0."""
-        return self.threads if self.threads > 0 else available_cpus()
+        """The number of worker threads each process starts: threads, or when 0 the CPUs
+        available divided among the processes (at least one). N processes of CPUs threads each
+        would oversubscribe the machine N times over: a process's Python calls take turns
+        under its GIL, so the extra threads bring wake-ups and memory, not throughput
+        (docs/benchmarks.md, "Threads per worker process")."""
+        if self.threads > 0:
+            return self.threads
+        return max(1, available_cpus() // self.processes)
 
     def server_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of cyserve._core.Server, minus the routes."""
@@ -500,9 +512,12 @@ class Config:
 
     def proxy_protocol_peers(self) -> str | None:
         """The peers whose connections begin with a PROXY protocol header, as the engine takes
-        them, or None when the PROXY protocol is off: forwarded_allow_ips, as for headers."""
+        them, or None when the PROXY protocol is off: proxy_allow_from, else
+        forwarded_allow_ips, as for headers."""
         if not self.proxy_protocol:
             return None
+        if self.proxy_allow_from is not None:
+            return self.proxy_allow_from
         if self.forwarded_allow_ips is not None:
             return self.forwarded_allow_ips
         return os.environ.get("FORWARDED_ALLOW_IPS", DEFAULT_FORWARDED_ALLOW_IPS)
@@ -577,7 +592,9 @@ class Config:
         if not isinstance(self.proxy_protocol, bool):
             raise ConfigError("proxy_protocol", repr(self.proxy_protocol),
                               "must be True or False")
-        if self.proxy_protocol and self.forwarded_allow_ips is None and \
+        if self.proxy_allow_from is not None:
+            check_forwarded_allow_ips("proxy_allow_from", self.proxy_allow_from)
+        elif self.proxy_protocol and self.forwarded_allow_ips is None and \
                 "FORWARDED_ALLOW_IPS" in os.environ:
             check_forwarded_allow_ips("forwarded_allow_ips", os.environ["FORWARDED_ALLOW_IPS"])
         if self.forwarded_allow_ips is not None:

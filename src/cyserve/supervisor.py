@@ -729,7 +729,9 @@ def _worker_main(app: App, config: Config, previous: dict[int, Any], supervisor:
                                   chain=False)
             signal.signal(signal.SIGABRT, _dump_stacks_and_abort)
     try:
-        serve_process(app, config.replace(processes=1, shared_port=True, max_requests=0,
+        # threads resolved here, where processes still says how many share the CPUs.
+        serve_process(app, config.replace(processes=1, threads=config.workers,
+                                          shared_port=True, max_requests=0,
                                           max_lifetime=0.0, worker_timeout=0.0,
                                           metrics_bind=None),
                       listeners=listeners, ready=lambda srv: _tell(pipe, b"R"),

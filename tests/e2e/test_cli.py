@@ -88,6 +88,16 @@ def test_uvicorns_trace_log_level_is_taken_as_debug(level: str) -> None:
      "cyserve: invalid --max-body-bytes 0: must be between 1 and 1099511627776"),
     (["--backlog", "99999999999", "m:app"],
      "cyserve: invalid --backlog 99999999999: must be between 1 and 65535"),
+])
+def test_option_errors_are_one_line_and_exit_2(
+        capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
+    status, err = run_main(capsys, *argv)
+    assert status == cli.EXIT_USAGE == 2
+    assert err.count("\n") == 1
+    assert err.startswith(line)
+
+
+@pytest.mark.parametrize(("argv", "line"), [
     (["m:app", "--bogus"], "cyserve: unrecognized arguments: --bogus"),
     # A misspelt option names the one meant (uvicorn's errors do).
     (["m:app", "--prot", "9000"],
@@ -95,14 +105,28 @@ def test_uvicorns_trace_log_level_is_taken_as_debug(level: str) -> None:
     (["m:app", "--acess-log=1"],
      "cyserve: unrecognized arguments: --acess-log=1 (did you mean --access-log?)"),
     ([], "cyserve: the following arguments are required: MODULE:APP"),
+    (["m:app", "--threads"], "cyserve: argument --threads: expected one argument"),
     (["--log-level", "loud", "m:app"], "cyserve: argument --log-level: invalid choice: 'loud' "),
 ])
-def test_usage_and_option_errors_are_one_line_and_exit_2(
+def test_a_bad_command_line_is_its_error_and_a_pointer_to_help(
         capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
+    # Two lines, as uvicorn's: never argparse's usage, which lists every option.
     status, err = run_main(capsys, *argv)
     assert status == cli.EXIT_USAGE == 2
-    assert err.count("\n") == 1
-    assert err.startswith(line)
+    first, second = err.splitlines()
+    assert first.startswith(line)
+    assert second == "Try 'cyserve --help' for help."
+    assert err.endswith("\n")
+
+
+def test_help_has_one_usage_line_and_every_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    assert out.startswith("usage: cyserve [OPTIONS] MODULE:APP\n\n")
+    for action in cli.build_parser()._actions:
+        for spelling in action.option_strings:
+            assert spelling in out
 
 
 def test_loop_uvloop_without_uvloop_is_one_line(capsys: pytest.CaptureFixture[str],
@@ -235,9 +259,20 @@ def test_a_factory_without_factory_is_one_line(capsys: pytest.CaptureFixture[str
                                 f"None\n")
 
 
+def test_uvicorns_asgi2_interface_is_refused_in_words(capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    status, err = run_main(capsys, "m:app", "--interface", "asgi2")
+    assert (status, err) == (2, "cyserve: argument --interface: 'asgi2' is refused: cyserve "
+                                "serves ASGI 3 applications (one async callable of scope, "
+                                "receive and send); asgiref's guarantee_single_callable() "
+                                "makes an ASGI 2 application one\n"
+                                "Try 'cyserve --help' for help.\n")
+
+
 def test_unknown_interface_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     status, err = run_main(capsys, "m:app", "--interface", "rsgi")
     assert status == 2 and err.startswith("cyserve: argument --interface: invalid choice: 'rsgi'")
+    assert err.endswith("\nTry 'cyserve --help' for help.\n")
 
 
 def test_dotted_attribute(tmp_path: Path, isolated_path: None) -> None:
@@ -325,7 +360,8 @@ def test_subprocess_unknown_flag() -> None:
     # (--workers was the example here until it became --processes' alias, as uvicorn spells it.)
     proc = run_cyserve("examples.demo.app:app", "--worker-count", "2")
     assert proc.returncode == 2
-    assert proc.stderr == "cyserve: unrecognized arguments: --worker-count 2\n"
+    assert proc.stderr == ("cyserve: unrecognized arguments: --worker-count 2\n"
+                           "Try 'cyserve --help' for help.\n")
 def test_subprocess_port_in_use(tmp_path: Path) -> None:
     (tmp_path / "tiny.py").write_text(textwrap.dedent("""
         import cyserve
@@ -387,7 +423,64 @@ def test_uvicorns_no_proxy_headers_is_the_off_switch(capsys: pytest.CaptureFixtu
     status, err = run_main(capsys, "m:app", "--no-proxy-headers", "--forwarded-allow-ips", "*")
     assert status == 2
     assert err == ("cyserve: invalid --proxy-headers off: --no-proxy-headers contradicts "
-                   "--forwarded-allow-ips, which turns proxy headers on\n")
+                   "--forwarded-allow-ips, which turns proxy headers on (for the PROXY "
+                   "protocol's peers, add --proxy-protocol)\n")
+
+
+# Each combination of the proxy options a uvicorn or gunicorn user may write: (whose proxy
+# headers are believed, whose connections begin with a PROXY protocol header).
+@pytest.mark.parametrize(("argv", "headers_from", "pp_from"), [
+    ([], None, None),
+    (["--no-proxy-headers"], None, None),
+    (["--proxy-headers"], "127.0.0.1", None),
+    (["--forwarded-allow-ips", "10.0.0.0/8"], "10.0.0.0/8", None),
+    (["--proxy-headers", "--forwarded-allow-ips", "*"], "*", None),
+    (["--proxy-protocol"], None, "127.0.0.1"),
+    (["--no-proxy-headers", "--proxy-protocol"], None, "127.0.0.1"),
+    (["--proxy-protocol", "--forwarded-allow-ips", "10.0.0.0/8"], "10.0.0.0/8", "10.0.0.0/8"),
+    # A TCP balancer (AWS NLB) passes the client's own headers through: the PROXY protocol
+    # from it, and no header believed, said in uvicorn's words ...
+    (["--no-proxy-headers", "--proxy-protocol", "--forwarded-allow-ips", "10.0.0.0/8"],
+     None, "10.0.0.0/8"),
+    # ... or in gunicorn's.
+    (["--proxy-protocol", "--proxy-allow-from", "10.0.0.0/8"], None, "10.0.0.0/8"),
+    (["--no-proxy-headers", "--proxy-protocol", "--proxy-allow-from", "10.0.0.0/8"],
+     None, "10.0.0.0/8"),
+    # gunicorn's two lists: the balancer's for the PROXY protocol, the proxies' for headers.
+    (["--proxy-protocol", "--proxy-allow-from", "10.0.0.0/8", "--forwarded-allow-ips",
+      "192.168.0.0/16"], "192.168.0.0/16", "10.0.0.0/8"),
+    (["--proxy-headers", "--proxy-protocol", "--proxy-allow-from", "*"], "127.0.0.1", "*"),
+    # gunicorn takes its PROXY protocol list without the protocol: it names no peer then.
+    (["--proxy-allow-from", "10.0.0.0/8"], None, None),
+])
+def test_proxy_option_combinations(monkeypatch: pytest.MonkeyPatch, argv: list[str],
+                                   headers_from: str | None, pp_from: str | None) -> None:
+    monkeypatch.delenv("FORWARDED_ALLOW_IPS", raising=False)
+    c = _config(*argv)
+    assert (c.trusted_proxies(), c.proxy_protocol_peers()) == (headers_from, pp_from)
+
+
+@pytest.mark.parametrize(("argv", "reason"), [
+    (["--no-proxy-headers", "--forwarded-host"],
+     "--no-proxy-headers contradicts --forwarded-host, which turns proxy headers on"),
+    (["--no-proxy-headers", "--proxy-protocol", "--forwarded-host"],
+     "--no-proxy-headers contradicts --forwarded-host, which turns proxy headers on"),
+    # The list could only be for the headers, which are off.
+    (["--no-proxy-headers", "--proxy-protocol", "--proxy-allow-from", "10.0.0.1",
+      "--forwarded-allow-ips", "10.0.0.2"],
+     "--no-proxy-headers contradicts --forwarded-allow-ips, which can only turn proxy headers "
+     "on when --proxy-allow-from names the PROXY protocol's peers"),
+])
+def test_proxy_option_contradictions_are_one_line(capsys: pytest.CaptureFixture[str],
+                                                  argv: list[str], reason: str) -> None:
+    assert run_main(capsys, "m:app", *argv) == (
+        2, f"cyserve: invalid --proxy-headers off: {reason}\n")
+
+
+def test_a_bad_proxy_allow_from_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_main(capsys, "m:app", "--proxy-protocol", "--proxy-allow-from", "10.0.0.300") == (
+        2, "cyserve: invalid --proxy-allow-from 10.0.0.300: '10.0.0.300' is not an IP address "
+           "or network (10.0.0.0/8, ::1, or * for every peer)\n")
 
 
 def test_no_proxy_headers_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -422,14 +515,56 @@ def test_uvicorn_options_cyserve_cannot_honour_are_one_line(
         capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
     status, err = run_main(capsys, "m:app", *argv)
     assert status == 2
-    assert err.count("\n") == 1
     assert err.startswith(line)
+    # A word argparse refuses points to --help too; a value cyserve refuses is one line.
+    hint = argv[0] in ("--ws", "--ws-max-queue")
+    assert err.splitlines()[1:] == (["Try 'cyserve --help' for help."] if hint else [])
 
 
 def test_uvicorns_h11_max_incomplete_event_size_sets_max_header_bytes() -> None:
     assert _config("--h11-max-incomplete-event-size", "4096").max_header_bytes == 4096
     assert _config("--h11-max-incomplete-event-size", "4096", "--limit-request-field-size",
                    "4096").max_header_bytes == 4096  # the same value twice is no contradiction
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["--max-header-bytes", "4096", "--limit-request-field-size", "8190"],
+     "cyserve: invalid --limit-request-field-size 8190: sets --max-header-bytes, which is given "
+     "as 4096: give one of them\n"),
+    # The order on the command line does not matter: neither wins.
+    (["--limit-request-field-size", "8190", "--max-header-bytes", "4096"],
+     "cyserve: invalid --limit-request-field-size 8190: sets --max-header-bytes, which is given "
+     "as 4096: give one of them\n"),
+    (["--max-header-bytes", "4096", "--h11-max-incomplete-event-size", "8192"],
+     "cyserve: invalid --h11-max-incomplete-event-size 8192: sets --max-header-bytes, which is "
+     "given as 4096: give one of them\n"),
+    (["--max-target-bytes", "2048", "--limit-request-line", "4094"],
+     "cyserve: invalid --limit-request-line 4094: sets --max-target-bytes, which is given as "
+     "2048: give one of them\n"),
+    (["--max-headers", "50", "--limit-request-fields", "100"],
+     "cyserve: invalid --limit-request-fields 100: sets --max-headers, which is given as 50: "
+     "give one of them\n"),
+    # Even the default's value, said, is a value the user meant.
+    (["--max-header-bytes", str(cyserve.config.Config().max_header_bytes),
+      "--limit-request-field-size", "8190"],
+     "cyserve: invalid --limit-request-field-size 8190: sets --max-header-bytes, which is given "
+     f"as {cyserve.config.Config().max_header_bytes}: give one of them\n"),
+])
+def test_a_cyserve_limit_and_gunicorns_name_of_it_set_differently_are_refused(
+        capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
+    assert run_main(capsys, "m:app", *argv) == (2, line)
+
+
+def test_a_cyserve_limit_and_gunicorns_name_of_it_agreeing_are_taken() -> None:
+    assert _config("--max-header-bytes", "8190", "--limit-request-field-size",
+                   "8190").max_header_bytes == 8190
+    # gunicorn's 0 is the most, the same limit as cyserve's largest value.
+    assert _config("--max-target-bytes", str(1 << 20), "--limit-request-line",
+                   "0").max_target_bytes == 1 << 20
+    # Not given, the defaults stand, as before.
+    assert (_config().max_header_bytes, _config().max_target_bytes, _config().max_headers) == (
+        cyserve.config.Config().max_header_bytes, cyserve.config.Config().max_target_bytes,
+        cyserve.config.Config().max_headers)
 
 
 @pytest.mark.parametrize("flag", ["--use-colors", "--no-use-colors"])

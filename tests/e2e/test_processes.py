@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from cyserve.config import available_cpus
+
 TIMEOUT = 60.0
 
 
@@ -77,12 +79,13 @@ async def asgi(scope, receive, send):
 
 SUPERVISING = re.compile(r"cyserve: supervising (\d+) processes on http://127\.0\.0\.1:(\d+) "
                          r"\(pid (\d+)\)")
-SERVING = re.compile(r"cyserve: serving on http://127\.0\.0\.1:(\d+) with 1 thread \(pid (\d+)\)")
+SERVING = re.compile(r"cyserve: serving on http://127\.0\.0\.1:(\d+) with (\d+) threads? "
+                     r"\(pid (\d+)\)")
 
 
 class Supervised:
     def __init__(self, tmp: Path, processes: int, sleep: float = 1.0,
-                 spec: str = "proc_app:app") -> None:
+                 spec: str = "proc_app:app", threads: int | None = 1) -> None:
         (tmp / "proc_app.py").write_text(textwrap.dedent(APP))
         self.marker = tmp / "marker"
         self.port = free_port()
@@ -90,13 +93,15 @@ class Supervised:
                    CYSERVE_TEST_SLEEP=str(sleep))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cyserve", spec, "--port", str(self.port),
-             "--threads", "1", "--processes", str(processes), "--graceful-timeout", "5"],
+             *(["--threads", str(threads)] if threads is not None else []),
+             "--processes", str(processes), "--graceful-timeout", "5"],
             cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             start_new_session=True)
         self.lines: queue.Queue[str] = queue.Queue()
         self.stdout: list[str] = []
         self.stderr = ""
         self.workers: set[int] = set()
+        self.threads: list[int] = []  # each worker's thread count, as its line says
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         first = self.next_line()
@@ -104,7 +109,8 @@ class Supervised:
         for _ in range(processes):
             m = SERVING.fullmatch(self.next_line())
             assert m and int(m.group(1)) == self.port
-            self.workers.add(int(m.group(2)))
+            self.threads.append(int(m.group(2)))
+            self.workers.add(int(m.group(3)))
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -175,6 +181,17 @@ def _gone(pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] == "Z"
 
 
+@pytest.mark.parametrize("processes", [2, 3])
+def test_worker_processes_share_the_cpus_by_default(tmp_path: Path, processes: int) -> None:
+    # No --threads: the CPUs divided among the processes (gunicorn's N single-threaded sync
+    # workers when there are as many processes as CPUs), not CPUs threads in each of them.
+    sup = Supervised(tmp_path, processes, threads=None)
+    try:
+        assert sup.threads == [max(1, available_cpus() // processes)] * processes
+    finally:
+        sup.close()
+
+
 def test_two_processes_share_the_port_and_both_answer(supervised: Supervised) -> None:
     assert len(supervised.workers) == 2 and supervised.proc.pid not in supervised.workers
     # SO_REUSEPORT spreads new connections by a hash of their address: both answer soon.
@@ -196,7 +213,7 @@ def test_sighup_replaces_the_workers_then_sigterm_stops_them_gracefully(
     while len(new) < 2:
         m = SERVING.fullmatch(supervised.next_line())
         if m:
-            new.add(int(m.group(2)))
+            new.add(int(m.group(3)))
     assert new.isdisjoint(supervised.workers)
     deadline = time.monotonic() + TIMEOUT
     while not all(_gone(pid) for pid in supervised.workers):
@@ -249,7 +266,7 @@ def test_a_worker_that_dies_is_replaced(supervised: Supervised) -> None:
     os.kill(victim, signal.SIGKILL)
     m = SERVING.fullmatch(supervised.next_line())
     assert m, supervised.stdout
-    new = int(m.group(2))
+    new = int(m.group(3))
     assert new not in supervised.workers
     survivors = (supervised.workers - {victim}) | {new}
     assert supervised.pids_seen(survivors) == survivors

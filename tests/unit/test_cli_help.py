@@ -17,8 +17,9 @@ def test_help_names_a_default_for_every_option() -> None:
         assert "default" in shown, (action.option_strings, shown)
     text = " ".join(parser.format_help().split())
     assert "--max-body-bytes BYTES largest request body (413 beyond) (default 1048576)" in text
-    assert "on shutdown (default 5.0)" in text
-    assert "unless --access-log-format says otherwise) (default: off)" in text
+    assert "on shutdown (default 5.0;" in text
+    assert "unless --access-log-format says otherwise) (default: off, where uvicorn's is on;" \
+        in text
     # The first line a user reads says what is served, and over what (it said HTTP/1.1 alone).
     assert "Serve a cyserve.App, a WSGI or an ASGI application over HTTP/1.1 and HTTP/2" in text
 
@@ -63,3 +64,26 @@ def test_uvicorns_no_access_log_is_taken() -> None:
     assert not cli.config_from_args(parser.parse_args(["m:app", "--no-access-log"])).access_log
     assert cli.config_from_args(parser.parse_args(["m:app", "--access-log"])).access_log
     assert not cli.config_from_args(parser.parse_args(["m:app"])).access_log
+
+
+def test_defaults_that_differ_from_gunicorns_or_uvicorns_say_theirs() -> None:
+    # A user switching reads the option's own help, not a table elsewhere: where cyserve's
+    # default is not what the command they come from does, the help says both.
+    text = " ".join(cli.build_parser().format_help().split())
+    for said in ("(default 1024; gunicorn's and uvicorn's 2048)",
+                 "(default 5.0, as uvicorn's; gunicorn's --keep-alive is 2)",
+                 "(default 5.0; gunicorn's is 30, and uvicorn waits without end)",
+                 "(default: off, where uvicorn's is on; --access-logfile turns it on)",
+                 "(default: on, where gunicorn's is off)",
+                 "(default 0: never, where gunicorn's --timeout is 30)",
+                 "one thread each (gunicorn's sync workers) for as many processes as CPUs"):
+        assert said in text, said
+
+
+def test_uvicorns_interface_names() -> None:
+    parser = cli.build_parser()
+    for name in ("asgi3", "ASGI3", "asgi"):
+        assert cli.config_from_args(parser.parse_args(["m:app", "--interface", name])
+                                    ).interface == "asgi"
+    text = " ".join(parser.format_help().split())
+    assert "(asgi3, uvicorn's name, is asgi; asgi2 is refused)" in text

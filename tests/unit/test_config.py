@@ -52,6 +52,24 @@ def test_zero_threads_means_the_cpus_this_process_may_use() -> None:
     assert Config(threads=0).server_kwargs()["threads"] == available_cpus()
 
 
+@pytest.mark.parametrize(("cpus", "processes", "threads", "workers"), [
+    (2, 1, 0, 2),  # one process: a thread per CPU, as before
+    (2, 2, 0, 1),  # as many processes as CPUs: gunicorn's single-threaded sync workers
+    (2, 5, 0, 1),  # more processes than CPUs: still one thread each, never none
+    (16, 4, 0, 4),  # fewer: the CPUs shared out, so that GIL-free routes use every core
+    (16, 3, 0, 5),
+    (2, 2, 2, 2),  # --threads says otherwise: it wins
+    (16, 4, 1, 1),
+])
+def test_zero_threads_shares_the_cpus_among_the_processes(
+        monkeypatch: pytest.MonkeyPatch, cpus: int, processes: int, threads: int,
+        workers: int) -> None:
+    monkeypatch.setattr("cyserve.config.available_cpus", lambda: cpus)
+    c = Config(threads=threads, processes=processes)
+    assert c.workers == workers
+    assert c.server_kwargs()["threads"] == workers
+
+
 @pytest.mark.parametrize(("option", "value", "message"), [
     ("port", -1, "invalid port -1: must be between 0 and 65535"),
     ("ws_max_size", 0, "invalid ws_max_size 0: must be between 1 and 1099511627776"),
@@ -168,6 +186,19 @@ def test_operations_options() -> None:
     assert Config(proxy_protocol=True, forwarded_allow_ips="10.0.0.0/8") \
         .proxy_protocol_peers() == "10.0.0.0/8"
     assert Config(proxy_protocol=True).trusted_proxies() is None  # headers stay off
+
+
+def test_proxy_allow_from_names_the_proxy_protocols_peers_alone() -> None:
+    # gunicorn's --proxy-allow-from: the PROXY protocol's list, before forwarded_allow_ips ...
+    c = Config(proxy_protocol=True, proxy_allow_from="10.0.0.0/8",
+               forwarded_allow_ips="192.168.0.1")
+    assert (c.proxy_protocol_peers(), c.trusted_proxies()) == ("10.0.0.0/8", "192.168.0.1")
+    # ... and, unlike it, it does not turn proxy headers on.
+    c = Config(proxy_protocol=True, proxy_allow_from="*")
+    assert (c.proxy_protocol_peers(), c.trusted_proxies()) == ("*", None)
+    assert Config(proxy_allow_from="*").proxy_protocol_peers() is None  # no protocol, no peers
+    with pytest.raises(ConfigError, match="proxy_allow_from"):
+        Config(proxy_protocol=True, proxy_allow_from="not an address")
 
 
 @pytest.mark.parametrize("options, mode", [

@@ -159,6 +159,14 @@ def test_a_gunicorn_file_s_own_names_are_its_options(tmp_path: Path) -> None:
     assert args.env == ["A=1", "B=2"]
 
 
+def test_a_gunicorn_files_proxy_allow_ips_is_proxy_allow_from(tmp_path: Path) -> None:
+    # gunicorn.conf.py's name of --proxy-allow-from: the PROXY protocol's peers, no headers.
+    conf = tmp_path / "gunicorn.conf.py"
+    conf.write_text("proxy_protocol = True\nproxy_allow_ips = '10.0.0.0/8'\n")
+    _, config = cli.parse_command(["m:app", "-c", str(conf)], {})
+    assert (config.proxy_protocol_peers(), config.trusted_proxies()) == ("10.0.0.0/8", None)
+
+
 def test_a_value_given_on_the_command_line_is_reported_as_the_option(tmp_path: Path) -> None:
     from cyserve.errors import ConfigError
 
@@ -255,7 +263,10 @@ def test_contradicting_http_options_are_one_line(argv: list[str], env: dict[str,
         monkeypatch.setenv(k, v)
     assert cli.main(["m:app", *argv]) == cli.EXIT_USAGE
     err = capsys.readouterr().err
-    assert err.startswith("cyserve: " + line) and err.count("\n") == 1, err
+    assert err.startswith("cyserve: " + line), err
+    # A value argparse refuses on the command line points to --help on a second line.
+    hint = line.startswith("argument ")
+    assert err.splitlines()[1:] == (["Try 'cyserve --help' for help."] if hint else []), err
 
 
 def test_print_config_reads_back_to_the_same_config(tmp_path: Path) -> None:
