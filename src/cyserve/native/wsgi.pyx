@@ -889,6 +889,9 @@ cdef class _WSGIAnswer:
     cdef bint head_unknown  # an answer to HEAD whose GET length is not known
     cdef object it  # the rest of the body, when it is streamed
     cdef object result
+    # The head went to the engine with the first piece of a streamed answer: from then on an
+    # error page can no longer replace it (_start_response).
+    cdef bint sent
     # A body in a file (wsgi.file_wrapper, _wsgi_file): our descriptor of it, or None.
     cdef _OwnedFd file_fd
     cdef uint64_t file_offset
@@ -916,10 +919,15 @@ cdef object _start_response(object obj, object status, object headers, object ex
     """start_response(status, response_headers, exc_info=None) of the answer obj (PEP 3333): the
     status line and the headers checked as they come, kept in the answer; returns write."""
     cdef _WSGIAnswer self = <_WSGIAnswer>obj
+    if exc_info is not None and self.sent:
+        # The head went out with the first piece of a streamed answer: an error page cannot
+        # replace it, so the app's error is raised again, from start_response (PEP 3333), and
+        # the stream ends cut short, as gunicorn ends it.
+        raise exc_info[1].with_traceback(exc_info[2])
     if self.status != 0 and exc_info is None:
         raise WSGIError("start_response called a second time without exc_info")
-    # Nothing is sent before the app has finished, so an error page may always replace the
-    # first answer (PEP 3333 re-raises exc_info only once headers went out).
+    # Nothing is sent before the app has finished its call or, for a streamed answer, yielded
+    # its first piece, so until then an error page may replace the first answer.
     cdef _ThreadCache cache = _tcache()
     cdef int code
     # The status line by the object's address in this thread's table, as _header_kind_of finds
@@ -1213,6 +1221,7 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx,
             _check_rc(cs.resp_set_stream(resp, <void *>st, length if length is not None else -1),
                       "stream")
             Py_INCREF(st)  # the engine's reference, dropped by _py_stream_impl
+            a.sent = True
             if inp is not None:  # the app may read its body while it answers
                 st.inp = inp
                 inp._kept = True
