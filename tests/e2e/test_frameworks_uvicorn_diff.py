@@ -104,10 +104,33 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str],
         yield start
 
 
-def exchange(port: int, data: bytes, body_after_continue: bytes | None = None) -> Answer:
+class VersionClient(Client):
+    """The raw client of test_asgi_uvicorn_diff.py, keeping the version of each status line
+    (an HTTP/1.0 one taken too: gunicorn's answer to an HTTP/1.0 request)."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(port)
+        self.versions: list[str] = []
+
+    def head(self) -> tuple[int, list[tuple[str, str]]]:
+        line = self.buf.split(b"\r\n", 1)[0] if b"\r\n" in self.buf else None
+        while line is None:
+            if not self._fill():
+                raise ConnectionError(f"closed before a status line: {self.buf!r}")
+            line = self.buf.split(b"\r\n", 1)[0] if b"\r\n" in self.buf else None
+        version = line.split(b" ", 1)[0].decode("latin-1")
+        assert version in ("HTTP/1.0", "HTTP/1.1"), line
+        self.versions.append(version)
+        self.buf = b"HTTP/1.1" + self.buf[len(version):]
+        return super().head()
+
+
+def exchange(port: int, data: bytes, body_after_continue: bytes | None = None,
+             versions: list[str] | None = None) -> Answer:
     """One request on a connection of its own; with body_after_continue, the head is sent first
-    and the body only once a 100 Continue came."""
-    c = Client(port)
+    and the body only once a 100 Continue came. The server's status line must say HTTP/1.1,
+    unless versions is given: then the versions it said are put there."""
+    c = VersionClient(port)
     try:
         c.sock.sendall(data)
         interim: list[int] = []
@@ -115,7 +138,12 @@ def exchange(port: int, data: bytes, body_after_continue: bytes | None = None) -
             status, _ = c.head()
             interim.append(status)
             c.sock.sendall(body_after_continue)
-        return c.answer(data.split(b" ", 1)[0].decode(), interim=interim, see_close=True)
+        a = c.answer(data.split(b" ", 1)[0].decode(), interim=interim, see_close=True)
+        if versions is None:
+            assert set(c.versions) == {"HTTP/1.1"}, c.versions
+        else:
+            versions.extend(c.versions)
+        return a
     finally:
         c.close()
 
@@ -175,7 +203,8 @@ def multipart(field: str, filename: str, data: bytes, extra: dict[str, str]) -> 
     parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{field}"; '
                  f'filename="{filename}"\r\nContent-Type: application/octet-stream\r\n\r\n'
                  .encode() + data + b"\r\n")
-    return b"".join(parts) + f"--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
+    body = b"".join(parts) + f"--{boundary}--\r\n".encode()
+    return body, f"multipart/form-data; boundary={boundary}"
 
 
 UPLOAD = random.Random(3).randbytes(3 * 1024 * 1024 + 17)
@@ -195,7 +224,8 @@ CASES: dict[tuple[str, str], bytes] = {
     ("fastapi", "stream"): get("/stream"),
     ("fastapi", "stream-http-1.0"): b"GET /stream HTTP/1.0\r\nHost: t\r\n\r\n",
     ("fastapi", "head-on-get-route"): b"HEAD /names/x HTTP/1.1\r\nHost: t\r\n\r\n",
-    ("fastapi", "method-not-allowed"): b"PUT /names/x HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n",
+    ("fastapi", "method-not-allowed"): (b"PUT /names/x HTTP/1.1\r\nHost: t\r\n"
+                                        b"Content-Length: 0\r\n\r\n"),
     ("fastapi", "redirect-slashes"): get("/items"),
     ("fastapi", "not-found"): get("/nowhere"),
     ("fastapi", "http-exception-headers"): get("/teapot"),
