@@ -120,3 +120,33 @@ async def ws_deny_response(websocket: WebSocket) -> None:
 @app.websocket("/ws-raise")
 async def ws_raise(websocket: WebSocket) -> None:
     raise RuntimeError("the route failed before accepting")
+
+
+@app.websocket("/ws-scope/{name}")
+async def ws_scope(websocket: WebSocket, name: str) -> None:
+    """The scope as the application sees it, sent as its one message (the handshake's random
+    key, the Host with its port and the client's agent left out: they differ per server and per
+    client)."""
+    await websocket.accept()
+    scope = websocket.scope
+    await websocket.send_json({
+        "name": name, "path": scope["path"], "raw_path": scope["raw_path"].decode("latin-1"),
+        "query_string": scope["query_string"].decode("latin-1"), "scheme": scope["scheme"],
+        "http_version": scope["http_version"], "root_path": scope["root_path"],
+        "subprotocols": scope["subprotocols"],
+        "headers": [[k.decode("latin-1"), v.decode("latin-1")] for k, v in scope["headers"]
+                    if k not in (b"sec-websocket-key", b"user-agent", b"host")],
+        "query": dict(websocket.query_params)})
+    await websocket.close(code=1000)
+
+
+@app.websocket("/ws-burst")
+async def ws_burst(websocket: WebSocket) -> None:
+    """Several messages sent without waiting for the client, then a close with a code of the
+    application's range."""
+    await websocket.accept()
+    big = await websocket.receive_text()
+    await websocket.send_text(big[::-1])
+    for i in range(5):
+        await websocket.send_bytes(bytes([i]) * (i * 1000))
+    await websocket.close(code=4999, reason="r\u00e9sum\u00e9")
