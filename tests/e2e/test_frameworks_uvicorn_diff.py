@@ -4,7 +4,9 @@ conversations: the answers must match.
 
 The rules are those of test_asgi_uvicorn_diff.py (its docstring), applied to applications that
 frameworks wrote:
-- Date and Server are each server's own.
+- Date and Server are each server's own, and so is the reason phrase (ASGI gives none, and a
+  client ignores it, RFC 9112 4): cyserve's are RFC 9110's ("Unprocessable Content", "Range Not
+  Satisfiable"), uvicorn's Python's http.HTTPStatus ones ("Unprocessable Entity").
 - cyserve refuses a request body past --max-body-bytes (1 MiB by default, as nginx's
   client_max_body_size) where uvicorn has no limit: cyserve runs here with 8 MiB, so that the
   uploads of a few MiB are compared.
@@ -51,6 +53,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -104,33 +107,38 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str],
         yield start
 
 
-class VersionClient(Client):
-    """The raw client of test_asgi_uvicorn_diff.py, keeping the version of each status line
-    (an HTTP/1.0 one taken too: gunicorn's answer to an HTTP/1.0 request)."""
+@dataclass
+class Reply(Answer):
+    """An answer with its status line's version and reason phrase."""
+
+    version: str = ""
+    reason: str = ""
+
+
+class LineClient(Client):
+    """The raw client of test_asgi_uvicorn_diff.py, keeping each status line's version (an
+    HTTP/1.0 one taken too: gunicorn's answer to an HTTP/1.0 request) and reason phrase."""
 
     def __init__(self, port: int) -> None:
         super().__init__(port)
-        self.versions: list[str] = []
+        self.lines: list[tuple[str, str]] = []
 
     def head(self) -> tuple[int, list[tuple[str, str]]]:
-        line = self.buf.split(b"\r\n", 1)[0] if b"\r\n" in self.buf else None
-        while line is None:
+        while b"\r\n" not in self.buf:
             if not self._fill():
                 raise ConnectionError(f"closed before a status line: {self.buf!r}")
-            line = self.buf.split(b"\r\n", 1)[0] if b"\r\n" in self.buf else None
-        version = line.split(b" ", 1)[0].decode("latin-1")
+        line = self.buf.split(b"\r\n", 1)[0].decode("latin-1")
+        version, _, rest = line.partition(" ")
         assert version in ("HTTP/1.0", "HTTP/1.1"), line
-        self.versions.append(version)
+        self.lines.append((version, rest.partition(" ")[2]))
         self.buf = b"HTTP/1.1" + self.buf[len(version):]
         return super().head()
 
 
-def exchange(port: int, data: bytes, body_after_continue: bytes | None = None,
-             versions: list[str] | None = None) -> Answer:
+def exchange(port: int, data: bytes, body_after_continue: bytes | None = None) -> Reply:
     """One request on a connection of its own; with body_after_continue, the head is sent first
-    and the body only once a 100 Continue came. The server's status line must say HTTP/1.1,
-    unless versions is given: then the versions it said are put there."""
-    c = VersionClient(port)
+    and the body only once a 100 Continue came."""
+    c = LineClient(port)
     try:
         c.sock.sendall(data)
         interim: list[int] = []
@@ -138,12 +146,17 @@ def exchange(port: int, data: bytes, body_after_continue: bytes | None = None,
             status, _ = c.head()
             interim.append(status)
             c.sock.sendall(body_after_continue)
-        a = c.answer(data.split(b" ", 1)[0].decode(), interim=interim, see_close=True)
-        if versions is None:
-            assert set(c.versions) == {"HTTP/1.1"}, c.versions
-        else:
-            versions.extend(c.versions)
-        return a
+        a = c.answer(data.split(b" ", 1)[0].decode(), interim=interim)
+        version, reason = c.lines[-1]
+        # Whether the server kept the connection: a second request gets an answer on it (any:
+        # a 404), or the end of the connection. Quicker than waiting to see nothing come.
+        try:
+            c.sock.sendall(b"GET /probe-after HTTP/1.1\r\nHost: t\r\n\r\n")
+            c.head()
+            closed = False
+        except (ConnectionError, TimeoutError):
+            closed = True
+        return Reply(a.status, a.headers, a.body, a.interim, closed, version, reason)
     finally:
         c.close()
 
@@ -171,10 +184,11 @@ def normalised(a: Answer, unkept: set[str]) -> tuple[list[tuple[str, str]], byte
     return headers, body
 
 
-def compare(cy: Answer, uv: Answer, data: bytes, app_raised: bool = False,
+def compare(cy: Reply, uv: Reply, data: bytes, app_raised: bool = False,
             unkept: frozenset[str] = frozenset()) -> None:
     """The module docstring's rules, uvicorn's answer the reference."""
     assert (cy.status, cy.interim) == (uv.status, uv.interim), (cy, uv)
+    assert cy.version == uv.version == "HTTP/1.1", (cy, uv)
     assert normalised(cy, set(unkept)) == normalised(uv, set(unkept)), (cy, uv)
     if uv.get("content-length") and not uv.get("content-encoding"):
         assert cy.get("content-length") == uv.get("content-length"), (cy, uv)
