@@ -320,6 +320,37 @@ def test_same_answer_as_uvicorn(served: Callable[[str], dict[str, int]], framewo
         assert json.loads(cy.body)["sha256"] == hashlib.sha256(UPLOAD).hexdigest()
 
 
+def sequence(port: int, requests: list[bytes]) -> list[tuple[int, Any]]:
+    """The requests one after the other on one connection (a new one after a request that ends
+    it): the status and the compared headers and body of each answer."""
+    got: list[tuple[int, Any]] = []
+    c = LineClient(port)
+    try:
+        for data in requests:
+            c.sock.sendall(data)
+            a = c.answer(data.split(b" ", 1)[0].decode())
+            got.append((a.status, normalised(a, {"vary"})))
+            if not asks_keep_alive(data):
+                c.close()
+                c = LineClient(port)
+    finally:
+        c.close()
+    return got
+
+
+@pytest.mark.parametrize("framework", list(MODULES))
+def test_keep_alive_sequence_as_uvicorn(served: Callable[[str], dict[str, int]],
+                                        framework: str) -> None:
+    """A framework's requests above on one connection: what one answer leaves behind (an
+    unread body, a stream, a file) does not change the next one. (Vary is left out for the
+    answers of a file, as above, and the app that raises is left out: uvicorn closes there.)"""
+    ports = served(framework)
+    requests = [data for (fw, case), data in CASES.items()
+                if fw == framework and (fw, case) not in APP_RAISES]
+    cy, uv = (sequence(ports[s], requests) for s in SERVERS)
+    assert cy == uv
+
+
 def test_expect_100_continue_as_uvicorn(served: Callable[[str], dict[str, int]]) -> None:
     ports = served("fastapi")
     body = b'{"name": "cup", "price": 4}'

@@ -38,7 +38,7 @@ import pytest
 from _subserve import env_with_src, free_port, running
 from test_asgi_uvicorn_diff import Client, chunked
 from test_frameworks_uvicorn_diff import (APPS, Reply, exchange, file_bytes, get, multipart,
-                                          normalised, post)
+                                          normalised, post, sequence)
 
 pytestmark = pytest.mark.native
 
@@ -153,6 +153,17 @@ def test_same_answer_as_gunicorn(served: Callable[[str], dict[str, int]], framew
     compare(cy, gu, data)
     if case == "upload":  # the application saw every byte, on both
         assert json.loads(cy.body)["sha256"] == hashlib.sha256(UPLOAD).hexdigest()
+
+
+@pytest.mark.parametrize("framework", list(MODULES))
+def test_keep_alive_sequence_as_gunicorn(served: Callable[[str], dict[str, int]],
+                                         framework: str) -> None:
+    """An application's requests above on one connection: what one answer leaves behind (an
+    unread body, a stream, a file) does not change the next one."""
+    ports = served(framework)
+    requests = [data for (fw, _), data in CASES.items() if fw == framework]
+    cy, gu = (sequence(ports[s], requests) for s in SERVERS)
+    assert cy == gu
 
 
 @pytest.mark.parametrize("framework", list(MODULES))
