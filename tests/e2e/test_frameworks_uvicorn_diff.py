@@ -395,8 +395,9 @@ def test_http10_keep_alive_is_honoured_where_uvicorn_closes(
 
 # ---- WebSocket ------------------------------------------------------------------------------
 
-def conversation(port: int, path: str, messages: list[str | bytes], close_first: bool = False,
-                 subprotocols: list[str] | None = None, drain: int = 0) -> dict[str, Any]:
+def conversation(port: int, path: str, messages: list[Any], close_first: bool = False,
+                 subprotocols: list[str] | None = None, drain: int = 0,
+                 ping: bool = False) -> dict[str, Any]:
     """What a client sees of a WebSocket conversation: the subprotocol, each answer, and the
     close (code and reason, on the side that received it), or the HTTP answer of a denial."""
     try:
@@ -410,7 +411,9 @@ def conversation(port: int, path: str, messages: list[str | bytes], close_first:
     got: dict[str, Any] = {"subprotocol": ws.subprotocol, "answers": []}
     with ws:
         for m in messages:
-            ws.send(m)
+            ws.send(m)  # a list is sent as one message in fragments (RFC 6455 5.4)
+            if ping:
+                ws.ping(b"are you there").wait(10)
             try:
                 got["answers"].append(ws.recv(timeout=10))
             except ConnectionClosed:
@@ -431,6 +434,9 @@ WS_CASES: dict[tuple[str, str], dict[str, Any]] = {
         "messages": ["hello", b"\x00\xffbytes", "caf\u00e9"], "close_first": True},
     ("fastapi", "server-closes-with-code-and-reason"): {
         "path": "/ws", "messages": ["one", "close please"]},
+    ("fastapi", "fragments-and-pings"): {
+        "path": "/ws", "messages": [["frag", "men", "ted"], [b"by", b"tes"], "after"],
+        "ping": True, "close_first": True},
     ("fastapi", "no-subprotocol"): {"path": "/ws", "messages": ["x"], "close_first": True},
     ("fastapi", "denied-by-close-before-accept"): {"path": "/ws-deny", "messages": [],
                                                    "server_answers": 403},
@@ -453,7 +459,7 @@ def test_same_websocket_conversation_as_uvicorn(served: Callable[[str], dict[str
     spec = WS_CASES[framework, case]
     cy, uv = (conversation(ports[s], spec["path"], spec["messages"],
                            spec.get("close_first", False), spec.get("subprotocols"),
-                           spec.get("drain", 0))
+                           spec.get("drain", 0), spec.get("ping", False))
               for s in SERVERS)
     if spec.get("server_answers"):  # the server's own refusal: its status (the docstring)
         assert cy.keys() == uv.keys() == {"denied", "headers", "body"}, (cy, uv)

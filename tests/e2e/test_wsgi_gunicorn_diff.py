@@ -229,25 +229,37 @@ def test_exc_info_after_the_head_cuts_the_answer_as_gunicorn(
     assert got["cyserve"] == got["gunicorn"] == (b"b\r\nfirst part\n\r\n", True)
 
 
-@pytest.mark.parametrize(("path", "gunicorn_sends"), [
-    ("/raw/too-long", b"01234"),  # the first 5 of its 10 bytes: the length it was told
-    ("/raw/too-short", b"0123456789"),  # 10 of the 20 bytes announced, the connection kept
+@pytest.mark.parametrize(("path", "cyserve_sends", "gunicorn_sends"), [
+    # A list of 10 bytes under "Content-Length: 5": cyserve refuses it, gunicorn cuts it.
+    ("/raw/too-long", None, b"01234"),
+    # 10 bytes of the 20 announced: gunicorn sends them and keeps the connection.
+    ("/raw/too-short", None, b"0123456789"),
+    # A generator that yields past its length: both cut it there (the same answer).
+    ("/raw/stream-too-long", b"01234", b"01234"),
+    # A generator that ends short of its length: cyserve has it whole before answering.
+    ("/raw/stream-too-short", None, b"0123456789"),
 ])
 def test_a_wrong_content_length_from_the_app(served: Callable[[str], dict[str, int]], path: str,
+                                             cyserve_sends: bytes | None,
                                              gunicorn_sends: bytes) -> None:
-    """An app that announces a Content-Length and returns a list whose bytes do not add up to
-    it. cyserve knows the whole body before it sends anything, so it answers 500 and logs the
-    mistake (tests/e2e/test_wsgi.py, "wrong content-length"), the connection kept. gunicorn
-    sends the app's head: too long, the body is cut at the announced length; too short, it
-    sends what there is and keeps the connection, so the client waits for the missing bytes
-    and takes the next answer's for them. cyserve's answer is the one the client can trust."""
+    """An app that announces a Content-Length its body does not have. cyserve collects a body
+    it can hold before it sends the head, so it answers 500 and logs the mistake
+    (tests/e2e/test_wsgi.py, "wrong content-length"), the connection kept; a body that goes
+    past its length is cut there, as on gunicorn. gunicorn sends the app's head: a body too
+    long is cut at the announced length; too short, it sends what there is and keeps the
+    connection, so the client waits for the missing bytes and takes the next answer's for
+    them. cyserve's answer is the one a client can trust."""
     ports = served("flask")
     data = get(path) + get("/")
     last = b'{"hello":"world"}\n'  # the end of the second answer
     cy_head, cy_rest, _ = raw_exchange(ports["cyserve"], data, until=last)
-    assert cy_head.startswith(b"HTTP/1.1 500 ")
-    assert cy_rest.startswith(b"500 Internal Server Error\n")
-    assert b'HTTP/1.1 200 OK' in cy_rest
+    if cyserve_sends is None:
+        assert cy_head.startswith(b"HTTP/1.1 500 ")
+        assert cy_rest.startswith(b"500 Internal Server Error\n")
+    else:
+        assert cy_head.startswith(b"HTTP/1.1 200 ")
+        assert cy_rest.startswith(cyserve_sends + b"HTTP/1.1 200 OK")
+    assert b"HTTP/1.1 200 OK" in cy_rest
     gu_head, gu_rest, _ = raw_exchange(ports["gunicorn"], data, until=last)
     assert gu_head.startswith(b"HTTP/1.1 200 ")
     assert gu_rest.startswith(gunicorn_sends + b"HTTP/1.1 200 OK")

@@ -112,6 +112,18 @@ def too_short(environ: Environ, start_response: StartResponse) -> Iterable[bytes
     return [b"0123456789"]
 
 
+def stream_too_long(environ: Environ, start_response: StartResponse) -> Iterator[bytes]:
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "5")])
+    yield b"01234"
+    yield b"56789"
+
+
+def stream_too_short(environ: Environ, start_response: StartResponse) -> Iterator[bytes]:
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "20")])
+    yield b"01234"
+    yield b"56789"
+
+
 def latin1_raw(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
     start_response("200 OK", [("Content-Type", "text/plain"), ("X-Name", "caf\u00e9 \u00ff"),
                               ("Content-Length", "2")])
@@ -159,6 +171,7 @@ def environ_echo(environ: Environ, start_response: StartResponse) -> Iterable[by
 
 RAW = {"/raw/generator": generator, "/raw/file-wrapper": file_wrapper,
        "/raw/too-long": too_long, "/raw/too-short": too_short, "/raw/latin1": latin1_raw,
+       "/raw/stream-too-long": stream_too_long, "/raw/stream-too-short": stream_too_short,
        "/raw/exc-info-before-body": exc_info_before_body,
        "/raw/exc-info-after-body": exc_info_after_body, "/raw/environ": environ_echo}
 
