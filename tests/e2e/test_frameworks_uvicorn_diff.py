@@ -68,8 +68,9 @@ APPS = Path(__file__).resolve().parent / "diffapps"
 OWN = {"date", "server"}
 FRAMING = {"content-length", "transfer-encoding"}
 SERVERS = ("cyserve", "uvicorn")
-# Starlette's app is served under a root path on both (the mount and root_path cases).
-ROOT_PATH = {"starlette": "/api"}
+# Starlette's and Django's apps are served under a root path on both (the mount and root_path
+# cases; Django's views say what they see of it).
+ROOT_PATH = {"starlette": "/api", "django": "/dj"}
 MODULES = {"fastapi": "asgi_fastapi", "starlette": "asgi_starlette", "django": "asgi_django",
            "quart": "asgi_quart"}
 
@@ -268,6 +269,12 @@ CASES: dict[tuple[str, str], bytes] = {
     ("starlette", "gzip"): get("/big", "Accept-Encoding: gzip\r\n"),
     ("starlette", "gzip-not-asked"): get("/big"),
     ("starlette", "gzip-head"): b"HEAD /big HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n",
+    ("starlette", "stream-in-chunked"): (b"POST /stream-in HTTP/1.1\r\nHost: t\r\n"
+                                         b"Transfer-Encoding: chunked\r\n\r\n"
+                                         + chunked(*[bytes([i]) * 40_000 for i in range(20)])),
+    ("starlette", "stream-in-length"): post("/stream-in", UPLOAD, "application/octet-stream"),
+    ("starlette", "form"): post("/form", b"a=caf%C3%A9&a=2&b=+x+&c=",
+                                "application/x-www-form-urlencoded"),
     ("django", "async-view"): get("/hello/?a=1&a=2&b=caf%C3%A9"),
     ("django", "sync-view"): get("/names/caf%C3%A9?q=%20x"),
     ("django", "append-slash"): get("/hello"),

@@ -5,6 +5,7 @@ state, mounts read under a root path, and GZipMiddleware."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -56,6 +57,20 @@ async def big(request: Request) -> Response:
     return PlainTextResponse("compress me, " * 2000)
 
 
+async def stream_in(request: Request) -> Response:
+    """The request body read as it comes (request.stream()): its size and digest."""
+    size, digest = 0, hashlib.sha256()
+    async for piece in request.stream():
+        size += len(piece)
+        digest.update(piece)
+    return JSONResponse({"size": size, "sha256": digest.hexdigest()})
+
+
+async def form(request: Request) -> Response:
+    async with request.form() as data:
+        return JSONResponse({k: data.getlist(k) for k in data})
+
+
 app = Starlette(
     routes=[
         Route("/file", file),
@@ -63,6 +78,8 @@ app = Starlette(
         Route("/state", state),
         Route("/where", where),
         Route("/big", big),
+        Route("/stream-in", stream_in, methods=["POST"]),
+        Route("/form", form, methods=["POST"]),
         Mount("/sub", routes=[Route("/{name}", where, name="inner")]),
     ],
     lifespan=lifespan,
