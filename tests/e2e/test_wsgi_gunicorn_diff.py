@@ -19,7 +19,9 @@ Where the two differ on purpose, a test of its own says why and what each does:
 - a header value outside ASCII (test_a_header_outside_ascii);
 - start_response called again with exc_info before the head is out
   (test_exc_info_before_the_head_replaces_the_answer);
-- a chunked request body (test_a_chunked_body_has_its_length_on_cyserve).
+- a chunked request body (test_a_chunked_body_has_its_length_on_cyserve);
+- two Cookie lines (test_two_cookie_lines_are_joined_as_cookies);
+- a request target with bytes outside ASCII (test_a_target_with_raw_bytes_is_refused_by_both).
 What this test found: start_response called with exc_info once the head of a streamed answer was
 out was taken as a new answer, never sent, and the app's next piece went out as if nothing had
 failed; it now raises the app's error again (PEP 3333) and the answer is cut short, as on
@@ -123,6 +125,8 @@ CASES: dict[tuple[str, str], bytes] = {
     ("flask", "raw-environ-post"): post("/raw/environ", b"name=caf%C3%A9", "text/plain"),
     ("flask", "raw-latin1-header"): get("/raw/latin1"),
     ("flask", "obs-text-header"): get("/raw/environ", "X-Multi: caf\xe9\r\n"),
+    ("flask", "escapes-in-path-info"): get("/raw/environ/caf%C3%A9/%2F%20x;p?q=caf%C3%A9"),
+    ("flask", "empty-header"): get("/raw/environ", "X-Empty:\r\n"),
     ("flask", "http-1.0"): b"GET / HTTP/1.0\r\nHost: t\r\n\r\n",
     ("flask", "http-1.0-keep-alive"): (b"GET / HTTP/1.0\r\nHost: t\r\n"
                                        b"Connection: keep-alive\r\n\r\n"),
@@ -265,9 +269,32 @@ def test_a_wrong_content_length_from_the_app(served: Callable[[str], dict[str, i
     assert gu_rest.startswith(gunicorn_sends + b"HTTP/1.1 200 OK")
 
 
+def test_two_cookie_lines_are_joined_as_cookies(served: Callable[[str], dict[str, int]]) -> None:
+    """Two Cookie lines (a client should send one, RFC 6265 5.4; HTTP/2 clients send one a
+    cookie, RFC 9113 8.2.3): cyserve joins them with "; ", as the cookie syntax separates them,
+    so Flask reads both; gunicorn joins them with ",", as other repeated headers, and Flask
+    reads one cookie "a" whose value is "1,b=2"."""
+    ports = served("flask")
+    data = get("/cookies", "Cookie: a=1\r\nCookie: b=2\r\n")
+    cy, gu = exchange(ports["cyserve"], data), exchange(ports["gunicorn"], data)
+    assert json.loads(cy.body) == {"a": "1", "b": "2"}
+    assert json.loads(gu.body) == {"a": "1,b=2"}
+
+
+def test_a_target_with_raw_bytes_is_refused_by_both(
+        served: Callable[[str], dict[str, int]]) -> None:
+    """Bytes outside ASCII in the request target are not a URI's (RFC 9112 3.2, RFC 3986 2):
+    both answer 400 and close, in words of their own (a server's own page, as its 500's)."""
+    ports = served("flask")
+    data = b"GET /raw/environ/caf\xc3\xa9?q=caf\xc3\xa9 HTTP/1.1\r\nHost: t\r\n\r\n"
+    cy, gu = exchange(ports["cyserve"], data), exchange(ports["gunicorn"], data)
+    assert (cy.status, cy.closed) == (gu.status, gu.closed) == (400, True)
+
+
+@pytest.mark.parametrize("expect", [False, True])
 @pytest.mark.parametrize("framework", list(MODULES))
 def test_a_chunked_body_has_its_length_on_cyserve(served: Callable[[str], dict[str, int]],
-                                                  framework: str) -> None:
+                                                  framework: str, expect: bool) -> None:
     """A chunked request body reaches the app whole on cyserve, with CONTENT_LENGTH its decoded
     length (and wsgi.input_terminated): PEP 3333 lets a server give it, and an app that reads
     CONTENT_LENGTH bytes, as Django does, gets the body. gunicorn gives no CONTENT_LENGTH, so
@@ -275,12 +302,18 @@ def test_a_chunked_body_has_its_length_on_cyserve(served: Callable[[str], dict[s
     Django gets an empty one on gunicorn: a difference in cyserve's favour."""
     ports = served(framework)
     data = CHUNKED_ECHO % (b"/raw/environ" if framework == "flask" else b"/echo/")
-    cy, gu = exchange(ports["cyserve"], data), exchange(ports["gunicorn"], data)
-    assert cy.status == gu.status == 200
+    if expect:  # the head first; the body once the 100 Continue came
+        head, body = data.split(b"\r\n\r\n", 1)
+        head += b"\r\nExpect: 100-continue\r\n\r\n"
+        cy, gu = (exchange(ports[s], head, body_after_continue=body) for s in SERVERS)
+    else:
+        cy, gu = exchange(ports["cyserve"], data), exchange(ports["gunicorn"], data)
+    assert (cy.status, cy.interim) == (gu.status, gu.interim) == (200, [100] if expect else [])
     body_sha = hashlib.sha256(b"hello chunked world").hexdigest()
     if framework == "flask":
         cy_env, gu_env = (dict(ast.literal_eval(a.body.decode())) for a in (cy, gu))
         assert cy_env.pop("CONTENT_LENGTH") == "19" and gu_env.pop("CONTENT_LENGTH") is None
+        assert cy_env["HTTP_EXPECT"] == ("100-continue" if expect else None)
         assert cy_env == gu_env and cy_env["body"] == body_sha
     else:
         assert json.loads(cy.body)["sha256"] == body_sha

@@ -79,6 +79,11 @@ def boom() -> Any:
     raise ValueError("the view failed")
 
 
+@flask_app.get("/cookies")
+def cookies() -> Any:
+    return jsonify(request.cookies.to_dict())
+
+
 @flask_app.get("/latin1")
 def latin1() -> Any:
     r = Response("a header outside ASCII")
@@ -156,7 +161,8 @@ def environ_echo(environ: Environ, start_response: StartResponse) -> Iterable[by
     body = environ["wsgi.input"].read()
     keys = ("REQUEST_METHOD", "SCRIPT_NAME", "PATH_INFO", "QUERY_STRING", "CONTENT_TYPE",
             "CONTENT_LENGTH", "SERVER_PROTOCOL", "HTTP_HOST", "HTTP_X_MULTI",
-            "HTTP_TRANSFER_ENCODING", "HTTP_EXPECT", "wsgi.url_scheme")
+            "HTTP_TRANSFER_ENCODING", "HTTP_EXPECT", "HTTP_COOKIE", "HTTP_X_EMPTY",
+            "wsgi.url_scheme")
     seen: dict[str, Any] = {k: environ.get(k) for k in keys}
     # Repeated header lines are joined with a comma, and a space after it is optional (RFC 9110
     # 5.3): gunicorn writes "one,two", cyserve "one, two". The app sees the same list either way.
@@ -177,7 +183,8 @@ RAW = {"/raw/generator": generator, "/raw/file-wrapper": file_wrapper,
 
 
 def app(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-    raw = RAW.get(environ.get("PATH_INFO", ""))
+    path = environ.get("PATH_INFO", "")
+    raw = environ_echo if path.startswith("/raw/environ/") else RAW.get(path)
     if raw is not None:
         return raw(environ, start_response)
     return flask_app(environ, start_response)
