@@ -400,6 +400,34 @@ def test_http10_keep_alive_is_honoured_where_uvicorn_closes(
     assert (uv.get("connection"), uv.closed) == (["close"], True)
 
 
+WS_HEAD = (b"GET /ws HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+           b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n")
+
+
+@pytest.mark.parametrize(("case", "data", "cyserve_status", "uvicorn_status"), [
+    ("raw-bytes-in-target",
+     b"GET /names/caf\xc3\xa9?q=\xc3\xa9 HTTP/1.1\r\nHost: t\r\n\r\n", 400, 400),
+    ("websocket-version-8", WS_HEAD.replace(b"Version: 13", b"Version: 8") + b"\r\n", 426, 400),
+    ("websocket-without-key", WS_HEAD.replace(b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n",
+                                              b"") + b"\r\n", 400, 400),
+    ("websocket-by-post", WS_HEAD.replace(b"GET", b"POST") + b"Content-Length: 0\r\n\r\n",
+     400, 400),
+])
+def test_what_the_server_refuses_itself(served: Callable[[str], dict[str, int]], case: str,
+                                        data: bytes, cyserve_status: int,
+                                        uvicorn_status: int) -> None:
+    """Requests the server refuses before the application sees them: the words are each
+    server's own, and both close. A WebSocket handshake of a version the server does not speak
+    gets 426 and "Sec-WebSocket-Version: 13" from cyserve, as RFC 6455 4.4 asks, and a 400
+    from uvicorn."""
+    ports = served("fastapi")
+    cy, uv = exchange(ports["cyserve"], data), exchange(ports["uvicorn"], data)
+    assert (cy.status, cy.closed) == (cyserve_status, True), cy
+    assert (uv.status, uv.closed) == (uvicorn_status, True), uv
+    if cyserve_status == 426:
+        assert cy.get("sec-websocket-version") == ["13"]
+
+
 # ---- WebSocket ------------------------------------------------------------------------------
 
 def conversation(port: int, path: str, messages: list[Any], close_first: bool = False,
