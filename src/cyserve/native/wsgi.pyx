@@ -682,6 +682,9 @@ cdef class _WSGIStream:
     cdef str label
     cdef object ctx  # the contextvars context of the call that made the answer
     cdef RequestBody inp  # wsgi.input when streamed: readable until the answer's end
+    # The answer, for its write(): what the app writes while it makes a piece goes out before
+    # that piece (_stream_step).
+    cdef _WSGIAnswer answer
 
 
 cdef int _py_stream(void *opaque, void *stream, cs.resp_t *resp, int op) noexcept nogil:
@@ -721,17 +724,28 @@ cdef int _py_stream_impl(tuple info, PyObject *ref, cs.resp_t *resp, int op) noe
 cdef int _stream_step(tuple info, _WSGIStream st, cs.resp_t *resp, int op) noexcept:
     """The next piece into resp: 1 when there is one, 0 at the end (or abandoned), -1 when the
     app failed (logged)."""
+    cdef list written
     try:
         if op == cs.SERVER_STREAM_NEXT:
+            written = st.answer.chunks
             for chunk in st.it:
                 if type(chunk) is not bytes:
                     if not isinstance(chunk, (bytes, bytearray, memoryview)):
                         raise WSGIError(f"the WSGI application yielded a "
                                         f"{type(chunk).__name__}, not bytes")
                     chunk = bytes(chunk)
+                if written:  # write() while the piece was made: those bytes came first
+                    written.append(chunk)
+                    chunk = b"".join(written)
+                    del written[:]
                 if chunk:
                     _set_body(resp, <bytes>chunk)
                     return 1
+            if written:  # write() after the last piece
+                chunk = b"".join(written)
+                del written[:]
+                _set_body(resp, <bytes>chunk)
+                return 1
         return 0
     except BaseException:
         _stream_failed(info)
@@ -1217,6 +1231,10 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx,
             st = _WSGIStream.__new__(_WSGIStream)
             st.it = a.it
             st.result = a.result
+            st.answer = a
+            # What write() gave so far went out above; from now on it adds to the stream.
+            a.chunks = []
+            a.total = 0
             st.ctx = ctx
             _check_rc(cs.resp_set_stream(resp, <void *>st, length if length is not None else -1),
                       "stream")
