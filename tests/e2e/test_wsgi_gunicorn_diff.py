@@ -16,16 +16,22 @@ reference, and these for gunicorn:
   conforms to whose major number the client's has). The rest of the answer is compared.
 Where the two differ on purpose, a test of its own says why and what each does:
 - an application whose Content-Length is wrong (test_a_wrong_content_length_from_the_app);
-- a header value outside ASCII (test_a_header_outside_ascii);
 - start_response called again with exc_info before the head is out
   (test_exc_info_before_the_head_replaces_the_answer);
 - a chunked request body (test_a_chunked_body_has_its_length_on_cyserve);
 - two Cookie lines (test_two_cookie_lines_are_joined_as_cookies);
 - a request target with bytes outside ASCII (test_a_target_with_raw_bytes_is_refused_by_both).
-What this test found: start_response called with exc_info once the head of a streamed answer was
-out was taken as a new answer, never sent, and the app's next piece went out as if nothing had
-failed; it now raises the app's error again (PEP 3333) and the answer is cut short, as on
-gunicorn (test_exc_info_after_the_head_cuts_the_answer_as_gunicorn)."""
+A response header value outside ASCII (latin-1, from Flask, Django and a raw app) is sent as the
+same bytes by both.
+
+What this test found, both fixed in native/wsgi.pyx:
+- bytes an app gave write() while its generator made the pieces of a streamed answer were kept
+  for the head already sent, and lost; they now go out before the next piece, in order
+  (raw-write-and-yield);
+- start_response called with exc_info once the head of a streamed answer was out was taken as
+  a new answer, never sent, and the app's next piece went out as if nothing had failed; it now
+  raises the app's error again (PEP 3333) and the answer is cut short, as on gunicorn
+  (test_exc_info_after_the_head_cuts_the_answer_as_gunicorn)."""
 
 from __future__ import annotations
 
@@ -118,6 +124,7 @@ CASES: dict[tuple[str, str], bytes] = {
     ("flask", "raw-generator"): get("/raw/generator"),
     ("flask", "raw-generator-http-1.0"): b"GET /raw/generator HTTP/1.0\r\nHost: t\r\n\r\n",
     ("flask", "raw-head-generator"): b"HEAD /raw/generator HTTP/1.1\r\nHost: t\r\n\r\n",
+    ("flask", "raw-write-and-yield"): get("/raw/write-and-yield"),
     ("flask", "raw-file-wrapper"): get("/raw/file-wrapper"),
     ("flask", "raw-head-file-wrapper"): b"HEAD /raw/file-wrapper HTTP/1.1\r\nHost: t\r\n\r\n",
     ("flask", "raw-environ-get"): get("/raw/environ?a=%41%20b&c=caf%C3%A9",

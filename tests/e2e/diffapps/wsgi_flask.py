@@ -99,6 +99,20 @@ def generator(environ: Environ, start_response: StartResponse) -> Iterable[bytes
         yield b"generated %d\n" % i
 
 
+def write_and_yield(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+    """The write() callable and a generator together: written bytes go before the next piece."""
+    write = start_response("200 OK", [("Content-Type", "text/plain")])
+    write(b"written first, ")
+
+    def pieces() -> Iterator[bytes]:
+        yield b"yielded, "
+        write(b"written between, ")
+        yield b"yielded again, "
+        write(b"written last")
+
+    return pieces()
+
+
 def file_wrapper(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
     f = open(os.environ["DIFFAPP_FILE"], "rb")  # noqa: SIM115 (the server closes it)
     start_response("200 OK", [("Content-Type", "application/octet-stream"),
@@ -176,6 +190,7 @@ def environ_echo(environ: Environ, start_response: StartResponse) -> Iterable[by
 
 
 RAW = {"/raw/generator": generator, "/raw/file-wrapper": file_wrapper,
+       "/raw/write-and-yield": write_and_yield,
        "/raw/too-long": too_long, "/raw/too-short": too_short, "/raw/latin1": latin1_raw,
        "/raw/stream-too-long": stream_too_long, "/raw/stream-too-short": stream_too_short,
        "/raw/exc-info-before-body": exc_info_before_body,
