@@ -297,7 +297,7 @@ CASES: dict[tuple[str, str], bytes] = {
     ("starlette", "head-event-stream"): b"HEAD /events HTTP/1.1\r\nHost: t\r\n\r\n",
     ("starlette", "gzip-stream"): get("/events", "Accept-Encoding: gzip\r\n"),
     ("django", "head-stream"): b"HEAD /stream/ HTTP/1.1\r\nHost: t\r\n\r\n",
-    ("django", "upload-continue-less"): post("/upload/", DJANGO_UPLOAD_BODY, DJANGO_UPLOAD_TYPE,
+    ("django", "upload-connection-close"): post("/upload/", DJANGO_UPLOAD_BODY, DJANGO_UPLOAD_TYPE,
                                              "Connection: close\r\n"),
     ("quart", "route"): get("/"),
     ("quart", "path-query"): get("/names/caf%C3%A9?q=a%2Bb"),
@@ -404,18 +404,18 @@ WS_HEAD = (b"GET /ws HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Up
            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n")
 
 
-@pytest.mark.parametrize(("case", "data", "cyserve_status", "uvicorn_status"), [
-    ("raw-bytes-in-target",
-     b"GET /names/caf\xc3\xa9?q=\xc3\xa9 HTTP/1.1\r\nHost: t\r\n\r\n", 400, 400),
-    ("websocket-version-8", WS_HEAD.replace(b"Version: 13", b"Version: 8") + b"\r\n", 426, 400),
-    ("websocket-without-key", WS_HEAD.replace(b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n",
-                                              b"") + b"\r\n", 400, 400),
-    ("websocket-by-post", WS_HEAD.replace(b"GET", b"POST") + b"Content-Length: 0\r\n\r\n",
-     400, 400),
+@pytest.mark.parametrize(("data", "cyserve_status", "uvicorn_status"), [
+    pytest.param(b"GET /names/caf\xc3\xa9?q=\xc3\xa9 HTTP/1.1\r\nHost: t\r\n\r\n", 400, 400,
+                 id="raw-bytes-in-target"),
+    pytest.param(WS_HEAD.replace(b"Version: 13", b"Version: 8") + b"\r\n", 426, 400,
+                 id="websocket-version-8"),
+    pytest.param(WS_HEAD.replace(b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n", b"")
+                 + b"\r\n", 400, 400, id="websocket-without-key"),
+    pytest.param(WS_HEAD.replace(b"GET", b"POST") + b"Content-Length: 0\r\n\r\n", 400, 400,
+                 id="websocket-by-post"),
 ])
-def test_what_the_server_refuses_itself(served: Callable[[str], dict[str, int]], case: str,
-                                        data: bytes, cyserve_status: int,
-                                        uvicorn_status: int) -> None:
+def test_what_the_server_refuses_itself(served: Callable[[str], dict[str, int]], data: bytes,
+                                        cyserve_status: int, uvicorn_status: int) -> None:
     """Requests the server refuses before the application sees them: the words are each
     server's own, and both close. A WebSocket handshake of a version the server does not speak
     gets 426 and "Sec-WebSocket-Version: 13" from cyserve, as RFC 6455 4.4 asks, and a 400
