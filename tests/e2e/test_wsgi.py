@@ -727,6 +727,59 @@ def test_a_failure_midway_cuts_the_answer_short(caplog: pytest.LogCaptureFixture
     assert any("failed while streaming" in rec.getMessage() for rec in caplog.records)
 
 
+def test_write_while_a_stream_is_made_goes_out_in_order() -> None:
+    """write() called by a generator between its pieces, once the answer streams: the bytes go
+    out before the next piece, in the order the app gave them (gunicorn sends them at once).
+    They used to be kept for an answer already sent, and lost."""
+    def app(environ: Environ, start_response: Any) -> Iterator[bytes]:
+        write = start_response("200 OK", [("Content-Type", "text/plain")])
+
+        def pieces() -> Iterator[bytes]:
+            yield b"one "
+            write(b"two ")
+            yield b"three "
+            write(b"four")
+        return pieces()
+
+    with serve_wsgi(app) as srv:
+        r = request(srv.port, get("/"))
+        assert (r.status, r.header("transfer-encoding"), r.body) == (200, "chunked",
+                                                                     b"one two three four")
+
+
+def test_exc_info_once_the_head_is_out_raises_and_cuts_the_answer(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """start_response called with exc_info after the first piece of a streamed answer went out:
+    the head cannot be replaced, so start_response raises the app's error again (PEP 3333) and
+    the answer is cut short, with no last chunk. It used to be taken as a new answer that was
+    never sent, and the app's next piece went out as if nothing had failed."""
+    raised: list[BaseException] = []
+
+    def app(environ: Environ, start_response: Any) -> Iterator[bytes]:
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        yield b"first"
+        try:
+            raise RuntimeError("failed midway")
+        except RuntimeError:
+            import sys
+            try:
+                start_response("500 Internal Server Error", [], sys.exc_info())
+            except RuntimeError as e:
+                raised.append(e)
+                raise
+        yield b"never sent"
+
+    with serve_wsgi(app) as srv, caplog.at_level(logging.ERROR), Conn(srv.port) as c:
+        c.send(get("/"))
+        head = c.read_until(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 ") and b"chunked" in head
+        while c._fill():
+            pass
+        assert c.buf == b"5\r\nfirst\r\n"
+    assert [str(e) for e in raised] == ["failed midway"]
+    assert any("failed while streaming" in rec.getMessage() for rec in caplog.records)
+
+
 def test_a_client_that_leaves_midway_gets_the_stream_closed() -> None:
     closed = threading.Event()
 

@@ -682,6 +682,9 @@ cdef class _WSGIStream:
     cdef str label
     cdef object ctx  # the contextvars context of the call that made the answer
     cdef RequestBody inp  # wsgi.input when streamed: readable until the answer's end
+    # The answer, for its write(): what the app writes while it makes a piece goes out before
+    # that piece (_stream_step).
+    cdef _WSGIAnswer answer
 
 
 cdef int _py_stream(void *opaque, void *stream, cs.resp_t *resp, int op) noexcept nogil:
@@ -721,17 +724,28 @@ cdef int _py_stream_impl(tuple info, PyObject *ref, cs.resp_t *resp, int op) noe
 cdef int _stream_step(tuple info, _WSGIStream st, cs.resp_t *resp, int op) noexcept:
     """The next piece into resp: 1 when there is one, 0 at the end (or abandoned), -1 when the
     app failed (logged)."""
+    cdef list written
     try:
         if op == cs.SERVER_STREAM_NEXT:
+            written = st.answer.chunks
             for chunk in st.it:
                 if type(chunk) is not bytes:
                     if not isinstance(chunk, (bytes, bytearray, memoryview)):
                         raise WSGIError(f"the WSGI application yielded a "
                                         f"{type(chunk).__name__}, not bytes")
                     chunk = bytes(chunk)
+                if written:  # write() while the piece was made: those bytes came first
+                    written.append(chunk)
+                    chunk = b"".join(written)
+                    del written[:]
                 if chunk:
                     _set_body(resp, <bytes>chunk)
                     return 1
+            if written:  # write() after the last piece
+                chunk = b"".join(written)
+                del written[:]
+                _set_body(resp, <bytes>chunk)
+                return 1
         return 0
     except BaseException:
         _stream_failed(info)
@@ -889,6 +903,9 @@ cdef class _WSGIAnswer:
     cdef bint head_unknown  # an answer to HEAD whose GET length is not known
     cdef object it  # the rest of the body, when it is streamed
     cdef object result
+    # The head went to the engine with the first piece of a streamed answer: from then on an
+    # error page can no longer replace it (_start_response).
+    cdef bint sent
     # A body in a file (wsgi.file_wrapper, _wsgi_file): our descriptor of it, or None.
     cdef _OwnedFd file_fd
     cdef uint64_t file_offset
@@ -916,10 +933,15 @@ cdef object _start_response(object obj, object status, object headers, object ex
     """start_response(status, response_headers, exc_info=None) of the answer obj (PEP 3333): the
     status line and the headers checked as they come, kept in the answer; returns write."""
     cdef _WSGIAnswer self = <_WSGIAnswer>obj
+    if exc_info is not None and self.sent:
+        # The head went out with the first piece of a streamed answer: an error page cannot
+        # replace it, so the app's error is raised again, from start_response (PEP 3333), and
+        # the stream ends cut short, as gunicorn ends it.
+        raise exc_info[1].with_traceback(exc_info[2])
     if self.status != 0 and exc_info is None:
         raise WSGIError("start_response called a second time without exc_info")
-    # Nothing is sent before the app has finished, so an error page may always replace the
-    # first answer (PEP 3333 re-raises exc_info only once headers went out).
+    # Nothing is sent before the app has finished its call or, for a streamed answer, yielded
+    # its first piece, so until then an error page may replace the first answer.
     cdef _ThreadCache cache = _tcache()
     cdef int code
     # The status line by the object's address in this thread's table, as _header_kind_of finds
@@ -1209,10 +1231,15 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx,
             st = _WSGIStream.__new__(_WSGIStream)
             st.it = a.it
             st.result = a.result
+            st.answer = a
+            # What write() gave so far went out above; from now on it adds to the stream.
+            a.chunks = []
+            a.total = 0
             st.ctx = ctx
             _check_rc(cs.resp_set_stream(resp, <void *>st, length if length is not None else -1),
                       "stream")
             Py_INCREF(st)  # the engine's reference, dropped by _py_stream_impl
+            a.sent = True
             if inp is not None:  # the app may read its body while it answers
                 st.inp = inp
                 inp._kept = True
