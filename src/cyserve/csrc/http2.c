@@ -1179,6 +1179,11 @@ static ssize_t h2_read_body(nghttp2_session *ng, int32_t id, uint8_t *buf, size_
         }
         return (ssize_t)n; /* the next call asks for the next piece */
     }
+    /* A streamed body that ended short of the content-length its HEADERS announced: ending
+     * the stream would make a malformed answer (RFC 9113 8.1.1), which the client could take
+     * for a whole one. The reset says it is incomplete, as the close does on HTTP/1.1. */
+    if (UNLIKELY(!rest && st->limit > 0))
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     if (!rest)
         h2_body_eof(ng, st, flags);
     return (ssize_t)n;
