@@ -286,11 +286,11 @@ cdef extern from *:
 
 
 cdef object _asgi_length(object v):
-    """An app's Content-Length as int() reads it: plain digits without a call."""
-    if type(v) is not bytes:
-        return int(v)
-    cdef const char *p = PyBytes_AS_STRING(v)
-    cdef Py_ssize_t i, n = PyBytes_GET_SIZE(v)
+    """An app's Content-Length: 1*DIGIT (RFC 9110 8.6), with the OWS around a field value; a
+    ValueError naming it otherwise (int() alone would take "+5", "1_0" and other digits)."""
+    cdef bytes b = v if type(v) is bytes else bytes(v)
+    cdef const char *p = PyBytes_AS_STRING(b)
+    cdef Py_ssize_t i, n = PyBytes_GET_SIZE(b)
     cdef long long x = 0
     if 0 < n <= 18:
         for i in range(n):
@@ -299,7 +299,10 @@ cdef object _asgi_length(object v):
             x = x * 10 + (p[i] - c'0')
         else:
             return x
-    return int(v)
+    s = b.strip(b" \t")
+    if 0 < len(s) <= 18 and s.isdigit():
+        return int(s)
+    raise ValueError(f"ASGI: invalid Content-Length {v!r}")
 cdef dict _ASGI_VERSION = {"version": "3.0", "spec_version": "2.4"}
 # The Path Send extension's entry in the http scope (_Exchange._pathsend): its value is an empty
 # dict, shared, as the spec gives it no keys. The HTTP Trailers extension's
@@ -577,6 +580,14 @@ cdef class _Exchange:
             if self.head and self.length is None and not more:
                 self.length = len(body)  # what GET would carry: announced, not sent
             self._fill_head(resp)
+            if (not more and not self.bodyless and self.length is not None
+                    and self.length != len(body) and (body or not self.head)):
+                # The whole body in one message, and a Content-Length that does not match it:
+                # the app's error, found before anything is sent (a 500), as uvicorn raises
+                # it in send(), not a length the engine would quietly correct. (An answer to
+                # HEAD without a body announces GET's length: Starlette's.)
+                raise RuntimeError(f"ASGI: Content-Length {self.length} does not match the "
+                                   f"body's {len(body)} bytes")
             if self.head or self.bodyless:
                 self._give(0)
                 return self.lp.ready
