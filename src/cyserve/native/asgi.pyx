@@ -243,9 +243,10 @@ cdef _ASGILoop _asgi_here(_ThreadCache cache):
 cdef frozenset _ASGI_ENGINE_HEADERS = frozenset((b"content-length", b"transfer-encoding",
                                                  b"date", b"connection"))
 DEF _H_OTHER = 0
-DEF _H_ENGINE = 1  # Transfer-Encoding, Date, Connection
+DEF _H_ENGINE = 1  # Transfer-Encoding, Date
 DEF _H_LENGTH = 2
 DEF _H_TYPE = 3
+DEF _H_CONNECTION = 4
 
 
 cdef int _asgi_header_kind(const char *n, Py_ssize_t k) noexcept:
@@ -254,9 +255,10 @@ cdef int _asgi_header_kind(const char *n, Py_ssize_t k) noexcept:
     if k == 12 and strncasecmp(n, "content-type", 12) == 0:
         return _H_TYPE
     if ((k == 17 and strncasecmp(n, "transfer-encoding", 17) == 0)
-            or (k == 4 and strncasecmp(n, "date", 4) == 0)
-            or (k == 10 and strncasecmp(n, "connection", 10) == 0)):
+            or (k == 4 and strncasecmp(n, "date", 4) == 0)):
         return _H_ENGINE
+    if k == 10 and strncasecmp(n, "connection", 10) == 0:
+        return _H_CONNECTION
     return _H_OTHER
 
 
@@ -741,6 +743,14 @@ cdef class _Exchange:
             if kind == _H_ENGINE:
                 continue
             bvalue = value if type(value) is bytes else bytes(value)
+            if kind == _H_CONNECTION:
+                # The engine writes Connection itself; an app's "close" (a list may hold it)
+                # closes the connection after this answer, as uvicorn does; other tokens are
+                # the engine's business.
+                if b"close" in [t.strip() for t in bvalue.lower().split(b",")]:
+                    _check_rc(cs.resp_add_header(resp, b"Connection", 10, b"close", 5),
+                              "header 'Connection'")
+                continue
             if kind == _H_TYPE:
                 if ct:
                     continue
