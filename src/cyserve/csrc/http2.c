@@ -1276,6 +1276,8 @@ static int h2_submit(struct h2_session *h, struct h2_stream *st)
     int head_only = st->rq.head.method_id == HTTP_HEAD;
     int status = a->status;
     int bodyless = status < 200 || status == 204 || status == 304;
+    /* A 205 has no content either (RFC 9110 15.3.6), but says so: content-length: 0. */
+    int reset_content = status == 205;
     const char *lines = a->lines;
     size_t lines_len = a->lines_len;
     int own_server = a->own_head & RESP_OWN_SERVER;
@@ -1296,7 +1298,7 @@ static int h2_submit(struct h2_session *h, struct h2_stream *st)
         break;
     }
     case REQUEST_BODY_STREAM:
-        if (!r->has_content_type &&
+        if (!r->has_content_type && !bodyless && !reset_content &&
             wbuf_append(&r->headers, "Content-Type: text/plain; charset=utf-8\r\n", 41))
             return -ENOMEM;
         lines = r->headers.ptr;
@@ -1322,6 +1324,11 @@ static int h2_submit(struct h2_session *h, struct h2_stream *st)
     }
     if (length == REQUEST_LENGTH_NONE)
         have_length = 0;
+    if (UNLIKELY(reset_content)) {
+        have_length = 1;
+        length = 0;
+        bodyless = 1; /* no DATA: the HEADERS frame ends the stream */
+    }
     /* The server's own fields (--header, Server unless the answer has its own; a static head
      * holds them already). */
     const struct http_head *head = &h->srv->cfg.head;
@@ -1341,7 +1348,7 @@ static int h2_submit(struct h2_session *h, struct h2_stream *st)
     if (!head->no_date)
         nva[n++] = (nghttp2_nv){(uint8_t *)"date", (uint8_t *)http1_date(), 4, HTTP_DATE_LEN,
                                 NGHTTP2_NV_FLAG_NONE};
-    if (!bodyless && have_length) {
+    if ((!bodyless || reset_content) && have_length) {
         int cl = snprintf(clen, sizeof(clen), "%llu", (unsigned long long)length);
         nva[n++] = (nghttp2_nv){(uint8_t *)"content-length", (uint8_t *)clen, 14, (size_t)cl,
                                 NGHTTP2_NV_FLAG_NONE};

@@ -548,7 +548,10 @@ cdef class _Exchange:
             if self.started:
                 raise RuntimeError("ASGI: http.response.start sent twice")
             self.status = int(message["status"])
-            self.bodyless = self.status < 200 or self.status == 204 or self.status == 304
+            # A 205 has no content either (RFC 9110 15.3.6); the engine frames it with
+            # Content-Length: 0.
+            self.bodyless = (self.status < 200 or self.status == 204 or self.status == 304
+                             or self.status == 205)
             hdrs = _mget(message, "headers", None)
             self.headers = list(hdrs or ())
             # `trailers` is looked up only when the message has a key besides type, status and
