@@ -299,7 +299,7 @@ class App:
         if isinstance(status, bool) or not isinstance(status, int) or not 200 <= status <= 599:
             raise RouteError(f"{where}: status must be an integer between 200 and 599, "
                              f"got {status!r}")
-        if status in (204, 304) and data:
+        if status in (204, 205, 304) and data:
             raise RouteError(f"{where}: a {status} response cannot have a body")
         header_list = _check_headers(where, headers or ())
         if not any(name.lower() == "content-type" for name, _ in header_list):

@@ -334,6 +334,8 @@ static void test_lower_stream_id(void)
 
 /* What the client saw of the server's answers (client_seen's callbacks). */
 struct trailers_seen {
+    int head_end;       /* the answer's HEADERS frame carried END_STREAM */
+    int data_frames;    /* DATA frames, with or without END_STREAM */
     int data_end;       /* a DATA frame carried END_STREAM */
     int trailers_end;   /* a trailers HEADERS frame carried END_STREAM */
     int ntrailers;      /* trailer fields */
@@ -357,10 +359,16 @@ static int seen_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t
 
 static int seen_frame(nghttp2_session *s, const nghttp2_frame *f, void *ud)
 {
-    if (f->hd.stream_id <= 0 || f->hd.stream_id >= 16 || !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
+    if (f->hd.stream_id <= 0 || f->hd.stream_id >= 16)
         return 0;
     struct trailers_seen *w = &seen_of[f->hd.stream_id];
     if (f->hd.type == NGHTTP2_DATA)
+        w->data_frames++;
+    if (!(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
+        return 0;
+    if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_RESPONSE)
+        w->head_end = 1;
+    else if (f->hd.type == NGHTTP2_DATA)
         w->data_end = 1;
     else if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_HEADERS)
         w->trailers_end = 1;
@@ -454,6 +462,59 @@ static void test_trailers_empty_body(void)
     is_mem(seen_of[s1].trailers, strlen(seen_of[s1].trailers), "grpc-status=12;", "the field");
     ok(!seen_of[s2].data_end && !seen_of[s2].trailers_end, "without: no DATA, no trailers");
     is_int(seen_of[s2].ntrailers, 0, "and no field");
+    h2_session_free(h, 0);
+    nghttp2_session_del(cl);
+}
+
+/* A streamed answer of a status without content (a 204, a 304) is one HEADERS frame with
+ * END_STREAM, and no DATA; its producer runs to its end as if its body were sent (as HTTP/1's
+ * send_stream does): its pieces are asked for and dropped, and it is not given back as if the
+ * client had left (stream_abandon, which outside a worker keeps it as an orphan: counted here).
+ * No handler API makes such an answer today (the Python ones refuse a 204's body, ASGI's answers
+ * whole), so the engine's side is tested alone. */
+static void test_bodyless_stream(void)
+{
+    struct h2_session *h = session();
+    nghttp2_session *cl = client_seen();
+    nghttp2_nv get[] = {NV(":method", "GET"), NV(":path", "/"), NV(":scheme", "http"),
+                        NV(":authority", "a")};
+    int32_t s1 = nghttp2_submit_request(cl, NULL, get, 4, NULL, NULL);
+    ok(to_server(cl, h) >= 0, "fed");
+    static int producer; /* what the stream pointer names; never called outside a worker */
+    struct server_target t;
+    memset(&t, 0, sizeof(t));
+    struct h2_stream *st = h->streams;
+    while (st && st->id != s1)
+        st = st->next;
+    ok(st != NULL, "the stream");
+    if (!st)
+        return;
+    st->rq.answer = (struct request_answer){
+        .kind = REQUEST_BODY_STREAM, .status = 204, .fd = -1, .t = &t};
+    is_int(resp_set_status(&st->rq.resp, 204), 0, "a 204");
+    is_int(wbuf_append(&st->rq.resp.body, "first", 5), 0, "its first piece (not sent)");
+    is_int(resp_set_stream(&st->rq.resp, &producer, -1), 0, "streamed");
+    is_int(h2_submit(h, st), 0, "submitted");
+    is_int((long)srv.n_orphans, 0, "the producer is not given back as if the client had left");
+    ok(st->pystream == &producer && st->need_next, "its next piece is asked for");
+    to_client(h, cl);
+    ok(seen_of[s1].head_end, "the HEADERS frame ends the stream");
+    /* The producer's next piece, then its last one: dropped, and then it is released. */
+    is_int(wbuf_append(&st->rq.resp.body, "second", 6), 0, "a piece");
+    st->need_next = 0;
+    st->task_more = 1;
+    is_int(h2_piece_done(h, st, 0), 0, "taken");
+    ok(st->need_next && st->pystream == &producer, "and the next asked for");
+    st->need_next = 0;
+    st->task_more = 0;
+    is_int(h2_piece_done(h, st, 0), 0, "the last piece taken");
+    ok(st->pystream == NULL && !st->need_next, "the producer is released at its end");
+    to_client(h, cl);
+    is_int(seen_of[s1].data_frames, 0, "no DATA frame at all");
+    is_int((long)srv.n_orphans, 0, "still nothing given back");
+    free(srv.orphans);
+    srv.orphans = NULL;
+    srv.n_orphans = srv.cap_orphans = 0;
     h2_session_free(h, 0);
     nghttp2_session_del(cl);
 }
@@ -910,6 +971,7 @@ int main(void)
     test_lower_stream_id();
     test_trailers();
     test_trailers_empty_body();
+    test_bodyless_stream();
     test_te_lists_trailers();
     test_upgrade_keeps_te_trailers();
     test_http1_trailed();

@@ -143,6 +143,7 @@ def test_static_route_serialises_body_and_headers() -> None:
     ({"body": "x", "status": 600}, "status must be an integer between 200 and 599"),
     ({"body": "x", "status": True}, "status must be an integer"),
     ({"body": "x", "status": 204}, "a 204 response cannot have a body"),
+    ({"body": "x", "status": 205}, "a 205 response cannot have a body"),
     ({"body": "x", "headers": [("Content-Length", "1")]}, "written by the server itself"),
     # A route's own Server replaces the engine's, but Server is not a list.
     ({"body": "x", "headers": [("Server", "a"), ("server", "b")]}, "'server' given twice"),

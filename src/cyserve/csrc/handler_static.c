@@ -57,8 +57,8 @@ int server_target_static(struct server_target *t, const struct http_head *fields
     t->kind = SERVER_STATIC;
     t->static_status = status;
     t->static_fd = -1;
-    if (status < 200 || status == 204 || status == 304)
-        body_len = 0; /* these statuses never carry a body */
+    if (status < 200 || status == 204 || status == 304 || status == 205)
+        body_len = 0; /* these statuses never carry a body (a 205 says Content-Length: 0) */
     char *head;
     size_t head_len;
     if (!fields)

@@ -250,6 +250,11 @@ static int send_stream(struct http1_session *sv, const struct server_target *t, 
      * next response on the connection. The producer still runs to its end, as it would for a
      * body sent; the connection stays open whatever the version. */
     int bodyless = r->status < 200 || r->status == 204 || r->status == 304;
+    /* A 205 has no content either (RFC 9110 15.3.6), but its head says Content-Length: 0;
+     * what the producer streams is dropped the same way. */
+    int reset_content = r->status == 205;
+    if (UNLIKELY(reset_content))
+        bodyless = 1;
     /* With a length announced, the pieces go out as they are and the connection can stay
      * open; without one, an HTTP/1.1 client gets chunks, an HTTP/1.0 one the close. */
     int64_t length = bodyless ? -1 : r->stream_length;
@@ -267,9 +272,10 @@ static int send_stream(struct http1_session *sv, const struct server_target *t, 
             return -ENOMEM;
         }
     }
-    uint64_t announce = length >= 0 ? (uint64_t)length
-                        : chunked   ? HTTP_LENGTH_CHUNKED
-                                    : HTTP_LENGTH_UNTIL_CLOSE;
+    uint64_t announce = length >= 0     ? (uint64_t)length
+                        : chunked       ? HTTP_LENGTH_CHUNKED
+                        : reset_content ? 0
+                                        : HTTP_LENGTH_UNTIL_CLOSE;
     int rc = UNLIKELY(r->own_head)
                  ? http_write_head_own(&sv->out, &sv->srv->cfg.head, r->status, r->reason,
                                        r->reason_len, r->own_head & RESP_OWN_SERVER,

@@ -130,7 +130,7 @@ static inline int http1_trailed(const struct request_answer *a, int minor)
     /* own_head alone first: http1_answer_head, which follows, tests it too, and the compiler
      * threads the two tests into one where it is 0, so the usual answer pays nothing here. */
     return UNLIKELY(a->own_head) && (a->own_head & RESP_OWN_TRAILERS) && minor >= 1 &&
-           a->status >= 200 && a->status != 204 && a->status != 304;
+           a->status >= 200 && a->status != 204 && a->status != 304 && a->status != 205;
 }
 
 /* Frame answer a, whose body is in memory and which http1_trailed, into out: its head with

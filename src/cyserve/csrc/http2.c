@@ -191,6 +191,11 @@ struct h2_stream {
     void *pystream;
     int more;      /* a streamed answer has more pieces */
     int need_next; /* the library waits for the next piece (deferred) */
+    /* A streamed answer of a status without content (1xx, 204, 304): its HEADERS frame ended
+     * the stream, and its pieces are pulled and dropped until the producer ends, as HTTP/1's
+     * send_stream does, so that the producer runs to its end as it would for a body sent
+     * rather than being told the client left. The stream is kept until then (h2_sweep). */
+    int drain;
     int64_t limit; /* a streamed answer's announced length left, or -1 */
     uint64_t sent; /* body bytes handed to the library */
     uint64_t t0;   /* clock_mono_ns() when its head was complete, with metrics on */
@@ -1174,6 +1179,11 @@ static ssize_t h2_read_body(nghttp2_session *ng, int32_t id, uint8_t *buf, size_
         }
         return (ssize_t)n; /* the next call asks for the next piece */
     }
+    /* A streamed body that ended short of the content-length its HEADERS announced: ending
+     * the stream would make a malformed answer (RFC 9113 8.1.1), which the client could take
+     * for a whole one. The reset says it is incomplete, as the close does on HTTP/1.1. */
+    if (UNLIKELY(!rest && st->limit > 0))
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     if (!rest)
         h2_body_eof(ng, st, flags);
     return (ssize_t)n;
@@ -1266,6 +1276,8 @@ static int h2_submit(struct h2_session *h, struct h2_stream *st)
     int head_only = st->rq.head.method_id == HTTP_HEAD;
     int status = a->status;
     int bodyless = status < 200 || status == 204 || status == 304;
+    /* A 205 has no content either (RFC 9110 15.3.6), but says so: content-length: 0. */
+    int reset_content = status == 205;
     const char *lines = a->lines;
     size_t lines_len = a->lines_len;
     int own_server = a->own_head & RESP_OWN_SERVER;
@@ -1286,7 +1298,7 @@ static int h2_submit(struct h2_session *h, struct h2_stream *st)
         break;
     }
     case REQUEST_BODY_STREAM:
-        if (!r->has_content_type &&
+        if (!r->has_content_type && !bodyless && !reset_content &&
             wbuf_append(&r->headers, "Content-Type: text/plain; charset=utf-8\r\n", 41))
             return -ENOMEM;
         lines = r->headers.ptr;
@@ -1312,6 +1324,11 @@ static int h2_submit(struct h2_session *h, struct h2_stream *st)
     }
     if (length == REQUEST_LENGTH_NONE)
         have_length = 0;
+    if (UNLIKELY(reset_content)) {
+        have_length = 1;
+        length = 0;
+        bodyless = 1; /* no DATA: the HEADERS frame ends the stream */
+    }
     /* The server's own fields (--header, Server unless the answer has its own; a static head
      * holds them already). */
     const struct http_head *head = &h->srv->cfg.head;
@@ -1331,7 +1348,7 @@ static int h2_submit(struct h2_session *h, struct h2_stream *st)
     if (!head->no_date)
         nva[n++] = (nghttp2_nv){(uint8_t *)"date", (uint8_t *)http1_date(), 4, HTTP_DATE_LEN,
                                 NGHTTP2_NV_FLAG_NONE};
-    if (!bodyless && have_length) {
+    if ((!bodyless || reset_content) && have_length) {
         int cl = snprintf(clen, sizeof(clen), "%llu", (unsigned long long)length);
         nva[n++] = (nghttp2_nv){(uint8_t *)"content-length", (uint8_t *)clen, 14, (size_t)cl,
                                 NGHTTP2_NV_FLAG_NONE};
@@ -1348,8 +1365,14 @@ static int h2_submit(struct h2_session *h, struct h2_stream *st)
     int rc = nghttp2_submit_response(h->ng, st->id, nva, n, nobody ? NULL : &prd);
     free(nva);
     if (nobody && st->pystream) {
-        stream_abandon(&st->rq, a->t, st->pystream);
-        st->pystream = NULL;
+        if (bodyless && !head_only && !rc) {
+            st->drain = 1; /* the piece in hand is dropped; the next is asked for */
+            st->need_next = 1;
+        } else {
+            /* An answer to HEAD is complete with its head, as on HTTP/1 (send_stream). */
+            stream_abandon(&st->rq, a->t, st->pystream);
+            st->pystream = NULL;
+        }
     }
     return rc ? -ENOMEM : 0;
 }
@@ -1449,6 +1472,12 @@ static int h2_piece_done(struct h2_session *h, struct h2_stream *st, int rc)
     if (more <= 0) {
         st->pystream = NULL; /* released: the last piece, or the handler failed */
         h2_body_close(h, st);
+    }
+    if (UNLIKELY(st->drain)) {
+        r->body.len = 0; /* a status without content: the piece goes nowhere */
+        resp_body_return(r);
+        st->need_next = more > 0;
+        return 0;
     }
     if (st->closed)
         return 0; /* reset meanwhile: a stream still open goes back when st is freed */
@@ -2139,7 +2168,7 @@ static void h2_sweep(struct h2_session *h)
     struct h2_stream *st = h->streams;
     while (st) {
         struct h2_stream *next = st->next;
-        if (st->closed && !st->busy)
+        if (st->closed && !st->busy && !(st->drain && st->pystream))
             h2_stream_free(st, 1);
         st = next;
     }
@@ -2202,7 +2231,7 @@ static int h2_start_work(struct h2_session *h)
 {
     int work = 0;
     for (struct h2_stream *st = h->streams; st; st = st->next) {
-        if (st->busy || st->closed)
+        if (st->busy || (st->closed && !st->drain))
             continue;
         if (st->ready && !st->answered && !h->fatal) {
             work = 1;
@@ -2280,7 +2309,7 @@ static int h2_serve_loop(struct h2_session *h)
             }
             h2_sweep(h);
             for (struct h2_stream *st = h->streams; st && !work; st = st->next)
-                work = st->need_next && !st->closed && !st->busy;
+                work = st->need_next && (!st->closed || st->drain) && !st->busy;
         } while (work);
         if (!nghttp2_session_want_read(h->ng) && !nghttp2_session_want_write(h->ng))
             return H2_CLOSE_LINGER; /* a GOAWAY for an error is written */

@@ -755,7 +755,7 @@ static int dispatch_call(struct request *rq, const struct router_match *mp, cons
     if (UNLIKELY(rq->resp.body_fd >= 0)) {
         /* A body in a file (a WSGI file wrapper): the answer takes the descriptor, closed by
          * request_answer_done once sent. */
-        int bodyless = a->status == 204 || a->status == 304;
+        int bodyless = a->status == 204 || a->status == 304 || a->status == 205;
         if (!rq->resp.has_content_type && !bodyless) {
             static const char ct[] = "Content-Type: text/plain; charset=utf-8\r\n";
             if (UNLIKELY(wbuf_append(&rq->resp.headers, ct, sizeof(ct) - 1)))

@@ -162,7 +162,10 @@ static inline int request_answer_resp(struct request_answer *a, struct cyserve_r
                                       int head_only)
 {
     int status = r->status;
-    int bodyless = status < 200 || status == 204 || status == 304;
+    /* 1xx, 204 and 304 end with their head (RFC 9112 6.3); a 205 has no content either (RFC
+     * 9110 15.3.6: "a server MUST NOT generate content in a 205 response"), but is framed, with
+     * Content-Length: 0. A body a handler gave them is dropped. */
+    int bodyless = status < 200 || status == 204 || status == 304 || status == 205;
     size_t body_len;
     const char *body = resp_body(r, &body_len);
     if (!r->has_content_type && body_len && !bodyless) {

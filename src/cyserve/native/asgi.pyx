@@ -243,9 +243,10 @@ cdef _ASGILoop _asgi_here(_ThreadCache cache):
 cdef frozenset _ASGI_ENGINE_HEADERS = frozenset((b"content-length", b"transfer-encoding",
                                                  b"date", b"connection"))
 DEF _H_OTHER = 0
-DEF _H_ENGINE = 1  # Transfer-Encoding, Date, Connection
+DEF _H_ENGINE = 1  # Transfer-Encoding, Date
 DEF _H_LENGTH = 2
 DEF _H_TYPE = 3
+DEF _H_CONNECTION = 4
 
 
 cdef int _asgi_header_kind(const char *n, Py_ssize_t k) noexcept:
@@ -254,9 +255,10 @@ cdef int _asgi_header_kind(const char *n, Py_ssize_t k) noexcept:
     if k == 12 and strncasecmp(n, "content-type", 12) == 0:
         return _H_TYPE
     if ((k == 17 and strncasecmp(n, "transfer-encoding", 17) == 0)
-            or (k == 4 and strncasecmp(n, "date", 4) == 0)
-            or (k == 10 and strncasecmp(n, "connection", 10) == 0)):
+            or (k == 4 and strncasecmp(n, "date", 4) == 0)):
         return _H_ENGINE
+    if k == 10 and strncasecmp(n, "connection", 10) == 0:
+        return _H_CONNECTION
     return _H_OTHER
 
 
@@ -286,11 +288,11 @@ cdef extern from *:
 
 
 cdef object _asgi_length(object v):
-    """An app's Content-Length as int() reads it: plain digits without a call."""
-    if type(v) is not bytes:
-        return int(v)
-    cdef const char *p = PyBytes_AS_STRING(v)
-    cdef Py_ssize_t i, n = PyBytes_GET_SIZE(v)
+    """An app's Content-Length: 1*DIGIT (RFC 9110 8.6), with the OWS around a field value; a
+    ValueError naming it otherwise (int() alone would take "+5", "1_0" and other digits)."""
+    cdef bytes b = v if type(v) is bytes else bytes(v)
+    cdef const char *p = PyBytes_AS_STRING(b)
+    cdef Py_ssize_t i, n = PyBytes_GET_SIZE(b)
     cdef long long x = 0
     if 0 < n <= 18:
         for i in range(n):
@@ -299,7 +301,10 @@ cdef object _asgi_length(object v):
             x = x * 10 + (p[i] - c'0')
         else:
             return x
-    return int(v)
+    s = b.strip(b" \t")
+    if 0 < len(s) <= 18 and s.isdigit():
+        return int(s)
+    raise ValueError(f"ASGI: invalid Content-Length {v!r}")
 cdef dict _ASGI_VERSION = {"version": "3.0", "spec_version": "2.4"}
 # The Path Send extension's entry in the http scope (_Exchange._pathsend): its value is an empty
 # dict, shared, as the spec gives it no keys. The HTTP Trailers extension's
@@ -543,7 +548,10 @@ cdef class _Exchange:
             if self.started:
                 raise RuntimeError("ASGI: http.response.start sent twice")
             self.status = int(message["status"])
-            self.bodyless = self.status < 200 or self.status == 204 or self.status == 304
+            # A 205 has no content either (RFC 9110 15.3.6); the engine frames it with
+            # Content-Length: 0.
+            self.bodyless = (self.status < 200 or self.status == 204 or self.status == 304
+                             or self.status == 205)
             hdrs = _mget(message, "headers", None)
             self.headers = list(hdrs or ())
             # `trailers` is looked up only when the message has a key besides type, status and
@@ -577,6 +585,14 @@ cdef class _Exchange:
             if self.head and self.length is None and not more:
                 self.length = len(body)  # what GET would carry: announced, not sent
             self._fill_head(resp)
+            if (not more and not self.bodyless and self.length is not None
+                    and self.length != len(body) and (body or not self.head)):
+                # The whole body in one message, and a Content-Length that does not match it:
+                # the app's error, found before anything is sent (a 500), as uvicorn raises
+                # it in send(), not a length the engine would quietly correct. (An answer to
+                # HEAD without a body announces GET's length: Starlette's.)
+                raise RuntimeError(f"ASGI: Content-Length {self.length} does not match the "
+                                   f"body's {len(body)} bytes")
             if self.head or self.bodyless:
                 self._give(0)
                 return self.lp.ready
@@ -730,6 +746,14 @@ cdef class _Exchange:
             if kind == _H_ENGINE:
                 continue
             bvalue = value if type(value) is bytes else bytes(value)
+            if kind == _H_CONNECTION:
+                # The engine writes Connection itself; an app's "close" (a list may hold it)
+                # closes the connection after this answer, as uvicorn does; other tokens are
+                # the engine's business.
+                if b"close" in [t.strip() for t in bvalue.lower().split(b",")]:
+                    _check_rc(cs.resp_add_header(resp, b"Connection", 10, b"close", 5),
+                              "header 'Connection'")
+                continue
             if kind == _H_TYPE:
                 if ct:
                     continue

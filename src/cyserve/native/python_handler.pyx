@@ -887,7 +887,7 @@ cdef tuple _check_trailers(value):
 
 
 cdef int _add_trailers(cs.resp_t *resp, tuple trailers, int status) except -1:
-    if status == 204 or status == 304:
+    if status == 204 or status == 304 or status == 205:
         # The engine would drop them without a word: these have no content for them to follow.
         raise ValueError(f"a {status} response cannot have trailers ({len(trailers)} given)")
     cdef bytes bn, bv
@@ -1315,7 +1315,8 @@ cdef int _fill_response(object result, cs.resp_t *resp, bint head) except -1:
             body = (<str>r._body).encode("utf-8")
         else:
             body = bytes(r._body)
-        if length is not None and length != len(body) and r._status != 204 and r._status != 304:
+        if (length is not None and length != len(body) and r._status != 204
+                and r._status != 304 and r._status != 205):
             # The engine writes Content-Length from the body (none for 204 and 304, whose
             # length is GET's). A handler's own value is checked against it, but an empty body
             # may announce a length when answering HEAD (what GET would send, as WSGI apps do).
@@ -1323,7 +1324,7 @@ cdef int _fill_response(object result, cs.resp_t *resp, bint head) except -1:
                 raise ValueError(f"Content-Length {length} does not match the body's "
                                  f"{len(body)} bytes")
             _check_rc(cs.resp_set_head_length(resp, <int64_t>length), "Content-Length")
-        if body and (r._status == 204 or r._status == 304):
+        if body and (r._status == 204 or r._status == 304 or r._status == 205):
             # The engine would drop it without a word (RFC 9110: these have no content);
             # app.static refuses the same at registration.
             raise ValueError(f"a {r._status} response cannot have a body "

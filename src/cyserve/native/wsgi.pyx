@@ -594,7 +594,8 @@ cdef bint _wsgi_file(_WSGIAnswer answer, wrapper) except -1:
     be all of its rest, take a descriptor of the file into answer (its body, sent with sendfile
     from the file's current position to its end) and return True. Otherwise False: the wrapper
     is iterated as any iterable, with the same outcome for the app as before."""
-    if answer.status == 0 or answer.status == 204 or answer.status == 304 or answer.chunks:
+    if (answer.status == 0 or answer.status == 204 or answer.status == 304
+            or answer.status == 205 or answer.chunks):
         return False
     f = getattr(wrapper, "filelike", None)
     if not isinstance(f, (_io.BufferedIOBase, _io.RawIOBase)):
@@ -1221,7 +1222,7 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx,
             body = chunks[0]
         else:
             body = b"".join(chunks)
-        if body and (a.status == 204 or a.status == 304):
+        if body and (a.status == 204 or a.status == 304 or a.status == 205):
             raise ValueError(f"a {a.status} response cannot have a body "
                              f"({len(body)} bytes given)")
         length = a.length_value()
