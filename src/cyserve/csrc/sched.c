@@ -302,6 +302,7 @@ struct sched_worker {
     /* sched_offload() calls begun and returned on this thread (a coroutine may return on
      * another thread than it began: only the sum over the threads means something). Owner. */
     uint64_t st_off_in, st_off_out;
+    uint64_t st_trims, st_stacks_trimmed; /* sched_stats.trims, .stacks_trimmed; owner only */
 };
 
 struct sched {
@@ -984,6 +985,42 @@ static int w_poll_first(struct sched_worker *w)
     return 0;
 }
 
+/* ---- Giving back an idle thread's stacks ----
+ * A burst leaves free coroutine stacks behind: up to 128 in each worker's cache, 32 in each
+ * relief thread's and 512 in the depot they share (coro.c), each holding the pages its
+ * coroutines touched. The depot decays only as magazines move, and a server that goes quiet
+ * parks every thread without a timeout, so they stayed until the next burst. Now a thread about
+ * to sleep long (no timeout, or one past CORO_IDLE_TRIM_MS: every worker parked, or a relief
+ * thread between assignments) whose pool has something to give back (coro_pool_trim_due: a few
+ * loads) sleeps CORO_IDLE_TRIM_MS at most, and if nothing came in that time it trims
+ * (coro_pool_trim: one magazine kept with its pages given back, the rest unmapped, and a depot
+ * still for a second emptied). After a trim nothing is due, so the next sleep has no timeout
+ * again: one wake-up per thread and idle spell, none while it serves (a busy worker's parks are
+ * short, or watch others with a 1 ms timeout, and a wake-up that brings work ends the sleep
+ * before its timeout). Why here, and not a timer or the relief monitor: a timer costs a system
+ * call to arm and an idle server a periodic wake-up; the monitor runs only while Python calls
+ * do (a C-only server never starts it), and a pool's cache belongs to its thread, so only that
+ * thread may trim it. */
+#define SCHED_TRIM_NS ((uint64_t)CORO_IDLE_TRIM_MS * 1000000ull)
+
+/* Before a sleep of *timeout_ms (-1: none): shorten it to CORO_IDLE_TRIM_MS if it is longer and
+ * the thread's pool has something to give back. Returns 1 when it did (the sleep is then one
+ * that may end in w_trim). Owner. */
+static int w_trim_arm(struct sched_worker *w, int *timeout_ms)
+{
+    if ((*timeout_ms >= 0 && *timeout_ms <= CORO_IDLE_TRIM_MS) || !coro_pool_trim_due(w->pool))
+        return 0;
+    *timeout_ms = CORO_IDLE_TRIM_MS;
+    return 1;
+}
+
+/* The thread slept CORO_IDLE_TRIM_MS and nothing came: give back its free stacks. Owner. */
+static NOINLINE void w_trim(struct sched_worker *w)
+{
+    stat_add(&w->st_stacks_trimmed, coro_pool_trim(w->pool));
+    stat_inc(&w->st_trims);
+}
+
 static void w_park(struct sched_worker *w, int watch)
 {
     struct sched *s = w->s;
@@ -992,6 +1029,7 @@ static void w_park(struct sched_worker *w, int watch)
     __atomic_store_n(&w->parked, W_PARKED, __ATOMIC_SEQ_CST);
     __atomic_fetch_add(&s->nparked, 1, __ATOMIC_SEQ_CST);
     sched_fence();
+    int trim = 0;
     if (!w_work_visible(w)) {
         stat_inc(&w->st_parks);
         w->now = sched_clock_ns(); /* the timeout must count from now, not the last poll */
@@ -1003,10 +1041,12 @@ static void w_park(struct sched_worker *w, int watch)
         int watch_ms = (int)((SCHED_RESCUE_NS + 999999) / 1000000);
         if ((watch || w_others_unparked(w)) && (timeout < 0 || timeout > watch_ms))
             timeout = watch_ms;
+        trim = w_trim_arm(w, &timeout);
         uint64_t parked_at = w->now;
         w->in_park = 1;
         int got = w_poll(w, w, timeout);
         w->in_park = 0;
+        trim = trim && got == 0 && w->now - parked_at >= SCHED_TRIM_NS;
         /* A short park that handled one event is a partner answering in turn, not a queue: one
          * connection whose client sends its next request as soon as it has the answer, or a
          * coroutine whose answer another thread gave (the ASGI loop's: the eventfd kick counts
@@ -1022,6 +1062,8 @@ static void w_park(struct sched_worker *w, int watch)
         __atomic_fetch_sub(&s->nparked, 1, __ATOMIC_SEQ_CST); /* safety: we undo our own ++ */
     else if (st == W_WOKEN_SPIN)
         w->spinning = 1; /* the waker counted us in nspinning and out of nparked */
+    if (UNLIKELY(trim) && st == W_PARKED && !w_work_visible(w))
+        w_trim(w); /* slept the whole timeout, and nothing came */
     /* Leaving the park with coroutines to run (our own I/O or timer woke one, or a hop came
      * home): another worker may have parked without a timeout because it saw us parked, and
      * would then never look at us if one of those coroutines runs long. Wake one to spin; it
@@ -1661,6 +1703,8 @@ void sched_get_stats(const struct sched *s, struct sched_stats *out)
         out->hops += __atomic_load_n(&w->st_hops, __ATOMIC_RELAXED);
         out->offloads += __atomic_load_n(&w->st_offloads, __ATOMIC_RELAXED);
         out->offload_wait_ns += __atomic_load_n(&w->st_offload_wait_ns, __ATOMIC_RELAXED);
+        out->trims += __atomic_load_n(&w->st_trims, __ATOMIC_RELAXED);
+        out->stacks_trimmed += __atomic_load_n(&w->st_stacks_trimmed, __ATOMIC_RELAXED);
         off_in += __atomic_load_n(&w->st_off_in, __ATOMIC_RELAXED);
         off_out += __atomic_load_n(&w->st_off_out, __ATOMIC_RELAXED);
     }
