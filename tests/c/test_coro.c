@@ -465,8 +465,8 @@ static void test_pool_idle_trim(void)
        stack_resident(worker, worker->free_stacks));
 
     /* The worker's trim, less than a period after the depot's last magazine moved. */
-    is_int((long)coro_pool_trim(worker), (long)(worker_had - CORO_STACK_MAG),
-           "a trim unmaps the worker's cache but one magazine");
+    is_int((long)coro_pool_trim(worker, CORO_STACK_MAG), (long)(worker_had - CORO_STACK_MAG),
+           "a trim keeping a magazine unmaps the rest of the worker's cache");
     ok(worker->n_free_stacks == CORO_STACK_MAG && worker->n_clean == CORO_STACK_MAG &&
            worker->free_stacks == NULL,
        "and keeps that magazine, clean");
@@ -481,7 +481,7 @@ static void test_pool_idle_trim(void)
     /* A period later, nobody having touched the depot, the other pool's trim empties it. */
     test_clock_skew += CORO_DEPOT_DECAY_NS;
     unsigned relief_had = relief->n_free_stacks;
-    is_int((long)coro_pool_trim(relief), (long)mags * CORO_STACK_MAG,
+    is_int((long)coro_pool_trim(relief, CORO_STACK_MAG), (long)mags * CORO_STACK_MAG,
            "a depot still for a period is unmapped whole");
     is_int((long)slab->depot_mags, 0, "the depot is empty");
     ok(relief_had > 0 && relief->n_clean == relief_had,
@@ -496,7 +496,7 @@ static void test_pool_idle_trim(void)
     ok(coro_pool_trim_due(worker), "a stack used since makes a trim due");
     ok(stack_resident(worker, worker->free_stacks) >= 8, "its pages came back (%zu)",
        stack_resident(worker, worker->free_stacks));
-    is_int((long)coro_pool_trim(worker), 0, "that trim unmaps nothing");
+    is_int((long)coro_pool_trim(worker, CORO_STACK_MAG), 0, "that trim unmaps nothing");
     ok(!coro_pool_trim_due(worker) && worker->n_clean == CORO_STACK_MAG &&
            stack_resident(worker, worker->clean_stacks) == 0,
        "and gives the pages back");
@@ -509,6 +509,21 @@ static void test_pool_idle_trim(void)
        "a relief pool one past its magazine keeps a used stack");
     is_int((long)slab->depot_mags, 1, "and gives a magazine to the depot");
     is_int(stacks_alive_since(m0, u0), stacks_held(worker, relief), "none lost");
+
+    /* Keeping none (a relief thread's trim) unmaps every free stack of the pool, clean or not. */
+    unsigned worker_has = worker->n_free_stacks;
+    ok(worker_has > 0, "the worker holds %u free stacks", worker_has);
+    is_int((long)coro_pool_trim(worker, 0), (long)worker_has,
+           "a trim keeping none unmaps them all");
+    ok(worker->n_free_stacks == 0 && worker->clean_stacks == NULL && worker->free_stacks == NULL,
+       "and leaves the pool empty");
+    test_clock_skew += CORO_DEPOT_DECAY_NS;
+    is_int((long)coro_pool_trim(relief, 0), 1 + CORO_STACK_MAG,
+           "with the depot's last magazine a period later");
+    ok(!coro_pool_trim_due(worker) && !coro_pool_trim_due(relief), "nothing is due");
+    is_int(stacks_alive_since(m0, u0), 0, "and no stack is left");
+    deep_once(worker, relief);
+    deep_once(worker, worker);
     coro_pool_free(relief);
     coro_pool_free(worker);
     is_int(stacks_alive_since(m0, u0), 0, "freeing the pools unmaps every stack, clean or not");

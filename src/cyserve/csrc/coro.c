@@ -14,7 +14,8 @@
  *   pools (mutex), and a pool that runs dry takes a magazine from there before it maps a new
  *   stack. The depot is bounded too, and what it held unused for a whole second is unmapped.
  *   A thread that has been idle a second trims its pool (coro_pool_trim, called from the
- *   scheduler's park): it keeps one magazine of stacks, their pages given back, unmaps the rest,
+ *   scheduler's park): it keeps a few stacks (a worker a magazine, a relief thread none), their
+ *   pages given back, unmaps the rest,
  *   and empties a depot that nobody touched for a second, so that an idle server does not keep
  *   what a burst left behind (the policy and its measurements: docs/architecture.md,
  *   "Coroutine stacks under many streams"). Stacks are plain mappings, so any pool may unmap any
@@ -536,15 +537,25 @@ int coro_pool_trim_due(const struct coro_pool *pool)
            __atomic_load_n(&pool->slab->depot_mags, __ATOMIC_RELAXED) != 0;
 }
 
-unsigned coro_pool_trim(struct coro_pool *pool)
+unsigned coro_pool_trim(struct coro_pool *pool, unsigned keep)
 {
     unsigned unmapped = 0;
-    /* The stacks used since the last trim: clean as many as the kept magazine has room for,
-     * unmap the rest. */
+    if (keep > CORO_STACK_MAG)
+        keep = CORO_STACK_MAG;
+    /* Clean stacks past keep (a caller that keeps fewer than last time). */
+    while (pool->n_clean > keep) {
+        struct coro_stack *st = pool->clean_stacks;
+        pool->clean_stacks = st->next;
+        pool->n_clean--;
+        coro_stack_unmap(st);
+        unmapped++;
+    }
+    /* The stacks used since the last trim: clean as many as keep leaves room for, unmap the
+     * rest. */
     while (pool->free_stacks) {
         struct coro_stack *st = pool->free_stacks;
         pool->free_stacks = st->next;
-        if (pool->n_clean < CORO_STACK_MAG) {
+        if (pool->n_clean < keep) {
             coro_stack_clean(pool, st);
             st->next = pool->clean_stacks;
             pool->clean_stacks = st;

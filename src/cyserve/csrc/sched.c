@@ -993,8 +993,8 @@ static int w_poll_first(struct sched_worker *w)
  * to sleep long (no timeout, or one past CORO_IDLE_TRIM_MS: every worker parked, or a relief
  * thread between assignments) whose pool has something to give back (coro_pool_trim_due: a few
  * loads) sleeps CORO_IDLE_TRIM_MS at most, and if nothing came in that time it trims
- * (coro_pool_trim: one magazine kept with its pages given back, the rest unmapped, and a depot
- * still for a second emptied). After a trim nothing is due, so the next sleep has no timeout
+ * (coro_pool_trim: a worker keeps one magazine with its pages given back, a relief thread
+ * nothing, the rest is unmapped, and a depot still for a second emptied). After a trim nothing is due, so the next sleep has no timeout
  * again: one wake-up per thread and idle spell, none while it serves (a busy worker's parks are
  * short, or watch others with a 1 ms timeout, and a wake-up that brings work ends the sleep
  * before its timeout). Why here, and not a timer or the relief monitor: a timer costs a system
@@ -1014,10 +1014,14 @@ static int w_trim_arm(struct sched_worker *w, int *timeout_ms)
     return 1;
 }
 
-/* The thread slept CORO_IDLE_TRIM_MS and nothing came: give back its free stacks. Owner. */
+/* The thread slept CORO_IDLE_TRIM_MS and nothing came: give back its free stacks. A worker keeps
+ * a magazine of them, clean, for the first coroutines after the idle spell; a relief thread
+ * none (it starts few coroutines: what it finishes is wanted by the workers, and with every
+ * thread idle by nobody). Owner. */
 static NOINLINE void w_trim(struct sched_worker *w)
 {
-    stat_add(&w->st_stacks_trimmed, coro_pool_trim(w->pool));
+    unsigned keep = w->id < w->s->n ? CORO_STACK_MAG : 0;
+    stat_add(&w->st_stacks_trimmed, coro_pool_trim(w->pool, keep));
     stat_inc(&w->st_trims);
 }
 
