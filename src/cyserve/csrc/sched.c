@@ -1066,8 +1066,10 @@ static void w_park(struct sched_worker *w, int watch)
         __atomic_fetch_sub(&s->nparked, 1, __ATOMIC_SEQ_CST); /* safety: we undo our own ++ */
     else if (st == W_WOKEN_SPIN)
         w->spinning = 1; /* the waker counted us in nspinning and out of nparked */
-    if (UNLIKELY(trim) && st == W_PARKED && !w_work_visible(w))
-        w_trim(w); /* slept the whole timeout, and nothing came */
+    /* Slept the whole timeout, nothing came and nobody woke us: a coroutine queued in the
+     * moment since waits for the trim (a few system calls per stack given back). */
+    if (UNLIKELY(trim) && st == W_PARKED)
+        w_trim(w);
     /* Leaving the park with coroutines to run (our own I/O or timer woke one, or a hop came
      * home): another worker may have parked without a timeout because it saw us parked, and
      * would then never look at us if one of those coroutines runs long. Wake one to spin; it
