@@ -303,6 +303,8 @@ struct sched_worker {
      * another thread than it began: only the sum over the threads means something). Owner. */
     uint64_t st_off_in, st_off_out;
     uint64_t st_trims, st_stacks_trimmed; /* sched_stats.trims, .stacks_trimmed; owner only */
+    /* run_seq when the thread's last idle trim left nothing to give back (w_trim_arm). Owner. */
+    uint64_t trimmed_seq;
 };
 
 struct sched {
@@ -991,11 +993,12 @@ static int w_poll_first(struct sched_worker *w)
  * coroutines touched. The depot decays only as magazines move, and a server that goes quiet
  * parks every thread without a timeout, so they stayed until the next burst. Now a thread about
  * to sleep long (no timeout, or one past CORO_IDLE_TRIM_MS: every worker parked, or a relief
- * thread between assignments) whose pool has something to give back (coro_pool_trim_due: a few
- * loads) sleeps CORO_IDLE_TRIM_MS at most, and if nothing came in that time it trims
- * (coro_pool_trim: a worker keeps one magazine with its pages given back, a relief thread
- * nothing, the rest is unmapped, and a depot still for a second emptied). After a trim nothing is due, so the next sleep has no timeout
- * again: one wake-up per thread and idle spell, none while it serves (a busy worker's parks are
+ * thread between assignments) that may have something to give back (w_trim_arm: it ran a
+ * coroutine since its last trim) sleeps CORO_IDLE_TRIM_MS at most, and if nothing came in that
+ * time it trims (coro_pool_trim: a worker keeps one magazine with its pages given back, a relief
+ * thread nothing, the rest is unmapped, and a depot still for a second emptied). After a trim
+ * nothing is due, so the next sleep has no timeout again: one wake-up per thread and idle
+ * spell, none while it serves (a busy worker's parks are
  * short, or watch others with a 1 ms timeout, and a wake-up that brings work ends the sleep
  * before its timeout). Why here, and not a timer or the relief monitor: a timer costs a system
  * call to arm and an idle server a periodic wake-up; the monitor runs only while Python calls
@@ -1004,11 +1007,17 @@ static int w_poll_first(struct sched_worker *w)
 #define SCHED_TRIM_NS ((uint64_t)CORO_IDLE_TRIM_MS * 1000000ull)
 
 /* Before a sleep of *timeout_ms (-1: none): shorten it to CORO_IDLE_TRIM_MS if it is longer and
- * the thread's pool has something to give back. Returns 1 when it did (the sleep is then one
- * that may end in w_trim). Owner. */
+ * the thread may have something to give back: it ran a coroutine since its last trim left
+ * nothing (a coroutine takes its stack from, and gives it back to, the pool of the thread that
+ * runs it, and only w_run runs them), or that trim found the depot still in use. Two loads of
+ * the thread's own words, no call: with one connection every request's park asks (a call to
+ * coro_pool_trim_due here cost about 20 instructions a request, its spills included). Returns 1
+ * when it shortened the sleep (which may then end in w_trim). Owner. */
 static int w_trim_arm(struct sched_worker *w, int *timeout_ms)
 {
-    if ((*timeout_ms >= 0 && *timeout_ms <= CORO_IDLE_TRIM_MS) || !coro_pool_trim_due(w->pool))
+    /* safety: run_seq is ours: only this thread writes it. */
+    if ((*timeout_ms >= 0 && *timeout_ms <= CORO_IDLE_TRIM_MS) ||
+        __atomic_load_n(&w->run_seq, __ATOMIC_RELAXED) == w->trimmed_seq)
         return 0;
     *timeout_ms = CORO_IDLE_TRIM_MS;
     return 1;
@@ -1023,6 +1032,9 @@ static NOINLINE void w_trim(struct sched_worker *w)
     unsigned keep = w->id < w->s->n ? CORO_STACK_MAG : 0;
     stat_add(&w->st_stacks_trimmed, coro_pool_trim(w->pool, keep));
     stat_inc(&w->st_trims);
+    /* A depot moved within the last second stays until a later trim: keep asking until then. */
+    if (!coro_pool_trim_due(w->pool))
+        w->trimmed_seq = __atomic_load_n(&w->run_seq, __ATOMIC_RELAXED); /* safety: ours */
 }
 
 static void w_park(struct sched_worker *w, int watch)
