@@ -998,12 +998,13 @@ static int w_poll_first(struct sched_worker *w)
  * time it trims (coro_pool_trim: a worker keeps one magazine with its pages given back, a relief
  * thread nothing, the rest is unmapped, and a depot still for a second emptied). After a trim
  * nothing is due, so the next sleep has no timeout again: one wake-up per thread and idle
- * spell, none while it serves (a busy worker's parks are
- * short, or watch others with a 1 ms timeout, and a wake-up that brings work ends the sleep
- * before its timeout). Why here, and not a timer or the relief monitor: a timer costs a system
- * call to arm and an idle server a periodic wake-up; the monitor runs only while Python calls
- * do (a C-only server never starts it), and a pool's cache belongs to its thread, so only that
- * thread may trim it. */
+ * spell, none while it serves (a busy worker's parks are short, or watch others with a 1 ms
+ * timeout, and a wake-up that brings work ends the sleep before its timeout). Why here, and not
+ * a timer or the relief monitor: a timer costs a system call to arm and an idle server a
+ * periodic wake-up; the monitor runs only while Python calls do (a C-only server never starts
+ * it), and a pool's cache belongs to its thread, so only that thread may trim it. A thread
+ * whose sleeps never last CORO_IDLE_TRIM_MS (a timer of its own that fires more often, clients
+ * that come back sooner) does not trim: its stacks are in use at that rate. */
 #define SCHED_TRIM_NS ((uint64_t)CORO_IDLE_TRIM_MS * 1000000ull)
 
 /* Before a sleep of *timeout_ms (-1: none): shorten it to CORO_IDLE_TRIM_MS if it is longer and
