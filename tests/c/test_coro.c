@@ -1,4 +1,10 @@
 /* test_coro.c: unit tests of csrc/coro.c (switching, nesting, defers, arena, stacks, overflow). */
+#include <stdint.h>
+
+/* The depot's clock (coro.c's CORO_CLOCK_NS), which the tests move forward by whole periods
+ * instead of sleeping through them. */
+static uint64_t test_clock_skew;
+#define CORO_CLOCK_NS() (coro_coarse_ns() + test_clock_skew)
 #include "csrc/coro.c"
 
 #include <sys/wait.h>
@@ -298,16 +304,15 @@ static void test_stack_depot(void)
 
     /* What the depot held unused for a whole period is unmapped: a depot operation after one
      * period sets the low-water mark (the depot's count then), the next one after another
-     * period unmaps that many magazines. Sleeping past the period makes it certain. */
-    struct timespec period = {1, 50000000};
-    nanosleep(&period, NULL);
+     * period unmaps that many magazines. Moving the clock past the period makes it certain. */
+    test_clock_skew += CORO_DEPOT_DECAY_NS + 50000000ull;
     is_int((long)worker->n_free_stacks, 0, "the worker's cache is empty");
     struct coro *co = coro_new(worker, body_yield_once, NULL);
     while (coro_resume(co, worker) != CORO_FINISHED)
         ; /* its stack is a magazine from the depot */
     coro_free(co, worker);
     is_int((long)slab->depot_mags, (long)slab->depot_max - 1, "a start took one magazine");
-    nanosleep(&period, NULL);
+    test_clock_skew += CORO_DEPOT_DECAY_NS + 50000000ull;
     struct coro_stack *mag = coro_depot_take(worker);
     ok(mag == NULL, "a period later the magazines unused all period are gone (%u left)",
        slab->depot_mags);
@@ -517,6 +522,136 @@ static void test_stack_trim(void)
     }
     coro_guard_budget = budget;
     coro_guard_warned = warned; /* test_overflow wants the one-time warning */
+}
+
+/* ---- an idle pool's trim ---- */
+
+/* Touches 40 KiB of its stack, then waits once: a handler of a burst. */
+static int body_deep_once(struct coro *co, void *arg)
+{
+    volatile char sink;
+    touch_deep(&sink);
+    coro_yield(co, 0);
+    return 0;
+}
+
+/* Pages of a free stack resident below the page of its header. */
+static size_t stack_resident(struct coro_pool *p, struct coro_stack *st)
+{
+    uintptr_t top = (uintptr_t)st->hi & ~(uintptr_t)(p->page - 1);
+    return resident_pages((uintptr_t)st->lo, top);
+}
+
+/* Start a deep coroutine on start and run it to its end on finish. */
+static void deep_once(struct coro_pool *start, struct coro_pool *finish)
+{
+    struct coro *co = coro_new(start, body_deep_once, NULL);
+    coro_resume(co, start);
+    while (coro_resume(co, finish) != CORO_FINISHED)
+        ;
+    coro_free(co, finish);
+}
+
+static void test_pool_idle_trim(void)
+{
+    struct coro_pool *worker, *relief;
+    if (coro_pool_new(&worker, CORO_STACK_DEFAULT) != 0 ||
+        coro_pool_new_shared(&relief, CORO_STACK_DEFAULT, worker) != 0) {
+        ok(0, "pools for the idle trim test");
+        return;
+    }
+    coro_pool_set_cache(relief, CORO_STACK_MAG);
+    struct coro_slab *slab = worker->slab;
+    uint64_t m0, u0;
+    coro_stack_counts(&m0, &u0);
+    ok(!coro_pool_trim_due(worker) && !coro_pool_trim_due(relief),
+       "new pools have nothing to trim");
+
+    /* A burst: 400 coroutines at once, each touching 40 KiB of its stack; half end where they
+     * started, half on the other pool, as on a worker and a relief thread. */
+    enum { N = 400 };
+    static struct coro *cos[N];
+    for (unsigned i = 0; i < N; i++) {
+        cos[i] = coro_new(worker, body_deep_once, NULL);
+        coro_resume(cos[i], worker);
+    }
+    for (unsigned i = 0; i < N; i++) {
+        struct coro_pool *fin = i % 2 ? relief : worker;
+        while (coro_resume(cos[i], fin) != CORO_FINISHED)
+            ;
+        coro_free(cos[i], fin);
+    }
+    unsigned worker_had = worker->n_free_stacks, mags = slab->depot_mags;
+    ok(worker_had > CORO_STACK_MAG && mags > 0,
+       "the burst left %u stacks in the worker's cache and %u magazines in the depot", worker_had,
+       mags);
+    ok(coro_pool_trim_due(worker) && coro_pool_trim_due(relief), "a trim is due in both pools");
+    ok(stack_resident(worker, worker->free_stacks) >= 8, "a used stack has its pages (%zu)",
+       stack_resident(worker, worker->free_stacks));
+
+    /* The worker's trim, less than a period after the depot's last magazine moved. */
+    is_int((long)coro_pool_trim(worker, CORO_STACK_MAG), (long)(worker_had - CORO_STACK_MAG),
+           "a trim keeping a magazine unmaps the rest of the worker's cache");
+    ok(worker->n_free_stacks == CORO_STACK_MAG && worker->n_clean == CORO_STACK_MAG &&
+           worker->free_stacks == NULL,
+       "and keeps that magazine, clean");
+    size_t resident = 0;
+    for (struct coro_stack *st = worker->clean_stacks; st; st = st->next)
+        resident += stack_resident(worker, st);
+    is_int((long)resident, 0, "with no page resident below the stacks' headers");
+    is_int((long)slab->depot_mags, (long)mags, "a depot that moved within the period stays");
+    ok(coro_pool_trim_due(worker), "so a trim is still due");
+    is_int(stacks_alive_since(m0, u0), stacks_held(worker, relief), "unmapped, not lost");
+
+    /* A period later, nobody having touched the depot, the other pool's trim empties it. */
+    test_clock_skew += CORO_DEPOT_DECAY_NS;
+    unsigned relief_had = relief->n_free_stacks;
+    is_int((long)coro_pool_trim(relief, CORO_STACK_MAG), (long)mags * CORO_STACK_MAG,
+           "a depot still for a period is unmapped whole");
+    is_int((long)slab->depot_mags, 0, "the depot is empty");
+    ok(relief_had > 0 && relief->n_clean == relief_had,
+       "the relief pool keeps its %u stacks (at most a magazine), clean", relief_had);
+    ok(!coro_pool_trim_due(worker) && !coro_pool_trim_due(relief),
+       "nothing is due any more: the next sleep has no timeout");
+    is_int(stacks_alive_since(m0, u0), CORO_STACK_MAG + relief_had, "what the idle pools hold");
+
+    /* A clean stack serves again: its pages fault back in, and the next trim cleans it. */
+    deep_once(worker, worker);
+    is_int((long)worker->n_clean, CORO_STACK_MAG - 1, "a start took a clean stack");
+    ok(coro_pool_trim_due(worker), "a stack used since makes a trim due");
+    ok(stack_resident(worker, worker->free_stacks) >= 8, "its pages came back (%zu)",
+       stack_resident(worker, worker->free_stacks));
+    is_int((long)coro_pool_trim(worker, CORO_STACK_MAG), 0, "that trim unmaps nothing");
+    ok(!coro_pool_trim_due(worker) && worker->n_clean == CORO_STACK_MAG &&
+           stack_resident(worker, worker->clean_stacks) == 0,
+       "and gives the pages back");
+
+    /* A full cache spills its clean stacks first: they are the ones nobody used. */
+    while (relief->n_free_stacks < CORO_STACK_MAG)
+        deep_once(worker, relief);
+    deep_once(worker, relief);
+    ok(relief->n_free_stacks == 1 && relief->n_clean == 0 && relief->free_stacks != NULL,
+       "a relief pool one past its magazine keeps a used stack");
+    is_int((long)slab->depot_mags, 1, "and gives a magazine to the depot");
+    is_int(stacks_alive_since(m0, u0), stacks_held(worker, relief), "none lost");
+
+    /* Keeping none (a relief thread's trim) unmaps every free stack of the pool, clean or not. */
+    unsigned worker_has = worker->n_free_stacks;
+    ok(worker_has > 0, "the worker holds %u free stacks", worker_has);
+    is_int((long)coro_pool_trim(worker, 0), (long)worker_has,
+           "a trim keeping none unmaps them all");
+    ok(worker->n_free_stacks == 0 && worker->clean_stacks == NULL && worker->free_stacks == NULL,
+       "and leaves the pool empty");
+    test_clock_skew += CORO_DEPOT_DECAY_NS;
+    is_int((long)coro_pool_trim(relief, 0), 1 + CORO_STACK_MAG,
+           "with the depot's last magazine a period later");
+    ok(!coro_pool_trim_due(worker) && !coro_pool_trim_due(relief), "nothing is due");
+    is_int(stacks_alive_since(m0, u0), 0, "and no stack is left");
+    deep_once(worker, relief);
+    deep_once(worker, worker);
+    coro_pool_free(relief);
+    coro_pool_free(worker);
+    is_int(stacks_alive_since(m0, u0), 0, "freeing the pools unmaps every stack, clean or not");
 }
 
 /* ---- floating-point control state ---- */
@@ -775,6 +910,7 @@ int main(void)
     test_stack_depot_stale_clock();
     test_stack_depot_threads();
     test_stack_trim();
+    test_pool_idle_trim();
     test_fpu_state();
     test_migrate();
     test_overflow();

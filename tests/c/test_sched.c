@@ -153,6 +153,76 @@ static void test_sleep(void)
     sched_free(s);
 }
 
+/* ---- idle trim: a quiet scheduler gives back a burst's stacks (sched.c) ---- */
+
+static int it_started, it_go;
+
+static int it_burst(struct coro *co, void *arg)
+{
+    add(&it_started, 1);
+    while (!get(&it_go))
+        sched_sleep_ns(1000000); /* holds its stack until the main thread says go */
+    return 0;
+}
+
+static long it_stacks_alive(uint64_t m0, uint64_t u0)
+{
+    uint64_t m, u;
+    coro_stack_counts(&m, &u);
+    return (long)(m - m0) - (long)(u - u0);
+}
+
+static void test_idle_trim(void)
+{
+    enum { N = 600, WORKERS = 2 };
+    struct sched *s = new_sched(WORKERS, 0, 0, 1);
+    uint64_t m0, u0;
+    coro_stack_counts(&m0, &u0);
+    is_int(sched_start(s), 0, "start");
+    for (int i = 0; i < N; i++)
+        sched_spawn(s, it_burst, NULL);
+    for (int i = 0; i < 20000 && get(&it_started) < N; i++)
+        usleep(1000);
+    is_int(get(&it_started), N, "a burst of 600 coroutines, each holding a stack");
+    ok(it_stacks_alive(m0, u0) >= N, "600 stacks mapped (%ld)", it_stacks_alive(m0, u0));
+    add(&it_go, 1);
+    /* Every worker parks for want of work, CORO_IDLE_TRIM_MS at most while its pool has
+     * something to give back, then trims. */
+    struct sched_stats st;
+    struct coro_slab *slab = s->ext_pool->slab;
+    for (int i = 0; i < 1000; i++) {
+        sched_get_stats(s, &st);
+        /* safety: a hint read, as coro_pool_trim_due reads it. */
+        unsigned mags = __atomic_load_n(&slab->depot_mags, __ATOMIC_RELAXED);
+        if (st.finished == N && st.trims >= 1 && mags == 0 &&
+            it_stacks_alive(m0, u0) <= WORKERS * CORO_STACK_MAG)
+            break;
+        usleep(10000);
+    }
+    is_int((long)st.finished, N, "the burst finished");
+    ok(st.trims >= 1 && st.stacks_trimmed > 0, "idle workers trimmed (%llu times, %llu stacks)",
+       (unsigned long long)st.trims, (unsigned long long)st.stacks_trimmed);
+    long alive = it_stacks_alive(m0, u0);
+    ok(alive > 0 && alive <= WORKERS * CORO_STACK_MAG,
+       "an idle scheduler keeps at most a magazine of stacks per worker (%ld)", alive);
+    /* safety: as above. */
+    is_int((long)__atomic_load_n(&slab->depot_mags, __ATOMIC_RELAXED), 0, "the depot is empty");
+    /* Trimmed, a worker sleeps without a timeout again: no wake-up while nothing comes. */
+    struct sched_stats later;
+    usleep(300000); /* any worker's last trim and park */
+    sched_get_stats(s, &st);
+    usleep(1500000);
+    sched_get_stats(s, &later);
+    ok(later.trims == st.trims && later.parks == st.parks,
+       "then no trim and no wake-up in 1.5 s idle (trims %llu -> %llu, parks %llu -> %llu)",
+       (unsigned long long)st.trims, (unsigned long long)later.trims, (unsigned long long)st.parks,
+       (unsigned long long)later.parks);
+    sched_stop(s);
+    is_int(sched_join(s), 0, "join");
+    sched_free(s);
+    is_int(it_stacks_alive(m0, u0), 0, "freeing the scheduler unmaps the rest");
+}
+
 /* ---- wait_fd ---- */
 
 static int pipefd[2];
@@ -1748,6 +1818,7 @@ int main(void)
     run_yielders(4, 4, 1, 2000);
     run_yielders(3, 2, 1, 500);
     test_sleep();
+    test_idle_trim();
     test_wait_fd();
     test_io_flow();
     test_io_park_no_self_wake();

@@ -12,9 +12,14 @@
  *   to the pool of the thread where it finishes. Each pool caches a bounded number of stacks;
  *   past that it gives them, a magazine at a time, to the depot its slab shares with the other
  *   pools (mutex), and a pool that runs dry takes a magazine from there before it maps a new
- *   stack. The depot is bounded too, and what it held unused for a whole second is unmapped
- *   (the policy and its measurements: docs/architecture.md, "Coroutine stacks under many
- *   streams"). Stacks are plain mappings, so any pool may unmap any stack.
+ *   stack. The depot is bounded too, and what it held unused for a whole second is unmapped.
+ *   A thread that has been idle a second trims its pool (coro_pool_trim, called from the
+ *   scheduler's park): it keeps a few stacks (a worker a magazine, a relief thread none), their
+ *   pages given back, unmaps the rest,
+ *   and empties a depot that nobody touched for a second, so that an idle server does not keep
+ *   what a burst left behind (the policy and its measurements: docs/architecture.md,
+ *   "Coroutine stacks under many streams"). Stacks are plain mappings, so any pool may unmap any
+ *   stack.
  * - The arena is a list of malloc'd chunks owned by the coroutine; defer records live in it.
  *
  * Switching: coro_switch_ctx (coro_switch_<arch>.S) saves the callee-saved registers on the
@@ -150,9 +155,10 @@ struct coro_magazine {
  * magazines of CORO_STACK_MAG. It holds at most CORO_DEPOT_BYTES of stacks (address space; what
  * is resident is the pages their earlier coroutines touched), and every CORO_DEPOT_DECAY_NS it
  * unmaps as many magazines as it held throughout the period just ended (its low-water mark):
- * stacks nobody needed for a second. The decay is looked at only when a magazine comes or goes,
- * so a server that goes quiet keeps what the depot holds (at most CORO_DEPOT_BYTES) until its
- * next burst; one lock per magazine, no timer. */
+ * stacks nobody needed for a second. The decay is looked at when a magazine comes or goes (one
+ * lock per magazine, no timer), and by a pool's idle trim (coro_pool_trim), which empties a depot
+ * that no magazine entered or left for a period: without it, a server that goes quiet kept what
+ * the depot held (up to CORO_DEPOT_BYTES) until its next burst. */
 #define CORO_DEPOT_BYTES (32u << 20)
 #define CORO_DEPOT_DECAY_NS 1000000000ull
 
@@ -162,11 +168,12 @@ struct coro_slab {
     struct coro_slab_chunk *chunks; /* under lock */
     struct coro *mags;              /* magazines: lists of CORO_MAGAZINE free structs; under lock */
     struct coro_stack *depot;       /* magazines of free stacks, through next_mag; under lock */
-    unsigned depot_mags;            /* magazines in the depot; under lock */
+    unsigned depot_mags;            /* magazines in the depot; written under lock, see below */
     unsigned depot_low;             /* fewest magazines held since depot_mark; under lock */
     unsigned depot_max;             /* the bound, in magazines (0: no depot); set at creation */
     size_t depot_stack_size;        /* the stack size the depot takes (its first pool's) */
     uint64_t depot_mark;            /* CLOCK_MONOTONIC_COARSE ns of the last decay; under lock */
+    uint64_t depot_moved; /* the same clock when a magazine last came or went; under lock */
 };
 
 struct coro_pool {
@@ -174,8 +181,13 @@ struct coro_pool {
     struct coro *free_structs; /* linked through node.next */
     unsigned n_free_structs;
     char *carve, *carve_end; /* the unused tail of this pool's current chunk */
-    struct coro_stack *free_stacks;
-    unsigned n_free_stacks, max_free_stacks;
+    /* Free stacks: free_stacks, those used since the pool's last trim (their pages hold what
+     * their coroutines touched), taken first; clean_stacks, those the last trim kept with their
+     * pages given back (at most CORO_STACK_MAG). n_free_stacks counts both, n_clean the second:
+     * the fast paths touch only free_stacks, and an empty free_stacks tells coro_pool_trim_due
+     * that nothing was used since the trim. */
+    struct coro_stack *free_stacks, *clean_stacks;
+    unsigned n_free_stacks, n_clean, max_free_stacks;
     size_t stack_size; /* usable bytes, page multiple */
     size_t page;
 };
@@ -401,6 +413,22 @@ static uint64_t coro_coarse_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* The depot's clock. A test that includes this file may define CORO_CLOCK_NS() first (e.g. as
+ * coro_coarse_ns() plus an offset it moves), to pass periods without sleeping through them. */
+#ifndef CORO_CLOCK_NS
+#define CORO_CLOCK_NS() coro_coarse_ns()
+#endif
+
+/* Set the depot's magazine count. Under slab->lock; the count is also read without the lock, as
+ * a hint, by coro_pool_trim_due, hence the atomic store. */
+static void coro_depot_count(struct coro_slab *slab, unsigned n)
+{
+    /* safety: every write is under slab->lock, which orders them; the relaxed atomic store only
+     * lets coro_pool_trim_due read a whole value without the lock (a stale one costs a park
+     * with or without a timeout, nothing else). */
+    __atomic_store_n(&slab->depot_mags, n, __ATOMIC_RELAXED);
+}
+
 /* Under slab->lock. Once a period has passed since the last decay, take out of the depot as many
  * magazines as it held throughout that period, and return them (through next_mag) for the
  * caller to unmap after it unlocks. `now` was read before the lock was taken, so it can be
@@ -416,7 +444,7 @@ static struct coro_stack *coro_depot_decay_locked(struct coro_slab *slab, uint64
     for (unsigned n = slab->depot_low; n > 0 && slab->depot; n--) {
         struct coro_stack *mag = slab->depot;
         slab->depot = mag->next_mag;
-        slab->depot_mags--;
+        coro_depot_count(slab, slab->depot_mags - 1);
         mag->next_mag = drop;
         drop = mag;
     }
@@ -430,13 +458,14 @@ static struct coro_stack *coro_depot_decay_locked(struct coro_slab *slab, uint64
 static NOINLINE void coro_depot_put(struct coro_pool *pool, struct coro_stack *mag)
 {
     struct coro_slab *slab = pool->slab;
-    uint64_t now = coro_coarse_ns();
+    uint64_t now = CORO_CLOCK_NS();
     pthread_mutex_lock(&slab->lock);
     struct coro_stack *drop = coro_depot_decay_locked(slab, now);
     if (slab->depot_stack_size == pool->stack_size && slab->depot_mags < slab->depot_max) {
         mag->next_mag = slab->depot;
         slab->depot = mag;
-        slab->depot_mags++;
+        coro_depot_count(slab, slab->depot_mags + 1);
+        slab->depot_moved = now;
         mag = NULL;
     }
     pthread_mutex_unlock(&slab->lock);
@@ -451,14 +480,16 @@ static NOINLINE void coro_depot_put(struct coro_pool *pool, struct coro_stack *m
 static NOINLINE struct coro_stack *coro_depot_take(struct coro_pool *pool)
 {
     struct coro_slab *slab = pool->slab;
-    uint64_t now = coro_coarse_ns();
+    uint64_t now = CORO_CLOCK_NS();
     pthread_mutex_lock(&slab->lock);
     struct coro_stack *drop = coro_depot_decay_locked(slab, now);
     struct coro_stack *mag = NULL;
     if (slab->depot && slab->depot_stack_size == pool->stack_size) {
         mag = slab->depot;
         slab->depot = mag->next_mag;
-        if (--slab->depot_mags < slab->depot_low)
+        coro_depot_count(slab, slab->depot_mags - 1);
+        slab->depot_moved = now;
+        if (slab->depot_mags < slab->depot_low)
             slab->depot_low = slab->depot_mags;
     }
     pthread_mutex_unlock(&slab->lock);
@@ -466,17 +497,95 @@ static NOINLINE struct coro_stack *coro_depot_take(struct coro_pool *pool)
     return mag;
 }
 
-/* Cut the first CORO_STACK_MAG stacks off the pool's free list (which holds more) and give them
- * to the depot. */
+/* Take CORO_STACK_MAG stacks out of the pool's cache (which holds at least that many), the clean
+ * ones first (a clean stack is one that nobody used since the last trim, so the least wanted),
+ * and give them to the depot. */
 static void coro_pool_spill(struct coro_pool *pool)
 {
-    struct coro_stack *mag = pool->free_stacks, *cut = mag;
-    for (unsigned i = 1; i < CORO_STACK_MAG; i++)
-        cut = cut->next;
-    pool->free_stacks = cut->next;
-    cut->next = NULL;
+    struct coro_stack *mag = NULL;
+    for (unsigned i = 0; i < CORO_STACK_MAG; i++) {
+        struct coro_stack *st;
+        if (pool->clean_stacks) {
+            st = pool->clean_stacks;
+            pool->clean_stacks = st->next;
+            pool->n_clean--;
+        } else {
+            st = pool->free_stacks;
+            pool->free_stacks = st->next;
+        }
+        st->next = mag;
+        mag = st;
+    }
     pool->n_free_stacks -= CORO_STACK_MAG;
     coro_depot_put(pool, mag);
+}
+
+/* Give back the pages of a free stack (madvise MADV_DONTNEED) but its top one, which holds the
+ * header; an unguarded stack's canary is written again. */
+static void coro_stack_clean(struct coro_pool *pool, struct coro_stack *st)
+{
+    uintptr_t top = (uintptr_t)st->hi & ~(uintptr_t)(pool->page - 1);
+    if (top > (uintptr_t)st->lo)
+        /* Best effort: on failure the pages stay, as they were. */
+        (void)madvise(st->lo, top - (uintptr_t)st->lo, MADV_DONTNEED);
+    if (!st->guarded)
+        memcpy(st->lo, &coro_canary, sizeof(coro_canary));
+}
+
+int coro_pool_trim_due(const struct coro_pool *pool)
+{
+    /* safety: a hint read without the lock (coro_depot_count). A depot that fills after this
+     * read was filled by a thread that used stacks, whose own next park sees them. */
+    return pool->free_stacks != NULL ||
+           __atomic_load_n(&pool->slab->depot_mags, __ATOMIC_RELAXED) != 0;
+}
+
+unsigned coro_pool_trim(struct coro_pool *pool, unsigned keep)
+{
+    unsigned unmapped = 0;
+    if (keep > CORO_STACK_MAG)
+        keep = CORO_STACK_MAG;
+    /* Clean stacks past keep (a caller that keeps fewer than last time). */
+    while (pool->n_clean > keep) {
+        struct coro_stack *st = pool->clean_stacks;
+        pool->clean_stacks = st->next;
+        pool->n_clean--;
+        coro_stack_unmap(st);
+        unmapped++;
+    }
+    /* The stacks used since the last trim: clean as many as keep leaves room for, unmap the
+     * rest. */
+    while (pool->free_stacks) {
+        struct coro_stack *st = pool->free_stacks;
+        pool->free_stacks = st->next;
+        if (pool->n_clean < keep) {
+            coro_stack_clean(pool, st);
+            st->next = pool->clean_stacks;
+            pool->clean_stacks = st;
+            pool->n_clean++;
+        } else {
+            coro_stack_unmap(st);
+            unmapped++;
+        }
+    }
+    pool->n_free_stacks = pool->n_clean;
+    /* The depot: empty it if no magazine came or went for a whole period (every stack in it was
+     * then unused that long); otherwise those who move them decay it. */
+    struct coro_slab *slab = pool->slab;
+    struct coro_stack *drop = NULL;
+    uint64_t now = CORO_CLOCK_NS();
+    pthread_mutex_lock(&slab->lock);
+    if (slab->depot && now >= slab->depot_moved + CORO_DEPOT_DECAY_NS) {
+        drop = slab->depot;
+        slab->depot = NULL;
+        unmapped += slab->depot_mags * CORO_STACK_MAG;
+        coro_depot_count(slab, 0);
+        slab->depot_low = 0;
+        slab->depot_mark = now;
+    }
+    pthread_mutex_unlock(&slab->lock);
+    coro_unmap_mags(drop);
+    return unmapped;
 }
 
 /* Hand the pool's free structs back to the slab as magazines (the pool is going away). */
@@ -508,12 +617,16 @@ void coro_pool_free(struct coro_pool *pool)
      * leaves its stacks to the workers); the depot unmaps what it has no room for. */
     while (pool->n_free_stacks >= CORO_STACK_MAG)
         coro_pool_spill(pool);
-    while (pool->free_stacks) {
-        struct coro_stack *st = pool->free_stacks;
-        pool->free_stacks = st->next;
-        coro_stack_unmap(st);
+    struct coro_stack *lists[2] = {pool->free_stacks, pool->clean_stacks};
+    for (unsigned i = 0; i < 2; i++) {
+        while (lists[i]) {
+            struct coro_stack *st = lists[i];
+            lists[i] = st->next;
+            coro_stack_unmap(st);
+        }
     }
-    pool->n_free_stacks = 0;
+    pool->free_stacks = pool->clean_stacks = NULL;
+    pool->n_free_stacks = pool->n_clean = 0;
     coro_pool_return_structs(pool);
     struct coro_slab *slab = pool->slab;
     pthread_mutex_lock(&slab->lock);
@@ -723,6 +836,14 @@ static struct coro_stack *coro_stack_get(struct coro_pool *pool)
     struct coro_stack *st = pool->free_stacks;
     if (LIKELY(st)) {
         pool->free_stacks = st->next;
+        pool->n_free_stacks--;
+        return st;
+    }
+    st = pool->clean_stacks;
+    if (st) {
+        /* One the last trim kept: its pages fault in afresh as its coroutine touches them. */
+        pool->clean_stacks = st->next;
+        pool->n_clean--;
         pool->n_free_stacks--;
         return st;
     }

@@ -87,6 +87,28 @@ void coro_pool_set_cache(struct coro_pool *pool, unsigned stacks);
 /* Stacks move between a pool and its slab's depot in magazines of this many. */
 #define CORO_STACK_MAG 32u
 
+/* Whether coro_pool_trim has anything to give back, now or once the depot has been still for a
+ * period: the pool holds free stacks used since its last trim, or the depot its slab shares
+ * holds any. A few loads, no lock: after a trim, for a thread to know whether its next long
+ * sleep should again end in one (the scheduler asks this only then: its parks ask a cheaper
+ * question of their own). Owner thread of pool only. */
+int coro_pool_trim_due(const struct coro_pool *pool);
+
+/* Give back what an idle thread does not need: of the pool's free stacks it keeps at most keep
+ * (at most CORO_STACK_MAG), whose pages but the top one (each stack's header) go back to the
+ * kernel (madvise MADV_DONTNEED: the mapping stays, a page touched again is a zeroed page
+ * fault), and unmaps the others; and it unmaps every stack of the depot if no magazine came or
+ * went for a second (all were unused that long; a depot in use decays as its magazines move).
+ * Returns the stacks unmapped. A few system calls per stack used since the last trim: for a
+ * thread that has been idle CORO_IDLE_TRIM_MS, not for a busy one. Owner thread of pool only. */
+unsigned coro_pool_trim(struct coro_pool *pool, unsigned keep);
+
+/* How long an idle thread sleeps before it calls coro_pool_trim: the depot's period (a second)
+ * plus a tick of the coarse clock the depot reads (10 ms at the slowest kernel tick, 100 Hz), so
+ * that a depot last touched before the sleep began is found still for a whole period at its
+ * end. */
+#define CORO_IDLE_TRIM_MS 1010
+
 /* Counters of the process's stack mappings since it started: stacks mapped (each an mmap, and
  * an mprotect for its guard page) and unmapped (each a munmap). Any thread; each value is
  * exact, the pair is not one snapshot. */

@@ -302,6 +302,9 @@ struct sched_worker {
     /* sched_offload() calls begun and returned on this thread (a coroutine may return on
      * another thread than it began: only the sum over the threads means something). Owner. */
     uint64_t st_off_in, st_off_out;
+    uint64_t st_trims, st_stacks_trimmed; /* sched_stats.trims, .stacks_trimmed; owner only */
+    /* run_seq when the thread's last idle trim left nothing to give back (w_trim_arm). Owner. */
+    uint64_t trimmed_seq;
 };
 
 struct sched {
@@ -984,6 +987,57 @@ static int w_poll_first(struct sched_worker *w)
     return 0;
 }
 
+/* ---- Giving back an idle thread's stacks ----
+ * A burst leaves free coroutine stacks behind: up to 128 in each worker's cache, 32 in each
+ * relief thread's and 512 in the depot they share (coro.c), each holding the pages its
+ * coroutines touched. The depot decays only as magazines move, and a server that goes quiet
+ * parks every thread without a timeout, so they stayed until the next burst. Now a thread about
+ * to sleep long (no timeout, or one past CORO_IDLE_TRIM_MS: every worker parked, or a relief
+ * thread between assignments) that may have something to give back (w_trim_arm: it ran a
+ * coroutine since its last trim) sleeps CORO_IDLE_TRIM_MS at most, and if nothing came in that
+ * time it trims (coro_pool_trim: a worker keeps one magazine with its pages given back, a relief
+ * thread nothing, the rest is unmapped, and a depot still for a second emptied). After a trim
+ * nothing is due, so the next sleep has no timeout again: one wake-up per thread and idle
+ * spell, none while it serves (a busy worker's parks are short, or watch others with a 1 ms
+ * timeout, and a wake-up that brings work ends the sleep before its timeout). Why here, and not
+ * a timer or the relief monitor: a timer costs a system call to arm and an idle server a
+ * periodic wake-up; the monitor runs only while Python calls do (a C-only server never starts
+ * it), and a pool's cache belongs to its thread, so only that thread may trim it. A thread
+ * whose sleeps never last CORO_IDLE_TRIM_MS (a timer of its own that fires more often, clients
+ * that come back sooner) does not trim: its stacks are in use at that rate. */
+#define SCHED_TRIM_NS ((uint64_t)CORO_IDLE_TRIM_MS * 1000000ull)
+
+/* Before a sleep of *timeout_ms (-1: none): shorten it to CORO_IDLE_TRIM_MS if it is longer and
+ * the thread may have something to give back: it ran a coroutine since its last trim left
+ * nothing (a coroutine takes its stack from, and gives it back to, the pool of the thread that
+ * runs it, and only w_run runs them), or that trim found the depot still in use. Two loads of
+ * the thread's own words, no call: with one connection every request's park asks (a call to
+ * coro_pool_trim_due here cost about 20 instructions a request, its spills included). Returns 1
+ * when it shortened the sleep (which may then end in w_trim). Owner. */
+static int w_trim_arm(struct sched_worker *w, int *timeout_ms)
+{
+    /* safety: run_seq is ours: only this thread writes it. */
+    if ((*timeout_ms >= 0 && *timeout_ms <= CORO_IDLE_TRIM_MS) ||
+        __atomic_load_n(&w->run_seq, __ATOMIC_RELAXED) == w->trimmed_seq)
+        return 0;
+    *timeout_ms = CORO_IDLE_TRIM_MS;
+    return 1;
+}
+
+/* The thread slept CORO_IDLE_TRIM_MS and nothing came: give back its free stacks. A worker keeps
+ * a magazine of them, clean, for the first coroutines after the idle spell; a relief thread
+ * none (it starts few coroutines: what it finishes is wanted by the workers, and with every
+ * thread idle by nobody). Owner. */
+static NOINLINE void w_trim(struct sched_worker *w)
+{
+    unsigned keep = w->id < w->s->n ? CORO_STACK_MAG : 0;
+    stat_add(&w->st_stacks_trimmed, coro_pool_trim(w->pool, keep));
+    stat_inc(&w->st_trims);
+    /* A depot moved within the last second stays until a later trim: keep asking until then. */
+    if (!coro_pool_trim_due(w->pool))
+        w->trimmed_seq = __atomic_load_n(&w->run_seq, __ATOMIC_RELAXED); /* safety: ours */
+}
+
 static void w_park(struct sched_worker *w, int watch)
 {
     struct sched *s = w->s;
@@ -992,6 +1046,7 @@ static void w_park(struct sched_worker *w, int watch)
     __atomic_store_n(&w->parked, W_PARKED, __ATOMIC_SEQ_CST);
     __atomic_fetch_add(&s->nparked, 1, __ATOMIC_SEQ_CST);
     sched_fence();
+    int trim = 0;
     if (!w_work_visible(w)) {
         stat_inc(&w->st_parks);
         w->now = sched_clock_ns(); /* the timeout must count from now, not the last poll */
@@ -1003,10 +1058,12 @@ static void w_park(struct sched_worker *w, int watch)
         int watch_ms = (int)((SCHED_RESCUE_NS + 999999) / 1000000);
         if ((watch || w_others_unparked(w)) && (timeout < 0 || timeout > watch_ms))
             timeout = watch_ms;
+        trim = w_trim_arm(w, &timeout);
         uint64_t parked_at = w->now;
         w->in_park = 1;
         int got = w_poll(w, w, timeout);
         w->in_park = 0;
+        trim = trim && got == 0 && w->now - parked_at >= SCHED_TRIM_NS;
         /* A short park that handled one event is a partner answering in turn, not a queue: one
          * connection whose client sends its next request as soon as it has the answer, or a
          * coroutine whose answer another thread gave (the ASGI loop's: the eventfd kick counts
@@ -1022,6 +1079,10 @@ static void w_park(struct sched_worker *w, int watch)
         __atomic_fetch_sub(&s->nparked, 1, __ATOMIC_SEQ_CST); /* safety: we undo our own ++ */
     else if (st == W_WOKEN_SPIN)
         w->spinning = 1; /* the waker counted us in nspinning and out of nparked */
+    /* Slept the whole timeout, nothing came and nobody woke us: a coroutine queued in the
+     * moment since waits for the trim (a few system calls per stack given back). */
+    if (UNLIKELY(trim) && st == W_PARKED)
+        w_trim(w);
     /* Leaving the park with coroutines to run (our own I/O or timer woke one, or a hop came
      * home): another worker may have parked without a timeout because it saw us parked, and
      * would then never look at us if one of those coroutines runs long. Wake one to spin; it
@@ -1661,6 +1722,8 @@ void sched_get_stats(const struct sched *s, struct sched_stats *out)
         out->hops += __atomic_load_n(&w->st_hops, __ATOMIC_RELAXED);
         out->offloads += __atomic_load_n(&w->st_offloads, __ATOMIC_RELAXED);
         out->offload_wait_ns += __atomic_load_n(&w->st_offload_wait_ns, __ATOMIC_RELAXED);
+        out->trims += __atomic_load_n(&w->st_trims, __ATOMIC_RELAXED);
+        out->stacks_trimmed += __atomic_load_n(&w->st_stacks_trimmed, __ATOMIC_RELAXED);
         off_in += __atomic_load_n(&w->st_off_in, __ATOMIC_RELAXED);
         off_out += __atomic_load_n(&w->st_off_out, __ATOMIC_RELAXED);
     }

@@ -374,6 +374,10 @@ struct sched_stats {
     /* Coroutines inside sched_offload() now: their call queued for a batch, waiting for the
      * begin hook (the GIL), or running. A gauge. */
     uint64_t offloading;
+    /* Idle trims of the threads' free coroutine stacks (after CORO_IDLE_TRIM_MS asleep with
+     * something to give back: sched.c, "Giving back an idle thread's stacks"), and the stacks
+     * they unmapped. */
+    uint64_t trims, stacks_trimmed;
 };
 void sched_get_stats(const struct sched *s, struct sched_stats *out);
 

@@ -162,12 +162,19 @@ static void relief_park(struct sched_worker *r, int h, int timeout_ms)
     /* safety: as w_park's recipe, without nparked (relief threads are not workers to wake). */
     __atomic_store_n(&r->parked, W_PARKED, __ATOMIC_SEQ_CST);
     sched_fence();
+    int trim = 0;
     if (!relief_work_visible(r, h)) {
         stat_inc(&r->st_parks);
-        w_poll(r, r, timeout_ms);
+        /* A long sleep may end in a trim of the thread's stacks, as a worker's (w_trim_arm). */
+        trim = w_trim_arm(r, &timeout_ms);
+        uint64_t parked_at = trim ? sched_clock_ns() : 0;
+        int got = w_poll(r, r, timeout_ms);
+        trim = trim && got == 0 && r->now - parked_at >= SCHED_TRIM_NS; /* w_poll set now */
     }
-    /* safety: take our state back. */
-    __atomic_exchange_n(&r->parked, W_RUNNING, __ATOMIC_SEQ_CST);
+    /* safety: take our state back; a waker stored W_WOKEN. */
+    int st = __atomic_exchange_n(&r->parked, W_RUNNING, __ATOMIC_SEQ_CST);
+    if (UNLIKELY(trim) && st == W_PARKED && !relief_work_visible(r, h))
+        w_trim(r); /* slept the whole timeout, and nothing came (the monitor kicks directly) */
 }
 
 /* The relief thread's loop: relieve the home the monitor gave it while that home is stuck, run
