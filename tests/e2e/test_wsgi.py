@@ -391,6 +391,39 @@ def test_a_start_response_or_write_the_app_keeps_stays_its_own_requests() -> Non
     assert len(kept) == 2 and kept[0][0] is not kept[1][0]
 
 
+@pytest.mark.parametrize("then", ["an error page", "nothing else"])
+def test_a_header_the_engine_refuses_is_refused_by_start_response_itself(then: str) -> None:
+    # start_response writes the headers it keeps into the engine's response as the app calls
+    # it, so a header the engine refuses (here a value that would split the response) is an
+    # error raised by start_response in the app's call, as PEP 3333 allows: the app may answer
+    # with an error page instead (exc_info), and none of the refused answer's headers is sent.
+    # An app that swallows the error and answers nothing else gets a 500.
+    import sys
+    errors: list[str] = []
+
+    def app(environ: Environ, start_response: Any) -> list[bytes]:
+        try:
+            start_response("200 OK", [("X-First", "1"), ("A", "b\r\nInjected: yes")])
+        except ValueError as exc:
+            errors.append(str(exc))
+            if then == "an error page":
+                start_response("400 Bad Request", [("X-Why", "a header")], sys.exc_info())
+                return [b"refused"]
+        return [b"body"]
+
+    with serve_wsgi(app) as srv, Conn(srv.port) as c:
+        c.send(get("/"))
+        r = c.reply()
+        if then == "an error page":
+            assert (r.status, r.body, r.header("x-why")) == (400, b"refused", "a header")
+        else:
+            assert (r.status, r.body) == (500, b"500 Internal Server Error\n")
+        assert r.header("x-first") is None and r.header("injected") is None
+        c.send(get("/"))  # and the connection goes on
+        assert c.reply().status in (400, 500)
+    assert len(errors) == 2 and "invalid header 'A'" in errors[0], errors
+
+
 def test_start_response_takes_its_arguments_by_name_and_refuses_a_wrong_call() -> None:
     # PEP 3333 names them status, response_headers and exc_info; a call with keywords, or with
     # a wrong number of arguments, is parsed as a Python function's would be.

@@ -1395,7 +1395,7 @@ cdef void _py_call_impl(PyObject *info_p, cyserve_request *req, cs.resp_t *resp)
             inp = RequestBody.__new__(RequestBody)
             inp._br = br
         if type(<object>handler) is WSGIHandler:  # native/wsgi.pyx: no Request needed
-            result = (<WSGIHandler>handler)._call(req, inp)
+            result = (<WSGIHandler>handler)._call(req, inp, resp)
         else:
             r = Request.__new__(Request)
             r._req = req
