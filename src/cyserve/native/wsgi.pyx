@@ -202,6 +202,9 @@ cdef extern from "Python.h":
     PyObject *PyDict_SetDefault(object d, object key, object value) except NULL  # borrowed
     Py_ssize_t PyDict_GET_SIZE(object d)
     object _bind_method "PyMethod_New"(object func, object self)  # cpython.method's has 3 args
+    # cpython.list's PyList_SetSlice takes an object for the items: NULL deletes the slice.
+    int _list_del "PyList_SetSlice"(object lst, Py_ssize_t low, Py_ssize_t high,
+                                    PyObject *items) except -1
 
 
 cdef extern from *:
@@ -241,6 +244,70 @@ cdef object _method_for(_ThreadCache cache, func, self):
     bound = _bind_method(func, self)
     cache.wsgi_write = bound
     return bound
+
+
+cdef extern from *:
+    """
+    /* Is the caller's reference to o the only one, with no weak reference to o either? Then
+     * nothing but the caller can reach o, nor tell whether it is reused. GIL held (or,
+     * free-threaded, o is the calling thread's own, as in cyserve__rebind). */
+    static int cyserve__sole(PyObject *o)
+    {
+        Py_ssize_t off = Py_TYPE(o)->tp_weaklistoffset;
+        if (Py_REFCNT(o) != 1 || off < 0 || (off > 0 && *(PyObject **)((char *)o + off) != NULL))
+            return 0;
+    #ifdef Py_GIL_DISABLED
+        /* As in cyserve__rebind: the last other holder's reads of o come before our writes. */
+        atomic_thread_fence(memory_order_acquire);
+    #endif
+        return 1;
+    }
+    """
+    int _sole "cyserve__sole"(PyObject *o)
+
+
+cdef _WSGIAnswer _answer_for(_ThreadCache cache):
+    """A fresh answer for this thread's next request: the one it made last time, reset, once
+    nothing but the thread holds it (the app dropped start_response and write with its request,
+    as apps do); otherwise a new one, which the thread keeps for next time. An answer has no
+    state of its own beyond its fields, all set again here, so the app cannot tell it from a new
+    one; it saves the allocation and deallocation of the answer (a GC-tracked object) and of its
+    list, about 300 instructions a request net of the reset (docs/benchmarks.md, session 19)."""
+    cdef PyObject *a = <PyObject *>cache.wsgi_answer
+    cdef _WSGIAnswer answer
+    if a != <PyObject *>None and _sole(a):
+        answer = <_WSGIAnswer>a
+        _answer_clear(answer)  # done when its request ended, unless that was elsewhere
+        answer.status = 0
+        answer.skip = 0
+        answer.in_resp = False
+        answer.total = 0
+        answer.close = False
+        answer.head_unknown = False
+        answer.file_offset = 0
+        answer.file_len = 0
+        return answer
+    answer = _WSGIAnswer.__new__(_WSGIAnswer)
+    answer.vc = cyserve__sr_vectorcall
+    answer.chunks = []
+    cache.wsgi_answer = answer
+    return answer
+
+
+cdef void _answer_clear(_WSGIAnswer answer) noexcept:
+    """Drop what the answer holds (the body's pieces, the headers, a file's descriptor, which
+    closes), as its deallocation would: called when its request is answered or failed, so that
+    a thread never keeps a request's objects alive until its next one."""
+    answer.resp = NULL
+    if answer.chunks:
+        # Not `del chunks[:]`, which Cython makes a slice object for.
+        _list_del(answer.chunks, 0, PyList_GET_SIZE(answer.chunks), NULL)
+    answer.reason = None
+    answer.headers = None
+    answer.length = None
+    answer.it = None
+    answer.result = None
+    answer.file_fd = None
 
 
 cdef void _methods_release(_ThreadCache cache) noexcept:
@@ -547,12 +614,13 @@ cdef class WSGIHandler:
         none, they are kept in the answer)."""
         cdef _ThreadCache cache = _tcache()
         env = self._environ(req, inp, cache)
-        cdef _WSGIAnswer answer = _WSGIAnswer.__new__(_WSGIAnswer)
-        answer.vc = cyserve__sr_vectorcall
-        answer.chunks = []
+        cdef _WSGIAnswer answer = _answer_for(cache)
         answer.resp = resp
         try:
             return self._run(req, env, answer, cache)
+        except BaseException:
+            _answer_clear(answer)  # no answer: what it held goes now (see _answer_clear)
+            raise
         finally:
             # Only while the app's call runs: a start_response called later (from a streamed
             # body's pieces) must not write into a response the engine has moved on with.
