@@ -272,7 +272,7 @@ cdef _WSGIAnswer _answer_for(_ThreadCache cache):
     as apps do); otherwise a new one, which the thread keeps for next time. An answer has no
     state of its own beyond its fields, all set again here, so the app cannot tell it from a new
     one; it saves the allocation and deallocation of the answer (a GC-tracked object) and of its
-    list, about 300 instructions a request net of the reset (docs/benchmarks.md, session 19)."""
+    list, 200-300 instructions a request net of the reset (docs/benchmarks.md, session 19)."""
     cdef PyObject *a = <PyObject *>cache.wsgi_answer
     cdef _WSGIAnswer answer
     if a != <PyObject *>None and _sole(a):
