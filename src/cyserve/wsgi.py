@@ -44,7 +44,9 @@ How a request maps onto the environ, and how the answer goes out:
   9112: HTAB, SP, VCHAR and obs-text only) is an error. A bare code ("200") gets the engine's
   phrase (the IANA registry's; none for an unregistered code).
 - Anything the app gets wrong (no start_response, a str chunk, a bad status or header) is a 500
-  and a logged error that names it, like an exception raised by the app.
+  and a logged error that names it, like an exception raised by the app. A bad header is an
+  error raised by start_response itself, in the app's call (PEP 3333 allows it): an app that
+  catches it may still answer with an error page (start_response again, with exc_info).
 - An answer with a body and no Content-Type gets the engine's default, text/plain; charset=utf-8.
 
 The handler itself (WSGIHandler, the environ, start_response) is native/wsgi.pyx in the

@@ -391,6 +391,100 @@ def test_a_start_response_or_write_the_app_keeps_stays_its_own_requests() -> Non
     assert len(kept) == 2 and kept[0][0] is not kept[1][0]
 
 
+@pytest.mark.parametrize("then", ["an error page", "nothing else"])
+def test_a_header_the_engine_refuses_is_refused_by_start_response_itself(then: str) -> None:
+    # start_response writes the headers it keeps into the engine's response as the app calls
+    # it, so a header the engine refuses (here a value that would split the response) is an
+    # error raised by start_response in the app's call, as PEP 3333 allows: the app may answer
+    # with an error page instead (exc_info), and none of the refused answer's headers is sent.
+    # An app that swallows the error and answers nothing else gets a 500.
+    import sys
+    errors: list[str] = []
+
+    def app(environ: Environ, start_response: Any) -> list[bytes]:
+        try:
+            start_response("200 OK", [("X-First", "1"), ("A", "b\r\nInjected: yes")])
+        except ValueError as exc:
+            errors.append(str(exc))
+            if then == "an error page":
+                start_response("400 Bad Request", [("X-Why", "a header")], sys.exc_info())
+                return [b"refused"]
+        return [b"body"]
+
+    with serve_wsgi(app) as srv, Conn(srv.port) as c:
+        c.send(get("/"))
+        r = c.reply()
+        if then == "an error page":
+            assert (r.status, r.body, r.header("x-why")) == (400, b"refused", "a header")
+        else:
+            assert (r.status, r.body) == (500, b"500 Internal Server Error\n")
+        assert r.header("x-first") is None and r.header("injected") is None
+        c.send(get("/"))  # and the connection goes on
+        assert c.reply().status in (400, 500)
+    assert len(errors) == 2 and "invalid header 'A'" in errors[0], errors
+
+
+def test_each_request_gets_a_fresh_answer_whatever_the_last_one_held(tmp_path: Any) -> None:
+    # A thread reuses its last answer (the start_response it gave) once nothing else holds it:
+    # nothing of one request's answer may show in the next one's (status, headers, what write()
+    # sent, Connection: close, an answer to HEAD whose length was unknown, a file's body, an
+    # answer that failed).
+    data = tmp_path / "f.txt"
+    data.write_bytes(b"from the file")
+
+    def app(environ: Environ, start_response: Any) -> Any:
+        path = environ["PATH_INFO"]
+        if path == "/write":
+            write = start_response("201 Created", [("X-A", "1"), ("Content-Length", "6")])
+            write(b"abc")
+            return [b"def"]
+        if path == "/gen":
+            start_response("200 OK", [])
+            return iter([b"g1", b"g2"])  # no length: unknown to HEAD, streamed to GET
+        if path == "/file":
+            start_response("200 OK", [("X-F", "f")])
+            return environ["wsgi.file_wrapper"](open(data, "rb"))
+        if path == "/fail":
+            write = start_response("200 OK", [("X-B", "2")])
+            write(b"zz")
+            raise RuntimeError("after start_response and write")
+        if path == "/close":
+            start_response("200 OK", [("Connection", "close")])
+            return [b"bye"]
+        start_response("200 OK", [])
+        return [b"x"]
+
+    def plain(r: Reply) -> None:
+        assert (r.status, r.body, r.header("content-length")) == (200, b"x", "1"), r
+        assert not any(r.header(h) for h in ("x-a", "x-b", "x-f", "connection"))
+
+    with serving(as_app(app).build(), threads=1) as srv:
+        with Conn(srv.port) as c:
+            c.send(get("/write"))
+            r = c.reply()
+            assert (r.status, r.body, r.header("x-a")) == (201, b"abcdef", "1")
+            for path, length in [("/plain", "1"), ("/gen", None)]:
+                c.send(b"HEAD " + path.encode() + b" HTTP/1.1\r\nHost: t\r\n\r\n")
+                assert c.reply(head_only=True).header("content-length") == length
+            c.send(get("/gen"))
+            assert c.reply().body == b"g1g2"
+            c.send(get("/file"))
+            r = c.reply()
+            assert (r.body, r.header("x-f")) == (b"from the file", "f")
+            c.send(get("/plain"))
+            plain(c.reply())
+            c.send(get("/fail"))
+            assert c.reply().status == 500
+            c.send(get("/plain"))
+            plain(c.reply())
+            c.send(get("/close"))
+            assert c.reply().header("connection") == "close" and c.is_closed()
+        with Conn(srv.port) as c:
+            for _ in range(2):  # kept alive: the close was the last answer's alone
+                c.send(get("/plain"))
+                plain(c.reply())
+
+
 def test_start_response_takes_its_arguments_by_name_and_refuses_a_wrong_call() -> None:
     # PEP 3333 names them status, response_headers and exc_info; a call with keywords, or with
     # a wrong number of arguments, is parsed as a Python function's would be.

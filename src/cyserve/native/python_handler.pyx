@@ -234,6 +234,7 @@ cdef class _ThreadCache:
     cdef list peer_keys     # native/asgi.pyx, _asgi_client: the peer address seen in each slot
     cdef list peer_values   # ... and the scope's client tuple for it
     cdef object wsgi_write  # native/wsgi.pyx, _method_for: the write last made, or None
+    cdef object wsgi_answer  # native/wsgi.pyx, _answer_for: the answer last made, or None
     cdef list kind_names    # native/wsgi.pyx, _header_kind: the response header name in each slot
     cdef signed char kind_codes[WSGI_KINDS_SLOTS]  # ... and its kind
     cdef list status_objs   # native/wsgi.pyx, _start_response: the status line in each slot
@@ -262,6 +263,7 @@ cdef _ThreadCache _tcache_new():
     c.peer_keys = [None] * ASGI_PEER_SLOTS
     c.peer_values = [None] * ASGI_PEER_SLOTS
     c.wsgi_write = None
+    c.wsgi_answer = None
     c.kind_names = [None] * WSGI_KINDS_SLOTS
     c.status_objs = [None] * WSGI_STATUS_SLOTS
     c.status_reasons = [None] * WSGI_STATUS_SLOTS
@@ -1384,6 +1386,7 @@ cdef void _py_call_impl(PyObject *info_p, cyserve_request *req, cs.resp_t *resp)
     cdef Request r = None
     cdef object ctx = None
     cdef RequestBody inp = None
+    cdef _WSGIAnswer answer = None
     cdef cs.body_reader_t *br = cs.body_of(<const cs.req_t *>req)
     cdef const char *reason
     cdef int bstatus
@@ -1396,7 +1399,7 @@ cdef void _py_call_impl(PyObject *info_p, cyserve_request *req, cs.resp_t *resp)
             inp = RequestBody.__new__(RequestBody)
             inp._br = br
         if type(<object>handler) is WSGIHandler:  # native/wsgi.pyx: no Request needed
-            result = (<WSGIHandler>handler)._call(req, inp)
+            result = (<WSGIHandler>handler)._call(req, inp, resp)
         else:
             r = Request.__new__(Request)
             r._req = req
@@ -1405,7 +1408,8 @@ cdef void _py_call_impl(PyObject *info_p, cyserve_request *req, cs.resp_t *resp)
             result = (<object>handler)(r)
         head = req.method.len == 4 and memcmp(req.method.ptr, "HEAD", 4) == 0
         if type(result) is _WSGIAnswer:  # native/wsgi.pyx
-            _fill_wsgi(<_WSGIAnswer>result, resp, head, ctx, inp)
+            answer = <_WSGIAnswer>result
+            _fill_wsgi(answer, resp, head, ctx, inp)
         else:
             _fill_response(result, resp, head)
     except BaseException:
@@ -1426,6 +1430,10 @@ cdef void _py_call_impl(PyObject *info_p, cyserve_request *req, cs.resp_t *resp)
     finally:
         if r is not None:
             r._req = NULL
+        if answer is not None:
+            # The request is answered: what the answer held goes with it, not with the
+            # thread's next request (the thread may reuse the answer itself, _answer_for).
+            _answer_clear(answer)
         if inp is not None and not inp._kept:
             inp._detach()
         if ctx is not None:

@@ -16,7 +16,7 @@ from wsgiref.util import FileWrapper as _FileWrapper
 cimport cython
 
 from cpython.dict cimport PyDict_Copy, PyDict_GetItem, PyDict_GetItemWithError
-from cpython.list cimport PyList_GET_ITEM
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.unicode cimport PyUnicode_Check, PyUnicode_DecodeLatin1
 from cpython.object cimport PyTypeObject
@@ -202,6 +202,9 @@ cdef extern from "Python.h":
     PyObject *PyDict_SetDefault(object d, object key, object value) except NULL  # borrowed
     Py_ssize_t PyDict_GET_SIZE(object d)
     object _bind_method "PyMethod_New"(object func, object self)  # cpython.method's has 3 args
+    # cpython.list's PyList_SetSlice takes an object for the items: NULL deletes the slice.
+    int _list_del "PyList_SetSlice"(object lst, Py_ssize_t low, Py_ssize_t high,
+                                    PyObject *items) except -1
 
 
 cdef extern from *:
@@ -241,6 +244,70 @@ cdef object _method_for(_ThreadCache cache, func, self):
     bound = _bind_method(func, self)
     cache.wsgi_write = bound
     return bound
+
+
+cdef extern from *:
+    """
+    /* Is the caller's reference to o the only one, with no weak reference to o either? Then
+     * nothing but the caller can reach o, nor tell whether it is reused. GIL held (or,
+     * free-threaded, o is the calling thread's own, as in cyserve__rebind). */
+    static int cyserve__sole(PyObject *o)
+    {
+        Py_ssize_t off = Py_TYPE(o)->tp_weaklistoffset;
+        if (Py_REFCNT(o) != 1 || off < 0 || (off > 0 && *(PyObject **)((char *)o + off) != NULL))
+            return 0;
+    #ifdef Py_GIL_DISABLED
+        /* As in cyserve__rebind: the last other holder's reads of o come before our writes. */
+        atomic_thread_fence(memory_order_acquire);
+    #endif
+        return 1;
+    }
+    """
+    int _sole "cyserve__sole"(PyObject *o)
+
+
+cdef _WSGIAnswer _answer_for(_ThreadCache cache):
+    """A fresh answer for this thread's next request: the one it made last time, reset, once
+    nothing but the thread holds it (the app dropped start_response and write with its request,
+    as apps do); otherwise a new one, which the thread keeps for next time. An answer has no
+    state of its own beyond its fields, all set again here, so the app cannot tell it from a new
+    one; it saves the allocation and deallocation of the answer (a GC-tracked object) and of its
+    list, 200-300 instructions a request net of the reset (docs/benchmarks.md, session 19)."""
+    cdef PyObject *a = <PyObject *>cache.wsgi_answer
+    cdef _WSGIAnswer answer
+    if a != <PyObject *>None and _sole(a):
+        answer = <_WSGIAnswer>a
+        _answer_clear(answer)  # done when its request ended, unless that was elsewhere
+        answer.status = 0
+        answer.skip = 0
+        answer.in_resp = False
+        answer.total = 0
+        answer.close = False
+        answer.head_unknown = False
+        answer.file_offset = 0
+        answer.file_len = 0
+        return answer
+    answer = _WSGIAnswer.__new__(_WSGIAnswer)
+    answer.vc = cyserve__sr_vectorcall
+    answer.chunks = []
+    cache.wsgi_answer = answer
+    return answer
+
+
+cdef void _answer_clear(_WSGIAnswer answer) noexcept:
+    """Drop what the answer holds (the body's pieces, the headers, a file's descriptor, which
+    closes), as its deallocation would: called when its request is answered or failed, so that
+    a thread never keeps a request's objects alive until its next one."""
+    answer.resp = NULL
+    if answer.chunks:
+        # Not `del chunks[:]`, which Cython makes a slice object for.
+        _list_del(answer.chunks, 0, PyList_GET_SIZE(answer.chunks), NULL)
+    answer.reason = None
+    answer.headers = None
+    answer.length = None
+    answer.it = None
+    answer.result = None
+    answer.file_fd = None
 
 
 cdef void _methods_release(_ThreadCache cache) noexcept:
@@ -539,17 +606,25 @@ cdef class WSGIHandler:
         inp = request._input if type(request._input) is RequestBody else None
         return self._call(request._req, inp)
 
-    cdef _WSGIAnswer _call(self, const cyserve_request *req, RequestBody inp=None):
+    cdef _WSGIAnswer _call(self, const cyserve_request *req, RequestBody inp=None,
+                           cs.resp_t *resp=NULL):
         """The answer to req (the handler trampoline calls this directly: a WSGI app has no use
-        for a Request object); inp: its body when streamed."""
+        for a Request object); inp: its body when streamed; resp: the engine's response that
+        _fill_wsgi fills afterwards, where start_response may write the headers at once (NULL:
+        none, they are kept in the answer)."""
         cdef _ThreadCache cache = _tcache()
         env = self._environ(req, inp, cache)
-        cdef _WSGIAnswer answer = _WSGIAnswer.__new__(_WSGIAnswer)
-        answer.vc = cyserve__sr_vectorcall
-        answer.chunks = []
+        cdef _WSGIAnswer answer = _answer_for(cache)
+        answer.resp = resp
         try:
             return self._run(req, env, answer, cache)
+        except BaseException:
+            _answer_clear(answer)  # no answer: what it held goes now (see _answer_clear)
+            raise
         finally:
+            # Only while the app's call runs: a start_response called later (from a streamed
+            # body's pieces) must not write into a response the engine has moved on with.
+            answer.resp = NULL
             _methods_release(cache)
 
     cdef _WSGIAnswer _run(self, const cyserve_request *req, dict env, _WSGIAnswer answer,
@@ -897,6 +972,13 @@ cdef class _WSGIAnswer:
     # Connection): start_response builds no list of those it keeps.
     cdef tuple headers
     cdef uint64_t skip
+    # The engine's response while the app's call runs from the handler trampoline (_call),
+    # else NULL. start_response then checks the app's headers and writes those it keeps into
+    # it at once (in_resp), instead of keeping a snapshot of them until the app returns: the
+    # app's list and its tuples are freed with the app's own frame, as any server that copies
+    # them out frees them, and no tuple is made for them.
+    cdef cs.resp_t *resp
+    cdef bint in_resp  # the headers of the current start_response are in resp already
     cdef list chunks
     cdef Py_ssize_t total  # bytes in chunks
     cdef object length  # the app's Content-Length header, or None
@@ -964,6 +1046,9 @@ cdef object _start_response(object obj, object status, object headers, object ex
     if not isinstance(headers, list):
         raise WSGIError(f"WSGI response headers must be a list of (name, value) tuples, "
                         f"got {type(headers).__name__}")
+    if self.resp != NULL:
+        _sr_into_resp(self, <list>headers, cache, code, reason)
+        return _method_for(cache, _WRITE, self)
     cdef tuple items = PyList_AsTuple(headers)
     cdef Py_ssize_t i, n = PyTuple_GET_SIZE(items)
     cdef uint64_t skip = 0
@@ -1003,12 +1088,73 @@ cdef object _start_response(object obj, object status, object headers, object ex
     self.reason = reason
     self.headers = items
     self.skip = skip
+    self.in_resp = False
     self.length = length
     self.close = close
     if self.chunks:
         del self.chunks[:]  # what write() sent for the answer this one replaces
     self.total = 0
     return _method_for(cache, _WRITE, self)
+
+
+cdef int _sr_into_resp(_WSGIAnswer self, list headers, _ThreadCache cache, int code,
+                       reason) except -1:
+    """start_response's work when the engine's response is at hand (self.resp): each header
+    checked as _start_response checks it and, when kept, written into the response at once. A
+    second call (with exc_info: an error page replacing the first answer, nothing being sent
+    before the app returns) first empties the response, which holds nothing but the first
+    answer's headers yet. On any failure the response is emptied and the answer has no status
+    (the app, should it swallow the error, gets a 500 as for a missing start_response), and the
+    error is raised in the app's call, where PEP 3333 lets start_response raise it."""
+    cdef cs.resp_t *resp = self.resp
+    cdef Py_ssize_t i
+    cdef bint close = False
+    cdef int kind
+    cdef object item, name, value
+    if self.status != 0:
+        cs.resp_reset(resp)
+    self.status = 0
+    length = None
+    try:
+        # By index, the size read on every pass: the list is the app's, and nothing here runs
+        # its code (an exact str's kind is computed without it) but a str subclass's lower().
+        i = 0
+        while i < PyList_GET_SIZE(headers):
+            item = <object>PyList_GET_ITEM(headers, i)
+            i += 1
+            if not (PyTuple_CheckExact(item) and PyTuple_GET_SIZE(item) == 2
+                    and PyUnicode_Check(<object>PyTuple_GET_ITEM(item, 0))
+                    and PyUnicode_Check(<object>PyTuple_GET_ITEM(item, 1))):
+                raise WSGIError(f"invalid WSGI response header {item!r}: must be a (str, "
+                                "str) tuple")
+            name = <object>PyTuple_GET_ITEM(item, 0)
+            value = <object>PyTuple_GET_ITEM(item, 1)
+            kind = _header_kind_of(name, cache)
+            if kind == _H_KEEP:
+                _add_header(resp, name, value)
+            elif kind == _H_LENGTH:
+                length = value
+            elif kind == _H_CONNECTION:
+                if "close" in [t.strip() for t in value.lower().split(",")]:
+                    close = True
+            elif kind != _H_DROP:
+                raise WSGIError(f"the WSGI application set the hop-by-hop header {name!r}, "
+                                "which is the server's to write")
+    except BaseException:
+        cs.resp_reset(resp)
+        self.in_resp = False
+        raise
+    self.status = code
+    self.reason = reason
+    self.headers = None
+    self.skip = 0
+    self.in_resp = True
+    self.length = length
+    self.close = close
+    if self.chunks:
+        del self.chunks[:]  # what write() sent for the answer this one replaces
+    self.total = 0
+    return 0
 
 
 cdef tuple _SR_PARAMS = ("status", "response_headers", "exc_info")
@@ -1202,12 +1348,14 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx,
         if a.reason is not None:
             _check_rc(cs.resp_set_reason(resp, PyBytes_AS_STRING(a.reason),
                                          <size_t>PyBytes_GET_SIZE(a.reason)), "reason phrase")
-        items = a.headers
-        for i in range(PyTuple_GET_SIZE(items)):
-            if i < 64 and (a.skip >> i) & 1:
-                continue
-            item = <tuple>PyTuple_GET_ITEM(items, i)
-            _add_header(resp, <object>PyTuple_GET_ITEM(item, 0), <object>PyTuple_GET_ITEM(item, 1))
+        if not a.in_resp:  # else start_response wrote them (_sr_into_resp)
+            items = a.headers
+            for i in range(PyTuple_GET_SIZE(items)):
+                if i < 64 and (a.skip >> i) & 1:
+                    continue
+                item = <tuple>PyTuple_GET_ITEM(items, i)
+                _add_header(resp, <object>PyTuple_GET_ITEM(item, 0),
+                            <object>PyTuple_GET_ITEM(item, 1))
         if a.close:
             _add_header(resp, "Connection", "close")
         if a.file_fd is not None:
