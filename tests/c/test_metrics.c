@@ -86,11 +86,22 @@ static void test_threads_and_sums(void)
     is_int(sample(text, "cyserve_connections{state=\"idle\"}"), 0, "busy past open: no idle");
     is_int(sample(text, "cyserve_connections{state=\"active\"}"), 1, "python past busy");
     is_int(sample(text, "cyserve_connections{state=\"python\"}"), 6, "in Python calls");
+    /* The stacks the publishers copied: a gauge and a counter, summed over the processes. */
+    metrics_add(&metrics_proc_at(r, 0)->stacks, 300);
+    metrics_add(&metrics_proc_at(r, 1)->stacks, 40);
+    metrics_add(&metrics_proc_at(r, 0)->trims, 2);
+    metrics_add(&metrics_proc_at(r, 1)->trims, 1);
+    metrics_format(r, text, sizeof(text));
+    ok(strstr(text, "# TYPE cyserve_coroutine_stacks gauge\n") != NULL, "stacks: a gauge");
+    is_int(sample(text, "cyserve_coroutine_stacks"), 340, "stacks mapped, summed");
+    is_int(sample(text, "cyserve_coroutine_stack_trims_total"), 3, "trims, summed");
     metrics_retire(r, 0);
     metrics_format(r, text, sizeof(text));
     is_int(sample(text, "cyserve_requests_total{route=\"static\",status=\"2xx\"}"), 80000,
            "a retired process's counts are kept");
     is_int(sample(text, "cyserve_open_connections"), 4, "its gauges are not");
+    is_int(sample(text, "cyserve_coroutine_stacks"), 40, "nor its stacks (unmapped with it)");
+    is_int(sample(text, "cyserve_coroutine_stack_trims_total"), 3, "its trims are kept");
     is_int(sample(text, "cyserve_connections{state=\"python\"}"), 4,
            "nor its Python calls (clamped to the other's open connections)");
     is_int(sample(text, "cyserve_worker_processes"), 1, "one process left");

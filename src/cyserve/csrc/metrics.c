@@ -178,12 +178,14 @@ void metrics_retire(struct metrics_region *r, unsigned i)
     counter_fold(&t->reliefs, &p->reliefs);
     counter_fold(&t->relief_threads, &p->relief_threads);
     counter_fold(&t->offload_wait_ns, &p->offload_wait_ns);
+    counter_fold(&t->trims, &p->trims);
     /* safety: the gauges and the heartbeat of an ended process mean nothing any more. */
     atomic_store_explicit(&p->open, 0, memory_order_relaxed);
     atomic_store_explicit(&p->busy, 0, memory_order_relaxed);
     atomic_store_explicit(&p->python, 0, memory_order_relaxed);
     atomic_store_explicit(&p->runq, 0, memory_order_relaxed);
     atomic_store_explicit(&p->coroutines, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->stacks, 0, memory_order_relaxed);
     atomic_store_explicit(&p->beat_ns, 0, memory_order_relaxed);
     atomic_store_explicit(&p->stuck_ns, 0, memory_order_relaxed);
     metrics_set_route(p, NULL);
@@ -310,7 +312,7 @@ struct metrics_sum {
     uint64_t accepted, reject[METRICS_REJECTS], ws_close[METRICS_WS_BYS][METRICS_WS_REASONS];
     uint64_t open, busy, python, inline_ok, spawned, steals, parks, hops, offloads, reliefs,
         relief_threads;
-    uint64_t runq, procs, coroutines, offload_wait_ns;
+    uint64_t runq, procs, coroutines, offload_wait_ns, stacks, trims;
 };
 
 static void sum_region(struct metrics_region *r, struct metrics_sum *s)
@@ -358,6 +360,8 @@ static void sum_region(struct metrics_region *r, struct metrics_sum *s)
         s->runq += counter_ld(&p->runq);
         s->coroutines += counter_ld(&p->coroutines);
         s->offload_wait_ns += counter_ld(&p->offload_wait_ns);
+        s->stacks += counter_ld(&p->stacks);
+        s->trims += counter_ld(&p->trims);
     }
 }
 
@@ -474,6 +478,12 @@ ssize_t metrics_format(struct metrics_region *r, char *buf, size_t cap)
     text_put_one(&t, "cyserve_coroutines", "gauge",
                  "Coroutines alive now, each holding a stack from its worker's pool.",
                  s.coroutines);
+    text_put_one(&t, "cyserve_coroutine_stacks", "gauge",
+                 "Coroutine stacks mapped now: held by coroutines, or cached free in the threads' "
+                 "pools and the depot they share.",
+                 s.stacks);
+    text_put_one(&t, "cyserve_coroutine_stack_trims_total", "counter",
+                 "Times an idle thread gave back its free coroutine stacks.", s.trims);
     text_put(&t,
              "# HELP cyserve_python_wait_seconds_total Time batches of Python calls waited to "
              "start: for the GIL (on a free-threaded build, to attach).\n"

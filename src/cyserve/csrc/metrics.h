@@ -115,6 +115,10 @@ struct metrics_proc {
     _Atomic uint64_t runq;            /* coroutines queued to run */
     _Atomic uint64_t coroutines;      /* alive now, each holding a stack: a gauge */
     _Atomic uint64_t offload_wait_ns; /* sched_stats.offload_wait_ns, a counter */
+    /* Coroutine stacks mapped now in the process (coro_stack_counts: mapped less unmapped),
+     * held by coroutines or cached free in its threads' pools and their depot: a gauge. */
+    _Atomic uint64_t stacks;
+    _Atomic uint64_t trims; /* sched_stats.trims (idle trims of a thread's stacks), a counter */
     /* The pattern of the route whose Python call had run longest when the publisher looked
      * ("" when none ran): metrics_set_route / metrics_get_route, a sequence lock (odd while
      * written) over words, so that a reader in another process never sees a torn name. */

@@ -62,6 +62,7 @@
 
 #include "clock.h"
 #include "conn.h"
+#include "coro.h"
 #include "handoff.h"
 #include "listen.h"
 #include "sched.h"
@@ -341,6 +342,14 @@ static void publish_once(struct server *s, uint64_t *seq, uint64_t *since)
     atomic_store_explicit(&p->coroutines, ss.spawned > ss.finished ? ss.spawned - ss.finished : 0,
                           memory_order_relaxed);
     atomic_store_explicit(&p->offload_wait_ns, ss.offload_wait_ns, memory_order_relaxed);
+    /* The process's stacks, not this server's: one server per serving process. Its two
+     * counters are read one after the other, so unmapped may pass what mapped was a moment
+     * before: never below 0. */
+    uint64_t mapped, unmapped;
+    coro_stack_counts(&mapped, &unmapped);
+    atomic_store_explicit(&p->stacks, mapped > unmapped ? mapped - unmapped : 0,
+                          memory_order_relaxed);
+    atomic_store_explicit(&p->trims, ss.trims, memory_order_relaxed);
     atomic_store_explicit(&p->stuck_ns, stuck, memory_order_relaxed);
     /* The route of the longest call in Python now, for the supervisor's --worker-timeout log. */
     const struct server_target *longest = NULL;
