@@ -628,7 +628,9 @@ def _add_proxy_options(p: argparse.ArgumentParser) -> None:
                    help="the trusted peers: addresses and networks (CIDR) separated by commas, "
                         "or * for all; implies --proxy-headers (default: $FORWARDED_ALLOW_IPS, "
                         "else 127.0.0.1; a Unix socket's peer is always trusted)")
-    g.add_argument("--forwarded-header", default=defaults.forwarded_header,
+    # default None: not said, so that it can be refused beside --no-proxy-headers (which
+    # leaves every proxy header unread); Config's default applies otherwise.
+    g.add_argument("--forwarded-header", default=None,
                    choices=FORWARDED_HEADERS, type=str.lower,
                    help="the headers the proxy writes: x-forwarded (X-Forwarded-For/-Proto) or "
                         "forwarded (RFC 7239); the other kind is the client's and is ignored "
@@ -883,8 +885,9 @@ def config_from_args(args: argparse.Namespace) -> Config:
         host = args.host if ":" not in args.host else f"[{args.host}]"
         options["metrics_bind"] = f"{host}:{args.metrics_port}"
     options.update(_proxy_lists(args))
+    if args.forwarded_header is not None:
+        options["forwarded_header"] = args.forwarded_header
     options.update(proxy_headers=bool(args.proxy_headers),
-                   forwarded_header=args.forwarded_header,
                    forwarded_host=args.forwarded_host,
                    proxy_protocol=args.proxy_protocol, root_path=args.root_path)
     options.update(_ws_options(args))
@@ -906,6 +909,10 @@ def _proxy_lists(args: argparse.Namespace) -> dict[str, Any]:
     if args.forwarded_host:
         raise ConfigError("proxy_headers", "off", "--no-proxy-headers contradicts "
                           "--forwarded-host, which turns proxy headers on")
+    if args.forwarded_header is not None:
+        raise ConfigError("proxy_headers", "off", "--no-proxy-headers contradicts "
+                          f"--forwarded-header {args.forwarded_header}, which names the proxy "
+                          "headers to believe: none are read")
     if ips is not None and not args.proxy_protocol:
         raise ConfigError("proxy_headers", "off", "--no-proxy-headers contradicts "
                           "--forwarded-allow-ips, which turns proxy headers on (for the "

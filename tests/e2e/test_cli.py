@@ -465,6 +465,14 @@ def test_proxy_option_combinations(monkeypatch: pytest.MonkeyPatch, argv: list[s
      "--no-proxy-headers contradicts --forwarded-host, which turns proxy headers on"),
     (["--no-proxy-headers", "--proxy-protocol", "--forwarded-host"],
      "--no-proxy-headers contradicts --forwarded-host, which turns proxy headers on"),
+    # Which proxy headers to believe, when none are read: given, even as the default's value,
+    # it says proxy headers are wanted.
+    (["--no-proxy-headers", "--forwarded-header", "forwarded"],
+     "--no-proxy-headers contradicts --forwarded-header forwarded, which names the proxy "
+     "headers to believe: none are read"),
+    (["--no-proxy-headers", "--proxy-protocol", "--forwarded-header", "x-forwarded"],
+     "--no-proxy-headers contradicts --forwarded-header x-forwarded, which names the proxy "
+     "headers to believe: none are read"),
     # The list could only be for the headers, which are off.
     (["--no-proxy-headers", "--proxy-protocol", "--proxy-allow-from", "10.0.0.1",
       "--forwarded-allow-ips", "10.0.0.2"],
@@ -481,6 +489,12 @@ def test_a_bad_proxy_allow_from_is_one_line(capsys: pytest.CaptureFixture[str]) 
     assert run_main(capsys, "m:app", "--proxy-protocol", "--proxy-allow-from", "10.0.0.300") == (
         2, "cyserve: invalid --proxy-allow-from 10.0.0.300: '10.0.0.300' is not an IP address "
            "or network (10.0.0.0/8, ::1, or * for every peer)\n")
+
+
+def test_forwarded_header_unsaid_is_configs_default() -> None:
+    assert _config().forwarded_header == cyserve.config.Config().forwarded_header
+    assert _config("--forwarded-header", "Forwarded").forwarded_header == "forwarded"
+    assert _config("--no-proxy-headers").forwarded_header == "x-forwarded"
 
 
 def test_no_proxy_headers_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
