@@ -569,6 +569,40 @@ def test_a_cyserve_limit_and_gunicorns_name_of_it_set_differently_are_refused(
     assert run_main(capsys, "m:app", *argv) == (2, line)
 
 
+@pytest.mark.parametrize(("env", "argv", "line"), [
+    # A value the user did not type is not reported as if typed: the line says which variable
+    # (or --config key) gave it.
+    ({"CYSERVE_MAX_HEADER_BYTES": "4096"}, ["--limit-request-field-size", "8190"],
+     "cyserve: invalid --limit-request-field-size 8190: sets --max-header-bytes, which is given "
+     "as 4096 (CYSERVE_MAX_HEADER_BYTES='4096'): give one of them\n"),
+    ({"CYSERVE_LIMIT_REQUEST_FIELD_SIZE": "8190"}, ["--max-header-bytes", "4096"],
+     "cyserve: CYSERVE_LIMIT_REQUEST_FIELD_SIZE='8190': sets --max-header-bytes, which is given "
+     "as 4096: give one of them\n"),
+    ({"CYSERVE_LIMIT_REQUEST_FIELD_SIZE": "8190", "CYSERVE_MAX_HEADER_BYTES": "4096"}, [],
+     "cyserve: CYSERVE_LIMIT_REQUEST_FIELD_SIZE='8190': sets --max-header-bytes, which is given "
+     "as 4096 (CYSERVE_MAX_HEADER_BYTES='4096'): give one of them\n"),
+    ({"CYSERVE_LIMIT_REQUEST_FIELD_SIZE": "8190"}, ["--h11-max-incomplete-event-size", "4096"],
+     "cyserve: invalid --h11-max-incomplete-event-size 4096: sets --max-header-bytes, as "
+     "CYSERVE_LIMIT_REQUEST_FIELD_SIZE='8190' does: give one of them\n"),
+])
+def test_a_limit_set_twice_says_where_each_value_came_from(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        env: dict[str, str], argv: list[str], line: str) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert run_main(capsys, "m:app", *argv) == (2, line)
+
+
+def test_a_limit_set_twice_names_the_config_file_key(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    conf = tmp_path / "c.toml"
+    conf.write_text("max-header-bytes = 4096\n")
+    assert run_main(capsys, "m:app", "--config", str(conf), "--limit-request-field-size",
+                    "8190") == (
+        2, "cyserve: invalid --limit-request-field-size 8190: sets --max-header-bytes, which is "
+           f"given as 4096 (--config {conf}: max-header-bytes): give one of them\n")
+
+
 def test_a_cyserve_limit_and_gunicorns_name_of_it_agreeing_are_taken() -> None:
     assert _config("--max-header-bytes", "8190", "--limit-request-field-size",
                    "8190").max_header_bytes == 8190
