@@ -891,7 +891,7 @@ def config_from_args(args: argparse.Namespace,
     elif args.metrics_port is not None:
         host = args.host if ":" not in args.host else f"[{args.host}]"
         options["metrics_bind"] = f"{host}:{args.metrics_port}"
-    options.update(_proxy_lists(args))
+    options.update(_proxy_lists(args, sources or {}))
     if args.forwarded_header is not None:
         options["forwarded_header"] = args.forwarded_header
     options.update(proxy_headers=bool(args.proxy_headers),
@@ -903,7 +903,7 @@ def config_from_args(args: argparse.Namespace,
     return Config(**options)
 
 
-def _proxy_lists(args: argparse.Namespace) -> dict[str, Any]:
+def _proxy_lists(args: argparse.Namespace, sources: Mapping[str, str]) -> dict[str, Any]:
     """forwarded_allow_ips and proxy_allow_from as the options mean them together.
     --forwarded-allow-ips names the peers believed for both proxy headers and, unless
     --proxy-allow-from names them, the PROXY protocol; with --no-proxy-headers and
@@ -917,9 +917,11 @@ def _proxy_lists(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError("proxy_headers", "off", "--no-proxy-headers contradicts "
                           "--forwarded-host, which turns proxy headers on")
     if args.forwarded_header is not None:
-        raise ConfigError("proxy_headers", "off", "--no-proxy-headers contradicts "
-                          f"--forwarded-header {args.forwarded_header}, which names the proxy "
-                          "headers to believe: none are read")
+        said = f"--forwarded-header {args.forwarded_header}"
+        if "forwarded_header" in sources:  # not typed: said where it came from
+            said += f" ({sources['forwarded_header']})"
+        raise ConfigError("proxy_headers", "off", f"--no-proxy-headers contradicts {said}, "
+                          "which names the proxy headers to believe: none are read")
     if ips is not None and not args.proxy_protocol:
         raise ConfigError("proxy_headers", "off", "--no-proxy-headers contradicts "
                           "--forwarded-allow-ips, which turns proxy headers on (for the "

@@ -491,6 +491,15 @@ def test_a_bad_proxy_allow_from_is_one_line(capsys: pytest.CaptureFixture[str]) 
            "or network (10.0.0.0/8, ::1, or * for every peer)\n")
 
 
+def test_forwarded_header_from_the_environment_beside_no_proxy_headers_says_so(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CYSERVE_FORWARDED_HEADER", "forwarded")
+    assert run_main(capsys, "m:app", "--no-proxy-headers") == (
+        2, "cyserve: invalid --proxy-headers off: --no-proxy-headers contradicts "
+           "--forwarded-header forwarded (CYSERVE_FORWARDED_HEADER='forwarded'), which names the "
+           "proxy headers to believe: none are read\n")
+
+
 def test_forwarded_header_unsaid_is_configs_default() -> None:
     assert _config().forwarded_header == cyserve.config.Config().forwarded_header
     assert _config("--forwarded-header", "Forwarded").forwarded_header == "forwarded"
