@@ -320,7 +320,8 @@ def _add_gunicorn_limits(p: argparse.ArgumentParser) -> None:
                         "(default: --max-header-bytes's)")
 
 
-def _gunicorn_limits(args: argparse.Namespace, options: dict[str, Any]) -> None:
+def _gunicorn_limits(args: argparse.Namespace, options: dict[str, Any],
+                     sources: Mapping[str, str]) -> None:
     """gunicorn's limit options, given, replace the cyserve options they name; 0 (gunicorn's
     "no limit") is the largest value cyserve takes."""
     from .config import _LIMIT_MAXIMUM
@@ -334,8 +335,9 @@ def _gunicorn_limits(args: argparse.Namespace, options: dict[str, Any]) -> None:
             # gunicorn's and uvicorn's names of the one limit, given different values: which
             # was meant cannot be told, and neither may win without a word.
             first, first_raw = given[target]
-            raise ConfigError(name, raw, f"sets --{target.replace('_', '-')}, as "
-                              f"--{first.replace('_', '-')} {first_raw} does: give one of them")
+            said = sources.get(first, f"--{first.replace('_', '-')} {first_raw}")
+            raise ConfigError(name, raw, f"sets --{target.replace('_', '-')}, as {said} does: "
+                              "give one of them")
         given[target] = (name, raw)
         try:
             value = int(raw, 10)
@@ -353,8 +355,10 @@ def _gunicorn_limits(args: argparse.Namespace, options: dict[str, Any]) -> None:
         if own is not None and options.get(target) != (value or most):
             # The cyserve name and gunicorn's (or uvicorn's) of the one limit, set differently:
             # which was meant cannot be told, and neither may win without a word.
+            # Said where it came from when the command line did not give it.
+            where = f" ({sources[target]})" if target in sources else ""
             raise ConfigError(name, raw, f"sets --{target.replace('_', '-')}, which is given "
-                              f"as {own}: give one of them")
+                              f"as {own}{where}: give one of them")
         options[target] = value or most
 
 
@@ -628,7 +632,9 @@ def _add_proxy_options(p: argparse.ArgumentParser) -> None:
                    help="the trusted peers: addresses and networks (CIDR) separated by commas, "
                         "or * for all; implies --proxy-headers (default: $FORWARDED_ALLOW_IPS, "
                         "else 127.0.0.1; a Unix socket's peer is always trusted)")
-    g.add_argument("--forwarded-header", default=defaults.forwarded_header,
+    # default None: not said, so that it can be refused beside --no-proxy-headers (which
+    # leaves every proxy header unread); Config's default applies otherwise.
+    g.add_argument("--forwarded-header", default=None,
                    choices=FORWARDED_HEADERS, type=str.lower,
                    help="the headers the proxy writes: x-forwarded (X-Forwarded-For/-Proto) or "
                         "forwarded (RFC 7239); the other kind is the client's and is ignored "
@@ -798,8 +804,11 @@ def _listen_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
-def config_from_args(args: argparse.Namespace) -> Config:
-    """A validated Config from parsed arguments; ConfigError names the flag's option."""
+def config_from_args(args: argparse.Namespace,
+                     sources: Mapping[str, str] | None = None) -> Config:
+    """A validated Config from parsed arguments; ConfigError names the flag's option.
+    sources: where the values the command line did not give came from (parse_sources's
+    labels), for an error that names a second option."""
     options: dict[str, Any] = {"host": args.host,
                                "log_level": "debug" if args.log_level == "trace" else
                                args.log_level,
@@ -850,7 +859,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         except ValueError:
             raise ConfigError(name, raw, "must be a number of seconds") from None
     options.update(_listen_options(args))
-    _gunicorn_limits(args, options)
+    _gunicorn_limits(args, options, sources or {})
     if args.umask is not None:
         options["umask"] = parse_umask(args.umask)
     options.update(user=args.user, group=args.group, **getattr(args, "hooks", {}))
@@ -882,9 +891,10 @@ def config_from_args(args: argparse.Namespace) -> Config:
     elif args.metrics_port is not None:
         host = args.host if ":" not in args.host else f"[{args.host}]"
         options["metrics_bind"] = f"{host}:{args.metrics_port}"
-    options.update(_proxy_lists(args))
+    options.update(_proxy_lists(args, sources or {}))
+    if args.forwarded_header is not None:
+        options["forwarded_header"] = args.forwarded_header
     options.update(proxy_headers=bool(args.proxy_headers),
-                   forwarded_header=args.forwarded_header,
                    forwarded_host=args.forwarded_host,
                    proxy_protocol=args.proxy_protocol, root_path=args.root_path)
     options.update(_ws_options(args))
@@ -893,7 +903,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
     return Config(**options)
 
 
-def _proxy_lists(args: argparse.Namespace) -> dict[str, Any]:
+def _proxy_lists(args: argparse.Namespace, sources: Mapping[str, str]) -> dict[str, Any]:
     """forwarded_allow_ips and proxy_allow_from as the options mean them together.
     --forwarded-allow-ips names the peers believed for both proxy headers and, unless
     --proxy-allow-from names them, the PROXY protocol; with --no-proxy-headers and
@@ -906,6 +916,12 @@ def _proxy_lists(args: argparse.Namespace) -> dict[str, Any]:
     if args.forwarded_host:
         raise ConfigError("proxy_headers", "off", "--no-proxy-headers contradicts "
                           "--forwarded-host, which turns proxy headers on")
+    if args.forwarded_header is not None:
+        said = f"--forwarded-header {args.forwarded_header}"
+        if "forwarded_header" in sources:  # not typed: said where it came from
+            said += f" ({sources['forwarded_header']})"
+        raise ConfigError("proxy_headers", "off", f"--no-proxy-headers contradicts {said}, "
+                          "which names the proxy headers to believe: none are read")
     if ips is not None and not args.proxy_protocol:
         raise ConfigError("proxy_headers", "off", "--no-proxy-headers contradicts "
                           "--forwarded-allow-ips, which turns proxy headers on (for the "
@@ -1188,7 +1204,10 @@ def parse_command(argv: Sequence[str] | None = None,
     ConfigError (naming where a bad value came from) otherwise."""
     args, given, labels = parse_sources(argv, environ)
     try:
-        return args, config_from_args(args)
+        # Where each value the command line did not give came from: an error that names a
+        # second option says it (a value the user did not type is not reported as typed).
+        return args, config_from_args(args, {dest: label for dest, label in labels.items()
+                                             if dest not in given})
     except ConfigError as exc:
         dest = exc.cli_option.replace("-", "_")
         label = labels.get(dest)

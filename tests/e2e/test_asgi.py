@@ -201,6 +201,37 @@ def test_answers_whole_streamed_and_sized() -> None:
         assert c.reply().body == b"whole"
 
 
+def test_a_streamed_body_past_its_content_length_raises_in_send() -> None:
+    """Bytes past the Content-Length the app announced raise in its send(), naming both lengths
+    (uvicorn raises there too); the client still gets exactly the announced bytes, and the
+    connection goes on. A piece that reaches the length exactly may be followed by an empty
+    last message, which is no error."""
+    raised: dict[str, str] = {}
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        pieces = {"/across": [b"he", b"llo"], "/after": [b"hel", b"lo"],
+                  "/exact": [b"he", b"l", b""]}[scope["path"]]
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", b"3")]})
+        try:
+            for piece in pieces:
+                await send({"type": "http.response.body", "body": piece, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except RuntimeError as exc:
+            raised[scope["path"]] = str(exc)
+
+    with serving_app(app) as port, Conn(port) as c:
+        for path in ("/across", "/after", "/exact"):
+            c.send(get(path))
+            r = c.reply()
+            assert (r.status, r.header("content-length"), r.body) == (200, "3", b"hel"), path
+        c.send(get("/exact"))  # the connection stayed open through all of them
+        assert c.reply().body == b"hel"
+    assert raised == {
+        "/across": "ASGI: Content-Length 3, but the body goes on past it: 5 bytes or more",
+        "/after": "ASGI: Content-Length 3, but the body goes on past it: 5 bytes or more"}
+
+
 def test_send_from_the_task_or_another_thread() -> None:
     # send() returns an awaitable (not necessarily a coroutine); one awaited at once, one made
     # on another thread for asyncio.run_coroutine_threadsafe (which wants a coroutine and runs

@@ -465,6 +465,14 @@ def test_proxy_option_combinations(monkeypatch: pytest.MonkeyPatch, argv: list[s
      "--no-proxy-headers contradicts --forwarded-host, which turns proxy headers on"),
     (["--no-proxy-headers", "--proxy-protocol", "--forwarded-host"],
      "--no-proxy-headers contradicts --forwarded-host, which turns proxy headers on"),
+    # Which proxy headers to believe, when none are read: given, even as the default's value,
+    # it says proxy headers are wanted.
+    (["--no-proxy-headers", "--forwarded-header", "forwarded"],
+     "--no-proxy-headers contradicts --forwarded-header forwarded, which names the proxy "
+     "headers to believe: none are read"),
+    (["--no-proxy-headers", "--proxy-protocol", "--forwarded-header", "x-forwarded"],
+     "--no-proxy-headers contradicts --forwarded-header x-forwarded, which names the proxy "
+     "headers to believe: none are read"),
     # The list could only be for the headers, which are off.
     (["--no-proxy-headers", "--proxy-protocol", "--proxy-allow-from", "10.0.0.1",
       "--forwarded-allow-ips", "10.0.0.2"],
@@ -481,6 +489,21 @@ def test_a_bad_proxy_allow_from_is_one_line(capsys: pytest.CaptureFixture[str]) 
     assert run_main(capsys, "m:app", "--proxy-protocol", "--proxy-allow-from", "10.0.0.300") == (
         2, "cyserve: invalid --proxy-allow-from 10.0.0.300: '10.0.0.300' is not an IP address "
            "or network (10.0.0.0/8, ::1, or * for every peer)\n")
+
+
+def test_forwarded_header_from_the_environment_beside_no_proxy_headers_says_so(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CYSERVE_FORWARDED_HEADER", "forwarded")
+    assert run_main(capsys, "m:app", "--no-proxy-headers") == (
+        2, "cyserve: invalid --proxy-headers off: --no-proxy-headers contradicts "
+           "--forwarded-header forwarded (CYSERVE_FORWARDED_HEADER='forwarded'), which names the "
+           "proxy headers to believe: none are read\n")
+
+
+def test_forwarded_header_unsaid_is_configs_default() -> None:
+    assert _config().forwarded_header == cyserve.config.Config().forwarded_header
+    assert _config("--forwarded-header", "Forwarded").forwarded_header == "forwarded"
+    assert _config("--no-proxy-headers").forwarded_header == "x-forwarded"
 
 
 def test_no_proxy_headers_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -553,6 +576,40 @@ def test_uvicorns_h11_max_incomplete_event_size_sets_max_header_bytes() -> None:
 def test_a_cyserve_limit_and_gunicorns_name_of_it_set_differently_are_refused(
         capsys: pytest.CaptureFixture[str], argv: list[str], line: str) -> None:
     assert run_main(capsys, "m:app", *argv) == (2, line)
+
+
+@pytest.mark.parametrize(("env", "argv", "line"), [
+    # A value the user did not type is not reported as if typed: the line says which variable
+    # (or --config key) gave it.
+    ({"CYSERVE_MAX_HEADER_BYTES": "4096"}, ["--limit-request-field-size", "8190"],
+     "cyserve: invalid --limit-request-field-size 8190: sets --max-header-bytes, which is given "
+     "as 4096 (CYSERVE_MAX_HEADER_BYTES='4096'): give one of them\n"),
+    ({"CYSERVE_LIMIT_REQUEST_FIELD_SIZE": "8190"}, ["--max-header-bytes", "4096"],
+     "cyserve: CYSERVE_LIMIT_REQUEST_FIELD_SIZE='8190': sets --max-header-bytes, which is given "
+     "as 4096: give one of them\n"),
+    ({"CYSERVE_LIMIT_REQUEST_FIELD_SIZE": "8190", "CYSERVE_MAX_HEADER_BYTES": "4096"}, [],
+     "cyserve: CYSERVE_LIMIT_REQUEST_FIELD_SIZE='8190': sets --max-header-bytes, which is given "
+     "as 4096 (CYSERVE_MAX_HEADER_BYTES='4096'): give one of them\n"),
+    ({"CYSERVE_LIMIT_REQUEST_FIELD_SIZE": "8190"}, ["--h11-max-incomplete-event-size", "4096"],
+     "cyserve: invalid --h11-max-incomplete-event-size 4096: sets --max-header-bytes, as "
+     "CYSERVE_LIMIT_REQUEST_FIELD_SIZE='8190' does: give one of them\n"),
+])
+def test_a_limit_set_twice_says_where_each_value_came_from(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        env: dict[str, str], argv: list[str], line: str) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert run_main(capsys, "m:app", *argv) == (2, line)
+
+
+def test_a_limit_set_twice_names_the_config_file_key(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    conf = tmp_path / "c.toml"
+    conf.write_text("max-header-bytes = 4096\n")
+    assert run_main(capsys, "m:app", "--config", str(conf), "--limit-request-field-size",
+                    "8190") == (
+        2, "cyserve: invalid --limit-request-field-size 8190: sets --max-header-bytes, which is "
+           f"given as 4096 (--config {conf}: max-header-bytes): give one of them\n")
 
 
 def test_a_cyserve_limit_and_gunicorns_name_of_it_agreeing_are_taken() -> None:

@@ -441,6 +441,42 @@ def test_expect_100_continue(port: int) -> None:
         assert c.get("/plaintext")[0] == 200
 
 
+def send_body(c: H2, sid: int, body: bytes) -> None:
+    """body on stream sid, then END_STREAM, as the flow-control windows let it go."""
+    off = 0
+    while off < len(body):
+        n = min(c.conn.local_flow_control_window(sid), c.conn.max_outbound_frame_size,
+                len(body) - off)
+        if n <= 0:
+            c.pump()  # a WINDOW_UPDATE
+            continue
+        c.conn.send_data(sid, body[off:off + n])
+        c.flush()
+        off += n
+    c.conn.end_stream(sid)
+    c.flush()
+
+
+@pytest.mark.parametrize("length", [True, False], ids=["content-length", "no-length"])
+def test_expect_100_continue_before_a_streamed_body(port: int, length: bool) -> None:
+    """A WSGI app's body large enough to stream to it as it arrives (or of no announced
+    length): the client that waits for 100 Continue (RFC 9110 10.1.1, RFC 9113 8.5: an
+    informational HEADERS frame) gets it before anything of the body is read, and the app then
+    reads the whole body; a client that waits does not hang."""
+    body = b"b" * 90_000  # over BODY_STREAM_MIN (64 KiB), under the fixture's max_body_bytes
+    with H2(port) as c:
+        headers = [("expect", "100-continue")] + (
+            [("content-length", str(len(body)))] if length else [])
+        sid = c.send("/wsgi", method="POST", headers=headers, end=False)
+        info = c.until(h2.events.InformationalResponseReceived)
+        assert info.stream_id == sid and dict(info.headers)[b":status"] == b"100"
+        assert not any(isinstance(e, h2.events.ResponseReceived) for e in c.events)
+        send_body(c, sid, body)
+        status, _, text = c.response(sid)
+        assert (status, text.split(b"|")[-1]) == (200, b"90000")
+        assert c.get("/plaintext")[0] == 200
+
+
 def test_connection_reused_after_idle(port: int) -> None:
     with H2(port) as c:
         assert c.get("/plaintext")[0] == 200
@@ -566,6 +602,13 @@ def test_asgi_over_http2() -> None:
     try:
         with H2(ready[0].port) as c:
             assert c.get("/x", method="POST", body=b"hello")[2] == b"2 POST 5"
+            # A client that waits for 100 Continue gets it (an informational HEADERS frame)
+            # before receive() is given any of the body: it does not hang.
+            sid = c.send("/x", method="POST", headers=[("expect", "100-continue")], end=False)
+            info = c.until(h2.events.InformationalResponseReceived)
+            assert info.stream_id == sid and dict(info.headers)[b":status"] == b"100"
+            send_body(c, sid, b"y" * 100_000)
+            assert c.response(sid)[2] == b"2 POST 100000"
             status, _, body = c.get("/stream")
             assert status == 200 and body == b"s" * 80000
     finally:

@@ -821,6 +821,32 @@ def test_a_failure_midway_cuts_the_answer_short(caplog: pytest.LogCaptureFixture
     assert any("failed while streaming" in rec.getMessage() for rec in caplog.records)
 
 
+def test_a_streamed_body_past_its_content_length_is_cut_and_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A body long enough to be streamed (past WSGI_STREAM_AFTER) that goes on past the
+    Content-Length its app announced: the client gets exactly the announced bytes and the
+    connection goes on (gunicorn cuts it the same way), and the error log says which request it
+    was, once (the app is in no call that could raise)."""
+    def app(environ: Environ, start_response: Any) -> Iterator[bytes]:
+        start_response("200 OK", [("Content-Length", "70000")])
+        yield b"a" * 65536
+        yield b"b" * 10000
+        yield b"c" * 10
+
+    with serve_wsgi(app) as srv, caplog.at_level(logging.ERROR), Conn(srv.port) as c:
+        c.send(get("/long"))
+        r = c.reply()
+        assert (r.status, r.header("content-length")) == (200, "70000")
+        assert r.body == b"a" * 65536 + b"b" * 4464
+        c.send(get("/next"))  # the connection stayed open
+        assert c.reply().body == r.body
+    lines = [rec.getMessage() for rec in caplog.records if "past its Content-Length" in
+             rec.getMessage()]
+    assert len(lines) == 2, lines
+    assert "GET /long" in lines[0] and "Content-Length 70000" in lines[0], lines
+    assert "GET /next" in lines[1], lines
+
+
 def test_write_while_a_stream_is_made_goes_out_in_order() -> None:
     """write() called by a generator between its pieces, once the answer streams: the bytes go
     out before the next piece, in the order the app gave them (gunicorn sends them at once).

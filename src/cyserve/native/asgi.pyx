@@ -471,6 +471,10 @@ cdef class _Exchange:
     cdef int status
     cdef list headers        # the response's (name, value) pairs, checked at start
     cdef object length       # the app's Content-Length, or None
+    # A streamed body with a Content-Length: the bytes given so far (the engine never sends
+    # more than announced), and whether they reached it, which ended the response (_streamed).
+    cdef int64_t streamed
+    cdef bint filled
     cdef object written      # the future a streamed send() waits on
     cdef object ended        # the future receive() waits on for http.disconnect
     cdef bint body_stream    # the body comes piece by piece as receive() asks (body is b"")
@@ -575,6 +579,8 @@ cdef class _Exchange:
                 # An answer to HEAD, or of a status without content, is complete with its head:
                 # the rest goes nowhere.
                 return self.lp.ready
+            if self.filled:
+                return self._past_length(_mget(message, "body", b""))
             raise RuntimeError("ASGI: http.response.body after the response was complete")
         if self.trailers:
             return self._body_trailed(message)
@@ -600,6 +606,8 @@ cdef class _Exchange:
                 announced = -1 if self.length is None else self.length
                 _check_rc(cs.resp_set_stream(resp, <void *>self.h, announced), "ASGI response")
                 self.streaming = True
+        if self.streaming and self.length is not None:
+            return self._streamed(body, more)
         if body:
             _set_body(resp, body if type(body) is bytes else bytes(body))
         if not more:
@@ -609,6 +617,50 @@ cdef class _Exchange:
         self._give(1)
         # The engine writes the piece, then asks for the next (_asgi_stream): that resolves it.
         return self.written
+
+    cdef object _streamed(self, body, bint more):
+        # A piece of a streamed body whose length was announced. The piece that reaches the
+        # length ends the response (the client has the whole answer its framing announced, and
+        # the connection goes on); bytes past it are the app's error, raised in its send() as
+        # uvicorn raises it ("Response content longer than Content-Length"), not dropped
+        # without a word. The bytes that fit are sent first, so that the wire is what it was
+        # when the engine cut them off itself.
+        cdef int64_t left = <int64_t>self.length - self.streamed
+        cdef Py_ssize_t n = len(body)
+        if n > left:
+            self.streamed += left
+            self._last_piece(body[:left])
+            self.filled = True
+            raise RuntimeError(f"ASGI: Content-Length {self.length}, but the body goes on past "
+                               f"it: {self.streamed - left + n} bytes or more")
+        self.streamed += n
+        if n == left:
+            # More may be announced (more_body True) but cannot fit: empty messages may still
+            # follow (_past_length).
+            self.filled = more
+            return self._last_piece(body)
+        if body:
+            _set_body(&self.h.resp, body if type(body) is bytes else bytes(body))
+        if not more:
+            self._give(0)  # short of the length: the engine closes (or resets the stream)
+            return self.lp.ready
+        self.written = self.lp.loop.create_future()
+        self._give(1)
+        return self.written
+
+    cdef object _last_piece(self, body):
+        if body:
+            _set_body(&self.h.resp, body if type(body) is bytes else bytes(body))
+        self._give(0)
+        return self.lp.ready
+
+    cdef object _past_length(self, body):
+        # A message after the piece that reached the announced length: an empty one (the usual
+        # more_body False that ends a stream) is fine; bytes are past the length.
+        if not body:
+            return self.lp.ready
+        raise RuntimeError(f"ASGI: Content-Length {self.length}, but the body goes on past it: "
+                           f"{self.length + len(body)} bytes or more")
 
     cdef object _body_trailed(self, message):
         # The body of a response that announced trailers. It goes out as a stream whatever

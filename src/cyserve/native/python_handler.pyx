@@ -1409,7 +1409,7 @@ cdef void _py_call_impl(PyObject *info_p, cyserve_request *req, cs.resp_t *resp)
         head = req.method.len == 4 and memcmp(req.method.ptr, "HEAD", 4) == 0
         if type(result) is _WSGIAnswer:  # native/wsgi.pyx
             answer = <_WSGIAnswer>result
-            _fill_wsgi(answer, resp, head, ctx, inp)
+            _fill_wsgi(answer, resp, head, ctx, req, inp)
         else:
             _fill_response(result, resp, head)
     except BaseException:

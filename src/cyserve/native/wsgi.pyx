@@ -758,6 +758,12 @@ cdef class _WSGIStream:
     cdef str label
     cdef object ctx  # the contextvars context of the call that made the answer
     cdef RequestBody inp  # wsgi.input when streamed: readable until the answer's end
+    # The bytes of the announced Content-Length not yet given to the engine, or -1 (none
+    # announced). A piece that goes past it is cut by the engine, which sends exactly what the
+    # head announced (more would be read as the next answer); the app cannot be told (its
+    # generator is not in a send() to raise in), so the cut is logged, once, with the request
+    # (label: its method and target).
+    cdef int64_t announced, left
     # The answer, for its write(): what the app writes while it makes a piece goes out before
     # that piece (_stream_step).
     cdef _WSGIAnswer answer
@@ -815,17 +821,34 @@ cdef int _stream_step(tuple info, _WSGIStream st, cs.resp_t *resp, int op) noexc
                     chunk = b"".join(written)
                     del written[:]
                 if chunk:
+                    _stream_count(info, st, len(<bytes>chunk))
                     _set_body(resp, <bytes>chunk)
                     return 1
             if written:  # write() after the last piece
                 chunk = b"".join(written)
                 del written[:]
+                _stream_count(info, st, len(<bytes>chunk))
                 _set_body(resp, <bytes>chunk)
                 return 1
         return 0
     except BaseException:
         _stream_failed(info)
         return -1
+
+
+cdef int _stream_count(tuple info, _WSGIStream st, Py_ssize_t n) except -1:
+    """A piece of n bytes goes to the engine: logs the first that goes past the announced
+    Content-Length (the engine sends the part that fits, and asks for no more)."""
+    if st.left < 0:
+        return 0
+    if n > st.left:
+        _error_log.error("handler %s: the body of its answer to %s goes on past its "
+                         "Content-Length %d: only those bytes are sent, the rest is dropped",
+                         info[2], st.label, st.announced)
+        st.left = -1  # once: the engine asks for no more
+        return 0
+    st.left -= n
+    return 0
 
 
 cdef void _stream_failed(tuple info) noexcept:
@@ -1335,7 +1358,7 @@ cdef object _wsgi_reason(str s, int code):
     return reason
 
 
-cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx,
+cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx, cyserve_request *req,
                     RequestBody inp=None) except -1:
     cdef bytes body
     cdef object length
@@ -1385,6 +1408,11 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx,
             a.chunks = []
             a.total = 0
             st.ctx = ctx
+            st.announced = st.left = -1
+            if length is not None:
+                st.announced = <int64_t>length
+                st.left = <int64_t>length - len(body)
+                st.label = f"{_latin1(req.method)} {_latin1(req.target)}"
             _check_rc(cs.resp_set_stream(resp, <void *>st, length if length is not None else -1),
                       "stream")
             Py_INCREF(st)  # the engine's reference, dropped by _py_stream_impl
