@@ -322,6 +322,47 @@ static void test_stack_depot(void)
     is_int(stacks_alive_since(m0, u0), 0, "freeing the pools unmaps every stack they held");
 }
 
+/* coro_pool_set_cache only lowers a pool's bound: a relief thread's pool asks for one magazine
+ * (32 stacks) so that its stacks go to the depot, which for stacks of up to 256 KiB is less
+ * than the default (8 MiB of stacks), but for bigger ones would be more: 32 stacks of 1 MiB
+ * kept by a thread that starts few coroutines, four times the default. Such a pool keeps its
+ * default (8 here), as a worker's of that size does. */
+static void test_stack_cache_bound(void)
+{
+    struct coro_pool *worker, *relief;
+    size_t big = 1u << 20;
+    if (coro_pool_new(&worker, big) != 0 || coro_pool_new_shared(&relief, big, worker) != 0) {
+        ok(0, "pools of 1 MiB stacks");
+        return;
+    }
+    unsigned dflt = relief->max_free_stacks;
+    is_int(dflt, 8, "the default for 1 MiB stacks: 8 MiB of them");
+    coro_pool_set_cache(relief, CORO_STACK_MAG);
+    is_int(relief->max_free_stacks, dflt, "a magazine's worth is more: the default stays");
+    enum { N = CORO_STACK_MAG };
+    static struct coro *cos[N];
+    uint64_t m0, u0;
+    coro_stack_counts(&m0, &u0);
+    start_here_finish_there(worker, relief, cos, N);
+    ok(relief->n_free_stacks <= dflt, "32 finished there leave %u cached (at most %u)",
+       relief->n_free_stacks, dflt);
+    is_int(stacks_alive_since(m0, u0), stacks_held(worker, relief),
+           "the others were unmapped, none lost");
+    coro_pool_free(relief);
+    coro_pool_free(worker);
+
+    /* Stacks of 64 KiB: the default is 128, and the magazine's worth is the bound. */
+    if (coro_pool_new(&worker, 64u << 10) != 0 ||
+        coro_pool_new_shared(&relief, 64u << 10, worker) != 0) {
+        ok(0, "pools of 64 KiB stacks");
+        return;
+    }
+    coro_pool_set_cache(relief, CORO_STACK_MAG);
+    is_int(relief->max_free_stacks, CORO_STACK_MAG, "64 KiB stacks: one magazine");
+    coro_pool_free(relief);
+    coro_pool_free(worker);
+}
+
 /* A thread reads the clock before it takes the slab's lock; another that read it a little later
  * can take the lock first and decay. The first thread's reading is then older than the mark:
  * no period has passed for it, and it must neither empty the depot nor move the mark back. */
@@ -907,6 +948,7 @@ int main(void)
     test_arena();
     test_stacks();
     test_stack_depot();
+    test_stack_cache_bound();
     test_stack_depot_stale_clock();
     test_stack_depot_threads();
     test_stack_trim();

@@ -466,6 +466,35 @@ static void test_trailers_empty_body(void)
     nghttp2_session_del(cl);
 }
 
+/* The same with no body at all: an answer whose body pointer is NULL (none of today's makers
+ * gives one: a handler's response has its inline buffer, a short answer its literal), whose
+ * empty DATA frame's read (h2_read_body) must then copy nothing from it: memcpy from NULL is
+ * undefined even for no bytes, and UBSan's nonnull check stops there. */
+static void test_trailers_null_body(void)
+{
+    struct h2_session *h = session();
+    nghttp2_session *cl = client_seen();
+    nghttp2_nv with_te[] = {NV(":method", "GET"), NV(":path", "/"), NV(":scheme", "http"),
+                            NV(":authority", "a"), NV("te", "trailers")};
+    int32_t s1 = nghttp2_submit_request(cl, NULL, with_te, 5, NULL, NULL);
+    ok(to_server(cl, h) >= 0, "fed");
+    for (struct h2_stream *st = h->streams; st; st = st->next) {
+        if (st->id != s1)
+            continue;
+        request_answer_simple(&st->rq.answer, st->rq.answer_lines, sizeof(st->rq.answer_lines), 200,
+                              "", NULL);
+        st->rq.answer.body = NULL;
+        is_int(resp_add_trailer(&st->rq.resp, "grpc-status", 11, "5", 1), 0, "a trailer");
+        is_int(h2_submit(h, st), 0, "submitted");
+    }
+    to_client(h, cl);
+    ok(!seen_of[s1].data_end, "the empty DATA frame does not end the stream");
+    ok(seen_of[s1].trailers_end, "the trailers' HEADERS frame does");
+    is_mem(seen_of[s1].trailers, strlen(seen_of[s1].trailers), "grpc-status=5;", "the field");
+    h2_session_free(h, 0);
+    nghttp2_session_del(cl);
+}
+
 /* A streamed answer of a status without content (a 204, a 304) is one HEADERS frame with
  * END_STREAM, and no DATA; its producer runs to its end as if its body were sent (as HTTP/1's
  * send_stream does): its pieces are asked for and dropped, and it is not given back as if the
@@ -971,6 +1000,7 @@ int main(void)
     test_lower_stream_id();
     test_trailers();
     test_trailers_empty_body();
+    test_trailers_null_body();
     test_bodyless_stream();
     test_te_lists_trailers();
     test_upgrade_keeps_te_trailers();

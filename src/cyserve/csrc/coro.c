@@ -326,6 +326,15 @@ static void coro_install_altstack(void)
 
 /* ---- pools ---- */
 
+/* The free stacks a pool of stacks of this size caches by default: 8 MiB of them, at least 4.
+ * Enough to absorb bursts of short coroutines without a syscall, little enough to matter
+ * nothing next to a worker's RSS. */
+static unsigned coro_cache_default(size_t stack_size)
+{
+    unsigned n = (unsigned)((8u << 20) / stack_size);
+    return n < 4 ? 4 : n;
+}
+
 static int coro_pool_create(struct coro_pool **out, size_t stack_size, struct coro_slab *slab)
 {
     if (stack_size < CORO_STACK_MIN || stack_size > CORO_STACK_MAX)
@@ -336,11 +345,7 @@ static int coro_pool_create(struct coro_pool **out, size_t stack_size, struct co
         return -ENOMEM;
     pool->page = (size_t)sysconf(_SC_PAGESIZE);
     pool->stack_size = (stack_size + pool->page - 1) & ~(pool->page - 1);
-    /* Keep up to 8 MiB of stacks (at least 4) cached: enough to absorb bursts of short
-     * coroutines without a syscall, little enough to matter nothing next to a worker's RSS. */
-    pool->max_free_stacks = (unsigned)((8u << 20) / pool->stack_size);
-    if (pool->max_free_stacks < 4)
-        pool->max_free_stacks = 4;
+    pool->max_free_stacks = coro_cache_default(pool->stack_size);
     if (slab) {
         pthread_mutex_lock(&slab->lock);
         slab->refs++;
@@ -379,7 +384,13 @@ size_t coro_pool_stack_size(const struct coro_pool *pool)
 
 void coro_pool_set_cache(struct coro_pool *pool, unsigned stacks)
 {
-    pool->max_free_stacks = stacks < CORO_STACK_MAG ? CORO_STACK_MAG : stacks;
+    if (stacks < CORO_STACK_MAG)
+        stacks = CORO_STACK_MAG; /* the least that spills a magazine to the depot */
+    /* Never more than the default: for stacks of over 256 KiB a magazine is more than 8 MiB, and
+     * the pool then keeps its default, smaller than a magazine, unmapping what is beyond it as a
+     * worker's pool of that size does (coro_stack_put). */
+    unsigned dflt = coro_cache_default(pool->stack_size);
+    pool->max_free_stacks = stacks < dflt ? stacks : dflt;
 }
 
 static void coro_stack_unmap(struct coro_stack *st)

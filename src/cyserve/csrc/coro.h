@@ -78,10 +78,12 @@ int coro_pool_new_shared(struct coro_pool **out, size_t stack_size, struct coro_
 /* The usable size of the pool's stacks, in bytes. */
 size_t coro_pool_stack_size(const struct coro_pool *pool);
 
-/* Cache at most `stacks` free stacks in the pool itself (at least CORO_STACK_MAG; the default is
- * 8 MiB of stacks, at least 4); more go to the depot its slab shares with the other pools of that
- * slab. For a thread that finishes coroutines it did not start (a relief thread), whose stacks
- * are wanted by the threads that start them. Owner thread of pool only. */
+/* Cache at most `stacks` free stacks in the pool itself (at least CORO_STACK_MAG, at most the
+ * default: 8 MiB of stacks, at least 4); more go to the depot its slab shares with the other
+ * pools of that slab. For a thread that finishes coroutines it did not start (a relief thread),
+ * whose stacks are wanted by the threads that start them. It only lowers the bound: for stacks
+ * of over 256 KiB, whose default is less than a magazine, the pool keeps its default (and
+ * unmaps beyond it, as a worker's does). Owner thread of pool only. */
 void coro_pool_set_cache(struct coro_pool *pool, unsigned stacks);
 
 /* Stacks move between a pool and its slab's depot in magazines of this many. */

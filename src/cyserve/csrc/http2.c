@@ -1166,7 +1166,10 @@ static ssize_t h2_read_body(nghttp2_session *ng, int32_t id, uint8_t *buf, size_
         n = length;
     if (st->limit >= 0 && (uint64_t)n > (uint64_t)st->limit)
         n = (size_t)st->limit; /* never more than announced */
-    memcpy(buf, st->src + st->src_off, n);
+    /* An empty body may have no memory at all (src NULL): memcpy from NULL is undefined even
+     * for no bytes, so none is copied then. */
+    if (n)
+        memcpy(buf, st->src + st->src_off, n);
     st->src_off += n;
     st->sent += n;
     if (st->limit >= 0)

@@ -301,7 +301,8 @@ static void *relief_main(void *arg)
     }
     /* A relief thread finishes coroutines that workers started (a Python call's coroutine is
      * resumed where its batch ran) and starts few: its free stacks go to the shared depot, where
-     * the workers take them, rather than sit in a cache of its own. */
+     * the workers take them, rather than sit in a cache of its own (stacks of over 256 KiB,
+     * whose default cache is smaller than a magazine, keep that default instead). */
     coro_pool_set_cache(r->pool, CORO_STACK_MAG);
     loop_lock(r, r);
     relief_loop(r);
