@@ -900,6 +900,32 @@ def test_exc_info_once_the_head_is_out_raises_and_cuts_the_answer(
     assert any("failed while streaming" in rec.getMessage() for rec in caplog.records)
 
 
+def test_an_error_page_after_a_streamed_answer_on_the_same_thread() -> None:
+    """A thread reuses its answer object for its next request (_answer_for): a streamed answer
+    marks it sent, and a reuse that kept the mark made the next request's start_response with
+    exc_info before any body raise the app's error (a 500) instead of replacing its answer.
+    One worker thread, so each request after the stream gets the reused answer."""
+    def app(environ: Environ, start_response: Any) -> Any:
+        if environ["PATH_INFO"] == "/stream":
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            return (b"x" * 40000 for _ in range(3))  # past 64 KiB: streamed
+        start_response("200 OK", [("X-First", "1")])
+        try:
+            raise RuntimeError("changed its mind")
+        except RuntimeError:
+            import sys
+            start_response("503 Service Unavailable", [("Retry-After", "1")], sys.exc_info())
+        return [b"later"]
+
+    with serving(as_app(app).build(), threads=1) as srv, Conn(srv.port) as c:
+        for _ in range(3):
+            c.send(get("/stream"))
+            assert c.reply().body == b"x" * 120000
+            c.send(get("/error-page"))
+            r = c.reply()
+            assert (r.status, r.body, r.header("x-first")) == (503, b"later", None)
+
+
 def test_a_client_that_leaves_midway_gets_the_stream_closed() -> None:
     closed = threading.Event()
 

@@ -284,6 +284,7 @@ cdef _WSGIAnswer _answer_for(_ThreadCache cache):
         answer.total = 0
         answer.close = False
         answer.head_unknown = False
+        answer.sent = False  # else a streamed answer's would refuse the next one's exc_info
         answer.file_offset = 0
         answer.file_len = 0
         return answer
