@@ -682,6 +682,9 @@ def failing_app(kind: str, closed: list[bool]) -> Any:
         if kind == "too long":  # with a length, the first piece does not start the answer
             start_response("200 OK", [("Content-Length", "3")])
             return Closing([b"ok", b"ok"], closed)
+        if kind == "more after the length":  # pieces fill it exactly, then one more comes
+            start_response("200 OK", [("Content-Length", "4")])
+            return Closing([b"ok", b"ok", b"", b"more"], closed)
         if kind == "bad reason":
             start_response("200 Fine\x01", [])
         if kind == "DEL in reason":
@@ -701,7 +704,8 @@ def failing_app(kind: str, closed: list[bool]) -> Any:
                                   "1xx status", "status not str", "headers not list",
                                   "header not str", "hop-by-hop", "upgrade", "bad header value",
                                   "wrong content-length", "bad content-length", "str chunk",
-                                  "iteration raises", "too long", "body on 204"])
+                                  "iteration raises", "too long", "more after the length",
+                                  "body on 204"])
 def test_what_the_app_gets_wrong_is_a_500_and_a_logged_error(
         kind: str, caplog: pytest.LogCaptureFixture) -> None:
     closed: list[bool] = []
@@ -845,6 +849,31 @@ def test_a_streamed_body_past_its_content_length_is_cut_and_logged(
     assert len(lines) == 2, lines
     assert "GET /long" in lines[0] and "Content-Length 70000" in lines[0], lines
     assert "GET /next" in lines[1], lines
+
+
+def test_a_streamed_body_that_fills_its_content_length_then_goes_on_is_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The pieces of a streamed body fill the announced Content-Length exactly and the app has
+    more: the engine asks for no piece past the length, so the server looks for one when it lets
+    the stream go, and logs it as it logs a piece that crosses the length (the client gets
+    exactly the announced bytes, the connection goes on). It went unsaid before."""
+    closed: list[bool] = []
+
+    def app(environ: Environ, start_response: Any) -> Any:
+        start_response("200 OK", [("Content-Length", "70000")])
+        extra = [b"c" * 10] if environ["PATH_INFO"] == "/long" else []
+        return Closing([b"a" * 65536, b"b" * 4464, b""] + extra, closed)
+
+    with serve_wsgi(app) as srv, caplog.at_level(logging.ERROR), Conn(srv.port) as c:
+        for path in ("/exact", "/long"):
+            c.send(get(path))
+            r = c.reply()
+            assert (r.status, r.header("content-length")) == (200, "70000")
+            assert r.body == b"a" * 65536 + b"b" * 4464
+    lines = [rec.getMessage() for rec in caplog.records if "past its Content-Length" in
+             rec.getMessage()]
+    assert len(lines) == 1 and "GET /long" in lines[0], lines
+    assert closed == [True, True]
 
 
 def test_write_while_a_stream_is_made_goes_out_in_order() -> None:

@@ -716,9 +716,14 @@ cdef bint _wsgi_collect(_WSGIAnswer answer, it, result, bint head) except -1:
     announced, or a long one), its first piece. Returns True when the rest is to be streamed:
     answer then holds the iterator, and the duty to close result."""
     cdef object length
+    cdef bint full = False
     for chunk in it:
         if not _wsgi_take(answer, chunk):
             continue
+        if full:
+            # A piece past a body that had filled its Content-Length: the app's mistake,
+            # answered as a body longer than announced in one piece is (_fill_wsgi: a 500).
+            return False
         length = answer.length_value()
         if length is None:
             # Unknown length: the first piece goes out now (server-sent events must not wait
@@ -727,8 +732,14 @@ cdef bint _wsgi_collect(_WSGIAnswer answer, it, result, bint head) except -1:
                 answer.head_unknown = True
                 return False
             break
-        if answer.total >= length:
-            return False  # everything announced is here (more would be the app's mistake)
+        if answer.total > length:
+            return False  # more than announced: _fill_wsgi's 500
+        if answer.total == length:
+            # Everything announced is here. The rest of the iterator must give nothing more
+            # (PEP 3333 has the server iterate to the end anyway): stopping here would send a
+            # body cut at the length without a word when it went on in another piece.
+            full = True
+            continue
         if answer.total >= WSGI_STREAM_AFTER and not head:
             break
     else:
@@ -831,6 +842,21 @@ cdef int _stream_step(tuple info, _WSGIStream st, cs.resp_t *resp, int op) noexc
                 _stream_count(info, st, len(<bytes>chunk))
                 _set_body(resp, <bytes>chunk)
                 return 1
+        elif st.left == 0:
+            # Let go once the pieces filled the announced length exactly: the engine asks for
+            # nothing past it, so a body that goes on would be cut without a word (one that
+            # crosses the length in a piece is logged by _stream_count). Look for a next
+            # piece, as PEP 3333's server iterates to the end, and log it the same way.
+            if st.answer.chunks:  # write() after the last piece
+                _stream_count(info, st, 1)
+            else:
+                for chunk in st.it:
+                    if not isinstance(chunk, (bytes, bytearray, memoryview)):
+                        raise WSGIError(f"the WSGI application yielded a "
+                                        f"{type(chunk).__name__}, not bytes")
+                    if len(chunk) or st.answer.chunks:
+                        _stream_count(info, st, 1)
+                        break
         return 0
     except BaseException:
         _stream_failed(info)
