@@ -285,6 +285,7 @@ cdef _WSGIAnswer _answer_for(_ThreadCache cache):
         answer.close = False
         answer.head_unknown = False
         answer.sent = False  # else a streamed answer's would refuse the next one's exc_info
+        answer.past = False
         answer.file_offset = 0
         answer.file_len = 0
         return answer
@@ -721,8 +722,13 @@ cdef bint _wsgi_collect(_WSGIAnswer answer, it, result, bint head) except -1:
         if not _wsgi_take(answer, chunk):
             continue
         if full:
-            # A piece past a body that had filled its Content-Length: the app's mistake,
-            # answered as a body longer than announced in one piece is (_fill_wsgi: a 500).
+            # A piece past a body that filled its Content-Length exactly: dropped, the body
+            # sent as announced, and the mistake logged by the caller (answer.past), as a
+            # streamed body's piece past its length is (_stream_count); gunicorn sends the
+            # same bytes. (A piece that crosses the length is a body that cannot be sent as
+            # announced: _fill_wsgi's 500.)
+            answer.total -= len(<bytes>answer.chunks.pop())
+            answer.past = True
             return False
         length = answer.length_value()
         if length is None:
@@ -735,9 +741,9 @@ cdef bint _wsgi_collect(_WSGIAnswer answer, it, result, bint head) except -1:
         if answer.total > length:
             return False  # more than announced: _fill_wsgi's 500
         if answer.total == length:
-            # Everything announced is here. The rest of the iterator must give nothing more
-            # (PEP 3333 has the server iterate to the end anyway): stopping here would send a
-            # body cut at the length without a word when it went on in another piece.
+            # Everything announced is here. The rest of the iterator should give nothing more
+            # (PEP 3333 has the server iterate to the end anyway): stopping here cut a body
+            # that went on in another piece without a word.
             full = True
             continue
         if answer.total >= WSGI_STREAM_AFTER and not head:
@@ -869,12 +875,19 @@ cdef int _stream_count(tuple info, _WSGIStream st, Py_ssize_t n) except -1:
     if st.left < 0:
         return 0
     if n > st.left:
-        _error_log.error("handler %s: the body of its answer to %s goes on past its "
-                         "Content-Length %d: only those bytes are sent, the rest is dropped",
-                         info[2], st.label, st.announced)
+        _log_past_length(info[2], st.label, st.announced)
         st.left = -1  # once: the engine asks for no more
         return 0
     st.left -= n
+    return 0
+
+
+cdef int _log_past_length(handler, str request, int64_t length) except -1:
+    """The error line for an answer whose body went on past the Content-Length its app
+    announced (the app cannot be told: it is in no call that could raise)."""
+    _error_log.error("handler %s: the body of its answer to %s goes on past its "
+                     "Content-Length %d: only those bytes are sent, the rest is dropped",
+                     handler, request, length)
     return 0
 
 
@@ -1039,6 +1052,9 @@ cdef class _WSGIAnswer:
     # The head went to the engine with the first piece of a streamed answer: from then on an
     # error page can no longer replace it (_start_response).
     cdef bint sent
+    # A piece came after the body had filled its Content-Length exactly: dropped by
+    # _wsgi_collect, logged by the caller of _fill_wsgi (_py_call_impl), which knows the route.
+    cdef bint past
     # A body in a file (wsgi.file_wrapper, _wsgi_file): our descriptor of it, or None.
     cdef _OwnedFd file_fd
     cdef uint64_t file_offset
