@@ -326,19 +326,12 @@ def _gunicorn_limits(args: argparse.Namespace, options: dict[str, Any],
     "no limit") is the largest value cyserve takes."""
     from .config import _LIMIT_MAXIMUM
 
-    given: dict[str, tuple[str, str]] = {}  # target: the first name that set it, and its value
+    # target: the first name that set it, its value as given, and the limit it makes
+    given: dict[str, tuple[str, str, int]] = {}
     for name, target in _GUNICORN_LIMITS:
         raw = getattr(args, name)
         if raw is None:
             continue
-        if target in given and given[target][1] != raw:
-            # gunicorn's and uvicorn's names of the one limit, given different values: which
-            # was meant cannot be told, and neither may win without a word.
-            first, first_raw = given[target]
-            said = sources.get(first, f"--{first.replace('_', '-')} {first_raw}")
-            raise ConfigError(name, raw, f"sets --{target.replace('_', '-')}, as {said} does: "
-                              "give one of them")
-        given[target] = (name, raw)
         try:
             value = int(raw, 10)
         except ValueError:
@@ -351,6 +344,15 @@ def _gunicorn_limits(args: argparse.Namespace, options: dict[str, Any],
         if value != 0 and not low <= value <= most:
             raise ConfigError(name, raw, f"must be 0 (the most, {most}) or between {low} and "
                               f"{most}")
+        if target in given and given[target][2] != (value or most):
+            # gunicorn's and uvicorn's names of the one limit, given different limits: which
+            # was meant cannot be told, and neither may win without a word. The limits are
+            # compared, not their spellings: "0100" is 100, and gunicorn's 0 is the most.
+            first, first_raw, _ = given[target]
+            said = sources.get(first, f"--{first.replace('_', '-')} {first_raw}")
+            raise ConfigError(name, raw, f"sets --{target.replace('_', '-')}, as {said} does: "
+                              "give one of them")
+        given[target] = (name, raw, value or most)
         own = getattr(args, target)
         if own is not None and options.get(target) != (value or most):
             # The cyserve name and gunicorn's (or uvicorn's) of the one limit, set differently:

@@ -573,6 +573,18 @@ def test_uvicorns_h11_max_incomplete_event_size_sets_max_header_bytes() -> None:
                    "4096").max_header_bytes == 4096  # the same value twice is no contradiction
 
 
+@pytest.mark.parametrize(("argv", "limit"), [
+    (["--limit-request-field-size", "0100", "--h11-max-incomplete-event-size", "100"], 100),
+    # gunicorn's 0 is the most cyserve takes, which uvicorn's option names as a number.
+    (["--limit-request-field-size", "0", "--h11-max-incomplete-event-size", "1048576"], 1048576),
+])
+def test_two_names_of_one_limit_agree_by_the_limit_not_its_spelling(argv: list[str],
+                                                                     limit: int) -> None:
+    """gunicorn's and uvicorn's names of --max-header-bytes given the same limit in two
+    spellings: no contradiction (they were refused as if they differed)."""
+    assert _config(*argv).max_header_bytes == limit
+
+
 @pytest.mark.parametrize(("argv", "line"), [
     (["--max-header-bytes", "4096", "--limit-request-field-size", "8190"],
      "cyserve: invalid --limit-request-field-size 8190: sets --max-header-bytes, which is given "
