@@ -326,19 +326,12 @@ def _gunicorn_limits(args: argparse.Namespace, options: dict[str, Any],
     "no limit") is the largest value cyserve takes."""
     from .config import _LIMIT_MAXIMUM
 
-    given: dict[str, tuple[str, str]] = {}  # target: the first name that set it, and its value
+    # target: the first name that set it, its value as given, and the limit it makes
+    given: dict[str, tuple[str, str, int]] = {}
     for name, target in _GUNICORN_LIMITS:
         raw = getattr(args, name)
         if raw is None:
             continue
-        if target in given and given[target][1] != raw:
-            # gunicorn's and uvicorn's names of the one limit, given different values: which
-            # was meant cannot be told, and neither may win without a word.
-            first, first_raw = given[target]
-            said = sources.get(first, f"--{first.replace('_', '-')} {first_raw}")
-            raise ConfigError(name, raw, f"sets --{target.replace('_', '-')}, as {said} does: "
-                              "give one of them")
-        given[target] = (name, raw)
         try:
             value = int(raw, 10)
         except ValueError:
@@ -351,6 +344,15 @@ def _gunicorn_limits(args: argparse.Namespace, options: dict[str, Any],
         if value != 0 and not low <= value <= most:
             raise ConfigError(name, raw, f"must be 0 (the most, {most}) or between {low} and "
                               f"{most}")
+        if target in given and given[target][2] != (value or most):
+            # gunicorn's and uvicorn's names of the one limit, given different limits: which
+            # was meant cannot be told, and neither may win without a word. The limits are
+            # compared, not their spellings: "0100" is 100, and gunicorn's 0 is the most.
+            first, first_raw, _ = given[target]
+            said = sources.get(first, f"--{first.replace('_', '-')} {first_raw}")
+            raise ConfigError(name, raw, f"sets --{target.replace('_', '-')}, as {said} does: "
+                              "give one of them")
+        given[target] = (name, raw, value or most)
         own = getattr(args, target)
         if own is not None and options.get(target) != (value or most):
             # The cyserve name and gunicorn's (or uvicorn's) of the one limit, set differently:
@@ -912,24 +914,31 @@ def _proxy_lists(args: argparse.Namespace, sources: Mapping[str, str]) -> dict[s
     ips, pp_from = args.forwarded_allow_ips, args.proxy_allow_from
     if args.proxy_headers is not False:
         return {"forwarded_allow_ips": ips, "proxy_allow_from": pp_from}
-    # uvicorn's --no-proxy-headers beside an option that turns them on says two things.
+    # uvicorn's --no-proxy-headers beside an option that turns them on says two things. An
+    # option the command line did not give is said with where it came from (an environment
+    # variable, a --config key), as a limit given twice is (_gunicorn_limits).
+    def said(dest: str, shown: str) -> str:
+        return f"{shown} ({sources[dest]})" if dest in sources else shown
+
     if args.forwarded_host:
         raise ConfigError("proxy_headers", "off", "--no-proxy-headers contradicts "
-                          "--forwarded-host, which turns proxy headers on")
+                          f"{said('forwarded_host', '--forwarded-host')}, which turns proxy "
+                          "headers on")
     if args.forwarded_header is not None:
-        said = f"--forwarded-header {args.forwarded_header}"
-        if "forwarded_header" in sources:  # not typed: said where it came from
-            said += f" ({sources['forwarded_header']})"
-        raise ConfigError("proxy_headers", "off", f"--no-proxy-headers contradicts {said}, "
+        header = said("forwarded_header", f"--forwarded-header {args.forwarded_header}")
+        raise ConfigError("proxy_headers", "off", f"--no-proxy-headers contradicts {header}, "
                           "which names the proxy headers to believe: none are read")
     if ips is not None and not args.proxy_protocol:
         raise ConfigError("proxy_headers", "off", "--no-proxy-headers contradicts "
-                          "--forwarded-allow-ips, which turns proxy headers on (for the "
-                          "PROXY protocol's peers, add --proxy-protocol)")
+                          f"{said('forwarded_allow_ips', '--forwarded-allow-ips')}, which turns "
+                          "proxy headers on (for the PROXY protocol's peers, add "
+                          "--proxy-protocol)")
     if ips is not None and pp_from is not None:
         raise ConfigError("proxy_headers", "off", "--no-proxy-headers contradicts "
-                          "--forwarded-allow-ips, which can only turn proxy headers on when "
-                          "--proxy-allow-from names the PROXY protocol's peers")
+                          f"{said('forwarded_allow_ips', '--forwarded-allow-ips')}, which can "
+                          "only turn proxy headers on when "
+                          f"{said('proxy_allow_from', '--proxy-allow-from')} names the PROXY "
+                          "protocol's peers")
     # The PROXY protocol from these peers, and no proxy header believed from anyone.
     return {"forwarded_allow_ips": None, "proxy_allow_from": ips if ips is not None else pp_from}
 

@@ -500,6 +500,29 @@ def test_forwarded_header_from_the_environment_beside_no_proxy_headers_says_so(
            "proxy headers to believe: none are read\n")
 
 
+@pytest.mark.parametrize(("argv", "env", "reason"), [
+    (["--no-proxy-headers"], {"CYSERVE_FORWARDED_HOST": "1"},
+     "--forwarded-host (CYSERVE_FORWARDED_HOST='1'), which turns proxy headers on"),
+    (["--no-proxy-headers"], {"CYSERVE_FORWARDED_ALLOW_IPS": "10.0.0.2"},
+     "--forwarded-allow-ips (CYSERVE_FORWARDED_ALLOW_IPS='10.0.0.2'), which turns proxy headers "
+     "on (for the PROXY protocol's peers, add --proxy-protocol)"),
+    (["--no-proxy-headers", "--proxy-protocol", "--forwarded-allow-ips", "10.0.0.2"],
+     {"CYSERVE_PROXY_ALLOW_FROM": "10.0.0.1"},
+     "--forwarded-allow-ips, which can only turn proxy headers on when --proxy-allow-from "
+     "(CYSERVE_PROXY_ALLOW_FROM='10.0.0.1') names the PROXY protocol's peers"),
+])
+def test_proxy_contradictions_name_the_environment_variable_a_value_came_from(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str],
+        env: dict[str, str], reason: str) -> None:
+    """An option beside --no-proxy-headers that the command line did not give is said with the
+    variable that gave it, as --forwarded-header's and the limits' are: the user looking at the
+    command line would not find it there."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert run_main(capsys, "m:app", *argv) == (
+        2, f"cyserve: invalid --proxy-headers off: --no-proxy-headers contradicts {reason}\n")
+
+
 def test_forwarded_header_unsaid_is_configs_default() -> None:
     assert _config().forwarded_header == cyserve.config.Config().forwarded_header
     assert _config("--forwarded-header", "Forwarded").forwarded_header == "forwarded"
@@ -548,6 +571,18 @@ def test_uvicorns_h11_max_incomplete_event_size_sets_max_header_bytes() -> None:
     assert _config("--h11-max-incomplete-event-size", "4096").max_header_bytes == 4096
     assert _config("--h11-max-incomplete-event-size", "4096", "--limit-request-field-size",
                    "4096").max_header_bytes == 4096  # the same value twice is no contradiction
+
+
+@pytest.mark.parametrize(("argv", "limit"), [
+    (["--limit-request-field-size", "0100", "--h11-max-incomplete-event-size", "100"], 100),
+    # gunicorn's 0 is the most cyserve takes, which uvicorn's option names as a number.
+    (["--limit-request-field-size", "0", "--h11-max-incomplete-event-size", "1048576"], 1048576),
+])
+def test_two_names_of_one_limit_agree_by_the_limit_not_its_spelling(argv: list[str],
+                                                                     limit: int) -> None:
+    """gunicorn's and uvicorn's names of --max-header-bytes given the same limit in two
+    spellings: no contradiction (they were refused as if they differed)."""
+    assert _config(*argv).max_header_bytes == limit
 
 
 @pytest.mark.parametrize(("argv", "line"), [

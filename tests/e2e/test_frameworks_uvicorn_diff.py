@@ -45,28 +45,23 @@ body of the HTTP answer."""
 from __future__ import annotations
 
 import contextlib
-import gzip
 import hashlib
 import json
 import random
 import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from _subserve import env_with_src, free_port, running
-from test_asgi_uvicorn_diff import Answer, Client, chunked
+from _diffserve import (APPS, FRAMING, OWN, Reply, asks_keep_alive, exchange, get, multipart,
+                        normalised, post, sequence, server_pairs)
+from test_asgi_uvicorn_diff import chunked
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 pytestmark = pytest.mark.native
 
-APPS = Path(__file__).resolve().parent / "diffapps"
-OWN = {"date", "server"}
-FRAMING = {"content-length", "transfer-encoding"}
 SERVERS = ("cyserve", "uvicorn")
 # Starlette's and Django's apps are served under a root path on both (the mount and root_path
 # cases; Django's views say what they see of it).
@@ -75,114 +70,23 @@ MODULES = {"fastapi": "asgi_fastapi", "starlette": "asgi_starlette", "django": "
            "quart": "asgi_quart"}
 
 
-def file_bytes() -> bytes:
-    """The 64 KiB file the Starlette and Django apps serve: known bytes, the same on both."""
-    return bytes(random.Random(7).getrandbits(8) for _ in range(65536))
+def command_lines(framework: str, cy: int, uv: int) -> tuple[list[str], list[str]]:
+    """A framework's app served by cyserve on port cy and by uvicorn on port uv."""
+    target = f"{MODULES[framework]}:app"
+    root = ["--root-path", ROOT_PATH[framework]] if framework in ROOT_PATH else []
+    return ([sys.executable, "-m", "cyserve", target, "--port", str(cy), "--threads", "2",
+             "--app-dir", str(APPS), "--loop", "asyncio", "--lifespan", "auto",
+             "--max-body-bytes", str(8 << 20), *root],
+            [sys.executable, "-m", "uvicorn", target, "--port", str(uv), "--host", "127.0.0.1",
+             "--app-dir", str(APPS), "--loop", "asyncio", "--http", "h11", "--ws", "websockets",
+             "--lifespan", "auto", "--no-access-log", "--log-level", "warning", *root])
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], dict[str, int]]]:
     """Starts a framework's two servers the first time a test asks for them, once per module."""
-    data = tmp_path_factory.mktemp("diffdata") / "file.bin"
-    data.write_bytes(file_bytes())
-    env = env_with_src({"DIFFAPP_FILE": str(data)})
-    ports: dict[str, dict[str, int]] = {}
-    with contextlib.ExitStack() as stack:
-        def start(framework: str) -> dict[str, int]:
-            if framework not in ports:
-                target = f"{MODULES[framework]}:app"
-                cy, uv = free_port(), free_port()
-                root = ["--root-path", ROOT_PATH[framework]] if framework in ROOT_PATH else []
-                cy_argv = [sys.executable, "-m", "cyserve", target, "--port", str(cy),
-                           "--threads", "2", "--app-dir", str(APPS), "--loop", "asyncio",
-                           "--lifespan", "auto", "--max-body-bytes", str(8 << 20), *root]
-                uv_argv = [sys.executable, "-m", "uvicorn", target, "--port", str(uv),
-                           "--host", "127.0.0.1", "--app-dir", str(APPS), "--loop", "asyncio",
-                           "--http", "h11", "--ws", "websockets", "--lifespan", "auto",
-                           "--no-access-log", "--log-level", "warning", *root]
-                stack.enter_context(running(cy_argv, cy, env=env))
-                stack.enter_context(running(uv_argv, uv, env=env, cwd=APPS))
-                ports[framework] = {"cyserve": cy, "uvicorn": uv}
-            return ports[framework]
-
+    with server_pairs(tmp_path_factory, SERVERS, command_lines) as start:
         yield start
-
-
-@dataclass
-class Reply(Answer):
-    """An answer with its status line's version and reason phrase."""
-
-    version: str = ""
-    reason: str = ""
-
-
-class LineClient(Client):
-    """The raw client of test_asgi_uvicorn_diff.py, keeping each status line's version (an
-    HTTP/1.0 one taken too: gunicorn's answer to an HTTP/1.0 request) and reason phrase."""
-
-    def __init__(self, port: int) -> None:
-        super().__init__(port)
-        self.lines: list[tuple[str, str]] = []
-
-    def head(self) -> tuple[int, list[tuple[str, str]]]:
-        while b"\r\n" not in self.buf:
-            if not self._fill():
-                raise ConnectionError(f"closed before a status line: {self.buf!r}")
-        line = self.buf.split(b"\r\n", 1)[0].decode("latin-1")
-        version, _, rest = line.partition(" ")
-        assert version in ("HTTP/1.0", "HTTP/1.1"), line
-        self.lines.append((version, rest.partition(" ")[2]))
-        self.buf = b"HTTP/1.1" + self.buf[len(version):]
-        return super().head()
-
-
-def exchange(port: int, data: bytes, body_after_continue: bytes | None = None) -> Reply:
-    """One request on a connection of its own; with body_after_continue, the head is sent first
-    and the body only once a 100 Continue came."""
-    c = LineClient(port)
-    try:
-        c.sock.sendall(data)
-        interim: list[int] = []
-        if body_after_continue is not None:
-            status, _ = c.head()
-            interim.append(status)
-            c.sock.sendall(body_after_continue)
-        a = c.answer(data.split(b" ", 1)[0].decode(), interim=interim)
-        version, reason = c.lines[-1]
-        # Whether the server kept the connection: a second request gets an answer on it (any:
-        # a 404), or the end of the connection. Quicker than waiting to see nothing come.
-        try:
-            c.sock.sendall(b"GET /probe-after HTTP/1.1\r\nHost: t\r\n\r\n")
-            c.head()
-            closed = False
-        except (ConnectionError, TimeoutError):
-            closed = True
-        return Reply(a.status, a.headers, a.body, a.interim, closed, version, reason)
-    finally:
-        c.close()
-
-
-def decoded(a: Answer) -> bytes:
-    if a.get("content-encoding") == ["gzip"]:
-        return gzip.decompress(a.body)
-    return a.body
-
-
-def normalised(a: Answer, unkept: set[str]) -> tuple[list[tuple[str, str]], bytes]:
-    """The headers that must be equal and the decoded body (the module docstring's rules)."""
-    body = decoded(a)
-    headers = []
-    for k, v in a.headers:
-        if k in OWN | FRAMING | unkept or k == "connection":
-            continue
-        if k == "content-type" and v.startswith("multipart/byteranges; boundary="):
-            boundary = v.split("=", 1)[1]
-            body = body.replace(boundary.encode(), b"BOUNDARY")
-            v = v.replace(boundary, "BOUNDARY")
-        if k == "allow":
-            v = ", ".join(sorted(m.strip() for m in v.split(",")))
-        headers.append((k, v))
-    return headers, body
 
 
 def compare(cy: Reply, uv: Reply, data: bytes, app_raised: bool = False,
@@ -198,32 +102,6 @@ def compare(cy: Reply, uv: Reply, data: bytes, app_raised: bool = False,
         assert cy.get("connection") == uv.get("connection"), (cy, uv)
     if not app_raised:
         assert cy.closed == uv.closed == (not asks_keep_alive(data)), (cy, uv)
-
-
-def asks_keep_alive(data: bytes) -> bool:
-    head = data.split(b"\r\n\r\n", 1)[0]
-    return b"HTTP/1.1" in head.split(b"\r\n", 1)[0] and b"Connection: close" not in head
-
-
-def get(target: str, extra: str = "") -> bytes:
-    # Latin-1: a header value outside ASCII is one byte a character (obs-text, RFC 9110 5.5).
-    return f"GET {target} HTTP/1.1\r\nHost: t\r\n{extra}\r\n".encode("latin-1")
-
-
-def post(target: str, body: bytes, ctype: str, extra: str = "") -> bytes:
-    return (f"POST {target} HTTP/1.1\r\nHost: t\r\nContent-Type: {ctype}\r\n"
-            f"Content-Length: {len(body)}\r\n{extra}\r\n").encode() + body
-
-
-def multipart(field: str, filename: str, data: bytes, extra: dict[str, str]) -> tuple[bytes, str]:
-    boundary = "diffboundary7d3a"
-    parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
-             for k, v in extra.items()]
-    parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{field}"; '
-                 f'filename="{filename}"\r\nContent-Type: application/octet-stream\r\n\r\n'
-                 .encode() + data + b"\r\n")
-    body = b"".join(parts) + f"--{boundary}--\r\n".encode()
-    return body, f"multipart/form-data; boundary={boundary}"
 
 
 UPLOAD = random.Random(3).randbytes(3 * 1024 * 1024 + 17)
@@ -325,24 +203,6 @@ def test_same_answer_as_uvicorn(served: Callable[[str], dict[str, int]], framewo
             unkept=frozenset({"vary"}) if (framework, case) in SENT_BY_PATH else frozenset())
     if case == "upload":  # the application saw every byte, on both
         assert json.loads(cy.body)["sha256"] == hashlib.sha256(UPLOAD).hexdigest()
-
-
-def sequence(port: int, requests: list[bytes]) -> list[tuple[int, Any]]:
-    """The requests one after the other on one connection (a new one after a request that ends
-    it): the status and the compared headers and body of each answer."""
-    got: list[tuple[int, Any]] = []
-    c = LineClient(port)
-    try:
-        for data in requests:
-            c.sock.sendall(data)
-            a = c.answer(data.split(b" ", 1)[0].decode())
-            got.append((a.status, normalised(a, {"vary"})))
-            if not asks_keep_alive(data):
-                c.close()
-                c = LineClient(port)
-    finally:
-        c.close()
-    return got
 
 
 @pytest.mark.parametrize("framework", list(MODULES))

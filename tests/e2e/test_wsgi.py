@@ -17,6 +17,7 @@ from wsgiref.validate import validator
 import flask
 import pytest
 from _rawhttp import Conn, Reply, get, request, serving
+from test_http2 import H2
 
 import cyserve
 from cyserve._core import Server
@@ -845,6 +846,67 @@ def test_a_streamed_body_past_its_content_length_is_cut_and_logged(
     assert len(lines) == 2, lines
     assert "GET /long" in lines[0] and "Content-Length 70000" in lines[0], lines
     assert "GET /next" in lines[1], lines
+
+
+def test_a_body_that_fills_its_content_length_then_goes_on_is_cut_and_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Pieces that fill the announced Content-Length exactly, then one more: the answer is the
+    announced bytes (as gunicorn's), the connection goes on, and the error log says which
+    request went on past its length, as for a streamed body (the next test). The rest of the
+    iterable is looked at, as PEP 3333's server iterates to the end; it used to be dropped
+    without a word. A body that ends where announced says nothing."""
+    closed: list[bool] = []
+
+    def app(environ: Environ, start_response: Any) -> Any:
+        start_response("200 OK", [("Content-Length", "4")])
+        extra = [b"more"] if environ["PATH_INFO"] == "/long" else []
+        return Closing([b"ok", b"ok", b""] + extra, closed)
+
+    with serve_wsgi(app) as srv, caplog.at_level(logging.ERROR), Conn(srv.port) as c:
+        for path in ("/exact", "/long", "/exact"):
+            c.send(get(path))
+            r = c.reply()
+            assert (r.status, r.header("content-length"), r.body) == (200, "4", b"okok")
+    lines = [rec.getMessage() for rec in caplog.records if "past its Content-Length" in
+             rec.getMessage()]
+    assert len(lines) == 1 and "GET /long" in lines[0] and "Content-Length 4" in lines[0], lines
+    assert closed == [True, True, True]
+
+
+def test_a_streamed_body_that_fills_its_content_length_then_goes_on_is_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The pieces of a streamed body fill the announced Content-Length exactly and the app has
+    more: the engine asks for no piece past the length, so the server looks for one when it lets
+    the stream go, and logs it as it logs a piece that crosses the length (the client gets
+    exactly the announced bytes, the connection goes on). It went unsaid before."""
+    closed: list[bool] = []
+
+    def app(environ: Environ, start_response: Any) -> Any:
+        start_response("200 OK", [("Content-Length", "70000")])
+        extra = [b"c" * 10] if environ["PATH_INFO"].endswith("long") else []
+        return Closing([b"a" * 65536, b"b" * 4464, b""] + extra, closed)
+
+    with serve_wsgi(app) as srv, caplog.at_level(logging.ERROR):
+        with Conn(srv.port) as c:
+            for path in ("/exact", "/long"):
+                c.send(get(path))
+                r = c.reply()
+                assert (r.status, r.header("content-length")) == (200, "70000")
+                assert r.body == b"a" * 65536 + b"b" * 4464
+        # HTTP/2 lets the stream go on its own path (the stream's end, not send_stream's).
+        with H2(srv.port) as h:
+            for path in ("/exact", "/h2-long"):
+                status, headers, body = h.get(path)
+                assert (status, headers["content-length"]) == (200, "70000")
+                assert body == b"a" * 65536 + b"b" * 4464
+        deadline = time.monotonic() + 5
+        while len(closed) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)  # the stream is let go after the answer is sent
+    lines = [rec.getMessage() for rec in caplog.records if "past its Content-Length" in
+             rec.getMessage()]
+    assert len(lines) == 2, lines
+    assert "GET /long" in lines[0] and "GET /h2-long" in lines[1], lines
+    assert closed == [True] * 4
 
 
 def test_write_while_a_stream_is_made_goes_out_in_order() -> None:

@@ -36,17 +36,15 @@ What this test found, both fixed in native/wsgi.pyx:
 from __future__ import annotations
 
 import ast
-import contextlib
 import hashlib
 import json
 import sys
 from collections.abc import Callable, Iterator
 
 import pytest
-from _subserve import env_with_src, free_port, running
+from _diffserve import APPS, Reply, exchange, get, multipart, normalised, post, sequence, \
+    server_pairs
 from test_asgi_uvicorn_diff import Client, chunked
-from test_frameworks_uvicorn_diff import (APPS, Reply, exchange, file_bytes, get, multipart,
-                                          normalised, post, sequence)
 
 pytestmark = pytest.mark.native
 
@@ -54,29 +52,20 @@ SERVERS = ("cyserve", "gunicorn")
 MODULES = {"flask": "wsgi_flask", "django": "wsgi_django"}
 
 
+def command_lines(framework: str, cy: int, gu: int) -> tuple[list[str], list[str]]:
+    """An application served by cyserve on port cy and by gunicorn (gthread) on port gu."""
+    target = f"{MODULES[framework]}:app"
+    return ([sys.executable, "-m", "cyserve", target, "--port", str(cy), "--threads", "2",
+             "--app-dir", str(APPS), "--max-body-bytes", str(8 << 20)],
+            [sys.executable, "-m", "gunicorn", target, "--bind", f"127.0.0.1:{gu}",
+             "--worker-class", "gthread", "--threads", "2", "--workers", "1", "--chdir",
+             str(APPS), "--log-level", "warning"])
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], dict[str, int]]]:
     """Starts an application's two servers the first time a test asks for them."""
-    data = tmp_path_factory.mktemp("diffdata") / "file.bin"
-    data.write_bytes(file_bytes())
-    env = env_with_src({"DIFFAPP_FILE": str(data)})
-    ports: dict[str, dict[str, int]] = {}
-    with contextlib.ExitStack() as stack:
-        def start(framework: str) -> dict[str, int]:
-            if framework not in ports:
-                target = f"{MODULES[framework]}:app"
-                cy, gu = free_port(), free_port()
-                cy_argv = [sys.executable, "-m", "cyserve", target, "--port", str(cy),
-                           "--threads", "2", "--app-dir", str(APPS),
-                           "--max-body-bytes", str(8 << 20)]
-                gu_argv = [sys.executable, "-m", "gunicorn", target, "--bind",
-                           f"127.0.0.1:{gu}", "--worker-class", "gthread", "--threads", "2",
-                           "--workers", "1", "--chdir", str(APPS), "--log-level", "warning"]
-                stack.enter_context(running(cy_argv, cy, env=env))
-                stack.enter_context(running(gu_argv, gu, env=env, cwd=APPS))
-                ports[framework] = {"cyserve": cy, "gunicorn": gu}
-            return ports[framework]
-
+    with server_pairs(tmp_path_factory, SERVERS, command_lines) as start:
         yield start
 
 

@@ -1410,6 +1410,10 @@ cdef void _py_call_impl(PyObject *info_p, cyserve_request *req, cs.resp_t *resp)
         if type(result) is _WSGIAnswer:  # native/wsgi.pyx
             answer = <_WSGIAnswer>result
             _fill_wsgi(answer, resp, head, ctx, req, inp)
+            if answer.past:
+                _log_past_length(<object>PyTuple_GET_ITEM(<tuple>info_p, 2),
+                                 f"{_latin1(req.method)} {_latin1(req.target)}",
+                                 <int64_t>answer.length_value())
         else:
             _fill_response(result, resp, head)
     except BaseException:

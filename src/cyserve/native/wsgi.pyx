@@ -285,6 +285,7 @@ cdef _WSGIAnswer _answer_for(_ThreadCache cache):
         answer.close = False
         answer.head_unknown = False
         answer.sent = False  # else a streamed answer's would refuse the next one's exc_info
+        answer.past = False
         answer.file_offset = 0
         answer.file_len = 0
         return answer
@@ -716,9 +717,19 @@ cdef bint _wsgi_collect(_WSGIAnswer answer, it, result, bint head) except -1:
     announced, or a long one), its first piece. Returns True when the rest is to be streamed:
     answer then holds the iterator, and the duty to close result."""
     cdef object length
+    cdef bint full = False
     for chunk in it:
         if not _wsgi_take(answer, chunk):
             continue
+        if full:
+            # A piece past a body that filled its Content-Length exactly: dropped, the body
+            # sent as announced, and the mistake logged by the caller (answer.past), as a
+            # streamed body's piece past its length is (_stream_count); gunicorn sends the
+            # same bytes. (A piece that crosses the length is a body that cannot be sent as
+            # announced: _fill_wsgi's 500.)
+            answer.total -= len(<bytes>answer.chunks.pop())
+            answer.past = True
+            return False
         length = answer.length_value()
         if length is None:
             # Unknown length: the first piece goes out now (server-sent events must not wait
@@ -727,8 +738,14 @@ cdef bint _wsgi_collect(_WSGIAnswer answer, it, result, bint head) except -1:
                 answer.head_unknown = True
                 return False
             break
-        if answer.total >= length:
-            return False  # everything announced is here (more would be the app's mistake)
+        if answer.total > length:
+            return False  # more than announced: _fill_wsgi's 500
+        if answer.total == length:
+            # Everything announced is here. The rest of the iterator should give nothing more
+            # (PEP 3333 has the server iterate to the end anyway): stopping here cut a body
+            # that went on in another piece without a word.
+            full = True
+            continue
         if answer.total >= WSGI_STREAM_AFTER and not head:
             break
     else:
@@ -831,6 +848,21 @@ cdef int _stream_step(tuple info, _WSGIStream st, cs.resp_t *resp, int op) noexc
                 _stream_count(info, st, len(<bytes>chunk))
                 _set_body(resp, <bytes>chunk)
                 return 1
+        elif st.left == 0:
+            # Let go once the pieces filled the announced length exactly: the engine asks for
+            # nothing past it, so a body that goes on would be cut without a word (one that
+            # crosses the length in a piece is logged by _stream_count). Look for a next
+            # piece, as PEP 3333's server iterates to the end, and log it the same way.
+            if st.answer.chunks:  # write() after the last piece
+                _stream_count(info, st, 1)
+            else:
+                for chunk in st.it:
+                    if not isinstance(chunk, (bytes, bytearray, memoryview)):
+                        raise WSGIError(f"the WSGI application yielded a "
+                                        f"{type(chunk).__name__}, not bytes")
+                    if len(chunk) or st.answer.chunks:
+                        _stream_count(info, st, 1)
+                        break
         return 0
     except BaseException:
         _stream_failed(info)
@@ -843,12 +875,19 @@ cdef int _stream_count(tuple info, _WSGIStream st, Py_ssize_t n) except -1:
     if st.left < 0:
         return 0
     if n > st.left:
-        _error_log.error("handler %s: the body of its answer to %s goes on past its "
-                         "Content-Length %d: only those bytes are sent, the rest is dropped",
-                         info[2], st.label, st.announced)
+        _log_past_length(info[2], st.label, st.announced)
         st.left = -1  # once: the engine asks for no more
         return 0
     st.left -= n
+    return 0
+
+
+cdef int _log_past_length(handler, str request, int64_t length) except -1:
+    """The error line for an answer whose body went on past the Content-Length its app
+    announced (the app cannot be told: it is in no call that could raise)."""
+    _error_log.error("handler %s: the body of its answer to %s goes on past its "
+                     "Content-Length %d: only those bytes are sent, the rest is dropped",
+                     handler, request, length)
     return 0
 
 
@@ -1013,6 +1052,9 @@ cdef class _WSGIAnswer:
     # The head went to the engine with the first piece of a streamed answer: from then on an
     # error page can no longer replace it (_start_response).
     cdef bint sent
+    # A piece came after the body had filled its Content-Length exactly: dropped by
+    # _wsgi_collect, logged by the caller of _fill_wsgi (_py_call_impl), which knows the route.
+    cdef bint past
     # A body in a file (wsgi.file_wrapper, _wsgi_file): our descriptor of it, or None.
     cdef _OwnedFd file_fd
     cdef uint64_t file_offset
