@@ -323,13 +323,13 @@ static void *relief_main(void *arg)
  * running or ready to run? /proc says, in the state letter of /proc/self/task/TID/stat. The
  * file is opened at the first look at a thread and kept (x->stat_fd, reopened if the slot's
  * thread changed): a look is then one pread, where an open, a read and a close cost three
- * system calls and the path's formatting and lookup (on this VM 12-21 us a look against 35-54
- * us, docs/benchmarks.md, "Session 20: the server's clocked threads"). Kept rather than read
- * some other way: the thread's CPU-time clock (one clock_gettime) cannot tell a thread that
- * waits for a CPU, which this counts as running, from one asleep, and the monitor often shares
- * the stuck thread's CPU (a pinned server, a crowded machine), where it would see every
- * computing thread off its CPU. Unknown (no tid yet, a thread gone) counts as waiting. Monitor
- * only. */
+ * system calls and the path's formatting and lookup (on this VM 4-5 us of CPU a look against
+ * 10-11 us, bench/micro/proc_look.c; docs/benchmarks.md, "Session 20: the server's clocked
+ * threads"). Kept rather than read some other way: the thread's CPU-time clock (one
+ * clock_gettime, under 1 us) cannot tell a thread that waits for a CPU, which this counts as
+ * running, from one asleep, and the monitor often shares the stuck thread's CPU (a pinned
+ * server, a crowded machine), where two reads of it would find every computing thread off its
+ * CPU. Unknown (no tid yet, a thread gone) counts as waiting. Monitor only. */
 static int relief_waiting(struct sched_worker *x)
 {
     /* safety: see w_main's store. */
