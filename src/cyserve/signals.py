@@ -171,9 +171,9 @@ class _Wakeups:
 
     A threading.Event has no descriptor and nothing tells another thread that it was set, so a
     thread of our own waits on it (_EVENT_WATCH_SECONDS at a time, only to end soon after the
-    wait it serves) and writes the eventfd when it is. Without signals, a stop_event nor a
-    stopped server, the waiting thread does not wake: an idle or busy server costs its main
-    thread nothing (docs/benchmarks.md, "Session 20: the server's clocked threads")."""
+    wait it serves) and writes the eventfd when it is. While no signal comes, no stop_event is
+    set and the server runs, the waiting thread does not wake: an idle or busy server costs its
+    main thread nothing (docs/benchmarks.md, "Session 20: the server's clocked threads")."""
 
     def __init__(self, waiter: Waiter, srv: Server) -> None:
         self._waiter = waiter
