@@ -12,9 +12,11 @@ each worker process it forks. The lifecycle, in order:
    cut requests in flight. A TLS server is the exception: SIGHUP reloads its certificates
    (Server.reload_tls: new handshakes get them, connections keep theirs) and it goes on.
 3. Start the server (bind, listen, start the workers) and print one line saying where it serves.
-4. The main thread waits in short time.sleep() calls. Python runs signal handlers only in the main
-   thread, between bytecodes; a main thread blocked in a long C call would never see Ctrl-C.
-   Sleeping releases the GIL, so the workers are not held back.
+4. The main thread waits in poll() for what can end the wait (Waiter.wait_for_request): the
+   interpreter's signal wake-up descriptor, the engine's when it stops, one a stop_event's
+   watcher writes. Python runs signal handlers only in the main thread, between bytecodes; the
+   wake-up descriptor is what makes a blocked poll() return for them. Polling releases the GIL,
+   so the workers are not held back, and nothing wakes the thread while nothing happens.
 5. On the first signal: print "cyserve: shutting down" (a supervisor's worker leaves that line to
    the supervisor, which says it once for all) and call srv.stop(grace=graceful_timeout):
    stop accepting, let requests in flight finish within the grace period, then close the rest.
@@ -217,13 +219,7 @@ def _serve_on(app: App, config: Config, routes: list[Any], server_cls: type[Serv
                 f"{workers} thread{'s' if workers != 1 else ''} (pid {os.getpid()})")
             if ready is not None:
                 ready(srv)
-            if tick is None:
-                waiter.wait_for_request(srv)
-            else:
-                while srv.running and waiter.pending() == 0:
-                    time.sleep(POLL_SECONDS)
-                    waiter.run_hups()
-                    tick(srv)
+            waiter.wait_for_request(srv, tick)
             if srv.running:
                 if not supervised:
                     say(waiter.shutdown_line())

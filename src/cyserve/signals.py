@@ -10,10 +10,10 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import select
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
@@ -28,10 +28,15 @@ __all__ = ["Waiter", "say", "format_address", "listen_error", "configure_logging
 
 log = logging.getLogger("cyserve")
 
-# How often the waiting main thread wakes up. A signal interrupts the sleep at once and its
-# handler runs; PEP 475 then resumes the sleep for what is left of it, so this bounds how long a
-# recorded signal waits to be acted on.
+# How often the loops that do poll (a supervisor's, a stop under way, a worker's --max-requests
+# tick) wake up. A signal interrupts their sleep at once and its handler runs; PEP 475 then
+# resumes the sleep for what is left of it, so this bounds how long a recorded signal waits to
+# be acted on there. Waiter.wait_for_request does not poll: see _Wakeups.
 POLL_SECONDS = 0.05
+
+# How long the thread that watches a stop_event (_Wakeups) waits on it at a time: only how long
+# it outlives the wait it serves when the event is never set.
+_EVENT_WATCH_SECONDS = 1.0
 
 
 def say(line: str, stream: TextIO | None = None) -> None:
@@ -135,11 +140,129 @@ class Waiter:
             return max(self.requests, 1)
         return self.requests
 
-    def wait_for_request(self, srv: Server) -> None:
-        """Return when a stop was requested or the server stopped on its own."""
-        while srv.running and self.pending() == 0:
-            time.sleep(POLL_SECONDS)
-            self.run_hups()
+    def wait_for_request(self, srv: Server,
+                         tick: Callable[[Server], None] | None = None) -> None:
+        """Return when a stop was requested or the server stopped on its own, acting on
+        SIGHUPs meanwhile. Blocks in poll() (the GIL released) until one of those happens
+        (_Wakeups); with ``tick``, also every POLL_SECONDS, to call it with the server."""
+        with _Wakeups(self, srv) as wakeups:
+            while srv.running and self.pending() == 0:
+                self.run_hups()  # counted before the wait began, or during the last one
+                if tick is not None:
+                    tick(srv)
+                wakeups.wait(POLL_SECONDS if tick is not None else None)
+
+
+class _Wakeups:
+    """What wakes a thread waiting for a stop request, as descriptors for one poll(): the
+    server's stopped_fd (written by the engine once its workers have stopped, whoever stopped
+    them), the interpreter's signal wake-up descriptor, and an eventfd for a stop_event.
+
+    A signal handler runs only on the main thread, between bytecodes, so a main thread blocked
+    in a C call sees a signal only if the call returns: the C-level handler writes the signal's
+    number to the wake-up descriptor (signal.set_wakeup_fd), poll() returns, and the handler
+    runs (Waiter._on_signal, _on_hup) before the loop looks at what it counted. That holds
+    whichever thread the kernel delivered the signal to. The descriptor is the interpreter's only
+    one: a previous one (an application's asyncio loop made on the main thread sets it) is put
+    back when the wait ends, and the bytes read meanwhile are written on to it, so that the loop
+    still learns of the signals it handles. Set only where the Waiter owns the process's signals
+    (install() ran on the main thread): the process supervisor polls, and a worker it forks
+    inherits nothing of this.
+
+    A threading.Event has no descriptor and nothing tells another thread that it was set, so a
+    thread of our own waits on it (_EVENT_WATCH_SECONDS at a time, only to end soon after the
+    wait it serves) and writes the eventfd when it is. While no signal comes, no stop_event is
+    set and the server runs, the waiting thread does not wake: an idle or busy server costs its
+    main thread nothing (docs/benchmarks.md, "Session 20: the server's clocked threads")."""
+
+    def __init__(self, waiter: Waiter, srv: Server) -> None:
+        self._waiter = waiter
+        self._srv = srv
+        self._poll = select.poll()
+        self._signal_r = self._signal_w = self._event_fd = -1
+        self._previous_wakeup = -1
+        self._lock = threading.Lock()  # orders the watcher's write against close()
+        self._closed = False
+        self._watcher: threading.Thread | None = None
+
+    def __enter__(self) -> _Wakeups:
+        try:
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _open(self) -> None:
+        self._poll.register(self._srv.stopped_fd, select.POLLIN)
+        if self._waiter.owns_process():
+            self._signal_r, self._signal_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            self._poll.register(self._signal_r, select.POLLIN)
+            # warn_on_full_buffer: a burst of signals that fills the pipe loses only bytes,
+            # not signals (their handlers run all the same), and is not worth a warning.
+            self._previous_wakeup = signal.set_wakeup_fd(self._signal_w,
+                                                         warn_on_full_buffer=False)
+        event = self._waiter.stop_event
+        if event is not None:
+            self._event_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+            self._poll.register(self._event_fd, select.POLLIN)
+            self._watcher = threading.Thread(target=self._watch, args=(event,),
+                                             name="cyserve-stop-event", daemon=True)
+            self._watcher.start()
+
+    def _watch(self, event: threading.Event) -> None:
+        while True:
+            is_set = event.wait(_EVENT_WATCH_SECONDS)
+            with self._lock:
+                if self._closed:
+                    return
+                if is_set:
+                    os.eventfd_write(self._event_fd, 1)
+                    return
+
+    def wait(self, timeout: float | None) -> None:
+        """Until something happened (or ``timeout`` seconds, None: no limit); what it was is
+        for the caller to look at."""
+        ready = self._poll.poll(None if timeout is None else timeout * 1000.0)
+        for fd, _ in ready:
+            if fd == self._signal_r:
+                self._pass_on(fd)
+            elif fd == self._event_fd:
+                # Written once, and it stays readable: out of the poll, so that an event
+                # cleared again before the caller looked cannot make the waits spin.
+                self._poll.unregister(fd)
+
+    def _pass_on(self, fd: int) -> None:
+        while True:
+            try:
+                data = os.read(fd, 512)
+            except BlockingIOError:
+                return
+            if not data:
+                return
+            if self._previous_wakeup >= 0:
+                try:
+                    os.write(self._previous_wakeup, data)
+                except OSError:  # full or gone: what the interpreter itself does is drop it
+                    pass
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._event_fd >= 0:
+                os.close(self._event_fd)
+                self._event_fd = -1
+        if self._signal_w >= 0:
+            # Put the previous descriptor back, unless someone replaced ours meanwhile.
+            current = signal.set_wakeup_fd(self._previous_wakeup)
+            if current != self._signal_w:
+                signal.set_wakeup_fd(current)
+            os.close(self._signal_r)
+            os.close(self._signal_w)
+            self._signal_r = self._signal_w = -1
 
 
 # For these the C library's text is the whole story ("address already in use"); for anything

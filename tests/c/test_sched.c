@@ -1724,6 +1724,75 @@ static void test_relief_computing(void)
     sched_free(s);
 }
 
+/* ---- the monitor's look at a stuck thread's state (relief_waiting) ----
+ * A thread that spins is running (or ready to run) and a thread asleep on a pipe is waiting,
+ * look after look through the /proc file kept open at the first (the same descriptor each
+ * time), and a thread that has exited counts as waiting (unknown). */
+static int rw_tid, rw_stop;
+
+static void *rw_spin(void *arg)
+{
+    /* safety: test flags shared with the main thread. */
+    __atomic_store_n(&rw_tid, (int)syscall(SYS_gettid), __ATOMIC_SEQ_CST);
+    while (!__atomic_load_n(&rw_stop, __ATOMIC_SEQ_CST))
+        ;
+    return NULL;
+}
+
+static void *rw_sleep(void *arg)
+{
+    int *fds = arg;
+    char c;
+    /* safety: as above. */
+    __atomic_store_n(&rw_tid, (int)syscall(SYS_gettid), __ATOMIC_SEQ_CST);
+    ssize_t n = read(fds[0], &c, 1); /* asleep until the main thread writes */
+    (void)n;
+    return NULL;
+}
+
+static void test_relief_waiting(void)
+{
+    struct sched_worker *x = calloc(1, sizeof(*x));
+    x->stat_fd = -1;
+    pthread_t t;
+    rw_tid = rw_stop = 0;
+    pthread_create(&t, NULL, rw_spin, NULL);
+    while (!get(&rw_tid))
+        rl_sleep_ms(1);
+    __atomic_store_n(&x->tid, get(&rw_tid), __ATOMIC_RELAXED);
+    int looks = 0;
+    for (int i = 0; i < 20; i++)
+        looks += relief_waiting(x) == 0;
+    int fd = x->stat_fd;
+    ok(looks == 20, "relief look: a spinning thread is running, %d looks of 20", looks);
+    ok(fd >= 0 && x->stat_tid == get(&rw_tid), "relief look: its /proc file is kept open");
+    __atomic_store_n(&rw_stop, 1, __ATOMIC_SEQ_CST);
+    pthread_join(t, NULL);
+    ok(relief_waiting(x) == 1, "relief look: a thread that has exited counts as waiting");
+
+    int fds[2];
+    ok(pipe(fds) == 0, "relief look: a pipe to sleep on");
+    rw_tid = 0;
+    pthread_create(&t, NULL, rw_sleep, fds);
+    while (!get(&rw_tid))
+        rl_sleep_ms(1);
+    __atomic_store_n(&x->tid, get(&rw_tid), __ATOMIC_RELAXED);
+    rl_sleep_ms(20); /* into its read */
+    looks = 0;
+    for (int i = 0; i < 20; i++)
+        looks += relief_waiting(x) == 1;
+    ok(looks == 20, "relief look: a thread asleep in read is waiting, %d looks of 20", looks);
+    ok(x->stat_fd >= 0 && x->stat_tid == get(&rw_tid),
+       "relief look: the new thread's file replaced the old one");
+    ssize_t n = write(fds[1], "x", 1);
+    (void)n;
+    pthread_join(t, NULL);
+    close(fds[0]);
+    close(fds[1]);
+    close(x->stat_fd);
+    free(x);
+}
+
 /* ---- relief: waits started on a relief thread outlive its own blocking ----
  * One worker, two relief threads. B and C park on fd waits on the worker; A blocks the worker in
  * a call, so a relief thread serves its home. Both fds become readable at once: the relief
@@ -1841,6 +1910,7 @@ int main(void)
     test_relief(1);
     test_relief(2);
     test_relief_computing();
+    test_relief_waiting();
     test_relief_cfg(2, 1);
     test_relief_home();
     return done_testing();

@@ -631,6 +631,9 @@ int main(void)
     int port = server_port(s);
     ok(port > 0, "bound port %d", port);
     ok(server_running(s), "running");
+    /* What a thread that waits for the stop polls: not readable while the server runs. */
+    struct pollfd stopped = {.fd = server_stopped_fd(s), .events = POLLIN};
+    is_int(poll(&stopped, 1, 0), 0, "the stopped descriptor is not readable while running");
 
     /* A second server on the same port must fail, not silently share it. */
     struct server *s2;
@@ -682,8 +685,10 @@ int main(void)
     is_int(read(idle, tail, sizeof(tail)), 0, "idle connection closed by the shutdown");
     close(idle);
     ok(!server_running(s), "stopped");
+    is_int(poll(&stopped, 1, 0), 1, "the stopped descriptor is readable once stopped");
     is_int(server_live_connections(s), 0, "no live connection left");
     is_int(server_shutdown(s, 0), 0, "shutdown is idempotent");
+    is_int(poll(&stopped, 1, 0), 1, "and stays readable");
     server_free(s);
     test_stop_drains_the_accept_queue(&st);
     test_queued_connections_are_all_served(&st);

@@ -251,6 +251,9 @@ struct sched_worker {
     /* relief threads: the last home relief_of named (owner only; see own_home). */
     int last_home;
     int tid; /* the thread's id (gettid), for the monitor's look at its state; set at start */
+    /* Monitor only: /proc/self/task/<stat_tid>/stat kept open for relief_waiting's looks (-1:
+     * not open yet), so that a look costs one pread and not an open, a read and a close. */
+    int stat_fd, stat_tid;
     /* safety (field): q_own is a queue of calls handed to batches and not started yet, with
      * a lock word of its own (struct sched_callq, sched_offload.c.h); any thread takes from it
      * under that word. q points to the queue this thread's batches use: its own q_own, or,
@@ -1285,6 +1288,7 @@ int sched_new(struct sched **out, const struct sched_config *cfg)
         w->s = s;
         w->id = i;
         w->epfd = w->evfd = -1;
+        w->stat_fd = -1;
         w->held = -1;
         w->relieved_by = -1;
         w->relief_of = i < s->n ? RELIEF_BUSY : RELIEF_IDLE;
@@ -1421,6 +1425,8 @@ void sched_free(struct sched *s)
                 close(w->epfd);
             if (w->evfd >= 0)
                 close(w->evfd);
+            if (w->stat_fd >= 0)
+                close(w->stat_fd);
             free(w->heap);
         }
         free(s->w);

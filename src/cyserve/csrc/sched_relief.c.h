@@ -35,8 +35,9 @@
  *   another relief thread because this one got stuck in its own long call, the relief thread
  *   lets go of the home; once its own work is done it waits for the next assignment.
  * Costs: per batch, one seq_cst store and a load of mon_deep (two while relief is configured,
- * none without); the monitor's 1 ms wake-ups while batches run (measured in docs/benchmarks.md);
- * a stuck worker's clients wait at most about 7 ms (the threshold plus one monitor tick) for
+ * none without); the monitor's 1 ms wake-ups while batches run (measured in docs/benchmarks.md),
+ * and, for a batch found stuck in its first 8 ms, one pread of its thread's /proc stat file
+ * (relief_waiting: whether the call sleeps or computes); a stuck worker's clients wait at most about 7 ms (the threshold plus one monitor tick) for
  * the relief thread, and then at its pace. Relief threads are nobody's home: the engine opens
  * connections on the home whose listener accepted them, and what a coroutine running on a
  * relief thread waits for by itself (a sleep, an fd wait, a signal such as an ASGI answer, a
@@ -319,23 +320,37 @@ static void *relief_main(void *arg)
 /* ---- the monitor ---- */
 
 /* Is thread x waiting (asleep in the kernel: a blocking call, a lock, the GIL) rather than
- * running or ready to run? /proc says; a read costs some microseconds, so the monitor asks
- * only about a thread that is stuck and not yet relieved. Unknown counts as waiting. */
+ * running or ready to run? /proc says, in the state letter of /proc/self/task/TID/stat. The
+ * file is opened at the first look at a thread and kept (x->stat_fd, reopened if the slot's
+ * thread changed): a look is then one pread, where an open, a read and a close cost three
+ * system calls and the path's formatting and lookup (on this VM 4-5 us of CPU a look against
+ * 10-11 us, bench/micro/proc_look.c; docs/benchmarks.md, "Session 20: the server's clocked
+ * threads"). Kept rather than read some other way: the thread's CPU-time clock (one
+ * clock_gettime, under 1 us) cannot tell a thread that waits for a CPU, which this counts as
+ * running, from one asleep, and the monitor often shares the stuck thread's CPU (a pinned
+ * server, a crowded machine), where two reads of it would find every computing thread off its
+ * CPU. Unknown (no tid yet, a thread gone) counts as waiting. Monitor only. */
 static int relief_waiting(struct sched_worker *x)
 {
     /* safety: see w_main's store. */
     int tid = __atomic_load_n(&x->tid, __ATOMIC_RELAXED);
     if (tid <= 0)
         return 1;
-    char path[64], buf[256];
-    snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 1;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
+    if (x->stat_tid != tid || x->stat_fd < 0) {
+        if (x->stat_fd >= 0)
+            close(x->stat_fd);
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
+        x->stat_fd = open(path, O_RDONLY | O_CLOEXEC);
+        x->stat_tid = tid;
+        if (x->stat_fd < 0)
+            return 1;
+    }
+    char buf[256];
+    /* The state letter follows the name, within the first 40 bytes or so: a part is enough. */
+    ssize_t n = pread(x->stat_fd, buf, sizeof(buf) - 1, 0);
     if (n <= 0)
-        return 1;
+        return 1; /* the thread has exited (ESRCH) */
     buf[n] = 0;
     const char *p = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
     if (!p || p[1] != ' ')

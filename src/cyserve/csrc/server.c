@@ -176,6 +176,16 @@ int server_new(struct server **out, const struct server_config *cfg, const struc
     s->metrics_on = cfg->metrics != NULL && cfg->metrics_shards > 0;
     s->pub_stop = -1;
     s->parent_stop = -1;
+    s->stopped_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (UNLIKELY(s->stopped_fd < 0)) {
+        int rc = -errno;
+        proxy_trust_free(&s->pp_trust);
+        proxy_trust_free(&s->trust);
+        server_free_listens(s);
+        free(s->host);
+        free(s);
+        return rc;
+    }
     pthread_mutex_init(&s->ext_lock, NULL);
     pthread_mutex_init(&s->stats_lock, NULL);
     pthread_mutex_init(&s->orphan_lock, NULL);
@@ -762,7 +772,16 @@ int server_shutdown(struct server *s, uint64_t grace_ns)
     teardown(s);
     /* safety: the workers are joined; release pairs with server_running's acquire. */
     atomic_store_explicit(&s->running, 0, memory_order_release);
+    /* After the store: a waiter that sees the descriptor readable sees the server stopped. */
+    uint64_t one = 1;
+    ssize_t n = write(s->stopped_fd, &one, sizeof(one));
+    (void)n; /* an eventfd write of 1 only fails on counter overflow, impossible here */
     return 0;
+}
+
+int server_stopped_fd(const struct server *s)
+{
+    return s->stopped_fd;
 }
 
 void server_free(struct server *s)
@@ -780,6 +799,7 @@ void server_free(struct server *s)
     pthread_mutex_destroy(&s->stats_lock);
     pthread_mutex_destroy(&s->orphan_lock);
     pthread_mutex_destroy(&s->handoff_lock);
+    close(s->stopped_fd);
     free(s->orphans); /* what was not taken is leaked: its owner (Python) is not here */
     server_free_listens(s);
     proxy_trust_free(&s->trust);

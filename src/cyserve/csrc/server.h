@@ -320,6 +320,12 @@ int server_running(const struct server *s);
  * own server). Control thread. */
 int server_shutdown(struct server *s, uint64_t grace_ns);
 
+/* A descriptor that becomes readable (POLLIN) once server_shutdown has stopped the workers,
+ * whoever called it (the supervisor's watcher, another thread), after server_running turns 0,
+ * and stays readable: a thread waits for the server to stop by polling it with no timeout, with
+ * nothing to wake it before. Never read it or close it; server_free closes it. Any thread. */
+int server_stopped_fd(const struct server *s);
+
 /* Free a server that is not running (never started, or shut down). */
 void server_free(struct server *s);
 

@@ -116,6 +116,9 @@ struct server {
      * it does not run. Started by the first server_start, stopped by server_free. */
     pthread_t parent_thread;
     int parent_stop;
+    /* server_stopped_fd: an eventfd written once by the server_shutdown that stopped the
+     * workers, never read (it stays readable); closed by server_free. */
+    int stopped_fd;
     void (*off_begin)(void *);
     void (*off_end)(void *);
     void *off_ud;

@@ -724,6 +724,13 @@ cdef class Server:
         return self._srv != NULL and cs.server_running(self._srv) != 0
 
     @property
+    def stopped_fd(self):
+        """A descriptor that becomes readable once the server has stopped (``running`` is then
+        False), whoever stopped it, and stays so: poll it, never read or close it; -1 once the
+        server is freed."""
+        return cs.server_stopped_fd(self._srv) if self._srv != NULL else -1
+
+    @property
     def port(self):
         return self._port
 

@@ -209,6 +209,7 @@ cdef extern from "csrc/server.h" nogil:
     int server_port(const server_t *s)
     int server_listen_port(const server_t *s, unsigned i)
     int server_running(const server_t *s)
+    int server_stopped_fd(const server_t *s)
     int server_shutdown(server_t *s, uint64_t grace_ns)
     void server_free(server_t *s)
     uint64_t server_live_connections(const server_t *s)

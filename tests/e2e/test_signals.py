@@ -1,0 +1,164 @@
+"""The serving thread's wait for a stop (cyserve.signals.Waiter.wait_for_request) with a real
+engine: it blocks in poll() and wakes only for what can end or change the wait (a signal, the
+server stopping, a stop_event), never on a clock; what it replaces (the interpreter's signal
+wake-up descriptor) is put back. The end-to-end stops (SIGTERM, a second Ctrl-C, SIGHUP, a
+stop_event) of a whole process are test_shutdown.py's and test_lifecycle.py's.
+
+pytest runs tests on the main thread, where signal handlers can be installed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from cyserve._core import Server
+from cyserve.signals import Waiter
+
+TIMEOUT = 30.0  # generous: each wake below takes milliseconds
+
+
+@pytest.fixture
+def srv() -> Iterator[Server]:
+    server = Server([("path", "/plaintext", None, "static",
+                      (200, [("Content-Type", "text/plain")], b"Hello, World!"))],
+                    host="127.0.0.1", port=0, threads=1)
+    server.start()
+    yield server
+    server.stop(0.0)
+
+
+def voluntary_switches() -> int:
+    """The main thread's voluntary context switches: how many times it went to sleep."""
+    with open(f"/proc/self/task/{threading.main_thread().native_id}/status") as f:
+        for line in f:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches in /proc")
+
+
+def later(seconds: float, fn: Callable[..., object], *args: object) -> threading.Timer:
+    timer = threading.Timer(seconds, fn, args)
+    timer.start()
+    return timer
+
+
+def test_a_quiet_wait_does_not_wake_and_a_signal_ends_it(srv: Server) -> None:
+    waiter = Waiter(None)
+    waiter.install()
+    try:
+        timer = later(1.0, os.kill, os.getpid(), signal.SIGTERM)
+        before, t0 = voluntary_switches(), time.monotonic()
+        waiter.wait_for_request(srv)
+        took, switches = time.monotonic() - t0, voluntary_switches() - before
+        timer.join()
+    finally:
+        waiter.uninstall()
+    assert waiter.pending() == 1 and waiter.first_signal == signal.SIGTERM
+    assert 0.9 < took < TIMEOUT
+    # Polling every 50 ms, the wait slept 20 times in that second. Now: the poll, the wake-up,
+    # and perhaps a wait for the GIL the timer's thread held.
+    assert switches <= 5, switches
+
+
+def test_a_server_stopped_by_another_thread_ends_the_wait(srv: Server) -> None:
+    waiter = Waiter(None)  # not installed: no signals, as on a thread other than the main one
+    timer = later(0.3, srv.stop, 0.0)
+    t0 = time.monotonic()
+    waiter.wait_for_request(srv)
+    took = time.monotonic() - t0
+    timer.join()
+    assert not srv.running and waiter.pending() == 0
+    assert took < TIMEOUT
+
+
+def watchers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "cyserve-stop-event"]
+
+
+def test_a_stop_event_set_through_a_method_taken_before_the_wait_ends_it(srv: Server) -> None:
+    stop = threading.Event()
+    timer = later(0.3, stop.set)  # bound before the wait began: nothing of it can be wrapped
+    waiter = Waiter(stop)
+    t0 = time.monotonic()
+    waiter.wait_for_request(srv)
+    took = time.monotonic() - t0
+    timer.join()
+    assert waiter.pending() == 1 and srv.running
+    assert 0.25 < took < TIMEOUT
+    deadline = time.monotonic() + TIMEOUT
+    while watchers() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not watchers()
+
+
+def test_the_stop_events_watcher_ends_when_the_server_stops_without_it(srv: Server) -> None:
+    stop = threading.Event()
+    waiter = Waiter(stop)
+    timer = later(0.2, srv.stop, 0.0)
+    waiter.wait_for_request(srv)
+    timer.join()
+    assert not srv.running and not stop.is_set()
+    deadline = time.monotonic() + TIMEOUT
+    while watchers() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not watchers()
+
+
+def test_sighup_runs_on_hup_and_the_wait_goes_on(srv: Server) -> None:
+    hups: list[float] = []
+    waiter = Waiter(None, on_hup=lambda: hups.append(time.monotonic()))
+    waiter.install()
+    try:
+        t0 = time.monotonic()
+        first = later(0.2, os.kill, os.getpid(), signal.SIGHUP)
+        second = later(0.6, os.kill, os.getpid(), signal.SIGTERM)
+        waiter.wait_for_request(srv)
+        first.join()
+        second.join()
+    finally:
+        waiter.uninstall()
+    assert len(hups) == 1 and hups[0] - t0 < 0.6  # acted on when it came, not at the end
+    assert waiter.pending() == 1 and waiter.first_signal == signal.SIGTERM
+
+
+def test_the_previous_wakeup_descriptor_is_put_back_and_told_of_the_signals(
+        srv: Server) -> None:
+    # An application's own wake-up descriptor (asyncio's, for one): the wait borrows the
+    # interpreter's only slot, passes the signals' bytes on, and gives the slot back.
+    theirs, other_end = socket.socketpair()
+    theirs.setblocking(False)
+    other_end.setblocking(False)
+    previous = signal.set_wakeup_fd(theirs.fileno())
+    waiter = Waiter(None)
+    waiter.install()
+    try:
+        timer = later(0.2, os.kill, os.getpid(), signal.SIGINT)
+        waiter.wait_for_request(srv)
+        timer.join()
+    finally:
+        waiter.uninstall()
+        current = signal.set_wakeup_fd(previous)
+    try:
+        assert current == theirs.fileno()
+        assert other_end.recv(16) == bytes([signal.SIGINT])
+    finally:
+        theirs.close()
+        other_end.close()
+    assert waiter.pending() == 1
+
+
+def test_a_tick_is_called_while_waiting(srv: Server) -> None:
+    ticks: list[Server] = []
+    waiter = Waiter(None)
+    timer = later(0.5, srv.stop, 0.0)
+    waiter.wait_for_request(srv, ticks.append)
+    timer.join()
+    # Every POLL_SECONDS (0.05): about ten in the half second; a loaded machine may give fewer.
+    assert len(ticks) >= 3 and all(t is srv for t in ticks)
