@@ -168,10 +168,10 @@ def detail(root):
                     names[f.read().strip()] += 1
         except OSError:
             continue
-        split = anon_breakdown_kib(pid) or {}
-        lines.append(f"    pid {pid}: RSS {st['VmRSS'].split()[0]} (anon {st['RssAnon'].split()[0]}, "
-                     f"file {st['RssFile'].split()[0]}); threads {dict(names)}; anon "
-                     f"{ {k: v for k, v in split.items() if v} }")
+        split = {k: v for k, v in (anon_breakdown_kib(pid) or {}).items() if v}
+        rss, anon, file = (st[k].split()[0] for k in ("VmRSS", "RssAnon", "RssFile"))
+        lines.append(f"    pid {pid}: RSS {rss} (anon {anon}, file {file}); "
+                     f"threads {dict(names)}; anon {split}")
     return "\n".join(lines)
 
 
