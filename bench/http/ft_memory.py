@@ -78,9 +78,9 @@ def exercise(port, conns, paths, per_conn):
 
 
 # The floor: the app imported with cyserve and its extension (`import cyserve` alone does not
-# load it), and the routes' work done by n threads that stay
-# (one process), or by n forked children of the importing parent; "ready" on stdout once done,
-# then every process waits for the end of its standard input.
+# load it), and the routes' work done by n threads that stay (one process), or by n forked
+# children of the importing parent; "ready" on stdout once done, then every process waits for
+# the end of its standard input.
 FLOOR_SRC = """
 import os, sys, threading, time, importlib
 import cyserve._core
