@@ -322,6 +322,94 @@ cdef void _methods_release(_ThreadCache cache) noexcept:
         cache.wsgi_write = None
 
 
+cdef extern from *:
+    """
+    /* wsgi.input's reuse (native/wsgi.pyx, WSGIHandler._environ): BytesIO's own tell() and
+     * getvalue(), found once at import (cyserve__input_setup) and called straight through their
+     * C functions, as the methods' descriptors would call them. NULL: no reuse, every request
+     * without a body gets a new BytesIO, as before. */
+    static PyTypeObject *cyserve__bio_type;
+    static PyCFunction cyserve__bio_tell, cyserve__bio_getvalue;
+
+    static PyCFunction cyserve__noargs_method(PyObject *type, const char *name)
+    {
+        PyCFunction f = NULL;
+        PyObject *d = PyObject_GetAttrString(type, name);
+        if (d == NULL) {
+            PyErr_Clear();
+            return NULL;
+        }
+        if (Py_IS_TYPE(d, &PyMethodDescr_Type)
+                && ((PyMethodDescrObject *)d)->d_method->ml_flags == METH_NOARGS)
+            f = ((PyMethodDescrObject *)d)->d_method->ml_meth;
+        Py_DECREF(d);  /* the type keeps it, and what it points to */
+        return f;
+    }
+
+    /* Take type (io.BytesIO, kept alive by the module's global) as the one to reuse, when its
+     * instances keep their __dict__ and weak references at fixed offsets and tell() and
+     * getvalue() take no arguments, as on CPython 3.11 and 3.12; else leave reuse off. */
+    static void cyserve__input_setup(PyObject *type)
+    {
+        PyTypeObject *tp = (PyTypeObject *)type;
+        if (!PyType_Check(type) || tp->tp_dictoffset <= 0 || tp->tp_weaklistoffset <= 0)
+            return;
+        cyserve__bio_tell = cyserve__noargs_method(type, "tell");
+        cyserve__bio_getvalue = cyserve__noargs_method(type, "getvalue");
+        if (cyserve__bio_tell == NULL || cyserve__bio_getvalue == NULL)
+            cyserve__bio_tell = cyserve__bio_getvalue = NULL;
+        else
+            cyserve__bio_type = tp;
+    }
+
+    /* Is o (a connection part's wsgi.input, held by the part's dict and by the part: two
+     * references) as a new BytesIO() is, with nothing but the part able to reach it? Then no
+     * app can tell it from a new one: no reference elsewhere (an app that kept it, or the
+     * environ holding it), no weak reference, no attribute set on it, not closed (tell()
+     * raises), at position 0 and empty (a write, even one truncated away, moves the position
+     * or leaves bytes). GIL held (or, free-threaded, o is the calling thread's own: with no
+     * other reference no other thread can reach it). */
+    static int cyserve__input_fresh(PyObject *o)
+    {
+        PyObject *v;
+        Py_ssize_t n;
+        if (cyserve__bio_type == NULL || !Py_IS_TYPE(o, cyserve__bio_type) || Py_REFCNT(o) != 2)
+            return 0;
+        if (*(PyObject **)((char *)o + cyserve__bio_type->tp_weaklistoffset) != NULL
+                || *(PyObject **)((char *)o + cyserve__bio_type->tp_dictoffset) != NULL)
+            return 0;
+    #ifdef Py_GIL_DISABLED
+        /* As in cyserve__rebind: the last other holder's use of o comes before ours. */
+        atomic_thread_fence(memory_order_acquire);
+    #endif
+        v = cyserve__bio_tell(o, NULL);
+        if (v == NULL) {  /* closed */
+            PyErr_Clear();
+            return 0;
+        }
+        n = PyLong_AsSsize_t(v);
+        Py_DECREF(v);
+        if (n != 0) {
+            PyErr_Clear();  /* none: a position is a Py_ssize_t */
+            return 0;
+        }
+        v = cyserve__bio_getvalue(o, NULL);
+        if (v == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        n = PyBytes_Check(v) ? PyBytes_GET_SIZE(v) : -1;
+        Py_DECREF(v);
+        return n == 0;
+    }
+    """
+    void _input_setup "cyserve__input_setup"(object type)
+    bint _input_fresh "cyserve__input_fresh"(PyObject *o) noexcept
+
+
+_input_setup(_BYTESIO)
+
+
 # The keys a dict's table of 32 slots holds (CPython's USABLE_FRACTION: two thirds).
 DEF DICT_USABLE_32 = 21
 # The most keys _tls_environ adds, but for a client certificate's chain.
@@ -461,6 +549,16 @@ cdef class WSGIHandler:
         if path is not part.path:
             part.env["PATH_INFO"] = path
             part.path = path
+        # wsgi.input for a request without a body: the part's own empty BytesIO, which the copy
+        # then has already, when no earlier request's app kept it or changed it (_input_fresh);
+        # otherwise a new one, kept by the part for the next request.
+        if inp is None and req.body.len == 0 and not _input_fresh(<PyObject *>part.inp):
+            # BytesIO.__new__ alone: the very object BytesIO() gives (its __init__ with no
+            # initial value only resets the empty state __new__ made), without the call's
+            # argument parsing.
+            fresh = (<PyTypeObject *>_BYTESIO).tp_new(<type>_BYTESIO, <PyObject *>_NO_ARGS, NULL)
+            part.env[_K_INPUT] = fresh
+            part.inp = fresh
         # The keys set below are already in the copy, in the order they had when each request
         # inserted them (_conn_part): each is a replacement, cheaper than an insertion.
         cdef dict env = PyDict_Copy(part.env)
@@ -473,12 +571,7 @@ cdef class WSGIHandler:
             env["QUERY_STRING"] = _str_of(req.query)
         if inp is not None:  # a large body, read from the connection as the app reads
             env[_K_INPUT] = inp
-        elif req.body.len == 0:
-            # BytesIO.__new__ alone: the very object BytesIO() gives (its __init__ with no
-            # initial value only resets the empty state __new__ made), without the call's
-            # argument parsing.
-            env[_K_INPUT] = (<PyTypeObject *>_BYTESIO).tp_new(<type>_BYTESIO, <PyObject *>_NO_ARGS, NULL)
-        else:
+        elif req.body.len:  # else the part's, above
             env[_K_INPUT] = _BYTESIO(
                 PyBytes_FromStringAndSize(req.body.ptr, <Py_ssize_t>req.body.len))
         cdef bint had_length = False
@@ -597,6 +690,7 @@ cdef class WSGIHandler:
         part.env = env
         part.method = "GET"
         part.path = ""
+        part.inp = None
         # This thread's own table: nobody else reads it (entries are replaced whole). The set's
         # first entry moves to its second slot, whose entry (used least recently) is let go.
         parts[slot + 1] = parts[slot]
@@ -955,6 +1049,9 @@ cdef class _EnvPart:
     # a request's differ), compared by identity.
     cdef object method
     cdef object path
+    # env's wsgi.input: an empty BytesIO that each request without a body gets in its copy,
+    # while _input_fresh finds it untouched; None before the first (WSGIHandler._environ).
+    cdef object inp
 
 
 cdef class _OwnedFd:
