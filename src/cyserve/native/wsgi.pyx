@@ -91,6 +91,10 @@ DEF _H_LENGTH = 1
 DEF _H_DROP = 2
 DEF _H_CONNECTION = 3
 DEF _H_ERROR = 4
+# Kept, and spelt "Content-Type" exactly: written with resp_set_content_type, which checks the
+# value but not the name (a known token the engine does not reserve), nor compares the name
+# with the five the engine treats apart, as resp_add_header does for any other name.
+DEF _H_CTYPE = 5
 
 
 class WSGIError(Exception):
@@ -202,9 +206,6 @@ cdef extern from "Python.h":
     PyObject *PyDict_SetDefault(object d, object key, object value) except NULL  # borrowed
     Py_ssize_t PyDict_GET_SIZE(object d)
     object _bind_method "PyMethod_New"(object func, object self)  # cpython.method's has 3 args
-    # cpython.list's PyList_SetSlice takes an object for the items: NULL deletes the slice.
-    int _list_del "PyList_SetSlice"(object lst, Py_ssize_t low, Py_ssize_t high,
-                                    PyObject *items) except -1
 
 
 cdef extern from *:
@@ -296,14 +297,41 @@ cdef _WSGIAnswer _answer_for(_ThreadCache cache):
     return answer
 
 
+cdef extern from *:
+    """
+    /* Empty the answer's list of body pieces in place, keeping its array of items for the next
+     * request's pieces: PyList_SetSlice (or list.clear) frees the array, and the next append
+     * allocates it again, a malloc and a free on every request. The list is the answer's own
+     * (write() appends to it, no app holds it) and holds exact bytes only (_wsgi_take and
+     * write() make them so), whose deallocation runs no code that could look at the list. On
+     * a free-threaded build, where a list's array is freed by other rules, the slice's way. */
+    static int cyserve__chunks_empty(PyObject *lst)
+    {
+    #ifdef Py_GIL_DISABLED
+        return PyList_SetSlice(lst, 0, PyList_GET_SIZE(lst), NULL);
+    #else
+        PyListObject *l = (PyListObject *)lst;
+        Py_ssize_t i, n = Py_SIZE(l);
+        Py_SET_SIZE(l, 0);
+        for (i = 0; i < n; i++) {
+            PyObject *item = l->ob_item[i];
+            l->ob_item[i] = NULL;
+            Py_DECREF(item);
+        }
+        return 0;
+    #endif
+    }
+    """
+    int _chunks_empty "cyserve__chunks_empty"(object lst) noexcept  # fails only on no memory
+
+
 cdef void _answer_clear(_WSGIAnswer answer) noexcept:
     """Drop what the answer holds (the body's pieces, the headers, a file's descriptor, which
     closes), as its deallocation would: called when its request is answered or failed, so that
     a thread never keeps a request's objects alive until its next one."""
     answer.resp = NULL
     if answer.chunks:
-        # Not `del chunks[:]`, which Cython makes a slice object for.
-        _list_del(answer.chunks, 0, PyList_GET_SIZE(answer.chunks), NULL)
+        _chunks_empty(answer.chunks)
     answer.reason = None
     answer.headers = None
     answer.length = None
@@ -1229,7 +1257,7 @@ cdef object _start_response(object obj, object status, object headers, object ex
                             "str) tuple")
         name = PyTuple_GET_ITEM(<object>item, 0)
         kind = _header_kind_of(<object>name, cache)
-        if kind == _H_KEEP:
+        if kind == _H_KEEP or kind == _H_CTYPE:
             continue
         if i < 64:
             skip |= (<uint64_t>1) << i
@@ -1245,7 +1273,8 @@ cdef object _start_response(object obj, object status, object headers, object ex
             raise WSGIError(f"the WSGI application set the hop-by-hop header {<object>name!r}, "
                             "which is the server's to write")
     if filtered:  # past the mask's 64: those kept, as a tuple of their own
-        items = tuple([it for it in items if _header_kind_of(it[0], cache) == _H_KEEP])
+        items = tuple([it for it in items
+                       if _header_kind_of(it[0], cache) in (_H_KEEP, _H_CTYPE)])
         skip = 0
     self.status = code
     self.reason = reason
@@ -1295,6 +1324,8 @@ cdef int _sr_into_resp(_WSGIAnswer self, list headers, _ThreadCache cache, int c
             kind = _header_kind_of(name, cache)
             if kind == _H_KEEP:
                 _add_header(resp, name, value)
+            elif kind == _H_CTYPE:
+                _add_ctype(resp, name, value)
             elif kind == _H_LENGTH:
                 length = value
             elif kind == _H_CONNECTION:
@@ -1317,6 +1348,21 @@ cdef int _sr_into_resp(_WSGIAnswer self, list headers, _ThreadCache cache, int c
     if self.chunks:
         del self.chunks[:]  # what write() sent for the answer this one replaces
     self.total = 0
+    return 0
+
+
+cdef int _add_ctype(cs.resp_t *resp, name, value) except -1:
+    """_add_header(resp, name, value) for the name "Content-Type" (_H_CTYPE): the same line,
+    the same checks of the value and the same errors, without those of the name."""
+    cdef Py_ssize_t vlen
+    cdef const char *v
+    cdef int rc
+    if type(value) is not str or not PyUnicode_IS_ASCII(value):
+        return _add_header(resp, name, value)
+    v = PyUnicode_AsUTF8AndSize(value, &vlen)
+    rc = cs.resp_set_content_type(resp, v, <size_t>vlen)
+    if rc:
+        _check_rc(rc, f"header {name!r}")
     return 0
 
 
@@ -1436,7 +1482,9 @@ cdef int _header_kind(name) except -1:
     if hit != NULL:
         return <int><object>hit
     lname = name.lower()
-    if lname == "content-length":
+    if type(name) is str and name == "Content-Type":
+        kind = _H_CTYPE
+    elif lname == "content-length":
         kind = _H_LENGTH
     elif lname in _WSGI_DROPPED:
         kind = _H_DROP
