@@ -1193,6 +1193,16 @@ cdef class _WSGIAnswer:
             self.length = _wsgi_length(self.length)
         return self.length
 
+    cdef int64_t length_int(self) except -2:
+        """length_value() as a C integer, -1 for none: the answer's own path (_fill_wsgi) reads
+        the app's digits without making an int object, nor one for the body's length to compare
+        it with."""
+        if self.length is None or self.status == 204 or self.status == 304:
+            return -1
+        if type(self.length) is int:  # length_value() made it (a streamed body's collection)
+            return <int64_t>self.length
+        return _wsgi_length_int(self.length)
+
     def write(self, data):
         if self.status == 0:
             raise WSGIError("write() called before start_response")
@@ -1432,8 +1442,13 @@ cdef tuple _wsgi_status_line(status):
 
 
 cdef object _wsgi_length(value):
-    """The Content-Length header value an app gave, as an int (_content_length's checks). Digits
-    in an ASCII str, the usual case, are read here without the str methods."""
+    """The Content-Length header value an app gave, as an int (_content_length's checks)."""
+    return _wsgi_length_int(value)
+
+
+cdef int64_t _wsgi_length_int(value) except -2:
+    """_wsgi_length(value) as a C integer (at most 18 digits: it fits). Digits in an ASCII str,
+    the usual case, are read here without the str methods."""
     cdef Py_ssize_t n, i = 0
     cdef const char *p
     cdef long long v = 0
@@ -1445,7 +1460,7 @@ cdef object _wsgi_length(value):
                 i += 1
             if i == n:
                 return v
-    return _content_length(value)  # spaces, or not a number: its message
+    return <int64_t>_content_length(value)  # spaces, or not a number: its message
 
 
 # start_response's view of a response header name (_H_* above), computed once per name an app
@@ -1549,7 +1564,7 @@ cdef object _wsgi_reason(str s, int code):
 cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx, cyserve_request *req,
                     RequestBody inp=None) except -1:
     cdef bytes body
-    cdef object length
+    cdef int64_t length  # the announced Content-Length, -1 for none
     cdef _WSGIStream st
     cdef tuple items, item
     cdef Py_ssize_t i
@@ -1584,7 +1599,7 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx, cyserve_requ
         if body and (a.status == 204 or a.status == 304 or a.status == 205):
             raise ValueError(f"a {a.status} response cannot have a body "
                              f"({len(body)} bytes given)")
-        length = a.length_value()
+        length = a.length_int()
         if a.it is not None:
             if body:
                 _set_body(resp, body)
@@ -1597,12 +1612,11 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx, cyserve_requ
             a.total = 0
             st.ctx = ctx
             st.announced = st.left = -1
-            if length is not None:
-                st.announced = <int64_t>length
-                st.left = <int64_t>length - len(body)
+            if length >= 0:
+                st.announced = length
+                st.left = length - len(body)
                 st.label = f"{_latin1(req.method)} {_latin1(req.target)}"
-            _check_rc(cs.resp_set_stream(resp, <void *>st, length if length is not None else -1),
-                      "stream")
+            _check_rc(cs.resp_set_stream(resp, <void *>st, length), "stream")
             Py_INCREF(st)  # the engine's reference, dropped by _py_stream_impl
             a.sent = True
             if inp is not None:  # the app may read its body while it answers
@@ -1610,13 +1624,13 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx, cyserve_requ
                 inp._kept = True
             a.it = a.result = None
             return 0
-        if length is not None and length != len(body):
+        if length >= 0 and length != len(body):
             # What GET would send, announced by an answer to HEAD without a body (Werkzeug).
             if body or not head:
                 raise ValueError(f"Content-Length {length} does not match the body's "
                                  f"{len(body)} bytes")
-            _check_rc(cs.resp_set_head_length(resp, <int64_t>length), "Content-Length")
-        elif head and not body and (a.head_unknown or length is None):
+            _check_rc(cs.resp_set_head_length(resp, length), "Content-Length")
+        elif head and not body and (a.head_unknown or length < 0):
             # No length announced and no body: GET's length is not known (its body would be
             # streamed), and "Content-Length: 0" would be a claim about it.
             _check_rc(cs.resp_set_head_length(resp, cs.RESP_LENGTH_UNKNOWN), "Content-Length")
