@@ -27,6 +27,24 @@ from libc.string cimport memchr, memcmp
 cdef extern from "<strings.h>" nogil:
     int strncasecmp(const char *a, const char *b, size_t n)
 
+
+cdef extern from *:
+    """
+    /* Whether the 4 bytes at p spell "host" in any case, as strncasecmp(p, "host", 4) == 0:
+     * every request has the header, and the call costs about four times this. Bit 5 is the
+     * only bit in which a letter's two cases differ, so a byte with it set equals 'h' only
+     * when it was 'h' or 'H' (and so for the others). */
+    #include <string.h>
+    static inline int cyserve__is_host(const char *p)
+    {
+        uint32_t w, host;
+        memcpy(&w, p, 4);
+        memcpy(&host, "host", 4);
+        return (w | 0x20202020u) == host;
+    }
+    """
+    bint _is_host "cyserve__is_host"(const char *p) noexcept nogil
+
 cdef tuple _NO_ARGS = ()
 
 
@@ -534,7 +552,7 @@ cdef class WSGIHandler:
         cdef bint tls = cs.server_req_tls(<const cs.req_t *>req)
         for i in range(req.num_headers):
             h = &req.headers[i]
-            if h.name.len == 4 and strncasecmp(h.name.ptr, "host", 4) == 0:
+            if h.name.len == 4 and _is_host(h.name.ptr):
                 n_host += 1
                 host = h.value.ptr
                 host_n = h.value.len
@@ -649,7 +667,17 @@ cdef class WSGIHandler:
         other on every request), about 3,000 instructions a request; a simulation of this hash
         over 64 local ports gives 19 % misses for that table, 7 % for 128 sets of two, and 1.6 %
         for 256 sets of two (docs/benchmarks.md, "Session 18").
+        The part used last is tried first, before the hash (about 150 instructions over the
+        peer's and the Host's bytes): a keep-alive connection's requests that come one after
+        another find it. The engine's pointer to the peer's address is the same on each request
+        of a connection, so a connection other than the last one's is told apart by it without
+        reading its bytes; the part is then still compared in full, as in the table.
         extra: how many keys the request that makes it may add to a copy (_presized)."""
+        cdef _EnvPart part
+        if peer == cache.env_last_peer and cache.env_last is not None:
+            part = <_EnvPart>cache.env_last
+            if _part_is(part, self._base, flags, peer, peer_n, host, host_n):
+                return part
         cdef unsigned hsh = 2166136261u  # FNV-1a over the peer, the Host and flags
         cdef size_t i
         for i in range(peer_n):
@@ -661,20 +689,17 @@ cdef class WSGIHandler:
         cdef Py_ssize_t way
         cdef object seen
         cdef list parts = cache.env_parts
-        cdef _EnvPart part
         for way in range(2):
             seen = <object>PyList_GET_ITEM(parts, slot + way)
             if seen is None:
                 break  # a set fills from its first slot: nothing behind an empty one
             part = <_EnvPart>seen
-            if (part.base is self._base and part.flags == flags
-                    and <size_t>PyBytes_GET_SIZE(part.peer) == peer_n
-                    and <size_t>PyBytes_GET_SIZE(part.host) == host_n
-                    and memcmp(PyBytes_AS_STRING(part.peer), peer, peer_n) == 0
-                    and memcmp(PyBytes_AS_STRING(part.host), host, host_n) == 0):
+            if _part_is(part, self._base, flags, peer, peer_n, host, host_n):
                 if way:  # used last now: first in its set (the two references just swap)
                     parts[slot + 1] = parts[slot]
                     parts[slot] = part
+                cache.env_last = part
+                cache.env_last_peer = peer
                 return part
         cdef const char *colon
         cdef const char *p
@@ -723,6 +748,8 @@ cdef class WSGIHandler:
         # first entry moves to its second slot, whose entry (used least recently) is let go.
         parts[slot + 1] = parts[slot]
         parts[slot] = part
+        cache.env_last = part
+        cache.env_last_peer = peer
         return part
 
     def __call__(self, Request request):
@@ -731,12 +758,13 @@ cdef class WSGIHandler:
         return self._call(request._req, inp)
 
     cdef _WSGIAnswer _call(self, const cyserve_request *req, RequestBody inp=None,
-                           cs.resp_t *resp=NULL):
+                           cs.resp_t *resp=NULL, _ThreadCache cache=None):
         """The answer to req (the handler trampoline calls this directly: a WSGI app has no use
         for a Request object); inp: its body when streamed; resp: the engine's response that
         _fill_wsgi fills afterwards, where start_response may write the headers at once (NULL:
-        none, they are kept in the answer)."""
-        cdef _ThreadCache cache = _tcache()
+        none, they are kept in the answer); cache: this thread's, when the caller has it."""
+        if cache is None:
+            cache = _tcache()
         env = self._environ(req, inp, cache)
         cdef _WSGIAnswer answer = _answer_for(cache)
         answer.resp = resp
@@ -1063,6 +1091,16 @@ cdef int _env_host(dict env, str host, bint tls) except -1:
         env["SERVER_NAME"] = name
     env["SERVER_PORT"] = port or ("443" if tls else "80")
     return 0
+
+
+cdef inline bint _part_is(_EnvPart part, base, int flags, const char *peer, size_t peer_n,
+                          const char *host, size_t host_n):
+    """Whether part was made from these (WSGIHandler._conn_part): then it is the one to use."""
+    return (part.base is base and part.flags == flags
+            and <size_t>PyBytes_GET_SIZE(part.peer) == peer_n
+            and <size_t>PyBytes_GET_SIZE(part.host) == host_n
+            and memcmp(PyBytes_AS_STRING(part.peer), peer, peer_n) == 0
+            and memcmp(PyBytes_AS_STRING(part.host), host, host_n) == 0)
 
 
 cdef class _EnvPart:
