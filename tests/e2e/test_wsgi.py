@@ -5,6 +5,8 @@ names it, the server serving on), wsgiref's PEP 3333 validator, and a Flask app 
 from __future__ import annotations
 
 import ast
+import contextvars
+import io
 import logging
 import socket
 import threading
@@ -131,6 +133,91 @@ def test_each_request_gets_a_fresh_environ_and_input(echo_port: int) -> None:
         for host in ("t", "t", "h.test", "t"):
             c.send(get("/", host=host))
             assert ast.literal_eval(c.reply().body.decode()) == (None, host, 0, "BytesIO")
+
+
+FRESH_INPUT = (True, False, 0, b"", False, False)
+
+
+@pytest.mark.parametrize("touch", ["read", "seek", "write", "write-rewind", "close", "attribute",
+                                   "weakref", "keep", "keep-environ"])
+def test_an_input_the_app_touched_or_kept_is_never_the_next_requests(touch: str) -> None:
+    # A request without a body gets its connection part's empty BytesIO when no earlier app
+    # kept it or left a trace on it (native/wsgi.pyx, _input_fresh): whatever an app does to
+    # its wsgi.input, the next request's must look new, and one the app keeps (or whose
+    # environ it keeps) stays its own, open and readable, never handed to a later request.
+    kept: list[Any] = []
+
+    def app(environ: Environ, start_response: Any) -> list[bytes]:
+        inp = environ["wsgi.input"]
+        seen = (type(inp) is io.BytesIO, inp.closed, inp.tell(), inp.getvalue(),
+                hasattr(inp, "mark"), any(k is inp for k in kept))
+        if environ["QUERY_STRING"] == "touch":
+            if touch == "read":
+                inp.read()
+            elif touch == "seek":
+                inp.seek(5)
+            elif touch == "write":
+                inp.write(b"abc")
+                inp.truncate(0)  # empty again, but the position moved
+            elif touch == "write-rewind":
+                inp.write(b"abc")
+                inp.seek(0)
+                inp.truncate(0)  # as new: may be given again
+            elif touch == "close":
+                inp.close()
+            elif touch == "attribute":
+                inp.mark = True
+            elif touch == "weakref":
+                kept.append(weakref.ref(inp))
+            elif touch == "keep":
+                kept.append(inp)
+            elif touch == "keep-environ":
+                kept.append(environ)
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [repr(seen).encode()]
+
+    a = cyserve.App()
+    a.wsgi("/", app)
+    with serving(a.build(), threads=1) as srv, Conn(srv.port) as c:
+        for q in ("", "touch", "", "touch", "", ""):
+            c.send(get("/?" + q))
+            assert ast.literal_eval(c.reply().body.decode()) == FRESH_INPUT, q
+    held = [k() if touch == "weakref" else k["wsgi.input"] if touch == "keep-environ" else k
+            for k in kept]
+    if touch in ("keep", "keep-environ"):
+        assert len(held) == 2 and held[0] is not held[1]
+        assert all(not h.closed and h.read() == b"" for h in held)
+
+
+def test_a_context_variable_set_by_a_wsgi_app_is_not_in_the_next_call() -> None:
+    # Each call runs in a context of its own; a thread reuses the last one only when the call
+    # left no variable set in it (_context_for).
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("wsgi_var", default="unset")
+
+    def app(environ: Environ, start_response: Any) -> list[bytes]:
+        before = var.get()
+        if environ["QUERY_STRING"] == "set":
+            var.set("set by an earlier request")
+        elif environ["QUERY_STRING"] == "reset":
+            var.reset(var.set("set, then reset"))  # as new again: may be reused
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [before.encode()]
+
+    a = cyserve.App()
+    a.wsgi("/", app)
+    with serving(a.build(), threads=1) as srv, Conn(srv.port) as c:
+        for q in ("", "set", "", "reset", "", "set", "set", ""):
+            c.send(get("/?" + q))
+            assert c.reply().body == b"unset", q
+
+
+@pytest.mark.parametrize("name", ["Host", "HOST", "hOsT", "host"])
+def test_the_host_header_is_found_in_any_case(echo_port: int, name: str) -> None:
+    env = environ_of(echo_port, f"GET / HTTP/1.1\r\n{name}: a.test:81\r\nHosu: b\r\n"
+                                f"Xost: c\r\n\r\n".encode())
+    assert (env["HTTP_HOST"], env["SERVER_NAME"], env["SERVER_PORT"]) == ("a.test:81", "a.test",
+                                                                            "81")
+    assert (env["HTTP_HOSU"], env["HTTP_XOST"]) == ("b", "c")
 
 
 def test_a_connections_requests_each_get_their_own_method_path_query_and_host() -> None:
@@ -390,6 +477,36 @@ def test_a_start_response_or_write_the_app_keeps_stays_its_own_requests() -> Non
             assert (r.status, r.body) == (200, path.encode())
     assert problems == []
     assert len(kept) == 2 and kept[0][0] is not kept[1][0]
+
+
+@pytest.mark.parametrize("name", ["Content-Type", "content-type", "CONTENT-TYPE"])
+def test_the_content_type_is_sent_as_spelt_and_checked_whatever_its_spelling(name: str) -> None:
+    # "Content-Type" spelt so is written without the checks of its name (_H_CTYPE), any other
+    # spelling as any header: the same line as the app spelt it, the same refusals of a value
+    # that would split the response and of a second Content-Type, with the same messages.
+    errors: list[str] = []
+
+    def app(environ: Environ, start_response: Any) -> list[bytes]:
+        for n in (name, "Content-type"):  # the second always the general way
+            for headers in ([(n, "text/plain\r\nInjected: yes")],
+                            [(n, "text/a"), ("X-A", "1"), (n, "text/b")]):
+                try:
+                    start_response("200 OK", headers)
+                except ValueError as exc:
+                    errors.append(str(exc).replace(repr(n), "NAME"))
+        start_response("200 OK", [("X-B", "2"), (name, "text/x; charset=latin-1")],
+                       (None, None, None))
+        return [b"ok"]
+
+    with serve_wsgi(app) as srv, Conn(srv.port) as c:
+        for _ in range(2):
+            c.send(get("/"))
+            r = c.reply()
+            assert (r.status, r.body) == (200, b"ok")
+            assert r.header("content-type") == "text/x; charset=latin-1"
+            assert f"\r\n{name}: text/x; charset=latin-1\r\n".encode() in r.raw_head
+            assert r.header("injected") is None and r.header("x-a") is None
+    assert errors == ["invalid header NAME", "header NAME given twice"] * 4, errors
 
 
 @pytest.mark.parametrize("then", ["an error page", "nothing else"])

@@ -242,6 +242,9 @@ cdef class _ThreadCache:
     cdef int status_codes[WSGI_STATUS_SLOTS]  # ... and its code
     cdef list path_raw      # native/wsgi.pyx, _path_str: the request path seen in each slot
     cdef list path_strs     # ... and its PATH_INFO
+    cdef object env_last    # native/wsgi.pyx, WSGIHandler._conn_part: the part used last, or None
+    cdef const char *env_last_peer  # ... and the peer's address as the engine gave it (compared)
+    cdef object ctx         # _context_for: the context the last call ran in, or None
 
 
 cdef inline _ThreadCache _tcache():
@@ -269,6 +272,9 @@ cdef _ThreadCache _tcache_new():
     c.status_reasons = [None] * WSGI_STATUS_SLOTS
     c.path_raw = [None] * WSGI_PATH_SLOTS
     c.path_strs = [None] * WSGI_PATH_SLOTS
+    c.env_last = None
+    c.env_last_peer = NULL
+    c.ctx = None
     Py_INCREF(c)  # the thread's reference, dropped by _thread_dies
     cyserve__tcache = <PyObject *>c
     return c
@@ -1390,16 +1396,18 @@ cdef void _py_call_impl(PyObject *info_p, cyserve_request *req, cs.resp_t *resp)
     cdef cs.body_reader_t *br = cs.body_of(<const cs.req_t *>req)
     cdef const char *reason
     cdef int bstatus
+    cdef _ThreadCache cache
     _leases_drain()
     try:
-        # A context of its own for each call (see the top of this file).
-        ctx = PyContext_New()
+        cache = _tcache()
+        # A context of its own for each call (see the top of this file; _context_for).
+        ctx = _context_for(cache)
         PyContext_Enter(ctx)
         if br != NULL:  # a large body, read as the handler asks (csrc/body.c)
             inp = RequestBody.__new__(RequestBody)
             inp._br = br
         if type(<object>handler) is WSGIHandler:  # native/wsgi.pyx: no Request needed
-            result = (<WSGIHandler>handler)._call(req, inp, resp)
+            result = (<WSGIHandler>handler)._call(req, inp, resp, cache)
         else:
             r = Request.__new__(Request)
             r._req = req
@@ -1449,6 +1457,20 @@ cdef extern from *:
     #define cyserve__body_failed(br) ((br)->err != 0)
     """
     bint _body_failed "cyserve__body_failed"(cs.body_reader_t *br) noexcept nogil
+
+
+cdef object _context_for(_ThreadCache cache):
+    """A context for the next call, the same as a new one (PyContext_New): the one the thread's
+    last call ran in, when that call left no variable set in it and nothing but the thread
+    holds it (no reference elsewhere, a streamed answer's, nor a weak one: there is no way to
+    reach a context but those), so no call can tell them apart; otherwise a new one, which the
+    thread keeps for next time. Saves the context's allocation and deallocation on each call."""
+    cdef PyObject *c = <PyObject *>cache.ctx
+    if c != <PyObject *>None and _sole(c) and len(<object>c) == 0:
+        return <object>c
+    ctx = PyContext_New()
+    cache.ctx = ctx
+    return ctx
 
 
 cdef void _context_exit(ctx) noexcept:

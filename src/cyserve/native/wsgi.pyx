@@ -27,6 +27,24 @@ from libc.string cimport memchr, memcmp
 cdef extern from "<strings.h>" nogil:
     int strncasecmp(const char *a, const char *b, size_t n)
 
+
+cdef extern from *:
+    """
+    /* Whether the 4 bytes at p spell "host" in any case, as strncasecmp(p, "host", 4) == 0:
+     * every request has the header, and the call costs about four times this. Bit 5 is the
+     * only bit in which a letter's two cases differ, so a byte with it set equals 'h' only
+     * when it was 'h' or 'H' (and so for the others). */
+    #include <string.h>
+    static inline int cyserve__is_host(const char *p)
+    {
+        uint32_t w, host;
+        memcpy(&w, p, 4);
+        memcpy(&host, "host", 4);
+        return (w | 0x20202020u) == host;
+    }
+    """
+    bint _is_host "cyserve__is_host"(const char *p) noexcept nogil
+
 cdef tuple _NO_ARGS = ()
 
 
@@ -91,6 +109,10 @@ DEF _H_LENGTH = 1
 DEF _H_DROP = 2
 DEF _H_CONNECTION = 3
 DEF _H_ERROR = 4
+# Kept, and spelt "Content-Type" exactly: written with resp_set_content_type, which checks the
+# value but not the name (a known token the engine does not reserve), nor compares the name
+# with the five the engine treats apart, as resp_add_header does for any other name.
+DEF _H_CTYPE = 5
 
 
 class WSGIError(Exception):
@@ -202,9 +224,6 @@ cdef extern from "Python.h":
     PyObject *PyDict_SetDefault(object d, object key, object value) except NULL  # borrowed
     Py_ssize_t PyDict_GET_SIZE(object d)
     object _bind_method "PyMethod_New"(object func, object self)  # cpython.method's has 3 args
-    # cpython.list's PyList_SetSlice takes an object for the items: NULL deletes the slice.
-    int _list_del "PyList_SetSlice"(object lst, Py_ssize_t low, Py_ssize_t high,
-                                    PyObject *items) except -1
 
 
 cdef extern from *:
@@ -296,14 +315,41 @@ cdef _WSGIAnswer _answer_for(_ThreadCache cache):
     return answer
 
 
+cdef extern from *:
+    """
+    /* Empty the answer's list of body pieces in place, keeping its array of items for the next
+     * request's pieces: PyList_SetSlice (or list.clear) frees the array, and the next append
+     * allocates it again, a malloc and a free on every request. The list is the answer's own
+     * (write() appends to it, no app holds it) and holds exact bytes only (_wsgi_take and
+     * write() make them so), whose deallocation runs no code that could look at the list. On
+     * a free-threaded build, where a list's array is freed by other rules, the slice's way. */
+    static int cyserve__chunks_empty(PyObject *lst)
+    {
+    #ifdef Py_GIL_DISABLED
+        return PyList_SetSlice(lst, 0, PyList_GET_SIZE(lst), NULL);
+    #else
+        PyListObject *l = (PyListObject *)lst;
+        Py_ssize_t i, n = Py_SIZE(l);
+        Py_SET_SIZE(l, 0);
+        for (i = 0; i < n; i++) {
+            PyObject *item = l->ob_item[i];
+            l->ob_item[i] = NULL;
+            Py_DECREF(item);
+        }
+        return 0;
+    #endif
+    }
+    """
+    int _chunks_empty "cyserve__chunks_empty"(object lst) noexcept  # fails only on no memory
+
+
 cdef void _answer_clear(_WSGIAnswer answer) noexcept:
     """Drop what the answer holds (the body's pieces, the headers, a file's descriptor, which
     closes), as its deallocation would: called when its request is answered or failed, so that
     a thread never keeps a request's objects alive until its next one."""
     answer.resp = NULL
     if answer.chunks:
-        # Not `del chunks[:]`, which Cython makes a slice object for.
-        _list_del(answer.chunks, 0, PyList_GET_SIZE(answer.chunks), NULL)
+        _chunks_empty(answer.chunks)
     answer.reason = None
     answer.headers = None
     answer.length = None
@@ -320,6 +366,94 @@ cdef void _methods_release(_ThreadCache cache) noexcept:
     cdef PyObject *m = <PyObject *>cache.wsgi_write
     if m != <PyObject *>None and not _rebind(m, <PyObject *>None):
         cache.wsgi_write = None
+
+
+cdef extern from *:
+    """
+    /* wsgi.input's reuse (native/wsgi.pyx, WSGIHandler._environ): BytesIO's own tell() and
+     * getvalue(), found once at import (cyserve__input_setup) and called straight through their
+     * C functions, as the methods' descriptors would call them. NULL: no reuse, every request
+     * without a body gets a new BytesIO, as before. */
+    static PyTypeObject *cyserve__bio_type;
+    static PyCFunction cyserve__bio_tell, cyserve__bio_getvalue;
+
+    static PyCFunction cyserve__noargs_method(PyObject *type, const char *name)
+    {
+        PyCFunction f = NULL;
+        PyObject *d = PyObject_GetAttrString(type, name);
+        if (d == NULL) {
+            PyErr_Clear();
+            return NULL;
+        }
+        if (Py_IS_TYPE(d, &PyMethodDescr_Type)
+                && ((PyMethodDescrObject *)d)->d_method->ml_flags == METH_NOARGS)
+            f = ((PyMethodDescrObject *)d)->d_method->ml_meth;
+        Py_DECREF(d);  /* the type keeps it, and what it points to */
+        return f;
+    }
+
+    /* Take type (io.BytesIO, kept alive by the module's global) as the one to reuse, when its
+     * instances keep their __dict__ and weak references at fixed offsets and tell() and
+     * getvalue() take no arguments, as on CPython 3.11 and 3.12; else leave reuse off. */
+    static void cyserve__input_setup(PyObject *type)
+    {
+        PyTypeObject *tp = (PyTypeObject *)type;
+        if (!PyType_Check(type) || tp->tp_dictoffset <= 0 || tp->tp_weaklistoffset <= 0)
+            return;
+        cyserve__bio_tell = cyserve__noargs_method(type, "tell");
+        cyserve__bio_getvalue = cyserve__noargs_method(type, "getvalue");
+        if (cyserve__bio_tell == NULL || cyserve__bio_getvalue == NULL)
+            cyserve__bio_tell = cyserve__bio_getvalue = NULL;
+        else
+            cyserve__bio_type = tp;
+    }
+
+    /* Is o (a connection part's wsgi.input, held by the part's dict and by the part: two
+     * references) as a new BytesIO() is, with nothing but the part able to reach it? Then no
+     * app can tell it from a new one: no reference elsewhere (an app that kept it, or the
+     * environ holding it), no weak reference, no attribute set on it, not closed (tell()
+     * raises), at position 0 and empty (a write, even one truncated away, moves the position
+     * or leaves bytes). GIL held (or, free-threaded, o is the calling thread's own: with no
+     * other reference no other thread can reach it). */
+    static int cyserve__input_fresh(PyObject *o)
+    {
+        PyObject *v;
+        Py_ssize_t n;
+        if (cyserve__bio_type == NULL || !Py_IS_TYPE(o, cyserve__bio_type) || Py_REFCNT(o) != 2)
+            return 0;
+        if (*(PyObject **)((char *)o + cyserve__bio_type->tp_weaklistoffset) != NULL
+                || *(PyObject **)((char *)o + cyserve__bio_type->tp_dictoffset) != NULL)
+            return 0;
+    #ifdef Py_GIL_DISABLED
+        /* As in cyserve__rebind: the last other holder's use of o comes before ours. */
+        atomic_thread_fence(memory_order_acquire);
+    #endif
+        v = cyserve__bio_tell(o, NULL);
+        if (v == NULL) {  /* closed */
+            PyErr_Clear();
+            return 0;
+        }
+        n = PyLong_AsSsize_t(v);
+        Py_DECREF(v);
+        if (n != 0) {
+            PyErr_Clear();  /* none: a position is a Py_ssize_t */
+            return 0;
+        }
+        v = cyserve__bio_getvalue(o, NULL);
+        if (v == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        n = PyBytes_Check(v) ? PyBytes_GET_SIZE(v) : -1;
+        Py_DECREF(v);
+        return n == 0;
+    }
+    """
+    void _input_setup "cyserve__input_setup"(object type)
+    bint _input_fresh "cyserve__input_fresh"(PyObject *o) noexcept
+
+
+_input_setup(_BYTESIO)
 
 
 # The keys a dict's table of 32 slots holds (CPython's USABLE_FRACTION: two thirds).
@@ -418,7 +552,7 @@ cdef class WSGIHandler:
         cdef bint tls = cs.server_req_tls(<const cs.req_t *>req)
         for i in range(req.num_headers):
             h = &req.headers[i]
-            if h.name.len == 4 and strncasecmp(h.name.ptr, "host", 4) == 0:
+            if h.name.len == 4 and _is_host(h.name.ptr):
                 n_host += 1
                 host = h.value.ptr
                 host_n = h.value.len
@@ -461,6 +595,16 @@ cdef class WSGIHandler:
         if path is not part.path:
             part.env["PATH_INFO"] = path
             part.path = path
+        # wsgi.input for a request without a body: the part's own empty BytesIO, which the copy
+        # then has already, when no earlier request's app kept it or changed it (_input_fresh);
+        # otherwise a new one, kept by the part for the next request.
+        if inp is None and req.body.len == 0 and not _input_fresh(<PyObject *>part.inp):
+            # BytesIO.__new__ alone: the very object BytesIO() gives (its __init__ with no
+            # initial value only resets the empty state __new__ made), without the call's
+            # argument parsing.
+            fresh = (<PyTypeObject *>_BYTESIO).tp_new(<type>_BYTESIO, <PyObject *>_NO_ARGS, NULL)
+            part.env[_K_INPUT] = fresh
+            part.inp = fresh
         # The keys set below are already in the copy, in the order they had when each request
         # inserted them (_conn_part): each is a replacement, cheaper than an insertion.
         cdef dict env = PyDict_Copy(part.env)
@@ -473,12 +617,7 @@ cdef class WSGIHandler:
             env["QUERY_STRING"] = _str_of(req.query)
         if inp is not None:  # a large body, read from the connection as the app reads
             env[_K_INPUT] = inp
-        elif req.body.len == 0:
-            # BytesIO.__new__ alone: the very object BytesIO() gives (its __init__ with no
-            # initial value only resets the empty state __new__ made), without the call's
-            # argument parsing.
-            env[_K_INPUT] = (<PyTypeObject *>_BYTESIO).tp_new(<type>_BYTESIO, <PyObject *>_NO_ARGS, NULL)
-        else:
+        elif req.body.len:  # else the part's, above
             env[_K_INPUT] = _BYTESIO(
                 PyBytes_FromStringAndSize(req.body.ptr, <Py_ssize_t>req.body.len))
         cdef bint had_length = False
@@ -528,7 +667,17 @@ cdef class WSGIHandler:
         other on every request), about 3,000 instructions a request; a simulation of this hash
         over 64 local ports gives 19 % misses for that table, 7 % for 128 sets of two, and 1.6 %
         for 256 sets of two (docs/benchmarks.md, "Session 18").
+        The part used last is tried first, before the hash (about 150 instructions over the
+        peer's and the Host's bytes): a keep-alive connection's requests that come one after
+        another find it. The engine's pointer to the peer's address is the same on each request
+        of a connection, so a connection other than the last one's is told apart by it without
+        reading its bytes; the part is then still compared in full, as in the table.
         extra: how many keys the request that makes it may add to a copy (_presized)."""
+        cdef _EnvPart part
+        if peer == cache.env_last_peer and cache.env_last is not None:
+            part = <_EnvPart>cache.env_last
+            if _part_is(part, self._base, flags, peer, peer_n, host, host_n):
+                return part
         cdef unsigned hsh = 2166136261u  # FNV-1a over the peer, the Host and flags
         cdef size_t i
         for i in range(peer_n):
@@ -540,20 +689,17 @@ cdef class WSGIHandler:
         cdef Py_ssize_t way
         cdef object seen
         cdef list parts = cache.env_parts
-        cdef _EnvPart part
         for way in range(2):
             seen = <object>PyList_GET_ITEM(parts, slot + way)
             if seen is None:
                 break  # a set fills from its first slot: nothing behind an empty one
             part = <_EnvPart>seen
-            if (part.base is self._base and part.flags == flags
-                    and <size_t>PyBytes_GET_SIZE(part.peer) == peer_n
-                    and <size_t>PyBytes_GET_SIZE(part.host) == host_n
-                    and memcmp(PyBytes_AS_STRING(part.peer), peer, peer_n) == 0
-                    and memcmp(PyBytes_AS_STRING(part.host), host, host_n) == 0):
+            if _part_is(part, self._base, flags, peer, peer_n, host, host_n):
                 if way:  # used last now: first in its set (the two references just swap)
                     parts[slot + 1] = parts[slot]
                     parts[slot] = part
+                cache.env_last = part
+                cache.env_last_peer = peer
                 return part
         cdef const char *colon
         cdef const char *p
@@ -597,10 +743,13 @@ cdef class WSGIHandler:
         part.env = env
         part.method = "GET"
         part.path = ""
+        part.inp = None
         # This thread's own table: nobody else reads it (entries are replaced whole). The set's
         # first entry moves to its second slot, whose entry (used least recently) is let go.
         parts[slot + 1] = parts[slot]
         parts[slot] = part
+        cache.env_last = part
+        cache.env_last_peer = peer
         return part
 
     def __call__(self, Request request):
@@ -609,12 +758,13 @@ cdef class WSGIHandler:
         return self._call(request._req, inp)
 
     cdef _WSGIAnswer _call(self, const cyserve_request *req, RequestBody inp=None,
-                           cs.resp_t *resp=NULL):
+                           cs.resp_t *resp=NULL, _ThreadCache cache=None):
         """The answer to req (the handler trampoline calls this directly: a WSGI app has no use
         for a Request object); inp: its body when streamed; resp: the engine's response that
         _fill_wsgi fills afterwards, where start_response may write the headers at once (NULL:
-        none, they are kept in the answer)."""
-        cdef _ThreadCache cache = _tcache()
+        none, they are kept in the answer); cache: this thread's, when the caller has it."""
+        if cache is None:
+            cache = _tcache()
         env = self._environ(req, inp, cache)
         cdef _WSGIAnswer answer = _answer_for(cache)
         answer.resp = resp
@@ -943,6 +1093,16 @@ cdef int _env_host(dict env, str host, bint tls) except -1:
     return 0
 
 
+cdef inline bint _part_is(_EnvPart part, base, int flags, const char *peer, size_t peer_n,
+                          const char *host, size_t host_n):
+    """Whether part was made from these (WSGIHandler._conn_part): then it is the one to use."""
+    return (part.base is base and part.flags == flags
+            and <size_t>PyBytes_GET_SIZE(part.peer) == peer_n
+            and <size_t>PyBytes_GET_SIZE(part.host) == host_n
+            and memcmp(PyBytes_AS_STRING(part.peer), peer, peer_n) == 0
+            and memcmp(PyBytes_AS_STRING(part.host), host, host_n) == 0)
+
+
 cdef class _EnvPart:
     """One entry of a thread's table of connection parts (WSGIHandler._conn_part): what it was
     made from, and the dict."""
@@ -955,6 +1115,9 @@ cdef class _EnvPart:
     # a request's differ), compared by identity.
     cdef object method
     cdef object path
+    # env's wsgi.input: an empty BytesIO that each request without a body gets in its copy,
+    # while _input_fresh finds it untouched; None before the first (WSGIHandler._environ).
+    cdef object inp
 
 
 cdef class _OwnedFd:
@@ -1068,6 +1231,16 @@ cdef class _WSGIAnswer:
             self.length = _wsgi_length(self.length)
         return self.length
 
+    cdef int64_t length_int(self) except -2:
+        """length_value() as a C integer, -1 for none: the answer's own path (_fill_wsgi) reads
+        the app's digits without making an int object, nor one for the body's length to compare
+        it with."""
+        if self.length is None or self.status == 204 or self.status == 304:
+            return -1
+        if type(self.length) is int:  # length_value() made it (a streamed body's collection)
+            return <int64_t>self.length
+        return _wsgi_length_int(self.length)
+
     def write(self, data):
         if self.status == 0:
             raise WSGIError("write() called before start_response")
@@ -1132,7 +1305,7 @@ cdef object _start_response(object obj, object status, object headers, object ex
                             "str) tuple")
         name = PyTuple_GET_ITEM(<object>item, 0)
         kind = _header_kind_of(<object>name, cache)
-        if kind == _H_KEEP:
+        if kind == _H_KEEP or kind == _H_CTYPE:
             continue
         if i < 64:
             skip |= (<uint64_t>1) << i
@@ -1148,7 +1321,8 @@ cdef object _start_response(object obj, object status, object headers, object ex
             raise WSGIError(f"the WSGI application set the hop-by-hop header {<object>name!r}, "
                             "which is the server's to write")
     if filtered:  # past the mask's 64: those kept, as a tuple of their own
-        items = tuple([it for it in items if _header_kind_of(it[0], cache) == _H_KEEP])
+        items = tuple([it for it in items
+                       if _header_kind_of(it[0], cache) in (_H_KEEP, _H_CTYPE)])
         skip = 0
     self.status = code
     self.reason = reason
@@ -1198,6 +1372,8 @@ cdef int _sr_into_resp(_WSGIAnswer self, list headers, _ThreadCache cache, int c
             kind = _header_kind_of(name, cache)
             if kind == _H_KEEP:
                 _add_header(resp, name, value)
+            elif kind == _H_CTYPE:
+                _add_ctype(resp, name, value)
             elif kind == _H_LENGTH:
                 length = value
             elif kind == _H_CONNECTION:
@@ -1220,6 +1396,21 @@ cdef int _sr_into_resp(_WSGIAnswer self, list headers, _ThreadCache cache, int c
     if self.chunks:
         del self.chunks[:]  # what write() sent for the answer this one replaces
     self.total = 0
+    return 0
+
+
+cdef int _add_ctype(cs.resp_t *resp, name, value) except -1:
+    """_add_header(resp, name, value) for the name "Content-Type" (_H_CTYPE): the same line,
+    the same checks of the value and the same errors, without those of the name."""
+    cdef Py_ssize_t vlen
+    cdef const char *v
+    cdef int rc
+    if type(value) is not str or not PyUnicode_IS_ASCII(value):
+        return _add_header(resp, name, value)
+    v = PyUnicode_AsUTF8AndSize(value, &vlen)
+    rc = cs.resp_set_content_type(resp, v, <size_t>vlen)
+    if rc:
+        _check_rc(rc, f"header {name!r}")
     return 0
 
 
@@ -1289,8 +1480,13 @@ cdef tuple _wsgi_status_line(status):
 
 
 cdef object _wsgi_length(value):
-    """The Content-Length header value an app gave, as an int (_content_length's checks). Digits
-    in an ASCII str, the usual case, are read here without the str methods."""
+    """The Content-Length header value an app gave, as an int (_content_length's checks)."""
+    return _wsgi_length_int(value)
+
+
+cdef int64_t _wsgi_length_int(value) except -2:
+    """_wsgi_length(value) as a C integer (at most 18 digits: it fits). Digits in an ASCII str,
+    the usual case, are read here without the str methods."""
     cdef Py_ssize_t n, i = 0
     cdef const char *p
     cdef long long v = 0
@@ -1302,7 +1498,7 @@ cdef object _wsgi_length(value):
                 i += 1
             if i == n:
                 return v
-    return _content_length(value)  # spaces, or not a number: its message
+    return <int64_t>_content_length(value)  # spaces, or not a number: its message
 
 
 # start_response's view of a response header name (_H_* above), computed once per name an app
@@ -1339,7 +1535,9 @@ cdef int _header_kind(name) except -1:
     if hit != NULL:
         return <int><object>hit
     lname = name.lower()
-    if lname == "content-length":
+    if type(name) is str and name == "Content-Type":
+        kind = _H_CTYPE
+    elif lname == "content-length":
         kind = _H_LENGTH
     elif lname in _WSGI_DROPPED:
         kind = _H_DROP
@@ -1404,7 +1602,7 @@ cdef object _wsgi_reason(str s, int code):
 cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx, cyserve_request *req,
                     RequestBody inp=None) except -1:
     cdef bytes body
-    cdef object length
+    cdef int64_t length  # the announced Content-Length, -1 for none
     cdef _WSGIStream st
     cdef tuple items, item
     cdef Py_ssize_t i
@@ -1439,7 +1637,7 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx, cyserve_requ
         if body and (a.status == 204 or a.status == 304 or a.status == 205):
             raise ValueError(f"a {a.status} response cannot have a body "
                              f"({len(body)} bytes given)")
-        length = a.length_value()
+        length = a.length_int()
         if a.it is not None:
             if body:
                 _set_body(resp, body)
@@ -1452,12 +1650,11 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx, cyserve_requ
             a.total = 0
             st.ctx = ctx
             st.announced = st.left = -1
-            if length is not None:
-                st.announced = <int64_t>length
-                st.left = <int64_t>length - len(body)
+            if length >= 0:
+                st.announced = length
+                st.left = length - len(body)
                 st.label = f"{_latin1(req.method)} {_latin1(req.target)}"
-            _check_rc(cs.resp_set_stream(resp, <void *>st, length if length is not None else -1),
-                      "stream")
+            _check_rc(cs.resp_set_stream(resp, <void *>st, length), "stream")
             Py_INCREF(st)  # the engine's reference, dropped by _py_stream_impl
             a.sent = True
             if inp is not None:  # the app may read its body while it answers
@@ -1465,13 +1662,13 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx, cyserve_requ
                 inp._kept = True
             a.it = a.result = None
             return 0
-        if length is not None and length != len(body):
+        if length >= 0 and length != len(body):
             # What GET would send, announced by an answer to HEAD without a body (Werkzeug).
             if body or not head:
                 raise ValueError(f"Content-Length {length} does not match the body's "
                                  f"{len(body)} bytes")
-            _check_rc(cs.resp_set_head_length(resp, <int64_t>length), "Content-Length")
-        elif head and not body and (a.head_unknown or length is None):
+            _check_rc(cs.resp_set_head_length(resp, length), "Content-Length")
+        elif head and not body and (a.head_unknown or length < 0):
             # No length announced and no body: GET's length is not known (its body would be
             # streamed), and "Content-Length: 0" would be a claim about it.
             _check_rc(cs.resp_set_head_length(resp, cs.RESP_LENGTH_UNKNOWN), "Content-Length")
