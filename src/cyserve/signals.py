@@ -251,7 +251,19 @@ class _Wakeups:
 
     def close(self) -> None:
         with self._lock:
-            self._closed = True
+            self._closed = True  # from here on the watcher writes nothing
+        # A watcher whose event is set ends at once (its wait returns, it writes or sees
+        # _closed, and returns): joined, its whole life, the eventfd write and its thread
+        # state's teardown, is ordered before the descriptor's close and the stop that follows,
+        # with no lingering thread. ThreadSanitizer (make test-ft-tsan) sees that order through
+        # pthread_join, where the lock's is invisible to it (the interpreter is not
+        # instrumented). One whose event is not set may sleep up to _EVENT_WATCH_SECONDS and is
+        # left to end by itself: it can no longer write.
+        watcher = self._watcher
+        if (watcher is not None and self._waiter.stop_event is not None
+                and self._waiter.stop_event.is_set()):
+            watcher.join()
+        with self._lock:
             if self._event_fd >= 0:
                 os.close(self._event_fd)
                 self._event_fd = -1
