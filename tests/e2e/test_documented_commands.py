@@ -84,6 +84,9 @@ SKIP = {
     r"^make autobahn\b": "needs Python 2.7 and a download of the Autobahn suite, and runs for "
                          "minutes; tests/ws/ and tests/e2e/test_websocket*.py cover the rules",
     r"^\.venv/bin/python bench/": "benchmark scripts: same as make bench",
+    r"^python3 bench/micro/envparts_sim\.py\b": "a simulation that runs for about ten seconds and "
+                                             "reads no cyserve code (tests/e2e/test_wsgi.py tests "
+                                             "the table it models)",
     r"^python -m bench\.http\.scaling\b": "needs a machine of 2N cores and wrk "
                                          "(tests/bench/test_scaling_report.py checks its table)",
     r"^python -m build\b": "packaging: tests/e2e/test_packaging.py builds the sdist and the wheel "
