@@ -170,8 +170,8 @@ class _Wakeups:
     inherits nothing of this.
 
     A threading.Event has no descriptor and nothing tells another thread that it was set, so a
-    thread of our own waits on it (_EVENT_WATCH_SECONDS at a time, only to end soon after the
-    wait it serves) and writes the eventfd when it is. While no signal comes, no stop_event is
+    thread of our own (_EventWatch) waits on it (_EVENT_WATCH_SECONDS at a time, only to end soon
+    after the wait it serves) and writes the eventfd when it is. While no signal comes, no stop_event is
     set and the server runs, the waiting thread does not wake: an idle or busy server costs its
     main thread nothing (docs/benchmarks.md, "Session 20: the server's clocked threads")."""
 
@@ -181,9 +181,7 @@ class _Wakeups:
         self._poll = select.poll()
         self._signal_r = self._signal_w = self._event_fd = -1
         self._previous_wakeup = -1
-        self._lock = threading.Lock()  # orders the watcher's write against close()
-        self._closed = False
-        self._watcher: threading.Thread | None = None
+        self._watch: _EventWatch | None = None
 
     def __enter__(self) -> _Wakeups:
         try:
@@ -209,19 +207,9 @@ class _Wakeups:
         if event is not None:
             self._event_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
             self._poll.register(self._event_fd, select.POLLIN)
-            self._watcher = threading.Thread(target=self._watch, args=(event,),
-                                             name="cyserve-stop-event", daemon=True)
-            self._watcher.start()
-
-    def _watch(self, event: threading.Event) -> None:
-        while True:
-            is_set = event.wait(_EVENT_WATCH_SECONDS)
-            with self._lock:
-                if self._closed:
-                    return
-                if is_set:
-                    os.eventfd_write(self._event_fd, 1)
-                    return
+            self._watch = _EventWatch(self._event_fd)
+            threading.Thread(target=self._watch.run, args=(event,), name="cyserve-stop-event",
+                             daemon=True).start()
 
     def wait(self, timeout: float | None) -> None:
         """Until something happened (or ``timeout`` seconds, None: no limit); what it was is
@@ -250,19 +238,51 @@ class _Wakeups:
                     pass
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            if self._event_fd >= 0:
-                os.close(self._event_fd)
-                self._event_fd = -1
+        if self._watch is not None:
+            self._watch.close()  # the eventfd is its to close, under its lock
+            self._watch = None
+        elif self._event_fd >= 0:  # _open failed before the watcher was made
+            os.close(self._event_fd)
+        self._event_fd = -1
         if self._signal_w >= 0:
             # Put the previous descriptor back, unless someone replaced ours meanwhile.
             current = signal.set_wakeup_fd(self._previous_wakeup)
             if current != self._signal_w:
                 signal.set_wakeup_fd(current)
+            # Bytes of signals that came after the last poll returned (as the server stopped,
+            # say): theirs too, or the previous descriptor's reader (an asyncio loop's handler
+            # for SIGCHLD) would never learn of them.
+            self._pass_on(self._signal_r)
             os.close(self._signal_r)
             os.close(self._signal_w)
             self._signal_r = self._signal_w = -1
+
+
+class _EventWatch:
+    """The thread that waits on a stop_event for _Wakeups (run) and writes its eventfd once the
+    event is set. It holds the eventfd and nothing of the wait, so that when it outlives the
+    wait (up to _EVENT_WATCH_SECONDS, an event never set) it keeps no server alive, nor the
+    server's descriptors: a program that starts many servers one after another does not pile
+    them up."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._lock = threading.Lock()  # orders the thread's write against close()
+
+    def run(self, event: threading.Event) -> None:
+        while True:
+            is_set = event.wait(_EVENT_WATCH_SECONDS)
+            with self._lock:
+                if self._fd < 0:
+                    return
+                if is_set:
+                    os.eventfd_write(self._fd, 1)
+                    return
+
+    def close(self) -> None:
+        with self._lock:
+            os.close(self._fd)
+            self._fd = -1
 
 
 # For these the C library's text is the whole story ("address already in use"); for anything
