@@ -170,10 +170,11 @@ class _Wakeups:
     inherits nothing of this.
 
     A threading.Event has no descriptor and nothing tells another thread that it was set, so a
-    thread of our own (_EventWatch) waits on it (_EVENT_WATCH_SECONDS at a time, only to end soon
-    after the wait it serves) and writes the eventfd when it is. While no signal comes, no stop_event is
-    set and the server runs, the waiting thread does not wake: an idle or busy server costs its
-    main thread nothing (docs/benchmarks.md, "Session 20: the server's clocked threads")."""
+    thread of our own (_EventWatch) waits on it (_EVENT_WATCH_SECONDS at a time, only to end
+    soon after the wait it serves) and writes the eventfd when it is. While no signal comes, no
+    stop_event is set and the server runs, the waiting thread does not wake: an idle or busy
+    server costs its main thread nothing (docs/benchmarks.md, "Session 20: the server's clocked
+    threads")."""
 
     def __init__(self, waiter: Waiter, srv: Server) -> None:
         self._waiter = waiter
