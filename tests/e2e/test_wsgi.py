@@ -1026,9 +1026,10 @@ def test_a_streamed_body_that_fills_its_content_length_then_goes_on_is_logged(
     assert closed == [True] * 4
 
 
+@pytest.mark.parametrize("protocol", ["http/1.1", "h2"])
 @pytest.mark.parametrize("after", ["waits", "empty pieces"])
 def test_a_body_that_fills_its_content_length_goes_out_before_the_app_goes_on(
-        after: str, caplog: pytest.LogCaptureFixture) -> None:
+        after: str, protocol: str, caplog: pytest.LogCaptureFixture) -> None:
     """A generator that fills its announced Content-Length and then does not end: it waits
     (work after its last piece, a server-sent-events loop) or yields empty pieces for ever. The
     client gets the whole answer at once, as gunicorn sends each piece as it comes; looking for
@@ -1054,15 +1055,27 @@ def test_a_body_that_fills_its_content_length_goes_out_before_the_app_goes_on(
             closed.append(True)
 
     # The generator goes on for 60 s or more: a reply within 10 s came before its end.
-    with serve_wsgi(app) as srv, caplog.at_level(logging.ERROR), Conn(srv.port, 10.0) as c:
-        try:
-            c.send(get("/"))
-            r = c.reply()
-            assert (r.status, r.body) == (200, b"hello")
-        finally:
-            gate.set()
-        c.send(get("/next"))
-        assert c.reply().body == b"next!"
+    with serve_wsgi(app) as srv, caplog.at_level(logging.ERROR):
+        if protocol == "h2":
+            with H2(srv.port, timeout=10.0) as h:
+                try:
+                    assert h.get("/")[::2] == (200, b"hello")
+                finally:
+                    gate.set()
+                assert h.get("/next")[2] == b"next!"
+        else:
+            with Conn(srv.port, 10.0) as c:
+                try:
+                    c.send(get("/"))
+                    r = c.reply()
+                    assert (r.status, r.body) == (200, b"hello")
+                finally:
+                    gate.set()
+                c.send(get("/next"))
+                assert c.reply().body == b"next!"
+        deadline = time.monotonic() + 10
+        while not closed and time.monotonic() < deadline:
+            time.sleep(0.01)  # the stream is let go after the answer is sent
     assert closed == [True]
     assert not [rec for rec in caplog.records if "past its Content-Length" in rec.getMessage()]
 
