@@ -14,6 +14,7 @@ import select
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
@@ -37,6 +38,9 @@ POLL_SECONDS = 0.05
 # How long the thread that watches a stop_event (_Wakeups) waits on it at a time: only how long
 # it outlives the wait it serves when the event is never set.
 _EVENT_WATCH_SECONDS = 1.0
+
+# What opening the wait's descriptors fails with at the process's (or the system's) limit.
+_OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE})
 
 
 def say(line: str, stream: TextIO | None = None) -> None:
@@ -145,12 +149,30 @@ class Waiter:
         """Return when a stop was requested or the server stopped on its own, acting on
         SIGHUPs meanwhile. Blocks in poll() (the GIL released) until one of those happens
         (_Wakeups); with ``tick``, also every POLL_SECONDS, to call it with the server."""
-        with _Wakeups(self, srv) as wakeups:
+        wakeups = _Wakeups(self, srv)
+        try:
+            wakeups.open()  # closes what it opened when it fails
+        except OSError as exc:
+            if exc.errno not in _OUT_OF_DESCRIPTORS:
+                raise
+            # The wait's descriptors are opened once the server runs, and a server flooded
+            # with connections from its first moment can be at the process's limit by then.
+            # Failing here would stop it; waking on a clock instead, as the wait did before
+            # it had descriptors, only costs a wake-up every POLL_SECONDS.
+            while srv.running and self.pending() == 0:
+                self.run_hups()
+                if tick is not None:
+                    tick(srv)
+                time.sleep(POLL_SECONDS)
+            return
+        try:
             while srv.running and self.pending() == 0:
                 self.run_hups()  # counted before the wait began, or during the last one
                 if tick is not None:
                     tick(srv)
                 wakeups.wait(POLL_SECONDS if tick is not None else None)
+        finally:
+            wakeups.close()
 
 
 class _Wakeups:
@@ -184,16 +206,12 @@ class _Wakeups:
         self._previous_wakeup = -1
         self._watch: _EventWatch | None = None
 
-    def __enter__(self) -> _Wakeups:
+    def open(self) -> None:
         try:
             self._open()
         except BaseException:
             self.close()
             raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _open(self) -> None:
         self._poll.register(self._srv.stopped_fd, select.POLLIN)

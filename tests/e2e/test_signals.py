@@ -246,3 +246,29 @@ def test_servers_waited_for_one_after_another_leave_no_descriptor() -> None:
     for _ in range(20):
         one()
     assert open_descriptors() == before
+
+
+def test_a_wait_begun_at_the_descriptor_limit_still_ends_on_a_signal(srv: Server) -> None:
+    # The wait opens descriptors of its own (a pipe, an eventfd), after the server started: a
+    # server flooded with connections from its first moment can be at its limit by then. The
+    # wait must still work (it polls on a clock instead), not fail and take the server down.
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    filler: list[int] = []
+    waiter = Waiter(threading.Event())
+    waiter.install()
+    timer = later(0.3, os.kill, os.getpid(), signal.SIGTERM)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (open_descriptors() + 64, hard))
+        with pytest.raises(OSError):
+            while True:
+                filler.append(os.dup(0))
+        waiter.wait_for_request(srv)
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        timer.join()
+        waiter.uninstall()
+    assert srv.running and waiter.pending() == 1 and waiter.first_signal == signal.SIGTERM
