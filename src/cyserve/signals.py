@@ -226,9 +226,12 @@ class _Wakeups:
         if event is not None:
             self._event_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
             self._poll.register(self._event_fd, select.POLLIN)
-            self._watch = _EventWatch(self._event_fd)
-            threading.Thread(target=self._watch.run, args=(event,), name="cyserve-stop-event",
-                             daemon=True).start()
+            self._watch_event(event)
+
+    def _watch_event(self, event: threading.Event) -> None:
+        self._watch = _EventWatch(self._event_fd)
+        threading.Thread(target=self._watch.run, args=(event,), name="cyserve-stop-event",
+                         daemon=True).start()
 
     def wait(self, timeout: float | None) -> None:
         """Until something happened (or ``timeout`` seconds, None: no limit); what it was is
@@ -237,10 +240,13 @@ class _Wakeups:
         for fd, _ in ready:
             if fd == self._signal_r:
                 self._pass_on(fd)
-            elif fd == self._event_fd:
-                # Written once, and it stays readable: out of the poll, so that an event
-                # cleared again before the caller looked cannot make the waits spin.
-                self._poll.unregister(fd)
+            elif fd == self._event_fd and self._waiter.stop_event is not None:
+                # The watcher wrote it once and has ended. Unreadable again, and watched again:
+                # an event set and cleared before the caller looked is no stop (pending()), and
+                # the next set() must wake this wait too. (One set for good ends the wait, and
+                # the new watcher with it.)
+                os.eventfd_read(fd)
+                self._watch_event(self._waiter.stop_event)
 
     def _pass_on(self, fd: int) -> None:
         while True:

@@ -272,3 +272,25 @@ def test_a_wait_begun_at_the_descriptor_limit_still_ends_on_a_signal(srv: Server
         timer.join()
         waiter.uninstall()
     assert srv.running and waiter.pending() == 1 and waiter.first_signal == signal.SIGTERM
+
+
+def test_a_stop_event_set_again_after_a_set_and_clear_ends_the_wait(srv: Server) -> None:
+    # set() then clear() before the wait looked is no stop (as pending() says); the set() that
+    # comes later is, however the first one woke the event's watcher.
+    stop = threading.Event()
+
+    def pulse_then_set() -> None:
+        stop.set()
+        stop.clear()
+        time.sleep(0.3)
+        stop.set()
+
+    waiter = Waiter(stop)
+    timer = later(0.2, pulse_then_set)
+    stopper = later(10.0, srv.stop, 0.0)  # only if the second set() went unseen
+    try:
+        waiter.wait_for_request(srv)
+    finally:
+        stopper.cancel()
+        timer.join()
+    assert srv.running and waiter.pending() == 1
