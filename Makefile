@@ -173,8 +173,11 @@ $(CPYTHON_FETCHED):
 	    "give it with CPYTHON_SRC= (and its CPYTHON_SHA256=)"; exit 1; }
 	mv $@.part $@
 
-# Order-only: the archive is fetched when missing, and a newer copy of it rebuilds nothing.
-$(PY_FT): | $(filter $(CPYTHON_FETCHED),$(CPYTHON_SRC))
+# Order-only: the archive is fetched when missing, and a newer copy of it rebuilds nothing. It is
+# named only while the interpreter is missing: make brings an order-only prerequisite that does
+# not exist even when the target does, so a built interpreter (a kept .cache, or PY_FT_PREFIX
+# naming one elsewhere) would still have downloaded the source, and failed offline.
+$(PY_FT): | $(if $(wildcard $(PY_FT)),,$(filter $(CPYTHON_FETCHED),$(CPYTHON_SRC)))
 	@[ -f "$(CPYTHON_SRC)" ] || { echo "make python-ft: no $(CPYTHON_SRC): put CPython 3.14.7's source archive there, or name it with CPYTHON_SRC= (and CPYTHON_SHA256=)"; exit 1; }
 	echo "$(CPYTHON_SHA256)  $(CPYTHON_SRC)" | sha256sum -c --quiet -
 	rm -rf $(PY_FT_BUILD) && mkdir -p $(PY_FT_BUILD)

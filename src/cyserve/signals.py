@@ -204,7 +204,7 @@ class _Wakeups:
         self._poll = select.poll()
         self._signal_r = self._signal_w = self._event_fd = -1
         self._previous_wakeup = -1
-        self._watch: _EventWatch | None = None
+        self._watch: _EventWatch | None = None  # the watcher of the stop_event, if any
 
     def open(self) -> None:
         try:
@@ -229,9 +229,9 @@ class _Wakeups:
             self._watch_event(event)
 
     def _watch_event(self, event: threading.Event) -> None:
-        self._watch = _EventWatch(self._event_fd)
-        threading.Thread(target=self._watch.run, args=(event,), name="cyserve-stop-event",
-                         daemon=True).start()
+        if self._watch is not None:
+            self._watch.join()  # it wrote the eventfd: it ends at once
+        self._watch = _EventWatch(self._event_fd, event)
 
     def wait(self, timeout: float | None) -> None:
         """Until something happened (or ``timeout`` seconds, None: no limit); what it was is
@@ -263,12 +263,24 @@ class _Wakeups:
                     pass
 
     def close(self) -> None:
+        # The watcher is joined before the eventfd closes where that costs no wait: one whose
+        # event is set ends at once (its wait returns, it writes or sees that it may not, and
+        # returns), and so did the ones before it (_watch_event). Its whole life, the eventfd
+        # write and its thread state's teardown, is then ordered before the close and the stop
+        # that follows; ThreadSanitizer (make test-ft-tsan) sees that order through
+        # pthread_join, where the lock's is invisible to it (the interpreter is not
+        # instrumented). One whose event is not set may sleep up to _EVENT_WATCH_SECONDS and is
+        # left to end by itself: it can no longer write, and holds nothing of this wait or its
+        # server.
         if self._watch is not None:
-            self._watch.close()  # the eventfd is its to close, under its lock
+            self._watch.stop()
+            event = self._waiter.stop_event
+            if event is not None and event.is_set():
+                self._watch.join()
             self._watch = None
-        elif self._event_fd >= 0:  # _open failed before the watcher was made
+        if self._event_fd >= 0:
             os.close(self._event_fd)
-        self._event_fd = -1
+            self._event_fd = -1
         if self._signal_w >= 0:
             # Put the previous descriptor back, unless someone replaced ours meanwhile.
             current = signal.set_wakeup_fd(self._previous_wakeup)
@@ -284,18 +296,23 @@ class _Wakeups:
 
 
 class _EventWatch:
-    """The thread that waits on a stop_event for _Wakeups (run) and writes its eventfd once the
-    event is set. It holds the eventfd and nothing of the wait, so that when it outlives the
-    wait (up to _EVENT_WATCH_SECONDS, an event never set) it keeps no server alive, nor the
-    server's descriptors: a program that starts many servers one after another does not pile
-    them up."""
+    """A thread that waits on a stop_event for _Wakeups and writes its eventfd once the event is
+    set, then ends. It holds the descriptor's number and nothing of the wait, so that when it
+    outlives the wait (up to _EVENT_WATCH_SECONDS, an event never set) it keeps no server
+    alive, nor the server's descriptors: a program that starts many servers one after another
+    does not pile them up. The eventfd is _Wakeups's to close, after stop()."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, event: threading.Event) -> None:
         self._fd = fd
-        self._lock = threading.Lock()  # orders the thread's write against close()
+        self._lock = threading.Lock()  # orders the thread's write against stop()
+        self._thread = threading.Thread(target=self._run, args=(event,),
+                                        name="cyserve-stop-event", daemon=True)
+        self._thread.start()
 
-    def run(self, event: threading.Event) -> None:
+    def _run(self, event: threading.Event) -> None:
         while True:
+            # Event.wait says True when woken by a set(), even if a clear() came since: the
+            # wait's loop looks at the event itself (Waiter.pending) and watches again.
             is_set = event.wait(_EVENT_WATCH_SECONDS)
             with self._lock:
                 if self._fd < 0:
@@ -304,10 +321,13 @@ class _EventWatch:
                     os.eventfd_write(self._fd, 1)
                     return
 
-    def close(self) -> None:
+    def stop(self) -> None:
+        """From here on the thread writes nothing (the descriptor may then be closed)."""
         with self._lock:
-            os.close(self._fd)
             self._fd = -1
+
+    def join(self) -> None:
+        self._thread.join()
 
 
 # For these the C library's text is the whole story ("address already in use"); for anything

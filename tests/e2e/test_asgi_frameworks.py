@@ -31,6 +31,7 @@ from starlette.routing import Mount, Route
 from test_asgi import serving_app
 
 import cyserve
+import cyserve.asgi
 
 pytestmark = pytest.mark.native
 
@@ -423,9 +424,13 @@ def _quart_app() -> Any:
 def test_quart_routes_json_streaming_and_websocket() -> None:
     from websockets.sync.client import connect
 
-    with serving_app(_quart_app()) as port:
+    # Each event loop runs the app's lifespan, so before_serving runs once per loop: one loop
+    # with the GIL, one per worker thread without it (asgi_loops "auto", cyserve/asgi.py).
+    threads = 2
+    loops = threads if cyserve.asgi.loops_per_thread() else 1
+    with serving_app(_quart_app(), threads=threads) as port:
         assert body_json(port, get("/items/3?q=x")) == {"item_id": 3, "q": "x",
-                                                         "started": ["yes"]}
+                                                         "started": ["yes"] * loops}
         payload = b'{"a": [1, 2]}'
         data = (b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
                 b"Content-Length: %d\r\n\r\n" % len(payload)) + payload

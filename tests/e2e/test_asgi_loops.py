@@ -591,7 +591,8 @@ def test_scope_streaming_websocket_and_lifespan_on_each_loop(loop_kind: str) -> 
     from websockets.sync.client import connect
 
     app = LoopApp()
-    with serving_app(app, loop=loop_kind) as port:
+    threads = 2
+    with serving_app(app, loop=loop_kind, threads=threads) as port:
         import ast
         seen = ast.literal_eval(request(port, get("/a%20b?x=%41", extra="X-A: 1\r\nx-a: 2\r\n"))
                                 .body.decode())
@@ -612,8 +613,12 @@ def test_scope_streaming_websocket_and_lifespan_on_each_loop(loop_kind: str) -> 
             assert ws.recv(timeout=5) == "text"
             ws.send(b"\x00bytes")
             assert ws.recv(timeout=5) == b"\x00bytes"
+    # Every loop of the default asgi_loops ("auto": one per worker thread without the GIL, one
+    # with it) runs the lifespan on the loop named, all starting before any stops.
     loop_name = seen["loop"]
-    assert app.events == [f"lifespan.startup {loop_name}", f"lifespan.shutdown {loop_name}"]
+    n_loops = threads if cyserve.asgi.loops_per_thread() else 1
+    assert app.events == ([f"lifespan.startup {loop_name}"] * n_loops
+                          + [f"lifespan.shutdown {loop_name}"] * n_loops)
 
 
 def test_the_command_runs_the_app_on_the_loop_it_names(loop_kind: str, tmp_path: Any) -> None:

@@ -20,26 +20,47 @@ from _served import TIMEOUT, Served, free_port
 pytestmark = pytest.mark.native
 
 # An ASGI app whose /hold requests all wait for one /go: while they wait, each connection's
-# coroutine (and its stack) waits for the app's answer.
+# coroutine (and its stack) waits for the app's answer. An asyncio.Event serves the one loop it
+# is first awaited on, and without the GIL each worker thread runs a loop of its own (asgi_loops
+# "auto"), so each loop gets its own gate and /go opens every one on its own loop's thread.
 APP = """
 import asyncio
+import threading
 
-gate = None
+lock = threading.Lock()
+gates = {}  # event loop -> its gate
+opened = False
+
+
+def gate_of(loop):
+    with lock:
+        gate = gates.get(loop)
+        if gate is None:
+            gate = gates[loop] = asyncio.Event()
+            if opened:
+                gate.set()
+        return gate
+
+
+def open_all():
+    global opened
+    with lock:
+        opened = True
+        for loop, gate in gates.items():
+            loop.call_soon_threadsafe(gate.set)
 
 
 async def app(scope, receive, send):
-    global gate
     if scope["type"] == "lifespan":
         while True:
             msg = await receive()
             await send({"type": msg["type"] + ".complete"})
             if msg["type"] == "lifespan.shutdown":
                 return
-    if gate is None:
-        gate = asyncio.Event()
+    gate = gate_of(asyncio.get_running_loop())
     await receive()
     if scope["path"] == "/go":
-        gate.set()
+        open_all()
     else:
         await gate.wait()
     await send({"type": "http.response.start", "status": 200,

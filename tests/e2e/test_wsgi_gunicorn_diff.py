@@ -283,8 +283,20 @@ def test_a_target_with_raw_bytes_is_refused_by_both(
     both answer 400 and close, in words of their own (a server's own page, as its 500's)."""
     ports = served("flask")
     data = b"GET /raw/environ/caf\xc3\xa9?q=caf\xc3\xa9 HTTP/1.1\r\nHost: t\r\n\r\n"
-    cy, gu = exchange(ports["cyserve"], data), exchange(ports["gunicorn"], data)
-    assert (cy.status, cy.closed) == (gu.status, gu.closed) == (400, True)
+    cy = exchange(ports["cyserve"], data)
+    assert (cy.status, cy.closed) == (400, True)
+    # gunicorn's refusal is read to its close rather than parsed: gunicorn 27.0.1 builds it
+    # (gunicorn.util.write_error) with textwrap.dedent, which since Python 3.14 empties a line of
+    # only whitespace, so on 3.14 (with the GIL or without) the "\r" of its blank line is lost
+    # and its head ends in "\r\n\n", which a client waiting for CRLF CRLF never sees end.
+    c = Client(ports["gunicorn"])
+    try:
+        c.sock.sendall(data)
+        while c._fill():  # to the close; a connection left open times out and fails the test
+            pass
+    finally:
+        c.close()
+    assert c.buf.startswith(b"HTTP/1.1 400 Bad Request\r\n"), c.buf
 
 
 @pytest.mark.parametrize("expect", [False, True])
