@@ -115,6 +115,71 @@ def test_what_comes_from_the_connection_is_each_connections_own(echo_port: int) 
         assert (env["SERVER_PROTOCOL"], int(env["REMOTE_PORT"])) == ("HTTP/1.0", pa)
 
 
+@pytest.fixture()
+def echo_port_one_worker() -> Iterator[int]:
+    """echo_environ on one worker thread: every connection's part in the same table."""
+    app = cyserve.App()
+    app.wsgi("/", echo_environ)
+    with serving(app.build(), threads=1) as srv:
+        yield srv.port
+
+
+def test_many_connections_in_turn_each_get_their_own_peer(echo_port_one_worker: int) -> None:
+    # 200 connections served in turn, three rounds: more than the worker's table of connection
+    # parts holds in some of its sets (128 sets of four), so that parts are evicted and made
+    # again between a connection's requests; each request must still see its own connection.
+    conns = [Conn(echo_port_one_worker) for _ in range(200)]
+    try:
+        for _ in range(3):
+            for c in conns:
+                c.send(get("/"))
+            for c in conns:
+                env = ast.literal_eval(c.reply().body.decode())
+                assert (env["REMOTE_ADDR"], int(env["REMOTE_PORT"])) == c.sock.getsockname()
+    finally:
+        for c in conns:
+            c.close()
+
+
+def test_one_connection_with_more_hosts_than_a_set_holds(echo_port_one_worker: int) -> None:
+    # The set is chosen by the connection's peer (the engine's pointer to it), the flags and the
+    # Host's length, so one connection's Hosts of one length share a set of four: six of them in
+    # turn evict each other, and each request must get its own Host's split.
+    with Conn(echo_port_one_worker) as c:
+        for _ in range(2):
+            for i in range(6):
+                c.send(get("/", host=f"h{i}.test:8{i}"))
+                env = ast.literal_eval(c.reply().body.decode())
+                assert (env["SERVER_NAME"], env["SERVER_PORT"], env["HTTP_HOST"]) == (
+                    f"h{i}.test", f"8{i}", f"h{i}.test:8{i}")
+
+
+def test_a_new_connection_in_an_old_ones_place_gets_its_own_peer(echo_port_one_worker: int) -> None:
+    # A connection closed and a new one opened: the engine's memory for the new one's peer is
+    # likely the old one's (the same pointer, so the same set and the "last part" shortcut), and
+    # the peer's text differs from the old one's only in the address's last digit, with the
+    # same port (a new address each time: the old connection's four-tuple is in TIME_WAIT). The
+    # part must be compared in full: the new connection gets its own REMOTE_ADDR.
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    for i in range(6):
+        addr = f"127.0.0.{1 + i}"
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.settimeout(10)
+        s.bind((addr, port))
+        s.connect(("127.0.0.1", echo_port_one_worker))
+        c = Conn.__new__(Conn)
+        c.sock, c.buf = s, b""
+        with c:
+            for _ in range(2):
+                c.send(get("/"))
+                env = ast.literal_eval(c.reply().body.decode())
+                assert (env["REMOTE_ADDR"], env["REMOTE_PORT"]) == (addr, str(port))
+
+
 def test_each_request_gets_a_fresh_environ_and_input(echo_port: int) -> None:
     # The per-connection part is copied, never handed out: what an app adds to its environ, or
     # reads from its wsgi.input, is not there on the next request.

@@ -206,7 +206,9 @@ _error_log = _logging.getLogger("cyserve.error")
 
 # ---- per-thread state ----
 DEF WSGI_KEYS_SLOTS = 512  # native/wsgi.pyx, _env_key
-DEF WSGI_ENV_SLOTS = 512  # native/wsgi.pyx, WSGIHandler._conn_part: 256 sets of two
+DEF WSGI_ENV_SET_BITS = 7  # native/wsgi.pyx, WSGIHandler._conn_part: 128 sets
+DEF WSGI_ENV_WAYS = 4  # ... of four parts each
+DEF WSGI_ENV_SLOTS = (1 << WSGI_ENV_SET_BITS) * WSGI_ENV_WAYS  # ... in all: 512
 DEF WSGI_KINDS_SLOTS = 64  # native/wsgi.pyx, _header_kind
 DEF WSGI_STATUS_SLOTS = 16  # native/wsgi.pyx, _start_response
 DEF WSGI_PATH_SLOTS = 64  # native/wsgi.pyx, _path_str

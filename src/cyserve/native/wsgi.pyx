@@ -21,7 +21,7 @@ from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_ITEM, PyTuple_GET_SIZ
 from cpython.unicode cimport PyUnicode_Check, PyUnicode_DecodeLatin1
 from cpython.object cimport PyTypeObject
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
-from libc.stdint cimport uint64_t
+from libc.stdint cimport uint64_t, uintptr_t
 from libc.string cimport memchr, memcmp
 
 cdef extern from "<strings.h>" nogil:
@@ -656,47 +656,68 @@ cdef class WSGIHandler:
         values, and HTTP_HOST when the one Host is the first header): a dict that each request
         copies. They are the same on every request of a keep-alive connection, so they are made
         once for it and kept in this thread's table (_ThreadCache.env_parts: WSGI_ENV_SLOTS
-        slots in sets of two found by a hash of the peer, the Host and flags, the one used last
-        first). Each entry is a function of what it is looked up by (the base dict, flags, the
-        peer's and the Host's bytes), all compared on a hit: an entry can be reused by another
-        connection only where it would be made the same. So a request sees exactly the keys and
-        values it would get without the table. A miss
-        (two other connections in the set) makes the part again, as the first request did. Why
-        sets of two: with one entry a slot (256 of them), 64 connections served in turn missed on
-        27 % of their requests under callgrind (two connections in one slot take it from each
-        other on every request), about 3,000 instructions a request; a simulation of this hash
-        over 64 local ports gives 19 % misses for that table, 7 % for 128 sets of two, and 1.6 %
-        for 256 sets of two (docs/benchmarks.md, "Session 18").
-        The part used last is tried first, before the hash (about 150 instructions over the
-        peer's and the Host's bytes): a keep-alive connection's requests that come one after
-        another find it. The engine's pointer to the peer's address is the same on each request
-        of a connection, so a connection other than the last one's is told apart by it without
-        reading its bytes; the part is then still compared in full, as in the table.
+        slots in sets of WSGI_ENV_WAYS, the one used last first). Each entry is a function of
+        what it is looked up by (the base dict, flags, the peer's and the Host's bytes), all
+        compared on a hit: an entry can be reused by another connection only where it would be
+        made the same. So a request sees exactly the keys and values it would get without the
+        table. A miss (the set full of others) makes the part again, as the first request did.
+        The set is found by a multiplicative hash of the engine's pointer to the peer's address,
+        which is the same on every request of a connection (the connection keeps the text it
+        made on its first request; behind a trusted proxy, the request's buffer for the client
+        its headers name), mixed with flags and the Host's length: no byte is read for it. The
+        pointer only picks the set: a connection whose memory the engine gives to a new one
+        lands in the old one's set, where the part is compared in full and made again when the
+        new peer differs. Why this hash and sets of four: with 64 connections served in
+        turn, FNV-1a over the peer's and the Host's bytes (about 150 instructions) into 256 sets
+        of two missed on 2-3 % of the requests (three ports in one set evict each other in
+        turn), each miss about 11,000 instructions; the engine's pointers, made one after
+        another, step evenly through memory, and a Fibonacci hash spreads an even step evenly
+        over the sets, so that 64 connections in 128 sets of four miss on none (a simulation and
+        the counts: docs/benchmarks.md, "Session 20: the environ's connection parts at 64
+        connections"; sets of one and two: "Session 18").
+        The part used last is tried first, before the hash: a keep-alive connection's requests
+        that come one after another find it with one pointer comparison before the full one.
         extra: how many keys the request that makes it may add to a copy (_presized)."""
         cdef _EnvPart part
         if peer == cache.env_last_peer and cache.env_last is not None:
             part = <_EnvPart>cache.env_last
             if _part_is(part, self._base, flags, peer, peer_n, host, host_n):
                 return part
-        cdef unsigned hsh = 2166136261u  # FNV-1a over the peer, the Host and flags
+        # The set: a multiplicative (Fibonacci) hash of the engine's pointer to the peer's
+        # address, the same on every request of a connection, with flags and the Host's length:
+        # no bytes read. Pointers of connections made one after another are spread over the sets
+        # evenly by it (docs/benchmarks.md, "Session 20: the environ's connection parts"). Without
+        # a peer (a Unix socket) the Host's bytes are hashed (FNV-1a) instead, so that requests
+        # for several hosts are not all in one set.
+        cdef uint64_t key
         cdef size_t i
-        for i in range(peer_n):
-            hsh = (hsh ^ <unsigned char>peer[i]) * 16777619u
-        for i in range(host_n):
-            hsh = (hsh ^ <unsigned char>host[i]) * 16777619u
-        hsh = (hsh ^ <unsigned>flags) * 16777619u
-        cdef Py_ssize_t slot = <Py_ssize_t>(hsh & (WSGI_ENV_SLOTS - 2))  # the set's first
-        cdef Py_ssize_t way
+        cdef unsigned fnv
+        if peer != NULL:
+            key = <uint64_t><uintptr_t>peer >> 4
+        else:
+            fnv = 2166136261u
+            for i in range(host_n):
+                fnv = (fnv ^ <unsigned char>host[i]) * 16777619u
+            key = fnv
+        key = (key ^ <uint64_t>flags ^ (<uint64_t>host_n << 7)) * 0x9E3779B97F4A7C15u
+        # The set's first slot: the product's top bits, the well-mixed ones.
+        cdef Py_ssize_t slot = <Py_ssize_t>(key >> (64 - WSGI_ENV_SET_BITS)) * WSGI_ENV_WAYS
+        cdef Py_ssize_t way, j
         cdef object seen
         cdef list parts = cache.env_parts
-        for way in range(2):
+        for way in range(WSGI_ENV_WAYS):
             seen = <object>PyList_GET_ITEM(parts, slot + way)
             if seen is None:
                 break  # a set fills from its first slot: nothing behind an empty one
             part = <_EnvPart>seen
             if _part_is(part, self._base, flags, peer, peer_n, host, host_n):
-                if way:  # used last now: first in its set (the two references just swap)
-                    parts[slot + 1] = parts[slot]
+                # Used last now: first in its set, the ones before it one slot down (the set is
+                # kept in the order of use, so a miss lets the least recently used go).
+                if way:
+                    j = way
+                    while j:
+                        parts[slot + j] = parts[slot + j - 1]
+                        j -= 1
                     parts[slot] = part
                 cache.env_last = part
                 cache.env_last_peer = peer
@@ -740,13 +761,18 @@ cdef class WSGIHandler:
         part.flags = flags
         part.peer = PyBytes_FromStringAndSize(peer, <Py_ssize_t>peer_n) if peer_n else b""
         part.host = PyBytes_FromStringAndSize(host, <Py_ssize_t>host_n) if host_n else b""
+        part.peer_p = PyBytes_AS_STRING(part.peer)
+        part.host_p = PyBytes_AS_STRING(part.host)
+        part.peer_n = peer_n
+        part.host_n = host_n
         part.env = env
         part.method = "GET"
         part.path = ""
         part.inp = None
         # This thread's own table: nobody else reads it (entries are replaced whole). The set's
-        # first entry moves to its second slot, whose entry (used least recently) is let go.
-        parts[slot + 1] = parts[slot]
+        # entries move one slot down, and its last one (used least recently) is let go.
+        for j in range(WSGI_ENV_WAYS - 1, 0, -1):
+            parts[slot + j] = parts[slot + j - 1]
         parts[slot] = part
         cache.env_last = part
         cache.env_last_peer = peer
@@ -1105,14 +1131,34 @@ cdef int _env_host(dict env, str host, bint tls) except -1:
     return 0
 
 
+cdef extern from *:
+    """
+    /* Are a[0..n) and b[0..n) the same bytes? A peer's "127.0.0.1:54321" and most Hosts are 8
+     * to 16 bytes: two 8-byte words each, the second ending where the bytes do (they overlap
+     * below 16), compare them without memcmp's call and its length dispatch. */
+    static inline int cyserve__same_bytes(const char *a, const char *b, size_t n)
+    {
+        uint64_t a0, a1, b0, b1;
+        if (n < 8 || n > 16)
+            return n == 0 || memcmp(a, b, n) == 0;  /* no Host: b is NULL */
+        memcpy(&a0, a, 8);
+        memcpy(&b0, b, 8);
+        memcpy(&a1, a + n - 8, 8);
+        memcpy(&b1, b + n - 8, 8);
+        return ((a0 ^ b0) | (a1 ^ b1)) == 0;
+    }
+    """
+    bint _same_bytes "cyserve__same_bytes"(const char *a, const char *b, size_t n)
+
+
 cdef inline bint _part_is(_EnvPart part, base, int flags, const char *peer, size_t peer_n,
                           const char *host, size_t host_n):
-    """Whether part was made from these (WSGIHandler._conn_part): then it is the one to use."""
+    """Whether part was made from these (WSGIHandler._conn_part): then it is the one to use.
+    Read through the part's C fields: no reference taken to its bytes objects."""
     return (part.base is base and part.flags == flags
-            and <size_t>PyBytes_GET_SIZE(part.peer) == peer_n
-            and <size_t>PyBytes_GET_SIZE(part.host) == host_n
-            and memcmp(PyBytes_AS_STRING(part.peer), peer, peer_n) == 0
-            and memcmp(PyBytes_AS_STRING(part.host), host, host_n) == 0)
+            and part.peer_n == peer_n and part.host_n == host_n
+            and _same_bytes(part.peer_p, peer, peer_n)
+            and _same_bytes(part.host_p, host, host_n))
 
 
 cdef class _EnvPart:
@@ -1122,6 +1168,12 @@ cdef class _EnvPart:
     cdef int flags
     cdef bytes peer
     cdef bytes host
+    # The bytes of peer and host and their lengths, for _part_is: pointers into the two bytes
+    # objects, which the part holds for as long as it lives and which never change.
+    cdef const char *peer_p
+    cdef const char *host_p
+    cdef size_t peer_n
+    cdef size_t host_n
     cdef dict env
     # The values of env's REQUEST_METHOD and PATH_INFO (WSGIHandler._environ replaces them when
     # a request's differ), compared by identity.
