@@ -17,6 +17,8 @@ each worker process it forks. The lifecycle, in order:
    watcher writes. Python runs signal handlers only in the main thread, between bytecodes; the
    wake-up descriptor is what makes a blocked poll() return for them. Polling releases the GIL,
    so the workers are not held back, and nothing wakes the thread while nothing happens.
+   (A process already at its descriptor limit when the wait begins gets no descriptor for it:
+   the wait then wakes every POLL_SECONDS instead, as it always did before.)
 5. On the first signal: print "cyserve: shutting down" (a supervisor's worker leaves that line to
    the supervisor, which says it once for all) and call srv.stop(grace=graceful_timeout):
    stop accepting, let requests in flight finish within the grace period, then close the rest.

@@ -14,6 +14,7 @@ import select
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
@@ -37,6 +38,9 @@ POLL_SECONDS = 0.05
 # How long the thread that watches a stop_event (_Wakeups) waits on it at a time: only how long
 # it outlives the wait it serves when the event is never set.
 _EVENT_WATCH_SECONDS = 1.0
+
+# What opening the wait's descriptors fails with at the process's (or the system's) limit.
+_OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE})
 
 
 def say(line: str, stream: TextIO | None = None) -> None:
@@ -145,12 +149,30 @@ class Waiter:
         """Return when a stop was requested or the server stopped on its own, acting on
         SIGHUPs meanwhile. Blocks in poll() (the GIL released) until one of those happens
         (_Wakeups); with ``tick``, also every POLL_SECONDS, to call it with the server."""
-        with _Wakeups(self, srv) as wakeups:
+        wakeups = _Wakeups(self, srv)
+        try:
+            wakeups.open()  # closes what it opened when it fails
+        except OSError as exc:
+            if exc.errno not in _OUT_OF_DESCRIPTORS:
+                raise
+            # The wait's descriptors are opened once the server runs, and a server flooded
+            # with connections from its first moment can be at the process's limit by then.
+            # Failing here would stop it; waking on a clock instead, as the wait did before
+            # it had descriptors, only costs a wake-up every POLL_SECONDS.
+            while srv.running and self.pending() == 0:
+                self.run_hups()
+                if tick is not None:
+                    tick(srv)
+                time.sleep(POLL_SECONDS)
+            return
+        try:
             while srv.running and self.pending() == 0:
                 self.run_hups()  # counted before the wait began, or during the last one
                 if tick is not None:
                     tick(srv)
                 wakeups.wait(POLL_SECONDS if tick is not None else None)
+        finally:
+            wakeups.close()
 
 
 class _Wakeups:
@@ -170,10 +192,11 @@ class _Wakeups:
     inherits nothing of this.
 
     A threading.Event has no descriptor and nothing tells another thread that it was set, so a
-    thread of our own waits on it (_EVENT_WATCH_SECONDS at a time, only to end soon after the
-    wait it serves) and writes the eventfd when it is. While no signal comes, no stop_event is
-    set and the server runs, the waiting thread does not wake: an idle or busy server costs its
-    main thread nothing (docs/benchmarks.md, "Session 20: the server's clocked threads")."""
+    thread of our own (_EventWatch) waits on it (_EVENT_WATCH_SECONDS at a time, only to end
+    soon after the wait it serves) and writes the eventfd when it is. While no signal comes, no
+    stop_event is set and the server runs, the waiting thread does not wake: an idle or busy
+    server costs its main thread nothing (docs/benchmarks.md, "Session 20: the server's clocked
+    threads")."""
 
     def __init__(self, waiter: Waiter, srv: Server) -> None:
         self._waiter = waiter
@@ -181,20 +204,14 @@ class _Wakeups:
         self._poll = select.poll()
         self._signal_r = self._signal_w = self._event_fd = -1
         self._previous_wakeup = -1
-        self._lock = threading.Lock()  # orders the watcher's write against close()
-        self._closed = False
-        self._watcher: threading.Thread | None = None
+        self._watch: _EventWatch | None = None  # the watcher of the stop_event, if any
 
-    def __enter__(self) -> _Wakeups:
+    def open(self) -> None:
         try:
             self._open()
         except BaseException:
             self.close()
             raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _open(self) -> None:
         self._poll.register(self._srv.stopped_fd, select.POLLIN)
@@ -209,19 +226,12 @@ class _Wakeups:
         if event is not None:
             self._event_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
             self._poll.register(self._event_fd, select.POLLIN)
-            self._watcher = threading.Thread(target=self._watch, args=(event,),
-                                             name="cyserve-stop-event", daemon=True)
-            self._watcher.start()
+            self._watch_event(event)
 
-    def _watch(self, event: threading.Event) -> None:
-        while True:
-            is_set = event.wait(_EVENT_WATCH_SECONDS)
-            with self._lock:
-                if self._closed:
-                    return
-                if is_set:
-                    os.eventfd_write(self._event_fd, 1)
-                    return
+    def _watch_event(self, event: threading.Event) -> None:
+        if self._watch is not None:
+            self._watch.join()  # it wrote the eventfd: it ends at once
+        self._watch = _EventWatch(self._event_fd, event)
 
     def wait(self, timeout: float | None) -> None:
         """Until something happened (or ``timeout`` seconds, None: no limit); what it was is
@@ -230,10 +240,13 @@ class _Wakeups:
         for fd, _ in ready:
             if fd == self._signal_r:
                 self._pass_on(fd)
-            elif fd == self._event_fd:
-                # Written once, and it stays readable: out of the poll, so that an event
-                # cleared again before the caller looked cannot make the waits spin.
-                self._poll.unregister(fd)
+            elif fd == self._event_fd and self._waiter.stop_event is not None:
+                # The watcher wrote it once and has ended. Unreadable again, and watched again:
+                # an event set and cleared before the caller looked is no stop (pending()), and
+                # the next set() must wake this wait too. (One set for good ends the wait, and
+                # the new watcher with it.)
+                os.eventfd_read(fd)
+                self._watch_event(self._waiter.stop_event)
 
     def _pass_on(self, fd: int) -> None:
         while True:
@@ -250,31 +263,71 @@ class _Wakeups:
                     pass
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True  # from here on the watcher writes nothing
-        # A watcher whose event is set ends at once (its wait returns, it writes or sees
-        # _closed, and returns): joined, its whole life, the eventfd write and its thread
-        # state's teardown, is ordered before the descriptor's close and the stop that follows,
-        # with no lingering thread. ThreadSanitizer (make test-ft-tsan) sees that order through
+        # The watcher is joined before the eventfd closes where that costs no wait: one whose
+        # event is set ends at once (its wait returns, it writes or sees that it may not, and
+        # returns), and so did the ones before it (_watch_event). Its whole life, the eventfd
+        # write and its thread state's teardown, is then ordered before the close and the stop
+        # that follows; ThreadSanitizer (make test-ft-tsan) sees that order through
         # pthread_join, where the lock's is invisible to it (the interpreter is not
         # instrumented). One whose event is not set may sleep up to _EVENT_WATCH_SECONDS and is
-        # left to end by itself: it can no longer write.
-        watcher = self._watcher
-        if (watcher is not None and self._waiter.stop_event is not None
-                and self._waiter.stop_event.is_set()):
-            watcher.join()
-        with self._lock:
-            if self._event_fd >= 0:
-                os.close(self._event_fd)
-                self._event_fd = -1
+        # left to end by itself: it can no longer write, and holds nothing of this wait or its
+        # server.
+        if self._watch is not None:
+            self._watch.stop()
+            event = self._waiter.stop_event
+            if event is not None and event.is_set():
+                self._watch.join()
+            self._watch = None
+        if self._event_fd >= 0:
+            os.close(self._event_fd)
+            self._event_fd = -1
         if self._signal_w >= 0:
             # Put the previous descriptor back, unless someone replaced ours meanwhile.
             current = signal.set_wakeup_fd(self._previous_wakeup)
             if current != self._signal_w:
                 signal.set_wakeup_fd(current)
+            # Bytes of signals that came after the last poll returned (as the server stopped,
+            # say): theirs too, or the previous descriptor's reader (an asyncio loop's handler
+            # for SIGCHLD) would never learn of them.
+            self._pass_on(self._signal_r)
             os.close(self._signal_r)
             os.close(self._signal_w)
             self._signal_r = self._signal_w = -1
+
+
+class _EventWatch:
+    """A thread that waits on a stop_event for _Wakeups and writes its eventfd once the event is
+    set, then ends. It holds the descriptor's number and nothing of the wait, so that when it
+    outlives the wait (up to _EVENT_WATCH_SECONDS, an event never set) it keeps no server
+    alive, nor the server's descriptors: a program that starts many servers one after another
+    does not pile them up. The eventfd is _Wakeups's to close, after stop()."""
+
+    def __init__(self, fd: int, event: threading.Event) -> None:
+        self._fd = fd
+        self._lock = threading.Lock()  # orders the thread's write against stop()
+        self._thread = threading.Thread(target=self._run, args=(event,),
+                                        name="cyserve-stop-event", daemon=True)
+        self._thread.start()
+
+    def _run(self, event: threading.Event) -> None:
+        while True:
+            # Event.wait says True when woken by a set(), even if a clear() came since: the
+            # wait's loop looks at the event itself (Waiter.pending) and watches again.
+            is_set = event.wait(_EVENT_WATCH_SECONDS)
+            with self._lock:
+                if self._fd < 0:
+                    return
+                if is_set:
+                    os.eventfd_write(self._fd, 1)
+                    return
+
+    def stop(self) -> None:
+        """From here on the thread writes nothing (the descriptor may then be closed)."""
+        with self._lock:
+            self._fd = -1
+
+    def join(self) -> None:
+        self._thread.join()
 
 
 # For these the C library's text is the whole story ("address already in use"); for anything

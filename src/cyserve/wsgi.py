@@ -23,8 +23,10 @@ How a request maps onto the environ, and how the answer goes out:
   out chunked (HTTP/1.1), or until the connection closes (HTTP/1.0); with one, as they are, never
   more than announced, and a body that ends short closes the connection. A body that goes on
   past its Content-Length, held or streamed, sends the announced bytes and logs an error naming
-  the request (the rest of the iterable is looked at, as PEP 3333's server iterates to the end);
-  a held body with a piece that crosses the length is a 500. The first piece goes
+  the request (the rest of the iterable is looked at, as PEP 3333's server iterates to the end,
+  once the announced bytes went out: a generator that goes on working or waiting after its last
+  piece does not hold its answer back); a held body with a piece that crosses the length is a
+  500. The first piece goes
   out at once (server-sent events work); an error before it is a 500, an error after it closes
   the connection without the last chunk, which tells the client the body is incomplete. An app
   that blocks between pieces holds a worker thread, as with gunicorn's sync workers.

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from cyserve._core import Server
-from cyserve.signals import Waiter
+from cyserve.signals import Waiter, _Wakeups
 
 TIMEOUT = 30.0  # generous: each wake below takes milliseconds
 
@@ -160,3 +160,135 @@ def test_a_tick_is_called_while_waiting(srv: Server) -> None:
     timer.join()
     # Every POLL_SECONDS (0.05): about ten in the half second; a loaded machine may give fewer.
     assert len(ticks) >= 3 and all(t is srv for t in ticks)
+
+
+def test_a_signal_between_the_check_and_the_poll_is_not_lost(
+        srv: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    # SIGTERM after the loop found nothing pending and before poll() blocks: its handler runs
+    # then, and poll() must still return for it (the wake-up descriptor holds its byte).
+    real_wait = _Wakeups.wait
+    sent: list[int] = []
+
+    def wait(self: _Wakeups, timeout: float | None) -> None:
+        if not sent:
+            sent.append(signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)
+        real_wait(self, timeout)
+
+    monkeypatch.setattr(_Wakeups, "wait", wait)
+    waiter = Waiter(None)
+    waiter.install()
+    try:
+        stopper = later(TIMEOUT, srv.stop, 0.0)  # only if the wake-up was lost
+        waiter.wait_for_request(srv)
+        stopper.cancel()
+    finally:
+        waiter.uninstall()
+    assert srv.running and waiter.pending() == 1 and waiter.first_signal == signal.SIGTERM
+
+
+def test_a_signal_that_comes_as_the_wait_ends_reaches_the_previous_descriptor(
+        srv: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A signal whose byte lands in the wait's pipe after its last poll() returned (here: as
+    # the server stops) is passed on to the application's descriptor all the same.
+    real_wait = _Wakeups.wait
+
+    def wait(self: _Wakeups, timeout: float | None) -> None:
+        srv.stop(0.0)
+        real_wait(self, timeout)  # returns at once: the server has stopped
+        os.kill(os.getpid(), signal.SIGUSR2)  # its handler has run when kill() returns
+
+    monkeypatch.setattr(_Wakeups, "wait", wait)
+    theirs, other_end = socket.socketpair()
+    theirs.setblocking(False)
+    other_end.setblocking(False)
+    usr2 = signal.signal(signal.SIGUSR2, lambda signum, frame: None)  # the app's own handler
+    previous = signal.set_wakeup_fd(theirs.fileno())
+    waiter = Waiter(None)
+    waiter.install()
+    try:
+        waiter.wait_for_request(srv)
+    finally:
+        waiter.uninstall()
+        signal.set_wakeup_fd(previous)
+        signal.signal(signal.SIGUSR2, usr2)
+    try:
+        assert other_end.recv(16) == bytes([signal.SIGUSR2])
+    except BlockingIOError:
+        pytest.fail("the SIGUSR2 that came as the wait ended never reached the app's descriptor")
+    finally:
+        theirs.close()
+        other_end.close()
+    assert not srv.running and waiter.pending() == 0
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_servers_waited_for_one_after_another_leave_no_descriptor() -> None:
+    # A stop_event never set, each server stopped by another thread: the event's watcher
+    # outlives each wait by up to _EVENT_WATCH_SECONDS, and must keep nothing of its server
+    # meanwhile (its stopped_fd, its listeners) nor of the wait.
+    def one() -> None:
+        server = Server([("path", "/", None, "static", (200, [], b"ok"))],
+                        host="127.0.0.1", port=0, threads=1)
+        server.start()
+        stopper = threading.Thread(target=server.stop, args=(0.0,))
+        stopper.start()
+        Waiter(threading.Event()).wait_for_request(server)
+        stopper.join()
+
+    one()  # whatever the first server makes once (the engine's shared state)
+    before = open_descriptors()
+    for _ in range(20):
+        one()
+    assert open_descriptors() == before
+
+
+def test_a_wait_begun_at_the_descriptor_limit_still_ends_on_a_signal(srv: Server) -> None:
+    # The wait opens descriptors of its own (a pipe, an eventfd), after the server started: a
+    # server flooded with connections from its first moment can be at its limit by then. The
+    # wait must still work (it polls on a clock instead), not fail and take the server down.
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    filler: list[int] = []
+    waiter = Waiter(threading.Event())
+    waiter.install()
+    timer = later(0.3, os.kill, os.getpid(), signal.SIGTERM)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (open_descriptors() + 64, hard))
+        with pytest.raises(OSError):
+            while True:
+                filler.append(os.dup(0))
+        waiter.wait_for_request(srv)
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        timer.join()
+        waiter.uninstall()
+    assert srv.running and waiter.pending() == 1 and waiter.first_signal == signal.SIGTERM
+
+
+def test_a_stop_event_set_again_after_a_set_and_clear_ends_the_wait(srv: Server) -> None:
+    # set() then clear() before the wait looked is no stop (as pending() says); the set() that
+    # comes later is, however the first one woke the event's watcher.
+    stop = threading.Event()
+
+    def pulse_then_set() -> None:
+        stop.set()
+        stop.clear()
+        time.sleep(0.3)
+        stop.set()
+
+    waiter = Waiter(stop)
+    timer = later(0.2, pulse_then_set)
+    stopper = later(10.0, srv.stop, 0.0)  # only if the second set() went unseen
+    try:
+        waiter.wait_for_request(srv)
+    finally:
+        stopper.cancel()
+        timer.join()
+    assert srv.running and waiter.pending() == 1

@@ -1091,6 +1091,60 @@ def test_a_streamed_body_that_fills_its_content_length_then_goes_on_is_logged(
     assert closed == [True] * 4
 
 
+@pytest.mark.parametrize("protocol", ["http/1.1", "h2"])
+@pytest.mark.parametrize("after", ["waits", "empty pieces"])
+def test_a_body_that_fills_its_content_length_goes_out_before_the_app_goes_on(
+        after: str, protocol: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A generator that fills its announced Content-Length and then does not end: it waits
+    (work after its last piece, a server-sent-events loop) or yields empty pieces for ever. The
+    client gets the whole answer at once, as gunicorn sends each piece as it comes; looking for
+    a piece past the length before sending left it waiting for the generator, for ever here.
+    The generator is closed once, nothing is logged (no byte went past the length), and the
+    connection serves the next request."""
+    gate = threading.Event()
+    closed: list[bool] = []
+
+    def app(environ: Environ, start_response: Any) -> Iterator[bytes]:
+        start_response("200 OK", [("Content-Length", "5")])
+        if environ["PATH_INFO"] == "/next":
+            yield b"next!"
+            return
+        try:
+            yield b"hello"
+            while not gate.is_set():
+                if after == "waits":
+                    gate.wait(60.0)
+                else:
+                    yield b""
+        finally:
+            closed.append(True)
+
+    # The generator goes on for 60 s or more: a reply within 10 s came before its end.
+    with serve_wsgi(app) as srv, caplog.at_level(logging.ERROR):
+        if protocol == "h2":
+            with H2(srv.port, timeout=10.0) as h:
+                try:
+                    assert h.get("/")[::2] == (200, b"hello")
+                finally:
+                    gate.set()
+                assert h.get("/next")[2] == b"next!"
+        else:
+            with Conn(srv.port, 10.0) as c:
+                try:
+                    c.send(get("/"))
+                    r = c.reply()
+                    assert (r.status, r.body) == (200, b"hello")
+                finally:
+                    gate.set()
+                c.send(get("/next"))
+                assert c.reply().body == b"next!"
+        deadline = time.monotonic() + 10
+        while not closed and time.monotonic() < deadline:
+            time.sleep(0.01)  # the stream is let go after the answer is sent
+    assert closed == [True]
+    assert not [rec for rec in caplog.records if "past its Content-Length" in rec.getMessage()]
+
+
 def test_write_while_a_stream_is_made_goes_out_in_order() -> None:
     """write() called by a generator between its pieces, once the answer streams: the bytes go
     out before the next piece, in the order the app gave them (gunicorn sends them at once).

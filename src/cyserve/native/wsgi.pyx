@@ -887,6 +887,11 @@ cdef int _wsgi_take(_WSGIAnswer answer, chunk) except -1:
     return 1
 
 
+# The iterators whose rest _wsgi_collect looks at before the answer goes out.
+_LIST_ITERATOR = type(iter([]))
+_TUPLE_ITERATOR = type(iter(()))
+
+
 cdef bint _wsgi_collect(_WSGIAnswer answer, it, result, bint head) except -1:
     """Collect what a body iterator yields, up to where the answer can start: its end, the
     Content-Length the app announced, or, when the body had better be streamed (a length not
@@ -919,9 +924,16 @@ cdef bint _wsgi_collect(_WSGIAnswer answer, it, result, bint head) except -1:
         if answer.total == length:
             # Everything announced is here. The rest of the iterator should give nothing more
             # (PEP 3333 has the server iterate to the end anyway): stopping here cut a body
-            # that went on in another piece without a word.
-            full = True
-            continue
+            # that went on in another piece without a word. A list's or a tuple's rest is
+            # looked at now, which runs no code of the app. Any other iterator may run the
+            # app's code for as long as it likes before it ends (work after its last piece, a
+            # wait): the body goes out first, as gunicorn writes each piece as it comes, and
+            # the rest is looked at once it is sent (streamed: _stream_step lets go at the
+            # length). An answer to HEAD sends no body that could go first.
+            if head or type(it) is _LIST_ITERATOR or type(it) is _TUPLE_ITERATOR:
+                full = True
+                continue
+            break
         if answer.total >= WSGI_STREAM_AFTER and not head:
             break
     else:
