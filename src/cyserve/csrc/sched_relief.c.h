@@ -34,17 +34,17 @@
  * - When the home's thread is back (off_start no longer old), or the monitor gave the home to
  *   another relief thread because this one got stuck in its own long call, the relief thread
  *   lets go of the home; once its own work is done it waits for the next assignment.
- * Costs: per batch, one seq_cst store and a load of mon_deep (two while relief is configured,
- * none without); the monitor's 1 ms wake-ups while batches run (measured in docs/benchmarks.md),
- * and, for a batch found stuck in its first 8 ms, one pread of its thread's /proc stat file
- * (relief_waiting: whether the call sleeps or computes); a stuck worker's clients wait at most about 7 ms (the threshold plus one monitor tick) for
- * the relief thread, and then at its pace. Relief threads are nobody's home: the engine opens
- * connections on the home whose listener accepted them, and what a coroutine running on a
- * relief thread waits for by itself (a sleep, an fd wait, a signal such as an ASGI answer, a
- * timer) parks on the worker it relieves (own_home in sched.c), so a relief thread can stop
- * relieving, or block in a call of its own, and strand nothing: whoever serves that worker's
- * home serves those waits. (They once parked on the relief thread, and its blocking call held
- * them until it returned: test_sched.c's "relief home".)
+ * Costs: per batch, one seq_cst store and a load of mon_deep (two while relief is configured, none
+ * without); the monitor's 1 ms wake-ups while batches run (measured in docs/benchmarks.md), and,
+ * for a batch found stuck in its first 8 ms, one pread of its thread's /proc stat file
+ * (relief_waiting: whether the call sleeps or computes); a stuck worker's clients wait at most
+ * about 7 ms (the threshold plus one monitor tick) for the relief thread, and then at its pace.
+ * Relief threads are nobody's home: the engine opens connections on the home whose listener
+ * accepted them, and what a coroutine running on a relief thread waits for by itself (a sleep, an
+ * fd wait, a signal such as an ASGI answer, a timer) parks on the worker it relieves (own_home in
+ * sched.c), so a relief thread can stop relieving, or block in a call of its own, and strand
+ * nothing: whoever serves that worker's home serves those waits. (They once parked on the relief
+ * thread, and its blocking call held them until it returned: test_sched.c's "relief home".)
  *
  * Ownership of the fields (declared in sched.c): off_start is written by its thread; relieved_by
  * by the monitor (assign) and the relief thread (CAS back to -1 when it lets go); relief_of:
