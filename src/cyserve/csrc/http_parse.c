@@ -33,6 +33,7 @@ enum {
     C_VALUE = 4,  /* field-value octet: VCHAR, obs-text (0x80-0xff), SP, HTAB */
     C_HEX = 8,
     C_HOST = 16, /* Host field: unreserved, sub-delims, pct-encoded, ':' and IP-literal brackets */
+    C_REGNAME = 32, /* a reg-name's own bytes: unreserved and sub-delims (not '%', ':', '[', ']') */
 };
 
 static uint8_t http__class[256];
@@ -53,6 +54,8 @@ static void http__init_classes(void)
             k |= C_HEX;
         if (alnum || (c && strchr("-._~!$&'()*+,;=%:[]", c)))
             k |= C_HOST;
+        if (alnum || (c && strchr("-._~!$&'()*+,;=", c)))
+            k |= C_REGNAME;
         http__class[c] = k;
     }
 }
@@ -250,15 +253,17 @@ static int host_ok(const char *v, size_t n)
                 return 0;
         p = close + 1;
     } else {
-        for (; p < end && *p != ':'; p++) {
-            if (!is_class((unsigned char)*p, C_HOST) || *p == '[' || *p == ']')
+        /* One class test a byte (C_REGNAME); what stops the run is then '%' (pct-encoded), the
+         * port's ':', the end, or a byte no reg-name has ('[', ']' and the rest: refused below). */
+        for (;;) {
+            while (p < end && is_class((unsigned char)*p, C_REGNAME))
+                p++;
+            if (p == end || *p != '%')
+                break;
+            if (end - p < 3 || !is_class((unsigned char)p[1], C_HEX) ||
+                !is_class((unsigned char)p[2], C_HEX))
                 return 0;
-            if (*p == '%') {
-                if (end - p < 3 || !is_class((unsigned char)p[1], C_HEX) ||
-                    !is_class((unsigned char)p[2], C_HEX))
-                    return 0;
-                p += 2;
-            }
+            p += 3;
         }
     }
     if (p == end)
