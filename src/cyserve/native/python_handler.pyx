@@ -1368,11 +1368,13 @@ cdef void _answer_500(cs.resp_t *resp) noexcept nogil:
     cs.resp_write(resp, b"500 Internal Server Error\n", 26)
 
 
-cdef void _py_call(void *opaque, cs.req_t *req, cs.resp_t *resp) noexcept nogil:
-    # Runs on a worker thread between the offload hooks, so the GIL is already held; `with gil`
-    # only re-enters it (a counter increment), and keeps this correct should a caller not hold it.
-    with gil:
-        _py_call_impl(<PyObject *>opaque, <cyserve_request *>req, resp)
+cdef void _py_call(void *opaque, cs.req_t *req, cs.resp_t *resp) noexcept:
+    # The target's py_call (csrc/server.h): its one caller, py_trampoline (csrc/request.c), is
+    # an offloaded call, which runs only in a batch, between the offload hooks, so the GIL is
+    # held (its thread state attached on a free-threaded build) and this is declared as holding
+    # it, and cast to the engine's nogil pointer type (server_type.pyx). `with gil` here re-entered
+    # it: PyGILState_Ensure and Release, about 110 instructions a request for a counter.
+    _py_call_impl(<PyObject *>opaque, <cyserve_request *>req, resp)
 
 
 cdef void _answer_body_error(cs.resp_t *resp, int status, const char *reason) noexcept nogil:
