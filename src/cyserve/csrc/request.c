@@ -874,6 +874,20 @@ uint64_t server_req_body_pending(const cyserve_request *req)
     return rq ? rq->body_left : 0;
 }
 
+unsigned server_req_conn(const cyserve_request *req, const char **peer)
+{
+    struct request *rq = req->engine;
+    *peer = NULL;
+    if (!rq)
+        return 0;
+    const char *scheme;
+    const char *p = request_client(rq, &scheme);
+    if (p[0] != '-')
+        *peer = p;
+    return (rq->c->tp != &conn_plain ? SERVER_REQ_TLS : 0u) | (rq->http2 ? SERVER_REQ_HTTP2 : 0u) |
+           (scheme[4] == 's' ? SERVER_REQ_HTTPS : 0u);
+}
+
 int server_req_tls(const cyserve_request *req)
 {
     struct request *rq = req->engine;

@@ -56,8 +56,9 @@ cdef extern from *:
         int borrowed;
         PyGILState_STATE gil_state;
         int asgi_queued;
+        int asgi_wake_fd;
         PyObject *tcache;
-    } cyserve__tl;
+    } cyserve__tl = {.asgi_wake_fd = -1};
     #define cyserve__tstate (cyserve__tl.tstate)
     #define cyserve__borrowed (cyserve__tl.borrowed)
     #define cyserve__gil_state (cyserve__tl.gil_state)
@@ -132,16 +133,18 @@ cdef extern from *:
     /* The event loop's wake-up descriptor (an eventfd) that the flush asks this thread to
      * write once the GIL is released, or -1: the loop thread, woken while the worker still
      * held the GIL, would only block on it and be switched out again (native/asgi.pyx). */
-    static _Thread_local int cyserve__asgi_wake_fd = -1;
+    #define cyserve__asgi_wake_fd (cyserve__tl.asgi_wake_fd)
 
-    static void cyserve__asgi_wake(void)
+    /* tl: this thread's cyserve__tl, which the end hook has at hand (a field of it, not a
+     * thread-local of its own: one __tls_get_addr less a batch). */
+    static void cyserve__asgi_wake(struct cyserve__tl *tl)
     {
-        int fd = cyserve__asgi_wake_fd;
+        int fd = tl->asgi_wake_fd;
         uint64_t one = 1;
         ssize_t rc;
         if (fd < 0)
             return;
-        cyserve__asgi_wake_fd = -1;
+        tl->asgi_wake_fd = -1;
         /* EAGAIN (the counter full) still leaves the loop readable: nothing to retry. */
         rc = write(fd, &one, sizeof one);
         (void)rc;
@@ -157,11 +160,11 @@ cdef extern from *:
         if (tl->borrowed) {
             tl->borrowed = 0;
             PyGILState_Release(tl->gil_state);
-            cyserve__asgi_wake();
+            cyserve__asgi_wake(tl);
             return;
         }
         (void)PyEval_SaveThread();
-        cyserve__asgi_wake();
+        cyserve__asgi_wake(tl);
     }
     """
     void cyserve__offload_begin(void *ud) noexcept nogil
