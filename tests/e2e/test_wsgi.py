@@ -9,16 +9,20 @@ import contextvars
 import io
 import logging
 import socket
+import subprocess
+import sys
 import threading
 import time
 import weakref
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from wsgiref.validate import validator
 
 import flask
 import pytest
 from _rawhttp import Conn, Reply, get, request, serving
+from _subserve import env_with_src
 from test_http2 import H2
 
 import cyserve
@@ -666,6 +670,52 @@ def test_each_request_gets_a_fresh_answer_whatever_the_last_one_held(tmp_path: A
             for _ in range(2):  # kept alive: the close was the last answer's alone
                 c.send(get("/plain"))
                 plain(c.reply())
+
+
+# A body piece that is a bytes subclass whose bytes() is another subclass (__bytes__ may return
+# one), whose deallocation calls the write() its request kept, three times, and then lets write()
+# go: when the answer is emptied at the end of the request, its list of pieces grows under the
+# loop that empties it. Run in a child: what this guards against is a crash.
+_PIECES_GROW_AS_THEY_GO = """
+import sys
+import cyserve
+from _rawhttp import Conn, get, serving
+
+kept = []
+
+class Piece(bytes):
+    def __del__(self):
+        if kept:
+            write = kept.pop()
+            for _ in range(3):
+                write(b"zz")
+
+class Sub(bytes):
+    def __bytes__(self):
+        return Piece(self[:])
+
+def app(environ, start_response):
+    write = start_response("200 OK", [("Content-Type", "text/plain")])
+    if environ["QUERY_STRING"] == "keep":
+        kept.append(write)
+    return [Sub(b"a"), Sub(b"b"), Sub(b"c"), Sub(b"d")]
+
+a = cyserve.App()
+a.wsgi("/", app)
+with serving(a.build(), threads=1) as srv, Conn(srv.port) as c:
+    for q in ("", "keep", "", ""):
+        c.send(get("/?" + q))
+        r = c.reply()
+        print(q or "-", r.status, r.body.decode(), flush=True)
+"""
+
+
+def test_a_piece_whose_deallocation_writes_more_leaves_the_next_answer_whole() -> None:
+    out = subprocess.run([sys.executable, "-c", _PIECES_GROW_AS_THEY_GO], env=env_with_src(),
+                         cwd=Path(__file__).resolve().parent.parent, capture_output=True,
+                         text=True, timeout=60)
+    assert (out.returncode, out.stdout.split("\n")) == (
+        0, ["- 200 abcd", "keep 200 abcd", "- 200 abcd", "- 200 abcd", ""]), out.stderr
 
 
 def test_start_response_takes_its_arguments_by_name_and_refuses_a_wrong_call() -> None:
