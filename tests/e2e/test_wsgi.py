@@ -966,6 +966,34 @@ def test_the_error_names_the_mistake(caplog: pytest.LogCaptureFixture) -> None:
     assert "the WSGI application yielded a str, not bytes" in text
 
 
+# The app's Content-Length is read as a C integer on the answer's own path (native/wsgi.pyx,
+# length_int): only 1*DIGIT (RFC 9110 8.6), with the spaces around it that _content_length
+# strips, and at most 18 digits, whatever else int() would take; held or streamed alike.
+@pytest.mark.parametrize("value, ok", [
+    ("5", True), (" 5", True), ("5\t", True), ("000000000000000005", True),
+    ("+5", False), ("-5", False), ("-1", False), ("", False), ("0x5", False), ("5_0", False),
+    ("\u0665", False), ("\uff15", False), ("0000000000000000005", False),
+    ("9223372036854775813", False), ("18446744073709551621", False), ("5\r\n", False)])
+@pytest.mark.parametrize("body", ["list", "generator"])
+def test_a_content_length_is_digits_whatever_int_takes(value: str, ok: bool, body: str) -> None:
+    def app(environ: Environ, start_response: Any) -> Any:
+        start_response("200 OK", [("Content-Length", value)])
+        if body == "list":
+            return [b"hel", b"lo"]
+        return (piece for piece in (b"hel", b"lo"))
+
+    with serve_wsgi(app) as srv, Conn(srv.port) as c:
+        # (HEAD with a generator is another matter: what of it is run.)
+        for method in ("GET", "HEAD") if body == "list" else ("GET",):
+            c.send(f"{method} / HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+            r = c.reply(head_only=method == "HEAD")
+            if ok:
+                assert (r.status, r.header("content-length")) == (200, "5"), (method, r)
+                assert r.body == (b"hello" if method == "GET" else b""), (method, r)
+            else:
+                assert r.status == 500, (method, r)
+
+
 # ---- streamed answers ---------------------------------------------------------------------
 
 def test_a_piece_goes_out_before_the_next_is_produced() -> None:
