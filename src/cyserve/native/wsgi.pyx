@@ -324,8 +324,11 @@ cdef extern from *:
      * write() make them so: bytes() of a subclass may give another subclass), whose
      * deallocation runs no code. Should one ever run some (a write() the app kept, appending),
      * the list is whole at every drop: the last piece is taken off before its reference goes,
-     * until the list is empty. On a free-threaded build, where a list's array is freed by other
-     * rules, the slice's way. */
+     * until the list is empty. An array grown past CYSERVE__CHUNKS_KEPT pieces (an answer of
+     * many writes) is freed, the slice's way: kept, each worker thread would hold the largest
+     * one any of its answers made for good (8 bytes a piece: 4 MB for 500,000 writes). On a
+     * free-threaded build, where a list's array is freed by other rules, the slice's way too. */
+    #define CYSERVE__CHUNKS_KEPT 64
     static int cyserve__chunks_empty(PyObject *lst)
     {
     #ifdef Py_GIL_DISABLED
@@ -333,6 +336,8 @@ cdef extern from *:
     #else
         PyListObject *l = (PyListObject *)lst;
         Py_ssize_t n;
+        if (l->allocated > CYSERVE__CHUNKS_KEPT)
+            return PyList_SetSlice(lst, 0, Py_SIZE(l), NULL);
         while ((n = Py_SIZE(l)) > 0) {
             PyObject *item = l->ob_item[n - 1];
             l->ob_item[n - 1] = NULL;
