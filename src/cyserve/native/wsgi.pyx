@@ -22,7 +22,7 @@ from cpython.unicode cimport PyUnicode_Check, PyUnicode_DecodeLatin1
 from cpython.object cimport PyTypeObject
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from libc.stdint cimport uint64_t, uintptr_t
-from libc.string cimport memchr, memcmp
+from libc.string cimport memchr, memcmp, memcpy
 
 cdef extern from "<strings.h>" nogil:
     int strncasecmp(const char *a, const char *b, size_t n)
@@ -321,19 +321,27 @@ cdef extern from *:
      * request's pieces: PyList_SetSlice (or list.clear) frees the array, and the next append
      * allocates it again, a malloc and a free on every request. The list is the answer's own
      * (write() appends to it, no app holds it) and holds exact bytes only (_wsgi_take and
-     * write() make them so), whose deallocation runs no code that could look at the list. On
-     * a free-threaded build, where a list's array is freed by other rules, the slice's way. */
+     * write() make them so: bytes() of a subclass may give another subclass), whose
+     * deallocation runs no code. Should one ever run some (a write() the app kept, appending),
+     * the list is whole at every drop: the last piece is taken off before its reference goes,
+     * until the list is empty. An array grown past CYSERVE__CHUNKS_KEPT pieces (an answer of
+     * many writes) is freed, the slice's way: kept, each worker thread would hold the largest
+     * one any of its answers made for good (8 bytes a piece: 4 MB for 500,000 writes). On a
+     * free-threaded build, where a list's array is freed by other rules, the slice's way too. */
+    #define CYSERVE__CHUNKS_KEPT 64
     static int cyserve__chunks_empty(PyObject *lst)
     {
     #ifdef Py_GIL_DISABLED
         return PyList_SetSlice(lst, 0, PyList_GET_SIZE(lst), NULL);
     #else
         PyListObject *l = (PyListObject *)lst;
-        Py_ssize_t i, n = Py_SIZE(l);
-        Py_SET_SIZE(l, 0);
-        for (i = 0; i < n; i++) {
-            PyObject *item = l->ob_item[i];
-            l->ob_item[i] = NULL;
+        Py_ssize_t n;
+        if (l->allocated > CYSERVE__CHUNKS_KEPT)
+            return PyList_SetSlice(lst, 0, Py_SIZE(l), NULL);
+        while ((n = Py_SIZE(l)) > 0) {
+            PyObject *item = l->ob_item[n - 1];
+            l->ob_item[n - 1] = NULL;
+            Py_SET_SIZE(l, n - 1);
             Py_DECREF(item);
         }
         return 0;
@@ -872,12 +880,22 @@ cdef bint _wsgi_file(_WSGIAnswer answer, wrapper) except -1:
     return True
 
 
+cdef bytes _exact_bytes(data):
+    """bytes(data) as an exact bytes object. bytes() of a bytes subclass calls its __bytes__,
+    which may return another subclass, whose deallocation may run the app's code: a copy then,
+    so that an answer's pieces run none when they go (_chunks_empty)."""
+    data = bytes(data)
+    if type(data) is not bytes:
+        data = PyBytes_FromStringAndSize(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
+    return <bytes>data
+
+
 cdef int _wsgi_take(_WSGIAnswer answer, chunk) except -1:
     """Add one piece of the body the app yielded to answer.chunks: 1 when it had bytes."""
     if type(chunk) is not bytes:
         if not isinstance(chunk, (bytes, bytearray, memoryview)):
             raise WSGIError(f"the WSGI application yielded a {type(chunk).__name__}, not bytes")
-        chunk = bytes(chunk)  # also a bytes subclass: the engine takes exact bytes
+        chunk = _exact_bytes(chunk)  # also a bytes subclass: the engine takes exact bytes
     if not chunk:
         return 0
     if answer.status == 0:
@@ -892,6 +910,18 @@ _LIST_ITERATOR = type(iter([]))
 _TUPLE_ITERATOR = type(iter(()))
 
 
+cdef extern from "Python.h":
+    # NULL at the end (no error set), or with the iterator's error set (raised here).
+    PyObject *_iter_next "PyIter_Next"(object it) except? NULL
+
+
+# A body's iterator is read with PyIter_Next, not with a for loop: the loop calls iter() on what
+# is already an iterator (iter(result) made it), and an iterator written in Python (Werkzeug's
+# ClosingIterator, which wraps every Flask answer) runs its __iter__ for that, a Python call of
+# about 500 instructions, each time a loop begins: once per answer in _wsgi_collect, and once
+# per piece of a streamed one (_stream_step).
+
+
 cdef bint _wsgi_collect(_WSGIAnswer answer, it, result, bint head) except -1:
     """Collect what a body iterator yields, up to where the answer can start: its end, the
     Content-Length the app announced, or, when the body had better be streamed (a length not
@@ -899,7 +929,13 @@ cdef bint _wsgi_collect(_WSGIAnswer answer, it, result, bint head) except -1:
     answer then holds the iterator, and the duty to close result."""
     cdef object length
     cdef bint full = False
-    for chunk in it:
+    cdef PyObject *p
+    while True:
+        p = _iter_next(it)
+        if p == NULL:
+            return False  # the end
+        chunk = <object>p
+        Py_DECREF(chunk)  # PyIter_Next's reference: chunk holds its own
         if not _wsgi_take(answer, chunk):
             continue
         if full:
@@ -936,8 +972,6 @@ cdef bint _wsgi_collect(_WSGIAnswer answer, it, result, bint head) except -1:
             break
         if answer.total >= WSGI_STREAM_AFTER and not head:
             break
-    else:
-        return False  # the end
     answer.it = it
     answer.result = result
     return True
@@ -961,14 +995,15 @@ cdef class _WSGIStream:
     to close at the end."""
     cdef object it
     cdef object result
-    cdef str label
+    cdef bytes label
     cdef object ctx  # the contextvars context of the call that made the answer
     cdef RequestBody inp  # wsgi.input when streamed: readable until the answer's end
     # The bytes of the announced Content-Length not yet given to the engine, or -1 (none
     # announced). A piece that goes past it is cut by the engine, which sends exactly what the
     # head announced (more would be read as the next answer); the app cannot be told (its
     # generator is not in a send() to raise in), so the cut is logged, once, with the request
-    # (label: its method and target).
+    # (label: its method and target, as bytes: decoded only for that line, which few answers
+    # need, where the str made for every answer cost about 500 instructions).
     cdef int64_t announced, left
     # The answer, for its write(): what the app writes while it makes a piece goes out before
     # that piece (_stream_step).
@@ -1013,15 +1048,21 @@ cdef int _stream_step(tuple info, _WSGIStream st, cs.resp_t *resp, int op) noexc
     """The next piece into resp: 1 when there is one, 0 at the end (or abandoned), -1 when the
     app failed (logged)."""
     cdef list written
+    cdef PyObject *p
     try:
         if op == cs.SERVER_STREAM_NEXT:
             written = st.answer.chunks
-            for chunk in st.it:
+            while True:
+                p = _iter_next(st.it)
+                if p == NULL:
+                    break
+                chunk = <object>p
+                Py_DECREF(chunk)  # PyIter_Next's reference: chunk holds its own
                 if type(chunk) is not bytes:
                     if not isinstance(chunk, (bytes, bytearray, memoryview)):
                         raise WSGIError(f"the WSGI application yielded a "
                                         f"{type(chunk).__name__}, not bytes")
-                    chunk = bytes(chunk)
+                    chunk = _exact_bytes(chunk)
                 if written:  # write() while the piece was made: those bytes came first
                     written.append(chunk)
                     chunk = b"".join(written)
@@ -1044,7 +1085,12 @@ cdef int _stream_step(tuple info, _WSGIStream st, cs.resp_t *resp, int op) noexc
             if st.answer.chunks:  # write() after the last piece
                 _stream_count(info, st, 1)
             else:
-                for chunk in st.it:
+                while True:
+                    p = _iter_next(st.it)
+                    if p == NULL:
+                        break
+                    chunk = <object>p
+                    Py_DECREF(chunk)  # PyIter_Next's reference: chunk holds its own
                     if not isinstance(chunk, (bytes, bytearray, memoryview)):
                         raise WSGIError(f"the WSGI application yielded a "
                                         f"{type(chunk).__name__}, not bytes")
@@ -1063,7 +1109,7 @@ cdef int _stream_count(tuple info, _WSGIStream st, Py_ssize_t n) except -1:
     if st.left < 0:
         return 0
     if n > st.left:
-        _log_past_length(info[2], st.label, st.announced)
+        _log_past_length(info[2], st.label.decode("latin-1"), st.announced)
         st.left = -1  # once: the engine asks for no more
         return 0
     st.left -= n
@@ -1310,7 +1356,7 @@ cdef class _WSGIAnswer:
             raise WSGIError("write() called before start_response")
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise WSGIError(f"write() takes bytes, not {type(data).__name__}")
-        data = bytes(data)
+        data = _exact_bytes(data)
         self.chunks.append(data)
         self.total += len(<bytes>data)
 
@@ -1717,7 +1763,7 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx, cyserve_requ
             if length >= 0:
                 st.announced = length
                 st.left = length - len(body)
-                st.label = f"{_latin1(req.method)} {_latin1(req.target)}"
+                st.label = _request_line(req)
             _check_rc(cs.resp_set_stream(resp, <void *>st, length), "stream")
             Py_INCREF(st)  # the engine's reference, dropped by _py_stream_impl
             a.sent = True
@@ -1743,6 +1789,16 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx, cyserve_requ
         if a.it is not None:  # not handed to the engine: the answer failed
             _wsgi_close(a.result)
             a.it = a.result = None
+
+
+cdef bytes _request_line(const cyserve_request *req):
+    """The request's method and target as one bytes object, "GET /path?q", with no str made."""
+    cdef bytes b = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>(req.method.len + 1 + req.target.len))
+    cdef char *p = PyBytes_AS_STRING(b)
+    memcpy(p, req.method.ptr, req.method.len)
+    p[req.method.len] = c' '
+    memcpy(p + req.method.len + 1, req.target.ptr, req.target.len)
+    return b
 
 
 cdef void _root_environ(WSGIHandler self, dict env, const cyserve_request *req) except *:
