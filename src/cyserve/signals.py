@@ -316,11 +316,11 @@ class _EventHook:
     This stands in the list where only threading's own lock objects stand: it relies on
     threading.Event keeping a Condition in _cond and its flag in _flag, and on Condition
     keeping its waiters in a deque, _waiters, whose notify() calls release() on each (a
-    RuntimeError from it meaning "released already"), as CPython's threading.py does (3.10 to
-    3.13 read). fits() checks the event's parts, and once per process that a set() does call
-    release() (_set_calls_release); an event or an interpreter built otherwise is watched by a
-    thread (_EventWatch). Holds the descriptor's number and nothing of the wait or its
-    server."""
+    RuntimeError from it meaning "released already"), as CPython's threading.py does (tried on
+    3.10 to 3.13, and 3.14t without the GIL). fits() checks the event's parts, and once per
+    process that a set() does call release() (_set_calls_release); an event or an interpreter
+    built otherwise is watched by a thread (_EventWatch). Holds the descriptor's number and
+    nothing of the wait or its server."""
 
     def __init__(self, fd: int, event: threading.Event) -> None:
         self._fd = fd
