@@ -618,6 +618,19 @@ static void off_e(void *ud)
     add(&off_end, 1);
 }
 
+/* The exit hook: once per worker thread, on it (its worker id still readable), after its
+ * last batch (so no end hook after it). */
+static int off_exits, off_exits_on_worker, off_end_at_exit;
+
+static void off_x(void *ud)
+{
+    add(&off_exits, 1);
+    if (sched_worker_id() >= 0)
+        add(&off_exits_on_worker, 1);
+    __atomic_store_n(&off_end_at_exit, __atomic_load_n(&off_end, __ATOMIC_SEQ_CST),
+                     __ATOMIC_SEQ_CST);
+}
+
 static int offloader(struct coro *co, void *arg)
 {
     return sched_offload(off_fn, NULL) == 0 ? 0 : -1;
@@ -627,10 +640,14 @@ static void test_offload(void)
 {
     struct sched *s = new_sched(2, 0, 0, 0);
     sched_set_offload_hooks(s, off_b, off_e, NULL);
+    sched_set_offload_exit(s, off_x);
     for (int i = 0; i < 200; i++)
         sched_spawn(s, offloader, NULL);
     sched_run(s);
     is_int(off_calls, 200, "200 offloaded calls ran");
+    is_int(off_exits, 2, "the exit hook ran once per worker thread");
+    is_int(off_exits_on_worker, 2, "on the worker itself, as it ended");
+    is_int(off_end_at_exit, off_end, "after the last batch");
     is_int(off_on_worker_stack, 200, "each on a worker's own stack");
     ok(off_begin >= 1 && off_begin == off_end, "begin/end hooks pair up");
     ok(off_begin < 200, "and calls were batched between them");

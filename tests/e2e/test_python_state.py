@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import contextvars
 import gc
+import os
 import sqlite3
+import subprocess
+import sys
 import threading
 import weakref
 from collections.abc import Iterator
@@ -88,6 +91,89 @@ def test_what_a_thread_kept_is_released_when_the_server_stops() -> None:
     # The worker's thread state was cleared at its exit, and with it the thread-local's value,
     # as for any Python thread that ends.
     assert len(kept) == 1 and kept[0]() is None
+
+
+# A child process: its interpreter runs in development mode (`-X dev`, whose debug allocator checks
+# on every free that the GIL is held, as PYTHONMALLOC=debug does). It serves a Python handler, a
+# WSGI app, an ASGI app, and a handler that blocks past the relief threshold on one worker, so
+# that a relief thread starts and runs Python too; then it stops the server, and every one of
+# those threads gives its thread state back as it ends.
+_DEV_MODE_CHILD = r"""
+import os, threading, time
+import cyserve
+from cyserve.config import Config
+from cyserve.start import serve
+from _rawhttp import Conn, get, request
+
+def wsgi_app(environ, start_response):
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"wsgi"]
+
+async def asgi_app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"asgi"})
+
+def relief_threads():
+    n = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                n += f.read().strip() == "cyserve-relief"
+        except FileNotFoundError:
+            pass
+    return n
+
+app = cyserve.App()
+app.add_route("/py", lambda req: "py")
+app.add_route("/slow", lambda req: time.sleep(1.0) or "slow")
+app.wsgi("/w", wsgi_app)
+app.asgi("/a", asgi_app)
+stop = threading.Event()
+failures = []
+
+def client(port):
+    try:
+        for path, body in (("/py", b"py"), ("/w/", b"wsgi"), ("/a/", b"asgi")):
+            r = request(port, get(path))
+            assert (r.status, r.body) == (200, body), (path, r)
+        # The one worker is inside a call that sleeps: the next answer comes from a relief
+        # thread, which runs Python with a thread state of its own.
+        with Conn(port) as slow:
+            slow.send(get("/slow"))
+            time.sleep(0.1)
+            r = request(port, get("/py"))
+            assert (r.status, r.body) == (200, b"py"), r
+            assert relief_threads() >= 1
+            assert slow.reply().body == b"slow"
+    except BaseException as e:
+        failures.append(e)
+    finally:
+        stop.set()
+
+def ready(server):
+    threading.Thread(target=client, args=(server.port,)).start()
+
+serve(app, Config.from_options(host="127.0.0.1", port=0, threads=1, blocking_threads=2),
+      stop_event=stop, ready=ready)
+assert not failures, failures
+print("stopped", flush=True)
+"""
+
+
+def test_threads_end_cleanly_under_the_debug_allocator() -> None:
+    # The engine's threads used to give their thread state back from a pthread key destructor,
+    # where glibc has already emptied the interpreter's own GIL-state key: the debug allocator's
+    # check failed there and the process aborted at its first worker's exit ("Fatal Python
+    # error: _PyMem_DebugFree: Python memory allocator called without holding the GIL").
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, *sys.path]))
+    r = subprocess.run([sys.executable, "-X", "dev", "-c", _DEV_MODE_CHILD], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert "Fatal Python error" not in r.stderr, r.stderr
+    assert r.returncode == 0 and r.stdout.endswith("\nstopped\n"), (r.returncode, r.stdout,
+                                                                    r.stderr)
 
 
 def test_worker_threads_are_named_in_threading() -> None:

@@ -9,16 +9,20 @@ import contextvars
 import io
 import logging
 import socket
+import subprocess
+import sys
 import threading
 import time
 import weakref
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from wsgiref.validate import validator
 
 import flask
 import pytest
 from _rawhttp import Conn, Reply, get, request, serving
+from _subserve import env_with_src
 from test_http2 import H2
 
 import cyserve
@@ -668,6 +672,91 @@ def test_each_request_gets_a_fresh_answer_whatever_the_last_one_held(tmp_path: A
                 plain(c.reply())
 
 
+# A body piece that is a bytes subclass whose bytes() is another subclass (__bytes__ may return
+# one), whose deallocation calls the write() its request kept, three times, and then lets write()
+# go: were such pieces kept in the answer's list, emptying it at the end of the request would run
+# that code, and the list would grow under the loop that empties it (native/wsgi.pyx,
+# _chunks_empty; it crashed the next request that reused the answer). Run in a child: what this
+# guards against is a crash.
+_PIECES_GROW_AS_THEY_GO = """
+import sys
+import cyserve
+from _rawhttp import Conn, get, serving
+
+kept = []
+
+class Piece(bytes):
+    def __del__(self):
+        if kept:
+            write = kept.pop()
+            for _ in range(3):
+                write(b"zz")
+
+class Sub(bytes):
+    def __bytes__(self):
+        return Piece(self[:])
+
+def app(environ, start_response):
+    write = start_response("200 OK", [("Content-Type", "text/plain")])
+    if environ["QUERY_STRING"] == "keep":
+        kept.append(write)
+    return [Sub(b"a"), Sub(b"b"), Sub(b"c"), Sub(b"d")]
+
+a = cyserve.App()
+a.wsgi("/", app)
+with serving(a.build(), threads=1) as srv, Conn(srv.port) as c:
+    for q in ("", "keep", "", ""):
+        c.send(get("/?" + q))
+        r = c.reply()
+        print(q or "-", r.status, r.body.decode(), flush=True)
+"""
+
+
+def test_a_piece_whose_deallocation_writes_more_leaves_the_next_answer_whole() -> None:
+    out = subprocess.run([sys.executable, "-c", _PIECES_GROW_AS_THEY_GO], env=env_with_src(),
+                         cwd=Path(__file__).resolve().parent.parent, capture_output=True,
+                         text=True, timeout=60)
+    lines = out.stdout.split("\n")
+    assert out.returncode == 0, (lines, out.stderr)
+    # The writes come before the pieces after them, or after the answer went out: the app's
+    # doing either way. The answers after it are whole.
+    assert lines[0] == "- 200 abcd" and lines[1].startswith("keep 200 "), lines
+    assert lines[2:] == ["- 200 abcd", "- 200 abcd", ""], lines
+
+
+def test_an_answer_of_many_pieces_leaves_no_large_list_behind() -> None:
+    # The thread's reused answer empties its list of pieces in place, keeping the list's array
+    # for the next request (_chunks_empty): an answer of many pieces (a write() per line of a
+    # report) must not leave an array of that size to the thread for good. 500,000 pieces are
+    # a 4 MB array; what the answers leave allocated afterwards is counted by tracemalloc (the
+    # empty pieces are the one shared empty bytes: nothing else of them stays).
+    import tracemalloc
+
+    pieces = 500_000
+
+    def app(environ: Environ, start_response: Any) -> list[bytes]:
+        write = start_response("200 OK", [("Content-Length", "0")])
+        if environ["QUERY_STRING"] == "many":
+            for _ in range(pieces):
+                write(b"")
+        return []
+
+    with serving(as_app(app).build(), threads=1) as srv, Conn(srv.port, 30.0) as c:
+        c.send(get("/"))
+        assert c.reply().status == 200
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            c.send(get("/?many"))
+            assert c.reply().status == 200
+            c.send(get("/"))  # the thread's answer reused, its list emptied again
+            assert c.reply().status == 200
+            kept = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+    assert kept < pieces * 8 // 4, kept
+
+
 def test_start_response_takes_its_arguments_by_name_and_refuses_a_wrong_call() -> None:
     # PEP 3333 names them status, response_headers and exc_info; a call with keywords, or with
     # a wrong number of arguments, is parsed as a Python function's would be.
@@ -908,6 +997,34 @@ def test_the_error_names_the_mistake(caplog: pytest.LogCaptureFixture) -> None:
         request(srv.port, get("/"))
     text = "\n".join(rec.getMessage() + "\n" + (rec.exc_text or "") for rec in caplog.records)
     assert "the WSGI application yielded a str, not bytes" in text
+
+
+# The app's Content-Length is read as a C integer on the answer's own path (native/wsgi.pyx,
+# length_int): only 1*DIGIT (RFC 9110 8.6), with the spaces around it that _content_length
+# strips, and at most 18 digits, whatever else int() would take; held or streamed alike.
+@pytest.mark.parametrize("value, ok", [
+    ("5", True), (" 5", True), ("5\t", True), ("000000000000000005", True),
+    ("+5", False), ("-5", False), ("-1", False), ("", False), ("0x5", False), ("5_0", False),
+    ("\u0665", False), ("\uff15", False), ("0000000000000000005", False),
+    ("9223372036854775813", False), ("18446744073709551621", False), ("5\r\n", False)])
+@pytest.mark.parametrize("body", ["list", "generator"])
+def test_a_content_length_is_digits_whatever_int_takes(value: str, ok: bool, body: str) -> None:
+    def app(environ: Environ, start_response: Any) -> Any:
+        start_response("200 OK", [("Content-Length", value)])
+        if body == "list":
+            return [b"hel", b"lo"]
+        return (piece for piece in (b"hel", b"lo"))
+
+    with serve_wsgi(app) as srv, Conn(srv.port) as c:
+        # (HEAD with a generator is another matter: what of it is run.)
+        for method in ("GET", "HEAD") if body == "list" else ("GET",):
+            c.send(f"{method} / HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+            r = c.reply(head_only=method == "HEAD")
+            if ok:
+                assert (r.status, r.header("content-length")) == (200, "5"), (method, r)
+                assert r.body == (b"hello" if method == "GET" else b""), (method, r)
+            else:
+                assert r.status == 500, (method, r)
 
 
 # ---- streamed answers ---------------------------------------------------------------------

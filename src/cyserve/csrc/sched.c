@@ -334,7 +334,7 @@ struct sched {
     int stopping, done;         /* atomic */
     int running;                /* atomic: workers started and not joined */
     unsigned wake_rr;           /* atomic: where wakep starts looking */
-    void (*off_begin)(void *), (*off_end)(void *);
+    void (*off_begin)(void *), (*off_end)(void *), (*off_exit)(void *);
     void *off_ud;
     void (*w_start)(struct sched *, unsigned, void *), (*w_stop)(struct sched *, unsigned, void *);
     void *w_ud;
@@ -1219,6 +1219,8 @@ static void *w_main(void *arg)
     if (s->w_stop)
         s->w_stop(s, w->id, s->w_ud);
     loop_unlock(w);
+    if (s->off_exit)
+        s->off_exit(s->off_ud);
     coro_pool_free(w->pool);
     w->pool = NULL;
     sched_tls_worker = NULL;

@@ -158,6 +158,13 @@ int sched_offload(void (*fn)(void *), void *arg);
 void sched_set_offload_hooks(struct sched *s, void (*begin)(void *ud), void (*end)(void *ud),
                              void *ud);
 
+/* A hook run by every worker and relief thread as it exits, after its last batch, with no lock
+ * held and the offload hooks' ud: where the begin hook's per-thread state is undone (the engine
+ * deletes the Python thread state it made there). Run here, from the thread's start routine,
+ * rather than from a pthread key destructor, because by then glibc has emptied every key of
+ * the thread, the interpreter's own among them. NULL: none. Set before the workers start. */
+void sched_set_offload_exit(struct sched *s, void (*exit_hook)(void *ud));
+
 /* Whether the begin/end hooks exclude each other (they take one lock, such as CPython's GIL),
  * so that the offloaded calls of all threads run one at a time anyway. shared != 0: one queue
  * of calls for the whole scheduler, taken oldest first by whichever thread's batch holds the

@@ -422,6 +422,11 @@ void sched_set_offload_hooks(struct sched *s, void (*begin)(void *ud), void (*en
     s->off_ud = ud;
 }
 
+void sched_set_offload_exit(struct sched *s, void (*exit_hook)(void *ud))
+{
+    s->off_exit = exit_hook;
+}
+
 void sched_share_offloads(struct sched *s, int shared)
 {
     for (unsigned i = 0; i < s->n_all; i++)

@@ -311,6 +311,8 @@ static void *relief_main(void *arg)
         w_drain(r);
     w_flush_finished(r);
     loop_unlock(r);
+    if (s->off_exit)
+        s->off_exit(s->off_ud);
     coro_pool_free(r->pool);
     r->pool = NULL;
     sched_tls_worker = NULL;

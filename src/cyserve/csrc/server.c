@@ -195,10 +195,11 @@ int server_new(struct server **out, const struct server_config *cfg, const struc
 }
 
 void server_set_offload_hooks(struct server *s, void (*begin)(void *), void (*end)(void *),
-                              void *ud)
+                              void (*exit_hook)(void *), void *ud)
 {
     s->off_begin = begin;
     s->off_end = end;
+    s->off_exit = exit_hook;
     s->off_ud = ud;
 }
 
@@ -686,6 +687,7 @@ int server_start(struct server *s, char *errmsg, size_t errlen)
     sched_set_worker_hooks(s->sched, listen_worker_start, NULL, s);
     if (s->off_begin || s->off_end)
         sched_set_offload_hooks(s->sched, s->off_begin, s->off_end, s->off_ud);
+    sched_set_offload_exit(s->sched, s->off_exit);
     sched_share_offloads(s->sched, s->off_shared);
     /* safety: workers read draining only after sched_start's thread creation, which orders
      * this store before them. */

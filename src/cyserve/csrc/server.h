@@ -278,9 +278,10 @@ void server_config_default(struct server_config *cfg);
 int server_new(struct server **out, const struct server_config *cfg, const struct router *router);
 
 /* Hooks around each batch of SERVER_PYTHON calls on a worker (the Cython layer takes and releases
- * the GIL there). Before server_start. */
+ * the GIL there), and one run by each worker and relief thread as it exits (exit_hook, may be
+ * NULL: sched_set_offload_exit). Before server_start. */
 void server_set_offload_hooks(struct server *s, void (*begin)(void *), void (*end)(void *),
-                              void *ud);
+                              void (*exit_hook)(void *), void *ud);
 
 /* Whether those hooks exclude each other (they take the GIL): the workers' and relief threads'
  * Python calls then wait in one queue, taken oldest first by whichever thread holds the GIL

@@ -121,6 +121,7 @@ struct server {
     int stopped_fd;
     void (*off_begin)(void *);
     void (*off_end)(void *);
+    void (*off_exit)(void *);
     void *off_ud;
     int off_shared;                      /* server_share_offloads */
     int (*on_bound)(void *ud, int port); /* server_set_on_bound */

@@ -42,9 +42,15 @@ cdef extern from *:
      * A thread Python does not know gets its thread state from PyGILState_Ensure on its first
      * batch, and keeps it: end only releases the GIL (PyEval_SaveThread), begin takes it back
      * with the same state (PyEval_RestoreThread). The GIL-state counter stays at 1 meanwhile, so
-     * a nested PyGILState_Ensure (Cython's `with gil`) finds the state and only counts. At the
-     * thread's exit a key destructor clears and deletes the state (and with it the thread's
-     * threading.local values), as at the end of any Python thread.
+     * a nested PyGILState_Ensure (Cython's `with gil`) finds the state and only counts. When the
+     * thread ends, the exit hook (cyserve__offload_exit, run by the engine's worker and relief
+     * threads from their start routine) gives the state back with PyGILState_Release, which
+     * clears and deletes it (and with it the thread's threading.local values), as at the end
+     * of any Python thread. A key destructor does the same for a thread that ends some other
+     * way; it cannot be the usual path: glibc empties a thread's keys before their destructors
+     * run, the interpreter's GIL-state key among them, so the interpreter's own check that the
+     * GIL is held (PyGILState_Check, which its debug allocator makes on every free: `python -X
+     * dev`, PYTHONMALLOC=debug) fails there and aborts the process.
      * A thread that already had a state (one Python started) is served as before: Ensure and
      * Release around each batch. */
     /* The thread-locals below are the fields of one: in the extension (a shared object loaded
@@ -93,6 +99,25 @@ cdef extern from *:
          * This is how a thread Python started ends: clear, then delete and release the GIL. */
         PyThreadState_Clear(ts);
         PyThreadState_DeleteCurrent();
+    }
+
+    /* The exit hook (see above): this thread's state, if begin made one, given back while the
+     * thread's keys are still whole. The key is emptied first, so that its destructor finds
+     * nothing left to do. */
+    static void cyserve__offload_exit(void *ud)
+    {
+        PyThreadState *ts = cyserve__tstate;
+        (void)ud;
+        if (!ts)
+            return;
+        cyserve__tstate = NULL;
+        (void)pthread_setspecific(cyserve__tstate_key, NULL);
+        if (cyserve__finalizing())
+            return; /* as in cyserve__tstate_drop */
+        PyEval_RestoreThread(ts);
+        if (cyserve__thread_dies)
+            cyserve__thread_dies();
+        PyGILState_Release(PyGILState_UNLOCKED); /* the counter's 1 from begin's Ensure: 0 */
     }
 
     static void cyserve__tstate_key_make(void)
@@ -166,6 +191,7 @@ cdef extern from *:
     """
     void cyserve__offload_begin(void *ud) noexcept nogil
     void cyserve__offload_end(void *ud) noexcept nogil
+    void cyserve__offload_exit(void *ud) noexcept nogil
     void (*cyserve__thread_born)(unsigned long n) noexcept
     void (*cyserve__thread_dies)() noexcept
     PyObject *cyserve__tcache

@@ -436,7 +436,7 @@ cdef class Server:
         if rc != 0:
             raise ValueError(f"invalid server configuration (error {-rc})")
         cs.server_set_offload_hooks(self._srv, cyserve__offload_begin, cyserve__offload_end,
-                                    NULL)
+                                    cyserve__offload_exit, NULL)
 
     cdef const cs.access_log_op_t *_access_log_ops(self, str fmt, unsigned *n) except NULL:
         # The steps of a custom access log format (cyserve.access_log compiles it), in a

@@ -201,7 +201,8 @@ cdef extern from "csrc/server.h" nogil:
     void server_config_default(server_config_t *cfg)
     int server_new(server_t **out, const server_config_t *cfg, const router_t *router)
     void server_set_offload_hooks(server_t *s, void (*begin)(void *) noexcept nogil,
-                                  void (*end)(void *) noexcept nogil, void *ud)
+                                  void (*end)(void *) noexcept nogil,
+                                  void (*exit_hook)(void *) noexcept nogil, void *ud)
     void server_share_offloads(server_t *s, int shared)
     void server_set_on_bound(server_t *s, int (*fn)(void *ud, int port) noexcept nogil,
                              void *ud)
