@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 from wsgiref.validate import validator
@@ -1367,6 +1367,60 @@ def test_head_is_refused_where_get_is_though_its_rest_is_not_read(
     assert all("does not match" in (rec.exc_text or "") or "cannot have a body"
                in (rec.exc_text or "") for rec in failed), failed
     assert closed == [True, True]
+
+
+@pytest.mark.parametrize("how", ["at once", "pipelined", "after a pause"])
+@pytest.mark.parametrize("nxt", ["/w/next", "/static", "/missing"])
+def test_a_generators_rest_is_read_before_the_next_request_is_answered(how: str,
+                                                                        nxt: str) -> None:
+    """A generator that fills its Content-Length (every Flask answer) is answered first and its
+    rest read afterwards, in a call of its own. The code after its last piece has run, and the
+    generator is closed, before the next request on the connection is answered: by the app
+    itself, by a static route, or by the engine's 404, as under gunicorn, which reads the rest
+    before it reads the next request."""
+    events: list[str] = []
+
+    def body() -> Iterator[bytes]:
+        try:
+            yield b"hello"
+            events.append("rest")  # work after the last piece
+        finally:
+            events.append("closed")
+
+    def gen(environ: Environ, start_response: Any) -> Iterable[bytes]:
+        start_response("200 OK", [("Content-Length", "5")])
+        if environ["PATH_INFO"] == "/next":
+            events.append("next")
+            return [b"next!"]
+        return body()
+
+    app = cyserve.App()
+    app.wsgi("/w", gen)
+    app.static("/static", "static!")
+    with serving(app.build()) as srv, Conn(srv.port, 10.0) as c:
+        for _ in range(3):
+            del events[:]
+            if how == "pipelined":
+                c.send(get("/w/gen") + get(nxt))
+                assert c.reply().body == b"hello"
+            else:
+                c.send(get("/w/gen"))
+                assert c.reply().body == b"hello"
+                if how == "after a pause":
+                    # No request follows: the rest is read all the same, soon.
+                    deadline = time.monotonic() + 10
+                    while len(events) < 2 and time.monotonic() < deadline:
+                        time.sleep(0.001)
+                    assert events == ["rest", "closed"]
+                c.send(get(nxt))
+            r = c.reply()
+            # No wait here: the rest was read before this answer went out.
+            if nxt == "/w/next":
+                assert (r.status, r.body) == (200, b"next!")
+                assert events == ["rest", "closed", "next"]
+            else:
+                assert r.status == (200 if nxt == "/static" else 404)
+                assert events == ["rest", "closed"]
 
 
 def test_write_while_a_stream_is_made_goes_out_in_order() -> None:

@@ -22,7 +22,7 @@ from cpython.unicode cimport PyUnicode_Check, PyUnicode_DecodeLatin1
 from cpython.object cimport PyTypeObject
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from libc.stdint cimport uint64_t, uintptr_t
-from libc.string cimport memchr, memcmp
+from libc.string cimport memchr, memcmp, memcpy
 
 cdef extern from "<strings.h>" nogil:
     int strncasecmp(const char *a, const char *b, size_t n)
@@ -910,6 +910,18 @@ _LIST_ITERATOR = type(iter([]))
 _TUPLE_ITERATOR = type(iter(()))
 
 
+cdef extern from "Python.h":
+    # NULL at the end (no error set), or with the iterator's error set (raised here).
+    PyObject *_iter_next "PyIter_Next"(object it) except? NULL
+
+
+# A body's iterator is read with PyIter_Next, not with a for loop: the loop calls iter() on what
+# is already an iterator (iter(result) made it), and an iterator written in Python (Werkzeug's
+# ClosingIterator, which wraps every Flask answer) runs its __iter__ for that, a Python call of
+# about 500 instructions, each time a loop begins: once per answer in _wsgi_collect, and once
+# per piece of a streamed one (_stream_step).
+
+
 cdef bint _wsgi_collect(_WSGIAnswer answer, it, result, bint head) except -1:
     """Collect what a body iterator yields, up to where the answer can start: its end, the
     Content-Length the app announced, or, when the body had better be streamed (a length not
@@ -932,7 +944,13 @@ cdef bint _wsgi_collect(_WSGIAnswer answer, it, result, bint head) except -1:
     cdef object length
     cdef bint full = False, took
     cdef bint plain = type(it) is _LIST_ITERATOR or type(it) is _TUPLE_ITERATOR
-    for chunk in it:
+    cdef PyObject *p
+    while True:
+        p = _iter_next(it)
+        if p == NULL:
+            return False  # the end
+        chunk = <object>p
+        Py_DECREF(chunk)  # PyIter_Next's reference: chunk holds its own
         took = _wsgi_take(answer, chunk)
         if full:
             if took:
@@ -974,8 +992,6 @@ cdef bint _wsgi_collect(_WSGIAnswer answer, it, result, bint head) except -1:
             full = True
             continue
         break
-    else:
-        return False  # the end
     answer.it = it
     answer.result = result
     return True
@@ -999,14 +1015,15 @@ cdef class _WSGIStream:
     to close at the end."""
     cdef object it
     cdef object result
-    cdef str label
+    cdef bytes label
     cdef object ctx  # the contextvars context of the call that made the answer
     cdef RequestBody inp  # wsgi.input when streamed: readable until the answer's end
     # The bytes of the announced Content-Length not yet given to the engine, or -1 (none
     # announced). A piece that goes past it is cut by the engine, which sends exactly what the
     # head announced (more would be read as the next answer); the app cannot be told (its
     # generator is not in a send() to raise in), so the cut is logged, once, with the request
-    # (label: its method and target).
+    # (label: its method and target, as bytes: decoded only for that line, which few answers
+    # need, where the str made for every answer cost about 500 instructions).
     cdef int64_t announced, left
     # The answer, for its write(): what the app writes while it makes a piece goes out before
     # that piece (_stream_step).
@@ -1051,10 +1068,16 @@ cdef int _stream_step(tuple info, _WSGIStream st, cs.resp_t *resp, int op) noexc
     """The next piece into resp: 1 when there is one, 0 at the end (or abandoned), -1 when the
     app failed (logged)."""
     cdef list written
+    cdef PyObject *p
     try:
         if op == cs.SERVER_STREAM_NEXT:
             written = st.answer.chunks
-            for chunk in st.it:
+            while True:
+                p = _iter_next(st.it)
+                if p == NULL:
+                    break
+                chunk = <object>p
+                Py_DECREF(chunk)  # PyIter_Next's reference: chunk holds its own
                 if type(chunk) is not bytes:
                     if not isinstance(chunk, (bytes, bytearray, memoryview)):
                         raise WSGIError(f"the WSGI application yielded a "
@@ -1082,7 +1105,12 @@ cdef int _stream_step(tuple info, _WSGIStream st, cs.resp_t *resp, int op) noexc
             if st.answer.chunks:  # write() after the last piece
                 _stream_count(info, st, 1)
             else:
-                for chunk in st.it:
+                while True:
+                    p = _iter_next(st.it)
+                    if p == NULL:
+                        break
+                    chunk = <object>p
+                    Py_DECREF(chunk)  # PyIter_Next's reference: chunk holds its own
                     if not isinstance(chunk, (bytes, bytearray, memoryview)):
                         raise WSGIError(f"the WSGI application yielded a "
                                         f"{type(chunk).__name__}, not bytes")
@@ -1101,7 +1129,7 @@ cdef int _stream_count(tuple info, _WSGIStream st, Py_ssize_t n) except -1:
     if st.left < 0:
         return 0
     if n > st.left:
-        _log_past_length(info[2], st.label, st.announced)
+        _log_past_length(info[2], st.label.decode("latin-1"), st.announced)
         st.left = -1  # once: the engine asks for no more
         return 0
     st.left -= n
@@ -1768,7 +1796,7 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx, cyserve_requ
             if length >= 0:
                 st.announced = length
                 st.left = length - len(body)
-                st.label = f"{_latin1(req.method)} {_latin1(req.target)}"
+                st.label = _request_line(req)
             _check_rc(cs.resp_set_stream(resp, <void *>st, length), "stream")
             Py_INCREF(st)  # the engine's reference, dropped by _py_stream_impl
             a.sent = True
@@ -1794,6 +1822,16 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx, cyserve_requ
         if a.it is not None:  # not handed to the engine: the answer failed
             _wsgi_close(a.result)
             a.it = a.result = None
+
+
+cdef bytes _request_line(const cyserve_request *req):
+    """The request's method and target as one bytes object, "GET /path?q", with no str made."""
+    cdef bytes b = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>(req.method.len + 1 + req.target.len))
+    cdef char *p = PyBytes_AS_STRING(b)
+    memcpy(p, req.method.ptr, req.method.len)
+    p[req.method.len] = c' '
+    memcpy(p + req.method.len + 1, req.target.ptr, req.target.len)
+    return b
 
 
 cdef void _root_environ(WSGIHandler self, dict env, const cyserve_request *req) except *:
