@@ -16,6 +16,25 @@ static void test_date_cache(void)
     is_mem(a, HTTP_DATE_LEN, "Sun, 06 Nov 1994 08:49:37 GMT", "cache formats the second");
     is_mem(http_date_cached(784111778), HTTP_DATE_LEN, "Sun, 06 Nov 1994 08:49:38 GMT",
            "cache refreshes when the second changes");
+    /* Within a minute only the seconds are rewritten; every other change formats it all. Each
+     * text is compared with http_date_format's, which the seconds' shortcut must equal. */
+    static const time_t seq[] = {784111779, 784111799, 784111780, 784111800, 784115999, 784116000,
+                                 784166399, 784166400, 784166401, 946684799, 946684800, 784111777};
+    char want[HTTP_DATE_SIZE];
+    int same = 1;
+    for (size_t i = 0; i < sizeof(seq) / sizeof(seq[0]); i++) {
+        http_date_format(seq[i], want);
+        if (memcmp(http_date_cached(seq[i]), want, HTTP_DATE_SIZE) != 0) {
+            note("second %lld: %.29s, want %.29s", (long long)seq[i], http_date_cached(seq[i]),
+                 want);
+            same = 0;
+        }
+    }
+    ok(same, "cache equals a fresh format across seconds, minutes, hours, days and years");
+    is_mem(http_date_cached(784166400), HTTP_DATE_LEN, "Mon, 07 Nov 1994 00:00:00 GMT",
+           "cache crosses midnight");
+    is_mem(http_date_cached(784166459), HTTP_DATE_LEN, "Mon, 07 Nov 1994 00:00:59 GMT",
+           "cache rewrites the seconds within the minute");
 }
 
 static void test_head(void)

@@ -7,6 +7,7 @@
  * decoder is fed at every split point and byte by byte. The broad conformance matrix lives in
  * the Markdown cases of tests/http (tests/test_parser.py); these tests cover memory safety and
  * the C contract. */
+#include <ctype.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -389,6 +390,57 @@ static void test_field_once(const struct http_limits *lim)
            "a prefix of a name is another name");
 }
 
+/* host_ok's reg-name scan, one class test a byte, against the rule it implements written out
+ * byte by byte (RFC 3986 3.2.2: unreserved, sub-delims and pct-encoded, then ":" and digits):
+ * every string of up to four bytes over the bytes that matter gets the same answer. */
+static int host_rule(const char *v, size_t n)
+{
+    const char *p = v, *end = v + n;
+    if (p < end && *p == '[')
+        return host_ok(v, n); /* IP-literals: the scan is not the reg-name's */
+    for (; p < end && *p != ':'; p++) {
+        if (!(isalnum((unsigned char)*p) || strchr("-._~!$&'()*+,;=%", *p)) || *p == '\0')
+            return 0;
+        if (*p == '%') {
+            if (end - p < 3 || !isxdigit((unsigned char)p[1]) || !isxdigit((unsigned char)p[2]))
+                return 0;
+            p += 2;
+        }
+    }
+    if (p == end)
+        return 1;
+    for (p++; p < end; p++)
+        if (*p < '0' || *p > '9')
+            return 0;
+    return 1;
+}
+
+static void test_host_regname(void)
+{
+    static const char alpha[] = "a9F-.~!;=%:[]@/ \x7f\x80";
+    const size_t k = sizeof(alpha) - 1;
+    char s[4];
+    int same = 1;
+    for (size_t n = 0; n <= 4; n++) {
+        size_t total = 1;
+        for (size_t i = 0; i < n; i++)
+            total *= k;
+        for (size_t x = 0; x < total; x++) {
+            size_t y = x;
+            for (size_t i = 0; i < n; i++, y /= k)
+                s[i] = alpha[y % k];
+            if (host_ok(s, n) != host_rule(s, n)) {
+                note("host %.*s: %d", (int)n, s, host_ok(s, n));
+                same = 0;
+            }
+        }
+    }
+    ok(same, "host_ok's reg-name scan agrees with the rule on every short string");
+    ok(host_ok("127.0.0.1:8080", 14) && host_ok("a%2Fb", 5) && !host_ok("a%2", 3) &&
+           !host_ok("a]b", 3) && !host_ok("a:8x", 4),
+       "host_ok: a peer's address and port, pct-encoded bytes, refusals");
+}
+
 int main(void)
 {
     struct http_limits lim;
@@ -403,5 +455,6 @@ int main(void)
     test_limits();
     test_chunked();
     test_chunked_errors();
+    test_host_regname();
     return done_testing();
 }

@@ -186,10 +186,37 @@ static void test_trailers(void)
     resp_free(&d); /* LeakSanitizer checks the heap storage went */
 }
 
+/* value_ok reads eight bytes at a word: every byte value, at every place of values one to
+ * nineteen bytes long (so in a word, across words, and in the bytes after the last word), is
+ * accepted exactly when RFC 9110 5.5 allows it: VCHAR, obs-text, SP and HTAB. */
+static void test_value_bytes(void)
+{
+    char v[19];
+    int same = 1;
+    for (size_t n = 1; n <= sizeof(v); n++) {
+        for (size_t at = 0; at < n; at++) {
+            for (int b = 0; b < 256; b++) {
+                memset(v, 'a', sizeof(v));
+                v[at] = (char)b;
+                int want = (b >= 0x20 && b != 0x7f) || b == '\t';
+                if (value_ok(v, n) != want) {
+                    note("byte 0x%02x at %zu of %zu: %d", b, at, n, value_ok(v, n));
+                    same = 0;
+                }
+            }
+        }
+    }
+    ok(same, "every byte value at every place: accepted as RFC 9110 allows");
+    ok(value_ok("text/html;\tcharset=\xe9\x80 x", 21) && !value_ok("application/json\n", 17) &&
+           !value_ok("\x1f", 1) && value_ok("", 0),
+       "whole values: HTAB and obs-text in words, a late LF, a lone control byte, empty");
+}
+
 int main(void)
 {
     test_resp();
     test_lent_body();
     test_trailers();
+    test_value_bytes();
     return done_testing();
 }

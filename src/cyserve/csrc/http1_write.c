@@ -26,7 +26,16 @@ const char *http_date_cached(time_t now_s)
     struct date_cache *dc = &date_cache;
     __asm__("" : "+r"(dc));
     if (UNLIKELY(now_s != dc->sec)) {
-        http_date_format(now_s, dc->text);
+        /* Within the minute of the text kept, only the seconds' two digits change (text[23],
+         * text[24]: "Sun, 06 Nov 1994 08:49:37 GMT"): a busy thread's next second costs two
+         * stores, not gmtime_r (its time zone lock included) and the whole text again. */
+        if (LIKELY(dc->sec >= 0 && now_s >= 0 && now_s / 60 == dc->sec / 60 && dc->text[0])) {
+            int s = (int)(now_s % 60);
+            dc->text[23] = (char)('0' + s / 10);
+            dc->text[24] = (char)('0' + s % 10);
+        } else {
+            http_date_format(now_s, dc->text);
+        }
         dc->sec = now_s;
     }
     return dc->text;

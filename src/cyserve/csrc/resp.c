@@ -226,7 +226,19 @@ static int value_ok(const char *value, size_t vlen)
 {
     if (UNLIKELY(vlen && !value))
         return 0;
-    for (size_t i = 0; i < vlen; i++) {
+    /* Eight bytes at a time while a word holds no byte below 0x20 and no 0x7f (the two word
+     * tests are exact for "any byte": a borrow can only mark bytes above one that is marked
+     * truly); from a word that may hold one (an HTAB among them), byte by byte. */
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    size_t i = 0;
+    for (; i + 8 <= vlen; i += 8) {
+        uint64_t x, y;
+        memcpy(&x, value + i, 8);
+        y = x ^ (ones * 0x7f);
+        if (((x - ones * 0x20) & ~x & highs) | ((y - ones) & ~y & highs))
+            break;
+    }
+    for (; i < vlen; i++) {
         unsigned char c = (unsigned char)value[i];
         if (UNLIKELY((c < 0x20 && c != '\t') || c == 0x7f))
             return 0;

@@ -368,6 +368,17 @@ const char *server_req_scheme(const cyserve_request *req);
 /* 1 when req came over TLS (its connection's transport is not plain TCP), else 0. The thread
  * serving req. */
 int server_req_tls(const cyserve_request *req);
+
+/* server_req_conn's flags: what server_req_tls, server_req_http2 and server_req_scheme say. */
+enum {
+    SERVER_REQ_TLS = 1,   /* server_req_tls */
+    SERVER_REQ_HTTP2 = 2, /* server_req_http2 */
+    SERVER_REQ_HTTPS = 4, /* server_req_scheme is "https" */
+};
+/* The connection's facts a WSGI environ reads, in one call rather than four (each looked the
+ * request up again, and the scheme and the peer each called request_client): the flags above,
+ * and *peer as server_req_peer gives it (NULL where that fails). The handler's thread only. */
+unsigned server_req_conn(const cyserve_request *req, const char **peer);
 /* The TLS session req came over (tls.h: struct tls_info, tls_conn_info): 0, or -ENOTCONN when
  * it is not TLS. The thread serving req. */
 struct tls_info;

@@ -62,8 +62,9 @@ cdef extern from *:
         int borrowed;
         PyGILState_STATE gil_state;
         int asgi_queued;
+        int asgi_wake_fd;
         PyObject *tcache;
-    } cyserve__tl;
+    } cyserve__tl = {.asgi_wake_fd = -1};
     #define cyserve__tstate (cyserve__tl.tstate)
     #define cyserve__borrowed (cyserve__tl.borrowed)
     #define cyserve__gil_state (cyserve__tl.gil_state)
@@ -157,16 +158,18 @@ cdef extern from *:
     /* The event loop's wake-up descriptor (an eventfd) that the flush asks this thread to
      * write once the GIL is released, or -1: the loop thread, woken while the worker still
      * held the GIL, would only block on it and be switched out again (native/asgi.pyx). */
-    static _Thread_local int cyserve__asgi_wake_fd = -1;
+    #define cyserve__asgi_wake_fd (cyserve__tl.asgi_wake_fd)
 
-    static void cyserve__asgi_wake(void)
+    /* tl: this thread's cyserve__tl, which the end hook has at hand (a field of it, not a
+     * thread-local of its own: one __tls_get_addr less a batch). */
+    static void cyserve__asgi_wake(struct cyserve__tl *tl)
     {
-        int fd = cyserve__asgi_wake_fd;
+        int fd = tl->asgi_wake_fd;
         uint64_t one = 1;
         ssize_t rc;
         if (fd < 0)
             return;
-        cyserve__asgi_wake_fd = -1;
+        tl->asgi_wake_fd = -1;
         /* EAGAIN (the counter full) still leaves the loop readable: nothing to retry. */
         rc = write(fd, &one, sizeof one);
         (void)rc;
@@ -182,11 +185,11 @@ cdef extern from *:
         if (tl->borrowed) {
             tl->borrowed = 0;
             PyGILState_Release(tl->gil_state);
-            cyserve__asgi_wake();
+            cyserve__asgi_wake(tl);
             return;
         }
         (void)PyEval_SaveThread();
-        cyserve__asgi_wake();
+        cyserve__asgi_wake(tl);
     }
     """
     void cyserve__offload_begin(void *ud) noexcept nogil
@@ -1394,11 +1397,13 @@ cdef void _answer_500(cs.resp_t *resp) noexcept nogil:
     cs.resp_write(resp, b"500 Internal Server Error\n", 26)
 
 
-cdef void _py_call(void *opaque, cs.req_t *req, cs.resp_t *resp) noexcept nogil:
-    # Runs on a worker thread between the offload hooks, so the GIL is already held; `with gil`
-    # only re-enters it (a counter increment), and keeps this correct should a caller not hold it.
-    with gil:
-        _py_call_impl(<PyObject *>opaque, <cyserve_request *>req, resp)
+cdef void _py_call(void *opaque, cs.req_t *req, cs.resp_t *resp) noexcept:
+    # The target's py_call (csrc/server.h): its one caller, py_trampoline (csrc/request.c), is
+    # an offloaded call, which runs only in a batch, between the offload hooks, so the GIL is
+    # held (its thread state attached on a free-threaded build) and this is declared as holding
+    # it, and cast to the engine's nogil pointer type (server_type.pyx). `with gil` here re-entered
+    # it: PyGILState_Ensure and Release, about 110 instructions a request for a counter.
+    _py_call_impl(<PyObject *>opaque, <cyserve_request *>req, resp)
 
 
 cdef void _answer_body_error(cs.resp_t *resp, int status, const char *reason) noexcept nogil:

@@ -527,7 +527,9 @@ cdef class Server:
             info = (target, int_names, getattr(target, "__qualname__", repr(target)))
             self._keep.append(info)
             t.kind = cs.SERVER_PYTHON
-            t.py_call = _py_call
+            # Called holding the GIL (python_handler.pyx, _py_call): cast through void *, as
+            # Cython warns on a direct cast that it circumvents its GIL validation.
+            t.py_call = <cs.py_call_t><void *>_py_call
             t.py_stream = _py_stream  # native/wsgi.pyx: WSGI bodies streamed piece by piece
             t.body_stream = 1  # large request bodies are read as the handler asks (RequestBody)
             t.metrics_kind = cs.METRICS_PYTHON

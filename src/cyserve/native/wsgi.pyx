@@ -557,7 +557,9 @@ cdef class WSGIHandler:
         cdef size_t host_n = 0, peer_n = 0
         cdef int n_host = 0
         cdef bint host_first = False
-        cdef bint tls = cs.server_req_tls(<const cs.req_t *>req)
+        # The connection's facts in one call (TLS, HTTP/2, the scheme, the peer).
+        cdef unsigned conn = cs.server_req_conn(<const cs.req_t *>req, &peer)
+        cdef bint tls = (conn & cs.SERVER_REQ_TLS) != 0
         for i in range(req.num_headers):
             h = &req.headers[i]
             if h.name.len == 4 and _is_host(h.name.ptr):
@@ -565,16 +567,14 @@ cdef class WSGIHandler:
                 host = h.value.ptr
                 host_n = h.value.len
                 host_first = i == 0
-        if cs.server_req_peer(<const cs.req_t *>req, &peer) == 0:
+        if peer != NULL:
             peer_n = strlen(peer)
-        else:
-            peer = NULL
         cdef int flags = (
-            (2 if cs.server_req_http2(<const cs.req_t *>req) else
+            (2 if conn & cs.SERVER_REQ_HTTP2 else
              1 if req.minor_version == 1 else 0)
             | (4 if tls else 0)
             # "http" unless a trusted proxy said "https" (X-Forwarded-Proto, Forwarded: proto=).
-            | (8 if cs.server_req_scheme(<const cs.req_t *>req)[4] == c's' else 0)
+            | (8 if conn & cs.SERVER_REQ_HTTPS else 0)
             | (16 if n_host == 1 else 0)
             | (32 if peer != NULL else 0)
             # The one Host is the first header: its HTTP_HOST is the connection part's too.

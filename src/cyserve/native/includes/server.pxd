@@ -226,6 +226,11 @@ cdef extern from "csrc/server.h" nogil:
     uint64_t server_req_body_pending(const req_t *req)
     int server_req_http2(const req_t *req)
     const char *server_req_scheme(const req_t *req)
+    enum:
+        SERVER_REQ_TLS
+        SERVER_REQ_HTTP2
+        SERVER_REQ_HTTPS
+    unsigned server_req_conn(const req_t *req, const char **peer)
     int server_take_orphan(server_t *s, const server_target_t **t, void **stream)
 
 cdef extern from "csrc/resp.h" nogil:
