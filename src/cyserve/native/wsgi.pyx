@@ -906,8 +906,9 @@ cdef int _wsgi_take(_WSGIAnswer answer, chunk) except -1:
 
 
 # The iterators whose rest _wsgi_collect looks at before the answer goes out.
-_LIST_ITERATOR = type(iter([]))
-_TUPLE_ITERATOR = type(iter(()))
+# C globals, as _BYTESIO is: each answer's collection compares its iterator's type with them.
+cdef object _LIST_ITERATOR = type(iter([]))
+cdef object _TUPLE_ITERATOR = type(iter(()))
 
 
 cdef extern from "Python.h":
