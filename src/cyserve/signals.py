@@ -7,7 +7,9 @@ imports the other for it (cyserve.serving runs one server, cyserve.supervisor fo
 
 from __future__ import annotations
 
+import collections
 import errno
+import functools
 import logging
 import os
 import select
@@ -35,8 +37,9 @@ log = logging.getLogger("cyserve")
 # be acted on there. Waiter.wait_for_request does not poll: see _Wakeups.
 POLL_SECONDS = 0.05
 
-# How long the thread that watches a stop_event (_Wakeups) waits on it at a time: only how long
-# it outlives the wait it serves when the event is never set.
+# How long _EventWatch, the thread that watches a stop_event not built as threading.Event is,
+# waits on it at a time: only how long it outlives the wait it serves when the event is never
+# set. (A threading.Event is hooked instead: _EventHook.)
 _EVENT_WATCH_SECONDS = 1.0
 
 # What opening the wait's descriptors fails with at the process's (or the system's) limit.
@@ -191,12 +194,12 @@ class _Wakeups:
     (install() ran on the main thread): the process supervisor polls, and a worker it forks
     inherits nothing of this.
 
-    A threading.Event has no descriptor and nothing tells another thread that it was set, so a
-    thread of our own (_EventWatch) waits on it (_EVENT_WATCH_SECONDS at a time, only to end
-    soon after the wait it serves) and writes the eventfd when it is. While no signal comes, no
-    stop_event is set and the server runs, the waiting thread does not wake: an idle or busy
-    server costs its main thread nothing (docs/benchmarks.md, "Session 20: the server's clocked
-    threads")."""
+    A threading.Event has no descriptor, and its set() tells only the threads waiting on it, so
+    the eventfd is written by a waiter of our own in the event's list (_EventHook), which set()
+    wakes as it wakes them: no thread waits for it, and nothing outlives the wait. While no
+    signal comes, no stop_event is set and the server runs, the waiting thread does not wake:
+    an idle or busy server costs its main thread nothing (docs/benchmarks.md, "Session 20: the
+    server's clocked threads")."""
 
     def __init__(self, waiter: Waiter, srv: Server) -> None:
         self._waiter = waiter
@@ -204,7 +207,7 @@ class _Wakeups:
         self._poll = select.poll()
         self._signal_r = self._signal_w = self._event_fd = -1
         self._previous_wakeup = -1
-        self._watch: _EventWatch | None = None  # the watcher of the stop_event, if any
+        self._hook: _EventHook | _EventWatch | None = None  # what watches the stop_event
 
     def open(self) -> None:
         try:
@@ -229,9 +232,12 @@ class _Wakeups:
             self._watch_event(event)
 
     def _watch_event(self, event: threading.Event) -> None:
-        if self._watch is not None:
-            self._watch.join()  # it wrote the eventfd: it ends at once
-        self._watch = _EventWatch(self._event_fd, event)
+        if isinstance(self._hook, _EventWatch):
+            self._hook.join()  # it wrote the eventfd: it ends at once
+        if _EventHook.fits(event):
+            self._hook = _EventHook(self._event_fd, event)
+        else:
+            self._hook = _EventWatch(self._event_fd, event)
 
     def wait(self, timeout: float | None) -> None:
         """Until something happened (or ``timeout`` seconds, None: no limit); what it was is
@@ -241,10 +247,10 @@ class _Wakeups:
             if fd == self._signal_r:
                 self._pass_on(fd)
             elif fd == self._event_fd and self._waiter.stop_event is not None:
-                # The watcher wrote it once and has ended. Unreadable again, and watched again:
-                # an event set and cleared before the caller looked is no stop (pending()), and
-                # the next set() must wake this wait too. (One set for good ends the wait, and
-                # the new watcher with it.)
+                # The event's set() wrote it once, and its hook is spent. Unreadable again, and
+                # watched again: an event set and cleared before the caller looked is no stop
+                # (pending()), and the next set() must wake this wait too. (One set for good
+                # ends the wait, and the new hook with it.)
                 os.eventfd_read(fd)
                 self._watch_event(self._waiter.stop_event)
 
@@ -263,21 +269,24 @@ class _Wakeups:
                     pass
 
     def close(self) -> None:
-        # The watcher is joined before the eventfd closes where that costs no wait: one whose
-        # event is set ends at once (its wait returns, it writes or sees that it may not, and
-        # returns), and so did the ones before it (_watch_event). Its whole life, the eventfd
-        # write and its thread state's teardown, is then ordered before the close and the stop
-        # that follows; ThreadSanitizer (make test-ft-tsan) sees that order through
-        # pthread_join, where the lock's is invisible to it (the interpreter is not
-        # instrumented). One whose event is not set may sleep up to _EVENT_WATCH_SECONDS and is
-        # left to end by itself: it can no longer write, and holds nothing of this wait or its
-        # server.
-        if self._watch is not None:
-            self._watch.stop()
+        # The hook leaves the event's waiters before the eventfd closes: from then on no set()
+        # writes it. One that set() called already wrote it, and that write is read back
+        # before the close: it is then ordered before the close for ThreadSanitizer (make
+        # test-ft-tsan) too, through the eventfd (a read acquires what a write released),
+        # where the event's lock's order is invisible to it (the interpreter is not
+        # instrumented).
+        if isinstance(self._hook, _EventHook):
+            if self._hook.withdraw():
+                try:
+                    os.eventfd_read(self._event_fd)
+                except BlockingIOError:  # read already, by the wait
+                    pass
+        elif self._hook is not None:
+            self._hook.stop()
             event = self._waiter.stop_event
             if event is not None and event.is_set():
-                self._watch.join()
-            self._watch = None
+                self._hook.join()
+        self._hook = None
         if self._event_fd >= 0:
             os.close(self._event_fd)
             self._event_fd = -1
@@ -295,12 +304,94 @@ class _Wakeups:
             self._signal_r = self._signal_w = -1
 
 
+class _EventHook:
+    """Writes _Wakeups's eventfd when a stop_event is set, with no thread: it waits in the
+    event's own list of waiters (its Condition's), as a thread in event.wait() does, and the
+    event's set(), which wakes each waiter there by calling its release() under the event's
+    lock, calls this one's, which writes the eventfd once. withdraw() takes it out of the list
+    under the same lock, so that once it returns no set() can write any more; a thread of our
+    own waiting on the event could not be woken but by a set(), and outlived the wait when
+    none came (it waited a second at a time for that).
+
+    This stands in the list where only threading's own lock objects stand: it relies on
+    threading.Event keeping a Condition in _cond and its flag in _flag, and on Condition
+    keeping its waiters in a deque, _waiters, whose notify() calls release() on each (a
+    RuntimeError from it meaning "released already"), as CPython's threading.py does (tried on
+    3.10 to 3.13, and 3.14t without the GIL). fits() checks the event's parts, and once per
+    process that a set() does call release() (_set_calls_release); an event or an interpreter
+    built otherwise is watched by a thread (_EventWatch). Holds the descriptor's number and
+    nothing of the wait or its server."""
+
+    def __init__(self, fd: int, event: threading.Event) -> None:
+        self._fd = fd
+        self._cond: Any = event._cond  # type: ignore[attr-defined]
+        self._fired = False
+        with self._cond:
+            if event._flag:  # type: ignore[attr-defined]
+                self.release()  # set already: as its set() would have done
+            else:
+                self._cond._waiters.append(self)
+
+    @staticmethod
+    def fits(event: threading.Event) -> bool:
+        """Whether event is built as _EventHook relies on (threading.Event's own set())."""
+        return _has_hookable_parts(event) and _set_calls_release()
+
+    def release(self) -> None:
+        """Called by the event's set(), on the thread that set it, the event's lock held."""
+        if self._fired:
+            raise RuntimeError("release unlocked lock")  # as a lock released twice says
+        self._fired = True
+        # The descriptor is open: withdraw(), which _Wakeups calls before it closes it, takes
+        # the same lock. A full counter (2**64 - 2 writes) cannot happen: one write at most.
+        os.eventfd_write(self._fd, 1)
+
+    def withdraw(self) -> bool:
+        """Out of the event's waiters: no set() calls release() from here on. Returns whether
+        one did (the eventfd was written)."""
+        with self._cond:
+            try:
+                self._cond._waiters.remove(self)
+            except ValueError:  # set() took it out when it called release()
+                pass
+            return self._fired
+
+
+def _has_hookable_parts(event: threading.Event) -> bool:
+    cond = getattr(event, "_cond", None)
+    return (isinstance(event, threading.Event) and type(event).set is threading.Event.set
+            and isinstance(cond, threading.Condition)
+            and isinstance(getattr(cond, "_waiters", None), collections.deque)
+            and isinstance(getattr(event, "_flag", None), bool))
+
+
+@functools.cache
+def _set_calls_release() -> bool:
+    """Whether threading.Event.set() wakes what stands in its Condition's list of waiters by
+    calling its release() (what _EventHook relies on), tried once on an event of our own."""
+    class Probe:
+        called = False
+
+        def release(self) -> None:
+            Probe.called = True
+
+    event = threading.Event()
+    if not _has_hookable_parts(event):
+        return False
+    cond: Any = event._cond  # type: ignore[attr-defined]
+    with cond:
+        cond._waiters.append(Probe())
+    event.set()
+    return Probe.called
+
+
 class _EventWatch:
     """A thread that waits on a stop_event for _Wakeups and writes its eventfd once the event is
-    set, then ends. It holds the descriptor's number and nothing of the wait, so that when it
-    outlives the wait (up to _EVENT_WATCH_SECONDS, an event never set) it keeps no server
-    alive, nor the server's descriptors: a program that starts many servers one after another
-    does not pile them up. The eventfd is _Wakeups's to close, after stop()."""
+    set, then ends: for an event that _EventHook cannot hook (not built as threading.Event is).
+    It holds the descriptor's number and nothing of the wait, so that when it outlives the wait
+    (up to _EVENT_WATCH_SECONDS, an event never set) it keeps no server alive, nor the server's
+    descriptors: a program that starts many servers one after another does not pile them up.
+    The eventfd is _Wakeups's to close, after stop()."""
 
     def __init__(self, fd: int, event: threading.Event) -> None:
         self._fd = fd

@@ -29,7 +29,12 @@ How a request maps onto the environ, and how the answer goes out:
   500. The first piece goes
   out at once (server-sent events work); an error before it is a 500, an error after it closes
   the connection without the last chunk, which tells the client the body is incomplete. An app
-  that blocks between pieces holds a worker thread, as with gunicorn's sync workers.
+  that blocks between pieces holds a worker thread, as with gunicorn's sync workers. Empty
+  pieces move nothing on (PEP 3333: the head waits for bytes), but under ``Content-Length: 0``
+  (or a length that write() filled) the answer goes at once. An answer to HEAD goes as soon as
+  its head is known (the first piece with bytes, the end, or a length of 0): the rest of a
+  generator is not read (its close() is called then), since none of it would be sent; gunicorn
+  reads it to its end.
 - ``SCRIPT_NAME`` is the mount prefix, ``PATH_INFO`` the rest of the path, both percent-decoded
   and given as latin-1 text (PEP 3333's bytes in a str), ``QUERY_STRING`` the raw query.
   With ``--root-path /svc`` (``root_path="/svc"``), ``SCRIPT_NAME`` is "/svc" followed by the

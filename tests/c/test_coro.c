@@ -8,6 +8,10 @@
  * depot's first mark is, as the real clock does. */
 static uint64_t test_clock_skew = 1000000000000ull;
 #define CORO_CLOCK_NS() ((void)coro_coarse_ns, test_clock_skew) /* the real one, unused */
+/* What coro_stack_counts does between its two loads (coro.c's CORO_COUNTS_GAP): nothing, but in
+ * test_stack_counts, which maps and unmaps a stack there, as another thread may at any time. */
+static void (*test_counts_gap)(void);
+#define CORO_COUNTS_GAP() (test_counts_gap ? test_counts_gap() : (void)0)
 #include "csrc/coro.c"
 
 #include <sys/wait.h>
@@ -220,6 +224,40 @@ static void test_stacks(void)
     for (int i = 0; i < N; i++)
         coro_free(many[i], pool);
     is_int(pool->n_free_stacks, stacks_before, "and all shared one cached stack");
+}
+
+/* ---- the stack counters ---- */
+
+/* One stack mapped and unmapped: a coroutine run on a pool of its own, whose free unmaps it. */
+static void map_and_unmap_one(void)
+{
+    struct coro_pool *p;
+    uintptr_t a = 0;
+    if (coro_pool_new(&p, CORO_STACK_DEFAULT) != 0)
+        return;
+    struct coro *co = coro_new(p, body_frame, &a);
+    coro_resume(co, p);
+    coro_free(co, p);
+    coro_pool_free(p);
+}
+
+/* The gauge of stacks mapped now (metrics' cyserve_coroutine_stacks) is mapped less unmapped,
+ * two counters read one after the other while any thread may map or unmap. Read mapped first,
+ * a stack mapped and unmapped between the two loads counted as unmapped but not as mapped: one
+ * below the true count, which was the same before and after. */
+static void test_stack_counts(void)
+{
+    uint64_t m0, u0, m, u, m1, u1;
+    coro_stack_counts(&m0, &u0);
+    test_counts_gap = map_and_unmap_one;
+    coro_stack_counts(&m, &u);
+    test_counts_gap = NULL;
+    coro_stack_counts(&m1, &u1);
+    ok(m1 - m0 == 1 && u1 - u0 == 1, "a stack was mapped and unmapped between the loads");
+    long truth = (long)m0 - (long)u0, seen = (long)m - (long)u;
+    ok(seen >= truth, "the gauge read meanwhile is not below the true count (%ld >= %ld)", seen,
+       truth);
+    ok(seen <= truth + 1, "and above it by the one stack at most (%ld)", seen);
 }
 
 /* ---- the depot of free stacks ---- */
@@ -950,6 +988,7 @@ int main(void)
     test_defers();
     test_arena();
     test_stacks();
+    test_stack_counts();
     test_stack_depot();
     test_stack_cache_bound();
     test_stack_depot_stale_clock();

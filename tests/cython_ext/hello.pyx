@@ -81,6 +81,13 @@ cdef int handle_fail(cyserve_request *req, cyserve_response *resp, void *ctx) no
     return -1
 
 
+cdef int handle_no_content_body(cyserve_request *req, cyserve_response *resp,
+                                void *ctx) noexcept nogil:
+    # Every call succeeds; the mistake is the answer's: a 204 has no content (a 500 then).
+    cdef int rc = cyserve_resp_status(resp, 204)
+    return rc if rc else cyserve_resp_write(resp, b"oops", 4)
+
+
 cdef int handle_fail_closing(cyserve_request *req, cyserve_response *resp,
                              void *ctx) noexcept nogil:
     cyserve_resp_header(resp, b"Connection", 10, b"close", 5)
@@ -239,6 +246,7 @@ FIBONACCI = cyserve_handler_capsule(handle_fibonacci)
 INSPECT = cyserve_handler_capsule(handle_inspect)
 FAIL = cyserve_handler_capsule(handle_fail)
 FAIL_CLOSING = cyserve_handler_capsule(handle_fail_closing)
+NO_CONTENT_BODY = cyserve_handler_capsule(handle_no_content_body)
 BAD_HEADER = cyserve_handler_capsule(handle_bad_header)
 OWN_SERVER = cyserve_handler_capsule(handle_own_server)
 HOG = cyserve_handler_capsule(handle_hog)

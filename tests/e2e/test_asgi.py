@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from _rawhttp import Conn, get, request
+from test_http2 import H2
 
 import cyserve
 import cyserve.asgi
@@ -230,6 +231,70 @@ def test_a_streamed_body_past_its_content_length_raises_in_send() -> None:
     assert raised == {
         "/across": "ASGI: Content-Length 3, but the body goes on past it: 5 bytes or more",
         "/after": "ASGI: Content-Length 3, but the body goes on past it: 5 bytes or more"}
+
+
+@pytest.mark.parametrize("protocol", ["http/1.1", "h2"])
+@pytest.mark.parametrize("status", [204, 205, 304])
+def test_a_body_on_a_status_without_content_raises_in_send(
+        status: int, protocol: str, tmp_path: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """Body bytes for a status that has no content (RFC 9110 6.4.1, 15.3.6): the app's mistake,
+    raised in its send() as uvicorn raises it (test_asgi_uvicorn_diff.py), not dropped without
+    a word as before. In the body's first message (/first; /file, a file's bytes by
+    http.response.pathsend) nothing was sent yet, since the head waits for it: the app's error
+    makes the answer a 500, as cyserve's WSGI answers such a body, and it is logged with the
+    app's traceback. In a later message (/later) the head is out, the answer complete with the
+    empty first message: the client keeps that answer and its connection, and the error is
+    logged. Empty messages (/empty) are no error. HEAD gets what GET gets."""
+    caplog.set_level(logging.ERROR, logger="cyserve.asgi")
+    data = tmp_path / "five.txt"
+    data.write_bytes(b"hello")
+    raised: list[str] = []
+
+    async def app(scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        shape = scope["path"]
+        await send({"type": "http.response.start", "status": status, "headers": []})
+        try:
+            if shape == "/file":
+                await send({"type": "http.response.pathsend", "path": str(data)})
+                return
+            first = b"hello" if shape == "/first" else b""
+            await send({"type": "http.response.body", "body": first, "more_body": True})
+            last = b"late" if shape == "/later" else b""
+            await send({"type": "http.response.body", "body": last})
+        except RuntimeError as exc:
+            raised.append(f"{scope['method']} {shape}: {exc}")
+            raise
+
+    # (method, path) -> the status the client gets.
+    want = {(m, p): 500 if p in ("/first", "/file") else status
+            for m in ("GET", "HEAD") for p in ("/first", "/file", "/later", "/empty")}
+    got: dict[tuple[str, str], int] = {}
+    with serving_app(app) as port:
+        if protocol == "h2":
+            with H2(port) as h:
+                for method, path in want:
+                    code, _, body = h.response(h.send(path, method=method))
+                    got[method, path] = code
+                    assert body == (b"" if code == status else body), (method, path, body)
+        else:
+            with Conn(port) as c:  # one connection: every answer leaves it open
+                for method, path in want:
+                    c.send(f"{method} {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+                    r = c.reply(head_only=method == "HEAD")
+                    got[method, path] = r.status
+                    if r.status == status:
+                        assert r.header("transfer-encoding") is None
+                        assert r.header("content-length") == ("0" if status == 205 else None)
+                c.send(get("/empty"))
+                assert c.reply().status == status
+    assert got == want
+    n = {"/first": 5, "/file": 5, "/later": 4}
+    assert sorted(raised) == sorted(
+        f"{m} {p}: ASGI: a {status} response cannot have a body ({n[p]} bytes given)"
+        for m, p in want if p in n)
+    assert caplog.text.count("Exception in ASGI application") == 6
 
 
 def test_send_from_the_task_or_another_thread() -> None:

@@ -18,7 +18,7 @@ What may differ, by rule rather than by a list of ignored headers:
   words of a server's own error page are its own.
 Everything else, the status line's code and every other header (repeated ones one by one, in
 the order the application gave them), must be the same. Where cyserve differs on purpose, a test
-of its own says why (absolute-form targets).
+of its own says why (absolute-form targets, a body on a 204).
 
 What this test found (session 17): a full answer from an application that never read a small
 request body (an early 403 to a POST) closed cyserve's connection, where uvicorn keeps it; cyserve
@@ -66,6 +66,12 @@ async def app(scope, receive, send):
             break
     if path == "/boom":
         raise RuntimeError("the application failed")
+    if path in ("/no-content-body", "/no-content-later"):  # a 204 with a body: the app's mistake
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        if path == "/no-content-later":
+            await send({"type": "http.response.body", "body": b"", "more_body": True})
+        await send({"type": "http.response.body", "body": b"late"})
+        return
     if path == "/stream":
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/plain")]})
@@ -396,3 +402,21 @@ def test_a_request_behind_an_unread_body_as_uvicorn(servers: dict[str, int]) -> 
             c.close()
     assert answers["cyserve"] == answers["uvicorn"]
     assert [a["status"] for a in answers["cyserve"]] == [403, 200]
+
+
+@pytest.mark.parametrize(("path", "cyserve_status"), [("/no-content-body", 500),
+                                                      ("/no-content-later", 204)])
+def test_a_body_on_a_204_is_the_apps_error_on_both(servers: dict[str, int], path: str,
+                                                   cyserve_status: int) -> None:
+    """Body bytes after a 204's start: both servers raise in the app's send() (uvicorn's h11
+    "Too much data for declared Content-Length", its httptools protocol "Response content
+    longer than Content-Length"; cyserve names the status) and log the app's traceback.
+    uvicorn writes the head at http.response.start, so its 204 is out already, and it closes
+    the connection. cyserve's head waits for the body's first message: bytes there make the
+    answer a 500 (as its WSGI answers such a body), the connection kept; after an empty first
+    message, which completes the 204, the client keeps that 204 and the connection. (granian
+    2.8 drops the bytes without a word.)"""
+    cy = ask(servers["cyserve"], b"GET %s HTTP/1.1\r\nHost: t\r\n\r\n" % path.encode())
+    uv = ask(servers["uvicorn"], b"GET %s HTTP/1.1\r\nHost: t\r\n\r\n" % path.encode())
+    assert (cy.status, cy.closed) == (cyserve_status, False), cy
+    assert (uv.status, uv.closed) == (204, True), uv

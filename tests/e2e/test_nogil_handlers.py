@@ -32,6 +32,7 @@ def port(hello):
         ("path", "/inspect/{id:int}", None, "nogil", hello.INSPECT),
         ("path", "/fail", None, "nogil", hello.FAIL),
         ("path", "/fail-closing", None, "nogil", hello.FAIL_CLOSING),
+        ("path", "/no-content-body", None, "nogil", hello.NO_CONTENT_BODY),
         ("path", "/bad-header", None, "nogil", hello.BAD_HEADER),
         ("path", "/ctx", None, "nogil", hello.CTX),
         ("path", "/big", None, "nogil", hello.BIG_STATIC),
@@ -81,6 +82,21 @@ def test_handler_error_gives_500(port, capfd):
     # The operator learns of it, as a Python handler's failure gets a logged traceback.
     assert "cyserve: GIL-free handler for GET /fail returned -1; answered 500" in \
         capfd.readouterr().err
+
+
+def test_a_body_on_a_status_without_content_is_the_handlers_failure(port, capfd):
+    # A 204 given body bytes: the handler's mistake, a 500 with a line that names it, as the
+    # Python handlers, WSGI and ASGI refuse it (the body used to be dropped without a word).
+    # The inline path's answer is test_inline_path.py's.
+    time.sleep(1.05)  # the failure line is written at most once a second, process-wide
+    with Conn(port) as c:
+        c.send(get("/no-content-body"))
+        r = c.reply()
+        assert (r.status, r.body) == (500, b"500 Internal Server Error\n")
+        c.send(get("/"))
+        assert c.reply().body == b"Hello, World!"
+    assert ("cyserve: GIL-free handler for GET /no-content-body gave a body to a status "
+            "without content (204, 205, 304); answered 500") in capfd.readouterr().err
 
 
 def test_a_failing_handler_that_asked_to_close_gets_a_500_that_says_so(port):

@@ -437,6 +437,33 @@ def test_serve_in_a_thread_stops_on_its_event() -> None:
     assert refuses_connections(ports[0])
 
 
+def test_serve_leaves_no_thread_of_its_own_when_it_returns() -> None:
+    # serve() on the main thread with a stop_event that is never set, stopped by SIGTERM: once
+    # it returns, no thread it started is alive (threading.enumerate()). The thread that
+    # watched the event outlived the wait by up to a second; nothing watches it now but a
+    # waiter in the event's own list, which the wait takes out before it returns.
+    import cyserve
+    from cyserve._core import Server
+    from cyserve.config import Config
+    from cyserve.start import serve
+
+    app = cyserve.App()
+    app.static("/plaintext", "Hello, World!")
+    stop = threading.Event()
+    before = threading.enumerate()
+    timers: list[threading.Timer] = []
+
+    def on_ready(srv: Server) -> None:
+        timers.append(threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGTERM)))
+        timers[0].start()
+
+    serve(app, Config(port=0, threads=1, graceful_timeout=1.0), stop_event=stop,
+          ready=on_ready)
+    timers[0].join()
+    assert [t for t in threading.enumerate() if t not in before] == []
+    assert not stop.is_set() and not stop._cond._waiters  # type: ignore[attr-defined]
+
+
 def test_run_reports_a_port_in_use_as_listen_error() -> None:
     import cyserve
     from cyserve.errors import ListenError

@@ -1210,24 +1210,32 @@ def test_a_streamed_body_that_fills_its_content_length_then_goes_on_is_logged(
 
 @pytest.mark.parametrize("protocol", ["http/1.1", "h2"])
 @pytest.mark.parametrize("after", ["waits", "empty pieces"])
+@pytest.mark.parametrize("body", ["yielded", "empty", "written"])
 def test_a_body_that_fills_its_content_length_goes_out_before_the_app_goes_on(
-        after: str, protocol: str, caplog: pytest.LogCaptureFixture) -> None:
+        body: str, after: str, protocol: str, caplog: pytest.LogCaptureFixture) -> None:
     """A generator that fills its announced Content-Length and then does not end: it waits
     (work after its last piece, a server-sent-events loop) or yields empty pieces for ever. The
-    client gets the whole answer at once, as gunicorn sends each piece as it comes; looking for
-    a piece past the length before sending left it waiting for the generator, for ever here.
-    The generator is closed once, nothing is logged (no byte went past the length), and the
-    connection serves the next request."""
+    length is filled by a piece (yielded), by write() before the generator's first, empty,
+    piece (written), or is 0, where the first piece is empty too (PEP 3333's one answer whose
+    head may go before any byte of its body). The client gets the whole answer at once, as
+    gunicorn sends each piece as it comes; looking for a piece past the length before sending
+    left it waiting for the generator, for ever here (with an empty piece, whatever the length
+    was, it waited for a piece with bytes). The generator is closed once, nothing is logged (no
+    byte went past the length), and the connection serves the next request."""
     gate = threading.Event()
     closed: list[bool] = []
+    want = {"yielded": b"hello", "empty": b"", "written": b"hey"}[body]
 
     def app(environ: Environ, start_response: Any) -> Iterator[bytes]:
-        start_response("200 OK", [("Content-Length", "5")])
         if environ["PATH_INFO"] == "/next":
+            start_response("200 OK", [("Content-Length", "5")])
             yield b"next!"
             return
+        write = start_response("200 OK", [("Content-Length", str(len(want)))])
         try:
-            yield b"hello"
+            if body == "written":
+                write(want)
+            yield want if body == "yielded" else b""
             while not gate.is_set():
                 if after == "waits":
                     gate.wait(60.0)
@@ -1241,7 +1249,8 @@ def test_a_body_that_fills_its_content_length_goes_out_before_the_app_goes_on(
         if protocol == "h2":
             with H2(srv.port, timeout=10.0) as h:
                 try:
-                    assert h.get("/")[::2] == (200, b"hello")
+                    status, headers, got = h.get("/")
+                    assert (status, headers["content-length"], got) == (200, str(len(want)), want)
                 finally:
                     gate.set()
                 assert h.get("/next")[2] == b"next!"
@@ -1250,7 +1259,8 @@ def test_a_body_that_fills_its_content_length_goes_out_before_the_app_goes_on(
                 try:
                     c.send(get("/"))
                     r = c.reply()
-                    assert (r.status, r.body) == (200, b"hello")
+                    assert (r.status, r.header("content-length"), r.body) == (
+                        200, str(len(want)), want)
                 finally:
                     gate.set()
                 c.send(get("/next"))
@@ -1260,6 +1270,103 @@ def test_a_body_that_fills_its_content_length_goes_out_before_the_app_goes_on(
             time.sleep(0.01)  # the stream is let go after the answer is sent
     assert closed == [True]
     assert not [rec for rec in caplog.records if "past its Content-Length" in rec.getMessage()]
+
+
+@pytest.mark.parametrize("protocol", ["http/1.1", "h2"])
+@pytest.mark.parametrize("rest", ["waits", "empty pieces"])
+@pytest.mark.parametrize("length", [None, "5", "0"])
+def test_head_answered_by_a_generator_goes_out_without_its_rest(
+        length: str | None, rest: str, protocol: str) -> None:
+    """HEAD answered by a generator whose rest never ends: it waits (a slow generator,
+    server-sent events) or yields empty pieces for ever. No body is sent to HEAD, so the head
+    goes as soon as it says what GET would send: at the first piece with bytes (here "hello"),
+    or at once with "Content-Length: 0" (whose first piece is empty). The rest is not read: the
+    generator is closed (once) at that first piece, and the connection serves the next request
+    at once. With a length announced, the rest used to be read to its end before the head went:
+    for ever here, a worker spinning on the empty pieces. gunicorn sends the head at once but
+    reads the rest to its end (test_wsgi_gunicorn_diff.py,
+    test_head_with_a_slow_generator_is_not_held_by_its_rest)."""
+    gate = threading.Event()
+    closed: list[bool] = []
+    rest_read: list[bool] = []
+    first = b"" if length == "0" else b"hello"
+
+    def app(environ: Environ, start_response: Any) -> Iterator[bytes]:
+        if environ["PATH_INFO"] == "/next":
+            start_response("200 OK", [("Content-Length", "5")])
+            yield b"next!"
+            return
+        start_response("200 OK", [] if length is None else [("Content-Length", length)])
+        try:
+            yield first
+            rest_read.append(True)
+            while not gate.is_set():
+                if rest == "waits":
+                    gate.wait(60.0)
+                else:
+                    yield first
+        finally:
+            closed.append(True)
+
+    # The generator goes on for 60 s or more: a reply within 10 s came before its end.
+    with serve_wsgi(app) as srv:
+        try:
+            if protocol == "h2":
+                with H2(srv.port, timeout=10.0) as h:
+                    status, headers, got = h.response(h.send("/", method="HEAD"))
+                    assert (status, headers.get("content-length"), got) == (200, length, b"")
+                    assert h.get("/next")[2] == b"next!"
+            else:
+                with Conn(srv.port, 10.0) as c:
+                    c.send(b"HEAD / HTTP/1.1\r\nHost: t\r\n\r\n")
+                    r = c.reply(head_only=True)
+                    assert (r.status, r.header("content-length")) == (200, length)
+                    assert r.header("transfer-encoding") is None
+                    c.send(get("/next"))
+                    assert c.reply().body == b"next!"
+        finally:
+            gate.set()
+    assert closed == [True] and rest_read == []
+
+
+@pytest.mark.parametrize("protocol", ["http/1.1", "h2"])
+@pytest.mark.parametrize("case", ["a 204 with bytes", "past its length"])
+def test_head_is_refused_where_get_is_though_its_rest_is_not_read(
+        case: str, protocol: str, caplog: pytest.LogCaptureFixture) -> None:
+    """An answer to HEAD is cut at its first piece with bytes (the test above), but that piece
+    is checked as GET's is: a 204 that has a body, or a first piece longer than the announced
+    Content-Length, is the app's mistake, a 500 to GET and to HEAD alike. (An answer to HEAD of
+    unknown length used to drop its first piece unchecked: a 204 with a body was a 204.) The
+    generator is closed once for each."""
+    closed: list[bool] = []
+
+    def app(environ: Environ, start_response: Any) -> Iterator[bytes]:
+        if case == "a 204 with bytes":
+            start_response("204 No Content", [])
+        else:
+            start_response("200 OK", [("Content-Length", "3")])
+        try:
+            yield b"hello"
+            yield b"more"
+        finally:
+            closed.append(True)
+
+    with serve_wsgi(app) as srv, caplog.at_level(logging.ERROR):
+        if protocol == "h2":
+            with H2(srv.port) as h:
+                assert h.get("/")[0] == 500
+                assert h.response(h.send("/", method="HEAD"))[0] == 500
+        else:
+            with Conn(srv.port) as c:
+                c.send(get("/"))
+                assert c.reply().status == 500
+                c.send(b"HEAD / HTTP/1.1\r\nHost: t\r\n\r\n")
+                assert c.reply(head_only=True).status == 500
+    failed = [rec for rec in caplog.records if "failed for" in rec.getMessage()]
+    assert [rec.getMessage().rsplit(" ", 2)[1] for rec in failed] == ["GET", "HEAD"]
+    assert all("does not match" in (rec.exc_text or "") or "cannot have a body"
+               in (rec.exc_text or "") for rec in failed), failed
+    assert closed == [True, True]
 
 
 @pytest.mark.parametrize("how", ["at once", "pipelined", "after a pause"])

@@ -20,7 +20,9 @@ Where the two differ on purpose, a test of its own says why and what each does:
   (test_exc_info_before_the_head_replaces_the_answer);
 - a chunked request body (test_a_chunked_body_has_its_length_on_cyserve);
 - two Cookie lines (test_two_cookie_lines_are_joined_as_cookies);
-- a request target with bytes outside ASCII (test_a_target_with_raw_bytes_is_refused_by_both).
+- a request target with bytes outside ASCII (test_a_target_with_raw_bytes_is_refused_by_both);
+- HEAD answered by a generator that takes its time after its first piece
+  (test_head_with_a_slow_generator_is_not_held_by_its_rest).
 A response header value outside ASCII (latin-1, from Flask, Django and a raw app) is sent as the
 same bytes by both.
 
@@ -39,6 +41,7 @@ import ast
 import hashlib
 import json
 import sys
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -326,3 +329,30 @@ def test_a_chunked_body_has_its_length_on_cyserve(served: Callable[[str], dict[s
     else:
         assert json.loads(cy.body)["sha256"] == body_sha
         assert json.loads(gu.body)["len"] == 0
+
+
+def test_head_with_a_slow_generator_is_not_held_by_its_rest(
+        served: Callable[[str], dict[str, int]]) -> None:
+    """HEAD answered by a generator that announces its length, yields its first piece and then
+    takes 1.5 s before its second: both servers send the same head at once, with GET's
+    Content-Length. gunicorn then reads the generator to its end and drops what it yields, so
+    the connection's next request waits for it (an endless generator holds its worker for
+    ever, spinning on empty pieces); cyserve closes the generator at its first piece, since
+    nothing of the rest would be sent (docs/architecture.md, "Answers to HEAD"), and answers
+    the next request at once."""
+    ports = served("flask")
+    heads, took = {}, {}
+    for server, port in ports.items():
+        c = Client(port)
+        try:
+            c.sock.sendall(b"HEAD /raw/head-slow HTTP/1.1\r\nHost: t\r\n\r\n")
+            t0 = time.monotonic()
+            status, headers = c.head()
+            heads[server] = (status, [v for k, v in headers if k == "content-length"])
+            c.sock.sendall(get("/raw/latin1"))
+            assert c.answer("GET").body == b"ok"
+            took[server] = time.monotonic() - t0
+        finally:
+            c.close()
+    assert heads["cyserve"] == heads["gunicorn"] == (200, ["10"])
+    assert took["cyserve"] < 1.0 and took["gunicorn"] >= 1.4, took

@@ -221,11 +221,27 @@ static const uint64_t coro_canary = 0x6379736572766521ull; /* "cyserve!" */
 /* Stacks mapped and unmapped since the process started (coro_stack_counts). */
 static uint64_t coro_stacks_mapped, coro_stacks_unmapped; /* atomic */
 
+/* Between the two loads of coro_stack_counts: nothing, but where a test (tests/c/test_coro.c)
+ * maps and unmaps a stack, as another thread may do there at any time. */
+#ifndef CORO_COUNTS_GAP
+#define CORO_COUNTS_GAP() ((void)0)
+#endif
+
 void coro_stack_counts(uint64_t *mapped, uint64_t *unmapped)
 {
-    /* safety: plain event counters, each read whole; nothing is ordered by them. */
+    /* safety: unmapped is read first, with acquire, then mapped: mapped less unmapped (the
+     * metrics' gauge of stacks mapped now) is then never below the true count at either load,
+     * and never below 0. A stack is counted mapped before it is published to any coroutine or
+     * thread, so its mapped increment happens before its unmapped one (coro_stack_unmap, a
+     * release; the counter changes only by read-modify-writes, so each later one continues
+     * that release sequence). Every unmap this acquire load counts is thus counted in the
+     * mapped read after it, which may count more maps, never fewer: the gauge may be above the
+     * truth by the stacks mapped between the two loads, not below it. Read the other way
+     * round, a stack mapped and unmapped between the loads was counted unmapped, not mapped,
+     * and the gauge dipped below the truth (tests/c/test_coro.c, test_stack_counts). */
+    *unmapped = __atomic_load_n(&coro_stacks_unmapped, __ATOMIC_ACQUIRE);
+    CORO_COUNTS_GAP();
     *mapped = __atomic_load_n(&coro_stacks_mapped, __ATOMIC_RELAXED);
-    *unmapped = __atomic_load_n(&coro_stacks_unmapped, __ATOMIC_RELAXED);
 }
 
 static void coro_write_stderr(const char *msg)
@@ -398,8 +414,9 @@ static void coro_stack_unmap(struct coro_stack *st)
     if (st->guarded)
         /* safety: a plain counter of mappings; relaxed is enough for a budget. */
         __atomic_fetch_sub(&coro_guard_used, 2, __ATOMIC_RELAXED);
-    /* safety: an event counter (coro_stack_counts). */
-    __atomic_fetch_add(&coro_stacks_unmapped, 1, __ATOMIC_RELAXED);
+    /* safety: an event counter, released so that coro_stack_counts, which acquires it, sees
+     * this stack's mapped increment (made before the stack was published) too. */
+    __atomic_fetch_add(&coro_stacks_unmapped, 1, __ATOMIC_RELEASE);
     munmap(st->map, st->map_size);
 }
 

@@ -113,7 +113,9 @@ unsigned coro_pool_trim(struct coro_pool *pool, unsigned keep);
 
 /* Counters of the process's stack mappings since it started: stacks mapped (each an mmap, and
  * an mprotect for its guard page) and unmapped (each a munmap). Any thread; each value is
- * exact, the pair is not one snapshot. */
+ * exact, the pair is not one snapshot, but *mapped - *unmapped is never below the stacks
+ * mapped at either moment it was read (nor below 0): above it at most by those mapped
+ * meanwhile. */
 void coro_stack_counts(uint64_t *mapped, uint64_t *unmapped);
 
 /* Unmap every cached stack and free the pool. Coroutines still holding one of its stacks must be

@@ -120,6 +120,8 @@ static int inline_nogil(struct conn *c, struct server_worker *mine, const struct
     uint64_t t0 = inline_ticks();
     int hrc = t->fn(&creq, &resp, t->ctx);
     uint64_t took = inline_ticks() - t0;
+    if (LIKELY(hrc == 0))
+        hrc = request_nogil_content(&resp);
     int head_only = req->method_id == HTTP_HEAD;
     int keep = !resp.close && !server_draining(s);
     char store[HTTP1_OUT_INLINE];

@@ -1371,11 +1371,17 @@ static int h2_submit(struct h2_session *h, struct h2_stream *st)
         if (bodyless && !head_only && !rc) {
             st->drain = 1; /* the piece in hand is dropped; the next is asked for */
             st->need_next = 1;
-        } else {
+        } else if (head_only || rc) {
             /* An answer to HEAD is complete with its head, as on HTTP/1 (send_stream). */
             stream_abandon(&st->rq, a->t, st->pystream);
             st->pystream = NULL;
         }
+        /* Otherwise an announced length of 0, which the HEADERS frame ends: the stream is let
+         * go once that is sent (h2_stream_free), as one whose DATA filled its length is, and
+         * not here, where the frame has not left yet: letting go reads the rest of a WSGI
+         * generator (native/wsgi.pyx, _stream_step), which may take as long as the app likes
+         * (an endless one: for ever), and the answer must not wait for it (HTTP/1 sends the
+         * head first too). */
     }
     return rc ? -ENOMEM : 0;
 }

@@ -47,10 +47,14 @@ void request_note_failure(const struct http_request *req, int hrc)
     if (more)
         snprintf(tail, sizeof(tail), " (and %llu more failures)", more);
     int plen = req->path_len > 256 ? 256 : (int)req->path_len;
+    char what[80];
+    if (hrc == REQUEST_NO_CONTENT_BODY)
+        snprintf(what, sizeof(what), "gave a body to a status without content (204, 205, 304)");
+    else
+        snprintf(what, sizeof(what), "returned %d", hrc);
     int n = snprintf(line, sizeof(line),
-                     "cyserve: GIL-free handler for %.*s %.*s returned %d; "
-                     "answered 500%s\n",
-                     (int)req->method_len, req->method, plen, req->path, hrc, tail);
+                     "cyserve: GIL-free handler for %.*s %.*s %s; answered 500%s\n",
+                     (int)req->method_len, req->method, plen, req->path, what, tail);
     if (n > 0) {
         ssize_t w = write(2, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
         (void)w; /* nothing to do if standard error is gone */
@@ -689,6 +693,8 @@ static int dispatch_call(struct request *rq, const struct router_match *m, const
         } else {
             hrc = t->fn(&creq, &rq->resp, t->ctx);
         }
+        if (LIKELY(hrc == 0))
+            hrc = request_nogil_content(&rq->resp);
     } else if (t->kind == SERVER_NOGIL_WS) {
         int st = wsn_open(rq, t, &creq);
         if (UNLIKELY(st < 0))

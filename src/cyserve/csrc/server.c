@@ -353,9 +353,9 @@ static void publish_once(struct server *s, uint64_t *seq, uint64_t *since)
     atomic_store_explicit(&p->coroutines, ss.spawned > ss.finished ? ss.spawned - ss.finished : 0,
                           memory_order_relaxed);
     atomic_store_explicit(&p->offload_wait_ns, ss.offload_wait_ns, memory_order_relaxed);
-    /* The process's stacks, not this server's: one server per serving process. Its two
-     * counters are read one after the other, so unmapped may pass what mapped was a moment
-     * before: never below 0. */
+    /* The process's stacks, not this server's: one server per serving process. The two
+     * counters are read so that their difference is never below the true count, nor below 0
+     * (coro_stack_counts): the test of 0 only guards against a change to that order. */
     uint64_t mapped, unmapped;
     coro_stack_counts(&mapped, &unmapped);
     atomic_store_explicit(&p->stacks, mapped > unmapped ? mapped - unmapped : 0,

@@ -463,10 +463,10 @@ cdef class _Exchange:
     # http.response.trailers message instead (_body_trailed, _trailers).
     cdef bint trailers, body_ended
     # The status has no content (1xx, 204, 304: RFC 9110 6.4.1): the answer is complete with
-    # its head, as one to HEAD is, and the body's and trailers' messages that follow are taken
-    # and dropped. Streamed instead, the engine would have nothing to send (HTTP/1.1 must not
-    # chunk it, HTTP/2 ends the stream with the HEADERS) and would tell the app that the client
-    # had gone, which it has not.
+    # its head, as one to HEAD is, and the body's and trailers' messages that follow are taken:
+    # empty ones and trailers dropped, body bytes refused (_no_content). Streamed instead, the
+    # engine would have nothing to send (HTTP/1.1 must not chunk it, HTTP/2 ends the stream
+    # with the HEADERS) and would tell the app that the client had gone, which it has not.
     cdef bint bodyless
     cdef int status
     cdef list headers        # the response's (name, value) pairs, checked at start
@@ -577,7 +577,9 @@ cdef class _Exchange:
         if self.complete:
             if self.head or self.bodyless:
                 # An answer to HEAD, or of a status without content, is complete with its head:
-                # the rest goes nowhere.
+                # the rest goes nowhere (but a body of a status without content is refused).
+                if self.bodyless:
+                    self._no_content(len(_mget(message, "body", b"")))
                 return self.lp.ready
             if self.filled:
                 return self._past_length(_mget(message, "body", b""))
@@ -586,6 +588,8 @@ cdef class _Exchange:
             return self._body_trailed(message)
         body = _mget(message, "body", b"")
         more = bool(_mget(message, "more_body", False))
+        if self.bodyless:
+            self._no_content(len(body))
         cdef cs.resp_t *resp = &self.h.resp
         if not self.streaming:
             if self.head and self.length is None and not more:
@@ -617,6 +621,21 @@ cdef class _Exchange:
         self._give(1)
         # The engine writes the piece, then asks for the next (_asgi_stream): that resolves it.
         return self.written
+
+    cdef int _no_content(self, int64_t n) except -1:
+        # Body bytes for a status without content (1xx, 204, 205, 304): the app's mistake,
+        # raised in its send() as uvicorn raises it, not dropped without a word. Before the head
+        # went out (the body's first message: the head waits for it) nothing was sent and the
+        # app's error makes the answer a 500, as cyserve's WSGI answers a body on such a status
+        # (the message is WSGI's); after it (an empty first message that completed the answer)
+        # the client has its answer and keeps the connection, and the error is logged with the
+        # app's traceback (_run). The same to HEAD: its answer is GET's. Empty messages are
+        # fine: a framework ends every response with one. n: the bytes given (a file's, for
+        # http.response.pathsend).
+        if n:
+            raise RuntimeError(f"ASGI: a {self.status} response cannot have a body "
+                               f"({n} bytes given)")
+        return 0
 
     cdef object _streamed(self, body, bint more):
         # A piece of a streamed body whose length was announced. The piece that reaches the
@@ -672,6 +691,8 @@ cdef class _Exchange:
                                "False): the response waits for http.response.trailers")
         body = message.get("body", b"")
         more = bool(message.get("more_body", False))
+        if self.bodyless:
+            self._no_content(len(body))
         cdef cs.resp_t *resp = &self.h.resp
         if not self.streaming:
             self._fill_head(resp)
@@ -768,6 +789,8 @@ cdef class _Exchange:
             if not _stat_pathsend.S_ISREG(st.st_mode):
                 raise IsADirectoryError(f"ASGI: http.response.pathsend: {message['path']!r} is "
                                         "not a regular file")
+            if self.bodyless and st.st_size:
+                self._no_content(st.st_size)
             if self.head and self.length is None:
                 self.length = st.st_size  # what GET would carry: announced, not sent
             self._fill_head(resp)

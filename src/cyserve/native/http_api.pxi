@@ -41,7 +41,9 @@ cdef extern from "cyserve/handler.h" nogil:
 # First header named name[0..name_len) (case-insensitive): 0 and *out set, or -ENOENT.
 cdef int cyserve_req_header(const cyserve_request *req, const char *name, size_t name_len,
                             cyserve_str *out) noexcept nogil
-# The status (200..599, else -EINVAL: it is the final one). Default 200.
+# The status (200..599, else -EINVAL: it is the final one). Default 200. A 204, 205 or 304 has no
+# content (RFC 9110 6.4.1, 15.3.6): given body bytes as well, the answer is the handler's failure,
+# a 500 (and a line on standard error), as the Python handlers, WSGI and ASGI refuse it.
 cdef int cyserve_resp_status(cyserve_response *resp, int status) noexcept nogil
 # Add a header line. -EINVAL for a name that is not a token or a value with a control character
 # other than HTAB; -EPERM for Content-Length, Transfer-Encoding, Date (the server writes them)

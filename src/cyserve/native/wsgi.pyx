@@ -302,7 +302,7 @@ cdef _WSGIAnswer _answer_for(_ThreadCache cache):
         answer.in_resp = False
         answer.total = 0
         answer.close = False
-        answer.head_unknown = False
+        answer.head_cut = False
         answer.sent = False  # else a streamed answer's would refuse the next one's exc_info
         answer.past = False
         answer.file_offset = 0
@@ -906,8 +906,9 @@ cdef int _wsgi_take(_WSGIAnswer answer, chunk) except -1:
 
 
 # The iterators whose rest _wsgi_collect looks at before the answer goes out.
-_LIST_ITERATOR = type(iter([]))
-_TUPLE_ITERATOR = type(iter(()))
+# C globals, as _BYTESIO is: each answer's collection compares its iterator's type with them.
+cdef object _LIST_ITERATOR = type(iter([]))
+cdef object _TUPLE_ITERATOR = type(iter(()))
 
 
 cdef extern from "Python.h":
@@ -926,9 +927,24 @@ cdef bint _wsgi_collect(_WSGIAnswer answer, it, result, bint head) except -1:
     """Collect what a body iterator yields, up to where the answer can start: its end, the
     Content-Length the app announced, or, when the body had better be streamed (a length not
     announced, or a long one), its first piece. Returns True when the rest is to be streamed:
-    answer then holds the iterator, and the duty to close result."""
+    answer then holds the iterator, and the duty to close result.
+
+    PEP 3333 has the head wait for the first piece with bytes (or write()'s) or the iterator's
+    end, "the only possible exception" an announced "Content-Length: 0": until then the app may
+    still replace its answer (start_response with exc_info), and an error gives a 500. So an
+    empty piece moves nothing on, unless the announced length is filled by then (0, or by what
+    write() gave): then it is the body's last piece, as a piece with bytes that fills it is.
+
+    An answer to HEAD sends no body: its head is known at that same point, and the rest of an
+    iterator that may run the app's code is not read (head_cut): it could run for as long as
+    the app likes (a slow generator, server-sent events, an endless one), holding the connection
+    and a worker for bytes nobody gets. result.close() ends it, as PEP 3333 lets a server end
+    an iteration early. gunicorn reads it to its end and drops it (its worker spins for ever on
+    an endless one): docs/architecture.md, "Answers to HEAD". A list's or a tuple's rest runs
+    no code of the app and is read as GET's is, so that a HEAD is refused where GET is."""
     cdef object length
-    cdef bint full = False
+    cdef bint full = False, took
+    cdef bint plain = type(it) is _LIST_ITERATOR or type(it) is _TUPLE_ITERATOR
     cdef PyObject *p
     while True:
         p = _iter_next(it)
@@ -936,42 +952,47 @@ cdef bint _wsgi_collect(_WSGIAnswer answer, it, result, bint head) except -1:
             return False  # the end
         chunk = <object>p
         Py_DECREF(chunk)  # PyIter_Next's reference: chunk holds its own
-        if not _wsgi_take(answer, chunk):
-            continue
+        took = _wsgi_take(answer, chunk)
         if full:
-            # A piece past a body that filled its Content-Length exactly: dropped, the body
-            # sent as announced, and the mistake logged by the caller (answer.past), as a
-            # streamed body's piece past its length is (_stream_count); gunicorn sends the
-            # same bytes. (A piece that crosses the length is a body that cannot be sent as
-            # announced: _fill_wsgi's 500.)
-            answer.total -= len(<bytes>answer.chunks.pop())
-            answer.past = True
-            return False
+            if took:
+                # A piece past a body that filled its Content-Length exactly: dropped, the
+                # body sent as announced, and the mistake logged by the caller (answer.past),
+                # as a streamed body's piece past its length is (_stream_count); gunicorn sends
+                # the same bytes. (A piece that crosses the length is a body that cannot be
+                # sent as announced: _fill_wsgi's 500.)
+                answer.total -= len(<bytes>answer.chunks.pop())
+                answer.past = True
+                return False
+            continue
+        if answer.status == 0:
+            continue  # an empty piece before start_response (bytes there are refused)
         length = answer.length_value()
+        if not took and (length is None or answer.total < length):
+            continue  # an empty piece: nothing moves on (see above)
+        if head and (length is None or not plain):
+            answer.head_cut = True  # _fill_wsgi checks what came, then sends the head
+            return False
         if length is None:
             # Unknown length: the first piece goes out now (server-sent events must not wait
-            # for the next one). An answer to HEAD needs no body: it says no length.
-            if head:
-                answer.head_unknown = True
-                return False
+            # for the next one).
             break
         if answer.total > length:
             return False  # more than announced: _fill_wsgi's 500
-        if answer.total == length:
-            # Everything announced is here. The rest of the iterator should give nothing more
-            # (PEP 3333 has the server iterate to the end anyway): stopping here cut a body
-            # that went on in another piece without a word. A list's or a tuple's rest is
-            # looked at now, which runs no code of the app. Any other iterator may run the
-            # app's code for as long as it likes before it ends (work after its last piece, a
-            # wait): the body goes out first, as gunicorn writes each piece as it comes, and
-            # the rest is looked at once it is sent (streamed: _stream_step lets go at the
-            # length). An answer to HEAD sends no body that could go first.
-            if head or type(it) is _LIST_ITERATOR or type(it) is _TUPLE_ITERATOR:
-                full = True
-                continue
-            break
-        if answer.total >= WSGI_STREAM_AFTER and not head:
-            break
+        if answer.total < length:
+            if answer.total >= WSGI_STREAM_AFTER and not head:
+                break
+            continue
+        # Everything announced is here. The rest of the iterator should give nothing more
+        # (PEP 3333 has the server iterate to the end anyway): stopping here cut a body that
+        # went on in another piece without a word. A list's or a tuple's rest is looked at
+        # now, which runs no code of the app. Any other iterator may run the app's code for as
+        # long as it likes before it ends (work after its last piece, a wait, empty pieces for
+        # ever): the body goes out first, as gunicorn writes each piece as it comes, and the
+        # rest is looked at once it is sent (streamed: _stream_step lets go at the length).
+        if plain:
+            full = True
+            continue
+        break
     answer.it = it
     answer.result = result
     return True
@@ -1319,7 +1340,9 @@ cdef class _WSGIAnswer:
     cdef Py_ssize_t total  # bytes in chunks
     cdef object length  # the app's Content-Length header, or None
     cdef bint close
-    cdef bint head_unknown  # an answer to HEAD whose GET length is not known
+    # An answer to HEAD whose iterator was closed once its head was known, before its end
+    # (_wsgi_collect): chunks hold what came up to there, which _fill_wsgi checks, not sends.
+    cdef bint head_cut
     cdef object it  # the rest of the body, when it is streamed
     cdef object result
     # The head went to the engine with the first piece of a streamed answer: from then on an
@@ -1738,7 +1761,7 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx, cyserve_requ
             a.file_fd.fd = -1  # the response's now
             return 0
         chunks = a.chunks
-        if not chunks or a.head_unknown:  # an answer to HEAD sends none of it anyway
+        if not chunks:
             body = b""
         elif len(chunks) == 1:
             body = chunks[0]
@@ -1748,6 +1771,17 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx, cyserve_requ
             raise ValueError(f"a {a.status} response cannot have a body "
                              f"({len(body)} bytes given)")
         length = a.length_int()
+        if a.head_cut:
+            # An answer to HEAD whose body was not all read (_wsgi_collect): what came is
+            # checked as GET's would be, and the head says GET's length where it is announced.
+            # Without one, GET's body would be streamed: no length, since "Content-Length: 0"
+            # would be a claim about it.
+            if length >= 0 and len(body) > length:
+                raise ValueError(f"Content-Length {length} does not match the body's "
+                                 f"{len(body)} bytes")
+            _check_rc(cs.resp_set_head_length(resp, length if length >= 0
+                                              else cs.RESP_LENGTH_UNKNOWN), "Content-Length")
+            return 0
         if a.it is not None:
             if body:
                 _set_body(resp, body)
@@ -1778,7 +1812,7 @@ cdef int _fill_wsgi(_WSGIAnswer a, cs.resp_t *resp, bint head, ctx, cyserve_requ
                 raise ValueError(f"Content-Length {length} does not match the body's "
                                  f"{len(body)} bytes")
             _check_rc(cs.resp_set_head_length(resp, length), "Content-Length")
-        elif head and not body and (a.head_unknown or length < 0):
+        elif head and not body and length < 0:
             # No length announced and no body: GET's length is not known (its body would be
             # streamed), and "Content-Length: 0" would be a claim about it.
             _check_rc(cs.resp_set_head_length(resp, cs.RESP_LENGTH_UNKNOWN), "Content-Length")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -143,6 +144,14 @@ def stream_too_short(environ: Environ, start_response: StartResponse) -> Iterato
     yield b"56789"
 
 
+def head_slow(environ: Environ, start_response: StartResponse) -> Iterator[bytes]:
+    """A generator that announces its length and takes its time before its second piece."""
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "10")])
+    yield b"01234"
+    time.sleep(1.5)
+    yield b"56789"
+
+
 def latin1_raw(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
     start_response("200 OK", [("Content-Type", "text/plain"), ("X-Name", "caf\u00e9 \u00ff"),
                               ("Content-Length", "2")])
@@ -193,6 +202,7 @@ RAW = {"/raw/generator": generator, "/raw/file-wrapper": file_wrapper,
        "/raw/write-and-yield": write_and_yield,
        "/raw/too-long": too_long, "/raw/too-short": too_short, "/raw/latin1": latin1_raw,
        "/raw/stream-too-long": stream_too_long, "/raw/stream-too-short": stream_too_short,
+       "/raw/head-slow": head_slow,
        "/raw/exc-info-before-body": exc_info_before_body,
        "/raw/exc-info-after-body": exc_info_after_body, "/raw/environ": environ_echo}
 
