@@ -921,6 +921,17 @@ cdef extern from "Python.h":
 # ClosingIterator, which wraps every Flask answer) runs its __iter__ for that, a Python call of
 # about 500 instructions, each time a loop begins: once per answer in _wsgi_collect, and once
 # per piece of a streamed one (_stream_step).
+cdef object _END = object()  # _next_piece's "the iterator has ended": no piece can be it
+
+
+cdef inline object _next_piece(it):
+    """The iterator's next piece, or _END at its end; its error is raised."""
+    cdef PyObject *p = _iter_next(it)
+    if p == NULL:
+        return _END
+    piece = <object>p
+    Py_DECREF(piece)  # PyIter_Next's reference: piece holds its own
+    return piece
 
 
 cdef bint _wsgi_collect(_WSGIAnswer answer, it, result, bint head) except -1:
@@ -945,13 +956,10 @@ cdef bint _wsgi_collect(_WSGIAnswer answer, it, result, bint head) except -1:
     cdef object length
     cdef bint full = False, took
     cdef bint plain = type(it) is _LIST_ITERATOR or type(it) is _TUPLE_ITERATOR
-    cdef PyObject *p
     while True:
-        p = _iter_next(it)
-        if p == NULL:
+        chunk = _next_piece(it)
+        if chunk is _END:
             return False  # the end
-        chunk = <object>p
-        Py_DECREF(chunk)  # PyIter_Next's reference: chunk holds its own
         took = _wsgi_take(answer, chunk)
         if full:
             if took:
@@ -1069,16 +1077,13 @@ cdef int _stream_step(tuple info, _WSGIStream st, cs.resp_t *resp, int op) noexc
     """The next piece into resp: 1 when there is one, 0 at the end (or abandoned), -1 when the
     app failed (logged)."""
     cdef list written
-    cdef PyObject *p
     try:
         if op == cs.SERVER_STREAM_NEXT:
             written = st.answer.chunks
             while True:
-                p = _iter_next(st.it)
-                if p == NULL:
+                chunk = _next_piece(st.it)
+                if chunk is _END:
                     break
-                chunk = <object>p
-                Py_DECREF(chunk)  # PyIter_Next's reference: chunk holds its own
                 if type(chunk) is not bytes:
                     if not isinstance(chunk, (bytes, bytearray, memoryview)):
                         raise WSGIError(f"the WSGI application yielded a "
@@ -1107,11 +1112,9 @@ cdef int _stream_step(tuple info, _WSGIStream st, cs.resp_t *resp, int op) noexc
                 _stream_count(info, st, 1)
             else:
                 while True:
-                    p = _iter_next(st.it)
-                    if p == NULL:
+                    chunk = _next_piece(st.it)
+                    if chunk is _END:
                         break
-                    chunk = <object>p
-                    Py_DECREF(chunk)  # PyIter_Next's reference: chunk holds its own
                     if not isinstance(chunk, (bytes, bytearray, memoryview)):
                         raise WSGIError(f"the WSGI application yielded a "
                                         f"{type(chunk).__name__}, not bytes")
