@@ -592,6 +592,32 @@ def test_app_websocket_answers_messages_before_a_broken_frame_first() -> None:
             assert close_code_of(s) == 1002
 
 
+def test_app_websocket_answers_the_message_it_holds_before_a_later_broken_frame() -> None:
+    """A blocking handler still answering the last message it took when a broken frame comes
+    (nothing left in its inbox, not waiting in receive()) gets its answer out before the close
+    frame: the close is taken at its next receive(), not when it arrives. CI's AddressSanitizer
+    run once lost this race within a single segment; the pause here makes it certain."""
+    app = cyserve.App()
+    took = threading.Event()
+
+    @app.websocket("/echo")
+    def echo(ws: Any) -> None:
+        for message in ws:
+            took.set()
+            time.sleep(0.3)
+            ws.send(message)
+
+    with serving_app(app) as port:
+        s, head = handshake(port)
+        with s:
+            assert head.startswith(b"HTTP/1.1 101 ")
+            s.sendall(frame(1, b"slow"))
+            assert took.wait(5)
+            s.sendall(frame(1, b"x", rsv=0x20))
+            assert read_frame(s) == (1, b"slow")
+            assert close_code_of(s) == 1002
+
+
 def test_app_websocket_serves_many_at_once_and_refuses_past_its_bound() -> None:
     # Each connection holds a thread while its handler blocks: 40 at once must all be answered
     # (on the event loop's default executor only min(32, CPUs + 4) ran, and the others got their

@@ -99,11 +99,15 @@ cdef class _WSExchange:
             self.inbox.append(({"type": "websocket.receive", "bytes": payload}, len(payload)))
         elif event == cs.WSCONN_EV_CLOSED:
             reason = payload.decode("utf-8", "replace")
-            if self.inbox:
+            if self.inbox or (self.state == _WS_OPEN
+                               and (self.waiter is None or self.waiter.done())):
                 # The messages that came before the close reach the app first, and it is open
                 # for the app until it takes the close: what it sends in answer to them still
                 # goes out when the engine is the one closing (a client that broke a rule:
                 # csrc/ws_conn.c waits for the app to take the close before its close frame).
+                # That holds with an empty inbox too while the app is not waiting in receive():
+                # it may still be answering the last message it took, and only its next
+                # receive() says it is done (a blocking handler's echo lost that race).
                 self.pending_close = (code, reason)
                 self.inbox.append((None, 0))
                 if self.drained is not None and not self.drained.done():
