@@ -88,6 +88,13 @@ cdef int handle_no_content_body(cyserve_request *req, cyserve_response *resp,
     return rc if rc else cyserve_resp_write(resp, b"oops", 4)
 
 
+cdef int handle_no_content_trailer(cyserve_request *req, cyserve_response *resp,
+                                   void *ctx) noexcept nogil:
+    # A 304 given a trailer: no body for it to follow, the answer's mistake too (a 500).
+    cdef int rc = cyserve_resp_status(resp, 304)
+    return rc if rc else cyserve_resp_trailer(resp, b"X-Checksum", 10, b"abc", 3)
+
+
 cdef int handle_fail_closing(cyserve_request *req, cyserve_response *resp,
                              void *ctx) noexcept nogil:
     cyserve_resp_header(resp, b"Connection", 10, b"close", 5)
@@ -247,6 +254,7 @@ INSPECT = cyserve_handler_capsule(handle_inspect)
 FAIL = cyserve_handler_capsule(handle_fail)
 FAIL_CLOSING = cyserve_handler_capsule(handle_fail_closing)
 NO_CONTENT_BODY = cyserve_handler_capsule(handle_no_content_body)
+NO_CONTENT_TRAILER = cyserve_handler_capsule(handle_no_content_trailer)
 BAD_HEADER = cyserve_handler_capsule(handle_bad_header)
 OWN_SERVER = cyserve_handler_capsule(handle_own_server)
 HOG = cyserve_handler_capsule(handle_hog)

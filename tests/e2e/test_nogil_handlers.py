@@ -33,6 +33,7 @@ def port(hello):
         ("path", "/fail", None, "nogil", hello.FAIL),
         ("path", "/fail-closing", None, "nogil", hello.FAIL_CLOSING),
         ("path", "/no-content-body", None, "nogil", hello.NO_CONTENT_BODY),
+        ("path", "/no-content-trailer", None, "nogil", hello.NO_CONTENT_TRAILER),
         ("path", "/bad-header", None, "nogil", hello.BAD_HEADER),
         ("path", "/ctx", None, "nogil", hello.CTX),
         ("path", "/big", None, "nogil", hello.BIG_STATIC),
@@ -95,8 +96,23 @@ def test_a_body_on_a_status_without_content_is_the_handlers_failure(port, capfd)
         assert (r.status, r.body) == (500, b"500 Internal Server Error\n")
         c.send(get("/"))
         assert c.reply().body == b"Hello, World!"
-    assert ("cyserve: GIL-free handler for GET /no-content-body gave a body to a status "
-            "without content (204, 205, 304); answered 500") in capfd.readouterr().err
+    assert ("cyserve: GIL-free handler for GET /no-content-body gave a body or trailers to a "
+            "status without content (204, 205, 304); answered 500") in capfd.readouterr().err
+
+
+def test_trailers_on_a_status_without_content_are_the_handlers_failure(port, capfd):
+    # A 304 given a trailer has no body for it to follow: the engine would drop it without a
+    # word, so it is the handler's mistake, as a body there is (asked with TE: trailers, which
+    # a client must send to get any).
+    time.sleep(1.05)  # the failure line is written at most once a second, process-wide
+    with Conn(port) as c:
+        c.send(b"GET /no-content-trailer HTTP/1.1\r\nHost: a\r\nTE: trailers\r\n\r\n")
+        r = c.reply()
+        assert (r.status, r.body) == (500, b"500 Internal Server Error\n")
+        c.send(get("/"))
+        assert c.reply().body == b"Hello, World!"
+    assert ("cyserve: GIL-free handler for GET /no-content-trailer gave a body or trailers to a "
+            "status without content (204, 205, 304); answered 500") in capfd.readouterr().err
 
 
 def test_a_failing_handler_that_asked_to_close_gets_a_500_that_says_so(port):

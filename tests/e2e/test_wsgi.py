@@ -1273,6 +1273,49 @@ def test_a_body_that_fills_its_content_length_goes_out_before_the_app_goes_on(
 
 
 @pytest.mark.parametrize("protocol", ["http/1.1", "h2"])
+def test_empty_pieces_for_ever_past_the_content_length_are_closed(
+        protocol: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A generator that fills its Content-Length and then yields empty pieces for ever, with
+    nothing to stop it: the server reads a bounded number of them (WSGI_EMPTY_PAST_LENGTH, 64)
+    and closes it, with a line that says so. Reading on held the GIL and the connection for
+    good: every Python call of the process stalled behind it, and the next request on the
+    connection never came. The connection serves the next request."""
+    closed: list[int] = []
+
+    def app(environ: Environ, start_response: Any) -> Iterator[bytes]:
+        start_response("200 OK", [("Content-Length", "5")])
+        if environ["PATH_INFO"] == "/next":
+            yield b"next!"
+            return
+        n = 0
+        try:
+            yield b"hello"
+            while True:
+                n += 1
+                yield b""
+        finally:
+            closed.append(n)
+
+    with serve_wsgi(app) as srv, caplog.at_level(logging.ERROR):
+        if protocol == "h2":
+            with H2(srv.port, timeout=10.0) as h:
+                assert h.get("/")[2] == b"hello"
+                assert h.get("/next")[2] == b"next!"
+        else:
+            with Conn(srv.port, 10.0) as c:
+                c.send(get("/"))
+                assert c.reply().body == b"hello"
+                c.send(get("/next"))
+                assert c.reply().body == b"next!"
+        deadline = time.monotonic() + 10
+        while not closed and time.monotonic() < deadline:
+            time.sleep(0.01)  # the stream is let go after the answer is sent
+    assert closed == [64]
+    lines = [rec.getMessage() for rec in caplog.records if "empty pieces" in rec.getMessage()]
+    assert len(lines) == 1 and "GET /" in lines[0] and "Content-Length 5" in lines[0], lines
+
+
+@pytest.mark.parametrize("protocol", ["http/1.1", "h2"])
 @pytest.mark.parametrize("rest", ["waits", "empty pieces"])
 @pytest.mark.parametrize("length", [None, "5", "0"])
 def test_head_answered_by_a_generator_goes_out_without_its_rest(

@@ -49,7 +49,8 @@ void request_note_failure(const struct http_request *req, int hrc)
     int plen = req->path_len > 256 ? 256 : (int)req->path_len;
     char what[80];
     if (hrc == REQUEST_NO_CONTENT_BODY)
-        snprintf(what, sizeof(what), "gave a body to a status without content (204, 205, 304)");
+        snprintf(what, sizeof(what),
+                 "gave a body or trailers to a status without content (204, 205, 304)");
     else
         snprintf(what, sizeof(what), "returned %d", hrc);
     int n = snprintf(line, sizeof(line),

@@ -267,13 +267,14 @@ int request_te_lists_trailers(const char *v, size_t len);
 void request_note_failure(const struct http_request *req, int hrc);
 
 /* What request_nogil_content says of an answer whose status has no content but whose body has
- * bytes; request_note_failure names that mistake for it. No handler returns it (they return 0
- * or -errno, and this is no errno). */
+ * bytes or trailers; request_note_failure names that mistake for it. No handler returns it (they
+ * return 0 or -errno, and this is no errno). */
 #define REQUEST_NO_CONTENT_BODY (-0x40000)
 
 /* A GIL-free handler's answer r, once it returned 0: REQUEST_NO_CONTENT_BODY when its status
  * has no content (204, 205, 304: RFC 9110 6.4.1, 15.3.6; a status below 200 is refused when it
- * is set) and its body has bytes, the handler's mistake, which the caller answers 500 as any
+ * is set) and its body has bytes, or it has trailers (fields sent after a body it cannot have:
+ * the engine would drop them), the handler's mistake, which the caller answers 500 as any
  * failure (the Python handlers, WSGI and ASGI refuse it too); otherwise 0. Pure. */
 static inline int request_nogil_content(const struct cyserve_response *r)
 {
@@ -281,7 +282,7 @@ static inline int request_nogil_content(const struct cyserve_response *r)
     if (LIKELY(r->status != 204 && r->status != 205 && r->status != 304))
         return 0;
     resp_body(r, &len);
-    return len ? REQUEST_NO_CONTENT_BODY : 0;
+    return len || (r->own_head & RESP_OWN_TRAILERS) ? REQUEST_NO_CONTENT_BODY : 0;
 }
 
 #endif

@@ -562,6 +562,14 @@ cdef class _Exchange:
             # headers: the usual start pays a size test, not a lookup.
             if type(message) is not dict or PyDict_GET_SIZE(message) > (2 if hdrs is None else 3):
                 self.trailers = bool(message.get("trailers", False))
+                if self.trailers and self.bodyless:
+                    # Trailers follow a body, which this status cannot have: they would be
+                    # dropped without a word (the Python API and GIL-free handlers refuse them
+                    # too). Nothing has gone out, so an app that lets it go gets a 500.
+                    self.trailers = False
+                    raise RuntimeError(f"ASGI: http.response.start announces trailers for a "
+                                       f"{self.status} response, which has no body for them "
+                                       f"to follow")
             self.started = True
             return self.lp.ready
         if not cyserve__asgi_str_is(t, "http.response.body", 18):

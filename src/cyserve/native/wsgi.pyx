@@ -99,6 +99,11 @@ _METHODS_INTERNED = {}
 # alive (a dict is itself safe to read and insert into from several threads at once). Two
 # threads that miss together compute the same value; one of them is kept. Their bounds are
 # checked without a lock, so they may pass by a few entries.
+
+# How many empty pieces an iterator may yield after its body filled its Content-Length before it
+# is closed (_stream_step): enough for any that ends soon after, bounded for one that never does.
+DEF WSGI_EMPTY_PAST_LENGTH = 64
+
 # An answer with a Content-Length is collected whole up to this many bytes, then streamed.
 DEF WSGI_STREAM_AFTER = 65536
 # start_response's view of a response header name: kept, the Content-Length (checked, then
@@ -1107,10 +1112,15 @@ cdef int _stream_step(tuple info, _WSGIStream st, cs.resp_t *resp, int op) noexc
             # Let go once the pieces filled the announced length exactly: the engine asks for
             # nothing past it, so a body that goes on would be cut without a word (one that
             # crosses the length in a piece is logged by _stream_count). Look for a next
-            # piece, as PEP 3333's server iterates to the end, and log it the same way.
+            # piece, as PEP 3333's server iterates to the end, and log it the same way. Empty
+            # pieces are read on, but not for ever: an iterator that yields nothing but empty
+            # ones past its length would hold the GIL and this connection for good, so after
+            # WSGI_EMPTY_PAST_LENGTH of them it is closed (PEP 3333 lets a server end an
+            # iteration early), with a line that says so.
             if st.answer.chunks:  # write() after the last piece
                 _stream_count(info, st, 1)
             else:
+                empty = 0
                 while True:
                     chunk = _next_piece(st.it)
                     if chunk is _END:
@@ -1120,6 +1130,14 @@ cdef int _stream_step(tuple info, _WSGIStream st, cs.resp_t *resp, int op) noexc
                                         f"{type(chunk).__name__}, not bytes")
                     if len(chunk) or st.answer.chunks:
                         _stream_count(info, st, 1)
+                        break
+                    empty += 1
+                    if empty == WSGI_EMPTY_PAST_LENGTH:
+                        _error_log.error(
+                            "handler %s: the body of its answer to %s filled its "
+                            "Content-Length %d, then its iterator gave %d empty pieces without "
+                            "ending: closed", info[2], st.label.decode("latin-1"), st.announced,
+                            empty)
                         break
         return 0
     except BaseException:
