@@ -99,8 +99,8 @@ cdef class _WSExchange:
             self.inbox.append(({"type": "websocket.receive", "bytes": payload}, len(payload)))
         elif event == cs.WSCONN_EV_CLOSED:
             reason = payload.decode("utf-8", "replace")
-            if self.inbox or (self.state == _WS_OPEN
-                               and (self.waiter is None or self.waiter.done())):
+            busy = self.waiter is None or self.waiter.done()  # not waiting in receive()
+            if self.inbox or (self.state == _WS_OPEN and busy):
                 # The messages that came before the close reach the app first, and it is open
                 # for the app until it takes the close: what it sends in answer to them still
                 # goes out when the engine is the one closing (a client that broke a rule:
