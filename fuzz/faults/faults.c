@@ -10,7 +10,11 @@
  * the injecting path), so that the access log on a pipe and the eventfds are left alone.
  * CYSERVE_FAULTS_FROM_MS / CYSERVE_FAULTS_UNTIL_MS (from the shim's load; default 0 / forever)
  * bound the window; CYSERVE_FAULTS_SEED seeds the choice; CYSERVE_FAULTS_REPORT names a file
- * that gets "call count" lines at exit.
+ * that gets "call count" lines at exit. CYSERVE_FAULTS_GATE names a file: with it, nothing is
+ * injected before that file exists, and the window's bounds count from when the shim first
+ * finds it (looked for at most every 10 ms, from the intercepted calls). A test opens the window
+ * when its server is up, however long a slow machine took to start it, instead of guessing a
+ * time from the shim's load.
  * A release build makes recv and send directly (csrc/conn.h), so recvfrom and sendto are only
  * reached under the sanitizer build, where the libc calls stay. Put this shim first in
  * LD_PRELOAD, before the sanitizer runtimes (ASAN_OPTIONS=verify_asan_link_order=0). */
@@ -48,7 +52,13 @@ static const char *const names[F_N] = {"accept4",  "sendmsg", "sendto",    "writ
 static int err_of[F_N];
 static unsigned permille[F_N];
 static atomic_ulong injected[F_N];
-static uint64_t from_ns, until_ns = UINT64_MAX, t0;
+/* The window. Written once more when a gate opens (gate_check): until_ns first, then from_ns,
+ * both sequentially consistent, so that a thread that reads the new from_ns (window_open reads
+ * it first) reads the new until_ns too. */
+static _Atomic uint64_t from_ns, until_ns = UINT64_MAX;
+static uint64_t t0, from_off, until_off = UINT64_MAX;
+static const char *gate;
+static _Atomic uint64_t gate_looked_ns;
 static atomic_ullong rng_state;
 static const char *report;
 
@@ -77,10 +87,17 @@ __attribute__((constructor)) static void faults_init(void)
     t0 = now_ns();
     const char *v = getenv("CYSERVE_FAULTS_FROM_MS");
     if (v)
-        from_ns = t0 + strtoull(v, NULL, 10) * 1000000ull;
+        from_off = strtoull(v, NULL, 10) * 1000000ull;
     v = getenv("CYSERVE_FAULTS_UNTIL_MS");
     if (v)
-        until_ns = t0 + strtoull(v, NULL, 10) * 1000000ull;
+        until_off = strtoull(v, NULL, 10) * 1000000ull;
+    gate = getenv("CYSERVE_FAULTS_GATE");
+    if (gate) {
+        from_ns = UINT64_MAX; /* closed until the gate's file appears */
+    } else {
+        from_ns = t0 + from_off;
+        until_ns = until_off == UINT64_MAX ? UINT64_MAX : t0 + until_off;
+    }
     v = getenv("CYSERVE_FAULTS_SEED");
     atomic_store(&rng_state, v ? strtoull(v, NULL, 10) | 1 : 0x9E3779B97F4A7C15ull);
     report = getenv("CYSERVE_FAULTS_REPORT");
@@ -116,13 +133,40 @@ __attribute__((destructor)) static void faults_report(void)
     fclose(f);
 }
 
+/* Opens the window when the gate's file has appeared (CYSERVE_FAULTS_GATE). access() neither
+ * allocates nor is intercepted here, so the malloc shim may call it. Two threads that find the
+ * file at once both open the window, a few microseconds apart: either bound will do. */
+static void gate_check(uint64_t t)
+{
+    uint64_t last = atomic_load_explicit(&gate_looked_ns, memory_order_relaxed);
+    if (t - last < 10000000ull)
+        return;
+    atomic_store_explicit(&gate_looked_ns, t, memory_order_relaxed);
+    if (access(gate, F_OK) != 0)
+        return;
+    atomic_store(&until_ns, until_off == UINT64_MAX ? UINT64_MAX : t + until_off);
+    atomic_store(&from_ns, t + from_off);
+}
+
+/* Is t inside the window? */
+static int window_open(uint64_t t)
+{
+    uint64_t from = atomic_load(&from_ns);
+    if (from == UINT64_MAX) {
+        if (gate)
+            gate_check(t);
+        return 0;
+    }
+    return t >= from && t < atomic_load(&until_ns);
+}
+
 /* Inject call k now? Sets errno and counts when it does. */
 static int fault(int k, int fd)
 {
     if (!permille[k] || !err_of[k])
         return 0;
     uint64_t t = now_ns();
-    if (t < from_ns || t >= until_ns)
+    if (!window_open(t))
         return 0;
     /* xorshift64*, shared: a lost update only repeats a number. */
     unsigned long long x = atomic_load_explicit(&rng_state, memory_order_relaxed);
@@ -265,8 +309,7 @@ static int alloc_fault(const void *ret)
 {
     if (!permille[F_MALLOC] || busy)
         return 0;
-    uint64_t t = now_ns();
-    if (t < from_ns || t >= until_ns)
+    if (!window_open(now_ns()))
         return 0;
     busy = 1;
     int mine = from_engine(ret);
