@@ -43,7 +43,7 @@ struct handoff;
 #define WSCONN_CLOSE_WAIT_NS (5ull * 1000000000ull)
 /* How long a client that broke a rule waits for its close frame while the producer answers the
  * messages that came before the broken frame (it may not ask for the next one). */
-#define WSCONN_FAIL_WAIT_NS (1ull * 1000000000ull)
+#define WSCONN_FAIL_WAIT_NS (2ull * 1000000000ull)
 
 /* What deliver reports to the producer. */
 enum wsconn_event {
