@@ -53,6 +53,11 @@ async def asgi_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"asgi"})
 
 
+# Set by /slow's handler when it starts: the request that must be past limit_concurrency waits
+# for it, not for a fixed time a loaded machine may not keep.
+SLOW_ENTERED = threading.Event()
+
+
 def build_app(root: Path) -> cyserve.App:
     from examples import hello_nogil
 
@@ -72,6 +77,7 @@ def build_app(root: Path) -> cyserve.App:
 
     @app.get("/slow")
     def slow(req: Any) -> str:
+        SLOW_ENTERED.set()
         time.sleep(1.5)
         return "slow"
 
@@ -177,8 +183,10 @@ def refusals(port: int) -> Iterator[tuple[str, Reply]]:
         yield "408", c.reply()
     slow = Conn(port)
     try:
+        SLOW_ENTERED.clear()
         slow.send(get("/slow"))
-        time.sleep(0.3)  # the slow request is in its handler: the next one is past the limit
+        assert SLOW_ENTERED.wait(10)  # the slow request is in its handler: the next one is
+        # past the limit
         with Conn(port) as c:
             c.send(get("/py"))
             yield "503", c.reply()

@@ -122,7 +122,14 @@ def python_threads_of_the_engine():
 
 app = cyserve.App()
 app.add_route("/py", lambda req: "py")
-app.add_route("/slow", lambda req: time.sleep(1.0) or "slow")
+slow_entered = threading.Event()
+
+def slow_route(req):
+    slow_entered.set()
+    time.sleep(1.0)
+    return "slow"
+
+app.add_route("/slow", slow_route)
 app.wsgi("/w", wsgi_app)
 app.asgi("/a", asgi_app)
 stop = threading.Event()
@@ -137,7 +144,7 @@ def client(port):
         # thread, which runs Python with a thread state of its own.
         with Conn(port) as slow:
             slow.send(get("/slow"))
-            time.sleep(0.1)
+            assert slow_entered.wait(10)
             r = request(port, get("/py"))
             assert (r.status, r.body) == (200, b"py"), r
             assert python_threads_of_the_engine() >= 2  # the one worker, and relief

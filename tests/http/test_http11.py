@@ -544,7 +544,8 @@ def test_silent_connection_is_closed():
 
 def test_slow_but_steady_body_is_not_cut():
     # Progress restarts body_timeout; the minimum rate (below) is turned off for this one.
-    with serving(ROUTES, threads=1, body_timeout=0.4, min_body_rate=0) as srv:
+    # body_timeout is well above the pause, which a loaded machine may stretch.
+    with serving(ROUTES, threads=1, body_timeout=1.0, min_body_rate=0) as srv:
         with Conn(srv.port) as c:
             c.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 12\r\n\r\n")
             for i in range(12):  # 12 x 0.15 s: longer than body_timeout in total
@@ -557,7 +558,7 @@ def test_slow_but_steady_body_is_not_cut():
 def test_body_below_the_minimum_rate_gets_408():
     # A byte every 0.15 s restarts body_timeout each time, but averages far below
     # min_body_rate once body_timeout (the grace) has passed: 408, as Apache's MinRate.
-    with serving(ROUTES, threads=1, body_timeout=0.4, min_body_rate=100) as srv:
+    with serving(ROUTES, threads=1, body_timeout=1.0, min_body_rate=100) as srv:
         with Conn(srv.port) as c:
             c.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n")
             t0 = time.monotonic()
@@ -579,7 +580,7 @@ def test_bodies_past_the_budget_wait_unread_then_go_on():
         with Conn(srv.port) as a, Conn(srv.port) as b:
             a.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 50000\r\n\r\n")
             a.send(b"a" * 1000)
-            time.sleep(0.2)  # a holds 50,000 of the budget now
+            time.sleep(0.5)  # a holds 50,000 of the budget now
             b.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 50000\r\n\r\n")
             b.send(b"b" * 50000)
             b.sock.settimeout(0.5)
