@@ -65,20 +65,22 @@ test: build test-tools
 	$(MAKE) test-asan
 
 # The end-to-end tests put a real nginx in front of cyserve (tests/e2e/test_nginx.py: its http
-# proxy, and its stream module for the PROXY protocol). A plain Debian machine lacks them: as
-# root with apt, install Debian's packages as the benchmarks do; otherwise say what the tests
-# will skip, and go on.
+# proxy, and its stream module for the PROXY protocol), and the soak's smoke test
+# (tests/bench/test_soak_smoke.py) loads the server with wrk. A plain Debian machine lacks them:
+# as root with apt, install Debian's packages as the benchmarks do; otherwise say which tests
+# need them (the nginx tests skip; the soak test fails, naming wrk), and go on.
 test-tools:
 	@missing=""; \
 	command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing="nginx"; \
 	[ -e /usr/lib/nginx/modules/ngx_stream_module.so ] || missing="$$missing libnginx-mod-stream"; \
+	command -v wrk >/dev/null || missing="$$missing wrk"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "make test needs$$missing for its nginx tests: installing Debian's packages"; \
+	    echo "make test needs$$missing for its nginx and soak tests: installing Debian's packages"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	  else \
-	    echo "make test: the nginx tests will be skipped without$$missing" \
-	      "(Debian/Ubuntu: sudo apt-get install$$missing)"; \
+	    echo "make test: the nginx tests will be skipped and the soak test will fail without" \
+	      "$$missing (Debian/Ubuntu: sudo apt-get install$$missing)"; \
 	  fi; \
 	fi
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -304,6 +305,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=600.0)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "soak")
     args = ap.parse_args()
+    if shutil.which("wrk") is None:
+        ap.error("wrk is needed for the keep-alive load and was not found on PATH "
+                 "(Debian/Ubuntu: apt-get install wrk; `make test` installs it as root)")
     return Soak(args.seconds, args.out).run()
 
 
