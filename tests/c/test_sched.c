@@ -207,9 +207,20 @@ static void test_idle_trim(void)
        "an idle scheduler keeps at most a magazine of stacks per worker (%ld)", alive);
     /* safety: as above. */
     is_int((long)__atomic_load_n(&slab->depot_mags, __ATOMIC_RELAXED), 0, "the depot is empty");
-    /* Trimmed, a worker sleeps without a timeout again: no wake-up while nothing comes. */
+    /* Trimmed, a worker sleeps without a timeout again: no wake-up while nothing comes. First
+     * every worker's last trim and park: counters that stay still for longer than a trim's wait
+     * (bounded, 10 tries). A fixed 300 ms was not enough where the workers' stacks last moved
+     * apart (a loaded machine): the first trim could not empty the depot yet, and its worker
+     * trimmed once more a trim's wait later, inside the window below. */
     struct sched_stats later;
-    usleep(300000); /* any worker's last trim and park */
+    sched_get_stats(s, &st);
+    for (int i = 0; i < 10; i++) {
+        usleep((CORO_IDLE_TRIM_MS + 100) * 1000);
+        sched_get_stats(s, &later);
+        if (later.trims == st.trims && later.parks == st.parks)
+            break;
+        st = later;
+    }
     sched_get_stats(s, &st);
     usleep(1500000);
     sched_get_stats(s, &later);
@@ -450,6 +461,21 @@ static void wo_noop(struct sched_io *io, uint32_t events)
 {
 }
 
+/* Wait (bounded, 10 s) until worker id is parked with at least `parks` parks counted in all:
+ * the fixed pauses this replaces lost that race on a loaded machine, where the worker may not
+ * have reached its park by then (a park counted after the baseline, or none yet). */
+static void wait_parked(struct sched *s, unsigned id, unsigned long long parks)
+{
+    struct sched_stats st;
+    for (int i = 0; i < 100000; i++) {
+        sched_get_stats(s, &st);
+        /* safety: parked is only ever accessed atomically once the worker runs. */
+        if (__atomic_load_n(&s->w[id].parked, __ATOMIC_SEQ_CST) == W_PARKED && st.parks >= parks)
+            return;
+        usleep(100);
+    }
+}
+
 static int wo_register(struct coro *co, void *arg)
 {
     add(&wo_registered, sched_io_add(&wo_io, wo_sv[0], wo_noop) == 0 ? 1 : -1);
@@ -484,13 +510,14 @@ static void test_io_out_on_demand(void)
     wo_sched = new_sched(1, 0, 0, 1);
     ok(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, wo_sv) == 0, "socketpair");
     is_int(sched_start(wo_sched), 0, "start");
-    usleep(20000); /* let the worker park */
+    wait_parked(wo_sched, 0, 1); /* nothing to run yet */
     sched_get_stats(wo_sched, &before);
     sched_spawn(wo_sched, wo_register, NULL);
     for (int i = 0; i < 20000 && get(&wo_registered) == 0; i++)
         usleep(100);
     is_int(get(&wo_registered), 1, "registered");
-    usleep(20000); /* parked again, or woken once more by the new socket */
+    wait_parked(wo_sched, 0, before.parks + 1);
+    usleep(20000); /* parked for good, or woken once more by the new socket */
     sched_get_stats(wo_sched, &after);
     int epfd = wo_sched->w[0].epfd;
     long mask = epoll_mask(epfd, wo_sv[0]);
@@ -506,8 +533,14 @@ static void test_io_out_on_demand(void)
     for (int i = 0; i < 20000 && get(&wo_filled) == 0; i++)
         usleep(100);
     is_int(get(&wo_filled), 1, "the writer filled the socket (EAGAIN)");
-    usleep(20000); /* it waits for EPOLLOUT now */
-    mask = epoll_mask(epfd, wo_sv[0]);
+    /* It waits for EPOLLOUT now: once its wait has added it (bounded, 10 s), not after a fixed
+     * 20 ms, which a loaded machine may spend before the writer gets to its wait. */
+    for (int i = 0; i < 100000; i++) {
+        mask = epoll_mask(epfd, wo_sv[0]);
+        if (mask >= 0 && (mask & EPOLLOUT))
+            break;
+        usleep(100);
+    }
     ok(mask >= 0 && (mask & EPOLLOUT) && (mask & EPOLLIN) && (mask & EPOLLET),
        "the first wait for EPOLLOUT added it, edge-triggered (mask %lx)", mask);
     is_int(get(&wo_done), 0, "the writer waits while the peer does not read");
@@ -570,7 +603,14 @@ static void hop_start_hook(struct sched *s, unsigned id, void *ud)
          * enough on a loaded machine, where worker 0's thread may not run for that long. */
         for (int i = 0; i < 10000 && !get(&hop_waiting); i++)
             usleep(1000);
-        usleep(5000);
+        /* Then until it has hopped (bounded, 10 s), not a fixed 5 ms more: a loaded machine
+         * may hold worker 0's thread between those two steps longer than that. */
+        struct sched_stats st = {0};
+        for (int i = 0; i < 10000 && st.hops == 0; i++) {
+            sched_get_stats(s, &st);
+            if (st.hops == 0)
+                usleep(1000);
+        }
     } else if (id == 0) {
         sched_spawn(s, hop_waiter, NULL);
         sched_spawn(s, hop_writer, NULL);
@@ -1085,7 +1125,12 @@ static void test_signal(void)
     for (int i = 0; i < 20000 && get(&sg_done) < 1; i++)
         usleep(100);
     ok(sg_early, "a set before the wait is remembered");
-    usleep(20000); /* let it park */
+    /* Until it parks (bounded, 10 s), not a fixed 20 ms: on a loaded machine the worker may not
+     * have reached its second wait by then, and the set below found nobody to wake. */
+    /* safety: the signal's state is only ever accessed atomically. */
+    for (int i = 0; i < 100000 && __atomic_load_n(&sg_sig.state, __ATOMIC_ACQUIRE) != SIG_WAITING;
+         i++)
+        usleep(100);
     is_int(get(&sg_done), 1, "the second wait parks");
     __atomic_store_n(&sg_value, 42, __ATOMIC_RELAXED); /* safety: ordered by the set below */
     is_int(sched_signal_set(&sg_sig), 1, "a set from a thread that is not a worker wakes it");
@@ -1672,7 +1717,12 @@ static void test_relief_cfg(int nblock, int waiting_only)
     add(&rl_release, 1);
     for (int i = 0; i < 5000 && get(&rl_in) > 0; i++)
         rl_sleep_ms(1);
-    rl_sleep_ms(20);
+    /* The relief thread lets go once it sees the worker's batch over: wait for that (bounded,
+     * 10 s) rather than a fixed 20 ms, which a loaded machine may spend before the relief thread
+     * runs again; pinged before, the relief thread might still be the one to answer. */
+    /* safety: relieved_by is only ever accessed atomically once the threads run. */
+    for (int i = 0; i < 10000 && __atomic_load_n(&s->w[0].relieved_by, __ATOMIC_ACQUIRE) != -1; i++)
+        rl_sleep_ms(1);
     ok(rl_ping(), "relief %d: served again after the calls returned", nblock);
     ok((rl_served_by[1]) == (0), "relief %d: by the worker itself (the relief let go)", nblock);
     add(&rl_second_done, 1);
@@ -1785,7 +1835,14 @@ static void test_relief_waiting(void)
     ok(fd >= 0 && x->stat_tid == get(&rw_tid), "relief look: its /proc file is kept open");
     __atomic_store_n(&rw_stop, 1, __ATOMIC_SEQ_CST);
     pthread_join(t, NULL);
-    ok(relief_waiting(x) == 1, "relief look: a thread that has exited counts as waiting");
+    /* pthread_join returns once the thread has cleared its tid, a step of its exit that comes
+     * before the kernel takes it out of /proc: until then its state still reads running, for
+     * as long as a loaded machine leaves the exiting thread off a CPU. Ask until it is gone
+     * (bounded, 10 s). */
+    int gone = 0;
+    for (int i = 0; i < 10000 && !(gone = relief_waiting(x) == 1); i++)
+        rl_sleep_ms(1);
+    ok(gone, "relief look: a thread that has exited counts as waiting");
 
     int fds[2];
     ok(pipe(fds) == 0, "relief look: a pipe to sleep on");
@@ -1794,7 +1851,11 @@ static void test_relief_waiting(void)
     while (!get(&rw_tid))
         rl_sleep_ms(1);
     __atomic_store_n(&x->tid, get(&rw_tid), __ATOMIC_RELAXED);
-    rl_sleep_ms(20); /* into its read */
+    /* Into its read: the first look that finds it asleep (bounded, 10 s), not a fixed 20 ms,
+     * which a loaded machine may spend before the new thread gets there. It stays asleep until
+     * the main thread writes, so every look after that one must agree. */
+    for (int i = 0; i < 10000 && relief_waiting(x) != 1; i++)
+        rl_sleep_ms(1);
     looks = 0;
     for (int i = 0; i < 20; i++)
         looks += relief_waiting(x) == 1;

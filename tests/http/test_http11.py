@@ -5,6 +5,7 @@ Every server listens on 127.0.0.1 and an ephemeral port and is stopped by the te
 
 from __future__ import annotations
 
+import select
 import socket
 import threading
 import time
@@ -39,13 +40,16 @@ def late_body(req: Request) -> Response:
 
 
 # Set when slow() begins: a test that needs the handler running waits for it, not for a fixed
-# time (a loaded machine may take longer than any such time to get there).
+# time (a loaded machine may take longer than any such time to get there). The handler then runs
+# until the test sets slow_release (at most 30 s): a stop that must find it in flight begins
+# first, however long the test takes to get there.
 slow_entered = threading.Event()
+slow_release = threading.Event()
 
 
 def slow(req: Request) -> str:
     slow_entered.set()
-    time.sleep(0.5)
+    slow_release.wait(30)
     return "slow done"
 
 
@@ -501,7 +505,6 @@ def test_header_slowloris_gets_408():
 
 
 def _readable(sock: socket.socket) -> bool:
-    import select
     return bool(select.select([sock], [], [], 0)[0])
 
 
@@ -518,15 +521,19 @@ def test_idle_keep_alive_connection_is_closed():
 def test_stray_crlf_after_a_request_leaves_the_connection_idle():
     # Clients send a CRLF after a POST body now and then (RFC 9112 2.2 lets a server ignore
     # it). It used to start a head deadline: 408 "request head not received" for a request
-    # nobody sent, instead of the quiet keep-alive close.
-    with serving(ROUTES, threads=1, keepalive_timeout=0.3, header_timeout=3.0) as srv:
+    # nobody sent, instead of the quiet keep-alive close. The head deadline is far from the
+    # keep-alive timeout, so that a loaded machine's delays cannot blur the two.
+    with serving(ROUTES, threads=1, keepalive_timeout=0.3, header_timeout=6.0) as srv:
         with Conn(srv.port) as c:
             c.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi\r\n")
             assert c.reply().body == b"hi"
             t0 = time.monotonic()
             assert c.is_closed() and c.buf == b""
-            assert time.monotonic() - t0 < 2.0  # the keep-alive timeout, not the head deadline
-        with Conn(srv.port) as c:  # the CRLF alone, after the connection went idle
+            assert time.monotonic() - t0 < 4.0  # the keep-alive timeout, not the head deadline
+    # The CRLF alone, after the connection went idle, on a server whose keep-alive timeout this
+    # client's pauses cannot reach (0.3 s left a loaded machine 0.2 s to send all of it).
+    with serving(ROUTES, threads=1) as srv:
+        with Conn(srv.port) as c:
             c.send(get("/py"))
             assert c.reply().status == 200
             time.sleep(0.05)
@@ -593,18 +600,22 @@ def test_bodies_past_the_budget_wait_unread_then_go_on():
 
 
 def test_a_body_that_waits_past_body_timeout_for_the_budget_gets_503():
-    with serving(ROUTES, threads=1, body_budget=60_000, body_timeout=0.5,
+    # a holds the budget while b waits for it past body_timeout. body_timeout is far above a's
+    # pauses between bytes (0.1 s), which a loaded machine may stretch: a's body timing out
+    # first would free the budget for b.
+    with serving(ROUTES, threads=1, body_budget=60_000, body_timeout=2.0,
                  min_body_rate=0) as srv:
         with Conn(srv.port) as a, Conn(srv.port) as b:
-            a.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 50000\r\n\r\n")
-            for _ in range(4):  # keeps a's body alive (progress within body_timeout)
-                a.send(b"a")
-                time.sleep(0.1)
+            a.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 50000\r\n"
+                   b"Expect: 100-continue\r\n\r\n")
+            # The only worker sends 100 Continue and takes a's share of the budget before it
+            # can read anything of b's: b comes second, however late the worker gets to a.
+            assert a.reply(head_only=True).status == 100
             b.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 50000\r\n\r\n")
             b.send(b"b" * 100)
-            for _ in range(10):
-                time.sleep(0.1)
-                a.send(b"a")
+            deadline = time.monotonic() + 30
+            while not select.select([b.sock], [], [], 0.1)[0] and time.monotonic() < deadline:
+                a.send(b"a")  # keeps a's body alive (progress within body_timeout)
             r = b.reply()
             assert (r.status, r.header("connection")) == (503, "close")
 
@@ -628,10 +639,15 @@ def test_shutdown_lets_in_flight_request_finish_and_closes_idle_at_once():
         assert c.reply().status == 200
     busy = Conn(srv.port)
     slow_entered.clear()
+    slow_release.clear()
     busy.send(get("/slow"))
-    assert slow_entered.wait(10)  # the handler is sleeping now
+    assert slow_entered.wait(10)  # the handler runs now, until released
     stopper = threading.Thread(target=srv.stop, kwargs={"grace": 30.0})
     stopper.start()
+    # The stop has begun once it closes an idle connection: only then may the handler end.
+    stop_began = _wait_for(lambda: srv.live_connections < len(idle) + 1)
+    slow_release.set()
+    assert stop_began, "no idle connection closed while a request was in flight"
     r = busy.reply()
     assert (r.status, r.body, r.header("connection")) == (200, b"slow done", "close")
     for c in idle:
@@ -660,12 +676,26 @@ def test_shutdown_answers_a_request_that_already_arrived():
         assert waiting.reply().status == 200
         busy = Conn(srv.port)
         slow_entered.clear()
+        slow_release.clear()
         busy.send(get("/slow"))
-        assert slow_entered.wait(10)  # the only worker is in the handler now
+        assert slow_entered.wait(10)  # the only worker is in the handler now, until released
         waiting.send(get("/py"))
         time.sleep(0.1)
-        stopper = threading.Thread(target=srv.stop, kwargs={"grace": 30.0})
+        stopping = threading.Event()
+
+        def stop() -> None:
+            stopping.set()
+            srv.stop(grace=30.0)
+
+        stopper = threading.Thread(target=stop)
         stopper.start()
+        # The handler may end once the stop has begun. Nothing shows that while the only worker
+        # is in the handler; the stop's first step (the server marked draining) follows the call
+        # at once, and 1 s leaves it room on a loaded machine where 0.4 s once had to hold the
+        # whole way from the handler's start.
+        assert stopping.wait(10)
+        time.sleep(1.0)
+        slow_release.set()
         r = waiting.reply()
         assert (r.status, r.body, r.header("connection")) == (200, b"Hello, World!", "close")
         assert waiting.is_closed()
@@ -674,6 +704,7 @@ def test_shutdown_answers_a_request_that_already_arrived():
         waiting.close()
         busy.close()
     finally:
+        slow_release.set()
         srv.stop()
 
 
