@@ -454,6 +454,12 @@ def test_disconnect_after_the_response_and_when_the_client_goes() -> None:
 
     with serving_app(app) as port:
         assert request(port, get("/after")).body == b"ok"
+        # That client is gone: its app is told before the next request begins (the two
+        # connections may be on different workers, whose news reach the loop in either order).
+        deadline = time.monotonic() + 20
+        while not events and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert events == ["http.disconnect"], events
         with Conn(port) as c:
             c.send(get("/stream"))
             c.read_until(b"\r\n\r\n")
