@@ -199,7 +199,9 @@ def test_a_log_file_is_reopened_on_sigusr1(tmp_path: Path) -> None:
         wait_for(lambda: log.read_text().count("\n") == 1)
         log.rename(tmp_path / "access.log.1")  # what logrotate does, then it signals
         proc.send_signal(signal.SIGUSR1)
-        wait_for(log.exists)
+        # Reopened once no descriptor of the server is on the old file: the new file exists a
+        # moment before the server's log descriptor is moved onto it.
+        wait_for(lambda: log.exists() and not _holds(proc.pid, tmp_path / "access.log.1"))
         get(port, "/py")
         wait_for(lambda: log.read_text().count("\n") == 1)
     finally:
@@ -239,7 +241,10 @@ def test_worker_processes_reopen_on_sigusr1_too(tmp_path: Path) -> None:
         wait_for(lambda: log.read_text().count("\n") >= 20)
         log.rename(tmp_path / "access.log.1")
         proc.send_signal(signal.SIGUSR1)
-        time.sleep(0.5)  # the supervisor passes it on; each worker reopens
+        # The supervisor passes it on and each worker reopens: by then no worker has a
+        # descriptor on the old file (a fixed pause could end before a busy machine got there).
+        wait_for(lambda: not any(_holds(pid, tmp_path / "access.log.1")
+                                 for pid in _children(proc.pid)))
         for _ in range(20):
             get(fixed, "/py")
         wait_for(lambda: log.exists() and log.read_text().count("\n") == 20)
@@ -269,6 +274,26 @@ def _answers(port: int) -> bool:
         return get(port, "/plaintext").endswith(b"Hello, World!")
     except OSError:
         return False
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(child) for child in f.read().split()]
+
+
+def _holds(pid: int, path: Path) -> bool:
+    """Whether process pid has a descriptor open on path."""
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:  # the process is gone
+        return False
+    for name in names:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{name}") == str(path):
+                return True
+        except OSError:  # closed meanwhile
+            pass
+    return False
 
 
 def current_umask() -> int:

@@ -623,10 +623,12 @@ def test_asgi_body_past_the_limit_is_never_taken_for_a_whole_one() -> None:
     stop = threading.Event()
     ready: list[Any] = []
     seen: list[tuple[int, bool]] = []
+    receiving = threading.Event()
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
+        receiving.set()
         n = 0
         while True:
             m = await receive()
@@ -652,7 +654,7 @@ def test_asgi_body_past_the_limit_is_never_taken_for_a_whole_one() -> None:
     try:
         with H2(ready[0].port) as c:
             sid = c.send("/x", method="POST", end=False)
-            time.sleep(0.3)  # the app waits in receive()
+            assert receiving.wait(20), "the request did not reach the app"  # it waits in receive()
             c.conn.send_data(sid, b"x" * 2000, end_stream=True)
             c.flush()
             with pytest.raises(AssertionError, match="reset"):
@@ -792,9 +794,11 @@ def test_stalled_stream_is_closed_after_body_timeout() -> None:
 
     with serving(app.build(), body_timeout=0.5) as srv, H2(srv.port) as c:
         # A small body announced (read whole before the call) that never comes. (A large or
-        # unannounced one streams to the handler, which answers without reading it here.)
-        c.send("/py", method="POST", headers=[("content-length", "1000")], end=False)
+        # unannounced one streams to the handler, which answers without reading it here.) The
+        # clock starts before the request is sent, so that the lower bound holds however late
+        # this thread runs after the send.
         t0 = time.monotonic()
+        c.send("/py", method="POST", headers=[("content-length", "1000")], end=False)
         ended = c.until(h2.events.ConnectionTerminated)
         assert ended.error_code == h2.errors.ErrorCodes.NO_ERROR
         assert 0.4 < time.monotonic() - t0 < 5
@@ -804,8 +808,8 @@ def test_idle_connection_closed_after_keepalive_timeout() -> None:
     app = cyserve.App()
     app.static("/plaintext", b"ok", content_type="text/plain")
     with serving(app.build(), keepalive_timeout=0.5) as srv, H2(srv.port) as c:
+        t0 = time.monotonic()  # before the request: the server's idle time starts after it
         assert c.get("/plaintext")[0] == 200
-        t0 = time.monotonic()
         with pytest.raises(EOFError):
             while time.monotonic() - t0 < 5:
                 c.pump()
@@ -813,14 +817,25 @@ def test_idle_connection_closed_after_keepalive_timeout() -> None:
 
 
 def test_graceful_stop_sends_goaway_and_finishes_the_stream(root: Any) -> None:
-    srv_cm = serving(build_app(root).build())
+    app = build_app(root)
+    entered = threading.Event()
+
+    @app.route("/held")
+    def held(req: Any) -> str:
+        entered.set()
+        time.sleep(0.5)
+        return "slow done"
+
+    srv_cm = serving(app.build())
     srv = srv_cm.__enter__()
     stopped = False
     try:
         with H2(srv.port) as c:
             assert c.get("/plaintext")[0] == 200
-            sid = c.send("/slow")
-            time.sleep(0.1)  # the handler runs
+            sid = c.send("/held")
+            # The handler runs: the stop comes after the stream was taken, not after a pause a
+            # loaded machine may overrun (the GOAWAY would then refuse the stream).
+            assert entered.wait(20), "the handler did not start"
             stopper = threading.Thread(target=srv.stop, kwargs={"grace": 5.0})
             stopper.start()
             status, _, body = c.response(sid)
@@ -1240,9 +1255,9 @@ def test_zero_window_stall_is_bounded(pings: bool) -> None:
                 client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
             c.conn.initiate_connection()
             c.flush()
+            t0 = time.monotonic()  # before the requests: the lower bound holds however late
             c.send("/big")
             c.send("/py")
-            t0 = time.monotonic()
             ended = None
             pinged = 0.0
             while time.monotonic() - t0 < 6 and ended is None:

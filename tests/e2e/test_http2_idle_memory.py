@@ -68,11 +68,17 @@ def test_idle_http2_tls_connection_memory(tmp_path: Path) -> None:
             time.sleep(0.5)
             before = tree_rss_kib(srv.proc.pid)
             socks = h2_open_idle(port, CONNS, ctx)
-            time.sleep(0.5)  # past the 100 ms after which an idle session is set aside
-            after = tree_rss_kib(srv.proc.pid)
+            # Past the 100 ms after which an idle session is set aside, for every connection:
+            # measured until it is under the bound (what is given back only lowers it) or 10 s
+            # have passed, as a loaded machine may take longer than one pause to get there.
+            deadline = time.monotonic() + 10
+            while True:
+                time.sleep(0.5)
+                per = (tree_rss_kib(srv.proc.pid) - before) * 1024 / CONNS
+                if per < PER_CONN_MAX or time.monotonic() > deadline:
+                    break
             for s in socks:
                 s.close()
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-    per = (after - before) * 1024 / CONNS
     assert per < PER_CONN_MAX, f"{per:.0f} bytes per idle HTTP/2 connection over TLS"

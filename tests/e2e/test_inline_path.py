@@ -186,10 +186,10 @@ def test_an_answer_the_socket_will_not_take_whole_is_finished_by_the_coroutine()
             for i in range(n):
                 c.send(get("/big" if i % 2 == 0 else "/plaintext"))
                 time.sleep(0.005)
-            st1 = srv.stats()
             for i in range(n):
                 r = c.reply()
                 assert (r.status, r.body) == (200, BIG if i % 2 == 0 else b"Hello, World!"), i
+            st1 = srv.stats()  # once every answer is in: the server may lag behind the sends
         assert st1["inline"] - st0["inline"] >= 2, "nothing was answered inline"
         assert st1["spawned"] > st0["spawned"], "no answer was left to the coroutine"
 
