@@ -216,10 +216,17 @@ def test_a_reload_that_cannot_import_keeps_the_old_workers(tmp_path: Path,
                  wait_serving=2, app=APP)
     served.append(srv)
     before = {request(socket.AF_INET, ("127.0.0.1", port))[1] for _ in range(20)}
+    # The import says it ran, so that the test waits for the reload's failure (said at once, a
+    # SIGTERM meanwhile only counted) rather than a fixed second that a stop could come before.
+    importing = tmp_path / "importing.txt"
     with open(tmp_path / "listen_app.py", "a") as f:
-        f.write("\nraise RuntimeError('broken on purpose')\n")
+        f.write(f"\nimport pathlib\npathlib.Path({str(importing)!r}).write_text('now')\n"
+                "raise RuntimeError('broken on purpose')\n")
     os.kill(srv.proc.pid, signal.SIGHUP)
-    time.sleep(1.0)
+    deadline = time.monotonic() + TIMEOUT
+    while not importing.exists():
+        assert time.monotonic() < deadline, "the reload never imported the application"
+        time.sleep(0.02)
     after = {request(socket.AF_INET, ("127.0.0.1", port))[1] for _ in range(20)}
     assert {b.split()[0] for b in after} == {"one"}
     assert {b.split()[1] for b in after} <= {b.split()[1] for b in before}  # the same workers

@@ -203,13 +203,13 @@ def test_worker_timeout_kills_a_stuck_worker(tmp_path: Path, served: list[Served
     while len(pids) < 2:
         pids.add(int(request(socket.AF_INET, addr, "/who")[1].split()[0]))
     stuck = socket.create_connection(addr, timeout=TIMEOUT)
+    started = time.monotonic()  # before the call can start: took is never short of the limit
     if path == "SIGSTOP":  # a process that stopped: its heartbeat goes silent
         stuck.sendall(b"GET /who HTTP/1.1\r\nHost: x\r\n\r\n")
         victim = int(stuck.recv(1000).partition(b"\r\n\r\n")[2].split()[0])
         os.kill(victim, signal.SIGSTOP)
     else:
         stuck.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-    started = time.monotonic()
     deadline = started + TIMEOUT
     lines = []
     while not any("its replacement serves" in ln for ln in lines):

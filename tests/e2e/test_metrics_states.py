@@ -4,6 +4,7 @@ parser, while connections are held in every state."""
 
 from __future__ import annotations
 
+import select
 import socket
 import time
 from collections.abc import Iterator
@@ -95,7 +96,7 @@ def test_connections_by_state_and_limit_refusals(tmp_path: Path, served: list[Se
     # waits as the first does, and the next try is refused wherever it lands.
     started = 0
     while True:
-        status, body = _try_block(port)
+        status, body = _try_block(port, mport, 1 + started)
         if status.startswith(b"HTTP/1.1 503"):
             assert "too many requests at once" in body
             break
@@ -126,16 +127,19 @@ def test_connections_by_state_and_limit_refusals(tmp_path: Path, served: list[Se
     assert srv.stop() == 0, srv.stderr
 
 
-def _try_block(port: int) -> tuple[bytes, str]:
-    """GET /block: its status line and body, or (b"", "") when no answer came within 0.5 s
-    (it landed in a process with room: its handler waits for the file)."""
+def _try_block(port: int, mport: int, blocked: int) -> tuple[bytes, str]:
+    """GET /block: its status line and body, or (b"", "") once its handler is seen to run (the
+    connections in a Python call go past the `blocked` ones before it): it landed in a process
+    with room, and waits for the file. Not a fixed wait for the answer, which a loaded machine
+    may overrun with the refusal still to come."""
     with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as s:
         s.sendall(b"GET /block HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        s.settimeout(0.5)
-        try:
-            data = s.recv(1000)
-        except TimeoutError:
-            return b"", ""
+        deadline = time.monotonic() + TIMEOUT
+        while not select.select([s], [], [], 0.05)[0]:
+            if states(mport)[2] > blocked:
+                return b"", ""
+            assert time.monotonic() < deadline, "neither an answer nor a handler that runs"
+        data = s.recv(1000)
     head, _, body = data.partition(b"\r\n\r\n")
     return head.split(b"\r\n")[0], body.decode()
 

@@ -83,8 +83,10 @@ def test_nogil_websocket_timers_leave_no_connection_counted_busy(user: Any) -> N
     # pings of clients that answer them, then a client that does not, closed 1011 by its pong's
     # deadline from the timer's coroutine. Neither may change the count of busy connections.
     mport = free_port()
+    # The pong timeout is long enough for a loaded machine's client threads to read each ping
+    # and answer it (the library does, in a thread of its own); the silent client waits it out.
     with serving_app(nogil_app(user), metrics_bind=f"127.0.0.1:{mport}",
-                     ws_ping_interval=0.1, ws_ping_timeout=0.3) as port:
+                     ws_ping_interval=0.1, ws_ping_timeout=2.0) as port:
         clients = [connect(f"ws://127.0.0.1:{port}/ws") for _ in range(2)]
         try:
             silent, head = handshake(port, path="/ws")

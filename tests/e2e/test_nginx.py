@@ -33,6 +33,7 @@ if not os.access(NGINX, os.X_OK):
                 "installs it)", allow_module_level=True)
 
 APP = """
+import pathlib
 import time
 
 import cyserve
@@ -53,6 +54,7 @@ def upload(request):
 
 @app.get("/slow")
 def slow(request):
+    pathlib.Path("slow-started").write_text("now")  # in the folder the test started it in
     time.sleep(1.5)
     return "finished"
 
@@ -233,7 +235,10 @@ def test_behind_nginx_the_app_sees_the_client(tmp_path: Path, running: list[Serv
         t = threading.Thread(target=lambda: result.append(
             http(nginx.port, "GET", "/slow")[:2]))
         t.start()
-        time.sleep(0.5)  # the request is in the handler
+        deadline = time.monotonic() + TIMEOUT
+        while not (tmp_path / "slow-started").exists():  # the request is in the handler
+            assert time.monotonic() < deadline, "the slow request never reached the handler"
+            time.sleep(0.01)
         os.killpg(srv.proc.pid, signal.SIGTERM)
         t.join(TIMEOUT)
         assert result == [(200, b"finished")], nginx.error_log()

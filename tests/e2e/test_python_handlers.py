@@ -20,7 +20,10 @@ from _rawhttp import serving
 pytestmark = pytest.mark.native
 
 N_CONN = 8
-SLEEP_S = 0.05
+# Each call's length: the responses' arrivals are seen by this process's main thread, and a
+# thread of a loaded machine may be descheduled for a few of them at 50 ms (half of them early
+# is the bound, six the usual count).
+SLEEP_S = 0.15
 
 
 def test_slow_handlers_answer_one_by_one():
@@ -45,7 +48,7 @@ def test_slow_handlers_answer_one_by_one():
             for s in socks:
                 s.setblocking(False)
                 sel.register(s, selectors.EVENT_READ, {"buf": b""})
-            # Every request is sent before the server answers the first (it sleeps 50 ms), so
+            # Every request is sent before the server answers the first (it sleeps 150 ms), so
             # they are all queued on the one worker at about the same time.
             for s in socks:
                 s.sendall(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")

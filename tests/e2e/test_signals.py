@@ -14,6 +14,7 @@ import signal
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -53,8 +54,9 @@ def test_a_quiet_wait_does_not_wake_and_a_signal_ends_it(srv: Server) -> None:
     waiter = Waiter(None)
     waiter.install()
     try:
+        t0 = time.monotonic()  # before the timer: a pause of this thread cannot shorten took
         timer = later(1.0, os.kill, os.getpid(), signal.SIGTERM)
-        before, t0 = voluntary_switches(), time.monotonic()
+        before = voluntary_switches()
         waiter.wait_for_request(srv)
         took, switches = time.monotonic() - t0, voluntary_switches() - before
         timer.join()
@@ -86,9 +88,9 @@ def threads_besides(before: list[threading.Thread]) -> list[threading.Thread]:
 def test_a_stop_event_set_through_a_method_taken_before_the_wait_ends_it(srv: Server) -> None:
     stop = threading.Event()
     before = threading.enumerate()
+    t0 = time.monotonic()  # before the timer: a pause of this thread cannot shorten took
     timer = later(0.3, stop.set)  # bound before the wait began: nothing of it can be wrapped
     waiter = Waiter(stop)
-    t0 = time.monotonic()
     waiter.wait_for_request(srv)
     took = time.monotonic() - t0
     timer.join()
@@ -142,13 +144,14 @@ def test_sighup_runs_on_hup_and_the_wait_goes_on(srv: Server) -> None:
     try:
         t0 = time.monotonic()
         first = later(0.2, os.kill, os.getpid(), signal.SIGHUP)
-        second = later(0.6, os.kill, os.getpid(), signal.SIGTERM)
+        # Well after it: a loaded machine may wake this thread late for the first.
+        second = later(1.5, os.kill, os.getpid(), signal.SIGTERM)
         waiter.wait_for_request(srv)
         first.join()
         second.join()
     finally:
         waiter.uninstall()
-    assert len(hups) == 1 and hups[0] - t0 < 0.6  # acted on when it came, not at the end
+    assert len(hups) == 1 and hups[0] - t0 < 1.5  # acted on when it came, not at the end
     assert waiter.pending() == 1 and waiter.first_signal == signal.SIGTERM
 
 
@@ -179,12 +182,25 @@ def test_the_previous_wakeup_descriptor_is_put_back_and_told_of_the_signals(
 
 
 def test_a_tick_is_called_while_waiting(srv: Server) -> None:
+    # Every POLL_SECONDS (0.05). The server stops once three ticks came, not after a fixed half
+    # second, which a loaded machine could spend with this thread descheduled.
     ticks: list[Server] = []
+    three = threading.Event()
+
+    def tick(server: Server) -> None:
+        ticks.append(server)
+        if len(ticks) >= 3:
+            three.set()
+
+    def stop_after_three() -> None:
+        three.wait(TIMEOUT)  # guards a hang only: no ticks fail the assertion below
+        srv.stop(0.0)
+
+    stopper = threading.Thread(target=stop_after_three)
+    stopper.start()
     waiter = Waiter(None)
-    timer = later(0.5, srv.stop, 0.0)
-    waiter.wait_for_request(srv, ticks.append)
-    timer.join()
-    # Every POLL_SECONDS (0.05): about ten in the half second; a loaded machine may give fewer.
+    waiter.wait_for_request(srv, tick)
+    stopper.join()
     assert len(ticks) >= 3 and all(t is srv for t in ticks)
 
 
@@ -252,6 +268,24 @@ def open_descriptors() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+# What a server and a wait open: sockets, pipes and anonymous inodes (eventfd, epoll, timerfd).
+_ENGINE_KINDS = ("socket:", "pipe:", "anon_inode:")
+
+
+def engine_descriptors() -> Counter[str]:
+    """The descriptors of the kinds a server and a wait open, by kind. Files (pytest's capture,
+    a module an import reads) are not counted: another thread of the test process may open one
+    at any moment."""
+    kinds: Counter[str] = Counter()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the listing's own descriptor, closed since
+            continue
+        kinds.update(k for k in _ENGINE_KINDS if target.startswith(k))
+    return kinds
+
+
 def test_servers_waited_for_one_after_another_leave_no_descriptor() -> None:
     # A stop_event never set, each server stopped by another thread: what watched the event
     # must keep nothing of its server (its stopped_fd, its listeners) nor of the wait.
@@ -265,10 +299,15 @@ def test_servers_waited_for_one_after_another_leave_no_descriptor() -> None:
         stopper.join()
 
     one()  # whatever the first server makes once (the engine's shared state)
-    before = open_descriptors()
+    before = engine_descriptors()
     for _ in range(20):
         one()
-    assert open_descriptors() == before
+    # A leak is one descriptor or more of a kind per server, 20 here; a descriptor that another
+    # thread of the test process holds a moment (a connection it closes) is let go soon.
+    deadline = time.monotonic() + 10
+    while (after := engine_descriptors()) - before:
+        assert time.monotonic() < deadline, (before, after)
+        time.sleep(0.05)
 
 
 def test_a_wait_begun_at_the_descriptor_limit_still_ends_on_a_signal(srv: Server) -> None:

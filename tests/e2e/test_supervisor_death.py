@@ -49,6 +49,13 @@ def served() -> Iterator[list[Served]]:
         s.close()
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time pid has used (user and system), in seconds."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rpartition(b")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def alive(pid: int) -> bool:
     """Whether pid runs (a zombie has ended: its parent, the init process here, reaps it)."""
     try:
@@ -72,11 +79,16 @@ def test_worker_ends_when_its_supervisor_is_killed(tmp_path: Path, served: list[
     assert worker != srv.proc.pid
     stuck = None
     if path is not None:
+        idle = cpu_seconds(worker)
         stuck = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
         stuck.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
         # The worker's Python thread waits for a GIL that the call never gives back: its own
-        # SIGTERM handler could not run. Let the call start.
-        time.sleep(0.5)
+        # SIGTERM handler could not run. Let the call start: the worker spins, which an idle
+        # one does not (a fixed pause could end before a loaded machine started it).
+        deadline = time.monotonic() + TIMEOUT
+        while cpu_seconds(worker) - idle < 0.2:
+            assert time.monotonic() < deadline, "the call never started"
+            time.sleep(0.02)
     os.kill(srv.proc.pid, signal.SIGKILL)
     killed = time.monotonic()
     while alive(worker):

@@ -345,8 +345,10 @@ def test_head_with_a_slow_generator_is_not_held_by_its_rest(
     for server, port in ports.items():
         c = Client(port)
         try:
-            c.sock.sendall(b"HEAD /raw/head-slow HTTP/1.1\r\nHost: t\r\n\r\n")
+            # Timed from before the request: the generator's pause cannot start before it, however
+            # late this thread comes back from the send.
             t0 = time.monotonic()
+            c.sock.sendall(b"HEAD /raw/head-slow HTTP/1.1\r\nHost: t\r\n\r\n")
             status, headers = c.head()
             heads[server] = (status, [v for k, v in headers if k == "content-length"])
             c.sock.sendall(get("/raw/latin1"))
