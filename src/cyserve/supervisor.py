@@ -656,8 +656,8 @@ class _Supervisor:
                 pass
 
     def _stop(self, status: int) -> int:
-        """Stop every worker (SIGTERM); one more stop request forces them (a second SIGTERM,
-        which a worker takes as its second signal), another or the deadline kills them."""
+        """Stop every worker (SIGTERM); one more stop request forces them (SIGINT, which a
+        worker takes as its second stop signal), another or the deadline kills them."""
         # Not to a worker a handover already told to stop: it is stopping, and past its own
         # handlers (put back before it exits) a second SIGTERM would kill it outright, "killed
         # by SIGTERM", a failed worker where nothing failed.
@@ -690,7 +690,12 @@ class _Supervisor:
             if extra >= 1 and not forced:
                 forced = True
                 say("cyserve: forcing shutdown")
-                self._signal_all(signal.SIGTERM)
+                # SIGINT, not a second SIGTERM: a quick double Ctrl-C has both go out at once
+                # (above, then here on the loop's first pass), and two SIGTERMs that reach a
+                # worker before its handler runs are one to Python, which runs a signal's handler
+                # once however often it came: the worker then waited out its grace period. Two
+                # different signals each run their handler, and the worker counts both.
+                self._signal_all(signal.SIGINT)
             elif not killed and (extra >= 2 or time.monotonic() > deadline):
                 say("cyserve: worker processes still running; killing them", sys.stderr)
                 killed = True

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -376,6 +377,43 @@ def test_a_second_ctrl_c_forces_the_workers(tmp_path: Path) -> None:
     assert re.search(r"cyserve: worker process \d+ exited with status 1", err), err
     assert elapsed < 5.0 + 5.0, elapsed  # before the supervisor's SIGKILL deadline
     assert all(_gone(pid) for pid in sup.workers)
+
+
+def test_a_quick_double_ctrl_c_forces_the_workers_too(tmp_path: Path) -> None:
+    # Two Ctrl-Cs 20 ms apart: the supervisor has counted both before it passes the stop on, and
+    # sends the worker its stop and the forcing one back to back. Two SIGTERMs would arrive
+    # before the worker's handler runs and count as one there (it then waited out its 5 s grace
+    # and 2 s more, "after the grace period", in about half the runs); a SIGTERM and a SIGINT
+    # count as two.
+    sup = Supervised(tmp_path, 2, sleep=60.0)
+    try:
+        client = threading.Thread(target=lambda: _quietly(sup.get, "/slow"), daemon=True)
+        client.start()
+        deadline = time.monotonic() + TIMEOUT
+        while not sup.marker.exists():
+            assert time.monotonic() < deadline, "the slow request never started"
+            time.sleep(0.01)
+        t0 = time.monotonic()
+        os.killpg(sup.proc.pid, signal.SIGINT)
+        time.sleep(0.02)
+        os.killpg(sup.proc.pid, signal.SIGINT)
+        code, err = sup.finish()
+        elapsed = time.monotonic() - t0
+    finally:
+        sup.close()
+    assert "cyserve: forcing shutdown" in sup.stdout
+    said = "\n".join(sup.stdout) + err
+    assert "after the forced stop" in said and "after the grace period" not in said, said
+    assert code == 1 and "killing them" not in err, err
+    assert elapsed < 5.0, elapsed  # the forced stop's 2 s, not the 5 s grace and 2 s more
+
+
+def _quietly(call: Any, *args: Any) -> None:
+    """call(*args), its error dropped: a request whose connection a forced stop closes."""
+    try:
+        call(*args)
+    except BaseException:  # noqa: BLE001 - what the forced stop does to it is not checked here
+        pass
 
 
 def run_cli(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
