@@ -576,7 +576,10 @@ def test_five_reloads_and_many_recyclings_under_keepalive_load_from_another_proc
 
 def _kill_one_worker(supervisor: int, workers: int) -> int:
     """kill -9 one worker process of ``supervisor``; return its pid once the supervisor has
-    reaped it and started another (``workers`` again)."""
+    reaped it and has ``workers`` children or more again. (Not exactly ``workers``: under
+    --max-requests, retiring workers that still finish their connections are children too, and
+    on a fast machine a handover is under way nearly all the time, so that the count may never
+    be exactly ``workers`` at a look.)"""
     with open(f"/proc/{supervisor}/task/{supervisor}/children") as f:
         victim = int(f.read().split()[0])
     os.kill(victim, signal.SIGKILL)
@@ -584,7 +587,7 @@ def _kill_one_worker(supervisor: int, workers: int) -> int:
     while True:  # the supervisor reaps it and starts a new one
         with open(f"/proc/{supervisor}/task/{supervisor}/children") as f:
             children = [int(p) for p in f.read().split()]
-        if victim not in children and len(children) == workers:
+        if victim not in children and len(children) >= workers:
             return victim
         assert time.monotonic() < deadline, children
         time.sleep(0.02)
