@@ -20,7 +20,6 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -336,84 +335,62 @@ def _listening(pid: int) -> bool:
     return False
 
 
-def test_a_second_ctrl_c_forces_the_workers(tmp_path: Path) -> None:
+@pytest.mark.parametrize("quick", [False, True], ids=["after-the-first-was-taken", "20ms-apart"])
+def test_a_second_ctrl_c_forces_the_workers(tmp_path: Path, quick: bool) -> None:
     # A handler that sleeps 60 s cannot finish within the 5 s grace: the first Ctrl-C alone would
     # end in the supervisor's SIGKILL after graceful_timeout + 5 s. The second Ctrl-C forces
     # each worker, which abandons its handler after 2 s (serving._FORCE_WAIT_SECONDS) and exits 1.
     sup = Supervised(tmp_path, 2, sleep=60.0)
     try:
-        box: list[BaseException] = []
-
-        def slow() -> None:
-            try:
-                sup.get("/slow")
-            except BaseException as exc:  # the connection is closed under it: expected
-                box.append(exc)
-
-        client = threading.Thread(target=slow, daemon=True)
-        client.start()
-        deadline = time.monotonic() + TIMEOUT
-        while not sup.marker.exists():
-            assert time.monotonic() < deadline, "the slow request never started"
-            time.sleep(0.01)
+        _slow_request_started(sup)
         t0 = time.monotonic()
         os.killpg(sup.proc.pid, signal.SIGINT)
-        # The second Ctrl-C once the first was taken by the supervisor and, passed on, by every
-        # worker: Python runs a handler once for signals that come before it runs, so a second
-        # one sent sooner (a fixed 0.2 s on a loaded machine) can count as no second at all.
-        deadline = time.monotonic() + TIMEOUT
-        while sup.next_line() != "cyserve: shutting down":
-            assert time.monotonic() < deadline
-        while any(_listening(pid) for pid in sup.workers):
-            assert time.monotonic() < deadline, "a worker did not begin its stop"
-            time.sleep(0.01)
+        if quick:
+            # 20 ms apart: the supervisor has counted both before it passes the stop on, and
+            # sends each worker its stop and the forcing one back to back. Two SIGTERMs would
+            # reach the worker before its handler runs and count as one there (it then waited
+            # out its 5 s grace and 2 s more, "after the grace period", in about half the runs);
+            # a SIGTERM and a SIGINT count as two.
+            time.sleep(0.02)
+        else:
+            # Once the first was taken by the supervisor and, passed on, by every worker:
+            # Python runs a handler once for signals that come before it runs, so a second one
+            # sent sooner (a fixed 0.2 s on a loaded machine) could count as none at all here.
+            deadline = time.monotonic() + TIMEOUT
+            while sup.next_line() != "cyserve: shutting down":
+                assert time.monotonic() < deadline
+            while any(_listening(pid) for pid in sup.workers):
+                assert time.monotonic() < deadline, "a worker did not begin its stop"
+                time.sleep(0.01)
         os.killpg(sup.proc.pid, signal.SIGINT)
         code, err = sup.finish()
         elapsed = time.monotonic() - t0
     finally:
         sup.close()
+    said = "\n".join(sup.stdout) + err
     assert "cyserve: forcing shutdown" in sup.stdout
+    assert "after the forced stop" in said and "after the grace period" not in said, said
     assert code == 1 and "killing them" not in err, err
     assert re.search(r"cyserve: worker process \d+ exited with status 1", err), err
-    assert elapsed < 5.0 + 5.0, elapsed  # before the supervisor's SIGKILL deadline
+    # The forced stop's 2 s, not the 5 s grace and 2 s more (nor the supervisor's SIGKILL).
+    assert elapsed < (5.0 if quick else 5.0 + 5.0), elapsed
     assert all(_gone(pid) for pid in sup.workers)
 
 
-def test_a_quick_double_ctrl_c_forces_the_workers_too(tmp_path: Path) -> None:
-    # Two Ctrl-Cs 20 ms apart: the supervisor has counted both before it passes the stop on, and
-    # sends the worker its stop and the forcing one back to back. Two SIGTERMs would arrive
-    # before the worker's handler runs and count as one there (it then waited out its 5 s grace
-    # and 2 s more, "after the grace period", in about half the runs); a SIGTERM and a SIGINT
-    # count as two.
-    sup = Supervised(tmp_path, 2, sleep=60.0)
-    try:
-        client = threading.Thread(target=lambda: _quietly(sup.get, "/slow"), daemon=True)
-        client.start()
-        deadline = time.monotonic() + TIMEOUT
-        while not sup.marker.exists():
-            assert time.monotonic() < deadline, "the slow request never started"
-            time.sleep(0.01)
-        t0 = time.monotonic()
-        os.killpg(sup.proc.pid, signal.SIGINT)
-        time.sleep(0.02)
-        os.killpg(sup.proc.pid, signal.SIGINT)
-        code, err = sup.finish()
-        elapsed = time.monotonic() - t0
-    finally:
-        sup.close()
-    assert "cyserve: forcing shutdown" in sup.stdout
-    said = "\n".join(sup.stdout) + err
-    assert "after the forced stop" in said and "after the grace period" not in said, said
-    assert code == 1 and "killing them" not in err, err
-    assert elapsed < 5.0, elapsed  # the forced stop's 2 s, not the 5 s grace and 2 s more
+def _slow_request_started(sup: Supervised) -> None:
+    """A request to /slow from a thread of its own, returned once its handler has begun (the
+    handler's marker file). What a forced stop then does to the request is not checked."""
+    def slow() -> None:
+        try:
+            sup.get("/slow")
+        except BaseException:  # noqa: BLE001 - the connection is closed under it: expected
+            pass
 
-
-def _quietly(call: Any, *args: Any) -> None:
-    """call(*args), its error dropped: a request whose connection a forced stop closes."""
-    try:
-        call(*args)
-    except BaseException:  # noqa: BLE001 - what the forced stop does to it is not checked here
-        pass
+    threading.Thread(target=slow, daemon=True).start()
+    deadline = time.monotonic() + TIMEOUT
+    while not sup.marker.exists():
+        assert time.monotonic() < deadline, "the slow request never started"
+        time.sleep(0.01)
 
 
 def run_cli(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
