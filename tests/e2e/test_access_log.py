@@ -26,6 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 from _certs import self_signed
+from _procfd import fd_targets
 
 pytestmark = pytest.mark.native
 
@@ -282,18 +283,8 @@ def _children(pid: int) -> list[int]:
 
 
 def _holds(pid: int, path: Path) -> bool:
-    """Whether process pid has a descriptor open on path."""
-    try:
-        names = os.listdir(f"/proc/{pid}/fd")
-    except OSError:  # the process is gone
-        return False
-    for name in names:
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{name}") == str(path):
-                return True
-        except OSError:  # closed meanwhile
-            pass
-    return False
+    """Whether process pid has a descriptor open on path (False once it is gone)."""
+    return str(path) in fd_targets(pid).values()
 
 
 def current_umask() -> int:

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from _procfd import fd_targets
 from _rawhttp import Conn, get, request
 from test_http2 import H2
 
@@ -678,16 +679,7 @@ def test_batches_from_every_worker_wake_the_loop_and_its_wake_up_closes() -> Non
 
 def _eventfds() -> set[int]:
     """The descriptors of this process that are eventfds (the loop's wake-up is one)."""
-    import os
-
-    fds = set()
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{name}") == "anon_inode:[eventfd]":
-                fds.add(int(name))
-        except OSError:  # the listing's own descriptor, or one closed meanwhile
-            pass
-    return fds
+    return {fd for fd, target in fd_targets().items() if target == "anon_inode:[eventfd]"}
 
 
 def test_pipelined_requests_are_answered_in_order() -> None:

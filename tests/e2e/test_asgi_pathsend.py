@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _procfd import fd_targets
 from _rawhttp import Conn, get, request
 from test_asgi import serving_app
 from test_http2 import H2
@@ -110,13 +111,7 @@ def make_app(files: dict[str, Any]) -> Any:
 def open_copies(*paths: Path) -> int:
     """How many descriptors of this process (the server runs in it) have one of paths open."""
     names = {str(p) for p in paths}
-    n = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            n += os.readlink(f"/proc/self/fd/{fd}") in names
-        except OSError:  # closed meanwhile
-            pass
-    return n
+    return sum(target in names for target in fd_targets().values())
 
 
 def no_file_left_open(*paths: Path) -> bool:

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from _procfd import fd_targets
 from _rawhttp import Conn, get, request, serving
 
 import cyserve
@@ -221,18 +222,6 @@ def test_file_wrapper_with_a_wrong_length_is_still_the_apps_error(data_file: str
     assert all(f.closed for f in opened)
 
 
-def _descriptors_of(path: str) -> int:
-    """How many of this process's descriptors are open on path."""
-    n = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{fd}") == path:
-                n += 1
-        except OSError:  # closed since listdir (listdir's own, another thread's)
-            pass
-    return n
-
-
 def test_a_file_answer_that_fails_closes_the_descriptor_it_took(data_file: str) -> None:
     # The answer takes its own descriptor of the file (a dup) as soon as the app returns the
     # wrapper; the app's close of its body then fails the answer, and that descriptor must be
@@ -252,4 +241,4 @@ def test_a_file_answer_that_fails_closes_the_descriptor_it_took(data_file: str) 
             c.send(get("/"))
             assert c.reply().status == 500
         gc.collect()
-        assert _descriptors_of(os.path.realpath(data_file)) == 0
+        assert os.path.realpath(data_file) not in fd_targets().values()

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 
 import pytest
+from _procfd import fd_targets
 
 from cyserve._core import Server
 from cyserve.signals import Waiter, _Wakeups
@@ -277,11 +278,7 @@ def engine_descriptors() -> Counter[str]:
     a module an import reads) are not counted: another thread of the test process may open one
     at any moment."""
     kinds: Counter[str] = Counter()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:  # the listing's own descriptor, closed since
-            continue
+    for target in fd_targets().values():
         kinds.update(k for k in _ENGINE_KINDS if target.startswith(k))
     return kinds
 
